@@ -1,0 +1,172 @@
+#include "ir/graph.h"
+
+#include <algorithm>
+
+namespace kiln::ir {
+
+void Node::replaceInput(size_t i, Value* v) {
+  Value* old = inputs_[i];
+  auto it = std::find(old->users_.begin(), old->users_.end(), this);
+  if (it != old->users_.end()) old->users_.erase(it);
+  inputs_[i] = v;
+  v->users_.push_back(this);
+}
+
+std::string Node::describe() const {
+  std::string s = "node ";
+  if (!name_.empty()) s += "'" + name_ + "' ";
+  s += "(" + std::string(opName(op_));
+  if (!outputs_.empty()) s += " -> %" + outputs_[0]->name();
+  return s + ")";
+}
+
+bool Graph::isValidName(const std::string& name) {
+  if (name.empty() || name.size() > 256) return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ||
+          c == '/' || c == ':'))
+      return false;
+  return true;
+}
+
+std::string Graph::freshName() {
+  for (;;) {
+    std::string n = std::to_string(nextId_++);
+    if (!byName_.count(n)) return n;
+  }
+}
+
+Expected<Value*> Graph::newValue(const std::string& name, TensorType type, ValueKind kind) {
+  if (!isValidName(name))
+    return invalidArgument("invalid value name '" + name +
+                           "' (use letters, digits and _ . - / :, at most 256 characters)");
+  if (byName_.count(name)) return invalidArgument("duplicate value name '%" + name + "'");
+  for (int64_t d : type.shape)
+    if (d < 0)
+      return invalidArgument("value '%" + name + "' has a negative dimension in " +
+                             type.toString());
+  auto v = std::make_unique<Value>();
+  v->name_ = name;
+  v->type_ = std::move(type);
+  v->kind_ = kind;
+  Value* raw = v.get();
+  values_.push_back(std::move(v));
+  byName_[name] = raw;
+  return raw;
+}
+
+Expected<Value*> Graph::addInput(const std::string& name, TensorType type) {
+  KILN_ASSIGN_OR_RETURN(Value * v, newValue(name, std::move(type), ValueKind::kInput));
+  inputs_.push_back(v);
+  return v;
+}
+
+Expected<Value*> Graph::addParameter(const std::string& name, TensorData data, bool trainable) {
+  KILN_ASSIGN_OR_RETURN(Value * v, addParameter(name, data.type(), trainable));
+  v->data_ = std::move(data);
+  return v;
+}
+
+Expected<Value*> Graph::addParameter(const std::string& name, TensorType type, bool trainable) {
+  KILN_ASSIGN_OR_RETURN(Value * v, newValue(name, std::move(type), ValueKind::kParameter));
+  v->trainable_ = trainable;
+  parameters_.push_back(v);
+  return v;
+}
+
+Expected<Node*> Graph::addNode(OpKind op, std::vector<Value*> inputs, AttrMap attrs,
+                               std::vector<std::string> outputNames) {
+  std::vector<TensorType> inTypes;
+  inTypes.reserve(inputs.size());
+  for (Value* v : inputs) inTypes.push_back(v->type());
+  auto types = inferTypes(op, inTypes, attrs);
+  if (!types) return types.status();
+  std::vector<std::pair<std::string, TensorType>> outs;
+  for (size_t i = 0; i < types->size(); ++i) {
+    std::string n = i < outputNames.size() && !outputNames[i].empty() ? outputNames[i]
+                                                                       : freshName();
+    outs.emplace_back(std::move(n), std::move((*types)[i]));
+  }
+  return addNodeWithTypes(op, std::move(inputs), std::move(attrs), std::move(outs));
+}
+
+Expected<Node*> Graph::addNodeWithTypes(OpKind op, std::vector<Value*> inputs, AttrMap attrs,
+                                        std::vector<std::pair<std::string, TensorType>> outputs) {
+  auto node = std::make_unique<Node>();
+  node->op_ = op;
+  node->attrs_ = std::move(attrs);
+  for (auto& [name, type] : outputs) {
+    KILN_ASSIGN_OR_RETURN(Value * v, newValue(name, std::move(type), ValueKind::kNodeOutput));
+    v->producer_ = node.get();
+    v->outputIndex_ = static_cast<int>(node->outputs_.size());
+    node->outputs_.push_back(v);
+  }
+  node->inputs_ = std::move(inputs);
+  for (Value* v : node->inputs_) v->users_.push_back(node.get());
+  Node* raw = node.get();
+  nodes_.push_back(std::move(node));
+  return raw;
+}
+
+std::vector<Node*> Graph::nodes() const {
+  std::vector<Node*> out;
+  out.reserve(nodes_.size());
+  for (const auto& n : nodes_) out.push_back(n.get());
+  return out;
+}
+
+Value* Graph::findValue(const std::string& name) const {
+  auto it = byName_.find(name);
+  return it == byName_.end() ? nullptr : it->second;
+}
+
+void Graph::replaceAllUsesWith(Value* from, Value* to) {
+  const std::vector<Node*> users = from->users_;
+  for (Node* n : users)
+    for (size_t i = 0; i < n->inputs_.size(); ++i)
+      if (n->inputs_[i] == from) n->replaceInput(i, to);
+  for (Value*& o : outputs_)
+    if (o == from) o = to;
+}
+
+void Graph::eraseNode(Node* n) {
+  for (Value* in : n->inputs_) {
+    auto it = std::find(in->users_.begin(), in->users_.end(), n);
+    if (it != in->users_.end()) in->users_.erase(it);
+  }
+  for (Value* out : n->outputs_) {
+    byName_.erase(out->name_);
+    out->producer_ = nullptr;
+  }
+}
+
+size_t Graph::removeUnusedParameters() {
+  std::vector<Value*> kept;
+  size_t removed = 0;
+  for (Value* p : parameters_) {
+    const bool isOutput = std::find(outputs_.begin(), outputs_.end(), p) != outputs_.end();
+    if (p->users_.empty() && !isOutput) {
+      byName_.erase(p->name_);
+      ++removed;
+    } else {
+      kept.push_back(p);
+    }
+  }
+  parameters_ = std::move(kept);
+  return removed;
+}
+
+int64_t Graph::numTrainableParameters() const {
+  int64_t n = 0;
+  for (const Value* p : parameters_)
+    if (p->trainable_) n += p->type_.numElements();
+  return n;
+}
+
+int64_t Graph::parameterBytes() const {
+  int64_t n = 0;
+  for (const Value* p : parameters_) n += static_cast<int64_t>(p->type_.byteSize());
+  return n;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,186 @@
+// Shape inference for movement ops: reshape, flatten, transpose, concat, slice, squeeze,
+// unsqueeze, expand, gather.
+#include <algorithm>
+#include <set>
+
+#include "ir/infer.h"
+
+namespace kiln::ir {
+
+Expected<std::vector<TensorType>> inferReshape(std::span<const TensorType> in, const AttrView& a) {
+  const Shape& x = in[0].shape;
+  Shape out = a.getInts("shape");
+  const bool allowZero = a.getInt("allowzero") != 0;
+  int inferred = -1;
+  int64_t known = 1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 0 && !allowZero) {
+      if (i >= x.size())
+        return invalidArgument("shape " + shapeToString(a.getInts("shape")) + ": 0 at position " +
+                               std::to_string(i) + " copies a dim the input " +
+                               shapeToString(x) + " does not have");
+      out[i] = x[i];
+    }
+    if (out[i] == -1) {
+      if (inferred >= 0) return invalidArgument("shape may contain at most one -1");
+      inferred = static_cast<int>(i);
+    } else if (out[i] < 0) {
+      return invalidArgument("shape " + shapeToString(a.getInts("shape")) + " has a negative dim");
+    } else {
+      known *= out[i];
+    }
+  }
+  const int64_t total = numElements(x);
+  if (inferred >= 0) {
+    if (known == 0 || total % known != 0)
+      return invalidArgument("cannot reshape " + shapeToString(x) + " (" + std::to_string(total) +
+                             " elements) into " + shapeToString(a.getInts("shape")));
+    out[inferred] = total / known;
+  } else if (known != total) {
+    return invalidArgument("cannot reshape " + shapeToString(x) + " (" + std::to_string(total) +
+                           " elements) into " + shapeToString(out) + " (" +
+                           std::to_string(known) + " elements)");
+  }
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferFlatten(std::span<const TensorType> in, const AttrView& a) {
+  const Shape& x = in[0].shape;
+  const int64_t axis = a.getInt("axis");
+  const auto r = static_cast<int64_t>(x.size());
+  if (axis < -r || axis > r)
+    return invalidArgument("axis " + std::to_string(axis) + " out of range for rank " +
+                           std::to_string(r));
+  const int64_t ax = axis < 0 ? axis + r : axis;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < r; ++i) (i < ax ? outer : inner) *= x[i];
+  return one({in[0].dtype, {outer, inner}, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferTranspose(std::span<const TensorType> in,
+                                                 const AttrView& a) {
+  const Shape& x = in[0].shape;
+  std::vector<int64_t> perm = a.getInts("perm");
+  if (perm.empty())
+    for (size_t i = x.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  if (perm.size() != x.size())
+    return invalidArgument("perm " + shapeToString(perm) + " must have " +
+                           std::to_string(x.size()) + " entries for input " + shapeToString(x));
+  std::vector<bool> seen(x.size(), false);
+  Shape out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(x.size()) || seen[p])
+      return invalidArgument("perm " + shapeToString(perm) + " is not a permutation of 0.." +
+                             std::to_string(x.size() - 1));
+    seen[p] = true;
+    out.push_back(x[p]);
+  }
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferConcat(std::span<const TensorType> in, const AttrView& a) {
+  KILN_ASSIGN_OR_RETURN(int axis, normalizeAxis(a.getInt("axis"), in[0].shape.size(), "axis"));
+  Shape out = in[0].shape;
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (in[i].dtype != in[0].dtype || in[i].rank() != in[0].rank())
+      return invalidArgument("input " + std::to_string(i) + " is " + in[i].toString() +
+                             ", expected dtype and rank of " + in[0].toString());
+    for (int d = 0; d < in[0].rank(); ++d)
+      if (d != axis && in[i].shape[d] != in[0].shape[d])
+        return invalidArgument("input " + std::to_string(i) + " " + in[i].toString() +
+                               " differs from " + in[0].toString() + " outside axis " +
+                               std::to_string(axis));
+    out[axis] += in[i].shape[axis];
+  }
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferSlice(std::span<const TensorType> in, const AttrView& a) {
+  const Shape& x = in[0].shape;
+  const auto& starts = a.getInts("starts");
+  const auto& ends = a.getInts("ends");
+  std::vector<int64_t> axes = a.getInts("axes");
+  std::vector<int64_t> steps = a.getInts("steps");
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size())
+    return invalidArgument("starts, ends, axes and steps must have the same length");
+  Shape out = x;
+  std::set<int> seen;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(int ax, normalizeAxis(axes[i], x.size(), "axes"));
+    if (!seen.insert(ax).second) return invalidArgument("axes repeats axis " + std::to_string(ax));
+    if (steps[i] == 0) return invalidArgument("steps must not be 0");
+    const int64_t dim = x[ax];
+    int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
+    int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
+    if (steps[i] > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      out[ax] = e > s ? (e - s + steps[i] - 1) / steps[i] : 0;
+    } else {
+      s = std::clamp<int64_t>(s, -1, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      out[ax] = s > e ? (s - e + (-steps[i]) - 1) / (-steps[i]) : 0;
+    }
+  }
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferSqueeze(std::span<const TensorType> in, const AttrView& a) {
+  const Shape& x = in[0].shape;
+  std::set<int> drop;
+  for (int64_t ax : a.getInts("axes")) {
+    KILN_ASSIGN_OR_RETURN(int n, normalizeAxis(ax, x.size(), "axes"));
+    if (x[n] != 1)
+      return invalidArgument("cannot squeeze axis " + std::to_string(ax) + " of size " +
+                             std::to_string(x[n]) + " in " + shapeToString(x));
+    drop.insert(n);
+  }
+  Shape out;
+  for (int i = 0; i < static_cast<int>(x.size()); ++i) {
+    const bool squeeze = a.getInts("axes").empty() ? x[i] == 1 : drop.count(i) > 0;
+    if (!squeeze) out.push_back(x[i]);
+  }
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferUnsqueeze(std::span<const TensorType> in,
+                                                 const AttrView& a) {
+  const Shape& x = in[0].shape;
+  const auto& axes = a.getInts("axes");
+  const size_t rank = x.size() + axes.size();
+  std::set<int> ins;
+  for (int64_t ax : axes) {
+    KILN_ASSIGN_OR_RETURN(int n, normalizeAxis(ax, rank, "axes"));
+    if (!ins.insert(n).second) return invalidArgument("axes repeats axis " + std::to_string(ax));
+  }
+  Shape out;
+  size_t src = 0;
+  for (size_t i = 0; i < rank; ++i) out.push_back(ins.count(static_cast<int>(i)) ? 1 : x[src++]);
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferExpand(std::span<const TensorType> in, const AttrView& a) {
+  for (int64_t d : a.getInts("shape"))
+    if (d < 0) return invalidArgument("shape " + shapeToString(a.getInts("shape")) +
+                                      " has a negative dim");
+  KILN_ASSIGN_OR_RETURN(Shape out, broadcastShapes(in[0].shape, a.getInts("shape")));
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferGather(std::span<const TensorType> in, const AttrView& a) {
+  if (in[1].dtype != DType::kI64 && in[1].dtype != DType::kI32)
+    return invalidArgument("indices must be i64 or i32, got " + in[1].toString());
+  if (in[0].rank() < 1) return invalidArgument("data must have rank >= 1");
+  KILN_ASSIGN_OR_RETURN(int axis, normalizeAxis(a.getInt("axis"), in[0].shape.size(), "axis"));
+  const Shape& x = in[0].shape;
+  Shape out(x.begin(), x.begin() + axis);
+  out.insert(out.end(), in[1].shape.begin(), in[1].shape.end());
+  out.insert(out.end(), x.begin() + axis + 1, x.end());
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,245 @@
+// Shape inference for library ops (matmul, gemm, linear, conv, pooling), normalization,
+// reductions and losses.
+#include <algorithm>
+#include <set>
+
+#include "ir/infer.h"
+
+namespace kiln::ir {
+
+namespace {
+std::string dims(const Shape& s) { return shapeToString(s); }
+
+Status requireSameDType(const TensorType& a, const TensorType& b, const char* what) {
+  if (a.dtype != b.dtype)
+    return invalidArgument(std::string(what) + " must have dtype " +
+                           std::string(dtypeName(a.dtype)) + ", got " + b.toString());
+  return Status::ok();
+}
+
+Status requireShape(const TensorType& t, const Shape& expected, const char* what) {
+  if (t.shape != expected)
+    return invalidArgument(std::string(what) + " must have shape " + dims(expected) + ", got " +
+                           dims(t.shape));
+  return Status::ok();
+}
+
+Status requireLen(const std::vector<int64_t>& v, size_t n, const char* what) {
+  if (v.size() != n)
+    return invalidArgument(std::string("attribute ") + what + " must have " + std::to_string(n) +
+                           " values, got " + std::to_string(v.size()));
+  return Status::ok();
+}
+}  // namespace
+
+Expected<int64_t> windowOutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t padBegin,
+                                   int64_t padEnd, int64_t dilation, bool ceilMode,
+                                   const char* dimName) {
+  if (kernel < 1 || stride < 1 || dilation < 1 || padBegin < 0 || padEnd < 0)
+    return invalidArgument(std::string(dimName) +
+                           ": kernel, stride and dilation must be >= 1 and pads >= 0");
+  const int64_t span = dilation * (kernel - 1) + 1;
+  const int64_t avail = in + padBegin + padEnd - span;
+  if (avail < 0)
+    return invalidArgument(std::string(dimName) + ": window of " + std::to_string(span) +
+                           " does not fit input of " + std::to_string(in) + " with pads " +
+                           std::to_string(padBegin) + "+" + std::to_string(padEnd));
+  int64_t out = (ceilMode ? (avail + stride - 1) / stride : avail / stride) + 1;
+  // As in PyTorch: the last window must start inside the input or the left padding.
+  if (ceilMode && (out - 1) * stride >= in + padBegin) --out;
+  return out;
+}
+
+Expected<std::vector<TensorType>> inferMatMul(std::span<const TensorType> in, const AttrView&) {
+  KILN_TRY(requireNumeric(in[0], "A"));
+  KILN_TRY(requireSameDType(in[0], in[1], "B"));
+  Shape a = in[0].shape, b = in[1].shape;
+  if (a.empty() || b.empty()) return invalidArgument("matmul operands must have rank >= 1");
+  const bool aVec = a.size() == 1, bVec = b.size() == 1;
+  if (aVec) a.insert(a.begin(), 1);
+  if (bVec) b.push_back(1);
+  const int64_t k1 = a.back(), k2 = b[b.size() - 2];
+  if (k1 != k2)
+    return invalidArgument("inner dimensions differ: A " + dims(in[0].shape) + " x B " +
+                           dims(in[1].shape) + " (" + std::to_string(k1) + " vs " +
+                           std::to_string(k2) + ")");
+  KILN_ASSIGN_OR_RETURN(Shape batch,
+                        broadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
+  Shape out = batch;
+  if (!aVec) out.push_back(a[a.size() - 2]);
+  if (!bVec) out.push_back(b.back());
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferGemm(std::span<const TensorType> in, const AttrView& a) {
+  KILN_TRY(requireFloat(in[0], "A"));
+  KILN_TRY(requireRank(in[0], 2, "A"));
+  KILN_TRY(requireRank(in[1], 2, "B"));
+  KILN_TRY(requireSameDType(in[0], in[1], "B"));
+  const bool ta = a.getInt("transA") != 0, tb = a.getInt("transB") != 0;
+  const int64_t m = ta ? in[0].shape[1] : in[0].shape[0];
+  const int64_t k = ta ? in[0].shape[0] : in[0].shape[1];
+  const int64_t kb = tb ? in[1].shape[1] : in[1].shape[0];
+  const int64_t n = tb ? in[1].shape[0] : in[1].shape[1];
+  if (k != kb)
+    return invalidArgument("inner dimensions differ: op(A) is [" + std::to_string(m) + "," +
+                           std::to_string(k) + "], op(B) is [" + std::to_string(kb) + "," +
+                           std::to_string(n) + "]");
+  if (in.size() == 3) {
+    KILN_TRY(requireSameDType(in[0], in[2], "C"));
+    KILN_ASSIGN_OR_RETURN(Shape s, broadcastShapes(in[2].shape, Shape{m, n}));
+    if (s != Shape{m, n})
+      return invalidArgument("C " + dims(in[2].shape) + " does not broadcast to [" +
+                             std::to_string(m) + "," + std::to_string(n) + "]");
+  }
+  return one({in[0].dtype, {m, n}, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferLinear(std::span<const TensorType> in, const AttrView&) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  if (in[0].rank() < 1) return invalidArgument("input must have rank >= 1");
+  KILN_TRY(requireRank(in[1], 2, "weight"));
+  KILN_TRY(requireSameDType(in[0], in[1], "weight"));
+  const int64_t inF = in[0].shape.back(), outF = in[1].shape[0];
+  if (in[1].shape[1] != inF)
+    return invalidArgument("weight must have shape [out," + std::to_string(inF) + "], got " +
+                           dims(in[1].shape));
+  if (in.size() == 3) {
+    KILN_TRY(requireSameDType(in[0], in[2], "bias"));
+    KILN_TRY(requireShape(in[2], {outF}, "bias"));
+  }
+  TensorType t = in[0];
+  t.shape.back() = outF;
+  t.layout = Layout::kPlain;
+  return one(t);
+}
+
+Expected<std::vector<TensorType>> inferConv2d(std::span<const TensorType> in, const AttrView& a) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  KILN_TRY(requireRank(in[0], 4, "input [N,C,H,W]"));
+  KILN_TRY(requireRank(in[1], 4, "weight [M,C/group,kh,kw]"));
+  KILN_TRY(requireSameDType(in[0], in[1], "weight"));
+  const auto& st = a.getInts("strides");
+  const auto& pads = a.getInts("pads");
+  const auto& dil = a.getInts("dilations");
+  KILN_TRY(requireLen(st, 2, "strides"));
+  KILN_TRY(requireLen(pads, 4, "pads"));
+  KILN_TRY(requireLen(dil, 2, "dilations"));
+  const int64_t group = a.getInt("group");
+  const Shape& x = in[0].shape;
+  const Shape& w = in[1].shape;
+  if (group < 1 || x[1] % group != 0 || w[0] % group != 0)
+    return invalidArgument("group " + std::to_string(group) + " must divide input channels " +
+                           std::to_string(x[1]) + " and output channels " + std::to_string(w[0]));
+  if (w[1] * group != x[1])
+    return invalidArgument("weight " + dims(w) + " expects " + std::to_string(w[1] * group) +
+                           " input channels (group " + std::to_string(group) + "), input " +
+                           dims(x) + " has " + std::to_string(x[1]));
+  if (in.size() == 3) {
+    KILN_TRY(requireSameDType(in[0], in[2], "bias"));
+    KILN_TRY(requireShape(in[2], {w[0]}, "bias"));
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t oh, windowOutputSize(x[2], w[2], st[0], pads[0], pads[2], dil[0],
+                                                     false, "height"));
+  KILN_ASSIGN_OR_RETURN(int64_t ow, windowOutputSize(x[3], w[3], st[1], pads[1], pads[3], dil[1],
+                                                     false, "width"));
+  return one({in[0].dtype, {x[0], w[0], oh, ow}, in[0].layout});
+}
+
+Expected<std::vector<TensorType>> inferPool2d(std::span<const TensorType> in, const AttrView& a) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  KILN_TRY(requireRank(in[0], 4, "input [N,C,H,W]"));
+  const auto& k = a.getInts("kernel");
+  const auto& st = a.getInts("strides");
+  const auto& pads = a.getInts("pads");
+  KILN_TRY(requireLen(k, 2, "kernel"));
+  KILN_TRY(requireLen(st, 2, "strides"));
+  KILN_TRY(requireLen(pads, 4, "pads"));
+  std::vector<int64_t> dil{1, 1};
+  if (a.op().findAttr("dilations")) {
+    dil = a.getInts("dilations");
+    KILN_TRY(requireLen(dil, 2, "dilations"));
+  }
+  for (int i = 0; i < 2; ++i)
+    if (pads[i] * 2 > k[i] * dil[i] || pads[i + 2] * 2 > k[i] * dil[i])
+      return invalidArgument("pads " + dims(pads) + " must be at most half the kernel " + dims(k));
+  const bool ceil = a.getInt("ceil_mode") != 0;
+  const Shape& x = in[0].shape;
+  KILN_ASSIGN_OR_RETURN(int64_t oh, windowOutputSize(x[2], k[0], st[0], pads[0], pads[2], dil[0],
+                                                     ceil, "height"));
+  KILN_ASSIGN_OR_RETURN(int64_t ow, windowOutputSize(x[3], k[1], st[1], pads[1], pads[3], dil[1],
+                                                     ceil, "width"));
+  return one({in[0].dtype, {x[0], x[1], oh, ow}, in[0].layout});
+}
+
+Expected<std::vector<TensorType>> inferGlobalPool(std::span<const TensorType> in,
+                                                  const AttrView&) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  KILN_TRY(requireRank(in[0], 4, "input [N,C,H,W]"));
+  return one({in[0].dtype, {in[0].shape[0], in[0].shape[1], 1, 1}, in[0].layout});
+}
+
+Expected<std::vector<TensorType>> inferBatchNorm(std::span<const TensorType> in,
+                                                 const AttrView&) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  if (in[0].rank() < 2) return invalidArgument("input must have rank >= 2, got " + in[0].toString());
+  const char* names[] = {"", "scale", "bias", "mean", "var"};
+  for (int i = 1; i < 5; ++i) {
+    KILN_TRY(requireSameDType(in[0], in[i], names[i]));
+    KILN_TRY(requireShape(in[i], {in[0].shape[1]}, names[i]));
+  }
+  return one(in[0]);
+}
+
+Expected<std::vector<TensorType>> inferLayerNorm(std::span<const TensorType> in,
+                                                 const AttrView& a) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  KILN_ASSIGN_OR_RETURN(int axis, normalizeAxis(a.getInt("axis"), in[0].shape.size(), "axis"));
+  const Shape normShape(in[0].shape.begin() + axis, in[0].shape.end());
+  const char* names[] = {"", "scale", "bias"};
+  for (size_t i = 1; i < in.size(); ++i) {
+    KILN_TRY(requireSameDType(in[0], in[i], names[i]));
+    KILN_TRY(requireShape(in[i], normShape, names[i]));
+  }
+  return one(in[0]);
+}
+
+Expected<std::vector<TensorType>> inferReduce(std::span<const TensorType> in, const AttrView& a) {
+  KILN_TRY(requireNumeric(in[0], "input"));
+  const auto& axes = a.getInts("axes");
+  std::set<int> reduced;
+  for (int64_t ax : axes) {
+    KILN_ASSIGN_OR_RETURN(int n, normalizeAxis(ax, in[0].shape.size(), "axes"));
+    if (!reduced.insert(n).second)
+      return invalidArgument("attribute axes " + dims(axes) + " repeats an axis");
+  }
+  if (axes.empty())
+    for (int i = 0; i < in[0].rank(); ++i) reduced.insert(i);
+  const bool keep = a.getInt("keepdims") != 0;
+  TensorType t{in[0].dtype, {}, Layout::kPlain};
+  for (int i = 0; i < in[0].rank(); ++i) {
+    if (!reduced.count(i))
+      t.shape.push_back(in[0].shape[i]);
+    else if (keep)
+      t.shape.push_back(1);
+  }
+  return one(t);
+}
+
+Expected<std::vector<TensorType>> inferLoss(std::span<const TensorType> in, const AttrView& a) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  if (in[0].rank() < 2)
+    return invalidArgument("input must be [N,C,...], got " + in[0].toString());
+  if (in[1].dtype != DType::kI64 && in[1].dtype != DType::kI32)
+    return invalidArgument("target must be i64 or i32 class indices, got " + in[1].toString());
+  Shape expected = in[0].shape;
+  expected.erase(expected.begin() + 1);
+  KILN_TRY(requireShape(in[1], expected, "target"));
+  const std::string& red = a.getString("reduction");
+  if (red == "none") return one({in[0].dtype, expected, Layout::kPlain});
+  if (red != "mean" && red != "sum")
+    return invalidArgument("attribute reduction must be mean, sum or none, got \"" + red + "\"");
+  return one({in[0].dtype, {}, Layout::kPlain});
+}
+
+}  // namespace kiln::ir

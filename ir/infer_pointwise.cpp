@@ -1,0 +1,94 @@
+// Shape inference for pointwise ops: unary, NumPy-broadcasting binary, where, cast.
+#include "ir/infer.h"
+
+namespace kiln::ir {
+
+std::vector<TensorType> one(TensorType t) { return {std::move(t)}; }
+
+Status requireFloat(const TensorType& t, const char* what) {
+  if (!isFloat(t.dtype))
+    return invalidArgument(std::string(what) + " must be a floating-point tensor, got " +
+                           t.toString());
+  return Status::ok();
+}
+
+Status requireNumeric(const TensorType& t, const char* what) {
+  if (t.dtype == DType::kBool)
+    return invalidArgument(std::string(what) + " must be numeric, got " + t.toString());
+  return Status::ok();
+}
+
+Status requireRank(const TensorType& t, int rank, const char* what) {
+  if (t.rank() != rank)
+    return invalidArgument(std::string(what) + " must have rank " + std::to_string(rank) +
+                           ", got " + t.toString());
+  return Status::ok();
+}
+
+Expected<std::vector<TensorType>> inferUnaryNumeric(std::span<const TensorType> in,
+                                                    const AttrView&) {
+  KILN_TRY(requireNumeric(in[0], "input"));
+  return one(in[0]);
+}
+
+Expected<std::vector<TensorType>> inferUnaryFloat(std::span<const TensorType> in,
+                                                  const AttrView& a) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  if (a.op().findAttr("axis"))
+    KILN_TRY(normalizeAxis(a.getInt("axis"), in[0].shape.size(), "axis").status());
+  return one(in[0]);
+}
+
+Expected<std::vector<TensorType>> inferGelu(std::span<const TensorType> in, const AttrView& a) {
+  const std::string& approx = a.getString("approximate");
+  if (approx != "none" && approx != "tanh")
+    return invalidArgument("attribute approximate must be \"none\" or \"tanh\", got \"" + approx +
+                           "\"");
+  return inferUnaryFloat(in, a);
+}
+
+Expected<std::vector<TensorType>> inferCast(std::span<const TensorType> in, const AttrView& a) {
+  auto to = parseDType(a.getString("to"));
+  if (!to) return invalidArgument("attribute to: unknown dtype '" + a.getString("to") + "'");
+  TensorType t = in[0];
+  t.dtype = *to;
+  return one(t);
+}
+
+namespace {
+Expected<TensorType> broadcastBinary(const TensorType& x, const TensorType& y) {
+  if (x.dtype != y.dtype)
+    return invalidArgument("inputs must have the same dtype, got " + x.toString() + " and " +
+                           y.toString() + " (insert a cast)");
+  KILN_ASSIGN_OR_RETURN(Shape s, broadcastShapes(x.shape, y.shape));
+  TensorType t{x.dtype, std::move(s), Layout::kPlain};
+  // Keep a layout only when both operands agree on it and the shape is unchanged.
+  if (x.layout == y.layout && t.shape == x.shape) t.layout = x.layout;
+  return t;
+}
+}  // namespace
+
+Expected<std::vector<TensorType>> inferBinaryNumeric(std::span<const TensorType> in,
+                                                     const AttrView&) {
+  KILN_TRY(requireNumeric(in[0], "first input"));
+  KILN_ASSIGN_OR_RETURN(TensorType t, broadcastBinary(in[0], in[1]));
+  return one(t);
+}
+
+Expected<std::vector<TensorType>> inferBinaryFloat(std::span<const TensorType> in,
+                                                   const AttrView&) {
+  KILN_TRY(requireFloat(in[0], "first input"));
+  KILN_ASSIGN_OR_RETURN(TensorType t, broadcastBinary(in[0], in[1]));
+  return one(t);
+}
+
+Expected<std::vector<TensorType>> inferWhere(std::span<const TensorType> in, const AttrView&) {
+  if (in[0].dtype != DType::kBool)
+    return invalidArgument("condition must be bool, got " + in[0].toString());
+  KILN_ASSIGN_OR_RETURN(TensorType t, broadcastBinary(in[1], in[2]));
+  KILN_ASSIGN_OR_RETURN(t.shape, broadcastShapes(in[0].shape, t.shape));
+  t.layout = Layout::kPlain;
+  return one(t);
+}
+
+}  // namespace kiln::ir

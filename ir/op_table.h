@@ -1,0 +1,87 @@
+// OpKind and the op table built from ops.def: names, arity, traits, attribute schemas and
+// shape inference. Passes query traits here instead of listing op names.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ir/attributes.h"
+#include "ir/types.h"
+
+namespace kiln::ir {
+
+enum class OpKind : uint16_t {
+#define KILN_OP(E, name, minIn, maxIn, nOut, traits, attrs, infer) E,
+#include "ir/ops.def"
+#undef KILN_OP
+};
+
+inline constexpr int kNumOps = 0
+#define KILN_OP(E, name, minIn, maxIn, nOut, traits, attrs, infer) +1
+#include "ir/ops.def"
+#undef KILN_OP
+    ;
+
+enum OpTrait : uint32_t {
+  kPointwise = 1u << 0,       // Each output element depends on the same-index input elements.
+  kReduction = 1u << 1,       // Reduces over one or more dims (fusable with its neighbours).
+  kLibrary = 1u << 2,         // Runs as a library call (oneDNN, BLAS, cuDNN, cuBLAS).
+  kMovement = 1u << 3,        // Rearranges data, no arithmetic.
+  kInplaceOk = 1u << 4,       // Output may reuse the first input's buffer when it dies.
+  kDifferentiable = 1u << 5,  // Has a gradient builder (autodiff).
+};
+
+class AttrView;
+using InferFn = Expected<std::vector<TensorType>> (*)(std::span<const TensorType> inputs,
+                                                      const AttrView& attrs);
+
+struct OpInfo {
+  OpKind kind;
+  std::string_view name;
+  int minInputs;
+  int maxInputs;  // -1: variadic.
+  int numOutputs;
+  uint32_t traits;
+  std::vector<AttrSpec> attrs;
+  InferFn infer;
+
+  bool has(OpTrait t) const { return (traits & t) != 0; }
+  const AttrSpec* findAttr(std::string_view attrName) const;
+};
+
+const OpInfo& opInfo(OpKind k);
+std::string_view opName(OpKind k);
+const OpInfo* findOp(std::string_view name);  // nullptr when unknown.
+inline bool hasTrait(OpKind k, OpTrait t) { return opInfo(k).has(t); }
+
+// Reads attributes with the op's schema defaults applied. Callers read attributes that the
+// verifier has checked, so a missing or mistyped attribute here is a kiln bug.
+class AttrView {
+ public:
+  AttrView(const OpInfo& op, const AttrMap& attrs) : op_(op), attrs_(attrs) {}
+
+  int64_t getInt(std::string_view name) const;
+  double getFloat(std::string_view name) const;
+  const std::string& getString(std::string_view name) const;
+  const std::vector<int64_t>& getInts(std::string_view name) const;
+  const std::vector<double>& getFloats(std::string_view name) const;
+  const TensorData& getTensor(std::string_view name) const;
+  const OpInfo& op() const { return op_; }
+  const AttrMap& raw() const { return attrs_; }
+
+ private:
+  const AttrValue& lookup(std::string_view name) const;
+  const OpInfo& op_;
+  const AttrMap& attrs_;
+};
+
+// Checks attribute names and kinds against the op's schema and that required ones are set.
+Status checkAttributes(const OpInfo& op, const AttrMap& attrs);
+
+// Runs the op's shape/dtype inference after checking arity and attributes. Errors name the op.
+Expected<std::vector<TensorType>> inferTypes(OpKind op, std::span<const TensorType> inputs,
+                                             const AttrMap& attrs);
+
+}  // namespace kiln::ir

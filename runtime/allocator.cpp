@@ -1,0 +1,70 @@
+#include "runtime/allocator.h"
+
+#include <new>
+
+namespace kiln::runtime {
+
+CachingAllocator::~CachingAllocator() { emptyCache(); }
+
+void* CachingAllocator::allocate(size_t bytes) {
+  const size_t size = roundSize(bytes);
+  std::lock_guard lock(mu_);
+  ++stats_.numAllocations;
+  void* p = nullptr;
+  // Reuse a cached block of exactly this rounded size. Eager runs repeat the same sizes, so
+  // exact matching hits after the first run and keeps the accounting exact.
+  if (auto it = free_.find(size); it != free_.end()) {
+    p = it->second;
+    free_.erase(it);
+  } else {
+    p = ::operator new(size, std::align_val_t(64), std::nothrow);
+    if (!p) {
+      emptyCacheLocked();
+      p = ::operator new(size, std::align_val_t(64), std::nothrow);
+      if (!p) return nullptr;
+    }
+    ++stats_.numSystemAllocations;
+    stats_.bytesReserved += static_cast<int64_t>(size);
+  }
+  stats_.bytesInUse += static_cast<int64_t>(size);
+  if (stats_.bytesInUse > stats_.peakBytesInUse) stats_.peakBytesInUse = stats_.bytesInUse;
+  return p;
+}
+
+void CachingAllocator::deallocate(void* p, size_t bytes) {
+  if (!p) return;
+  const size_t size = roundSize(bytes);
+  std::lock_guard lock(mu_);
+  stats_.bytesInUse -= static_cast<int64_t>(size);
+  free_.emplace(size, p);
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void CachingAllocator::resetPeak() {
+  std::lock_guard lock(mu_);
+  stats_.peakBytesInUse = stats_.bytesInUse;
+}
+
+void CachingAllocator::emptyCache() {
+  std::lock_guard lock(mu_);
+  emptyCacheLocked();
+}
+
+void CachingAllocator::emptyCacheLocked() {
+  for (auto& [size, p] : free_) {
+    ::operator delete(p, std::align_val_t(64));
+    stats_.bytesReserved -= static_cast<int64_t>(size);
+  }
+  free_.clear();
+}
+
+CachingAllocator& cpuAllocator() {
+  static CachingAllocator* a = new CachingAllocator();  // Never destroyed: tensors may outlive main.
+  return *a;
+}
+
+}  // namespace kiln::runtime

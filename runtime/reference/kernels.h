@@ -1,0 +1,40 @@
+// Reference kernels: one plain, obviously correct C++ kernel per op, the ground truth of every
+// test. Each family lives in its own file and registers itself in the table below.
+#pragma once
+
+#include <array>
+#include <span>
+#include <vector>
+
+#include "ir/op_table.h"
+#include "runtime/tensor.h"
+
+namespace kiln::runtime {
+
+// Inputs and outputs are contiguous; outputs are allocated by the caller with the types that
+// shape inference gave, so a kernel only computes. A dtype the kernel does not support is an
+// kUnimplemented error naming the op and dtype, never a wrong answer.
+using RefKernel = Status (*)(const ir::AttrView& attrs, std::span<const Tensor> inputs,
+                             std::span<Tensor> outputs);
+
+using RefKernelTable = std::array<RefKernel, ir::kNumOps>;
+
+// Family registrars (reference/*.cpp).
+void registerPointwiseKernels(RefKernelTable& t);
+void registerLinalgKernels(RefKernelTable& t);     // matmul, gemm, linear
+void registerConvPoolKernels(RefKernelTable& t);   // conv2d, pooling
+void registerNormKernels(RefKernelTable& t);       // batch_norm, layer_norm, softmax, log_softmax
+void registerReduceKernels(RefKernelTable& t);     // reduce_*
+void registerMovementKernels(RefKernelTable& t);   // reshape .. gather
+void registerLossKernels(RefKernelTable& t);       // nll_loss, cross_entropy_loss
+
+// nullptr when the op has no reference kernel (a test asserts none is missing).
+RefKernel referenceKernel(ir::OpKind op);
+
+// Infers output types, allocates outputs and runs the reference kernel; inputs may be
+// non-contiguous. The convenience entry point for tests and constant folding.
+Expected<std::vector<Tensor>> runReferenceOp(ir::OpKind op, std::vector<Tensor> inputs,
+                                             const ir::AttrMap& attrs = {},
+                                             Allocator* alloc = nullptr);
+
+}  // namespace kiln::runtime

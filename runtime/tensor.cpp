@@ -1,0 +1,105 @@
+#include "runtime/tensor.h"
+
+#include <cstring>
+
+namespace kiln::runtime {
+
+Storage::Storage(Allocator* alloc, size_t bytes) : bytes_(bytes), alloc_(alloc) {
+  data_ = static_cast<std::byte*>(alloc_->allocate(bytes));
+}
+
+Storage::Storage(const ir::TensorData& borrowed) : borrowed_(borrowed) {
+  // The view never writes through a borrowed TensorData unless its owner asked for it; the
+  // const_cast only drops the constness of the shared handle.
+  data_ = const_cast<std::byte*>(borrowed_.data());
+  bytes_ = borrowed_.byteSize();
+}
+
+Storage::~Storage() {
+  if (alloc_ && data_) alloc_->deallocate(data_, bytes_);
+}
+
+Expected<Tensor> Tensor::empty(DType dtype, Shape shape, Allocator* alloc) {
+  for (int64_t d : shape)
+    if (d < 0) return invalidArgument("tensor shape " + ir::shapeToString(shape) + " has a negative dim");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.strides_ = ir::contiguousStrides(shape);
+  t.shape_ = std::move(shape);
+  const size_t bytes = t.byteSize();
+  t.storage_ = std::make_shared<Storage>(alloc ? alloc : &cpuAllocator(), bytes);
+  if (!t.storage_->data())
+    return Status(ErrorCode::kInvalidArgument,
+                  "out of memory allocating " + std::to_string(bytes) + " bytes for " +
+                      t.describe());
+  return t;
+}
+
+Expected<Tensor> Tensor::zeros(DType dtype, Shape shape, Allocator* alloc) {
+  KILN_ASSIGN_OR_RETURN(Tensor t, empty(dtype, std::move(shape), alloc));
+  std::memset(t.rawData(), 0, t.byteSize());
+  return t;
+}
+
+Tensor Tensor::fromData(const ir::TensorData& data) {
+  Tensor t;
+  t.dtype_ = data.dtype();
+  t.shape_ = data.shape();
+  t.strides_ = ir::contiguousStrides(t.shape_);
+  t.storage_ = std::make_shared<Storage>(data);
+  return t;
+}
+
+bool Tensor::isContiguous() const { return strides_ == ir::contiguousStrides(shape_); }
+
+Expected<Tensor> Tensor::reshaped(Shape shape) const {
+  if (ir::numElements(shape) != numElements())
+    return invalidArgument("cannot view " + describe() + " as shape " + ir::shapeToString(shape));
+  if (!isContiguous()) return invalidArgument("cannot reshape a non-contiguous tensor " + describe());
+  Tensor t = *this;
+  t.strides_ = ir::contiguousStrides(shape);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Expected<Tensor> Tensor::contiguous(Allocator* alloc) const {
+  if (isContiguous()) return *this;
+  KILN_ASSIGN_OR_RETURN(Tensor out, empty(dtype_, shape_, alloc));
+  KILN_TRY(out.copyFrom(*this));
+  return out;
+}
+
+Status Tensor::copyFrom(const Tensor& src) {
+  if (src.dtype_ != dtype_ || src.shape_ != shape_)
+    return invalidArgument("copy from " + src.describe() + " into " + describe());
+  const size_t esize = ir::dtypeSize(dtype_);
+  if (src.isContiguous() && isContiguous()) {
+    if (byteSize()) std::memmove(rawData(), src.rawData(), byteSize());
+    return Status::ok();
+  }
+  // Strided element-by-element copy over a multi-index.
+  const int64_t n = numElements();
+  std::vector<int64_t> idx(shape_.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t so = 0, doff = 0;
+    for (size_t d = 0; d < idx.size(); ++d) {
+      so += idx[d] * src.strides_[d];
+      doff += idx[d] * strides_[d];
+    }
+    std::memcpy(rawData() + doff * esize, src.rawData() + so * esize, esize);
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < shape_[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return Status::ok();
+}
+
+ir::TensorData Tensor::toData() const {
+  ir::TensorData d(dtype_, shape_);
+  Tensor view = fromData(d);
+  (void)view.copyFrom(*this);  // Same dtype and shape by construction.
+  return d;
+}
+
+}  // namespace kiln::runtime
