@@ -1,0 +1,59 @@
+// The eager interpreter: runs a Graph op by op through the kernels, allocating each output
+// from the allocator and freeing each intermediate right after its last use, as PyTorch eager
+// does. It is the baseline of every eager-vs-compiled comparison and records per-op wall
+// time and peak bytes.
+#pragma once
+
+#include <map>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/tensor.h"
+
+namespace kiln::runtime {
+
+struct EagerNodeTiming {
+  const ir::Node* node;
+  double ms;
+};
+
+struct EagerOpTiming {
+  int64_t count = 0;
+  double ms = 0;
+};
+
+struct EagerStats {
+  double totalMs = 0;
+  // Highest allocator bytes in use during the run above what was in use when it started:
+  // intermediates and outputs (weights are views of the graph's parameter data).
+  int64_t peakActivationBytes = 0;
+  int64_t numAllocations = 0;
+  std::vector<EagerNodeTiming> nodes;         // In execution order.
+  std::map<std::string, EagerOpTiming> ops;   // Aggregated by op name.
+};
+
+class EagerExecutor {
+ public:
+  // The graph must outlive the executor and stay unchanged; it should pass ir::verify.
+  explicit EagerExecutor(const ir::Graph& graph, CachingAllocator* alloc = &cpuAllocator());
+
+  // Checks inputs against the graph's input types (count, dtype, shape) and runs the graph.
+  Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs);
+  const EagerStats& lastStats() const { return stats_; }
+
+ private:
+  const ir::Graph& graph_;
+  CachingAllocator* alloc_;
+  std::unordered_map<const ir::Value*, size_t> slot_;  // Value -> index into the environment.
+  std::vector<std::vector<size_t>> freeAfter_;         // Per node: slots that die after it.
+  std::vector<Tensor> params_;                          // Views of parameter data.
+  EagerStats stats_;
+};
+
+// Checks that `inputs` match the graph's inputs; errors name the input, expected vs actual.
+Status checkInputs(const ir::Graph& graph, std::span<const Tensor> inputs);
+
+}  // namespace kiln::runtime

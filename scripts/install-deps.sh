@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package kiln's build, tests and tools use. Idempotent: when all are
+# present it does nothing (no apt-get update).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache   # toolchain
+  catch2                                     # tests
+  nlohmann-json3-dev                         # JSON graph format, CLI --json
+  clang-format                               # code formatting (.clang-format)
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

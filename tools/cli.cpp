@@ -1,0 +1,129 @@
+#include "tools/cli.h"
+
+#include <filesystem>
+#include <iostream>
+
+#include "frontends/json/graph_json.h"
+#include "models/zoo.h"
+
+namespace kiln::cli {
+
+std::optional<std::string> Args::value(const std::string& n) const {
+  auto it = values.find(n);
+  if (it == values.end() || it->second.empty()) return std::nullopt;
+  return it->second.back();
+}
+
+const std::vector<std::string>& Args::all(const std::string& n) const {
+  static const std::vector<std::string> kEmpty;
+  auto it = values.find(n);
+  return it == values.end() ? kEmpty : it->second;
+}
+
+Expected<int64_t> Args::intValue(const std::string& n, int64_t def, int64_t min,
+                                 int64_t max) const {
+  auto v = value(n);
+  if (!v) return def;
+  try {
+    size_t used = 0;
+    const long long x = std::stoll(*v, &used);
+    if (used != v->size()) throw std::invalid_argument(*v);
+    if (x < min || x > max)
+      return invalidArgument("--" + n + " must be between " + std::to_string(min) + " and " +
+                             std::to_string(max) + ", got " + *v);
+    return static_cast<int64_t>(x);
+  } catch (const std::exception&) {
+    return invalidArgument("--" + n + " expects an integer, got '" + *v + "'");
+  }
+}
+
+Expected<Args> parseArgs(const Command& cmd, const std::vector<std::string>& argv) {
+  Args args;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a.size() < 2 || a.rfind("--", 0) != 0) {
+      if (a == "-o") {  // The one short option: -o is --output.
+        if (i + 1 >= argv.size()) return invalidArgument("-o expects a file name");
+        args.values["output"].push_back(argv[++i]);
+        continue;
+      }
+      args.positional.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), val;
+    bool hasInline = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      val = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      hasInline = true;
+    }
+    const OptionSpec* spec = nullptr;
+    for (const auto& o : cmd.options)
+      if (o.name == name) spec = &o;
+    if (!spec)
+      return invalidArgument("unknown option --" + name + " for 'kiln " + cmd.name +
+                             "' (see kiln " + cmd.name + " --help)");
+    if (!spec->takesValue) {
+      if (hasInline) return invalidArgument("--" + name + " takes no value");
+      args.flags[name] = true;
+      continue;
+    }
+    if (!hasInline) {
+      if (i + 1 >= argv.size()) return invalidArgument("--" + name + " expects a value");
+      val = argv[++i];
+    }
+    if (!spec->repeatable && args.values.count(name))
+      return invalidArgument("--" + name + " given more than once");
+    args.values[name].push_back(val);
+  }
+  return args;
+}
+
+std::string helpText(const Command& cmd) {
+  std::string s = "usage: " + cmd.usage + "\n\n" + cmd.summary + "\n\noptions:\n";
+  for (const auto& o : cmd.options) {
+    std::string left = "  --" + o.name + (o.takesValue ? " VALUE" : "");
+    if (left.size() < 26) left.resize(26, ' ');
+    s += left + " " + o.help + "\n";
+  }
+  s += "  --help                   show this help\n";
+  return s;
+}
+
+std::vector<OptionSpec> modelOptions() {
+  return {{"batch", true, "batch size for zoo models (default 1)"},
+          {"seed", true, "seed for zoo model weights and random inputs (default 0)"},
+          {"json", false, "machine-readable output"}};
+}
+
+Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t seed) {
+  namespace fs = std::filesystem;
+  const bool looksLikeFile = model.find('/') != std::string::npos ||
+                             model.find('.') != std::string::npos || fs::exists(model);
+  if (!looksLikeFile) return models::buildModel(model, {batch, seed});
+  const std::string ext = fs::path(model).extension().string();
+  if (ext == ".json") return frontends::loadGraphJson(model);
+  if (ext == ".onnx")
+    return unimplemented(model + ": ONNX import is not available in this build yet; export the "
+                                 "model to kiln's JSON graph format (docs/graph-format.md)");
+  if (!fs::exists(model))
+    return notFound("'" + model + "' is neither a zoo model nor an existing file");
+  return invalidArgument(model + ": unknown model file type '" + ext +
+                         "' (expected a zoo name or a .json kiln graph)");
+}
+
+Expected<ir::Graph> loadModelFromArgs(const Args& args) {
+  if (args.positional.empty()) return invalidArgument("missing MODEL (a zoo name or a file)");
+  if (args.positional.size() > 1)
+    return invalidArgument("unexpected argument '" + args.positional[1] + "'");
+  KILN_ASSIGN_OR_RETURN(int64_t batch, args.intValue("batch", 1, 1, 1 << 20));
+  KILN_ASSIGN_OR_RETURN(int64_t seed, args.intValue("seed", 0, 0, INT64_MAX));
+  return loadModel(args.positional[0], batch, static_cast<uint64_t>(seed));
+}
+
+int reportError(const std::string& command, const Status& s) {
+  std::cerr << "kiln " << command << ": error: " << s.message() << "\n";
+  return s.isUserError() ? kExitUser : kExitInternal;
+}
+
+}  // namespace kiln::cli

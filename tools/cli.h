@@ -1,0 +1,65 @@
+// Shared pieces of the `kiln` command-line tool: argument parsing, model loading (zoo name or
+// file) and the command table. Each command lives in its own cmd_*.cpp.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::cli {
+
+// Exit codes: 0 success, 1 internal error (a kiln bug), 2 user error.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitInternal = 1;
+inline constexpr int kExitUser = 2;
+
+// A declared option of a command: "--batch N" (takesValue) or "--json" (a flag). Repeatable
+// options (--input) collect every value.
+struct OptionSpec {
+  std::string name;
+  bool takesValue;
+  std::string help;
+  bool repeatable = false;
+};
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::vector<std::string>> values;  // Options with values.
+  std::map<std::string, bool> flags;
+
+  bool flag(const std::string& n) const { return flags.count(n) > 0; }
+  std::optional<std::string> value(const std::string& n) const;
+  const std::vector<std::string>& all(const std::string& n) const;
+  Expected<int64_t> intValue(const std::string& n, int64_t def, int64_t min, int64_t max) const;
+};
+
+struct Command {
+  std::string name;
+  std::string usage;    // "kiln info MODEL [options]"
+  std::string summary;  // One line.
+  std::vector<OptionSpec> options;
+  int (*run)(const Args&);
+};
+
+Expected<Args> parseArgs(const Command& cmd, const std::vector<std::string>& argv);
+std::string helpText(const Command& cmd);
+
+// MODEL is a zoo name ("resnet50") or a kiln JSON graph file ("model.json").
+Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t seed);
+// The options every model-taking command accepts.
+std::vector<OptionSpec> modelOptions();
+// Reads --batch and --seed and loads MODEL (the first positional argument).
+Expected<ir::Graph> loadModelFromArgs(const Args& args);
+
+// Prints an error as "kiln <cmd>: error: ..." and returns the exit code for its status.
+int reportError(const std::string& command, const Status& s);
+
+int runInfo(const Args&);
+int runDump(const Args&);
+int runRun(const Args&);
+int runExport(const Args&);
+
+}  // namespace kiln::cli

@@ -1,0 +1,183 @@
+// `kiln run` and `kiln export`: execute a model on real or seeded inputs; write it to disk.
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "frontends/json/graph_json.h"
+#include "frontends/npy/npy.h"
+#include "runtime/eager.h"
+#include "tools/cli.h"
+
+namespace kiln::cli {
+
+namespace {
+
+using runtime::Tensor;
+
+double elementAsDouble(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case ir::DType::kF32: return t.data<float>()[i];
+    case ir::DType::kF64: return t.data<double>()[i];
+    case ir::DType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
+    case ir::DType::kI32: return t.data<int32_t>()[i];
+    case ir::DType::kI8: return t.data<int8_t>()[i];
+    case ir::DType::kU8: return t.data<uint8_t>()[i];
+    case ir::DType::kBool: return t.data<uint8_t>()[i] ? 1 : 0;
+    default: return std::nan("");  // f16/bf16 outputs are summarized as NaN.
+  }
+}
+
+// Uniform [-1, 1) for float inputs and zeros for integer ones (class indices 0), from `seed`.
+Expected<Tensor> randomInput(const ir::TensorType& type, uint64_t seed) {
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(type.dtype, type.shape));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  const int64_t n = t.numElements();
+  if (type.dtype == ir::DType::kF32)
+    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = static_cast<float>(dist(rng));
+  else if (type.dtype == ir::DType::kF64)
+    for (int64_t i = 0; i < n; ++i) t.data<double>()[i] = dist(rng);
+  else if (ir::isFloat(type.dtype))
+    return unimplemented("random inputs of dtype " + std::string(ir::dtypeName(type.dtype)) +
+                         " are not supported; pass --input");
+  return t;
+}
+
+Expected<std::vector<Tensor>> gatherInputs(const ir::Graph& g, const Args& args, uint64_t seed) {
+  const auto& files = args.all("input");
+  std::vector<Tensor> inputs(g.inputs().size());
+  if (files.empty()) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(inputs[i], randomInput(g.inputs()[i]->type(), seed + 1000003 * (i + 1)));
+    }
+    return inputs;
+  }
+  if (files.size() != inputs.size())
+    return invalidArgument("the model has " + std::to_string(inputs.size()) + " inputs, got " +
+                           std::to_string(files.size()) + " --input files");
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::string path = files[i];
+    size_t slot = i;
+    if (auto eq = path.find('='); eq != std::string::npos && !std::filesystem::exists(path)) {
+      const std::string name = path.substr(0, eq);
+      path = path.substr(eq + 1);
+      slot = inputs.size();
+      for (size_t k = 0; k < g.inputs().size(); ++k)
+        if (g.inputs()[k]->name() == name) slot = k;
+      if (slot == inputs.size()) return invalidArgument("--input " + files[i] + ": the model has no input named '" + name + "'");
+    }
+    KILN_ASSIGN_OR_RETURN(ir::TensorData data, frontends::readNpy(path));
+    const ir::TensorType& want = g.inputs()[slot]->type();
+    if (data.dtype() != want.dtype || data.shape() != want.shape)
+      return invalidArgument(path + ": input '" + g.inputs()[slot]->name() + "' expects " +
+                             ir::TensorType{want.dtype, want.shape}.toString() + ", the file holds " +
+                             data.type().toString());
+    inputs[slot] = Tensor::fromData(data);
+  }
+  return inputs;
+}
+
+nlohmann::json summarize(const std::string& name, const Tensor& t) {
+  nlohmann::json j{{"name", name}, {"dtype", std::string(ir::dtypeName(t.dtype()))}, {"shape", t.shape()}};
+  const int64_t n = t.numElements();
+  double mn = INFINITY, mx = -INFINITY, sum = 0;
+  bool finite = true;
+  std::vector<double> head;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = elementAsDouble(t, i);
+    finite = finite && std::isfinite(v);
+    mn = std::min(mn, v);
+    mx = std::max(mx, v);
+    sum += v;
+    if (i < 8) head.push_back(v);
+  }
+  j["min"] = n ? mn : 0.0;
+  j["max"] = n ? mx : 0.0;
+  j["mean"] = n ? sum / static_cast<double>(n) : 0.0;
+  j["all_finite"] = finite;
+  j["first"] = head;
+  return j;
+}
+
+}  // namespace
+
+int runRun(const Args& args) {
+  if (!args.flag("eager"))
+    return reportError("run", unimplemented("compiled execution comes with kiln's JIT compiler; "
+                                            "run with --eager for now"));
+  auto g = loadModelFromArgs(args);
+  if (!g) return reportError("run", g.status());
+  const auto& outFiles = args.all("output");
+  if (!outFiles.empty() && outFiles.size() != g->outputs().size())
+    return reportError("run", invalidArgument("the model has " + std::to_string(g->outputs().size()) +
+                                              " outputs, got " + std::to_string(outFiles.size()) +
+                                              " --output files"));
+  auto seed = args.intValue("seed", 0, 0, INT64_MAX);
+  if (!seed) return reportError("run", seed.status());
+  auto inputs = gatherInputs(*g, args, static_cast<uint64_t>(*seed));
+  if (!inputs) return reportError("run", inputs.status());
+
+  runtime::EagerExecutor exec(*g);
+  auto outputs = exec.run(*inputs);
+  if (!outputs) return reportError("run", outputs.status());
+  const auto& stats = exec.lastStats();
+
+  // Write every output or none: on a failure, remove the ones already written.
+  for (size_t i = 0; i < outFiles.size(); ++i) {
+    Status st = frontends::writeNpy(outFiles[i], (*outputs)[i].toData());
+    if (!st.isOk()) {
+      for (size_t k = 0; k < i; ++k) std::filesystem::remove(outFiles[k]);
+      return reportError("run", st);
+    }
+  }
+
+  nlohmann::json j;
+  j["model"] = args.positional[0];
+  j["mode"] = "eager";
+  j["latency_ms"] = stats.totalMs;
+  j["peak_activation_bytes"] = stats.peakActivationBytes;
+  j["allocations"] = stats.numAllocations;
+  j["outputs"] = nlohmann::json::array();
+  for (size_t i = 0; i < outputs->size(); ++i)
+    j["outputs"].push_back(summarize(g->outputs()[i]->name(), (*outputs)[i]));
+  if (args.flag("json")) {
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("ran %s eagerly: %zu nodes in %.2f ms, peak activations %.2f MB\n",
+              args.positional[0].c_str(), g->numNodes(), stats.totalMs,
+              static_cast<double>(stats.peakActivationBytes) / 1e6);
+  for (const auto& o : j["outputs"]) {
+    std::printf("%%%s : %s%s  min %.6g  max %.6g  mean %.6g%s\n  first:",
+                o["name"].get<std::string>().c_str(), o["dtype"].get<std::string>().c_str(),
+                ir::shapeToString(o["shape"].get<ir::Shape>()).c_str(), o["min"].get<double>(),
+                o["max"].get<double>(), o["mean"].get<double>(),
+                o["all_finite"].get<bool>() ? "" : "  (NOT FINITE)");
+    for (double v : o["first"]) std::printf(" %.6g", v);
+    std::printf("\n");
+  }
+  for (size_t i = 0; i < outFiles.size(); ++i) std::printf("wrote %s\n", outFiles[i].c_str());
+  return kExitOk;
+}
+
+int runExport(const Args& args) {
+  auto out = args.value("output");
+  if (!out) return reportError("export", invalidArgument("missing -o FILE.json"));
+  if (std::filesystem::path(*out).extension() != ".json")
+    return reportError("export", invalidArgument(*out + ": the output must be a .json file"));
+  auto g = loadModelFromArgs(args);
+  if (!g) return reportError("export", g.status());
+  Status st = frontends::saveGraphJson(*g, *out);
+  if (!st.isOk()) return reportError("export", st);
+  if (args.flag("json")) {
+    std::cout << nlohmann::json{{"graph", *out}, {"parameters", g->numTrainableParameters()}}.dump(2)
+              << "\n";
+  } else {
+    std::cout << "wrote " << *out << " and its weights file\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace kiln::cli

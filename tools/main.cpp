@@ -1,0 +1,80 @@
+// kiln: the command-line tool. `kiln COMMAND --help` describes each command.
+#include <iostream>
+
+#include "tools/cli.h"
+
+namespace kiln::cli {
+namespace {
+
+std::vector<Command> commands() {
+  auto withModel = [](std::vector<OptionSpec> extra) {
+    auto o = modelOptions();
+    o.insert(o.end(), extra.begin(), extra.end());
+    return o;
+  };
+  return {
+      {"info", "kiln info MODEL [--batch N] [--json]",
+       "Summarize a model: inputs, outputs, nodes, op histogram, parameters and work per forward.",
+       withModel({}), &runInfo},
+      {"dump", "kiln dump MODEL [--batch N] [--json]", "Print the model's text IR.", withModel({}),
+       &runDump},
+      {"run", "kiln run MODEL --eager [--batch N] [--input x.npy ...] [--output y.npy ...]",
+       "Run a model on .npy inputs (or seeded random inputs) and print or save its outputs.",
+       withModel({{"eager", false, "run eagerly, op by op, on the reference kernels"},
+                  {"input", true, "an input .npy file, in graph input order, or NAME=FILE", true},
+                  {"output", true, "save an output as .npy, in graph output order", true}}),
+       &runRun},
+      {"export", "kiln export MODEL -o model.json [--batch N] [--seed S]",
+       "Write the model as kiln's JSON graph with its weights in a .safetensors file beside it.",
+       withModel({{"output", true, "the .json file to write (-o)"}}), &runExport},
+  };
+}
+
+void printUsage(std::ostream& os) {
+  os << "usage: kiln COMMAND [options]\n\ncommands:\n";
+  for (const auto& c : commands()) {
+    std::string name = "  " + c.name;
+    name.resize(12, ' ');
+    os << name << c.summary << "\n";
+  }
+  os << "\nMODEL is a zoo name (mlp, mnist_cnn, resnet18, resnet50, bert_layer) or a .json "
+        "kiln graph.\nRun 'kiln COMMAND --help' for a command's options.\n";
+}
+
+int mainImpl(int argc, char** argv) {
+  std::vector<std::string> rest(argv + 1, argv + argc);
+  if (rest.empty() || rest[0] == "--help" || rest[0] == "-h" || rest[0] == "help") {
+    printUsage(rest.empty() ? std::cerr : std::cout);
+    return rest.empty() ? kExitUser : kExitOk;
+  }
+  for (const auto& cmd : commands()) {
+    if (cmd.name != rest[0]) continue;
+    std::vector<std::string> cmdArgs(rest.begin() + 1, rest.end());
+    for (const auto& a : cmdArgs)
+      if (a == "--help" || a == "-h") {
+        std::cout << helpText(cmd);
+        return kExitOk;
+      }
+    auto args = parseArgs(cmd, cmdArgs);
+    if (!args) return reportError(cmd.name, args.status());
+    return cmd.run(*args);
+  }
+  std::cerr << "kiln: error: unknown command '" << rest[0] << "'\n\n";
+  printUsage(std::cerr);
+  return kExitUser;
+}
+
+}  // namespace
+}  // namespace kiln::cli
+
+int main(int argc, char** argv) {
+  try {
+    return kiln::cli::mainImpl(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "kiln: error: out of memory\n";
+    return kiln::cli::kExitUser;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: internal error: " << e.what() << "\n";
+    return kiln::cli::kExitInternal;
+  }
+}
