@@ -53,14 +53,17 @@ TEST_CASE("eager frees each intermediate right after its last use") {
   runtime::CachingAllocator alloc;
   runtime::EagerExecutor exec(g, &alloc);
   Tensor x = *Tensor::zeros(DType::kF32, {256, 1024});
-  auto out = exec.run(std::vector<Tensor>{x});
-  REQUIRE(out.hasValue());
   const int64_t oneBuffer = 256 * 1024 * 4;
-  CHECK(exec.lastStats().peakActivationBytes == 2 * oneBuffer);
-  CHECK(exec.lastStats().numAllocations == 6);
-  // A second run reuses the cached blocks instead of asking the system again.
+  {
+    auto out = exec.run(std::vector<Tensor>{x});
+    REQUIRE(out.hasValue());
+    CHECK(exec.lastStats().peakActivationBytes == 2 * oneBuffer);
+    CHECK(exec.lastStats().numAllocations == 6);
+  }
+  // Once the first result is gone, a second run reuses the cached blocks instead of asking
+  // the system again.
   const auto sysBefore = alloc.stats().numSystemAllocations;
-  out = exec.run(std::vector<Tensor>{x});
+  auto out = exec.run(std::vector<Tensor>{x});
   REQUIRE(out.hasValue());
   CHECK(alloc.stats().numSystemAllocations == sysBefore);
 }

@@ -1,0 +1,59 @@
+#include "models/zoo.h"
+
+#include <array>
+
+namespace kiln::models {
+
+namespace {
+
+struct Entry {
+  std::string_view name;
+  std::string_view description;
+  std::string_view input;
+  Expected<ir::Graph> (*build)(const ModelOptions&);
+};
+
+// The registry: one line per model, in the order `kiln` lists them.
+constexpr std::array<Entry, 5> kModels = {{
+    {"mlp", "MLP 784-512-256-10 with ReLU (MNIST-sized)", "f32[N,784]", buildMlp},
+    {"mnist_cnn", "pytorch/examples MNIST Net: 2 convs, max-pool, dropout, 2 linears",
+     "f32[N,1,28,28]", buildMnistCnn},
+    {"resnet18", "torchvision ResNet-18 (BasicBlock [2,2,2,2], 1000 classes)", "f32[N,3,224,224]",
+     buildResNet18},
+    {"resnet50", "torchvision ResNet-50 v1.5 (Bottleneck [3,4,6,3], 1000 classes)",
+     "f32[N,3,224,224]", buildResNet50},
+    {"bert_layer", "one BERT-base encoder layer (hidden 768, 12 heads, FFN 3072, GELU)",
+     "f32[N,128,768]", buildBertLayer},
+}};
+
+std::string validNames() {
+  std::string s;
+  for (const Entry& e : kModels) s += (s.empty() ? "" : ", ") + std::string(e.name);
+  return s;
+}
+
+}  // namespace
+
+Status checkOptions(std::string_view model, const ModelOptions& options) {
+  if (options.batch < 1)
+    return invalidArgument("model '" + std::string(model) + "': batch must be >= 1, got " +
+                           std::to_string(options.batch));
+  return Status::ok();
+}
+
+Expected<ir::Graph> buildModel(std::string_view name, const ModelOptions& options) {
+  for (const Entry& e : kModels) {
+    if (e.name == name) return e.build(options);
+  }
+  return notFound("unknown model '" + std::string(name) + "'; valid models: " + validNames());
+}
+
+std::vector<ModelInfo> listModels() {
+  std::vector<ModelInfo> out;
+  out.reserve(kModels.size());
+  for (const Entry& e : kModels)
+    out.push_back({std::string(e.name), std::string(e.description), std::string(e.input)});
+  return out;
+}
+
+}  // namespace kiln::models

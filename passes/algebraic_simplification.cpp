@@ -1,0 +1,147 @@
+// Algebraic simplification: removes identities (x*1, x+0, x-0, x/1, inference dropout, casts
+// to the same dtype, shape ops that keep the shape) and merges chains of transposes or of
+// reshapes into one op. A rewrite applies only when the result keeps the value's exact type.
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+#include "passes/pass.h"
+
+namespace kiln::passes {
+
+namespace {
+
+double elementAt(const ir::TensorData& d, int64_t i) {
+  switch (d.dtype()) {
+    case ir::DType::kF32: return d.as<float>()[i];
+    case ir::DType::kF64: return d.as<double>()[i];
+    case ir::DType::kI64: return static_cast<double>(d.as<int64_t>()[i]);
+    case ir::DType::kI32: return d.as<int32_t>()[i];
+    case ir::DType::kI8: return d.as<int8_t>()[i];
+    case ir::DType::kU8:
+    case ir::DType::kBool: return d.as<uint8_t>()[i];
+    default: return std::nan("");  // f16/bf16 constants are never treated as identities.
+  }
+}
+
+// True when `v` is a constant this compile may rely on whose every element equals `x`.
+bool isConstantEqualTo(const ir::Value* v, double x, const PassContext& ctx) {
+  if (!v->isParameter() || v->data().empty() || (v->trainable() && !ctx.inference)) return false;
+  const ir::TensorData& d = v->data();
+  for (int64_t i = 0; i < d.numElements(); ++i)
+    if (elementAt(d, i) != x) return false;
+  return true;
+}
+
+bool isShapeOnly(ir::OpKind k) {
+  return k == ir::OpKind::kReshape || k == ir::OpKind::kFlatten || k == ir::OpKind::kSqueeze ||
+         k == ir::OpKind::kUnsqueeze;
+}
+
+// The value `n`'s output can be replaced by, or nullptr when no identity rule applies.
+ir::Value* identityOperand(const ir::Node& n, const PassContext& ctx) {
+  const ir::TensorType& out = n.output()->type();
+  auto same = [&](ir::Value* v) { return v->type().dtype == out.dtype && v->type().shape == out.shape ? v : nullptr; };
+  switch (n.op()) {
+    case ir::OpKind::kMul:
+      if (isConstantEqualTo(n.input(1), 1, ctx)) return same(n.input(0));
+      if (isConstantEqualTo(n.input(0), 1, ctx)) return same(n.input(1));
+      return nullptr;
+    case ir::OpKind::kAdd:
+      if (isConstantEqualTo(n.input(1), 0, ctx)) return same(n.input(0));
+      if (isConstantEqualTo(n.input(0), 0, ctx)) return same(n.input(1));
+      return nullptr;
+    case ir::OpKind::kSub:
+      return isConstantEqualTo(n.input(1), 0, ctx) ? same(n.input(0)) : nullptr;
+    case ir::OpKind::kDiv:
+      return isConstantEqualTo(n.input(1), 1, ctx) ? same(n.input(0)) : nullptr;
+    case ir::OpKind::kDropout:
+      return ctx.inference ? same(n.input(0)) : nullptr;
+    case ir::OpKind::kCast:
+    case ir::OpKind::kReshape:
+    case ir::OpKind::kFlatten:
+    case ir::OpKind::kSqueeze:
+    case ir::OpKind::kUnsqueeze:
+    case ir::OpKind::kExpand:
+      return same(n.input(0));
+    case ir::OpKind::kTranspose: {
+      const auto& perm = n.attr().getInts("perm");
+      if (perm.empty()) return n.input(0)->type().rank() <= 1 ? same(n.input(0)) : nullptr;
+      for (size_t i = 0; i < perm.size(); ++i)
+        if (perm[i] != static_cast<int64_t>(i)) return nullptr;
+      return same(n.input(0));
+    }
+    default:
+      return nullptr;
+  }
+}
+
+std::vector<int64_t> explicitPerm(const ir::Node& t) {
+  std::vector<int64_t> p = t.attr().getInts("perm");
+  if (p.empty())
+    for (int i = t.input(0)->type().rank(); i-- > 0;) p.push_back(i);
+  return p;
+}
+
+// transpose(transpose(x, p1), p2) -> transpose(x, q) with q[i] = p1[p2[i]];
+// reshape-like(reshape-like(x)) -> reshape(x, final shape).
+bool mergeWithProducer(ir::Graph& g, ir::Node* n) {
+  ir::Node* inner = n->input(0)->producer();
+  if (!inner) return false;
+  ir::Value* x = inner->input(0);
+  ir::Node* merged = nullptr;
+  if (n->op() == ir::OpKind::kTranspose && inner->op() == ir::OpKind::kTranspose) {
+    const auto p1 = explicitPerm(*inner), p2 = explicitPerm(*n);
+    std::vector<int64_t> q(p2.size());
+    for (size_t i = 0; i < p2.size(); ++i) q[i] = p1[p2[i]];
+    auto r = g.insertNode(n, ir::OpKind::kTranspose, {x}, {{"perm", q}});
+    if (!r) return false;
+    merged = *r;
+  } else if (isShapeOnly(n->op()) && isShapeOnly(inner->op())) {
+    auto r = g.insertNode(n, ir::OpKind::kReshape, {x}, {{"shape", n->output()->type().shape}});
+    if (!r) return false;
+    merged = *r;
+  } else {
+    return false;
+  }
+  g.replaceAllUsesWith(n->output(), merged->output());
+  return true;
+}
+
+}  // namespace
+
+bool AlgebraicSimplification::run(ir::Graph& g, PassContext& ctx) {
+  bool changed = false;
+  auto isGraphOutput = [&](const ir::Value* v) {
+    return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
+  };
+  // Each round removes or merges at least one node, so the rounds are bounded by the size.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (ir::Node* n : g.nodes()) {
+      // Skip multi-output nodes and dead ones (already rewritten in this round).
+      if (n->outputs().size() != 1 || (n->output()->users().empty() && !isGraphOutput(n->output())))
+        continue;
+      if (ir::Value* v = identityOperand(*n, ctx)) {
+        g.replaceAllUsesWith(n->output(), v);
+        progress = true;
+      } else if (mergeWithProducer(g, n)) {
+        progress = true;
+      }
+    }
+    if (progress) {
+      // Rewritten nodes now have no users; drop them (and any producer they orphaned).
+      std::unordered_set<const ir::Value*> outputs(g.outputs().begin(), g.outputs().end());
+      for (bool removed = true; removed;)
+        removed = g.removeNodesIf([&](const ir::Node& n) {
+          for (const ir::Value* o : n.outputs())
+            if (!o->users().empty() || outputs.count(o)) return false;
+          return true;
+        }) > 0;
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,58 @@
+#include "passes/pipeline.h"
+
+#include <chrono>
+
+#include "ir/printer.h"
+#include "ir/verifier.h"
+
+namespace kiln::passes {
+
+Pipeline Pipeline::standard() {
+  return Pipeline({
+      "dce",                       // Drop work no output needs, so later passes see less.
+      "algebraic-simplification",  // Remove identities (x*1, dropout, double transposes) early;
+                                   // this exposes constants and duplicates.
+      "constant-folding",          // Fold weight-only subgraphs (e.g. a transposed weight).
+      "cse",                       // Merge duplicates that the rewrites revealed.
+      "dce",                       // Remove nodes and constants the rewrites left unused.
+  });
+}
+
+Status checkPassNames(const std::set<std::string>& names, bool allowAll) {
+  for (const auto& n : names) {
+    if (allowAll && n == "all") continue;
+    if (createPass(n)) continue;
+    std::string known;
+    for (const auto& p : allPasses()) known += (known.empty() ? "" : ", ") + std::string(p.name);
+    return invalidArgument("unknown pass '" + n + "' (passes: " + known + ")");
+  }
+  return Status::ok();
+}
+
+Status Pipeline::run(ir::Graph& g, PassContext& ctx) const {
+  KILN_TRY(checkPassNames(ctx.disabled, false));
+  KILN_TRY(checkPassNames(ctx.dumpAfter, true));
+  for (const auto& name : names_) {
+    if (ctx.disabled.count(name)) continue;
+    auto pass = createPass(name);
+    if (!pass) return internalError("pipeline names unknown pass '" + name + "'");
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool changed = pass->run(g, ctx);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ctx.timings.push_back({name, ms, changed});
+    if (ctx.timePasses && ctx.log)
+      *ctx.log << "pass " << name << ": " << ms << " ms" << (changed ? " (changed)" : "") << "\n";
+    if (ctx.verifyAfterEach) {
+      Status st = ir::verify(g);
+      if (!st.isOk())
+        return internalError("the graph is invalid after pass '" + name + "': " + st.message());
+    }
+    if (ctx.log && (ctx.dumpAfter.count("all") || ctx.dumpAfter.count(name)))
+      *ctx.log << "// after " << name << (changed ? "" : " (unchanged)") << "\n"
+               << ir::printGraph(g);
+  }
+  return Status::ok();
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,209 @@
+// Reference kernels for conv2d (stride, asymmetric pads, dilation, groups, optional bias),
+// max_pool2d, avg_pool2d and global_avg_pool, all on NCHW tensors.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "runtime/reference/helpers.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+using ref::Tag;
+
+// Sliding-window geometry of one spatial dim: output o reads input o*stride - padBegin +
+// t*dilation for kernel tap t.
+struct Window {
+  int64_t in, out, kernel, stride, padBegin, padEnd, dilation;
+
+  int64_t start(int64_t o) const { return o * stride - padBegin; }
+  // The outputs [lo, hi) whose tap t lands inside the input (empty when lo >= hi).
+  std::pair<int64_t, int64_t> validOutputs(int64_t t) const {
+    const int64_t shift = padBegin - t * dilation;  // o*stride >= shift and o*stride < in + shift
+    const int64_t lo = shift > 0 ? (shift + stride - 1) / stride : 0;
+    const int64_t last = in + shift - 1;  // Largest allowed o*stride.
+    const int64_t hi = last < 0 ? 0 : std::min(out, last / stride + 1);
+    return {lo, std::max(lo, hi)};
+  }
+};
+
+Window heightWindow(const ir::AttrView& attrs, const Tensor& x, const Tensor& y, int64_t kernel,
+                    int64_t dilation) {
+  const auto& st = attrs.getInts("strides");
+  const auto& pads = attrs.getInts("pads");
+  return {x.shape()[2], y.shape()[2], kernel, st[0], pads[0], pads[2], dilation};
+}
+Window widthWindow(const ir::AttrView& attrs, const Tensor& x, const Tensor& y, int64_t kernel,
+                   int64_t dilation) {
+  const auto& st = attrs.getInts("strides");
+  const auto& pads = attrs.getInts("pads");
+  return {x.shape()[3], y.shape()[3], kernel, st[1], pads[1], pads[3], dilation};
+}
+
+// ---- conv2d.
+
+// Direct convolution. For each output channel and each (input channel, kh, kw) tap, one
+// weight scales whole input rows into output rows, so the inner loop runs along the output
+// width over contiguous memory (strided by the stride in the input) and vectorizes.
+template <class T>
+void conv2d(const T* __restrict x, const T* __restrict w, const T* bias, T* __restrict y,
+            int64_t batch, int64_t channels, int64_t outChannels, int64_t group, const Window& wh,
+            const Window& ww) {
+  const int64_t cPerGroup = channels / group, mPerGroup = outChannels / group;
+  const int64_t inPlane = wh.in * ww.in, outPlane = wh.out * ww.out;
+  const int64_t taps = wh.kernel * ww.kernel;
+  // A 1x1, stride-1, unpadded conv maps whole input planes onto output planes.
+  const bool pointwise = taps == 1 && wh.stride == 1 && ww.stride == 1 && wh.padBegin == 0 &&
+                         ww.padBegin == 0 && wh.out == wh.in && ww.out == ww.in;
+  std::vector<std::pair<int64_t, int64_t>> rowsFor(wh.kernel), colsFor(ww.kernel);
+  for (int64_t t = 0; t < wh.kernel; ++t) rowsFor[t] = wh.validOutputs(t);
+  for (int64_t t = 0; t < ww.kernel; ++t) colsFor[t] = ww.validOutputs(t);
+
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t g = 0; g < group; ++g) {
+      for (int64_t mg = 0; mg < mPerGroup; ++mg) {
+        const int64_t m = g * mPerGroup + mg;
+        T* yPlane = y + (n * outChannels + m) * outPlane;
+        const T b = bias ? bias[m] : T(0);
+        for (int64_t i = 0; i < outPlane; ++i) yPlane[i] = b;
+        for (int64_t c = 0; c < cPerGroup; ++c) {
+          const T* xPlane = x + (n * channels + g * cPerGroup + c) * inPlane;
+          const T* wTaps = w + (m * cPerGroup + c) * taps;
+          if (pointwise) {
+            const T wv = wTaps[0];
+            for (int64_t i = 0; i < outPlane; ++i) yPlane[i] += wv * xPlane[i];
+            continue;
+          }
+          for (int64_t kh = 0; kh < wh.kernel; ++kh) {
+            const auto [ohLo, ohHi] = rowsFor[kh];
+            for (int64_t kw = 0; kw < ww.kernel; ++kw) {
+              const auto [owLo, owHi] = colsFor[kw];
+              const T wv = wTaps[kh * ww.kernel + kw];
+              for (int64_t oh = ohLo; oh < ohHi; ++oh) {
+                const int64_t ih = wh.start(oh) + kh * wh.dilation;
+                const T* xRow = xPlane + ih * ww.in + ww.start(owLo) + kw * ww.dilation;
+                T* yRow = yPlane + oh * ww.out + owLo;
+                const int64_t len = owHi - owLo;
+                if (ww.stride == 1) {
+                  for (int64_t j = 0; j < len; ++j) yRow[j] += wv * xRow[j];
+                } else {
+                  for (int64_t j = 0; j < len; ++j) yRow[j] += wv * xRow[j * ww.stride];
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+Status conv2dKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const Tensor& x = in[0];
+  const Tensor& w = in[1];
+  const auto& dil = attrs.getInts("dilations");
+  const Window wh = heightWindow(attrs, x, out[0], w.shape()[2], dil[0]);
+  const Window ww = widthWindow(attrs, x, out[0], w.shape()[3], dil[1]);
+  return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
+    conv2d(x.data<T>(), w.data<T>(), in.size() == 3 ? in[2].data<T>() : nullptr, out[0].data<T>(),
+           x.shape()[0], x.shape()[1], w.shape()[0], attrs.getInt("group"), wh, ww);
+    return Status::ok();
+  });
+}
+
+// ---- Pooling.
+
+// Sets every output element of every (n, c) plane to f(inputPlane, oh, ow).
+template <class T, class F>
+void forEachPoolWindow(const Tensor& x, Tensor& y, const Window& wh, const Window& ww, F f) {
+  const int64_t planes = x.shape()[0] * x.shape()[1];
+  const T* xp = x.data<T>();
+  T* yp = y.data<T>();
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xPlane = xp + p * wh.in * ww.in;
+    T* yPlane = yp + p * wh.out * ww.out;
+    for (int64_t oh = 0; oh < wh.out; ++oh)
+      for (int64_t ow = 0; ow < ww.out; ++ow) yPlane[oh * ww.out + ow] = f(xPlane, oh, ow);
+  }
+}
+
+Status maxPool2dKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  const auto& k = attrs.getInts("kernel");
+  const auto& dil = attrs.getInts("dilations");
+  const Window wh = heightWindow(attrs, in[0], out[0], k[0], dil[0]);
+  const Window ww = widthWindow(attrs, in[0], out[0], k[1], dil[1]);
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    forEachPoolWindow<T>(in[0], out[0], wh, ww, [&](const T* xPlane, int64_t oh, int64_t ow) {
+      // Padded cells are skipped, so they never win; NaN wins, as in PyTorch.
+      T best = -std::numeric_limits<T>::infinity();
+      for (int64_t kh = 0; kh < wh.kernel; ++kh) {
+        const int64_t ih = wh.start(oh) + kh * wh.dilation;
+        if (ih < 0 || ih >= wh.in) continue;
+        for (int64_t kw = 0; kw < ww.kernel; ++kw) {
+          const int64_t iw = ww.start(ow) + kw * ww.dilation;
+          if (iw < 0 || iw >= ww.in) continue;
+          const T v = xPlane[ih * ww.in + iw];
+          if (v > best || ref::isNaN(v)) best = v;
+          if (ref::isNaN(best)) return best;
+        }
+      }
+      return best;
+    });
+    return Status::ok();
+  });
+}
+
+Status avgPool2dKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  const auto& k = attrs.getInts("kernel");
+  const bool includePad = attrs.getInt("count_include_pad") != 0;
+  const Window wh = heightWindow(attrs, in[0], out[0], k[0], 1);
+  const Window ww = widthWindow(attrs, in[0], out[0], k[1], 1);
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    forEachPoolWindow<T>(in[0], out[0], wh, ww, [&](const T* xPlane, int64_t oh, int64_t ow) {
+      // As PyTorch: the window is first clipped to the padded input (a ceil_mode window can
+      // run past it), which is the count_include_pad divisor; then clipped to the input.
+      const int64_t h0 = wh.start(oh), w0 = ww.start(ow);
+      const int64_t h1 = std::min(h0 + wh.kernel, wh.in + wh.padEnd);
+      const int64_t w1 = std::min(w0 + ww.kernel, ww.in + ww.padEnd);
+      const int64_t padded = (h1 - h0) * (w1 - w0);
+      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h1, wh.in);
+      const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w1, ww.in);
+      T sum = T(0);
+      for (int64_t ih = hs; ih < he; ++ih)
+        for (int64_t iw = ws; iw < we; ++iw) sum += xPlane[ih * ww.in + iw];
+      const int64_t count = includePad ? padded : (he - hs) * (we - ws);
+      return sum / static_cast<T>(count);
+    });
+    return Status::ok();
+  });
+}
+
+Status globalAvgPoolKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                           std::span<Tensor> out) {
+  const int64_t planes = in[0].shape()[0] * in[0].shape()[1];
+  const int64_t size = in[0].shape()[2] * in[0].shape()[3];
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    T* y = out[0].data<T>();
+    for (int64_t p = 0; p < planes; ++p) {
+      T sum = T(0);
+      for (int64_t i = 0; i < size; ++i) sum += x[p * size + i];
+      y[p] = sum / static_cast<T>(size);
+    }
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
+void registerConvPoolKernels(RefKernelTable& t) {
+  ref::setKernel(t, ir::OpKind::kConv2d, conv2dKernel);
+  ref::setKernel(t, ir::OpKind::kMaxPool2d, maxPool2dKernel);
+  ref::setKernel(t, ir::OpKind::kAvgPool2d, avgPool2dKernel);
+  ref::setKernel(t, ir::OpKind::kGlobalAvgPool, globalAvgPoolKernel);
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,114 @@
+// Reference kernels for matmul (NumPy rules: batched, broadcasting, 1-D promotion), gemm
+// (ONNX: transA/transB, alpha, beta, broadcast C) and linear (x W^T + b).
+#include <vector>
+
+#include "runtime/reference/helpers.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+using ref::Tag;
+
+// C[M,N] = A[M,K] * B[K,N], all row-major and contiguous. The i-k-j order keeps the inner loop
+// a contiguous axpy over a row of B and C, which the compiler vectorizes.
+template <class T>
+void matmul2d(const T* __restrict a, const T* __restrict b, T* __restrict c, int64_t m, int64_t k,
+              int64_t n) {
+  for (int64_t i = 0; i < m * n; ++i) c[i] = T(0);
+  for (int64_t i = 0; i < m; ++i) {
+    T* cRow = c + i * n;
+    for (int64_t p = 0; p < k; ++p) {
+      const T av = a[i * k + p];
+      const T* bRow = b + p * n;
+      for (int64_t j = 0; j < n; ++j) cRow[j] = ref::addWrap(cRow[j], ref::mulWrap(av, bRow[j]));
+    }
+  }
+}
+
+// The row-major transpose of a [rows, cols] matrix.
+template <class T>
+std::vector<T> transposed(const T* x, int64_t rows, int64_t cols) {
+  std::vector<T> t(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+
+Status matmulKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  // Promote 1-D operands ([K] -> [1,K] for A, [K] -> [K,1] for B). The output keeps the
+  // [batch..., M, N] memory order whether or not a promoted dim was removed from its shape.
+  ir::Shape a = in[0].shape(), b = in[1].shape();
+  if (a.size() == 1) a.insert(a.begin(), 1);
+  if (b.size() == 1) b.push_back(1);
+  const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+  const ir::Shape aBatch(a.begin(), a.end() - 2), bBatch(b.begin(), b.end() - 2);
+  KILN_ASSIGN_OR_RETURN(const ir::Shape batch, ir::broadcastShapes(aBatch, bBatch));
+  // Batch strides in whole matrices.
+  const std::array<std::vector<int64_t>, 2> strides = {ref::broadcastStrides(aBatch, batch),
+                                                       ref::broadcastStrides(bBatch, batch)};
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    const T* y = in[1].data<T>();
+    T* z = out[0].data<T>();
+    ref::forEachStrided<2>(
+        batch, strides, {0, 0}, [&](int64_t i, const std::array<int64_t, 2>& off) {
+          matmul2d(x + off[0] * m * k, y + off[1] * k * n, z + i * m * n, m, k, n);
+        });
+    return Status::ok();
+  });
+}
+
+Status gemmKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const bool transA = attrs.getInt("transA") != 0, transB = attrs.getInt("transB") != 0;
+  const double alpha = attrs.getFloat("alpha"), beta = attrs.getFloat("beta");
+  const int64_t m = out[0].shape()[0], n = out[0].shape()[1];
+  const int64_t k = transA ? in[0].shape()[0] : in[0].shape()[1];
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    // Transposed operands are copied to row-major [M,K] / [K,N] so one matmul loop serves all.
+    std::vector<T> aT, bT;
+    const T* a = in[0].data<T>();
+    const T* b = in[1].data<T>();
+    if (transA) a = (aT = transposed(a, k, m)).data();
+    if (transB) b = (bT = transposed(b, n, k)).data();
+    T* y = out[0].data<T>();
+    matmul2d(a, b, y, m, k, n);
+    const T al = static_cast<T>(alpha), be = static_cast<T>(beta);
+    if (in.size() < 3) {
+      for (int64_t i = 0; i < m * n; ++i) y[i] = al * y[i];
+      return Status::ok();
+    }
+    const T* c = in[2].data<T>();
+    ref::forEachStrided<1>(
+        out[0].shape(), {ref::broadcastStrides(in[2].shape(), out[0].shape())}, {0},
+        [&](int64_t i, const std::array<int64_t, 1>& off) { y[i] = al * y[i] + be * c[off[0]]; });
+    return Status::ok();
+  });
+}
+
+Status linearKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const int64_t inF = in[1].shape()[1], outF = in[1].shape()[0];
+  const ir::Shape& xs = in[0].shape();
+  const int64_t rows = ir::numElements(ir::Shape(xs.begin(), xs.end() - 1));
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const std::vector<T> wT = transposed(in[1].data<T>(), outF, inF);  // [in, out]
+    T* y = out[0].data<T>();
+    matmul2d(in[0].data<T>(), wT.data(), y, rows, inF, outF);
+    if (in.size() == 3) {
+      const T* bias = in[2].data<T>();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < outF; ++j) y[r * outF + j] += bias[j];
+    }
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
+void registerLinalgKernels(RefKernelTable& t) {
+  ref::setKernel(t, ir::OpKind::kMatMul, matmulKernel);
+  ref::setKernel(t, ir::OpKind::kGemm, gemmKernel);
+  ref::setKernel(t, ir::OpKind::kLinear, linearKernel);
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,109 @@
+// Reference kernels for nll_loss and cross_entropy_loss: input [N,C,d1..], class-index target
+// [N,d1..] (i64 or i32), ignore_index, reduction mean | sum | none.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/reference/helpers.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+using ref::Tag;
+
+// Reads the targets as int64 and checks that each is a class index or ignore_index.
+template <class I>
+Status readTargets(std::string_view op, const Tensor& target, int64_t classes, int64_t ignore,
+                   std::vector<int64_t>& out) {
+  const I* t = target.data<I>();
+  const int64_t n = target.numElements();
+  out.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const auto c = static_cast<int64_t>(t[i]);
+    if (c != ignore && (c < 0 || c >= classes))
+      return invalidArgument(std::string(op) + ": target class " + std::to_string(c) +
+                             " at flat position " + std::to_string(i) + " of target " +
+                             target.describe() + " is out of range for " + std::to_string(classes) +
+                             " classes (valid: 0.." + std::to_string(classes - 1) +
+                             ", ignore_index " + std::to_string(ignore) + ")");
+    out[i] = c;
+  }
+  return Status::ok();
+}
+
+// Per-target loss -log p(target), where logProb(n, k, c) is the log-probability of class c at
+// sample n and spatial position k. Ignored targets contribute 0 and are not counted.
+template <class T, class LogProb>
+Status lossImpl(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out,
+                LogProb logProb) {
+  const ref::AxisSplit split = ref::splitAt(in[0].shape(), 1);  // N, C, spatial
+  const int64_t ignore = attrs.getInt("ignore_index");
+  std::vector<int64_t> targets;
+  if (in[1].dtype() == ir::DType::kI64)
+    KILN_TRY(readTargets<int64_t>(ref::opNameOf(attrs), in[1], split.dim, ignore, targets));
+  else if (in[1].dtype() == ir::DType::kI32)
+    KILN_TRY(readTargets<int32_t>(ref::opNameOf(attrs), in[1], split.dim, ignore, targets));
+  else
+    return ref::unsupportedDType(std::string(ref::opNameOf(attrs)) + " (target)", in[1].dtype());
+
+  const std::string& reduction = attrs.getString("reduction");
+  T* y = out[0].data<T>();
+  T sum = T(0);
+  int64_t count = 0;
+  for (int64_t n = 0; n < split.outer; ++n) {
+    for (int64_t k = 0; k < split.inner; ++k) {
+      const int64_t c = targets[n * split.inner + k];
+      T loss = T(0);
+      if (c != ignore) {
+        loss = -logProb(n, k, c);
+        sum += loss;
+        ++count;
+      }
+      if (reduction == "none") y[n * split.inner + k] = loss;
+    }
+  }
+  // With every target ignored, mean is 0/0 = NaN, as in PyTorch.
+  if (reduction == "sum") y[0] = sum;
+  if (reduction == "mean") y[0] = sum / static_cast<T>(count);
+  return Status::ok();
+}
+
+Status nllLossKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const ref::AxisSplit split = ref::splitAt(in[0].shape(), 1);
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();  // Already log-probabilities.
+    return lossImpl<T>(attrs, in, out, [&](int64_t n, int64_t k, int64_t c) {
+      return x[(n * split.dim + c) * split.inner + k];
+    });
+  });
+}
+
+Status crossEntropyLossKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                              std::span<Tensor> out) {
+  const ref::AxisSplit split = ref::splitAt(in[0].shape(), 1);
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    // log_softmax over the classes (dim 1, elements `inner` apart), stabilized by the max.
+    return lossImpl<T>(attrs, in, out, [&](int64_t n, int64_t k, int64_t c) {
+      const T* row = x + n * split.dim * split.inner + k;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < split.dim; ++j)
+        if (row[j * split.inner] > mx || ref::isNaN(row[j * split.inner]))
+          mx = row[j * split.inner];
+      T sum = T(0);
+      for (int64_t j = 0; j < split.dim; ++j) sum += std::exp(row[j * split.inner] - mx);
+      return row[c * split.inner] - mx - std::log(sum);
+    });
+  });
+}
+
+}  // namespace
+
+void registerLossKernels(RefKernelTable& t) {
+  ref::setKernel(t, ir::OpKind::kNllLoss, nllLossKernel);
+  ref::setKernel(t, ir::OpKind::kCrossEntropyLoss, crossEntropyLossKernel);
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,135 @@
+// Reference kernels for the movement ops: reshape, flatten, squeeze, unsqueeze (byte copies),
+// transpose, slice, expand (strided copies), concat and gather. Every dtype is supported:
+// elements are moved by size, never interpreted.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/reference/helpers.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+Status transposeKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  const ir::Shape& s = in[0].shape();
+  std::vector<int64_t> perm = attrs.getInts("perm");
+  if (perm.empty())
+    for (size_t i = s.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  const std::vector<int64_t> inStrides = ir::contiguousStrides(s);
+  std::vector<int64_t> strides(perm.size());  // Output dim i walks input dim perm[i].
+  for (size_t i = 0; i < perm.size(); ++i) strides[i] = inStrides[perm[i]];
+  ref::copyStrided(in[0].rawData(), 0, strides, out[0].rawData(), out[0].shape(),
+                   ir::dtypeSize(in[0].dtype()));
+  return Status::ok();
+}
+
+Status sliceKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const ir::Shape& s = in[0].shape();
+  const auto& starts = attrs.getInts("starts");
+  std::vector<int64_t> axes = attrs.getInts("axes");
+  std::vector<int64_t> steps = attrs.getInts("steps");
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  // Output element index i along a sliced axis reads input index start + i * step; the
+  // output sizes (from shape inference) already account for the ends.
+  std::vector<int64_t> strides = ir::contiguousStrides(s);
+  int64_t offset = 0;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(const int ax, ir::normalizeAxis(axes[i], s.size(), "axes"));
+    const int64_t dim = s[ax];
+    int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];
+    // The same clamping as shape inference (infer_movement.cpp).
+    start =
+        steps[i] > 0 ? std::clamp<int64_t>(start, 0, dim) : std::clamp<int64_t>(start, -1, dim - 1);
+    offset += start * strides[ax];
+    // With at most one output element the step is never taken (and a huge step must not
+    // overflow the stride).
+    strides[ax] = out[0].shape()[ax] > 1 ? strides[ax] * steps[i] : 0;
+  }
+  if (out[0].numElements() == 0) return Status::ok();
+  ref::copyStrided(in[0].rawData(), offset, strides, out[0].rawData(), out[0].shape(),
+                   ir::dtypeSize(in[0].dtype()));
+  return Status::ok();
+}
+
+Status expandKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Tensor> out) {
+  ref::copyStrided(in[0].rawData(), 0, ref::broadcastStrides(in[0].shape(), out[0].shape()),
+                   out[0].rawData(), out[0].shape(), ir::dtypeSize(in[0].dtype()));
+  return Status::ok();
+}
+
+Status concatKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const ir::Shape& s = out[0].shape();
+  KILN_ASSIGN_OR_RETURN(const int axis, ir::normalizeAxis(attrs.getInt("axis"), s.size(), "axis"));
+  const ref::AxisSplit split = ref::splitAt(s, axis);
+  const size_t esize = ir::dtypeSize(out[0].dtype());
+  // Each outer index holds, in input order, a block of dim_i * inner elements per input.
+  const size_t outBlock = static_cast<size_t>(split.dim * split.inner) * esize;
+  size_t at = 0;  // Byte offset of the current input's block inside an output block.
+  for (const Tensor& t : in) {
+    const size_t block = static_cast<size_t>(t.shape()[axis] * split.inner) * esize;
+    for (int64_t o = 0; o < split.outer; ++o)
+      if (block) std::memcpy(out[0].rawData() + o * outBlock + at, t.rawData() + o * block, block);
+    at += block;
+  }
+  return Status::ok();
+}
+
+template <class I>
+Status gatherTyped(const ir::AttrView& attrs, const Tensor& data, const I* indices,
+                   int64_t numIndices, Tensor& out) {
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(attrs.getInt("axis"), data.shape().size(), "axis"));
+  const ref::AxisSplit split = ref::splitAt(data.shape(), axis);
+  const size_t esize = ir::dtypeSize(data.dtype());
+  const size_t row = static_cast<size_t>(split.inner) * esize;
+  // Check every index before writing, so an error leaves nothing half-done.
+  std::vector<int64_t> resolved(static_cast<size_t>(numIndices));
+  for (int64_t j = 0; j < numIndices; ++j) {
+    const auto idx = static_cast<int64_t>(indices[j]);
+    if (idx < -split.dim || idx >= split.dim)
+      return invalidArgument(
+          "gather: index " + std::to_string(idx) + " (at flat position " + std::to_string(j) +
+          ") is out of range for dim " + std::to_string(axis) + " of size " +
+          std::to_string(split.dim) + " in data " + data.describe() +
+          " (valid: " + std::to_string(-split.dim) + ".." + std::to_string(split.dim - 1) + ")");
+    resolved[j] = idx < 0 ? idx + split.dim : idx;
+  }
+  if (row == 0) return Status::ok();
+  for (int64_t o = 0; o < split.outer; ++o)
+    for (int64_t j = 0; j < numIndices; ++j)
+      std::memcpy(out.rawData() + (o * numIndices + j) * row,
+                  data.rawData() + (o * split.dim + resolved[j]) * row, row);
+  return Status::ok();
+}
+
+Status gatherKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const Tensor& idx = in[1];
+  if (idx.dtype() == ir::DType::kI64)
+    return gatherTyped(attrs, in[0], idx.data<int64_t>(), idx.numElements(), out[0]);
+  if (idx.dtype() == ir::DType::kI32)
+    return gatherTyped(attrs, in[0], idx.data<int32_t>(), idx.numElements(), out[0]);
+  return ref::unsupportedDType("gather (indices)", idx.dtype());
+}
+
+}  // namespace
+
+void registerMovementKernels(RefKernelTable& t) {
+  using ir::OpKind;
+  // Ops that only change the shape: the row-major bytes are the same.
+  ref::setKernel(t, OpKind::kReshape, ref::identityKernel);
+  ref::setKernel(t, OpKind::kFlatten, ref::identityKernel);
+  ref::setKernel(t, OpKind::kSqueeze, ref::identityKernel);
+  ref::setKernel(t, OpKind::kUnsqueeze, ref::identityKernel);
+  ref::setKernel(t, OpKind::kTranspose, transposeKernel);
+  ref::setKernel(t, OpKind::kSlice, sliceKernel);
+  ref::setKernel(t, OpKind::kExpand, expandKernel);
+  ref::setKernel(t, OpKind::kConcat, concatKernel);
+  ref::setKernel(t, OpKind::kGather, gatherKernel);
+}
+
+}  // namespace kiln::runtime

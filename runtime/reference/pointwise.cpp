@@ -1,0 +1,343 @@
+// Reference kernels for the pointwise ops: unary math, clip, cast, dropout, and the binary ops
+// and where with NumPy broadcasting.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numbers>
+#include <string>
+
+#include "runtime/reference/helpers.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+using ref::Tag;
+
+// ---- Unary.
+
+// out[i] = f(in[i]) for T in the dtype set that `Dispatch` accepts.
+template <class Dispatch, class F>
+Status mapUnary(Dispatch dispatch, const ir::AttrView& attrs, std::span<const Tensor> in,
+                std::span<Tensor> out, F f) {
+  return dispatch(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    T* y = out[0].data<T>();
+    const int64_t n = in[0].numElements();
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(f(x[i]));
+    return Status::ok();
+  });
+}
+
+constexpr auto kFloat = [](std::string_view op, ir::DType t, auto&& f) {
+  return ref::dispatchFloat(op, t, f);
+};
+constexpr auto kNumeric = [](std::string_view op, ir::DType t, auto&& f) {
+  return ref::dispatchNumeric(op, t, f);
+};
+
+// Declares a kernel `name` applying the expression `expr` of `x` (of type T) elementwise.
+#define KILN_UNARY_KERNEL(name, dispatch, expr)                                               \
+  Status name(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) { \
+    return mapUnary(dispatch, attrs, in, out, []<class T>(T x) -> T { return (expr); });      \
+  }
+
+template <class T>
+T sigmoidOf(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+template <class T>
+T siluOf(T x) {
+  return x * sigmoidOf(x);
+}
+
+KILN_UNARY_KERNEL(negKernel, kNumeric, ref::negWrap(x))
+KILN_UNARY_KERNEL(sigmoidKernel, kFloat, sigmoidOf(x))
+KILN_UNARY_KERNEL(tanhKernel, kFloat, std::tanh(x))
+KILN_UNARY_KERNEL(siluKernel, kFloat, siluOf(x))
+KILN_UNARY_KERNEL(expKernel, kFloat, std::exp(x))
+KILN_UNARY_KERNEL(logKernel, kFloat, std::log(x))
+KILN_UNARY_KERNEL(sqrtKernel, kFloat, std::sqrt(x))
+KILN_UNARY_KERNEL(rsqrtKernel, kFloat, T(1) / std::sqrt(x))
+#undef KILN_UNARY_KERNEL
+
+Status absKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  return mapUnary(kNumeric, attrs, in, out, []<class T>(T x) -> T {
+    if constexpr (std::is_floating_point_v<T>)
+      return std::fabs(x);
+    else if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else
+      return x < 0 ? ref::negWrap(x) : x;  // abs(INT_MIN) wraps to INT_MIN, as in PyTorch.
+  });
+}
+
+Status reluKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  // `x < 0 ? 0 : x` lets NaN through, as PyTorch does.
+  return mapUnary(kNumeric, attrs, in, out, []<class T>(T x) -> T {
+    if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else
+      return x < T(0) ? T(0) : x;
+  });
+}
+
+Status leakyReluKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  const double alpha = attrs.getFloat("alpha");
+  return mapUnary(kFloat, attrs, in, out,
+                  [alpha]<class T>(T x) -> T { return x >= T(0) ? x : static_cast<T>(alpha) * x; });
+}
+
+Status geluKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  if (attrs.getString("approximate") == "tanh") {
+    return mapUnary(kFloat, attrs, in, out, []<class T>(T x) -> T {
+      // sqrt(2 / pi) * (x + 0.044715 x^3)
+      const T k = std::numbers::sqrt2_v<T> * std::numbers::inv_sqrtpi_v<T>;
+      return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+    });
+  }
+  return mapUnary(kFloat, attrs, in, out, []<class T>(T x) -> T {
+    return x * T(0.5) * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
+  });
+}
+
+// Clip bounds are float attributes. For integer tensors they become the nearest integers
+// inside [min, max] (ceil of min, floor of max), saturated to the type's range, so that the
+// result is the integer closest to the real-valued clip. NaN means no bound.
+template <class T>
+T lowerBound(double lo) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::isnan(lo) ? -std::numeric_limits<T>::infinity() : static_cast<T>(lo);
+  } else {
+    if (std::isnan(lo) || lo <= static_cast<double>(std::numeric_limits<T>::lowest()))
+      return std::numeric_limits<T>::lowest();
+    if (lo >= static_cast<double>(std::numeric_limits<T>::max()))
+      return std::numeric_limits<T>::max();
+    return static_cast<T>(std::ceil(lo));
+  }
+}
+template <class T>
+T upperBound(double hi) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::isnan(hi) ? std::numeric_limits<T>::infinity() : static_cast<T>(hi);
+  } else {
+    if (std::isnan(hi) || hi >= static_cast<double>(std::numeric_limits<T>::max()))
+      return std::numeric_limits<T>::max();
+    if (hi <= static_cast<double>(std::numeric_limits<T>::lowest()))
+      return std::numeric_limits<T>::lowest();
+    return static_cast<T>(std::floor(hi));
+  }
+}
+
+Status clipKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const double lo = attrs.getFloat("min"), hi = attrs.getFloat("max");
+  return mapUnary(kNumeric, attrs, in, out, [lo, hi]<class T>(T x) -> T {
+    // min(max(x, lo), hi) with NaN x kept (both comparisons are false).
+    const T l = lowerBound<T>(lo), h = upperBound<T>(hi);
+    const T y = x < l ? l : x;
+    return h < y ? h : y;
+  });
+}
+
+// ---- Cast.
+
+// Float to integer truncates toward zero. Values outside the target range (undefined in C++
+// and ONNX) saturate and NaN becomes 0, so the reference is deterministic.
+template <class D>
+D truncSaturate(double v) {
+  if (std::isnan(v)) return D(0);
+  const double t = std::trunc(v);
+  if (t <= static_cast<double>(std::numeric_limits<D>::lowest()))
+    return std::numeric_limits<D>::lowest();
+  if (t >= static_cast<double>(std::numeric_limits<D>::max())) return std::numeric_limits<D>::max();
+  return static_cast<D>(t);
+}
+
+// Converts the exact value `v` of a floating-point source element.
+template <class D>
+D fromFloatValue(double v) {
+  if constexpr (std::is_same_v<D, ref::Half>)
+    return {ref::doubleToF16Bits(v)};
+  else if constexpr (std::is_same_v<D, ref::BFloat16>)
+    return {ref::doubleToBf16Bits(v)};
+  else if constexpr (std::is_same_v<D, ref::Bool8>)
+    return {static_cast<uint8_t>(v != 0)};
+  else if constexpr (std::is_floating_point_v<D>)
+    return static_cast<D>(v);
+  else
+    return truncSaturate<D>(v);
+}
+
+// Converts the value of an integer or bool source element (every one fits in int64).
+template <class D>
+D fromIntegerValue(int64_t v) {
+  if constexpr (std::is_same_v<D, ref::Half>)
+    return {ref::int64ToF16Bits(v)};
+  else if constexpr (std::is_same_v<D, ref::BFloat16>)
+    return {ref::int64ToBf16Bits(v)};
+  else if constexpr (std::is_same_v<D, ref::Bool8>)
+    return {static_cast<uint8_t>(v != 0)};
+  else
+    return static_cast<D>(v);  // Integers wrap (two's complement), floats round once.
+}
+
+template <class D, class S>
+D convertElement(S s) {
+  if constexpr (std::is_same_v<S, ref::Bool8>)
+    return fromIntegerValue<D>(s.v != 0 ? 1 : 0);
+  else if constexpr (std::is_integral_v<S>)
+    return fromIntegerValue<D>(static_cast<int64_t>(s));
+  else if constexpr (std::is_same_v<S, ref::Half>)
+    return fromFloatValue<D>(ref::f16BitsToDouble(s.bits));
+  else if constexpr (std::is_same_v<S, ref::BFloat16>)
+    return fromFloatValue<D>(ref::bf16BitsToDouble(s.bits));
+  else
+    return fromFloatValue<D>(static_cast<double>(s));
+}
+
+Status castKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Tensor> out) {
+  const int64_t n = in[0].numElements();
+  return ref::dispatchAll(in[0].dtype(), [&]<class S>(Tag<S>) {
+    return ref::dispatchAll(out[0].dtype(), [&]<class D>(Tag<D>) {
+      const S* x = in[0].data<S>();
+      D* y = out[0].data<D>();
+      for (int64_t i = 0; i < n; ++i) y[i] = convertElement<D>(x[i]);
+      return Status::ok();
+    });
+  });
+}
+
+// ---- Binary with broadcasting.
+
+// out = f(a, b) elementwise over the broadcast shape of the output.
+template <class T, class F>
+void mapBinary(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  const T* x = a.data<T>();
+  const T* y = b.data<T>();
+  T* z = out.data<T>();
+  const ir::Shape& shape = out.shape();
+  if (a.shape() == shape && b.shape() == shape) {
+    const int64_t n = out.numElements();
+    for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
+    return;
+  }
+  ref::forEachStrided<2>(
+      shape, {ref::broadcastStrides(a.shape(), shape), ref::broadcastStrides(b.shape(), shape)},
+      {0, 0},
+      [&](int64_t i, const std::array<int64_t, 2>& off) { z[i] = f(x[off[0]], y[off[1]]); });
+}
+
+template <class Dispatch, class F>
+Status binaryKernel(Dispatch dispatch, const ir::AttrView& attrs, std::span<const Tensor> in,
+                    std::span<Tensor> out, F f) {
+  return dispatch(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    mapBinary<T>(in[0], in[1], out[0], [&](T a, T b) -> T { return f(a, b); });
+    return Status::ok();
+  });
+}
+
+Status addKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  return binaryKernel(kNumeric, attrs, in, out,
+                      []<class T>(T a, T b) { return ref::addWrap(a, b); });
+}
+Status subKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  return binaryKernel(kNumeric, attrs, in, out,
+                      []<class T>(T a, T b) { return ref::subWrap(a, b); });
+}
+Status mulKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  return binaryKernel(kNumeric, attrs, in, out,
+                      []<class T>(T a, T b) { return ref::mulWrap(a, b); });
+}
+Status powKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  return binaryKernel(kFloat, attrs, in, out,
+                      []<class T>(T a, T b) -> T { return std::pow(a, b); });
+}
+
+// maximum and minimum propagate NaN, as PyTorch's torch.maximum does.
+Status maximumKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  return binaryKernel(kNumeric, attrs, in, out, []<class T>(T a, T b) -> T {
+    if (ref::isNaN(a)) return a;
+    if (ref::isNaN(b)) return b;
+    return a < b ? b : a;
+  });
+}
+Status minimumKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  return binaryKernel(kNumeric, attrs, in, out, []<class T>(T a, T b) -> T {
+    if (ref::isNaN(a)) return a;
+    if (ref::isNaN(b)) return b;
+    return b < a ? b : a;
+  });
+}
+
+Status divKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    if constexpr (std::is_integral_v<T>) {
+      const T* d = in[1].data<T>();
+      const int64_t n = in[1].numElements();
+      for (int64_t i = 0; i < n; ++i)
+        if (d[i] == 0)
+          return invalidArgument("div: integer division by zero (divisor " + in[1].describe() +
+                                 " is 0 at flat index " + std::to_string(i) + ")");
+      // Truncates toward zero; INT_MIN / -1 wraps to INT_MIN instead of overflowing.
+      mapBinary<T>(in[0], in[1], out[0], [](T a, T b) -> T {
+        if constexpr (std::is_signed_v<T>)
+          if (b == T(-1)) return ref::negWrap(a);
+        return static_cast<T>(a / b);
+      });
+    } else {
+      mapBinary<T>(in[0], in[1], out[0], [](T a, T b) -> T { return a / b; });
+    }
+    return Status::ok();
+  });
+}
+
+Status whereKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Tensor> out) {
+  // Selection moves elements only, so it works for every dtype by element size.
+  return ref::dispatchBySize(out[0].dtype(), [&]<class U>(Tag<U>) {
+    const uint8_t* c = in[0].data<uint8_t>();
+    const U* x = in[1].data<U>();
+    const U* y = in[2].data<U>();
+    U* z = out[0].data<U>();
+    const ir::Shape& shape = out[0].shape();
+    ref::forEachStrided<3>(
+        shape,
+        {ref::broadcastStrides(in[0].shape(), shape), ref::broadcastStrides(in[1].shape(), shape),
+         ref::broadcastStrides(in[2].shape(), shape)},
+        {0, 0, 0}, [&](int64_t i, const std::array<int64_t, 3>& off) {
+          z[i] = c[off[0]] != 0 ? x[off[1]] : y[off[2]];
+        });
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
+void registerPointwiseKernels(RefKernelTable& t) {
+  using ir::OpKind;
+  ref::setKernel(t, OpKind::kNeg, negKernel);
+  ref::setKernel(t, OpKind::kAbs, absKernel);
+  ref::setKernel(t, OpKind::kRelu, reluKernel);
+  ref::setKernel(t, OpKind::kLeakyRelu, leakyReluKernel);
+  ref::setKernel(t, OpKind::kSigmoid, sigmoidKernel);
+  ref::setKernel(t, OpKind::kTanh, tanhKernel);
+  ref::setKernel(t, OpKind::kGelu, geluKernel);
+  ref::setKernel(t, OpKind::kSilu, siluKernel);
+  ref::setKernel(t, OpKind::kExp, expKernel);
+  ref::setKernel(t, OpKind::kLog, logKernel);
+  ref::setKernel(t, OpKind::kSqrt, sqrtKernel);
+  ref::setKernel(t, OpKind::kRsqrt, rsqrtKernel);
+  ref::setKernel(t, OpKind::kClip, clipKernel);
+  ref::setKernel(t, OpKind::kCast, castKernel);
+  ref::setKernel(t, OpKind::kDropout, ref::identityKernel);  // Inference mode.
+  ref::setKernel(t, OpKind::kAdd, addKernel);
+  ref::setKernel(t, OpKind::kSub, subKernel);
+  ref::setKernel(t, OpKind::kMul, mulKernel);
+  ref::setKernel(t, OpKind::kDiv, divKernel);
+  ref::setKernel(t, OpKind::kPow, powKernel);
+  ref::setKernel(t, OpKind::kMaximum, maximumKernel);
+  ref::setKernel(t, OpKind::kMinimum, minimumKernel);
+  ref::setKernel(t, OpKind::kWhere, whereKernel);
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,86 @@
+// Reference kernels for reduce_sum, reduce_mean and reduce_max over a set of axes (empty:
+// all), with or without keepdims.
+#include <limits>
+#include <vector>
+
+#include "runtime/reference/helpers.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+using ref::Tag;
+
+// For each input dim, the stride of the output element it maps to (0 for reduced dims), so
+// that output offset = sum_d index_d * stride_d.
+Expected<std::vector<int64_t>> reducedStrides(const ir::AttrView& attrs, const ir::Shape& in) {
+  std::vector<bool> reduced(in.size(), attrs.getInts("axes").empty());
+  for (int64_t ax : attrs.getInts("axes")) {
+    KILN_ASSIGN_OR_RETURN(const int a, ir::normalizeAxis(ax, in.size(), "axes"));
+    reduced[a] = true;
+  }
+  ir::Shape kept = in;  // The keepdims output shape; its memory order is that of the output.
+  for (size_t d = 0; d < in.size(); ++d)
+    if (reduced[d]) kept[d] = 1;
+  std::vector<int64_t> strides = ir::contiguousStrides(kept);
+  for (size_t d = 0; d < in.size(); ++d)
+    if (reduced[d]) strides[d] = 0;
+  return strides;
+}
+
+// Folds every input element into its output element: acc = f(acc, x), starting from `init`.
+template <class T, class F>
+Status reduceInto(const ir::AttrView& attrs, const Tensor& in, Tensor& out, T init, F f) {
+  KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> strides, reducedStrides(attrs, in.shape()));
+  const T* x = in.data<T>();
+  T* y = out.data<T>();
+  const int64_t n = out.numElements();
+  for (int64_t i = 0; i < n; ++i) y[i] = init;
+  ref::forEachStrided<1>(
+      in.shape(), {strides}, {0},
+      [&](int64_t i, const std::array<int64_t, 1>& off) { y[off[0]] = f(y[off[0]], x[i]); });
+  return Status::ok();
+}
+
+Status reduceSumKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    return reduceInto<T>(attrs, in[0], out[0], T(0), [](T a, T b) { return ref::addWrap(a, b); });
+  });
+}
+
+Status reduceMeanKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                        std::span<Tensor> out) {
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    KILN_TRY(reduceInto<T>(attrs, in[0], out[0], T(0), [](T a, T b) { return a + b; }));
+    // Every output element sums the same number of inputs (NaN for an empty reduction).
+    const int64_t n = out[0].numElements();
+    const T count = n ? static_cast<T>(in[0].numElements() / n) : T(1);
+    T* y = out[0].data<T>();
+    for (int64_t i = 0; i < n; ++i) y[i] /= count;
+    return Status::ok();
+  });
+}
+
+Status reduceMaxKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    // An empty reduction gives -inf (the lowest value for integers), as ONNX specifies; NaN
+    // propagates.
+    T init = std::numeric_limits<T>::lowest();
+    if constexpr (std::numeric_limits<T>::has_infinity) init = -std::numeric_limits<T>::infinity();
+    return reduceInto<T>(attrs, in[0], out[0], init, [](T acc, T v) {
+      return (v > acc || ref::isNaN(v)) && !ref::isNaN(acc) ? v : acc;
+    });
+  });
+}
+
+}  // namespace
+
+void registerReduceKernels(RefKernelTable& t) {
+  ref::setKernel(t, ir::OpKind::kReduceSum, reduceSumKernel);
+  ref::setKernel(t, ir::OpKind::kReduceMean, reduceMeanKernel);
+  ref::setKernel(t, ir::OpKind::kReduceMax, reduceMaxKernel);
+}
+
+}  // namespace kiln::runtime

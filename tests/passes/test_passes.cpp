@@ -1,0 +1,256 @@
+// Pass tests: textual IR in, run one pass, assert `changed` and the structure out.
+#include <catch2/catch.hpp>
+#include <sstream>
+
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "passes/pipeline.h"
+#include "runtime/reference/kernels.h"
+
+using namespace kiln;
+
+namespace {
+
+ir::Graph parse(const std::string& text) {
+  auto g = ir::parseGraph(text);
+  INFO(text);
+  REQUIRE(g.hasValue());
+  return std::move(g).value();
+}
+
+// The op names of the graph's nodes, in order: "relu add".
+std::string ops(const ir::Graph& g) {
+  std::string s;
+  for (const ir::Node* n : g.nodes()) s += (s.empty() ? "" : " ") + std::string(ir::opName(n->op()));
+  return s;
+}
+
+bool runPass(const std::string& name, ir::Graph& g, passes::PassContext& ctx) {
+  auto pass = passes::createPass(name);
+  REQUIRE(pass);
+  const bool changed = pass->run(g, ctx);
+  Status st = ir::verify(g);
+  INFO(st.message() << "\n" << ir::printGraph(g));
+  REQUIRE(st.isOk());
+  return changed;
+}
+
+void fill(ir::Graph& g, const std::string& param, float value) {
+  ir::Value* p = g.findValue(param);
+  REQUIRE(p);
+  ir::TensorData d(p->type().dtype, p->type().shape);
+  for (int64_t i = 0; i < d.numElements(); ++i) d.as<float>()[i] = value;
+  p->setData(d);
+}
+
+// Constant evaluation through the runtime's reference kernels, as the compiler injects it.
+passes::ConstantEvaluator referenceEvaluator() {
+  return [](const ir::Node& n, std::span<const ir::TensorData> in)
+             -> Expected<std::vector<ir::TensorData>> {
+    std::vector<runtime::Tensor> ts;
+    for (const auto& d : in) ts.push_back(runtime::Tensor::fromData(d));
+    KILN_ASSIGN_OR_RETURN(auto outs, runtime::runReferenceOp(n.op(), ts, n.attrs()));
+    std::vector<ir::TensorData> res;
+    for (const auto& t : outs) res.push_back(t.toData());
+    return res;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("dce removes nodes and parameters no output needs, and then reports no change") {
+  ir::Graph g = parse(R"(
+graph g(%x : f32[4]) {
+  param %unused : f32[4]
+  param %w : f32[4]
+  %a : f32[4] = relu(%x)
+  %dead1 : f32[4] = mul(%x, %unused)
+  %dead2 : f32[4] = exp(%dead1)
+  %y : f32[4] = add(%a, %w)
+  return %y
+})");
+  passes::PassContext ctx;
+  CHECK(runPass("dce", g, ctx));
+  CHECK(ops(g) == "relu add");
+  CHECK(g.parameters().size() == 1);
+  CHECK(g.findValue("unused") == nullptr);
+  CHECK_FALSE(runPass("dce", g, ctx));
+}
+
+TEST_CASE("cse merges identical nodes but not ones with different attributes") {
+  ir::Graph g = parse(R"(
+graph g(%x : f32[2,3]) {
+  %a : f32[2,3] = relu(%x)
+  %b : f32[2,3] = relu(%x)
+  %s1 : f32[2,3] = softmax(%a) {axis=1}
+  %s2 : f32[2,3] = softmax(%b) {axis=0}
+  %s3 : f32[2,3] = softmax(%b) {axis=1}
+  %c : f32[2,3] = add(%s1, %s2)
+  %d : f32[2,3] = add(%c, %s3)
+  return %d
+})");
+  passes::PassContext ctx;
+  CHECK(runPass("cse", g, ctx));
+  CHECK(ops(g) == "relu softmax softmax add add");
+  // s3 became s1: the last add reads the first softmax.
+  const auto nodes = g.nodes();
+  CHECK(nodes[4]->input(1) == nodes[1]->output());
+  CHECK_FALSE(runPass("cse", g, ctx));
+}
+
+TEST_CASE("constant folding evaluates weight-only subgraphs in inference mode only") {
+  const std::string text = R"(
+graph g(%x : f32[2,3]) {
+  param %w : f32[4,3]
+  %wt : f32[3,4] = transpose(%w) {perm=[1,0]}
+  %y : f32[2,4] = matmul(%x, %wt)
+  return %y
+})";
+  SECTION("inference: the transpose becomes a constant with the right values") {
+    ir::Graph g = parse(text);
+    ir::TensorData w(ir::DType::kF32, {4, 3});
+    for (int i = 0; i < 12; ++i) w.as<float>()[i] = static_cast<float>(i);
+    g.findValue("w")->setData(w);
+    passes::PassContext ctx;
+    ctx.evaluate = referenceEvaluator();
+    CHECK(runPass("constant-folding", g, ctx));
+    CHECK(ops(g) == "matmul");
+    const ir::Value* c = g.nodes()[0]->input(1);
+    REQUIRE(c->isParameter());
+    CHECK_FALSE(c->trainable());
+    CHECK(c->type().shape == ir::Shape{3, 4});
+    CHECK(c->data().as<float>()[1] == 3.0f);  // wt[0][1] = w[1][0]
+    CHECK(c->data().as<float>()[4] == 1.0f);  // wt[1][0] = w[0][1]
+  }
+  SECTION("training: trainable weights stay live") {
+    ir::Graph g = parse(text);
+    fill(g, "w", 1.0f);
+    passes::PassContext ctx;
+    ctx.inference = false;
+    ctx.evaluate = referenceEvaluator();
+    CHECK_FALSE(runPass("constant-folding", g, ctx));
+    CHECK(ops(g) == "transpose matmul");
+  }
+  SECTION("without an evaluator nothing is folded") {
+    ir::Graph g = parse(text);
+    fill(g, "w", 1.0f);
+    passes::PassContext ctx;
+    CHECK_FALSE(runPass("constant-folding", g, ctx));
+  }
+}
+
+TEST_CASE("algebraic simplification removes identities that keep the type") {
+  ir::Graph g = parse(R"(
+graph g(%x : f32[2,3]) {
+  param %one : f32[1] buffer
+  param %zero : f32[3] buffer
+  param %ones_big : f32[4,2,3] buffer
+  %a : f32[2,3] = mul(%x, %one)
+  %b : f32[2,3] = add(%zero, %a)
+  %c : f32[2,3] = dropout(%b)
+  %d : f32[2,3] = cast(%c) {to="f32"}
+  %e : f32[4,2,3] = mul(%d, %ones_big)
+  return %e
+})");
+  fill(g, "one", 1.0f);
+  fill(g, "zero", 0.0f);
+  fill(g, "ones_big", 1.0f);
+  passes::PassContext ctx;
+  CHECK(runPass("algebraic-simplification", g, ctx));
+  // Only the broadcasting multiply survives: removing it would change the output shape.
+  CHECK(ops(g) == "mul");
+  CHECK(g.nodes()[0]->input(0) == g.inputs()[0]);
+  CHECK_FALSE(runPass("algebraic-simplification", g, ctx));
+}
+
+TEST_CASE("algebraic simplification merges transpose and reshape chains") {
+  SECTION("two transposes that cancel disappear") {
+    ir::Graph g = parse(R"(
+graph g(%x : f32[2,3,4]) {
+  %a : f32[4,2,3] = transpose(%x) {perm=[2,0,1]}
+  %b : f32[2,3,4] = transpose(%a) {perm=[1,2,0]}
+  %y : f32[2,3,4] = relu(%b)
+  return %y
+})");
+    passes::PassContext ctx;
+    CHECK(runPass("algebraic-simplification", g, ctx));
+    CHECK(ops(g) == "relu");
+  }
+  SECTION("two transposes become one with the composed permutation") {
+    ir::Graph g = parse(R"(
+graph g(%x : f32[2,3,4]) {
+  %a : f32[3,2,4] = transpose(%x) {perm=[1,0,2]}
+  %b : f32[4,3,2] = transpose(%a) {perm=[2,0,1]}
+  return %b
+})");
+    passes::PassContext ctx;
+    CHECK(runPass("algebraic-simplification", g, ctx));
+    REQUIRE(ops(g) == "transpose");
+    CHECK(g.nodes()[0]->attr().getInts("perm") == std::vector<int64_t>{2, 1, 0});
+    CHECK(g.outputs()[0]->type().shape == ir::Shape{4, 3, 2});
+  }
+  SECTION("a chain of shape ops becomes one reshape") {
+    ir::Graph g = parse(R"(
+graph g(%x : f32[2,3,4]) {
+  %a : f32[6,4] = reshape(%x) {shape=[6,4]}
+  %b : f32[1,6,4] = unsqueeze(%a) {axes=[0]}
+  %c : f32[1,24] = flatten(%b) {axis=1}
+  return %c
+})");
+    passes::PassContext ctx;
+    CHECK(runPass("algebraic-simplification", g, ctx));
+    REQUIRE(ops(g) == "reshape");
+    CHECK(g.nodes()[0]->input(0) == g.inputs()[0]);
+    CHECK(g.nodes()[0]->attr().getInts("shape") == std::vector<int64_t>{1, 24});
+  }
+}
+
+TEST_CASE("the pipeline disables passes, dumps, times and verifies") {
+  const std::string text = R"(
+graph g(%x : f32[4]) {
+  %a : f32[4] = relu(%x)
+  %b : f32[4] = relu(%x)
+  %dead : f32[4] = exp(%x)
+  %y : f32[4] = add(%a, %b)
+  return %y
+})";
+  SECTION("standard pipeline") {
+    ir::Graph g = parse(text);
+    std::ostringstream log;
+    passes::PassContext ctx;
+    ctx.verifyAfterEach = true;
+    ctx.dumpAfter = {"cse"};
+    ctx.timePasses = true;
+    ctx.log = &log;
+    REQUIRE(passes::Pipeline::standard().run(g, ctx).isOk());
+    CHECK(ops(g) == "relu add");
+    CHECK(ctx.timings.size() == passes::Pipeline::standard().passNames().size());
+    CHECK_THAT(log.str(), Catch::Contains("// after cse") && Catch::Contains("pass dce:"));
+  }
+  SECTION("--disable-pass=cse keeps the duplicate") {
+    ir::Graph g = parse(text);
+    passes::PassContext ctx;
+    ctx.disabled = {"cse"};
+    REQUIRE(passes::Pipeline::standard().run(g, ctx).isOk());
+    CHECK(ops(g) == "relu relu add");
+  }
+  SECTION("unknown pass names are user errors listing the passes") {
+    ir::Graph g = parse(text);
+    passes::PassContext ctx;
+    ctx.disabled = {"fuse-everything"};
+    Status st = passes::Pipeline::standard().run(g, ctx);
+    REQUIRE_FALSE(st.isOk());
+    CHECK(st.isUserError());
+    CHECK_THAT(st.message(), Catch::Contains("unknown pass 'fuse-everything'") &&
+                                 Catch::Contains("constant-folding"));
+  }
+}
+
+TEST_CASE("every registered pass has a unique kebab-case name") {
+  std::set<std::string> names;
+  for (const auto& p : passes::allPasses()) {
+    CHECK(names.insert(std::string(p.name)).second);
+    for (char c : p.name) CHECK((std::islower(static_cast<unsigned char>(c)) || c == '-'));
+  }
+}

@@ -1,0 +1,205 @@
+// Reference conv2d (stride, symmetric and asymmetric pads, dilation, groups, depthwise, bias)
+// and pooling (pads, dilation, ceil_mode, count_include_pad both ways) against hand-computed
+// windows.
+#include <limits>
+#include <numeric>
+
+#include "runtime/reference_test_util.h"
+
+using namespace kiln;
+using namespace kiln::reftest;
+
+namespace {
+
+// 1, 2, ..., n as doubles.
+std::vector<double> iota1(int n) {
+  std::vector<double> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 1.0);
+  return v;
+}
+
+ir::AttrMap convAttrs(std::vector<int64_t> strides, std::vector<int64_t> pads,
+                      std::vector<int64_t> dilations = {1, 1}, int64_t group = 1) {
+  return {{"strides", attrInts(std::move(strides))},
+          {"pads", attrInts(std::move(pads))},
+          {"dilations", attrInts(std::move(dilations))},
+          {"group", attrInt(group)}};
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("reference conv2d basic, bias and stride with padding", "[reference][conv]",
+                   float, double) {
+  // x = 1..9 as 3x3, w = [[1,2],[3,4]]: y00 = 1 + 2*2 + 3*4 + 4*5 = 37, ...
+  const Tensor x = make<TestType>({1, 1, 3, 3}, iota1(9));
+  const Tensor w = make<TestType>({1, 1, 2, 2}, std::vector<int>{1, 2, 3, 4});
+  checkClose<TestType>(run(OpKind::kConv2d, {x, w}), {1, 1, 2, 2}, {37, 47, 67, 77});
+  checkClose<TestType>(run(OpKind::kConv2d, {x, w, make<TestType>({1}, std::vector<double>{0.5})}),
+                       {1, 1, 2, 2}, {37.5, 47.5, 67.5, 77.5});
+
+  // 4x4 input 1..16, 3x3 ones, stride 2, pads 1: each output sums its window clipped to the
+  // input, e.g. y00 = 1+2+5+6.
+  const Tensor x4 = make<TestType>({1, 1, 4, 4}, iota1(16));
+  const Tensor ones = make<TestType>({1, 1, 3, 3}, std::vector<double>(9, 1.0));
+  checkClose<TestType>(run(OpKind::kConv2d, {x4, ones}, convAttrs({2, 2}, {1, 1, 1, 1})),
+                       {1, 1, 2, 2}, {14, 30, 57, 99});
+}
+
+TEMPLATE_TEST_CASE("reference conv2d asymmetric pads", "[reference][conv]", float, double) {
+  // pads [top=1, left=0, bottom=0, right=2] on 1..9 (3x3) with w = [[1,2],[3,4]]: the output is
+  // 3x4; row 0 sees the zero row above, column 3 sees only the right padding.
+  const Tensor x = make<TestType>({1, 1, 3, 3}, iota1(9));
+  const Tensor w = make<TestType>({1, 1, 2, 2}, std::vector<int>{1, 2, 3, 4});
+  checkClose<TestType>(run(OpKind::kConv2d, {x, w}, convAttrs({1, 1}, {1, 0, 0, 2})), {1, 1, 3, 4},
+                       {11, 18, 9, 0, 37, 47, 21, 0, 67, 77, 33, 0});
+}
+
+TEMPLATE_TEST_CASE("reference conv2d dilation", "[reference][conv]", float, double) {
+  // 5x5 input x[r][c] = 5r + c + 1, 2x2 kernel [[1,2],[3,4]] dilated by 2:
+  // y[i][j] = x[i][j] + 2 x[i][j+2] + 3 x[i+2][j] + 4 x[i+2][j+2] = 10 x[i][j] + 82.
+  const Tensor x = make<TestType>({1, 1, 5, 5}, iota1(25));
+  const Tensor w = make<TestType>({1, 1, 2, 2}, std::vector<int>{1, 2, 3, 4});
+  checkClose<TestType>(run(OpKind::kConv2d, {x, w}, convAttrs({1, 1}, {0, 0, 0, 0}, {2, 2})),
+                       {1, 1, 3, 3}, {92, 102, 112, 142, 152, 162, 192, 202, 212});
+}
+
+TEMPLATE_TEST_CASE("reference conv2d groups and depthwise", "[reference][conv]", float, double) {
+  // groups = 2 with 1x1 kernels: out0 = 1*c0 + 2*c1, out1 = -1*c2 + 3*c3.
+  const Tensor x = make<TestType>({1, 4, 2, 2},
+                                  std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 1, 1, 1, 1, 0, 1, 0, 1});
+  const Tensor w = make<TestType>({2, 2, 1, 1}, std::vector<int>{1, 2, -1, 3});
+  checkClose<TestType>(run(OpKind::kConv2d, {x, w}, convAttrs({1, 1}, {0, 0, 0, 0}, {1, 1}, 2)),
+                       {1, 2, 2, 2}, {11, 14, 17, 20, -1, 2, -1, 2});
+
+  // Depthwise (group = channels) 2x2 kernels with bias: c0 = 1..9 with [[1,2],[3,4]],
+  // c1 = 9..1 with ones.
+  const Tensor xd = make<TestType>(
+      {1, 2, 3, 3}, std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 8, 7, 6, 5, 4, 3, 2, 1});
+  const Tensor wd = make<TestType>({2, 1, 2, 2}, std::vector<int>{1, 2, 3, 4, 1, 1, 1, 1});
+  const Tensor bd = make<TestType>({2}, std::vector<int>{1, -1});
+  checkClose<TestType>(
+      run(OpKind::kConv2d, {xd, wd, bd}, convAttrs({1, 1}, {0, 0, 0, 0}, {1, 1}, 2)), {1, 2, 2, 2},
+      {38, 48, 68, 78, 27, 23, 15, 11});
+
+  // A 1x1 kernel with stride 2 and padding (not a plain channel mix): 3x3 input 1..9,
+  // pads 1 -> 3x3 output sampling rows/cols -1, 1, 3 (zero outside).
+  const Tensor x3 = make<TestType>({1, 1, 3, 3}, iota1(9));
+  const Tensor w1 = make<TestType>({1, 1, 1, 1}, std::vector<int>{2});
+  checkClose<TestType>(run(OpKind::kConv2d, {x3, w1}, convAttrs({2, 2}, {1, 1, 1, 1})),
+                       {1, 1, 3, 3}, {0, 0, 0, 0, 10, 0, 0, 0, 0});
+}
+
+TEMPLATE_TEST_CASE("reference conv2d everything at once", "[reference][conv]", float, double) {
+  // N=2, C=4, M=6, group 2, kernel 3x2, strides (2,1), pads [1,0,2,1], dilations (1,2), bias.
+  // Expected values from a naive 7-loop convolution over the zero-padded input.
+  std::vector<double> xv(2 * 4 * 5 * 6), wv(6 * 2 * 3 * 2), bv(6);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<double>((i * 7) % 11) - 5;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<double>((i * 5) % 7) - 3;
+  for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<double>(i) - 2;
+  const Tensor y = run(
+      OpKind::kConv2d,
+      {make<TestType>({2, 4, 5, 6}, xv), make<TestType>({6, 2, 3, 2}, wv), make<TestType>({6}, bv)},
+      convAttrs({2, 1}, {1, 0, 2, 1}, {1, 2}, 2));
+  checkClose<TestType>(
+      y, {2, 6, 3, 5},
+      {-17, 7,   -13, -22, -1,  -9, -20, -9,  -9,  -10, -13, 7,   -17, -8,  27,  35,  11,  -2,
+       7,   -6,  31,  2,   -5,  -1, 1,   6,   -23, 3,   7,   -35, -32, -6,  9,   -20, 10,  -20,
+       10,  -15, -7,  12,  -3,  -4, -5,  -6,  29,  -11, -12, -2,  -3,  2,   -12, -17, 0,   17,
+       -10, -13, 9,   9,   9,   11, 10,  10,  10,  -12, -6,  18,  1,   -16, -11, 7,   -2,  -1,
+       -11, -10, 5,   3,   4,   -6, 28,  0,   -8,  -16, 31,  45,  3,   -19, 10,  39,  13,  -1,
+       -8,  -17, 7,   -13, -11, -9, -9,  -20, -9,  -14, -22, -13, 7,   -17, -3,  -7,  35,  11,
+       -2,  -3,  27,  31,  2,   -5, 9,   35,  6,   -23, 3,   9,   8,   -32, -6,  9,   -23, -28,
+       -20, 10,  -15, 4,   -13, -3, -4,  -5,  -7,  1,   -11, -12, -2,  -1,  -7,  -12, -17, 0,
+       27,  -13, -13, 9,   9,   -1, 10,  10,  10,  10,  -7,  2,   18,  1,   -16, -16, -3,  -2,
+       -1,  -11, 1,   -9,  3,   4,  -6,  29,  11,  -8,  -16, 31,  25,  7,   -19, 10,  39,  3});
+}
+
+TEMPLATE_TEST_CASE("reference max_pool2d", "[reference][pool]", float, double) {
+  const ir::AttrMap k2s2 = {{"kernel", attrInts({2, 2})}, {"strides", attrInts({2, 2})}};
+  checkClose<TestType>(run(OpKind::kMaxPool2d, {make<TestType>({1, 1, 4, 4}, iota1(16))}, k2s2),
+                       {1, 1, 2, 2}, {6, 8, 14, 16});
+
+  // Padding never wins, even over negative inputs: x = -(1..16), 3x3 windows, stride 2, pads 1.
+  std::vector<double> neg = iota1(16);
+  for (double& v : neg) v = -v;
+  checkClose<TestType>(run(OpKind::kMaxPool2d, {make<TestType>({1, 1, 4, 4}, neg)},
+                           {{"kernel", attrInts({3, 3})},
+                            {"strides", attrInts({2, 2})},
+                            {"pads", attrInts({1, 1, 1, 1})}}),
+                       {1, 1, 2, 2}, {-1, -2, -5, -6});
+
+  // ceil_mode on 5x5 (x[r][c] = 5r + c + 1), kernel 2, stride 2: the last row/column of windows
+  // holds one input row/column.
+  const Tensor x5 = make<TestType>({1, 1, 5, 5}, iota1(25));
+  checkClose<TestType>(run(OpKind::kMaxPool2d, {x5}, k2s2), {1, 1, 2, 2}, {7, 9, 17, 19});
+  ir::AttrMap ceil = k2s2;
+  ceil["ceil_mode"] = attrInt(1);
+  checkClose<TestType>(run(OpKind::kMaxPool2d, {x5}, ceil), {1, 1, 3, 3},
+                       {7, 9, 10, 17, 19, 20, 22, 24, 25});
+
+  // Dilation 2: y[i][j] = max(x[i][j], x[i][j+2], x[i+2][j], x[i+2][j+2]) = x[i+2][j+2].
+  checkClose<TestType>(run(OpKind::kMaxPool2d, {make<TestType>({1, 1, 4, 4}, iota1(16))},
+                           {{"kernel", attrInts({2, 2})}, {"dilations", attrInts({2, 2})}}),
+                       {1, 1, 2, 2}, {11, 12, 15, 16});
+
+  // NaN wins its window, as in PyTorch; planes (n, c) are independent.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  checkClose<TestType>(
+      run(OpKind::kMaxPool2d,
+          {make<TestType>({2, 1, 2, 2}, std::vector<double>{1, nan, 3, 4, 5, 6, 8, 7})},
+          {{"kernel", attrInts({2, 2})}}),
+      {2, 1, 1, 1}, {nan, 8});
+}
+
+TEMPLATE_TEST_CASE("reference avg_pool2d", "[reference][pool]", float, double) {
+  const Tensor x4 = make<TestType>({1, 1, 4, 4}, iota1(16));
+  checkClose<TestType>(
+      run(OpKind::kAvgPool2d, {x4}, {{"kernel", attrInts({2, 2})}, {"strides", attrInts({2, 2})}}),
+      {1, 1, 2, 2}, {3.5, 5.5, 11.5, 13.5});
+
+  // 3x3 windows, stride 2, pads 1 on 1..16: window sums 14, 30, 57, 99 over 4, 6, 6, 9 valid
+  // cells; with count_include_pad every divisor is 9.
+  ir::AttrMap a = {{"kernel", attrInts({3, 3})},
+                   {"strides", attrInts({2, 2})},
+                   {"pads", attrInts({1, 1, 1, 1})}};
+  checkClose<TestType>(run(OpKind::kAvgPool2d, {x4}, a), {1, 1, 2, 2}, {3.5, 5, 9.5, 11});
+  a["count_include_pad"] = attrInt(1);
+  checkClose<TestType>(run(OpKind::kAvgPool2d, {x4}, a), {1, 1, 2, 2},
+                       {14.0 / 9, 30.0 / 9, 57.0 / 9, 11});
+
+  // ceil_mode adds a third window starting at 3 that spans rows 3..5; PyTorch clips it to the
+  // padded input (rows 3..4) for the count_include_pad divisor and to row 3 for the data.
+  a["ceil_mode"] = attrInt(1);
+  checkClose<TestType>(
+      run(OpKind::kAvgPool2d, {x4}, a), {1, 1, 3, 3},
+      {14.0 / 9, 30.0 / 9, 12.0 / 6, 57.0 / 9, 11, 36.0 / 6, 27.0 / 6, 45.0 / 6, 16.0 / 4});
+  a["count_include_pad"] = attrInt(0);
+  checkClose<TestType>(run(OpKind::kAvgPool2d, {x4}, a), {1, 1, 3, 3},
+                       {3.5, 5, 6, 9.5, 11, 12, 13.5, 15, 16});
+
+  // ceil_mode without padding: the partial windows average only their input cells, under
+  // both count_include_pad settings.
+  const Tensor x5 = make<TestType>({1, 1, 5, 5}, iota1(25));
+  const std::vector<double> expected = {4, 6, 7.5, 14, 16, 17.5, 21.5, 23.5, 25};
+  for (int64_t include : {0, 1}) {
+    checkClose<TestType>(run(OpKind::kAvgPool2d, {x5},
+                             {{"kernel", attrInts({2, 2})},
+                              {"strides", attrInts({2, 2})},
+                              {"ceil_mode", attrInt(1)},
+                              {"count_include_pad", attrInt(include)}}),
+                         {1, 1, 3, 3}, expected);
+  }
+}
+
+TEMPLATE_TEST_CASE("reference global_avg_pool", "[reference][pool]", float, double) {
+  const Tensor x = make<TestType>({2, 2, 1, 2}, std::vector<double>{1, 2, -1, 7, 0.5, 0.25, 3, 3});
+  checkClose<TestType>(run(OpKind::kGlobalAvgPool, {x}), {2, 2, 1, 1}, {1.5, 3, 0.375, 3});
+}
+
+TEST_CASE("reference conv and pool reject unsupported dtypes", "[reference][conv]") {
+  const Tensor h = makeBits(DType::kF16, {1, 1, 2, 2}, {0x3C00, 0x3C00, 0x3C00, 0x3C00});
+  CHECK(runError(OpKind::kConv2d, {h, h}).message() ==
+        "conv2d: dtype f16 is not supported by the reference kernel");
+  CHECK(runError(OpKind::kMaxPool2d, {h}, {{"kernel", attrInts({2, 2})}}).code() ==
+        ErrorCode::kUnimplemented);
+}
