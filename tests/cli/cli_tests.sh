@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# End-to-end tests of the `kiln` tool: results, exit codes, error messages and files left
+# behind. Usage: cli_tests.sh KILN_BINARY DATA_DIR
+set -u
+KILN=$1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+pass=0
+fail=0
+
+# check NAME EXPECTED_EXIT PATTERN -- COMMAND...: runs COMMAND, checks its exit code and that
+# stdout+stderr contain PATTERN (a grep -E regex; empty: no check).
+check() {
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL: $name: exit $rc, expected $want"; echo "$out" | head -5 | sed 's/^/    /'
+    fail=$((fail + 1)); return
+  fi
+  if [ -n "$pattern" ] && ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL: $name: output lacks /$pattern/"; echo "$out" | head -5 | sed 's/^/    /'
+    fail=$((fail + 1)); return
+  fi
+  pass=$((pass + 1))
+}
+# absent NAME FILE...: none of the files exist.
+absent() {
+  local name=$1; shift
+  for f in "$@"; do
+    if [ -e "$f" ]; then echo "FAIL: $name: $f was left behind"; fail=$((fail + 1)); return; fi
+  done
+  pass=$((pass + 1))
+}
+
+# ---- Happy paths.
+check "help" 0 "usage: kiln COMMAND" -- "$KILN" --help
+check "info resnet50 --json" 0 '"parameters": 25557032' -- "$KILN" info resnet50 --json
+check "info resnet50 GMAC" 0 '"gmacs_per_sample": 4\.0[89]' -- "$KILN" info resnet50 --json
+check "info mnist_cnn" 0 "1,199,882 trainable" -- "$KILN" info mnist_cnn
+check "dump" 0 "= conv2d\(%input" -- "$KILN" dump mnist_cnn
+check "run eager" 0 "ran mlp eagerly" -- "$KILN" run mlp --eager --batch 2
+check "run --json" 0 '"all_finite": true' -- "$KILN" run mnist_cnn --eager --json
+check "run writes output" 0 "wrote y.npy" -- "$KILN" run mlp --eager --output y.npy
+check "export" 0 "wrote" -- "$KILN" export mlp -o mlp.json --seed 3
+check "export writes weights" 0 "" -- test -s mlp.safetensors
+check "run exported json" 0 "ran mlp.json eagerly" -- "$KILN" run mlp.json --eager
+# The exported model computes what the zoo model computes on the same input.
+"$KILN" run mlp --eager --seed 3 --output ref.npy >/dev/null 2>&1
+"$KILN" run mlp.json --eager --seed 3 --output got.npy >/dev/null 2>&1
+check "exported model matches zoo model" 0 "" -- cmp ref.npy got.npy
+
+# ---- Bad input: exit code 2, a message naming the culprit, no partial output.
+check "unknown command" 2 "unknown command 'frobnicate'" -- "$KILN" frobnicate
+check "unknown option" 2 "unknown option --bogus" -- "$KILN" info mlp --bogus
+check "bad --batch" 2 "--batch expects an integer" -- "$KILN" info mlp --batch many
+check "unknown zoo model" 2 "resnet50" -- "$KILN" info resnet51
+check "missing file" 2 "nope\.json" -- "$KILN" info nope.json
+printf '{"format": "kiln-graph", "version": 1, "name": ' > bad.json
+check "truncated json" 2 "bad\.json" -- "$KILN" info bad.json
+printf 'this is not json' > bad2.json
+check "invalid json" 2 "bad2\.json" -- "$KILN" info bad2.json
+sed 's/"op":"relu"/"op":"relu_six"/' mlp.json > unknown_op.json
+cp mlp.safetensors unknown_op.safetensors
+check "unknown op" 2 "relu_six" -- "$KILN" info unknown_op.json
+sed 's/"op":"relu",/"op":"relu","attributes":{"alpha":{"float":1.0}},/' mlp.json > bad_attr.json
+cp mlp.safetensors bad_attr.safetensors
+check "unknown attribute" 2 "alpha" -- "$KILN" info bad_attr.json
+"$KILN" export mnist_cnn -o cnn.json >/dev/null 2>&1
+sed 's/"kernel":{"ints":\[2,2\]}/"kernel":{"string":"2x2"}/' cnn.json > bad_kind.json
+cp cnn.safetensors bad_kind.safetensors
+check "wrong attribute type" 2 "kernel.*ints" -- "$KILN" info bad_kind.json
+sed 's/"mlp\.safetensors"/"noweights.safetensors"/' mlp.json > noweights.json
+check "missing weights file" 2 "noweights\.safetensors" -- "$KILN" info noweights.json
+sed 's/"mlp\.safetensors"/"trunc.safetensors"/' mlp.json > trunc.json
+head -c 1000 mlp.safetensors > trunc.safetensors
+check "truncated safetensors" 2 "trunc\.safetensors" -- "$KILN" run trunc.json --eager
+check "wrong input shape" 2 "input 'input' expects f32\[1,784\].*f32\[1,10\]" -- \
+  "$KILN" run mlp --eager --input y.npy --output never.npy
+absent "no output after failed run" never.npy
+head -c 60 y.npy > trunc.npy
+check "truncated npy" 2 "trunc\.npy" -- "$KILN" run mlp --eager --input trunc.npy --output never.npy
+absent "no output after bad input file" never.npy
+check "missing input file" 2 "missing\.npy" -- "$KILN" run mlp --eager --input missing.npy
+check "too many inputs" 2 "has 1 inputs, got 2" -- "$KILN" run mlp --eager --input y.npy --input y.npy
+check "output count" 2 "has 1 outputs, got 2" -- "$KILN" run mlp --eager --output a.npy --output b.npy
+check "export to missing dir" 2 "no_such_dir" -- "$KILN" export mlp -o no_such_dir/m.json
+absent "no partial export" no_such_dir/m.json no_such_dir/m.safetensors
+check "export wrong extension" 2 "must be a \.json" -- "$KILN" export mlp -o m.txt
+check "run without --eager" 2 "--eager" -- "$KILN" run mlp
+check "onnx not yet" 2 "ONNX" -- "$KILN" info model.onnx
+leftovers=$(ls -A | grep -E '\.tmp|~$' || true)
+if [ -n "$leftovers" ]; then echo "FAIL: temporary files left: $leftovers"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
+
+echo "cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
