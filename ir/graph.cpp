@@ -92,6 +92,16 @@ Expected<Node*> Graph::addNode(OpKind op, std::vector<Value*> inputs, AttrMap at
 
 Expected<Node*> Graph::addNodeWithTypes(OpKind op, std::vector<Value*> inputs, AttrMap attrs,
                                         std::vector<std::pair<std::string, TensorType>> outputs) {
+  // Check every output name first, so that a bad one leaves the graph unchanged.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string& name = outputs[i].first;
+    if (!isValidName(name))
+      return invalidArgument("invalid value name '" + name +
+                             "' (use letters, digits and _ . - / :, at most 256 characters)");
+    if (byName_.count(name)) return invalidArgument("duplicate value name '%" + name + "'");
+    for (size_t j = 0; j < i; ++j)
+      if (outputs[j].first == name) return invalidArgument("duplicate value name '%" + name + "'");
+  }
   auto node = std::make_unique<Node>();
   node->op_ = op;
   node->attrs_ = std::move(attrs);
@@ -106,6 +116,44 @@ Expected<Node*> Graph::addNodeWithTypes(OpKind op, std::vector<Value*> inputs, A
   Node* raw = node.get();
   nodes_.push_back(std::move(node));
   return raw;
+}
+
+Expected<Node*> Graph::insertNode(Node* before, OpKind op, std::vector<Value*> inputs,
+                                  AttrMap attrs, std::vector<std::string> outputNames) {
+  KILN_ASSIGN_OR_RETURN(Node * n, addNode(op, std::move(inputs), std::move(attrs),
+                                          std::move(outputNames)));
+  if (!before) return n;
+  auto pos = std::find_if(nodes_.begin(), nodes_.end(),
+                          [&](const std::unique_ptr<Node>& p) { return p.get() == before; });
+  if (pos == nodes_.end()) return internalError("insertNode: `before` is not in the graph");
+  std::unique_ptr<Node> owned = std::move(nodes_.back());
+  nodes_.pop_back();
+  nodes_.insert(pos, std::move(owned));
+  return n;
+}
+
+Graph Graph::clone() const {
+  Graph g(name_);
+  std::unordered_map<const Value*, Value*> map;
+  // Names were unique here, so re-adding them cannot fail.
+  for (const Value* v : inputs_) map[v] = *g.addInput(v->name_, v->type_);
+  for (const Value* p : parameters_) {
+    Value* q = *g.addParameter(p->name_, p->type_, p->trainable_);
+    q->data_ = p->data_;
+    map[p] = q;
+  }
+  for (const auto& n : nodes_) {
+    std::vector<Value*> ins;
+    for (const Value* v : n->inputs_) ins.push_back(map.at(v));
+    std::vector<std::pair<std::string, TensorType>> outs;
+    for (const Value* o : n->outputs_) outs.emplace_back(o->name_, o->type_);
+    Node* c = *g.addNodeWithTypes(n->op_, std::move(ins), n->attrs_, std::move(outs));
+    c->name_ = n->name_;
+    for (size_t i = 0; i < c->outputs_.size(); ++i) map[n->outputs_[i]] = c->outputs_[i];
+  }
+  for (const Value* o : outputs_) g.outputs_.push_back(map.at(o));
+  g.nextId_ = nextId_;
+  return g;
 }
 
 std::vector<Node*> Graph::nodes() const {

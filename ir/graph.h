@@ -92,6 +92,8 @@ class Graph {
 
   const std::string& name() const { return name_; }
   void setName(std::string n) { name_ = std::move(n); }
+  // A deep copy of the structure; parameter data is shared (TensorData copies share bytes).
+  Graph clone() const;
 
   // Adds a graph input. Errors when the name is taken or not a valid identifier.
   Expected<Value*> addInput(const std::string& name, TensorType type);
@@ -104,6 +106,10 @@ class Graph {
   // Appends a node whose output types are given (the text parser); the verifier checks them.
   Expected<Node*> addNodeWithTypes(OpKind op, std::vector<Value*> inputs, AttrMap attrs,
                                    std::vector<std::pair<std::string, TensorType>> outputs);
+  // Like addNode, but places the node right before `before` (at the end when nullptr), so
+  // that passes can rewrite in place and keep the topological order.
+  Expected<Node*> insertNode(Node* before, OpKind op, std::vector<Value*> inputs,
+                             AttrMap attrs = {}, std::vector<std::string> outputNames = {});
   void setOutputs(std::vector<Value*> outs) { outputs_ = std::move(outs); }
 
   const std::vector<Value*>& inputs() const { return inputs_; }

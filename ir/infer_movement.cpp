@@ -26,8 +26,10 @@ Expected<std::vector<TensorType>> inferReshape(std::span<const TensorType> in, c
       inferred = static_cast<int>(i);
     } else if (out[i] < 0) {
       return invalidArgument("shape " + shapeToString(a.getInts("shape")) + " has a negative dim");
-    } else {
-      known *= out[i];
+    } else if (__builtin_mul_overflow(known, out[i], &known)) {
+      // Attribute values come from user files; no real input has this many elements.
+      return invalidArgument("cannot reshape " + shapeToString(x) + " into " +
+                             shapeToString(a.getInts("shape")) + " (the element count overflows)");
     }
   }
   const int64_t total = numElements(x);
@@ -90,7 +92,9 @@ Expected<std::vector<TensorType>> inferConcat(std::span<const TensorType> in, co
         return invalidArgument("input " + std::to_string(i) + " " + in[i].toString() +
                                " differs from " + in[0].toString() + " outside axis " +
                                std::to_string(axis));
-    out[axis] += in[i].shape[axis];
+    if (__builtin_add_overflow(out[axis], in[i].shape[axis], &out[axis]))
+      return invalidArgument("the concatenated size along axis " + std::to_string(axis) +
+                             " overflows");
   }
   return one({in[0].dtype, out, Layout::kPlain});
 }
@@ -116,14 +120,22 @@ Expected<std::vector<TensorType>> inferSlice(std::span<const TensorType> in, con
     const int64_t dim = x[ax];
     int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
     int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
+    // ceil(span / |step|) written so that neither a huge step nor INT64_MIN overflows.
+    const uint64_t stride = steps[i] > 0 ? static_cast<uint64_t>(steps[i])
+                                         : uint64_t{0} - static_cast<uint64_t>(steps[i]);
+    auto count = [&](int64_t from, int64_t to) {
+      return to > from ? static_cast<int64_t>((static_cast<uint64_t>(to - from) - 1) / stride + 1)
+                       : int64_t{0};
+    };
     if (steps[i] > 0) {
       s = std::clamp<int64_t>(s, 0, dim);
       e = std::clamp<int64_t>(e, 0, dim);
-      out[ax] = e > s ? (e - s + steps[i] - 1) / steps[i] : 0;
+      out[ax] = count(s, e);
     } else {
-      s = std::clamp<int64_t>(s, -1, dim - 1);
+      // As ONNX: a backward slice starts inside [0, dim-1] and ends in [-1, dim-1].
+      s = dim == 0 ? 0 : std::clamp<int64_t>(s, 0, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
-      out[ax] = s > e ? (s - e + (-steps[i]) - 1) / (-steps[i]) : 0;
+      out[ax] = count(e, s);
     }
   }
   return one({in[0].dtype, out, Layout::kPlain});

@@ -38,15 +38,27 @@ Expected<int64_t> windowOutputSize(int64_t in, int64_t kernel, int64_t stride, i
   if (kernel < 1 || stride < 1 || dilation < 1 || padBegin < 0 || padEnd < 0)
     return invalidArgument(std::string(dimName) +
                            ": kernel, stride and dilation must be >= 1 and pads >= 0");
-  const int64_t span = dilation * (kernel - 1) + 1;
-  const int64_t avail = in + padBegin + padEnd - span;
+  // Attribute values come from user files: reject sizes whose arithmetic would overflow.
+  int64_t span = 0, padded = 0;
+  if (__builtin_mul_overflow(dilation, kernel - 1, &span) ||
+      __builtin_add_overflow(span, 1, &span) || __builtin_add_overflow(in, padBegin, &padded) ||
+      __builtin_add_overflow(padded, padEnd, &padded))
+    return invalidArgument(std::string(dimName) + ": kernel " + std::to_string(kernel) +
+                           ", stride " + std::to_string(stride) + ", pads " +
+                           std::to_string(padBegin) + "+" + std::to_string(padEnd) +
+                           " and dilation " + std::to_string(dilation) +
+                           " are too large for input of " + std::to_string(in));
+  const int64_t avail = padded - span;
   if (avail < 0)
     return invalidArgument(std::string(dimName) + ": window of " + std::to_string(span) +
                            " does not fit input of " + std::to_string(in) + " with pads " +
                            std::to_string(padBegin) + "+" + std::to_string(padEnd));
-  int64_t out = (ceilMode ? (avail + stride - 1) / stride : avail / stride) + 1;
+  int64_t out = avail / stride + (ceilMode && avail % stride != 0 ? 1 : 0) + 1;
   // As in PyTorch: the last window must start inside the input or the left padding.
-  if (ceilMode && (out - 1) * stride >= in + padBegin) --out;
+  int64_t lastStart = 0;
+  if (ceilMode &&
+      (__builtin_mul_overflow(out - 1, stride, &lastStart) || lastStart >= in + padBegin))
+    --out;
   return out;
 }
 
@@ -131,8 +143,12 @@ Expected<std::vector<TensorType>> inferConv2d(std::span<const TensorType> in, co
   if (group < 1 || x[1] % group != 0 || w[0] % group != 0)
     return invalidArgument("group " + std::to_string(group) + " must divide input channels " +
                            std::to_string(x[1]) + " and output channels " + std::to_string(w[0]));
-  if (w[1] * group != x[1])
-    return invalidArgument("weight " + dims(w) + " expects " + std::to_string(w[1] * group) +
+  int64_t weightChannels = 0;
+  if (__builtin_mul_overflow(w[1], group, &weightChannels))
+    return invalidArgument("weight " + dims(w) + " with group " + std::to_string(group) +
+                           " expects more input channels than int64 holds");
+  if (weightChannels != x[1])
+    return invalidArgument("weight " + dims(w) + " expects " + std::to_string(weightChannels) +
                            " input channels (group " + std::to_string(group) + "), input " +
                            dims(x) + " has " + std::to_string(x[1]));
   if (in.size() == 3) {
@@ -160,9 +176,18 @@ Expected<std::vector<TensorType>> inferPool2d(std::span<const TensorType> in, co
     dil = a.getInts("dilations");
     KILN_TRY(requireLen(dil, 2, "dilations"));
   }
-  for (int i = 0; i < 2; ++i)
-    if (pads[i] * 2 > k[i] * dil[i] || pads[i + 2] * 2 > k[i] * dil[i])
-      return invalidArgument("pads " + dims(pads) + " must be at most half the kernel " + dims(k));
+  // As in PyTorch: each pad is at most half the dilated window, so that no window lies wholly
+  // in the padding (those would have no valid element to take the max or mean of).
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = 0;
+    if (k[i] < 1 || dil[i] < 1 || __builtin_mul_overflow(dil[i], k[i] - 1, &span))
+      return invalidArgument("kernel " + dims(k) + " and dilations " + dims(dil) +
+                             " must be >= 1 and not overflow");
+    const int64_t maxPad = span / 2 + (span & 1);  // (span + 1) / 2 without overflow.
+    if (pads[i] > maxPad || pads[i + 2] > maxPad)
+      return invalidArgument("pads " + dims(pads) + " must be at most half the window (kernel " +
+                             dims(k) + ", dilations " + dims(dil) + ")");
+  }
   const bool ceil = a.getInt("ceil_mode") != 0;
   const Shape& x = in[0].shape;
   KILN_ASSIGN_OR_RETURN(int64_t oh, windowOutputSize(x[2], k[0], st[0], pads[0], pads[2], dil[0],

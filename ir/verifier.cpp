@@ -1,8 +1,23 @@
 #include "ir/verifier.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace kiln::ir {
+
+namespace {
+// Element counts and byte sizes are int64 everywhere; a type whose size overflows (an
+// expand or broadcast of huge attribute values) would make every later size computation UB.
+// Zero dims count as one so that partial products are bounded too.
+Status checkTypeSize(const Value* v) {
+  int64_t bytes = static_cast<int64_t>(dtypeSize(v->type().dtype));
+  for (int64_t d : v->type().shape)
+    if (__builtin_mul_overflow(bytes, std::max<int64_t>(d, 1), &bytes))
+      return invalidArgument("value '%" + v->name() + "' has type " + v->type().toString() +
+                             ", whose size does not fit in 64 bits");
+  return Status::ok();
+}
+}  // namespace
 
 Status verify(const Graph& g) {
   std::unordered_set<const Value*> defined;
@@ -11,7 +26,7 @@ Status verify(const Graph& g) {
     if (!names.insert(v->name()).second)
       return invalidArgument(where + ": value name '%" + v->name() + "' is defined twice");
     defined.insert(v);
-    return Status::ok();
+    return checkTypeSize(v).withContext(where);
   };
   for (const Value* v : g.inputs()) {
     if (!v->isInput()) return internalError("graph input '%" + v->name() + "' is not an input");

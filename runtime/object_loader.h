@@ -40,7 +40,7 @@ class LoadedObjects {
   // kInvalidArgument when it cannot be linked (e.g. it calls a function nobody defines).
   Expected<void*> lookup(std::string_view symbol);
 
-  // Typed lookup: `auto k = KILN_TRY(objects.lookupFunction<void(const float*, float*, long)>("k"))`.
+  // Typed lookup, e.g. lookupFunction<void(const float*, float*, long)>("k").
   template <class Signature>
   Expected<Signature*> lookupFunction(std::string_view symbol) {
     Expected<void*> address = lookup(symbol);

@@ -50,6 +50,15 @@ Tensor Tensor::fromData(const ir::TensorData& data) {
   return t;
 }
 
+Tensor Tensor::wrap(std::byte* data, DType dtype, Shape shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.strides_ = ir::contiguousStrides(shape);
+  t.shape_ = std::move(shape);
+  t.storage_ = std::make_shared<Storage>(data, t.byteSize());
+  return t;
+}
+
 bool Tensor::isContiguous() const { return strides_ == ir::contiguousStrides(shape_); }
 
 Expected<Tensor> Tensor::reshaped(Shape shape) const {

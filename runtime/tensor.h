@@ -21,6 +21,7 @@ enum class DeviceKind : uint8_t { kCPU, kCUDA };
 class Storage {
  public:
   Storage(Allocator* alloc, size_t bytes);  // data() is nullptr when allocation failed.
+  Storage(std::byte* unowned, size_t bytes) : data_(unowned), bytes_(bytes) {}
   explicit Storage(const ir::TensorData& borrowed);
   ~Storage();
   Storage(const Storage&) = delete;
@@ -44,6 +45,8 @@ class Tensor {
   static Expected<Tensor> zeros(DType dtype, Shape shape, Allocator* alloc = nullptr);
   // A contiguous view of a TensorData's bytes (no copy; shares ownership).
   static Tensor fromData(const ir::TensorData& data);
+  // A contiguous view of memory the caller owns and keeps alive (an arena slot).
+  static Tensor wrap(std::byte* data, DType dtype, Shape shape);
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

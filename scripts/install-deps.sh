@@ -8,6 +8,8 @@ PACKAGES=(
   catch2                                     # tests
   nlohmann-json3-dev                         # JSON graph format, CLI --json
   clang-format                               # code formatting (.clang-format)
+  llvm-16-dev                                # ORC JIT object loader, CPU code generation
+  libclang-16-dev libclang-cpp16-dev clang-16  # in-process C++ kernel compiler
 )
 
 missing=()

@@ -43,8 +43,8 @@ Status sliceKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::s
     const int64_t dim = s[ax];
     int64_t start = starts[i] < 0 ? starts[i] + dim : starts[i];
     // The same clamping as shape inference (infer_movement.cpp).
-    start =
-        steps[i] > 0 ? std::clamp<int64_t>(start, 0, dim) : std::clamp<int64_t>(start, -1, dim - 1);
+    start = steps[i] > 0 ? std::clamp<int64_t>(start, 0, dim)
+                         : (dim == 0 ? 0 : std::clamp<int64_t>(start, 0, dim - 1));
     offset += start * strides[ax];
     // With at most one output element the step is never taken (and a huge step must not
     // overflow the stride).

@@ -1,0 +1,63 @@
+#include "codegen/kernel_ir.h"
+
+namespace kiln::codegen {
+
+Expected<ScalarType> scalarTypeOf(ir::DType t) {
+  switch (t) {
+    case ir::DType::kF32:
+      return ScalarType::kF32;
+    case ir::DType::kF64:
+      return ScalarType::kF64;
+    case ir::DType::kI64:
+      return ScalarType::kI64;
+    case ir::DType::kI32:
+      return ScalarType::kI32;
+    case ir::DType::kI8:
+      return ScalarType::kI8;
+    case ir::DType::kU8:
+      return ScalarType::kU8;
+    case ir::DType::kBool:
+      return ScalarType::kBool;
+    default:
+      return unimplemented("dtype " + std::string(ir::dtypeName(t)) +
+                           " is not supported by generated kernels");
+  }
+}
+
+std::string_view scalarTypeName(ScalarType t) {
+  switch (t) {
+    case ScalarType::kF32:
+      return "f32";
+    case ScalarType::kF64:
+      return "f64";
+    case ScalarType::kI64:
+      return "i64";
+    case ScalarType::kI32:
+      return "i32";
+    case ScalarType::kI8:
+      return "i8";
+    case ScalarType::kU8:
+      return "u8";
+    case ScalarType::kBool:
+      return "bool";
+  }
+  return "?";
+}
+
+int64_t Kernel::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : domain) n *= d;
+  return n;
+}
+
+int64_t Kernel::numUnits() const {
+  if (domain.empty()) return 1;
+  if (isReduction())
+    return domain[reduceDim] == 0 ? numElements() : numElements() / domain[reduceDim];
+  int64_t outer = 1;
+  for (size_t d = 0; d + 1 < domain.size(); ++d) outer *= domain[d];
+  const int64_t inner = domain.back();
+  return outer * ((inner + kChunk - 1) / kChunk);
+}
+
+}  // namespace kiln::codegen

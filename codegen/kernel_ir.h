@@ -1,0 +1,89 @@
+// Kernel IR: a loop-level description of one fused kernel, independent of the target: an
+// iteration domain (optionally with one reduced dim), affine loads and stores into buffers,
+// a scalar expression DAG, and reduction stages. Renderers print it as C++ or CUDA C.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/status.h"
+#include "ir/types.h"
+
+namespace kiln::codegen {
+
+enum class ScalarType : uint8_t { kF32, kF64, kI64, kI32, kI8, kU8, kBool };
+Expected<ScalarType> scalarTypeOf(ir::DType t);
+std::string_view scalarTypeName(ScalarType t);  // For reports: "f32", "bool", ...
+
+// An affine map from a domain index to a buffer element: offset + sum(index[d] * strides[d]).
+struct Access {
+  int arg = 0;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;  // One per domain dim, in elements; 0 broadcasts.
+  bool operator==(const Access&) const = default;
+};
+
+enum class ExprKind : uint8_t {
+  kLoad,    // loads[load]
+  kConst,   // value
+  kCall,    // fn(args...): a prelude function, e.g. "kiln_add", "kiln_exp"
+  kSelect,  // args[0] ? args[1] : args[2]
+  kCast,    // (type)args[0]
+  kStage,   // The result of stages[stage] (a row value).
+};
+
+struct Expr {
+  ExprKind kind = ExprKind::kConst;
+  ScalarType type = ScalarType::kF32;
+  std::string fn;
+  std::vector<int> args;
+  int load = -1;
+  double value = 0;
+  int stage = -1;
+  // In a reduction kernel: the expression does not vary along the reduced dim, so it is
+  // computed once per row (after the stages it depends on).
+  bool row = false;
+};
+
+enum class ReduceOp : uint8_t { kSum, kMax };
+
+// One pass over the reduced dim that folds an element expression into a row value.
+struct Stage {
+  int value = -1;  // An element-level expression (may read earlier stages).
+  ReduceOp op = ReduceOp::kSum;
+};
+
+struct Store {
+  Access access;
+  int value = -1;
+  bool row = false;  // Stored once per row (its access has stride 0 along the reduced dim).
+};
+
+struct KernelArg {
+  std::string value;  // The graph value it holds (for reports and the plan).
+  ScalarType type = ScalarType::kF32;
+  bool output = false;
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<int64_t> domain;  // The iteration space, after dim coalescing.
+  int reduceDim = -1;           // The reduced dim of a reduction kernel; -1 for pointwise.
+  std::vector<KernelArg> args;
+  std::vector<Access> loads;
+  std::vector<Expr> exprs;  // Operands come before their users.
+  std::vector<Stage> stages;
+  std::vector<Store> stores;
+
+  bool isReduction() const { return reduceDim >= 0; }
+  // Pointwise kernels split their innermost dim into chunks of this many elements, so that a
+  // 1-D domain still spreads over threads.
+  static constexpr int64_t kChunk = 4096;
+  // The parallel work units the runtime splits over threads: rows (outer x inner indices) of
+  // a reduction, or chunks of the innermost dim of a pointwise kernel.
+  int64_t numUnits() const;
+  int64_t numElements() const;
+};
+
+}  // namespace kiln::codegen

@@ -1,0 +1,342 @@
+#include "codegen/render.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "codegen/prelude.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+std::string_view cType(ScalarType t) {
+  switch (t) {
+    case ScalarType::kF32:
+      return "float";
+    case ScalarType::kF64:
+      return "double";
+    case ScalarType::kI64:
+      return "long long";
+    case ScalarType::kI32:
+      return "int";
+    case ScalarType::kI8:
+      return "signed char";
+    case ScalarType::kU8:
+      return "unsigned char";
+    case ScalarType::kBool:
+      return "bool";
+  }
+  return "?";
+}
+
+std::string literal(double v, ScalarType t) {
+  const bool f32 = t == ScalarType::kF32;
+  if (std::isnan(v)) return f32 ? "kiln_nan_f32()" : "kiln_nan_f64()";
+  if (std::isinf(v)) {
+    std::string inf = f32 ? "kiln_inf_f32()" : "kiln_inf_f64()";
+    return v < 0 ? "(-" + inf + ")" : inf;
+  }
+  char buf[64];
+  if (t == ScalarType::kF32 || t == ScalarType::kF64) {
+    // Hex floats are exact and valid C++17 in both dialects.
+    std::snprintf(buf, sizeof buf, "%a", f32 ? static_cast<double>(static_cast<float>(v)) : v);
+    return std::string("(") + std::string(cType(t)) + ")" + buf;
+  }
+  std::snprintf(buf, sizeof buf, "(%s)%lld", std::string(cType(t)).c_str(),
+                static_cast<long long>(v));
+  return buf;
+}
+
+class Printer {
+ public:
+  Printer(const Kernel& k, Dialect d) : k_(k), d_(d) {
+    // The highest stage each expression depends on (-1: none).
+    stageDep_.resize(k.exprs.size(), -1);
+    for (size_t i = 0; i < k.exprs.size(); ++i) {
+      const Expr& e = k.exprs[i];
+      int s = e.kind == ExprKind::kStage ? e.stage : -1;
+      for (int a : e.args) s = std::max(s, stageDep_[a]);
+      stageDep_[i] = s;
+    }
+  }
+
+  std::string run() {
+    signature();
+    if (k_.isReduction())
+      reductionBody();
+    else
+      pointwiseBody();
+    out_ << "}\n";
+    return out_.str();
+  }
+
+ private:
+  void line(int indent, const std::string& s) { out_ << std::string(2 * indent, ' ') << s << "\n"; }
+
+  std::string arg(int i) const { return "a" + std::to_string(i); }
+
+  void signature() {
+    const bool cuda = d_ == Dialect::kCuda;
+    out_ << (cuda ? "extern \"C\" __global__ void " : "extern \"C\" void ") << k_.name << "(";
+    if (cuda) {
+      for (size_t i = 0; i < k_.args.size(); ++i)
+        out_ << (i ? ", " : "") << (k_.args[i].output ? "" : "const ") << cType(k_.args[i].type)
+             << "* " << arg(static_cast<int>(i));
+      out_ << ") {\n";
+    } else {
+      out_ << "void* const* kiln_args, long long kiln_begin, long long kiln_end) {\n";
+      for (size_t i = 0; i < k_.args.size(); ++i) {
+        const std::string t =
+            std::string(k_.args[i].output ? "" : "const ") + std::string(cType(k_.args[i].type));
+        line(1, t + "* " + arg(static_cast<int>(i)) + " = (" + t + "*)kiln_args[" +
+                    std::to_string(i) + "];");
+      }
+    }
+  }
+
+  // Declares the index of every dim in `dims` from the flat unit index `var` (innermost
+  // dim fastest), then a base offset per access.
+  void decompose(int indent, const std::string& var, const std::vector<int>& dims) {
+    line(indent, "long long kiln_q = " + var + ";");
+    for (size_t i = dims.size(); i-- > 0;) {
+      const std::string idx = "i" + std::to_string(dims[i]);
+      const std::string size = std::to_string(k_.domain[dims[i]]);
+      if (i == 0)
+        line(indent, "const long long " + idx + " = kiln_q;");
+      else
+        line(indent,
+             "const long long " + idx + " = kiln_q % " + size + "; kiln_q /= " + size + ";");
+    }
+  }
+
+  std::string offsetExpr(const Access& a, const std::vector<int>& dims) const {
+    std::string s = std::to_string(a.offset);
+    for (int d : dims)
+      if (a.strides[d] != 0)
+        s += " + i" + std::to_string(d) + " * " + std::to_string(a.strides[d]) + "LL";
+    return s;
+  }
+
+  // Base offsets of every load and store over `dims` (the dims fixed per unit/element).
+  void bases(int indent, const std::vector<int>& dims) {
+    for (size_t i = 0; i < k_.loads.size(); ++i)
+      line(indent,
+           "const long long l" + std::to_string(i) + " = " + offsetExpr(k_.loads[i], dims) + ";");
+    for (size_t i = 0; i < k_.stores.size(); ++i)
+      line(indent, "const long long s" + std::to_string(i) + " = " +
+                       offsetExpr(k_.stores[i].access, dims) + ";");
+  }
+
+  std::string index(int64_t stride, const std::string& var) const {
+    if (var.empty() || stride == 0) return "";
+    return " + " + var + (stride == 1 ? "" : " * " + std::to_string(stride) + "LL");
+  }
+
+  std::string exprText(int i, const std::string& loopVar, int loopDim) const {
+    const Expr& e = k_.exprs[i];
+    auto ref = [](int a) { return "e" + std::to_string(a); };
+    switch (e.kind) {
+      case ExprKind::kLoad: {
+        const Access& a = k_.loads[e.load];
+        return arg(a.arg) + "[l" + std::to_string(e.load) +
+               (loopDim >= 0 ? index(a.strides[loopDim], loopVar) : "") + "]";
+      }
+      case ExprKind::kConst:
+        return literal(e.value, e.type);
+      case ExprKind::kCall: {
+        std::string s = e.fn + "(";
+        for (size_t j = 0; j < e.args.size(); ++j) s += (j ? ", " : "") + ref(e.args[j]);
+        return s + ")";
+      }
+      case ExprKind::kSelect:
+        return "(" + ref(e.args[0]) + " ? " + ref(e.args[1]) + " : " + ref(e.args[2]) + ")";
+      case ExprKind::kCast:
+        return "(" + std::string(cType(e.type)) + ")" + ref(e.args[0]);
+      case ExprKind::kStage:
+        return "kiln_s" + std::to_string(e.stage);
+    }
+    return "?";
+  }
+
+  void emitExpr(int indent, int i, const std::string& loopVar, int loopDim) {
+    line(indent, "const " + std::string(cType(k_.exprs[i].type)) + " e" + std::to_string(i) +
+                     " = " + exprText(i, loopVar, loopDim) + ";");
+  }
+
+  // Emits, in order, the element-level expressions that `roots` need and that are not
+  // emitted yet in this scope.
+  void emitNeeded(int indent, const std::vector<int>& roots, std::set<int> emitted,
+                  const std::string& loopVar, int loopDim) {
+    std::set<int> need;
+    std::vector<int> stack(roots.begin(), roots.end());
+    while (!stack.empty()) {
+      const int e = stack.back();
+      stack.pop_back();
+      if (emitted.count(e) || !need.insert(e).second) continue;
+      for (int a : k_.exprs[e].args) stack.push_back(a);
+    }
+    for (int e : need) emitExpr(indent, e, loopVar, loopDim);
+  }
+
+  void store(int indent, const Store& s, size_t i, const std::string& loopVar, int loopDim) {
+    line(indent, arg(s.access.arg) + "[s" + std::to_string(i) +
+                     (loopDim >= 0 ? index(s.access.strides[loopDim], loopVar) : "") + "] = e" +
+                     std::to_string(s.value) + ";");
+  }
+
+  void pointwiseBody() {
+    const int rank = static_cast<int>(k_.domain.size());
+    const int inner = rank - 1;
+    std::vector<int> outerDims;
+    for (int d = 0; d < inner; ++d) outerDims.push_back(d);
+    std::vector<int> all;
+    std::vector<int> roots;
+    for (const auto& s : k_.stores) roots.push_back(s.value);
+    if (d_ == Dialect::kCuda) {
+      for (int d = 0; d < rank; ++d) all.push_back(d);
+      line(1,
+           "for (long long kiln_t = (long long)blockIdx.x * blockDim.x + threadIdx.x; kiln_t < " +
+               std::to_string(k_.numElements()) +
+               "LL; kiln_t += (long long)gridDim.x * blockDim.x) {");
+      decompose(2, "kiln_t", all);
+      bases(2, all);
+      emitNeeded(2, roots, {}, "", -1);
+      for (size_t i = 0; i < k_.stores.size(); ++i) store(2, k_.stores[i], i, "", -1);
+      line(1, "}");
+      return;
+    }
+    const int64_t chunks = (k_.domain[inner] + Kernel::kChunk - 1) / Kernel::kChunk;
+    line(1, "for (long long kiln_u = kiln_begin; kiln_u < kiln_end; ++kiln_u) {");
+    line(2, "long long kiln_o = kiln_u;");
+    if (chunks > 1) {
+      line(2, "const long long kiln_c = kiln_o % " + std::to_string(chunks) +
+                  "LL; kiln_o /= " + std::to_string(chunks) + "LL;");
+      line(2, "const long long kiln_jb = kiln_c * " + std::to_string(Kernel::kChunk) + "LL;");
+      line(2, "const long long kiln_je = kiln_jb + " + std::to_string(Kernel::kChunk) + "LL < " +
+                  std::to_string(k_.domain[inner]) + "LL ? kiln_jb + " +
+                  std::to_string(Kernel::kChunk) + "LL : " + std::to_string(k_.domain[inner]) +
+                  "LL;");
+    } else {
+      line(2, "const long long kiln_jb = 0, kiln_je = " + std::to_string(k_.domain[inner]) + "LL;");
+    }
+    if (!outerDims.empty()) decompose(2, "kiln_o", outerDims);
+    bases(2, outerDims);
+    // Expressions that do not vary along the inner dim are hoisted out of the loop.
+    std::set<int> hoisted;
+    for (size_t i = 0; i < k_.exprs.size(); ++i) {
+      bool invariant = k_.exprs[i].kind == ExprKind::kConst;
+      if (k_.exprs[i].kind == ExprKind::kLoad)
+        invariant = k_.loads[k_.exprs[i].load].strides[inner] == 0;
+      if (k_.exprs[i].kind == ExprKind::kCall || k_.exprs[i].kind == ExprKind::kCast ||
+          k_.exprs[i].kind == ExprKind::kSelect) {
+        invariant = true;
+        for (int a : k_.exprs[i].args) invariant = invariant && hoisted.count(a);
+      }
+      if (invariant) {
+        emitExpr(2, static_cast<int>(i), "", -1);
+        hoisted.insert(static_cast<int>(i));
+      }
+    }
+    line(2, "for (long long j = kiln_jb; j < kiln_je; ++j) {");
+    emitNeeded(3, roots, hoisted, "j", inner);
+    for (size_t i = 0; i < k_.stores.size(); ++i) store(3, k_.stores[i], i, "j", inner);
+    line(2, "}");
+    line(1, "}");
+  }
+
+  void reductionBody() {
+    const bool cuda = d_ == Dialect::kCuda;
+    const int rd = k_.reduceDim;
+    const std::string R = std::to_string(k_.domain[rd]) + "LL";
+    std::vector<int> rowDims;
+    for (int d = 0; d < static_cast<int>(k_.domain.size()); ++d)
+      if (d != rd) rowDims.push_back(d);
+    if (cuda) {
+      std::set<ScalarType> types;
+      for (const Stage& s : k_.stages) types.insert(k_.exprs[s.value].type);
+      for (ScalarType t : types)
+        line(1, "__shared__ " + std::string(cType(t)) + " kiln_smem_" +
+                    std::string(scalarTypeName(t)) + "[32];");
+      line(1, "for (long long kiln_u = blockIdx.x; kiln_u < " + std::to_string(k_.numUnits()) +
+                  "LL; kiln_u += gridDim.x) {");
+    } else {
+      line(1, "for (long long kiln_u = kiln_begin; kiln_u < kiln_end; ++kiln_u) {");
+    }
+    if (!rowDims.empty()) decompose(2, "kiln_u", rowDims);
+    bases(2, rowDims);
+    const std::string rBegin = cuda ? "(long long)threadIdx.x" : "0";
+    const std::string rStep = cuda ? "r += blockDim.x" : "++r";
+    std::set<int> emitted;  // Row expressions emitted at the unit level.
+    auto emitRowExprs = [&](int maxStage) {
+      for (size_t i = 0; i < k_.exprs.size(); ++i)
+        if (k_.exprs[i].row && !emitted.count(static_cast<int>(i)) && stageDep_[i] <= maxStage) {
+          emitExpr(2, static_cast<int>(i), "", -1);
+          emitted.insert(static_cast<int>(i));
+        }
+    };
+    for (size_t s = 0; s < k_.stages.size(); ++s) {
+      emitRowExprs(static_cast<int>(s) - 1);
+      const Stage& st = k_.stages[s];
+      const ScalarType t = k_.exprs[st.value].type;
+      const std::string init =
+          st.op == ReduceOp::kSum
+              ? literal(0, t)
+              : "(-" + std::string(t == ScalarType::kF32 ? "kiln_inf_f32()" : "kiln_inf_f64()") +
+                    ")";
+      const std::string acc = "kiln_s" + std::to_string(s);
+      line(2, std::string(cType(t)) + " " + acc + " = " + init + ";");
+      line(2, "for (long long r = " + rBegin + "; r < " + R + "; " + rStep + ") {");
+      emitNeeded(3, {st.value}, emitted, "r", rd);
+      if (st.op == ReduceOp::kSum)
+        line(3, acc + " += e" + std::to_string(st.value) + ";");
+      else
+        line(3, acc + " = kiln_maximum(" + acc + ", e" + std::to_string(st.value) + ");");
+      line(2, "}");
+      if (cuda)
+        line(2, acc + " = kiln_block_reduce(" + acc + ", " + init + ", " +
+                    (st.op == ReduceOp::kSum ? "kiln_sum_op()" : "kiln_max_op()") + ", kiln_smem_" +
+                    std::string(scalarTypeName(t)) + ");");
+    }
+    emitRowExprs(static_cast<int>(k_.stages.size()));
+    bool elementStores = false;
+    for (const Store& s : k_.stores) elementStores = elementStores || !s.row;
+    if (elementStores) {
+      std::vector<int> roots;
+      for (const Store& s : k_.stores)
+        if (!s.row) roots.push_back(s.value);
+      line(2, "for (long long r = " + rBegin + "; r < " + R + "; " + rStep + ") {");
+      emitNeeded(3, roots, emitted, "r", rd);
+      for (size_t i = 0; i < k_.stores.size(); ++i)
+        if (!k_.stores[i].row) store(3, k_.stores[i], i, "r", rd);
+      line(2, "}");
+    }
+    for (size_t i = 0; i < k_.stores.size(); ++i) {
+      if (!k_.stores[i].row) continue;
+      if (cuda) line(2, "if (threadIdx.x == 0)");
+      store(cuda ? 3 : 2, k_.stores[i], i, "", -1);
+    }
+    if (cuda) line(2, "__syncthreads();");
+    line(1, "}");
+  }
+
+  const Kernel& k_;
+  Dialect d_;
+  std::vector<int> stageDep_;
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+std::string renderKernel(const Kernel& k, Dialect d) {
+  return Printer(k, d).run();
+}
+
+std::string renderModule(std::span<const Kernel> kernels, Dialect d) {
+  std::string s(kernelPrelude());
+  for (const Kernel& k : kernels) s += "\n" + renderKernel(k, d);
+  return s;
+}
+
+}  // namespace kiln::codegen

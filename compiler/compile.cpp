@@ -1,0 +1,430 @@
+#include "compiler/compile.h"
+
+#include <chrono>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "codegen/cpu_compiler.h"
+#include "codegen/kernel_cache.h"
+#include "codegen/lower.h"
+#include "codegen/nvrtc_compiler.h"
+#include "codegen/render.h"
+#include "compiler/memory_plan.h"
+#include "passes/pipeline.h"
+#include "runtime/object_loader.h"
+#include "runtime/reference/kernels.h"
+
+namespace kiln::compiler {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// Constant folding runs nodes on the runtime's reference kernels.
+passes::ConstantEvaluator referenceEvaluator() {
+  return [](const ir::Node& n, std::span<const ir::TensorData> in)
+             -> Expected<std::vector<ir::TensorData>> {
+    std::vector<runtime::Tensor> ts;
+    for (const auto& d : in) ts.push_back(runtime::Tensor::fromData(d));
+    KILN_ASSIGN_OR_RETURN(auto outs, runtime::runReferenceOp(n.op(), ts, n.attrs()));
+    std::vector<ir::TensorData> res;
+    for (const auto& t : outs) res.push_back(t.toData());
+    return res;
+  };
+}
+
+// One step of the schedule before buffers are assigned.
+struct StepDraft {
+  runtime::PlanStep::Kind kind;
+  std::string name;
+  std::vector<const ir::Value*> inputs;
+  std::vector<const ir::Value*> outputs;
+  int kernel = -1;  // Index into kernels.
+  const ir::Node* node = nullptr;
+};
+
+// Where a value's bytes live: a storage id, shared by a reshape and its input.
+struct Storage {
+  runtime::BufferRef::Kind kind;
+  int index = 0;  // Input/parameter/output number, or the arena request.
+  int firstStep = 0;
+  int lastStep = 0;
+  int64_t bytes = 0;
+};
+
+bool isAliasGroup(const passes::FusionGroup& g) {
+  for (const ir::Node* n : g.nodes)
+    if (n->op() != ir::OpKind::kReshape && n->op() != ir::OpKind::kFlatten &&
+        n->op() != ir::OpKind::kSqueeze && n->op() != ir::OpKind::kUnsqueeze)
+      return false;
+  return true;
+}
+
+class Driver {
+ public:
+  Driver(const CompileOptions& o) : opts_(o) {}
+
+  Expected<std::unique_ptr<CompiledModel>> run(const ir::Graph& input) {
+    const auto t0 = Clock::now();
+    report_.nodesIn = static_cast<int>(input.numNodes());
+    graph_ = input.clone();
+    KILN_TRY(runPasses());
+    auto tf = Clock::now();
+    fusion_ = passes::planFusion(graph_, opts_.fusion);
+    report_.fusionExplanation = passes::explainFusion(fusion_);
+    report_.fusionMs = msSince(tf);
+    auto tc = Clock::now();
+    KILN_TRY(buildSteps());
+    report_.codegenMs = msSince(tc);
+    KILN_TRY(compileKernels());
+    auto tp = Clock::now();
+    KILN_TRY(buildPlan());
+    report_.planMs = msSince(tp);
+    report_.totalMs = msSince(t0);
+    return std::make_unique<CompiledModel>(plan_, std::move(report_), opts_.runThreads);
+  }
+
+ private:
+  Status runPasses() {
+    const auto t = Clock::now();
+    passes::PassContext ctx;
+    ctx.inference = opts_.inference;
+    ctx.evaluate = referenceEvaluator();
+    ctx.disabled = opts_.disabledPasses;
+    ctx.dumpAfter = opts_.dumpAfter;
+    ctx.timePasses = opts_.timePasses;
+    ctx.verifyAfterEach = opts_.verifyEachPass;
+    ctx.log = opts_.log;
+    KILN_TRY(passes::Pipeline::standard().run(graph_, ctx));
+    report_.remarks = ctx.remarks;
+    report_.nodesOptimized = static_cast<int>(graph_.numNodes());
+    report_.passesMs = msSince(t);
+    return Status::ok();
+  }
+
+  void addReferenceSteps(const passes::FusionGroup& g) {
+    for (const ir::Node* n : g.nodes) {
+      StepDraft s{runtime::PlanStep::Kind::kReference, n->describe(), {}, {}, -1, n};
+      s.inputs.assign(n->inputs().begin(), n->inputs().end());
+      s.outputs.assign(n->outputs().begin(), n->outputs().end());
+      steps_.push_back(std::move(s));
+    }
+  }
+
+  Status buildSteps() {
+    for (const ir::Value* v : graph_.outputs()) graphOutputs_.insert(v);
+    for (const auto& g : fusion_.groups) {
+      switch (g.kind) {
+        case passes::GroupKind::kLibrary:
+        case passes::GroupKind::kOther:
+          addReferenceSteps(g);
+          break;
+        case passes::GroupKind::kView:
+          if (isAliasGroup(g)) {
+            for (const ir::Node* n : g.nodes) aliasOf_[n->output()] = n->input(0);
+            report_.aliases += static_cast<int>(g.nodes.size());
+            break;
+          }
+          [[fallthrough]];
+        case passes::GroupKind::kPointwise:
+        case passes::GroupKind::kReduction: {
+          const std::string name = "kiln_k" + std::to_string(kernels_.size());
+          auto k = codegen::lowerGroup(g, graphOutputs_, name);
+          if (!k) {
+            report_.remarks.push_back("group " + std::to_string(g.id) + " runs op by op: " +
+                                      k.status().message());
+            addReferenceSteps(g);
+            break;
+          }
+          StepDraft s{runtime::PlanStep::Kind::kKernel, name, {}, {}, static_cast<int>(kernels_.size()), nullptr};
+          bool sawOutput = false;
+          for (const auto& a : k->args) {
+            const ir::Value* v = graph_.findValue(a.value);
+            if (!v) return internalError("kernel " + name + " names unknown value " + a.value);
+            if (a.output) {
+              s.outputs.push_back(v);
+              sawOutput = true;
+            } else {
+              if (sawOutput) return internalError("kernel " + name + ": inputs after outputs");
+              s.inputs.push_back(v);
+            }
+          }
+          kernelGroup_.push_back(std::string(passes::groupKindName(g.kind)));
+          kernels_.push_back(std::move(*k));
+          steps_.push_back(std::move(s));
+          break;
+        }
+      }
+    }
+    return Status::ok();
+  }
+
+  Status compileKernels() {
+    const auto t = Clock::now();
+    report_.generatedKernels = static_cast<int>(kernels_.size());
+    if (kernels_.empty()) return Status::ok();
+    codegen::CpuCompileOptions copts;
+    const std::string identity = codegen::compilerIdentity(copts);
+    codegen::KernelCache cache = opts_.cacheDir.empty()
+                                     ? codegen::KernelCache(opts_.useCache)
+                                     : codegen::KernelCache(opts_.cacheDir, opts_.useCache);
+    const int per = std::max(1, opts_.kernelsPerModule);
+    std::vector<codegen::CpuSource> sources;
+    std::vector<codegen::CacheKey> keys;
+    for (size_t b = 0; b < kernels_.size(); b += per) {
+      const size_t e = std::min(kernels_.size(), b + per);
+      std::span<const codegen::Kernel> chunk(kernels_.data() + b, e - b);
+      const std::string module = "kiln_module" + std::to_string(sources.size());
+      std::string src = codegen::renderModule(chunk, codegen::Dialect::kCpu);
+      for (size_t i = b; i < e; ++i)
+        report_.kernels.push_back({kernels_[i].name, module, kernelGroup_[i],
+                                   codegen::renderKernel(kernels_[i], codegen::Dialect::kCpu), ""});
+      keys.push_back(codegen::CacheKeyBuilder().add("cpu-object").add(src).add(identity).finish());
+      sources.push_back({std::move(src), module});
+    }
+    report_.modules = static_cast<int>(sources.size());
+    // Look every module up; compile the misses in parallel.
+    std::vector<std::vector<std::byte>> objects(sources.size());
+    std::vector<codegen::CpuSource> misses;
+    std::vector<size_t> missIndex;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      codegen::CacheLookup l = cache.lookup(keys[i]);
+      report_.cacheExplanations.push_back(sources[i].moduleName + ": " + l.explain());
+      if (l.hit) {
+        ++report_.cacheHits;
+        objects[i] = std::move(l.payload);
+      } else {
+        ++report_.cacheMisses;
+        misses.push_back(sources[i]);
+        missIndex.push_back(i);
+      }
+    }
+    if (!misses.empty()) {
+      if (opts_.log)
+        *opts_.log << "compiling " << misses.size() << " kernel module(s) ("
+                   << kernels_.size() << " kernels)...\n";
+      auto results = codegen::compileCppParallel(misses, copts, opts_.compileThreads);
+      for (size_t j = 0; j < results.size(); ++j) {
+        if (!results[j]) return results[j].status().withContext("compiling generated kernels");
+        objects[missIndex[j]] = std::move(results[j]->bytes);
+        Status st = cache.store(keys[missIndex[j]], objects[missIndex[j]]);
+        if (!st.isOk()) report_.remarks.push_back("kernel cache: " + st.message());
+      }
+    }
+    auto code = std::make_shared<runtime::LoadedObjects>();
+    for (size_t i = 0; i < objects.size(); ++i)
+      KILN_TRY(code->add(objects[i], sources[i].moduleName));
+    for (size_t i = 0; i < kernels_.size(); ++i) {
+      KILN_ASSIGN_OR_RETURN(auto fn, code->lookupFunction<void(void* const*, long long, long long)>(kernels_[i].name));
+      kernelFns_.push_back(fn);
+    }
+    code_ = std::move(code);
+    if (opts_.cudaCheck) KILN_TRY(checkCuda());
+    report_.compileMs = msSince(t);
+    return Status::ok();
+  }
+
+  Status checkCuda() {
+    if (!codegen::cudaCompilerAvailable()) {
+      report_.remarks.push_back("CUDA check skipped: kiln was built without the CUDA toolkit");
+      return Status::ok();
+    }
+    const std::string src = codegen::renderModule(kernels_, codegen::Dialect::kCuda);
+    for (size_t i = 0; i < kernels_.size(); ++i)
+      report_.kernels[i].cuda = codegen::renderKernel(kernels_[i], codegen::Dialect::kCuda);
+    for (int arch : {80, 90}) {
+      auto ptx = codegen::compileCuda(src, "kiln_kernels.cu", arch);
+      if (!ptx) report_.cudaErrors.push_back("sm_" + std::to_string(arch) + ": " + ptx.status().message());
+    }
+    report_.cudaKernelsChecked = static_cast<int>(kernels_.size());
+    return Status::ok();
+  }
+
+  const ir::Value* root(const ir::Value* v) const {
+    for (auto it = aliasOf_.find(v); it != aliasOf_.end(); it = aliasOf_.find(v)) v = it->second;
+    return v;
+  }
+
+  Status buildPlan() {
+    auto plan = std::make_shared<runtime::Plan>();
+    for (const ir::Value* v : graph_.inputs()) {
+      plan->inputs.push_back(v->type());
+      plan->inputNames.push_back(v->name());
+    }
+    std::unordered_map<const ir::Value*, int> storageOf;
+    std::vector<Storage> storages;
+    auto addStorage = [&](const ir::Value* v, runtime::BufferRef::Kind kind, int index, int step) {
+      storageOf[v] = static_cast<int>(storages.size());
+      storages.push_back({kind, index, step, step, static_cast<int64_t>(v->type().byteSize())});
+    };
+    for (size_t i = 0; i < graph_.inputs().size(); ++i)
+      addStorage(graph_.inputs()[i], runtime::BufferRef::Kind::kInput, static_cast<int>(i), -1);
+    for (size_t i = 0; i < graph_.parameters().size(); ++i) {
+      addStorage(graph_.parameters()[i], runtime::BufferRef::Kind::kParameter, static_cast<int>(i), -1);
+      plan->parameters.push_back(graph_.parameters()[i]->data());
+      report_.parameterBytes += static_cast<int64_t>(graph_.parameters()[i]->data().byteSize());
+    }
+    // Graph outputs produced by a step are written straight into the result tensors; any
+    // other output (an input, a parameter, a reshape, a repeated output) is copied at the end.
+    std::vector<const ir::Value*> copyToOutput(graph_.outputs().size(), nullptr);
+    std::unordered_set<const ir::Value*> producedByStep;
+    for (const auto& s : steps_)
+      for (const ir::Value* v : s.outputs) producedByStep.insert(v);
+    for (size_t i = 0; i < graph_.outputs().size(); ++i) {
+      const ir::Value* v = graph_.outputs()[i];
+      plan->outputs.push_back(v->type());
+      if (producedByStep.count(v) && !storageOf.count(v))
+        addStorage(v, runtime::BufferRef::Kind::kOutput, static_cast<int>(i), 0);
+      else
+        copyToOutput[i] = v;
+    }
+    const int numSteps = static_cast<int>(steps_.size());
+    for (int si = 0; si < numSteps; ++si)
+      for (const ir::Value* v : steps_[si].outputs)
+        if (!storageOf.count(v)) addStorage(v, runtime::BufferRef::Kind::kArena, 0, si);
+    auto storageFor = [&](const ir::Value* v) { return storageOf.at(root(v)); };
+    {
+      // The schedule must be topological: every step reads what earlier steps produced.
+      std::unordered_set<const ir::Value*> ready;
+      for (const ir::Value* v : graph_.inputs()) ready.insert(v);
+      for (const ir::Value* v : graph_.parameters()) ready.insert(v);
+      for (const auto& s : steps_) {
+        for (const ir::Value* v : s.inputs)
+          if (!ready.count(root(v)))
+            return internalError("step '" + s.name + "' reads %" + v->name() +
+                                 " before any step produces it");
+        for (const ir::Value* v : s.outputs) ready.insert(v);
+      }
+    }
+    for (int si = 0; si < numSteps; ++si)
+      for (const ir::Value* v : steps_[si].inputs) {
+        Storage& s = storages[storageFor(v)];
+        s.lastStep = std::max(s.lastStep, si);
+      }
+    for (const ir::Value* v : copyToOutput) {
+      if (!v) continue;
+      if (!storageOf.count(root(v)))
+        return internalError("graph output %" + v->name() + " is not produced by any step");
+      storages[storageFor(v)].lastStep = numSteps;
+    }
+
+    // Arena requests, with in-place hints for kernels that read and write one index map.
+    std::vector<BufferRequest> requests;
+    std::vector<int> requestOf(storages.size(), -1);
+    for (size_t i = 0; i < storages.size(); ++i)
+      if (storages[i].kind == runtime::BufferRef::Kind::kArena) {
+        requestOf[i] = static_cast<int>(requests.size());
+        requests.push_back({storages[i].bytes, storages[i].firstStep, storages[i].lastStep, -1});
+      }
+    for (int si = 0; si < numSteps; ++si) {
+      const StepDraft& s = steps_[si];
+      if (s.kind != runtime::PlanStep::Kind::kKernel || s.outputs.size() != 1) continue;
+      const codegen::Kernel& k = kernels_[s.kernel];
+      const int out = requestOf[storageFor(s.outputs[0])];
+      if (out < 0 || k.stores.size() != 1) continue;
+      for (size_t a = 0; a < s.inputs.size(); ++a) {
+        const int in = requestOf[storageFor(s.inputs[a])];
+        if (in < 0 || requests[in].lastStep != si || requests[in].bytes != requests[out].bytes) continue;
+        if (root(s.inputs[a]) != s.inputs[a]) continue;  // Shared with a reshape: keep it.
+        bool shared = false;  // Another argument reading the same bytes would see the writes.
+        for (size_t b = 0; b < s.inputs.size(); ++b)
+          shared = shared || (b != a && storageFor(s.inputs[b]) == storageFor(s.inputs[a]));
+        if (shared) continue;
+        int loadsOfArg = 0;
+        bool sameMap = false;
+        for (const auto& l : k.loads)
+          if (l.arg == static_cast<int>(a)) {
+            ++loadsOfArg;
+            sameMap = l.offset == k.stores[0].access.offset && l.strides == k.stores[0].access.strides;
+          }
+        if (loadsOfArg == 1 && sameMap) {
+          requests[out].inplaceOf = in;
+          break;
+        }
+      }
+    }
+    MemoryPlan mp = planMemory(requests);
+    KILN_TRY(checkMemoryPlan(requests, mp).withContext("internal memory plan check"));
+    plan->arenaBytes = mp.arenaBytes;
+    report_.arenaBytes = mp.arenaBytes;
+    report_.arenaLowerBound = mp.lowerBound;
+    report_.inplaceReuses = mp.inplaceReuses;
+
+    auto ref = [&](const ir::Value* v) {
+      const Storage& s = storages[storageFor(v)];
+      runtime::BufferRef b;
+      b.kind = s.kind;
+      b.index = s.index;
+      if (s.kind == runtime::BufferRef::Kind::kArena) b.offset = mp.offsets[requestOf[storageFor(v)]];
+      b.type = v->type();
+      return b;
+    };
+    for (const auto& d : steps_) {
+      runtime::PlanStep s;
+      s.kind = d.kind;
+      s.name = d.name;
+      for (const ir::Value* v : d.inputs) s.inputs.push_back(ref(v));
+      for (const ir::Value* v : d.outputs) s.outputs.push_back(ref(v));
+      if (d.kind == runtime::PlanStep::Kind::kKernel) {
+        s.fn = kernelFns_[d.kernel];
+        s.units = kernels_[d.kernel].numUnits();
+        s.elements = kernels_[d.kernel].numElements();
+      } else {
+        s.op = d.node->op();
+        s.attrs = d.node->attrs();
+        ++report_.referenceSteps;
+      }
+      plan->steps.push_back(std::move(s));
+    }
+    for (size_t i = 0; i < copyToOutput.size(); ++i) {
+      if (!copyToOutput[i]) continue;
+      runtime::PlanStep s;
+      s.kind = runtime::PlanStep::Kind::kCopy;
+      s.name = "copy to output " + std::to_string(i);
+      s.inputs.push_back(ref(copyToOutput[i]));
+      runtime::BufferRef o;
+      o.kind = runtime::BufferRef::Kind::kOutput;
+      o.index = static_cast<int>(i);
+      o.type = graph_.outputs()[i]->type();
+      s.outputs.push_back(o);
+      plan->steps.push_back(std::move(s));
+      ++report_.copySteps;
+    }
+    plan->code = code_;
+    plan_ = std::move(plan);
+    return Status::ok();
+  }
+
+  const CompileOptions& opts_;
+  CompileReport report_;
+  ir::Graph graph_;
+  passes::FusionPlan fusion_;
+  std::unordered_set<const ir::Value*> graphOutputs_;
+  std::unordered_map<const ir::Value*, const ir::Value*> aliasOf_;
+  std::vector<StepDraft> steps_;
+  std::vector<codegen::Kernel> kernels_;
+  std::vector<std::string> kernelGroup_;
+  std::vector<runtime::KernelFn> kernelFns_;
+  std::shared_ptr<runtime::LoadedObjects> code_;
+  std::shared_ptr<runtime::Plan> plan_;
+};
+
+}  // namespace
+
+CompiledModel::CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileReport report,
+                             int threads)
+    : plan_(plan), report_(std::move(report)), exec_(plan, threads) {}
+
+Expected<std::vector<runtime::Tensor>> CompiledModel::run(std::span<const runtime::Tensor> inputs) {
+  return exec_.run(inputs);
+}
+
+Expected<std::unique_ptr<CompiledModel>> compile(const ir::Graph& graph,
+                                                 const CompileOptions& options) {
+  return Driver(options).run(graph);
+}
+
+}  // namespace kiln::compiler

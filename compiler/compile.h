@@ -1,0 +1,87 @@
+// The compiler driver: pass pipeline -> fusion -> lowering of each group to a generated
+// kernel (or a library/reference call) -> linear schedule -> memory planning -> a runtime
+// Plan, wrapped as a CompiledModel. Kernels are compiled in-process (Clang + ORC) on worker
+// threads and cached on disk.
+#pragma once
+
+#include <memory>
+#include <ostream>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "passes/fusion.h"
+#include "runtime/plan.h"
+
+namespace kiln::compiler {
+
+struct CompileOptions {
+  bool inference = true;  // Fold weights into constants; dropout is the identity.
+  // Pipeline instrumentation (--disable-pass, --dump-after, --time-passes).
+  std::set<std::string> disabledPasses;
+  std::set<std::string> dumpAfter;
+  bool timePasses = false;
+  bool verifyEachPass = false;
+  std::ostream* log = nullptr;  // Dumps, pass timings and progress go here.
+  passes::FusionOptions fusion;
+  bool useCache = true;          // --no-cache turns it off.
+  std::string cacheDir;          // Empty: $KILN_CACHE_DIR or ~/.cache/kiln.
+  int kernelsPerModule = 12;     // Kernels per translation unit (compiled in parallel).
+  int compileThreads = 0;        // 0: one per core.
+  int runThreads = 0;            // 0: OpenMP's default.
+  // Also render every kernel as CUDA C and compile it with NVRTC for sm_80 and sm_90 (a
+  // check on machines without a GPU; the PTX is kept in the report).
+  bool cudaCheck = false;
+};
+
+struct KernelSource {
+  std::string name;
+  std::string module;
+  std::string group;  // "pointwise", "reduction" or "view".
+  std::string cpp;    // The kernel alone (without the prelude).
+  std::string cuda;   // When cudaCheck.
+};
+
+struct CompileReport {
+  double totalMs = 0, passesMs = 0, fusionMs = 0, codegenMs = 0, compileMs = 0, planMs = 0;
+  int nodesIn = 0;          // Nodes of the graph handed to compile.
+  int nodesOptimized = 0;   // After the pass pipeline.
+  int generatedKernels = 0;
+  int referenceSteps = 0;   // Library and reference calls.
+  int copySteps = 0;
+  int aliases = 0;          // Reshapes that became views of their input (no step).
+  int modules = 0;
+  int cacheHits = 0;
+  int cacheMisses = 0;
+  std::vector<std::string> cacheExplanations;  // One line per module.
+  std::string fusionExplanation;
+  std::vector<std::string> remarks;            // Passes' and lowering's notes.
+  std::vector<KernelSource> kernels;
+  int64_t arenaBytes = 0;
+  int64_t arenaLowerBound = 0;
+  int inplaceReuses = 0;
+  int64_t parameterBytes = 0;
+  int cudaKernelsChecked = 0;
+  std::vector<std::string> cudaErrors;  // NVRTC failures (should be empty).
+};
+
+class CompiledModel {
+ public:
+  CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileReport report, int threads);
+  Expected<std::vector<runtime::Tensor>> run(std::span<const runtime::Tensor> inputs);
+  const CompileReport& report() const { return report_; }
+  const runtime::Plan& plan() const { return *plan_; }
+  const runtime::PlanRunStats& lastStats() const { return exec_.lastStats(); }
+
+ private:
+  std::shared_ptr<const runtime::Plan> plan_;
+  CompileReport report_;
+  runtime::PlanExecutor exec_;
+};
+
+Expected<std::unique_ptr<CompiledModel>> compile(const ir::Graph& graph,
+                                                 const CompileOptions& options = {});
+
+}  // namespace kiln::compiler

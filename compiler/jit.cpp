@@ -1,0 +1,90 @@
+#include "compiler/jit.h"
+
+#include <unordered_map>
+
+namespace kiln::compiler {
+
+Expected<ir::Graph> respecialize(const ir::Graph& g, std::span<const ir::TensorType> inputs) {
+  if (inputs.size() != g.inputs().size())
+    return invalidArgument("graph '" + g.name() + "' takes " + std::to_string(g.inputs().size()) +
+                           " inputs, got " + std::to_string(inputs.size()));
+  ir::Graph out(g.name());
+  std::unordered_map<const ir::Value*, ir::Value*> map;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(map[g.inputs()[i]], out.addInput(g.inputs()[i]->name(), inputs[i]));
+  }
+  for (const ir::Value* p : g.parameters()) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * q, out.addParameter(p->name(), p->type(), p->trainable()));
+    q->setData(p->data());
+    map[p] = q;
+  }
+  for (const ir::Node* n : g.nodes()) {
+    std::vector<ir::Value*> ins;
+    for (const ir::Value* v : n->inputs()) ins.push_back(map.at(v));
+    std::vector<std::string> names;
+    for (const ir::Value* o : n->outputs()) names.push_back(o->name());
+    auto node = out.addNode(n->op(), std::move(ins), n->attrs(), names);
+    if (!node)
+      return node.status().withContext("cannot specialize for the new input shapes: " + n->describe());
+    (*node)->setName(n->name());
+    for (size_t i = 0; i < n->outputs().size(); ++i) map[n->output(i)] = (*node)->output(i);
+  }
+  std::vector<ir::Value*> outs;
+  for (const ir::Value* o : g.outputs()) outs.push_back(map.at(o));
+  out.setOutputs(outs);
+  return out;
+}
+
+namespace {
+std::string signatureOf(std::span<const runtime::Tensor> inputs) {
+  std::string s;
+  for (const auto& t : inputs) s += (s.empty() ? "" : ", ") + t.type().toString();
+  return "(" + s + ")";
+}
+}  // namespace
+
+JitModule::JitModule(const ir::Graph& graph, CompileOptions options, int recompileLimit)
+    : graph_(graph.clone()), options_(std::move(options)), limit_(recompileLimit) {}
+
+Expected<std::vector<runtime::Tensor>> JitModule::operator()(std::span<const runtime::Tensor> inputs) {
+  const std::string sig = signatureOf(inputs);
+  auto it = bySignature_.find(sig);
+  if (it == bySignature_.end()) {
+    std::string why = "first call";
+    if (!lastTypes_.empty()) {
+      for (size_t i = 0; i < inputs.size() && i < lastTypes_.size(); ++i)
+        if (inputs[i].type() != lastTypes_[i]) {
+          why = "guard failed: input '" + graph_.inputs()[i]->name() + "' is " +
+                inputs[i].describe() + ", compiled for " + lastTypes_[i].toString();
+          break;
+        }
+    }
+    if (compiles_ > limit_)
+      return invalidArgument("recompile limit (" + std::to_string(limit_) + ") reached: " + why +
+                             "; the model has been compiled for " + std::to_string(compiles_) +
+                             " input signatures. Pad inputs to a few fixed shapes, or raise the limit");
+    std::vector<ir::TensorType> types;
+    for (const auto& t : inputs) types.push_back(t.type());
+    bool same = types.size() == graph_.inputs().size();
+    for (size_t i = 0; same && i < types.size(); ++i)
+      same = types[i].dtype == graph_.inputs()[i]->type().dtype &&
+             types[i].shape == graph_.inputs()[i]->type().shape;
+    std::unique_ptr<CompiledModel> cm;
+    if (same) {
+      KILN_ASSIGN_OR_RETURN(cm, compile(graph_, options_));
+    } else {
+      KILN_ASSIGN_OR_RETURN(ir::Graph specialized, respecialize(graph_, types));
+      KILN_ASSIGN_OR_RETURN(cm, compile(specialized, options_));
+    }
+    ++compiles_;
+    log_.push_back("compile " + std::to_string(compiles_) + " for " + sig + ": " + why);
+    if (options_.log) *options_.log << "kiln jit: " << log_.back() << "\n";
+    it = bySignature_.emplace(sig, std::move(cm)).first;
+  }
+  lastTypes_.clear();
+  for (const auto& t : inputs) lastTypes_.push_back(t.type());
+  last_ = it->second.get();
+  return last_->run(inputs);
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,25 @@
+// NumPy .npy files (format versions 1.0, 2.0 and 3.0): one little-endian, C-ordered array per
+// file, read into and written from ir::TensorData.
+#pragma once
+
+#include <string>
+
+#include "ir/status.h"
+#include "ir/tensor_data.h"
+
+namespace kiln::frontends {
+
+// Reads f32 '<f4', f64 '<f8', f16 '<f2', i64 '<i8', i32 '<i4', i8 '|i1', u8 '|u1' and bool
+// '|b1' arrays, 0-d and empty ones included. Big-endian data, fortran_order=True, structured
+// and other dtypes are reported as unsupported; a malformed header, impossible dims, or data
+// that does not match dtype x shape exactly (truncated or trailing bytes) as invalid. Storage
+// is allocated only once the data length is validated against the file size. Errors name the
+// file.
+Expected<ir::TensorData> readNpy(const std::string& path);
+
+// Writes `t` as NumPy writes it (format 1.0, or 2.0 when the header needs it; the header padded
+// so that the data starts at a multiple of 64 bytes), atomically: a failed write leaves no
+// file behind. bf16 has no NumPy dtype and is reported as unsupported.
+Status writeNpy(const std::string& path, const ir::TensorData& t);
+
+}  // namespace kiln::frontends

@@ -1,0 +1,603 @@
+#include "passes/fusion.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+#include <unordered_set>
+
+namespace kiln::passes {
+
+std::string_view groupKindName(GroupKind k) {
+  switch (k) {
+    case GroupKind::kPointwise: return "pointwise";
+    case GroupKind::kReduction: return "reduction";
+    case GroupKind::kView: return "view";
+    case GroupKind::kLibrary: return "library";
+    case GroupKind::kOther: return "other";
+  }
+  return "?";
+}
+
+int FusionPlan::numKernels(GroupKind k) const {
+  return static_cast<int>(std::count_if(groups.begin(), groups.end(),
+                                        [&](const FusionGroup& g) { return g.kind == k; }));
+}
+
+namespace {
+
+bool isReshapeLike(ir::OpKind k) {
+  return k == ir::OpKind::kReshape || k == ir::OpKind::kFlatten || k == ir::OpKind::kSqueeze ||
+         k == ir::OpKind::kUnsqueeze;
+}
+
+bool isStridedView(ir::OpKind k) {
+  return k == ir::OpKind::kTranspose || k == ir::OpKind::kExpand || k == ir::OpKind::kSlice;
+}
+
+bool isFusableReductionOp(ir::OpKind k) {
+  return k == ir::OpKind::kReduceMax || k == ir::OpKind::kReduceSum ||
+         k == ir::OpKind::kReduceMean || k == ir::OpKind::kSoftmax ||
+         k == ir::OpKind::kLogSoftmax || k == ir::OpKind::kLayerNorm ||
+         k == ir::OpKind::kGlobalAvgPool;
+}
+
+}  // namespace
+
+std::pair<int, int> reducedRange(const ir::Node& n) {
+  const int rank = n.input(0)->type().rank();
+  auto norm = [&](int64_t ax) { return static_cast<int>(ax < 0 ? ax + rank : ax); };
+  switch (n.op()) {
+    case ir::OpKind::kSoftmax:
+    case ir::OpKind::kLogSoftmax: {
+      const int a = norm(n.attr().getInt("axis"));
+      return {a, a + 1};
+    }
+    case ir::OpKind::kLayerNorm: return {norm(n.attr().getInt("axis")), rank};
+    case ir::OpKind::kGlobalAvgPool: return {2, 4};
+    case ir::OpKind::kReduceSum:
+    case ir::OpKind::kReduceMean:
+    case ir::OpKind::kReduceMax: {
+      std::set<int> axes;
+      for (int64_t a : n.attr().getInts("axes")) axes.insert(norm(a));
+      if (axes.empty())
+        for (int i = 0; i < rank; ++i) axes.insert(i);
+      if (axes.empty()) return {-1, -1};
+      const int lo = *axes.begin(), hi = *axes.rbegin() + 1;
+      if (hi - lo != static_cast<int>(axes.size())) return {-1, -1};  // Not contiguous.
+      return {lo, hi};
+    }
+    default: return {-1, -1};
+  }
+}
+
+std::string notFusableReason(const ir::Node& n) {
+  auto badType = [](const ir::Value* v) {
+    return v->type().dtype == ir::DType::kF16 || v->type().dtype == ir::DType::kBF16;
+  };
+  for (const ir::Value* v : n.inputs())
+    if (badType(v)) return "dtype " + std::string(ir::dtypeName(v->type().dtype)) + " is not supported by generated kernels";
+  for (const ir::Value* v : n.outputs())
+    if (badType(v)) return "dtype " + std::string(ir::dtypeName(v->type().dtype)) + " is not supported by generated kernels";
+  // Generated kernels compute in f32/f64. Integer arithmetic must wrap and integer division
+  // must report division by zero, and float-to-integer casts saturate: the reference kernels
+  // do that, generated C++ would hit undefined behaviour. Bool and integers may still enter a
+  // kernel as where's condition or a cast's input.
+  const bool floatOut = ir::isFloat(n.output()->type().dtype);
+  if (n.op() == ir::OpKind::kWhere) {
+    if (!floatOut) return "where on non-float values runs on the reference kernel";
+  } else if (n.op() == ir::OpKind::kCast) {
+    if (!floatOut) return "casts to integer types saturate; they run on the reference kernel";
+  } else if (isElementwise(n) || isFusableReductionOp(n.op())) {
+    for (const ir::Value* v : n.inputs())
+      if (!ir::isFloat(v->type().dtype))
+        return "integer arithmetic runs on the reference kernel (it must wrap)";
+  }
+  return "";
+}
+
+bool isElementwise(const ir::Node& n) {
+  return n.info().has(ir::kPointwise) || n.op() == ir::OpKind::kBatchNorm;
+}
+
+bool isFusableReduction(const ir::Node& n) {
+  return isFusableReductionOp(n.op()) && reducedRange(n).first >= 0 &&
+         ir::isFloat(n.input(0)->type().dtype);
+}
+
+bool isViewOp(const ir::Node& n) { return isReshapeLike(n.op()) || isStridedView(n.op()); }
+
+namespace {
+
+enum class Level : uint8_t { kElement, kRow, kView };
+
+struct GroupState {
+  FusionGroup group;
+  ir::Shape domain;    // Element domain (the anchor's input shape for reductions).
+  ir::Shape rowShape;  // A reduce-type anchor's output shape; empty otherwise.
+  bool hasRowAnchor = false;
+  bool dead = false;   // Merged into another group.
+  std::set<int> deps;  // Groups whose values this group reads.
+  std::set<const ir::Value*> externalInputs;
+};
+
+class Planner {
+ public:
+  Planner(const ir::Graph& g, const FusionOptions& o) : graph_(g), opts_(o) {
+    for (const ir::Value* v : g.outputs()) graphOutputs_.insert(v);
+    int i = 0;
+    for (const ir::Node* n : g.nodes()) order_[n] = i++;
+  }
+
+  FusionPlan run() {
+    for (ir::Node* n : graph_.nodes()) place(n);
+    return finish();
+  }
+
+ private:
+  int groupOf(const ir::Node* n) const {
+    int id = nodeGroup_.at(n);
+    while (groups_[id].dead) id = forward_.at(id);
+    return id;
+  }
+
+  int newGroup(ir::Node* n, GroupKind kind) {
+    GroupState s;
+    s.group.id = static_cast<int>(groups_.size());
+    s.group.kind = kind;
+    s.group.nodes.push_back(n);
+    s.domain = n->output()->type().shape;
+    for (const ir::Value* in : n->inputs()) addInput(s, in);
+    groups_.push_back(std::move(s));
+    nodeGroup_[n] = groups_.back().group.id;
+    level_[n] = Level::kElement;
+    return groups_.back().group.id;
+  }
+
+  void addInput(GroupState& s, const ir::Value* in) {
+    if (in->producer()) {
+      const int pg = groupOf(in->producer());
+      if (pg != s.group.id) {
+        s.deps.insert(pg);
+        s.externalInputs.insert(in);
+      }
+    } else {
+      s.externalInputs.insert(in);
+    }
+  }
+
+  // True when some group in `from`'s dependencies (transitively) is `target`, passing only
+  // through groups not in `inside`: merging would then need `target` before and after itself.
+  bool reachesThroughOutside(int from, int target, const std::set<int>& inside) {
+    std::vector<int> stack;
+    std::unordered_set<int> seen;
+    for (int d : groups_[from].deps) stack.push_back(resolve(d));
+    int budget = 256;  // Keeps the check near-linear on big graphs; exhausting it rejects.
+    while (!stack.empty()) {
+      const int g = stack.back();
+      stack.pop_back();
+      if (!seen.insert(g).second) continue;
+      if (g == target) return true;
+      if (inside.count(g)) continue;
+      if (--budget < 0) return true;
+      for (int d : groups_[g].deps) stack.push_back(resolve(d));
+    }
+    return false;
+  }
+
+  int resolve(int id) const {
+    while (groups_[id].dead) id = forward_.at(id);
+    return id;
+  }
+
+  void reject(const ir::Node* producer, const ir::Node* consumer, std::string why) {
+    rejections_.push_back({producer, consumer, std::move(why)});
+  }
+
+  // The level at which `n` would sit in group `s`, or an error reason.
+  std::string levelIn(const GroupState& s, const ir::Node& n, Level* level) const {
+    const ir::Shape& shape = n.output()->type().shape;
+    if (shape == s.domain) {
+      *level = Level::kElement;
+      return "";
+    }
+    if (s.hasRowAnchor && shape == s.rowShape) {
+      *level = Level::kRow;
+      return "";
+    }
+    return "shape " + ir::shapeToString(shape) + " differs from the kernel's domain " +
+           ir::shapeToString(s.domain);
+  }
+
+  // Legality only: can elementwise node `n` join group `s` (which produces `v`, an input of n)?
+  bool canFuse(const GroupState& s, const ir::Node& n, std::string* whyNot) const {
+    if (s.group.kind != GroupKind::kPointwise && s.group.kind != GroupKind::kReduction) {
+      *whyNot = "the producer is a " + std::string(groupKindName(s.group.kind)) + " step";
+      return false;
+    }
+    Level lv;
+    if (auto why = levelIn(s, n, &lv); !why.empty()) {
+      *whyNot = why;
+      return false;
+    }
+    // Row-level nodes (after a reduce) may only read row-level values of the group.
+    for (const ir::Value* in : n.inputs()) {
+      if (!in->producer() || groupOfConst(in->producer()) != s.group.id) continue;
+      const Level inLevel = level_.at(in->producer());
+      if (lv == Level::kRow && inLevel != Level::kRow) {
+        *whyNot = "a value after the reduction would read an unreduced value";
+        return false;
+      }
+      if (lv == Level::kElement && inLevel == Level::kRow) {
+        // A reduced value broadcast back over the reduced dims: only with keepdims shapes.
+        ir::Shape keep = s.domain;
+        const auto [a, b] = reducedRange(*s.group.anchor);
+        for (int d = a; d < b; ++d) keep[d] = 1;
+        if (in->type().shape != keep) {
+          *whyNot = "the reduced value " + ir::shapeToString(in->type().shape) +
+                    " does not broadcast back along the reduced dims";
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  int groupOfConst(const ir::Node* n) const {
+    auto it = nodeGroup_.find(n);
+    if (it == nodeGroup_.end()) return -1;
+    return resolve(it->second);
+  }
+
+  // Performance only: is fusing worth it? Bounded group sizes keep kernels small enough to
+  // compile fast and keep register pressure sane.
+  bool worthFusing(const GroupState& s, const ir::Node& n, std::string* whyNot) const {
+    if (static_cast<int>(s.group.nodes.size()) >= opts_.maxNodesPerGroup) {
+      *whyNot = "the kernel already has " + std::to_string(s.group.nodes.size()) + " nodes";
+      return false;
+    }
+    size_t inputs = s.externalInputs.size();
+    for (const ir::Value* in : n.inputs())
+      if (!in->producer() || groupOfConst(in->producer()) != s.group.id) ++inputs;
+    if (static_cast<int>(inputs) > opts_.maxInputsPerGroup) {
+      *whyNot = "the kernel would read " + std::to_string(inputs) + " buffers";
+      return false;
+    }
+    return true;
+  }
+
+  // A view group whose chain ends in `v` and whose values nobody else reads.
+  int absorbableView(const ir::Value* v) const {
+    if (!v->producer()) return -1;
+    const int vg = groupOfConst(v->producer());
+    if (vg < 0 || groups_[vg].group.kind != GroupKind::kView) return -1;
+    const GroupState& s = groups_[vg];
+    if (s.group.nodes.back()->output() != v || graphOutputs_.count(v)) return -1;
+    for (const ir::Node* vn : s.group.nodes) {
+      if (graphOutputs_.count(vn->output())) return -1;
+      for (const ir::Node* u : vn->output()->users())
+        if (groupOfConst(u) != vg && !(vn->output() == v && u == consumer_)) return -1;
+    }
+    return vg;
+  }
+
+  void merge(int into, int from) {
+    GroupState& a = groups_[into];
+    GroupState& b = groups_[from];
+    for (ir::Node* n : b.group.nodes) a.group.nodes.push_back(n);
+    if (b.group.anchor) {
+      a.group.anchor = b.group.anchor;
+      a.group.kind = GroupKind::kReduction;
+      a.domain = b.domain;
+      a.rowShape = b.rowShape;
+      a.hasRowAnchor = b.hasRowAnchor;
+    }
+    for (int d : b.deps) a.deps.insert(d);
+    for (const ir::Value* v : b.externalInputs) a.externalInputs.insert(v);
+    b.dead = true;
+    forward_[from] = into;
+    a.deps.erase(into);
+    a.deps.erase(from);
+    // Values that flowed between the two are internal now.
+    for (auto it = a.externalInputs.begin(); it != a.externalInputs.end();) {
+      const ir::Value* v = *it;
+      if (v->producer() && groupOfConst(v->producer()) == into)
+        it = a.externalInputs.erase(it);
+      else
+        ++it;
+    }
+  }
+
+  void joinElementwise(ir::Node* n) {
+    consumer_ = n;
+    // Candidate producer groups, biggest input first (the most bytes saved).
+    std::vector<const ir::Value*> ins(n->inputs().begin(), n->inputs().end());
+    std::stable_sort(ins.begin(), ins.end(), [](const ir::Value* a, const ir::Value* b) {
+      return a->type().byteSize() > b->type().byteSize();
+    });
+    std::vector<int> views;
+    int target = -1;
+    std::set<int> merged;
+    for (const ir::Value* in : ins) {
+      if (!in->producer()) continue;
+      if (int vg = absorbableView(in); vg >= 0) {
+        views.push_back(vg);
+        continue;
+      }
+      const int pg = groupOfConst(in->producer());
+      if (merged.count(pg)) continue;
+      std::string why;
+      if (!canFuse(groups_[pg], *n, &why)) {
+        reject(in->producer(), n, why);
+        continue;
+      }
+      if (!worthFusing(groups_[pg], *n, &why)) {
+        reject(in->producer(), n, "not profitable: " + why);
+        continue;
+      }
+      if (target >= 0) {
+        // Both groups must be mergeable with each other too.
+        const GroupState& t = groups_[target];
+        const GroupState& p = groups_[pg];
+        if (t.group.anchor && p.group.anchor) {
+          reject(in->producer(), n, "both producers already hold a reduction");
+          continue;
+        }
+        if (t.domain != p.domain) {
+          reject(in->producer(), n, "the producers have different domains");
+          continue;
+        }
+      }
+      std::set<int> inside = merged;
+      inside.insert(pg);
+      bool cycle = false;
+      for (int g : inside)
+        for (int h : inside)
+          if (g != h && reachesThroughOutside(g, h, inside)) cycle = true;
+      if (cycle) {
+        reject(in->producer(), n, "fusing would create a cycle through another kernel");
+        continue;
+      }
+      merged.insert(pg);
+      if (target < 0 || groups_[pg].group.anchor) target = pg;
+    }
+    // n's other producers must not depend on a group n joins, or that group would have to
+    // run both before and after them.
+    for (bool dropped = true; dropped && !merged.empty();) {
+      dropped = false;
+      for (const ir::Value* in : n->inputs()) {
+        if (!in->producer()) continue;
+        const int h = groupOfConst(in->producer());
+        if (merged.count(h)) continue;
+        for (int g : merged) {
+          if (!reachesThroughOutside(h, g, {})) continue;
+          reject(in->producer(), n, "fusing would create a cycle through another kernel");
+          merged.erase(g);
+          if (g == target) target = merged.empty() ? -1 : *merged.begin();
+          dropped = true;
+          break;
+        }
+        if (dropped) break;
+      }
+    }
+    if (target >= 0)
+      for (int g : merged)
+        if (groups_[g].group.anchor) target = g;
+    if (target < 0) {
+      const int id = newGroup(n, GroupKind::kPointwise);
+      for (int vg : views) absorbView(id, vg);
+      return;
+    }
+    for (int g : merged)
+      if (g != target) merge(target, g);
+    GroupState& s = groups_[target];
+    Level lv = Level::kElement;
+    levelIn(s, *n, &lv);
+    s.group.nodes.push_back(n);
+    nodeGroup_[n] = target;
+    level_[n] = lv;
+    for (const ir::Value* in : n->inputs()) addInput(s, in);
+    for (int vg : views) absorbView(target, vg);
+  }
+
+  // Views become the loads of `target` unless they read a value `target` computes itself
+  // (that would need the value at another index) or the merge would create a cycle.
+  void absorbView(int target, int vg) {
+    const ir::Value* source = groups_[vg].group.nodes.front()->input(0);
+    if (source->producer() && groupOfConst(source->producer()) == target) {
+      reject(source->producer(), groups_[vg].group.nodes.front(),
+             "a view of a value computed in the same kernel");
+      return;
+    }
+    if (reachesThroughOutside(vg, target, {target, vg})) {
+      reject(groups_[vg].group.nodes.back(), consumer_, "fusing would create a cycle");
+      return;
+    }
+    for (ir::Node* vn : groups_[vg].group.nodes) level_[vn] = Level::kView;
+    merge(target, vg);
+  }
+
+  void placeReduction(ir::Node* n) {
+    consumer_ = n;
+    const ir::Value* data = n->input(0);
+    auto make = [&]() {
+      const int id = newGroup(n, GroupKind::kReduction);
+      GroupState& s = groups_[id];
+      s.group.anchor = n;
+      s.domain = data->type().shape;
+      const bool rowAnchor = n->op() != ir::OpKind::kSoftmax &&
+                             n->op() != ir::OpKind::kLogSoftmax &&
+                             n->op() != ir::OpKind::kLayerNorm;
+      s.hasRowAnchor = rowAnchor;
+      if (rowAnchor) s.rowShape = n->output()->type().shape;
+      level_[n] = rowAnchor ? Level::kRow : Level::kElement;
+      return id;
+    };
+    if (data->producer()) {
+      if (int vg = absorbableView(data); vg >= 0) {
+        absorbView(make(), vg);
+        return;
+      }
+      const int pg = groupOfConst(data->producer());
+      GroupState& p = groups_[pg];
+      std::string why;
+      if (p.group.kind != GroupKind::kPointwise) {
+        why = "the producer is a " + std::string(groupKindName(p.group.kind)) + " step";
+      } else if (p.domain != data->type().shape) {
+        why = "the producer's domain " + ir::shapeToString(p.domain) + " is not the input shape";
+      } else if (!worthFusing(p, *n, &why)) {
+        why = "not profitable: " + why;
+      }
+      bool otherInputsOk = true;
+      for (size_t i = 1; i < n->inputs().size(); ++i) {
+        const ir::Value* in = n->input(i);
+        if (in->producer() && groupOfConst(in->producer()) != pg) {
+          std::set<int> inside{pg};
+          if (reachesThroughOutside(groupOfConst(in->producer()), pg, inside)) otherInputsOk = false;
+        }
+      }
+      if (why.empty() && otherInputsOk) {
+        const int id = make();
+        merge(pg, id);
+        nodeGroup_[n] = pg;
+        return;
+      }
+      reject(data->producer(), n, why.empty() ? "fusing would create a cycle" : why);
+    }
+    make();
+  }
+
+  void place(ir::Node* n) {
+    if (std::string why = notFusableReason(*n); !why.empty()) {
+      newGroup(n, n->info().has(ir::kLibrary) ? GroupKind::kLibrary : GroupKind::kOther);
+      if (n->info().has(ir::kPointwise) || isFusableReduction(*n)) reject(nullptr, n, why);
+      return;
+    }
+    if (n->info().has(ir::kLibrary)) {
+      newGroup(n, GroupKind::kLibrary);
+      return;
+    }
+    if (isViewOp(*n)) {
+      placeView(n);
+      return;
+    }
+    if (isElementwise(*n)) {
+      joinElementwise(n);
+      return;
+    }
+    if (isFusableReduction(*n)) {
+      placeReduction(n);
+      return;
+    }
+    newGroup(n, GroupKind::kOther);
+  }
+
+  // A view joins the view group of its input when the chain stays a strided view.
+  void placeView(ir::Node* n) {
+    const ir::Value* in = n->input(0);
+    if (in->producer()) {
+      const int pg = groupOfConst(in->producer());
+      GroupState& p = groups_[pg];
+      const bool chainEnd = p.group.kind == GroupKind::kView && p.group.nodes.back()->output() == in;
+      const bool onlyUser = in->users().size() == 1 && !graphOutputs_.count(in);
+      // Reshapes need contiguous input, which a chain containing a strided view is not.
+      bool contiguous = true;
+      for (const ir::Node* vn : p.group.nodes) contiguous = contiguous && !isStridedView(vn->op());
+      if (chainEnd && onlyUser && (!isReshapeLike(n->op()) || contiguous)) {
+        p.group.nodes.push_back(n);
+        nodeGroup_[n] = pg;
+        level_[n] = Level::kView;
+        return;
+      }
+    }
+    newGroup(n, GroupKind::kView);
+    level_[n] = Level::kView;
+  }
+
+  FusionPlan finish() {
+    FusionPlan plan;
+    std::vector<int> live;
+    for (auto& s : groups_)
+      if (!s.dead) live.push_back(s.group.id);
+    // Order groups by their first node; sort each group's nodes topologically.
+    for (int id : live) {
+      auto& nodes = groups_[id].group.nodes;
+      std::sort(nodes.begin(), nodes.end(),
+                [&](const ir::Node* a, const ir::Node* b) { return order_.at(a) < order_.at(b); });
+    }
+    // Groups in a topological order of their data dependencies (ties: first node first).
+    std::unordered_map<int, int> pending;
+    std::unordered_map<int, std::vector<int>> users;
+    for (int id : live) {
+      std::set<int> deps;
+      for (const ir::Node* n : groups_[id].group.nodes)
+        for (const ir::Value* in : n->inputs())
+          if (in->producer() && resolve(nodeGroup_.at(in->producer())) != id)
+            deps.insert(resolve(nodeGroup_.at(in->producer())));
+      pending[id] = static_cast<int>(deps.size());
+      for (int d : deps) users[d].push_back(id);
+    }
+    auto first = [&](int id) { return order_.at(groups_[id].group.nodes.front()); };
+    auto later = [&](int a, int b) { return first(a) > first(b); };
+    std::vector<int> ready, sorted;
+    for (int id : live)
+      if (pending[id] == 0) ready.push_back(id);
+    std::make_heap(ready.begin(), ready.end(), later);
+    while (!ready.empty()) {
+      std::pop_heap(ready.begin(), ready.end(), later);
+      const int id = ready.back();
+      ready.pop_back();
+      sorted.push_back(id);
+      for (int u : users[id])
+        if (--pending[u] == 0) {
+          ready.push_back(u);
+          std::push_heap(ready.begin(), ready.end(), later);
+        }
+    }
+    live = std::move(sorted);  // Fusion never creates cycles, so every group is here.
+    for (int id : live) {
+      FusionGroup g = groups_[id].group;
+      g.id = static_cast<int>(plan.groups.size());
+      for (const ir::Node* n : g.nodes) plan.groupOf[n] = g.id;
+      plan.groups.push_back(std::move(g));
+    }
+    plan.rejections = std::move(rejections_);
+    return plan;
+  }
+
+  const ir::Graph& graph_;
+  FusionOptions opts_;
+  std::vector<GroupState> groups_;
+  std::unordered_map<const ir::Node*, int> nodeGroup_;
+  std::unordered_map<int, int> forward_;
+  std::unordered_map<const ir::Node*, Level> level_;
+  std::unordered_map<const ir::Node*, int> order_;
+  std::unordered_set<const ir::Value*> graphOutputs_;
+  std::vector<FusionRejection> rejections_;
+  const ir::Node* consumer_ = nullptr;
+};
+
+}  // namespace
+
+FusionPlan planFusion(const ir::Graph& g, const FusionOptions& options) {
+  return Planner(g, options).run();
+}
+
+std::string explainFusion(const FusionPlan& plan) {
+  std::ostringstream os;
+  os << plan.groups.size() << " groups\n";
+  for (const auto& g : plan.groups) {
+    os << "group " << g.id << " (" << groupKindName(g.kind) << ", " << g.nodes.size()
+       << (g.nodes.size() == 1 ? " node" : " nodes") << "):";
+    for (const ir::Node* n : g.nodes) os << " " << ir::opName(n->op()) << "->%" << n->output()->name();
+    os << "\n";
+  }
+  os << plan.rejections.size() << " rejected fusions\n";
+  for (const auto& r : plan.rejections) {
+    os << "  ";
+    if (r.producer) os << ir::opName(r.producer->op()) << "->%" << r.producer->output()->name() << " into ";
+    os << ir::opName(r.consumer->op()) << "->%" << r.consumer->output()->name() << ": " << r.reason << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,71 @@
+// Fusion planning: partitions a graph's nodes into groups that each become one kernel.
+// Chains and DAGs of pointwise ops (with broadcasting, casts, where) fuse with each other and
+// with one reduction-like op (softmax, log_softmax, layer_norm, reduce_*, global_avg_pool) as
+// its prologue and epilogue; strided views (transpose, expand, slice, squeeze, unsqueeze, and
+// reshape of contiguous data) fuse as the loads of a group. Legality (canFuse: correctness
+// only) is separate from the score (performance only); every rejection keeps its reason for
+// `kiln compile --explain-fusion`.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::passes {
+
+enum class GroupKind : uint8_t {
+  kPointwise,  // Elementwise ops (and views feeding them) over one iteration domain.
+  kReduction,  // One reduction-like anchor with its pointwise prologue and epilogue.
+  kView,       // Only views: runs as a strided copy, or as an alias when it is contiguous.
+  kLibrary,    // A library op (conv, matmul, gemm, linear, pooling).
+  kOther,      // Runs alone on its reference kernel (gather, concat, losses, ...).
+};
+std::string_view groupKindName(GroupKind k);
+
+struct FusionGroup {
+  int id = 0;
+  GroupKind kind = GroupKind::kOther;
+  std::vector<ir::Node*> nodes;  // Topological order.
+  ir::Node* anchor = nullptr;    // The reduction of a kReduction group.
+};
+
+struct FusionRejection {
+  const ir::Node* producer;
+  const ir::Node* consumer;
+  std::string reason;
+};
+
+struct FusionOptions {
+  int maxNodesPerGroup = 64;
+  int maxInputsPerGroup = 16;
+};
+
+struct FusionPlan {
+  std::vector<FusionGroup> groups;  // Topological order of groups.
+  std::vector<FusionRejection> rejections;
+  std::unordered_map<const ir::Node*, int> groupOf;
+
+  int numKernels(GroupKind k) const;
+};
+
+// Why a node can never be part of a generated kernel ("" when it can): dtypes the kernels do
+// not support (f16, bf16) or ops that have no scalar form.
+std::string notFusableReason(const ir::Node& n);
+// True for ops that are a strided view of their input (transpose, expand, slice, squeeze,
+// unsqueeze, reshape, flatten); reshape and flatten only when their input is contiguous.
+bool isViewOp(const ir::Node& n);
+// True for the reduction-like ops a kernel can anchor on, with the reduced dims contiguous.
+bool isFusableReduction(const ir::Node& n);
+// True for elementwise-like ops: the Pointwise trait, plus inference batch_norm.
+bool isElementwise(const ir::Node& n);
+// The dims [a, b) a fusable reduction reduces over its data input (input 0), or {-1, -1}.
+std::pair<int, int> reducedRange(const ir::Node& n);
+
+FusionPlan planFusion(const ir::Graph& g, const FusionOptions& options = {});
+
+// Human-readable report: each group with its nodes, then each rejected pair with its reason.
+std::string explainFusion(const FusionPlan& plan);
+
+}  // namespace kiln::passes

@@ -1,0 +1,80 @@
+// An execution plan and its executor: the linear schedule a compiled model runs. Each step
+// is a generated kernel, a reference/library kernel call or a copy; every intermediate lives
+// at a fixed offset of one arena allocated once. Plans are built by the compiler (JIT) and,
+// later, loaded from artifacts; executing one needs only the runtime.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/tensor.h"
+
+namespace kiln::runtime {
+
+class LoadedObjects;
+
+// Where a value lives while a plan runs.
+struct BufferRef {
+  enum class Kind : uint8_t { kInput, kParameter, kArena, kOutput };
+  Kind kind = Kind::kArena;
+  int index = 0;       // Input, parameter or output number.
+  int64_t offset = 0;  // Byte offset into the arena.
+  ir::TensorType type;
+};
+
+// The CPU kernel ABI (codegen/render.h): work units [begin, end) of `units`.
+using KernelFn = void (*)(void* const* args, long long begin, long long end);
+
+struct PlanStep {
+  enum class Kind : uint8_t { kKernel, kReference, kCopy };
+  Kind kind = Kind::kReference;
+  std::string name;               // Kernel symbol, or the node's description.
+  std::vector<BufferRef> inputs;
+  std::vector<BufferRef> outputs;
+  // kKernel:
+  KernelFn fn = nullptr;
+  int64_t units = 0;
+  int64_t elements = 0;  // Work size, to decide whether threads pay off.
+  // kReference:
+  ir::OpKind op = ir::OpKind::kAdd;
+  ir::AttrMap attrs;
+};
+
+struct Plan {
+  std::vector<ir::TensorType> inputs;
+  std::vector<std::string> inputNames;
+  std::vector<ir::TensorType> outputs;
+  std::vector<ir::TensorData> parameters;
+  std::vector<PlanStep> steps;
+  int64_t arenaBytes = 0;
+  std::shared_ptr<LoadedObjects> code;  // Keeps the kernels' machine code alive.
+};
+
+struct PlanRunStats {
+  double totalMs = 0;
+  int64_t kernelSteps = 0;
+  int64_t referenceSteps = 0;
+};
+
+class PlanExecutor {
+ public:
+  // `threads` <= 0: OpenMP's default (OMP_NUM_THREADS or all cores).
+  explicit PlanExecutor(std::shared_ptr<const Plan> plan, int threads = 0);
+
+  // Checks inputs against the plan (count, dtype, shape; errors name the input) and runs it.
+  Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs);
+  const PlanRunStats& lastStats() const { return stats_; }
+  const Plan& plan() const { return *plan_; }
+
+ private:
+  std::shared_ptr<const Plan> plan_;
+  int threads_;
+  std::vector<std::byte> arenaStorage_;
+  std::byte* arena_ = nullptr;
+  PlanRunStats stats_;
+};
+
+}  // namespace kiln::runtime

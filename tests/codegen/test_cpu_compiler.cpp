@@ -1,0 +1,397 @@
+// The in-process C++ compiler (Clang 16) and the runtime's object loader (ORC JIT): compile
+// kernels, load them, call them, check the numbers; errors are Statuses with locations.
+#include <catch2/catch.hpp>
+
+#include <malloc.h>
+#include <unistd.h>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "codegen/cpu_compiler.h"
+#include "codegen/kernel_cache.h"
+#include "runtime/object_loader.h"
+
+using kiln::ErrorCode;
+using kiln::codegen::compileCpp;
+using kiln::codegen::compileCppParallel;
+using kiln::codegen::compilerIdentity;
+using kiln::codegen::CpuCompileOptions;
+using kiln::codegen::CpuObject;
+using kiln::codegen::CpuSource;
+using kiln::runtime::LoadedObjects;
+
+namespace {
+
+using UnaryKernel = void(const float*, float*, long);
+
+// The shape of a generated kernel: extern "C", no includes, builtins for math.
+const char* kAffineKernel = R"(
+extern "C" void k(const float* a, float* b, long n) {
+  for (long i = 0; i < n; ++i) b[i] = a[i] * 2.0f + 1.0f;
+}
+)";
+
+std::vector<float> ramp(long n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (long i = 0; i < n; ++i) v[static_cast<size_t>(i)] = 0.01f * static_cast<float>(i) - 3.0f;
+  return v;
+}
+
+CpuObject compileOrFail(const std::string& source, const std::string& name,
+                        const CpuCompileOptions& options = {}) {
+  auto object = compileCpp(source, name, options);
+  INFO(object.status().message());
+  REQUIRE(object.hasValue());
+  return std::move(object).value();
+}
+
+template <class Signature>
+Signature* lookupOrFail(LoadedObjects& objects, const std::string& symbol) {
+  auto fn = objects.lookupFunction<Signature>(symbol);
+  INFO(fn.status().message());
+  REQUIRE(fn.hasValue());
+  return *fn;
+}
+
+}  // namespace
+
+TEST_CASE("cpu compiler: a kernel compiles, loads through the runtime and computes") {
+  CpuObject object = compileOrFail(kAffineKernel, "affine");
+  CHECK(object.bytes.size() > 100);
+  CHECK(object.triple.find("x86_64") != std::string::npos);
+  CHECK(object.cpu == kiln::codegen::hostCpuName());
+  CHECK(object.warnings.empty());
+
+  LoadedObjects objects;
+  REQUIRE(objects.add(object.bytes, "affine").isOk());
+  CHECK(objects.numObjects() == 1);
+  auto* k = lookupOrFail<UnaryKernel>(objects, "k");
+
+  const long n = 1003;  // Not a multiple of the vector width: the remainder loop runs too.
+  std::vector<float> a = ramp(n), b(static_cast<size_t>(n), -1.0f);
+  k(a.data(), b.data(), n);
+  for (long i = 0; i < n; ++i) {
+    REQUIRE(b[static_cast<size_t>(i)] == a[static_cast<size_t>(i)] * 2.0f + 1.0f);
+  }
+}
+
+TEST_CASE("cpu compiler: several kernels in one module, calling libm through the process") {
+  const char* source = R"(
+extern "C" void relu(const float* a, float* b, long n) {
+  for (long i = 0; i < n; ++i) b[i] = a[i] > 0.0f ? a[i] : 0.0f;
+}
+extern "C" void expo(const float* a, float* b, long n) {
+  for (long i = 0; i < n; ++i) b[i] = __builtin_expf(a[i]);
+}
+extern "C" void root(const float* a, float* b, long n) {
+  for (long i = 0; i < n; ++i) b[i] = __builtin_sqrtf(a[i] < 0.0f ? -a[i] : a[i]);
+}
+extern "C" float sum(const float* a, long n) {
+  float s = 0.0f;
+  for (long i = 0; i < n; ++i) s += a[i];  // No fast-math: stays a sequential sum.
+  return s;
+}
+)";
+  CpuObject object = compileOrFail(source, "multi");
+  LoadedObjects objects;
+  REQUIRE(objects.add(object.bytes, "multi").isOk());
+  auto* relu = lookupOrFail<UnaryKernel>(objects, "relu");
+  auto* expo = lookupOrFail<UnaryKernel>(objects, "expo");
+  auto* root = lookupOrFail<UnaryKernel>(objects, "root");
+  auto* sum = lookupOrFail<float(const float*, long)>(objects, "sum");
+
+  const long n = 600;
+  std::vector<float> a = ramp(n), b(static_cast<size_t>(n));
+  relu(a.data(), b.data(), n);
+  for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == (a[i] > 0.0f ? a[i] : 0.0f));
+  expo(a.data(), b.data(), n);
+  for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == std::exp(a[i]));
+  root(a.data(), b.data(), n);
+  for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == std::sqrt(std::fabs(a[i])));
+  float expected = 0.0f;
+  for (float x : a) expected += x;
+  CHECK(sum(a.data(), n) == expected);  // Bit-exact: the same order of additions.
+}
+
+TEST_CASE("cpu compiler: no FMA contraction by default, so results round as the reference's") {
+  const char* source = R"(
+extern "C" void axpb(const float* a, float* b, long n) {
+  for (long i = 0; i < n; ++i) b[i] = a[i] * 1.1f + 0.3f;
+}
+)";
+  const long n = 4096;
+  std::vector<float> a = ramp(n), b(static_cast<size_t>(n));
+  LoadedObjects objects;
+  REQUIRE(objects.add(compileOrFail(source, "separate").bytes, "separate").isOk());
+  lookupOrFail<UnaryKernel>(objects, "axpb")(a.data(), b.data(), n);
+  for (size_t i = 0; i < a.size(); ++i) {
+    volatile float product = a[i] * 1.1f;  // Rounded once here, then again after the add.
+    REQUIRE(b[i] == product + 0.3f);
+  }
+
+  CpuCompileOptions fused;
+  fused.fpContract = true;
+  LoadedObjects fusedObjects;
+  REQUIRE(fusedObjects.add(compileOrFail(source, "fused", fused).bytes, "fused").isOk());
+  lookupOrFail<UnaryKernel>(fusedObjects, "axpb")(a.data(), b.data(), n);
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(b[i] == std::fma(a[i], 1.1f, 0.3f));  // One rounding: a fused multiply-add.
+    volatile float product = a[i] * 1.1f;
+    differ += b[i] != product + 0.3f;
+  }
+  CHECK(differ > 0);  // Otherwise this test would not tell the two apart.
+  CHECK(compilerIdentity(fused) != compilerIdentity());
+}
+
+TEST_CASE("cpu compiler: a kernel may include standard headers") {
+  const char* source = R"(#include <cmath>
+#include <cstddef>
+extern "C" void th(const float* a, float* b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) b[i] = std::tanh(a[i]);
+}
+)";
+  CpuObject object = compileOrFail(source, "with_includes");
+  LoadedObjects objects;
+  REQUIRE(objects.add(object.bytes, "with_includes").isOk());
+  auto* th = lookupOrFail<void(const float*, float*, size_t)>(objects, "th");
+  std::vector<float> a = ramp(100), b(100);
+  th(a.data(), b.data(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == std::tanh(a[i]));
+}
+
+TEST_CASE("cpu compiler: a compile error is a Status with file, line and column") {
+  const char* source =
+      "extern \"C\" void k(const float* a, float* b, long n) {\n"
+      "  for (long i = 0; i < n; ++i)\n"
+      "    b[i] = a[i] * undeclared_thing;\n"
+      "}\n";
+  auto object = compileCpp(source, "broken kernel");
+  REQUIRE_FALSE(object.hasValue());
+  const kiln::Status status = object.status();
+  CHECK(status.code() == ErrorCode::kInvalidArgument);
+  INFO(status.message());
+  CHECK(status.message().find("broken_kernel.cpp:3:19: error:") != std::string::npos);
+  CHECK(status.message().find("undeclared_thing") != std::string::npos);
+
+  // A second error later in the file is reported too, and a warning does not fail a compile.
+  auto two = compileCpp("int f() { return x; }\nint g() { return y; }\n", "two");
+  REQUIRE_FALSE(two.hasValue());
+  CHECK(two.status().message().find("two.cpp:1:") != std::string::npos);
+  CHECK(two.status().message().find("two.cpp:2:") != std::string::npos);
+  auto warned = compileCpp("extern \"C\" int w(int x) { int unused; return x; }\n", "warned",
+                           CpuCompileOptions{.extraArgs = {"-Wunused-variable"}});
+  REQUIRE(warned.hasValue());
+  CHECK(warned->warnings.find("warned.cpp:1:") != std::string::npos);
+}
+
+TEST_CASE("cpu compiler: bad options are errors, not crashes") {
+  CpuCompileOptions badLevel;
+  badLevel.optLevel = 7;
+  CHECK(compileCpp(kAffineKernel, "k", badLevel).status().code() == ErrorCode::kInvalidArgument);
+  CpuCompileOptions badFeature;
+  badFeature.features = "avx2";
+  CHECK(compileCpp(kAffineKernel, "k", badFeature).status().code() == ErrorCode::kInvalidArgument);
+  CpuCompileOptions badFlag;
+  badFlag.extraArgs = {"-fno-such-flag-exists"};
+  auto bad = compileCpp(kAffineKernel, "k", badFlag);
+  REQUIRE_FALSE(bad.hasValue());
+  CHECK(bad.status().message().find("no-such-flag") != std::string::npos);
+}
+
+TEST_CASE("cpu compiler: code for a portable CPU runs too, and the identity tells them apart") {
+  CpuCompileOptions portable;
+  portable.cpu = "x86-64";
+  portable.features = "";
+  portable.optLevel = 2;
+  CpuObject object = compileOrFail(kAffineKernel, "portable", portable);
+  LoadedObjects objects;
+  REQUIRE(objects.add(object.bytes, "portable").isOk());
+  auto* k = lookupOrFail<UnaryKernel>(objects, "k");
+  std::vector<float> a = ramp(50), b(50);
+  k(a.data(), b.data(), 50);
+  CHECK(b[7] == a[7] * 2.0f + 1.0f);
+
+  const std::string host = compilerIdentity();
+  CHECK(host == compilerIdentity());  // Stable within a process.
+  CHECK(host != compilerIdentity(portable));
+  CHECK(host.find("clang version 16") != std::string::npos);
+  CHECK(host.find(kiln::codegen::hostCpuName()) != std::string::npos);
+  CHECK(host.find("-O3") != std::string::npos);
+}
+
+TEST_CASE("cpu compiler: four modules compile in parallel and all load") {
+  std::vector<CpuSource> sources;
+  for (int m = 0; m < 4; ++m) {
+    const std::string scale = std::to_string(m + 2) + ".0f";
+    sources.push_back({"extern \"C\" void k" + std::to_string(m) +
+                           "(const float* a, float* b, long n) {\n"
+                           "  for (long i = 0; i < n; ++i) b[i] = a[i] * " +
+                           scale + ";\n}\n",
+                       "par" + std::to_string(m)});
+  }
+  sources[2].source += "int oops = ;\n";  // One failure does not affect the others.
+  const auto start = std::chrono::steady_clock::now();
+  auto results = compileCppParallel(sources, {}, 4);
+  const double wallMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(results.size() == 4);
+  REQUIRE_FALSE(results[2].hasValue());
+  CHECK(results[2].status().message().find("par2.cpp:4:") != std::string::npos);
+  sources[2].source.resize(sources[2].source.find("int oops"));
+  results[2] = compileCpp(sources[2].source, sources[2].moduleName);
+
+  LoadedObjects objects;
+  double sumMs = 0;
+  for (int m = 0; m < 4; ++m) {
+    INFO(results[m].status().message());
+    REQUIRE(results[m].hasValue());
+    sumMs += results[m]->compileMs;
+    REQUIRE(objects.add(results[m]->bytes, results[m]->moduleName).isOk());
+  }
+  std::printf(
+      "[codegen] parallel compile of 4 modules on 4 threads: %.1f ms wall "
+      "(%.1f ms summed over modules)\n",
+      wallMs, sumMs);
+  std::vector<float> a = ramp(64), b(64);
+  for (int m = 0; m < 4; ++m) {
+    auto* k = lookupOrFail<UnaryKernel>(objects, "k" + std::to_string(m));
+    k(a.data(), b.data(), 64);
+    CHECK(b[10] == a[10] * static_cast<float>(m + 2));
+  }
+}
+
+TEST_CASE("cpu compiler: compile time per kernel (printed, not asserted)") {
+  // Distinct sources so nothing is shared between compiles; a typical fused pointwise kernel.
+  auto kernel = [](int i) {
+    return "extern \"C\" void fused" + std::to_string(i) +
+           "(const float* a, const float* c, float* b, long begin, long end) {\n"
+           "  for (long j = begin; j < end; ++j) {\n"
+           "    float x = a[j] + c[j] * " +
+           std::to_string(i) +
+           ".5f;\n"
+           "    x = x > 0.0f ? x : 0.0f;\n"
+           "    b[j] = x / (1.0f + __builtin_expf(-x));\n"
+           "  }\n}\n";
+  };
+  std::vector<double> ms;
+  for (int i = 0; i < 6; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    CpuObject object = compileOrFail(kernel(i), "timing" + std::to_string(i));
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::string all;
+  for (double t : ms) all += std::to_string(static_cast<int>(t + 0.5)) + " ";
+  std::printf(
+      "[codegen] C++ kernel compile (source -> object, -O3, host CPU) ms per kernel: %s"
+      "(first includes this process's first-use setup only if no compile ran before)\n",
+      all.c_str());
+
+  const auto start = std::chrono::steady_clock::now();
+  CpuObject heavy = compileOrFail("#include <cmath>\n" + kernel(99), "timing_cmath");
+  std::printf(
+      "[codegen] the same kernel with #include <cmath>: %.1f ms\n",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+}
+
+TEST_CASE("cpu compiler: compiling many kernels does not leak memory") {
+  // Regression: cc1's -disable-free (added by the driver) leaked ~200 KB per compile.
+  auto source = [](int i) {
+    return "extern \"C\" void k(const float* a, float* b, long n) {\n"
+           "  for (long j = 0; j < n; ++j) b[j] = a[j] * " +
+           std::to_string(i) + ".0f;\n}\n";
+  };
+  compileOrFail(source(0), "warmup");
+  const size_t before = ::mallinfo2().uordblks;
+  for (int i = 1; i <= 20; ++i) compileOrFail(source(i), "leak" + std::to_string(i));
+  const size_t after = ::mallinfo2().uordblks;
+  const double growthKb = (static_cast<double>(after) - static_cast<double>(before)) / 1024.0;
+  INFO("heap growth over 20 compiles: " << growthKb << " KB");
+  CHECK(growthKb < 1024.0);
+}
+
+TEST_CASE("object loader: errors are Statuses") {
+  LoadedObjects objects;
+  // Nothing loaded yet.
+  CHECK(objects.lookup("k").status().code() == ErrorCode::kNotFound);
+
+  // Garbage and truncated objects are rejected before the JIT sees them.
+  std::vector<std::byte> garbage(256, std::byte{0x5a});
+  kiln::Status status = objects.add(garbage, "garbage");
+  CHECK(status.code() == ErrorCode::kInvalidArgument);
+  CHECK(status.message().find("garbage") != std::string::npos);
+  CpuObject object = compileOrFail(kAffineKernel, "affine");
+  std::vector<std::byte> truncated(object.bytes.begin(), object.bytes.begin() + 40);
+  CHECK(objects.add(truncated, "truncated").code() == ErrorCode::kInvalidArgument);
+
+  REQUIRE(objects.add(object.bytes, "affine").isOk());
+  auto missing = objects.lookup("not_a_kernel");
+  CHECK(missing.status().code() == ErrorCode::kNotFound);
+  CHECK(missing.status().message().find("not_a_kernel") != std::string::npos);
+
+  // The same symbol twice in one namespace.
+  status = objects.add(object.bytes, "affine again");
+  CHECK(status.code() == ErrorCode::kInvalidArgument);
+  CHECK(status.message().find("uplicate") != std::string::npos);
+
+  // A kernel calling a function nobody defines fails at lookup, naming the function.
+  CpuObject dangling = compileOrFail(
+      "extern \"C\" float kiln_missing_helper(float);\n"
+      "extern \"C\" float calls(float x) { return kiln_missing_helper(x) + 1.0f; }\n",
+      "dangling");
+  REQUIRE(objects.add(dangling.bytes, "dangling").isOk());
+  auto unresolved = objects.lookup("calls");
+  REQUIRE_FALSE(unresolved.hasValue());
+  CHECK(unresolved.status().code() == ErrorCode::kInvalidArgument);
+  CHECK(unresolved.status().message().find("kiln_missing_helper") != std::string::npos);
+
+  // The first kernel is unaffected.
+  CHECK(objects.lookup("k").hasValue());
+}
+
+TEST_CASE("object loader: host compatibility check") {
+  CpuObject object = compileOrFail(kAffineKernel, "affine");
+  CHECK(kiln::runtime::checkHostCompatible(object.triple, object.features).isOk());
+  kiln::Status foreign = kiln::runtime::checkHostCompatible("aarch64-unknown-linux-gnu", "+neon");
+  CHECK(foreign.code() == ErrorCode::kInvalidArgument);
+  CHECK(foreign.message().find("aarch64") != std::string::npos);
+  kiln::Status future =
+      kiln::runtime::checkHostCompatible(object.triple, "+sse2,+kiln-future-extension");
+  CHECK(future.code() == ErrorCode::kInvalidArgument);
+  CHECK(future.message().find("kiln-future-extension") != std::string::npos);
+}
+
+TEST_CASE("cpu compiler + kernel cache: a cached object loads and runs without recompiling") {
+  char dirTemplate[] = "/tmp/kiln-cg-cache-XXXXXX";
+  REQUIRE(::mkdtemp(dirTemplate) != nullptr);
+  const std::filesystem::path dir = dirTemplate;
+  kiln::codegen::KernelCache cache(dir, true);
+  const CpuCompileOptions options;
+  const kiln::codegen::CacheKey key = kiln::codegen::CacheKeyBuilder()
+                                          .add("cpu-object")
+                                          .add(kAffineKernel)
+                                          .add(compilerIdentity(options))
+                                          .finish();
+  REQUIRE(cache.lookup(key).reason == kiln::codegen::CacheMissReason::kAbsent);
+  CpuObject object = compileOrFail(kAffineKernel, "affine", options);
+  REQUIRE(cache.store(key, object.bytes).isOk());
+
+  auto entry = cache.lookup(key);
+  REQUIRE(entry.hit);
+  CHECK(entry.payload == object.bytes);  // Compiling is deterministic; so is the cache.
+  LoadedObjects objects;
+  REQUIRE(objects.add(entry.payload, "affine (cached)").isOk());
+  auto* k = lookupOrFail<UnaryKernel>(objects, "k");
+  std::vector<float> a = ramp(33), b(33);
+  k(a.data(), b.data(), 33);
+  CHECK(b[32] == a[32] * 2.0f + 1.0f);
+  CpuObject again = compileOrFail(kAffineKernel, "affine", options);
+  CHECK(again.bytes == object.bytes);
+  std::filesystem::remove_all(dir);
+}

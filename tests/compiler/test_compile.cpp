@@ -1,0 +1,259 @@
+// The compiler end to end: compiled == eager on every zoo model, kernel counts, the memory
+// plan's bound, the kernel cache, and NVRTC acceptance of every generated kernel.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "compiler/compile.h"
+#include "compiler/jit.h"
+#include "ir/parser.h"
+#include "models/zoo.h"
+#include "runtime/eager.h"
+
+using namespace kiln;
+using runtime::Tensor;
+
+namespace {
+
+std::string tempCacheDir(const std::string& tag) {
+  auto d = std::filesystem::temp_directory_path() / ("kiln_test_cache_" + tag + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  return d.string();
+}
+
+Tensor randomTensor(const ir::TensorType& t, std::mt19937& rng) {
+  Tensor x = *Tensor::empty(t.dtype, t.shape);
+  std::uniform_real_distribution<double> dist(-2.0, 2.0);
+  for (int64_t i = 0; i < x.numElements(); ++i) {
+    if (t.dtype == ir::DType::kF32) x.data<float>()[i] = static_cast<float>(dist(rng));
+    else if (t.dtype == ir::DType::kF64) x.data<double>()[i] = dist(rng);
+    else if (t.dtype == ir::DType::kBool) x.data<uint8_t>()[i] = dist(rng) > 0;
+  }
+  return x;
+}
+
+double at(const Tensor& t, int64_t i) {
+  return t.dtype() == ir::DType::kF64 ? t.data<double>()[i] : t.data<float>()[i];
+}
+
+// max |a - b| / max |b|, with NaN and inf required to agree exactly.
+double relError(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  double maxRef = 0, maxDiff = 0;
+  for (int64_t i = 0; i < b.numElements(); ++i) {
+    const double x = at(a, i), y = at(b, i);
+    if (std::isnan(y) || std::isinf(y)) {
+      if (!(std::isnan(x) && std::isnan(y)) && x != y) return INFINITY;
+      continue;
+    }
+    maxRef = std::max(maxRef, std::fabs(y));
+    maxDiff = std::max(maxDiff, std::fabs(x - y));
+  }
+  return maxDiff / std::max(maxRef, 1e-30);
+}
+
+compiler::CompileOptions testOptions(const std::string& cache) {
+  compiler::CompileOptions o;
+  o.cacheDir = cache;
+  o.verifyEachPass = true;
+  return o;
+}
+
+void checkCompiledMatchesEager(const ir::Graph& g, const compiler::CompileOptions& opts,
+                               double tol, uint32_t seed) {
+  auto cm = compiler::compile(g, opts);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  std::mt19937 rng(seed);
+  std::vector<Tensor> ins;
+  for (const ir::Value* v : g.inputs()) ins.push_back(randomTensor(v->type(), rng));
+  runtime::EagerExecutor eager(g);
+  auto want = eager.run(ins);
+  REQUIRE(want.hasValue());
+  auto got = (*cm)->run(ins);
+  INFO(got.status().message());
+  REQUIRE(got.hasValue());
+  REQUIRE(got->size() == want->size());
+  for (size_t i = 0; i < got->size(); ++i) {
+    INFO("output " << i << "\n" << (*cm)->report().fusionExplanation);
+    CHECK(relError((*got)[i], (*want)[i]) <= tol);
+  }
+  const auto& r = (*cm)->report();
+  CHECK(r.arenaBytes <= static_cast<int64_t>(1.15 * static_cast<double>(r.arenaLowerBound)) + 64);
+}
+
+}  // namespace
+
+TEST_CASE("compiled == eager on every zoo model") {
+  const std::string cache = tempCacheDir("zoo");
+  for (const std::string name : {"mlp", "mnist_cnn", "resnet18", "resnet50", "bert_layer"}) {
+    DYNAMIC_SECTION(name) {
+      auto g = models::buildModel(name, {name == "resnet50" ? 1 : 2, 11});
+      REQUIRE(g.hasValue());
+      checkCompiledMatchesEager(*g, testOptions(cache), 1e-4, 3);
+    }
+  }
+  std::filesystem::remove_all(cache);
+}
+
+TEST_CASE("a chain of 10 pointwise ops is one kernel") {
+  auto g = ir::parseGraph(R"(
+graph chain(%x : f32[3,1000]) {
+  param %b : f32[1000] buffer
+  %1 : f32[3,1000] = relu(%x)
+  %2 : f32[3,1000] = add(%1, %b)
+  %3 : f32[3,1000] = sigmoid(%2)
+  %4 : f32[3,1000] = mul(%3, %x)
+  %5 : f32[3,1000] = tanh(%4)
+  %6 : f32[3,1000] = exp(%5)
+  %7 : f32[3,1000] = neg(%6)
+  %8 : f32[3,1000] = abs(%7)
+  %9 : f32[3,1000] = sqrt(%8)
+  %10 : f32[3,1000] = gelu(%9) {approximate="tanh"}
+  return %10
+})");
+  REQUIRE(g.hasValue());
+  ir::TensorData b(ir::DType::kF32, {1000});
+  for (int i = 0; i < 1000; ++i) b.as<float>()[i] = 0.001f * static_cast<float>(i);
+  g->findValue("b")->setData(b);
+  const std::string cache = tempCacheDir("chain");
+  auto cm = compiler::compile(*g, testOptions(cache));
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().generatedKernels == 1);
+  CHECK((*cm)->plan().steps.size() == 1);
+  checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 1);
+  std::filesystem::remove_all(cache);
+}
+
+TEST_CASE("softmax, log_softmax and layer_norm are one kernel each") {
+  const std::string cache = tempCacheDir("norm");
+  for (const std::string op : {"softmax(%x) {axis=1}", "log_softmax(%x) {axis=0}",
+                               "layer_norm(%x, %s, %b) {axis=1}"}) {
+    DYNAMIC_SECTION(op) {
+      auto g = ir::parseGraph("graph g(%x : f32[7,33]) {\n param %s : f32[33]\n param %b : f32[33]\n"
+                              " %y : f32[7,33] = " + op + "\n return %y\n}");
+      REQUIRE(g.hasValue());
+      std::mt19937 rng(5);
+      for (const char* p : {"s", "b"}) {
+        ir::TensorData d(ir::DType::kF32, {33});
+        for (int i = 0; i < 33; ++i) d.as<float>()[i] = static_cast<float>(rng() % 100) / 50.f;
+        g->findValue(p)->setData(d);
+      }
+      g->removeUnusedParameters();
+      auto cm = compiler::compile(*g, testOptions(cache));
+      REQUIRE(cm.hasValue());
+      CHECK((*cm)->report().generatedKernels == 1);
+      CHECK((*cm)->plan().steps.size() == 1);
+      checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 2);
+    }
+  }
+  std::filesystem::remove_all(cache);
+}
+
+TEST_CASE("bert_layer's non-matmul work is at most 8 kernels") {
+  auto g = models::buildModel("bert_layer", {1, 0});
+  REQUIRE(g.hasValue());
+  const std::string cache = tempCacheDir("bert");
+  auto cm = compiler::compile(*g, testOptions(cache));
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  INFO((*cm)->report().fusionExplanation);
+  int nonMatmul = 0;
+  for (const auto& s : (*cm)->plan().steps)
+    if (s.kind != runtime::PlanStep::Kind::kReference ||
+        (s.op != ir::OpKind::kMatMul && s.op != ir::OpKind::kLinear && s.op != ir::OpKind::kGemm))
+      ++nonMatmul;
+  CHECK(nonMatmul <= 8);
+  std::filesystem::remove_all(cache);
+}
+
+TEST_CASE("a second compile hits the kernel cache; a corrupt entry is rebuilt") {
+  auto g = models::buildModel("mnist_cnn", {1, 0});
+  REQUIRE(g.hasValue());
+  const std::string cache = tempCacheDir("hit");
+  auto first = compiler::compile(*g, testOptions(cache));
+  REQUIRE(first.hasValue());
+  CHECK((*first)->report().cacheMisses > 0);
+  CHECK((*first)->report().cacheHits == 0);
+  auto second = compiler::compile(*g, testOptions(cache));
+  REQUIRE(second.hasValue());
+  CHECK((*second)->report().cacheMisses == 0);
+  CHECK((*second)->report().cacheHits == (*first)->report().modules);
+  // Flip a byte in every entry: each is detected, rebuilt, and the model still runs right.
+  for (const auto& e : std::filesystem::recursive_directory_iterator(cache)) {
+    if (!e.is_regular_file()) continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(e.path()) - 3));
+    f.put('\x5a');
+  }
+  auto third = compiler::compile(*g, testOptions(cache));
+  REQUIRE(third.hasValue());
+  CHECK((*third)->report().cacheHits == 0);
+  CHECK((*third)->report().cacheExplanations.front().find("checksum") != std::string::npos);
+  checkCompiledMatchesEager(*g, testOptions(cache), 1e-4, 9);
+  std::filesystem::remove_all(cache);
+}
+
+TEST_CASE("every generated kernel of every zoo model compiles with NVRTC for sm_80 and sm_90") {
+  const std::string cache = tempCacheDir("cuda");
+  for (const std::string name : {"mlp", "mnist_cnn", "resnet18", "resnet50", "bert_layer"}) {
+    DYNAMIC_SECTION(name) {
+      auto g = models::buildModel(name, {1, 0});
+      REQUIRE(g.hasValue());
+      auto opts = testOptions(cache);
+      opts.cudaCheck = true;
+      auto cm = compiler::compile(*g, opts);
+      REQUIRE(cm.hasValue());
+      const auto& r = (*cm)->report();
+      if (r.cudaKernelsChecked == 0 && r.generatedKernels > 0) {
+        WARN("NVRTC unavailable: CUDA check skipped");
+        continue;
+      }
+      for (const auto& e : r.cudaErrors) FAIL_CHECK(e);
+      CHECK(r.cudaKernelsChecked == r.generatedKernels);
+    }
+  }
+  std::filesystem::remove_all(cache);
+}
+
+TEST_CASE("jit compiles once per input signature, logs the failed guard, and stops at the limit") {
+  auto g = models::buildModel("mlp", {2, 0});
+  REQUIRE(g.hasValue());
+  compiler::CompileOptions opts;
+  opts.cacheDir = tempCacheDir("jit");
+  compiler::JitModule m(*g, opts, /*recompileLimit=*/2);
+  std::mt19937 rng(1);
+  auto input = [&](int64_t batch) {
+    return std::vector<Tensor>{randomTensor({ir::DType::kF32, {batch, 784}}, rng)};
+  };
+  auto a = input(2);
+  REQUIRE(m(a).hasValue());
+  REQUIRE(m(a).hasValue());
+  CHECK(m.compiles() == 1);
+  // A new batch size recompiles, and the result matches eager on the respecialized graph.
+  auto b = input(5);
+  auto yb = m(b);
+  REQUIRE(yb.hasValue());
+  CHECK((*yb)[0].shape() == ir::Shape{5, 10});
+  CHECK(m.compiles() == 2);
+  CHECK_THAT(m.log().back(), Catch::Contains("guard failed: input 'input' is f32[5,784], compiled for f32[2,784]"));
+  auto spec = compiler::respecialize(*g, std::vector<ir::TensorType>{{ir::DType::kF32, {5, 784}}});
+  REQUIRE(spec.hasValue());
+  runtime::EagerExecutor eager(*spec);
+  auto want = eager.run(b);
+  REQUIRE(want.hasValue());
+  CHECK(relError((*yb)[0], (*want)[0]) < 1e-5);
+  // Back to the first signature: no compile.
+  REQUIRE(m(a).hasValue());
+  CHECK(m.compiles() == 2);
+  REQUIRE(m(input(3)).hasValue());
+  auto over = m(input(4));
+  REQUIRE_FALSE(over.hasValue());
+  CHECK_THAT(over.status().message(), Catch::Contains("recompile limit (2) reached"));
+  // A dtype the graph cannot take is a clear error naming the node.
+  auto bad = m(std::vector<Tensor>{*Tensor::zeros(ir::DType::kF64, {2, 784})});
+  REQUIRE_FALSE(bad.hasValue());
+  std::filesystem::remove_all(opts.cacheDir);
+}
