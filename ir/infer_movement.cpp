@@ -133,7 +133,11 @@ Expected<std::vector<TensorType>> inferSlice(std::span<const TensorType> in, con
       out[ax] = count(s, e);
     } else {
       // As ONNX: a backward slice starts inside [0, dim-1] and ends in [-1, dim-1].
-      s = dim == 0 ? 0 : std::clamp<int64_t>(s, 0, dim - 1);
+      if (dim == 0) {
+        out[ax] = 0;
+        continue;
+      }
+      s = std::clamp<int64_t>(s, 0, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
       out[ax] = count(e, s);
     }

@@ -14,8 +14,13 @@ namespace {
 constexpr int64_t kParallelThreshold = 1 << 15;
 }  // namespace
 
+void setNumThreads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+int numThreads() { return omp_get_max_threads(); }
+
 PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
-    : plan_(std::move(plan)), threads_(threads > 0 ? threads : omp_get_max_threads()) {
+    : plan_(std::move(plan)), threads_(threads) {
   arenaStorage_.resize(static_cast<size_t>(plan_->arenaBytes) + 64);
   auto addr = reinterpret_cast<uintptr_t>(arenaStorage_.data());
   arena_ = arenaStorage_.data() + ((64 - addr % 64) % 64);
@@ -65,7 +70,8 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
         for (const auto& b : s.outputs) args.push_back(address(b));
         void* const* a = args.data();
         const int64_t units = s.units;
-        const int nt = s.elements < kParallelThreshold ? 1 : static_cast<int>(std::min<int64_t>(threads_, units));
+        const int threads = threads_ > 0 ? threads_ : omp_get_max_threads();
+        const int nt = s.elements < kParallelThreshold ? 1 : static_cast<int>(std::min<int64_t>(threads, units));
         if (nt <= 1) {
           s.fn(a, 0, units);
         } else {

@@ -16,6 +16,10 @@ namespace kiln::runtime {
 
 class LoadedObjects;
 
+// The process's one thread count: kiln's kernels, oneDNN and OpenBLAS share an OpenMP pool.
+void setNumThreads(int threads);
+int numThreads();
+
 // Where a value lives while a plan runs.
 struct BufferRef {
   enum class Kind : uint8_t { kInput, kParameter, kArena, kOutput };

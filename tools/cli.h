@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/compile.h"
 #include "ir/graph.h"
 
 namespace kiln::cli {
@@ -57,7 +58,13 @@ Expected<ir::Graph> loadModelFromArgs(const Args& args);
 // Prints an error as "kiln <cmd>: error: ..." and returns the exit code for its status.
 int reportError(const std::string& command, const Status& s);
 
+// Options shared by the commands that compile (compile, run, bench), and their reading.
+std::vector<OptionSpec> compileOptionSpecs();
+Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args);
+
 int runInfo(const Args&);
+int runCompile(const Args&);
+int runBench(const Args&);
 int runDump(const Args&);
 int runRun(const Args&);
 int runExport(const Args&);

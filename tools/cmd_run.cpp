@@ -7,6 +7,7 @@
 
 #include "frontends/json/graph_json.h"
 #include "frontends/npy/npy.h"
+#include "compiler/compile.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
 
@@ -104,9 +105,6 @@ nlohmann::json summarize(const std::string& name, const Tensor& t) {
 }  // namespace
 
 int runRun(const Args& args) {
-  if (!args.flag("eager"))
-    return reportError("run", unimplemented("compiled execution comes with kiln's JIT compiler; "
-                                            "run with --eager for now"));
   auto g = loadModelFromArgs(args);
   if (!g) return reportError("run", g.status());
   const auto& outFiles = args.all("output");
@@ -119,11 +117,31 @@ int runRun(const Args& args) {
   auto inputs = gatherInputs(*g, args, static_cast<uint64_t>(*seed));
   if (!inputs) return reportError("run", inputs.status());
 
-  runtime::EagerExecutor exec(*g);
-  auto outputs = exec.run(*inputs);
-  if (!outputs) return reportError("run", outputs.status());
-  const auto& stats = exec.lastStats();
-
+  const bool eager = args.flag("eager");
+  std::vector<runtime::Tensor> results;
+  double latencyMs = 0;
+  int64_t peakBytes = 0, steps = 0;
+  if (eager) {
+    runtime::EagerExecutor exec(*g);
+    auto outputs = exec.run(*inputs);
+    if (!outputs) return reportError("run", outputs.status());
+    results = std::move(*outputs);
+    latencyMs = exec.lastStats().totalMs;
+    peakBytes = exec.lastStats().peakActivationBytes;
+    steps = static_cast<int64_t>(g->numNodes());
+  } else {
+    auto opts = compileOptionsFromArgs(args);
+    if (!opts) return reportError("run", opts.status());
+    auto cm = compiler::compile(*g, *opts);
+    if (!cm) return reportError("run", cm.status());
+    auto outputs = (*cm)->run(*inputs);
+    if (!outputs) return reportError("run", outputs.status());
+    results = std::move(*outputs);
+    latencyMs = (*cm)->lastStats().totalMs;
+    peakBytes = (*cm)->report().arenaBytes;
+    steps = static_cast<int64_t>((*cm)->plan().steps.size());
+  }
+  auto* outputs = &results;
   // Write every output or none: on a failure, remove the ones already written.
   for (size_t i = 0; i < outFiles.size(); ++i) {
     Status st = frontends::writeNpy(outFiles[i], (*outputs)[i].toData());
@@ -135,10 +153,10 @@ int runRun(const Args& args) {
 
   nlohmann::json j;
   j["model"] = args.positional[0];
-  j["mode"] = "eager";
-  j["latency_ms"] = stats.totalMs;
-  j["peak_activation_bytes"] = stats.peakActivationBytes;
-  j["allocations"] = stats.numAllocations;
+  j["mode"] = eager ? "eager" : "compiled";
+  j["latency_ms"] = latencyMs;
+  j["peak_activation_bytes"] = peakBytes;
+  j["steps"] = steps;
   j["outputs"] = nlohmann::json::array();
   for (size_t i = 0; i < outputs->size(); ++i)
     j["outputs"].push_back(summarize(g->outputs()[i]->name(), (*outputs)[i]));
@@ -146,9 +164,9 @@ int runRun(const Args& args) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("ran %s eagerly: %zu nodes in %.2f ms, peak activations %.2f MB\n",
-              args.positional[0].c_str(), g->numNodes(), stats.totalMs,
-              static_cast<double>(stats.peakActivationBytes) / 1e6);
+  std::printf("ran %s %s: %lld steps in %.2f ms, peak activations %.2f MB\n",
+              args.positional[0].c_str(), eager ? "eagerly" : "compiled",
+              static_cast<long long>(steps), latencyMs, static_cast<double>(peakBytes) / 1e6);
   for (const auto& o : j["outputs"]) {
     std::printf("%%%s : %s%s  min %.6g  max %.6g  mean %.6g%s\n  first:",
                 o["name"].get<std::string>().c_str(), o["dtype"].get<std::string>().c_str(),

@@ -6,6 +6,11 @@
 namespace kiln::cli {
 namespace {
 
+std::vector<OptionSpec> concat(std::vector<OptionSpec> a, const std::vector<OptionSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 std::vector<Command> commands() {
   auto withModel = [](std::vector<OptionSpec> extra) {
     auto o = modelOptions();
@@ -18,12 +23,28 @@ std::vector<Command> commands() {
        withModel({}), &runInfo},
       {"dump", "kiln dump MODEL [--batch N] [--json]", "Print the model's text IR.", withModel({}),
        &runDump},
-      {"run", "kiln run MODEL --eager [--batch N] [--input x.npy ...] [--output y.npy ...]",
-       "Run a model on .npy inputs (or seeded random inputs) and print or save its outputs.",
-       withModel({{"eager", false, "run eagerly, op by op, on the reference kernels"},
-                  {"input", true, "an input .npy file, in graph input order, or NAME=FILE", true},
-                  {"output", true, "save an output as .npy, in graph output order", true}}),
+      {"compile", "kiln compile MODEL [--emit-kernels DIR] [--explain-fusion] [--dump-after PASS]",
+       "JIT-compile a model and report passes, fusion, kernels, memory plan and cache use.",
+       withModel(concat(compileOptionSpecs(),
+                        {{"emit-kernels", true, "write each generated kernel's C++ and CUDA source to DIR"},
+                         {"explain-fusion", false, "print every fusion group and every rejected fusion"},
+                         {"explain-cache", false, "say why each kernel module hit or missed the cache"},
+                         {"cuda-check", false, "also compile every kernel with NVRTC for sm_80 and sm_90"},
+                         {"verbose", false, "print the passes' and lowering's notes"}})),
+       &runCompile},
+      {"run", "kiln run MODEL [--eager] [--batch N] [--input x.npy ...] [--output y.npy ...]",
+       "Run a model (compiled, or --eager op by op) on .npy inputs or seeded random inputs.",
+       withModel(concat(compileOptionSpecs(),
+                        {{"eager", false, "run eagerly, op by op, on the reference kernels"},
+                         {"input", true, "an input .npy file, in graph input order, or NAME=FILE", true},
+                         {"output", true, "save an output as .npy, in graph output order", true}})),
        &runRun},
+      {"bench", "kiln bench MODEL [--batch N] [--threads T] [--runs R] [--json]",
+       "Run eager and compiled side by side: latency, throughput, peak memory, compile time.",
+       withModel(concat(compileOptionSpecs(),
+                        {{"runs", true, "timed runs of each (default 10)"},
+                         {"warmup", true, "untimed runs first (default 2)"}})),
+       &runBench},
       {"export", "kiln export MODEL -o model.json [--batch N] [--seed S]",
        "Write the model as kiln's JSON graph with its weights in a .safetensors file beside it.",
        withModel({{"output", true, "the .json file to write (-o)"}}), &runExport},

@@ -90,7 +90,22 @@ check "output count" 2 "has 1 outputs, got 2" -- "$KILN" run mlp --eager --outpu
 check "export to missing dir" 2 "no_such_dir" -- "$KILN" export mlp -o no_such_dir/m.json
 absent "no partial export" no_such_dir/m.json no_such_dir/m.safetensors
 check "export wrong extension" 2 "must be a \.json" -- "$KILN" export mlp -o m.txt
-check "run without --eager" 2 "--eager" -- "$KILN" run mlp
+check "run compiled" 0 "ran mlp compiled" -- "$KILN" run mlp --cache-dir cache
+"$KILN" run mlp --seed 4 --output c.npy --cache-dir cache >/dev/null 2>&1
+"$KILN" run mlp --seed 4 --eager --output e.npy >/dev/null 2>&1
+check "compiled output saved" 0 "" -- test -s c.npy
+check "compile report" 0 "generated kernels" -- "$KILN" compile mnist_cnn --cache-dir cache
+check "compile explain fusion" 0 "rejected fusions" -- "$KILN" compile bert_layer --explain-fusion --cache-dir cache
+check "compile explain cache" 0 "cache kiln_module0: hit" -- "$KILN" compile mnist_cnn --explain-cache --cache-dir cache
+check "compile --json" 0 '"generated_kernels"' -- "$KILN" compile mlp --json --cache-dir cache
+check "emit kernels" 0 "" -- "$KILN" compile mnist_cnn --emit-kernels kernels --cache-dir cache
+check "emitted kernel files" 0 "" -- test -s kernels/kiln_k0.cpp
+check "emitted cuda files" 0 "" -- test -s kernels/kiln_k0.cu
+check "dump-after" 0 "// after dce" -- "$KILN" compile mlp --dump-after dce --cache-dir cache
+check "unknown pass" 2 "unknown pass 'fold-all'" -- "$KILN" compile mlp --disable-pass fold-all
+check "bench" 0 "speedup" -- "$KILN" bench mlp --runs 3 --warmup 1
+check "bench --json" 0 '"compile_cold_ms"' -- "$KILN" bench mnist_cnn --runs 2 --warmup 0 --json
+check "bad --runs" 2 "--runs must be between" -- "$KILN" bench mlp --runs 0
 check "onnx not yet" 2 "ONNX" -- "$KILN" info model.onnx
 leftovers=$(ls -A | grep -E '\.tmp|~$' || true)
 if [ -n "$leftovers" ]; then echo "FAIL: temporary files left: $leftovers"; fail=$((fail + 1)); else pass=$((pass + 1)); fi

@@ -446,3 +446,15 @@ TEST_CASE("shape inference: axis normalization names the attribute and the valid
                       "-2..1)"));
   CHECK_FALSE(normalizeAxis(0, 0, "axis").hasValue());
 }
+
+TEST_CASE("shape inference: a backward slice clamps its start into the dim, as ONNX") {
+  // ONNX Slice: with a negative step, start clamps to [0, dim-1] and end to [-1, dim-1], so
+  // starts=-10, ends=-10 on a dim of 5 yields element 0.
+  auto out = kiln::ir::inferTypes(kiln::ir::OpKind::kSlice,
+                                  std::vector<kiln::ir::TensorType>{{kiln::ir::DType::kF32, {5}}},
+                                  {{"starts", std::vector<int64_t>{-10}},
+                                   {"ends", std::vector<int64_t>{-10}},
+                                   {"steps", std::vector<int64_t>{-1}}});
+  REQUIRE(out.hasValue());
+  CHECK((*out)[0].shape == kiln::ir::Shape{1});
+}

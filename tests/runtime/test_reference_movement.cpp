@@ -165,3 +165,15 @@ TEST_CASE("reference movement ops move bool and f16 elements", "[reference][move
   CHECK(values<uint16_t>(run(OpKind::kDropout, {h})) ==
         std::vector<uint16_t>{0x3C00, 0x4000, 0x4200, 0x7E00});
 }
+
+TEST_CASE("slice with a negative step clamps its start as ONNX does") {
+  Tensor x = *Tensor::empty(DType::kF32, {5});
+  for (int i = 0; i < 5; ++i) x.data<float>()[i] = static_cast<float>(i + 1);
+  auto y = runtime::runReferenceOp(OpKind::kSlice, {x},
+                          {{"starts", std::vector<int64_t>{-10}},
+                           {"ends", std::vector<int64_t>{-10}},
+                           {"steps", std::vector<int64_t>{-1}}});
+  REQUIRE(y.hasValue());
+  REQUIRE((*y)[0].numElements() == 1);
+  CHECK((*y)[0].data<float>()[0] == 1.0f);
+}

@@ -1,0 +1,263 @@
+// `kiln compile` and `kiln bench`: JIT-compile a model and show what happened; measure eager
+// and compiled execution side by side.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "compiler/compile.h"
+#include "passes/pipeline.h"
+#include "runtime/eager.h"
+#include "tools/cli.h"
+
+namespace kiln::cli {
+
+namespace {
+
+std::set<std::string> splitList(const std::vector<std::string>& values) {
+  std::set<std::string> out;
+  for (const auto& v : values) {
+    std::stringstream ss(v);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) out.insert(item);
+  }
+  return out;
+}
+
+Status writeKernels(const compiler::CompileReport& r, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ioError(dir + ": cannot create the directory: " + ec.message());
+  for (const auto& k : r.kernels) {
+    for (const auto& [ext, text] : {std::pair<std::string, const std::string*>{".cpp", &k.cpp},
+                                    {".cu", &k.cuda}}) {
+      if (text->empty()) continue;
+      const std::string path = (std::filesystem::path(dir) / (k.name + ext)).string();
+      std::ofstream f(path);
+      f << "// kiln " << k.group << " kernel " << k.name << " (module " << k.module << ")\n" << *text;
+      if (!f) return ioError(path + ": write failed");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::vector<OptionSpec> compileOptionSpecs() {
+  return {{"disable-pass", true, "skip a pass (repeatable, or comma-separated)", true},
+          {"dump-after", true, "print the IR after a pass, or 'all' (to stderr)", true},
+          {"time-passes", false, "print each pass's time (to stderr)"},
+          {"verify-each", false, "run the IR verifier after every pass"},
+          {"no-cache", false, "do not read or write the kernel cache"},
+          {"cache-dir", true, "kernel cache directory (default $KILN_CACHE_DIR or ~/.cache/kiln)"},
+          {"threads", true, "threads for kernels (default: all cores)"}};
+}
+
+Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
+  compiler::CompileOptions o;
+  o.disabledPasses = splitList(args.all("disable-pass"));
+  o.dumpAfter = splitList(args.all("dump-after"));
+  KILN_TRY(passes::checkPassNames(o.disabledPasses, false).withContext("--disable-pass"));
+  KILN_TRY(passes::checkPassNames(o.dumpAfter, true).withContext("--dump-after"));
+  o.timePasses = args.flag("time-passes");
+  o.verifyEachPass = args.flag("verify-each");
+  o.useCache = !args.flag("no-cache");
+  if (auto d = args.value("cache-dir")) o.cacheDir = *d;
+  KILN_ASSIGN_OR_RETURN(int64_t threads, args.intValue("threads", 0, 0, 1024));
+  o.runThreads = static_cast<int>(threads);
+  if (threads > 0) runtime::setNumThreads(static_cast<int>(threads));
+  o.log = &std::cerr;
+  return o;
+}
+
+int runCompile(const Args& args) {
+  auto g = loadModelFromArgs(args);
+  if (!g) return reportError("compile", g.status());
+  auto opts = compileOptionsFromArgs(args);
+  if (!opts) return reportError("compile", opts.status());
+  opts->cudaCheck = args.flag("cuda-check") || args.value("emit-kernels").has_value();
+  auto cm = compiler::compile(*g, *opts);
+  if (!cm) return reportError("compile", cm.status());
+  const auto& r = (*cm)->report();
+  if (auto dir = args.value("emit-kernels")) {
+    Status st = writeKernels(r, *dir);
+    if (!st.isOk()) return reportError("compile", st);
+  }
+  if (args.flag("json")) {
+    nlohmann::json j{{"model", args.positional[0]},
+                     {"nodes", r.nodesIn},
+                     {"nodes_optimized", r.nodesOptimized},
+                     {"generated_kernels", r.generatedKernels},
+                     {"library_or_reference_steps", r.referenceSteps},
+                     {"steps", (*cm)->plan().steps.size()},
+                     {"aliases", r.aliases},
+                     {"compile_ms", r.totalMs},
+                     {"passes_ms", r.passesMs},
+                     {"kernel_compile_ms", r.compileMs},
+                     {"cache_hits", r.cacheHits},
+                     {"cache_misses", r.cacheMisses},
+                     {"arena_bytes", r.arenaBytes},
+                     {"arena_lower_bound_bytes", r.arenaLowerBound},
+                     {"inplace_reuses", r.inplaceReuses},
+                     {"cuda_kernels_checked", r.cudaKernelsChecked},
+                     {"cuda_errors", r.cudaErrors}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("compiled %s in %.1f ms (passes %.1f, fusion %.1f, codegen %.1f, kernel compile %.1f, plan %.1f)\n",
+                args.positional[0].c_str(), r.totalMs, r.passesMs, r.fusionMs, r.codegenMs, r.compileMs, r.planMs);
+    std::printf("nodes %d -> %d after passes; %zu steps: %d generated kernels, %d library/reference calls, %d copies; %d reshapes became views\n",
+                r.nodesIn, r.nodesOptimized, (*cm)->plan().steps.size(), r.generatedKernels,
+                r.referenceSteps, r.copySteps, r.aliases);
+    std::printf("arena %.2f MB (lower bound %.2f MB, %d in-place reuses); weights %.2f MB\n",
+                static_cast<double>(r.arenaBytes) / 1e6, static_cast<double>(r.arenaLowerBound) / 1e6,
+                r.inplaceReuses, static_cast<double>(r.parameterBytes) / 1e6);
+    std::printf("kernel cache: %d hits, %d misses\n", r.cacheHits, r.cacheMisses);
+    if (r.cudaKernelsChecked)
+      std::printf("CUDA: %d kernels compiled by NVRTC for sm_80 and sm_90, %zu errors\n",
+                  r.cudaKernelsChecked, r.cudaErrors.size());
+    for (const auto& e : r.cudaErrors) std::printf("  %s\n", e.c_str());
+  }
+  if (args.flag("explain-fusion")) std::cout << r.fusionExplanation;
+  if (args.flag("explain-cache"))
+    for (const auto& line : r.cacheExplanations) std::cout << "cache " << line << "\n";
+  if (args.flag("explain-fusion") || args.flag("verbose"))
+    for (const auto& m : r.remarks) std::cout << "note: " << m << "\n";
+  return r.cudaErrors.empty() ? kExitOk : kExitInternal;
+}
+
+namespace {
+
+struct Timing {
+  double median = 0, min = 0, max = 0;
+};
+
+Timing summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.min = ms.front();
+  t.max = ms.back();
+  t.median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  return t;
+}
+
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int runBench(const Args& args) {
+  auto g = loadModelFromArgs(args);
+  if (!g) return reportError("bench", g.status());
+  auto opts = compileOptionsFromArgs(args);
+  if (!opts) return reportError("bench", opts.status());
+  auto runs = args.intValue("runs", 10, 1, 100000);
+  if (!runs) return reportError("bench", runs.status());
+  auto warmup = args.intValue("warmup", 2, 0, 1000);
+  if (!warmup) return reportError("bench", warmup.status());
+  opts->log = args.flag("json") ? nullptr : &std::cerr;
+
+  // Compile cold (a fresh, empty cache directory) and warm (the same directory again).
+  const auto tmp = std::filesystem::temp_directory_path() /
+                   ("kiln-bench-cache-" + std::to_string(std::random_device{}()));
+  compiler::CompileOptions cold = *opts;
+  cold.useCache = true;
+  cold.cacheDir = tmp.string();
+  auto t0 = std::chrono::steady_clock::now();
+  auto first = compiler::compile(*g, cold);
+  const double coldMs = msSince(t0);
+  if (!first) {
+    std::filesystem::remove_all(tmp);
+    return reportError("bench", first.status());
+  }
+  cold.log = nullptr;
+  t0 = std::chrono::steady_clock::now();
+  auto cm = compiler::compile(*g, cold);
+  const double warmMs = msSince(t0);
+  std::filesystem::remove_all(tmp);
+  if (!cm) return reportError("bench", cm.status());
+
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<runtime::Tensor> inputs;
+  for (const ir::Value* v : g->inputs()) {
+    if (v->type().dtype != ir::DType::kF32)
+      return reportError("bench", unimplemented("bench makes random f32 inputs; input '" + v->name() +
+                                                "' is " + v->type().toString()));
+    runtime::Tensor t = *runtime::Tensor::empty(v->type().dtype, v->type().shape);
+    for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = dist(rng);
+    inputs.push_back(t);
+  }
+  runtime::EagerExecutor eager(*g);
+  std::vector<double> eagerMs, compiledMs;
+  int64_t eagerPeak = 0;
+  // Interleave eager and compiled runs so that machine noise hits both alike.
+  for (int64_t i = 0; i < *warmup + *runs; ++i) {
+    auto e0 = std::chrono::steady_clock::now();
+    auto ye = eager.run(inputs);
+    const double em = msSince(e0);
+    if (!ye) return reportError("bench", ye.status());
+    eagerPeak = std::max(eagerPeak, eager.lastStats().peakActivationBytes);
+    auto c0 = std::chrono::steady_clock::now();
+    auto yc = (*cm)->run(inputs);
+    const double cmMs = msSince(c0);
+    if (!yc) return reportError("bench", yc.status());
+    if (i >= *warmup) {
+      eagerMs.push_back(em);
+      compiledMs.push_back(cmMs);
+    }
+  }
+  const Timing te = summarize(eagerMs), tc = summarize(compiledMs);
+  const auto& r = (*cm)->report();
+  const int64_t batch = g->inputs().empty() || g->inputs()[0]->type().shape.empty() ? 1 : g->inputs()[0]->type().shape[0];
+  const int64_t outputBytes = [&] {
+    int64_t b = 0;
+    for (const ir::Value* v : g->outputs()) b += static_cast<int64_t>(v->type().byteSize());
+    return b;
+  }();
+  const int64_t compiledPeak = r.arenaBytes + outputBytes;
+  nlohmann::json j{
+      {"model", args.positional[0]},
+      {"batch", batch},
+      {"threads", runtime::numThreads()},
+      {"runs", *runs},
+      {"eager", {{"median_ms", te.median}, {"min_ms", te.min}, {"max_ms", te.max},
+                 {"throughput_per_s", 1000.0 * static_cast<double>(batch) / te.median},
+                 {"peak_activation_bytes", eagerPeak}}},
+      {"compiled", {{"median_ms", tc.median}, {"min_ms", tc.min}, {"max_ms", tc.max},
+                    {"throughput_per_s", 1000.0 * static_cast<double>(batch) / tc.median},
+                    {"peak_activation_bytes", compiledPeak},
+                    {"arena_bytes", r.arenaBytes},
+                    {"compile_cold_ms", coldMs},
+                    {"compile_warm_ms", warmMs},
+                    {"kernels_generated", r.generatedKernels},
+                    {"steps", (*cm)->plan().steps.size()}}},
+      {"speedup", te.median / tc.median},
+      {"memory_ratio", eagerPeak ? static_cast<double>(compiledPeak) / static_cast<double>(eagerPeak) : 0.0},
+      {"weights_bytes", g->parameterBytes()},
+      {"nodes", g->numNodes()}};
+  if (args.flag("json")) {
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("%s, batch %lld, %d threads, %lld runs (medians; eager and compiled interleaved)\n",
+              args.positional[0].c_str(), static_cast<long long>(batch), runtime::numThreads(),
+              static_cast<long long>(*runs));
+  std::printf("                 eager      compiled\n");
+  std::printf("latency median %9.2f ms %9.2f ms   speedup %.2fx\n", te.median, tc.median, te.median / tc.median);
+  std::printf("latency min    %9.2f ms %9.2f ms\n", te.min, tc.min);
+  std::printf("latency max    %9.2f ms %9.2f ms\n", te.max, tc.max);
+  std::printf("throughput     %9.1f /s %9.1f /s\n", 1000.0 * batch / te.median, 1000.0 * batch / tc.median);
+  std::printf("peak memory    %9.2f MB %9.2f MB   (activations and outputs; weights %.2f MB)\n",
+              eagerPeak / 1e6, compiledPeak / 1e6, g->parameterBytes() / 1e6);
+  std::printf("steps          %9zu    %9zu      (%d generated kernels)\n", g->numNodes(),
+              (*cm)->plan().steps.size(), r.generatedKernels);
+  std::printf("compile        cold %.1f ms, warm (cache hit) %.1f ms\n", coldMs, warmMs);
+  return kExitOk;
+}
+
+}  // namespace kiln::cli
