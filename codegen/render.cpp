@@ -51,6 +51,8 @@ std::string literal(double v, ScalarType t) {
 
 class Printer {
  public:
+  static constexpr int kLanes = 16;  // Partial results per CPU reduction.
+
   Printer(const Kernel& k, Dialect d) : k_(k), d_(d) {
     // The highest stage each expression depends on (-1: none).
     stageDep_.resize(k.exprs.size(), -1);
@@ -286,14 +288,56 @@ class Printer {
               : "(-" + std::string(t == ScalarType::kF32 ? "kiln_inf_f32()" : "kiln_inf_f64()") +
                     ")";
       const std::string acc = "kiln_s" + std::to_string(s);
-      line(2, std::string(cType(t)) + " " + acc + " = " + init + ";");
-      line(2, "for (long long r = " + rBegin + "; r < " + R + "; " + rStep + ") {");
-      emitNeeded(3, {st.value}, emitted, "r", rd);
-      if (st.op == ReduceOp::kSum)
-        line(3, acc + " += e" + std::to_string(st.value) + ";");
-      else
-        line(3, acc + " = kiln_maximum(" + acc + ", e" + std::to_string(st.value) + ");");
-      line(2, "}");
+      if (cuda) line(2, std::string(cType(t)) + " " + acc + " = " + init + ";");
+      const std::string v = "e" + std::to_string(st.value);
+      if (cuda) {
+        line(2, "for (long long r = " + rBegin + "; r < " + R + "; " + rStep + ") {");
+        emitNeeded(3, {st.value}, emitted, "r", rd);
+        if (st.op == ReduceOp::kSum)
+          line(3, acc + " += " + v + ";");
+        else
+          line(3, acc + " = kiln_maximum(" + acc + ", " + v + ");");
+        line(2, "}");
+      } else {
+        // On the CPU, kLanes independent partial results (a tree of partial sums, as BLAS
+        // libraries sum) let the loop vectorize; max keeps NaN in a flag, since a vector
+        // max drops it.
+        const std::string T(cType(t));
+        const std::string lanes = std::to_string(kLanes);
+        line(2, T + " " + acc + "_v[" + lanes + "];");
+        line(2, "bool " + acc + "_nan[" + lanes + "];");
+        line(2, "for (int j = 0; j < " + lanes + "; ++j) { " + acc + "_v[j] = " + init + "; " + acc + "_nan[j] = false; }");
+        auto body = [&](int indent, const std::string& lane) {
+          emitNeeded(indent, {st.value}, emitted, "r", rd);
+          if (st.op == ReduceOp::kSum) {
+            line(indent, acc + "_v[" + lane + "] += " + v + ";");
+          } else {
+            line(indent, acc + "_v[" + lane + "] = " + v + " > " + acc + "_v[" + lane + "] ? " + v + " : " + acc + "_v[" + lane + "];");
+            line(indent, acc + "_nan[" + lane + "] |= " + v + " != " + v + ";");
+          }
+        };
+        line(2, "long long " + acc + "_r = 0;");
+        line(2, "for (; " + acc + "_r + " + lanes + " <= " + R + "; " + acc + "_r += " + lanes + ") {");
+        line(3, "for (int j = 0; j < " + lanes + "; ++j) {");
+        line(4, "const long long r = " + acc + "_r + j;");
+        body(4, "j");
+        line(3, "}");
+        line(2, "}");
+        line(2, "for (long long r = " + acc + "_r; r < " + R + "; ++r) {");
+        body(3, "0");
+        line(2, "}");
+        line(2, T + " " + acc + " = " + acc + "_v[0];");
+        line(2, "bool " + acc + "_isnan = " + acc + "_nan[0];");
+        line(2, "for (int j = 1; j < " + lanes + "; ++j) {");
+        if (st.op == ReduceOp::kSum)
+          line(3, acc + " += " + acc + "_v[j];");
+        else
+          line(3, acc + " = " + acc + "_v[j] > " + acc + " ? " + acc + "_v[j] : " + acc + ";");
+        line(3, acc + "_isnan |= " + acc + "_nan[j];");
+        line(2, "}");
+        if (st.op == ReduceOp::kMax)
+          line(2, "if (" + acc + "_isnan) " + acc + " = kiln_nan_" + std::string(scalarTypeName(t)) + "();");
+      }
       if (cuda)
         line(2, acc + " = kiln_block_reduce(" + acc + ", " + init + ", " +
                     (st.op == ReduceOp::kSum ? "kiln_sum_op()" : "kiln_max_op()") + ", kiln_smem_" +

@@ -3,7 +3,9 @@
 #include "compiler/memory_plan.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -151,71 +153,102 @@ struct Placement {
   int64_t arena = 0;
 };
 
-// Offsets o with lo < o < hi are unusable for the block being placed.
-struct Forbidden {
-  int64_t lo;
-  int64_t hi;
+// Finds the best-fit offset for a block: fed, in increasing order of lo, the ranges of offsets
+// (lo, hi) the block cannot start at, it keeps the tightest usable range [cur, lo] between them;
+// the open range above them all is the answer only when no bounded one exists.
+class BestFit {
+ public:
+  void forbid(int64_t lo, int64_t hi) {
+    if (lo >= cur_ && lo - cur_ < bestSlack_) {
+      best_ = cur_;
+      bestSlack_ = lo - cur_;
+    }
+    cur_ = std::max(cur_, hi);
+  }
+  int64_t offset() const { return best_ >= 0 ? best_ : cur_; }
+
+ private:
+  int64_t cur_ = 0;
+  int64_t best_ = -1;
+  int64_t bestSlack_ = kMaxBytes;
+};
+
+// The pieces placed so far, sorted by offset, answering the question the greedy placement asks:
+// which of them are live during steps [first, last], in offset order? That scan over all placed
+// pieces is the O(n^2) part of planning, so it is kept cheap: the steps sit in flat arrays and
+// are tested into a flag per piece, a loop the compiler vectorizes, before the hits are visited.
+class PlacedPieces {
+ public:
+  explicit PlacedPieces(size_t capacity) {
+    for (auto* v : {&offset_, &end_}) v->reserve(capacity);
+    for (auto* v : {&first_, &last_}) v->reserve(capacity);
+  }
+
+  void insert(int64_t offset, int64_t end, int first, int last) {
+    const auto at = std::upper_bound(offset_.begin(), offset_.end(), offset) - offset_.begin();
+    offset_.insert(offset_.begin() + at, offset);
+    end_.insert(end_.begin() + at, end);
+    first_.insert(first_.begin() + at, first);
+    last_.insert(last_.begin() + at, last);
+  }
+
+  // Calls visit(offset, end, first) in offset order for every piece live at a step of
+  // [first, last].
+  template <class Visit>
+  void forEachLive(int first, int last, Visit&& visit) {
+    const size_t count = offset_.size();
+    live_.assign((count + 7) / 8 * 8, 0);
+    for (size_t j = 0; j < count; ++j) live_[j] = (first_[j] <= last) & (last_[j] >= first);
+    for (size_t base = 0; base < count; base += 8) {
+      uint64_t word;  // Eight flags (0 or 1) at a time: most are clear.
+      std::memcpy(&word, &live_[base], sizeof word);
+      for (; word != 0; word &= word - 1) {
+        const size_t j = base + static_cast<size_t>(std::countr_zero(word)) / 8;
+        visit(offset_[j], end_[j], first_[j]);
+      }
+    }
+  }
+
+ private:
+  std::vector<int64_t> offset_, end_;
+  std::vector<int> first_, last_;
+  std::vector<uint8_t> live_;  // Scratch for forEachLive.
 };
 
 // Greedy best fit (TFLite's "greedy by size" when `order` is by size): blocks in the given order,
 // each at the tightest free range among the placed pieces live at the same time, or above them
-// all when none fits. The placed pieces are kept sorted by offset, so one scan yields a one-piece
-// block's forbidden ranges in order; a staircase needs a sort, since the room it needs next to a
-// placed piece depends on which of its own pieces that one meets. The scan over all placed
-// pieces is the O(n^2) part; it is branch-free over flat arrays, so 5,000 buffers take a few ms.
+// all when none fits. A staircase needs as much room next to a placed piece as its own piece
+// that meets it.
 Placement placeGreedy(const Layout& layout, const std::vector<int>& order) {
   Placement result;
   result.offsets.assign(layout.blocks.size(), 0);
-  const size_t maxPieces = layout.pieces.size();
-  std::vector<int64_t> offset, end;  // The placed pieces, sorted by offset.
-  std::vector<int> first, last;
-  for (auto* v : {&offset, &end}) v->reserve(maxPieces);
-  for (auto* v : {&first, &last}) v->reserve(maxPieces);
-  std::vector<Forbidden> forbidden(maxPieces);
+  PlacedPieces placed(layout.pieces.size());
+  std::vector<std::pair<int64_t, int64_t>> forbidden;  // For staircases: (lo, hi).
   for (int b : order) {
     const Block& block = layout.blocks[b];
-    const size_t count = offset.size();
-    size_t used = 0;
+    BestFit fit;
     if (block.pieceEnd - block.pieceBegin == 1) {
-      for (size_t j = 0; j < count; ++j) {
-        forbidden[used] = {offset[j] - block.size, end[j]};
-        used += static_cast<size_t>((first[j] <= block.last) & (last[j] >= block.first));
-      }
+      placed.forEachLive(block.first, block.last, [&](int64_t offset, int64_t end, int) {
+        fit.forbid(offset - block.size, end);
+      });
     } else {
-      for (size_t j = 0; j < count; ++j) {
-        if (last[j] < block.first || first[j] > block.last) continue;
+      forbidden.clear();
+      placed.forEachLive(block.first, block.last, [&](int64_t offset, int64_t end, int first) {
         int k = block.pieceBegin;
-        while (layout.pieces[k].last < first[j]) ++k;  // The first piece met is the largest.
-        if (layout.pieces[k].size > 0)
-          forbidden[used++] = {offset[j] - layout.pieces[k].size, end[j]};
-      }
-      std::sort(forbidden.begin(), forbidden.begin() + used,
-                [](const Forbidden& x, const Forbidden& y) { return x.lo < y.lo; });
+        while (layout.pieces[k].last < first) ++k;  // The first piece met is the largest.
+        if (layout.pieces[k].size > 0) forbidden.emplace_back(offset - layout.pieces[k].size, end);
+      });
+      std::sort(forbidden.begin(), forbidden.end());
+      for (const auto& [lo, hi] : forbidden) fit.forbid(lo, hi);
     }
-    // Sweep the usable ranges [cur, lo] between forbidden ones; the tightest wins, and the open
-    // range above everything only when none is bounded.
-    int64_t cur = 0;
-    int64_t best = -1;
-    int64_t bestSlack = kMaxBytes;
-    for (size_t j = 0; j < used; ++j) {
-      const Forbidden& f = forbidden[j];
-      if (f.lo >= cur && f.lo - cur < bestSlack) {
-        best = cur;
-        bestSlack = f.lo - cur;
-      }
-      cur = std::max(cur, f.hi);
-    }
-    const int64_t at = best >= 0 ? best : cur;
+    const int64_t at = fit.offset();
     result.offsets[b] = at;
     for (int k = block.pieceBegin; k < block.pieceEnd; ++k) {
       const Piece& piece = layout.pieces[k];
       if (piece.size == 0) continue;
-      const auto pos = std::upper_bound(offset.begin(), offset.end(), at) - offset.begin();
-      offset.insert(offset.begin() + pos, at);
-      end.insert(end.begin() + pos, saturatingAdd(at, piece.size));
-      first.insert(first.begin() + pos, piece.first);
-      last.insert(last.begin() + pos, piece.last);
-      result.arena = std::max(result.arena, end[pos]);
+      const int64_t end = saturatingAdd(at, piece.size);
+      placed.insert(at, end, piece.first, piece.last);
+      result.arena = std::max(result.arena, end);
     }
   }
   return result;
@@ -370,6 +403,28 @@ Placement placeSkyline(const Layout& layout, const std::vector<int>& ids) {
   return result;
 }
 
+// The greedy placements' orders: by size (TFLite's "greedy by size"), or by size times the square
+// root of the lifetime, which puts big long-lived blocks at the bottom; ties go to the earlier
+// start, then the lower index.
+std::vector<int> greedyOrder(const Layout& layout, const std::vector<int>& ids, bool weighted) {
+  std::vector<double> key(layout.blocks.size());
+  for (int b : ids) {
+    const Block& block = layout.blocks[b];
+    const double life = 1.0 + static_cast<double>(int64_t{block.last} - block.first);
+    key[b] = static_cast<double>(block.size) * (weighted ? std::sqrt(life) : 1.0);
+  }
+  std::vector<int> order = ids;
+  std::sort(order.begin(), order.end(), [&](int x, int y) {
+    const Block& a = layout.blocks[x];
+    const Block& b = layout.blocks[y];
+    if (key[x] != key[y]) return key[x] > key[y];
+    if (a.size != b.size) return a.size > b.size;
+    if (a.first != b.first) return a.first < b.first;
+    return x < y;
+  });
+  return order;
+}
+
 }  // namespace
 
 MemoryPlan planMemory(std::span<const BufferRequest> requests, int64_t alignment) {
@@ -392,30 +447,20 @@ MemoryPlan planMemory(std::span<const BufferRequest> requests, int64_t alignment
   // Blocks that hold no bytes keep offset 0 and take no part in placement.
   std::vector<int> ids;
   for (int b = 0; b < static_cast<int>(layout.blocks.size()); ++b) {
-    if (layout.blocks[b].size > 0) ids.push_back(b);
-  }
-  // No heuristic wins everywhere (optimal placement is NP-hard), so run three with different
-  // blind spots and keep the smallest arena; each is O(n^2) at worst and far less in practice.
-  auto bySize = [&](int x, int y) {
-    const Block& a = layout.blocks[x];
-    const Block& b = layout.blocks[y];
-    if (a.size != b.size) return a.size > b.size;
-    if (a.first != b.first) return a.first < b.first;
-    return x < y;
-  };
-  std::vector<int> order = ids;
-  std::sort(order.begin(), order.end(), bySize);
-  Placement best = placeGreedy(layout, order);
-  // Weighting size by the square root of the lifetime puts big long-lived blocks at the bottom.
-  std::vector<double> weight(layout.blocks.size());
-  for (int b : ids) {
     const Block& block = layout.blocks[b];
-    weight[b] = static_cast<double>(block.size) *
-                std::sqrt(1.0 + static_cast<double>(int64_t{block.last} - block.first));
+    if (block.size == 0) continue;
+    ids.push_back(b);
   }
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return weight[x] > weight[y]; });
-  for (Placement candidate : {placeGreedy(layout, order), placeSkyline(layout, ids)}) {
-    if (candidate.arena < best.arena) best = std::move(candidate);
+  // No heuristic wins everywhere (optimal placement is NP-hard), so up to three with different
+  // blind spots run and the smallest arena wins. One that reaches the lower bound is optimal and
+  // ends the search; on training-like schedules the first usually does.
+  Placement best = placeSkyline(layout, ids);
+  if (best.arena > plan.lowerBound) {
+    for (bool weighted : {false, true}) {
+      Placement candidate = placeGreedy(layout, greedyOrder(layout, ids, weighted));
+      if (candidate.arena < best.arena) best = std::move(candidate);
+      if (best.arena == plan.lowerBound) break;
+    }
   }
 
   plan.arenaBytes = best.arena;

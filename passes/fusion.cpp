@@ -106,6 +106,21 @@ bool isFusableReduction(const ir::Node& n) {
 
 bool isViewOp(const ir::Node& n) { return isReshapeLike(n.op()) || isStridedView(n.op()); }
 
+bool isPostOpCandidate(const ir::Node& n) {
+  switch (n.op()) {
+    case ir::OpKind::kRelu:
+    case ir::OpKind::kLeakyRelu:
+    case ir::OpKind::kClip:
+    case ir::OpKind::kSigmoid:
+    case ir::OpKind::kTanh:
+    case ir::OpKind::kGelu:
+    case ir::OpKind::kAdd:
+      return n.output()->type().dtype == ir::DType::kF32;
+    default:
+      return false;
+  }
+}
+
 namespace {
 
 enum class Level : uint8_t { kElement, kRow, kView };
@@ -481,6 +496,7 @@ class Planner {
       return;
     }
     if (isElementwise(*n)) {
+      if (opts_.libraryEpilogues && joinLibraryEpilogue(n)) return;
       joinElementwise(n);
       return;
     }
@@ -489,6 +505,52 @@ class Planner {
       return;
     }
     newGroup(n, GroupKind::kOther);
+  }
+
+  // An activation or residual add right after an f32 conv2d/linear/gemm/matmul (whose only
+  // reader it is) becomes a post-op of the library call.
+  bool joinLibraryEpilogue(ir::Node* n) {
+    if (!isPostOpCandidate(*n)) return false;
+    for (size_t i = 0; i < n->inputs().size(); ++i) {
+      const ir::Value* in = n->input(i);
+      const ir::Node* p = in->producer();
+      if (!p) continue;
+      const int pg = groupOfConst(p);
+      GroupState& s = groups_[pg];
+      if (s.group.kind != GroupKind::kLibrary || s.group.nodes.back() != p) continue;
+      const ir::OpKind head = s.group.nodes.front()->op();
+      if (head != ir::OpKind::kConv2d && head != ir::OpKind::kLinear && head != ir::OpKind::kGemm &&
+          head != ir::OpKind::kMatMul)
+        continue;
+      if (s.group.nodes.front()->output()->type().dtype != ir::DType::kF32) continue;
+      if (in->users().size() != 1 || graphOutputs_.count(in)) {
+        reject(p, n, "the library result is also read elsewhere");
+        continue;
+      }
+      if (n->output()->type().shape != in->type().shape) {
+        reject(p, n, "the epilogue would broadcast the library result");
+        continue;
+      }
+      if (n->op() == ir::OpKind::kAdd) {
+        const ir::Value* other = n->input(1 - i);
+        if (other->type().shape != in->type().shape) {
+          reject(p, n, "the added operand " + other->type().toString() + " has another shape");
+          continue;
+        }
+        if (other->producer() && groupOfConst(other->producer()) == pg) continue;
+        if (other->producer() &&
+            reachesThroughOutside(groupOfConst(other->producer()), pg, {})) {
+          reject(p, n, "the added operand depends on the library call");
+          continue;
+        }
+      }
+      s.group.nodes.push_back(n);
+      nodeGroup_[n] = pg;
+      level_[n] = Level::kElement;
+      for (const ir::Value* v : n->inputs()) addInput(s, v);
+      return true;
+    }
+    return false;
   }
 
   // A view joins the view group of its input when the chain stays a strided view.

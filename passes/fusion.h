@@ -19,7 +19,7 @@ enum class GroupKind : uint8_t {
   kPointwise,  // Elementwise ops (and views feeding them) over one iteration domain.
   kReduction,  // One reduction-like anchor with its pointwise prologue and epilogue.
   kView,       // Only views: runs as a strided copy, or as an alias when it is contiguous.
-  kLibrary,    // A library op (conv, matmul, gemm, linear, pooling).
+  kLibrary,    // A library op (conv, matmul, gemm, linear, pooling), then its post-ops.
   kOther,      // Runs alone on its reference kernel (gather, concat, losses, ...).
 };
 std::string_view groupKindName(GroupKind k);
@@ -40,7 +40,14 @@ struct FusionRejection {
 struct FusionOptions {
   int maxNodesPerGroup = 64;
   int maxInputsPerGroup = 16;
+  // The backend runs f32 conv2d/linear/gemm/matmul with epilogues (activations and a
+  // same-shape add), so those consumers fuse into the library call as post-ops.
+  bool libraryEpilogues = false;
 };
+
+// The pointwise ops a library call can apply as a post-op (the add needs a same-shape
+// operand, checked by the planner).
+bool isPostOpCandidate(const ir::Node& n);
 
 struct FusionPlan {
   std::vector<FusionGroup> groups;  // Topological order of groups.

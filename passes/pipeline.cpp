@@ -13,6 +13,8 @@ Pipeline Pipeline::standard() {
       "algebraic-simplification",  // Remove identities (x*1, dropout, double transposes) early;
                                    // this exposes constants and duplicates.
       "constant-folding",          // Fold weight-only subgraphs (e.g. a transposed weight).
+      "batchnorm-folding",         // Inference: BatchNorm disappears into conv/linear weights,
+                                   // so the conv's epilogue can take the following ReLU.
       "cse",                       // Merge duplicates that the rewrites revealed.
       "dce",                       // Remove nodes and constants the rewrites left unused.
   });

@@ -10,6 +10,8 @@ PACKAGES=(
   clang-format                               # code formatting (.clang-format)
   llvm-16-dev                                # ORC JIT object loader, CPU code generation
   libclang-16-dev libclang-cpp16-dev clang-16  # in-process C++ kernel compiler
+  libdnnl-dev ocl-icd-opencl-dev             # oneDNN (its CMake config needs OpenCL headers)
+  libopenblas-openmp-dev                     # OpenBLAS on the OpenMP pool
 )
 
 missing=()

@@ -65,6 +65,7 @@ Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args);
 int runInfo(const Args&);
 int runCompile(const Args&);
 int runBench(const Args&);
+int runBenchKernels(const Args&);
 int runDump(const Args&);
 int runRun(const Args&);
 int runExport(const Args&);

@@ -58,11 +58,17 @@ std::vector<int> conflictsOf(const std::vector<BufferRequest>& reqs,
   return out;
 }
 
-// A realistic schedule: each step writes one or two buffers (sometimes more, as a fused kernel's
-// outputs), most dying within a few steps and some kept long (activations saved for backward);
-// sizes log-uniform in [64 B, 16 MiB]; about a quarter of the outputs whose step kills an input
-// carry an in-place hint onto it, usually of the same size.
-std::vector<BufferRequest> randomSchedule(std::mt19937_64& rng, int numSteps) {
+// Random schedules of one training step: each step writes one output (sometimes two or three,
+// as a fused kernel's), sizes log-uniform in [64 B, 16 MiB]. Most outputs die within a few steps
+// (a geometric span); in the forward half, 30% are activations saved for the backward half and
+// die near the mirror-image step. About a quarter of the outputs whose step kills an input carry
+// an in-place hint onto it: usually the same size, sometimes half (a narrowing cast), rarely
+// twice (an illegal hint). `Lifetimes::kUniformLong` replaces the saved activations with 10% of
+// outputs that live a uniformly random span, a harsher, less realistic mix.
+enum class Lifetimes { kTraining, kUniformLong };
+
+std::vector<BufferRequest> randomSchedule(std::mt19937_64& rng, int numSteps,
+                                          Lifetimes lifetimes = Lifetimes::kTraining) {
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   std::geometric_distribution<int> shortSpan(0.35);
   std::vector<BufferRequest> reqs;
@@ -73,14 +79,21 @@ std::vector<BufferRequest> randomSchedule(std::mt19937_64& rng, int numSteps) {
     for (int k = 0; k < outputs; ++k) {
       const int64_t bytes = static_cast<int64_t>(
           std::exp(std::log(64.0) + unit(rng) * (std::log(16.0 * kMiB) - std::log(64.0))));
-      int span = unit(rng) < 0.1 ? static_cast<int>(unit(rng) * (numSteps - step)) : shortSpan(rng);
-      const int last = std::min(step + span, numSteps - 1);
+      int last = step + shortSpan(rng);
+      if (lifetimes == Lifetimes::kTraining) {
+        if (step < numSteps / 2 && unit(rng) < 0.3) {
+          const int mirror = numSteps - 1 - step + static_cast<int>(unit(rng) * 5) - 2;
+          last = std::max(last, mirror);
+        }
+      } else if (unit(rng) < 0.1) {
+        last = step + static_cast<int>(unit(rng) * (numSteps - step));
+      }
+      last = std::min(last, numSteps - 1);
       BufferRequest r = buffer(bytes, step, last);
       if (!dyingAt[step].empty() && unit(rng) < 0.25) {
         const int source = dyingAt[step][static_cast<size_t>(unit(rng) * dyingAt[step].size())];
         r.inplaceOf = source;
         const double v = unit(rng);
-        // Mostly a same-shape pointwise op; sometimes smaller; rarely too large (ignored hint).
         r.bytes = v < 0.8    ? reqs[source].bytes
                   : v < 0.95 ? std::max<int64_t>(reqs[source].bytes / 2, 1)
                              : reqs[source].bytes * 2;

@@ -1,0 +1,119 @@
+// `kiln bench-kernels`: memory bandwidth of generated pointwise kernels against a plain copy,
+// measured in the same run: a copy (std::memcpy and a generated identity kernel), one fused
+// 10-op pointwise chain, and a fused softmax over rows.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "compiler/compile.h"
+#include "ir/parser.h"
+#include "tools/cli.h"
+
+namespace kiln::cli {
+
+namespace {
+
+double medianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+double timeMs(F&& f, int runs) {
+  std::vector<double> ms;
+  f();  // Warm-up: page faults and caches.
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return medianOf(ms);
+}
+
+Expected<std::unique_ptr<compiler::CompiledModel>> compileText(const std::string& text,
+                                                               compiler::CompileOptions opts) {
+  KILN_ASSIGN_OR_RETURN(ir::Graph g, ir::parseGraph(text));
+  // Keep the graph as written: the identity copy must stay a kernel.
+  opts.disabledPasses = {"dce", "cse", "constant-folding", "algebraic-simplification", "batchnorm-folding"};
+  return compiler::compile(g, opts);
+}
+
+}  // namespace
+
+int runBenchKernels(const Args& args) {
+  auto opts = compileOptionsFromArgs(args);
+  if (!opts) return reportError("bench-kernels", opts.status());
+  opts->log = nullptr;
+  auto rows = args.intValue("rows", 4096, 1, 1 << 20);
+  auto cols = args.intValue("cols", 4096, 1, 1 << 20);
+  auto runs = args.intValue("runs", 20, 1, 100000);
+  if (!rows || !cols || !runs) return reportError("bench-kernels", !rows ? rows.status() : !cols ? cols.status() : runs.status());
+  const std::string shape = "[" + std::to_string(*rows) + "," + std::to_string(*cols) + "]";
+  const std::string bshape = "[" + std::to_string(*cols) + "]";
+  const std::string copy = "graph copy(%x : f32" + shape + ") {\n %y : f32" + shape + " = dropout(%x)\n return %y\n}";
+  const std::string chain =
+      "graph chain(%x : f32" + shape + ", %b : f32" + bshape + ") {\n"
+      " %1 : f32" + shape + " = add(%x, %b)\n %2 : f32" + shape + " = relu(%1)\n"
+      " %3 : f32" + shape + " = mul(%2, %x)\n %4 : f32" + shape + " = sub(%3, %b)\n"
+      " %5 : f32" + shape + " = maximum(%4, %x)\n %6 : f32" + shape + " = clip(%5) {min=-1.0, max=4.0}\n"
+      " %7 : f32" + shape + " = neg(%6)\n %8 : f32" + shape + " = abs(%7)\n"
+      " %9 : f32" + shape + " = mul(%8, %b)\n %10 : f32" + shape + " = add(%9, %x)\n return %10\n}";
+  const std::string softmax = "graph sm(%x : f32" + shape + ") {\n %y : f32" + shape + " = softmax(%x) {axis=1}\n return %y\n}";
+
+  std::vector<std::pair<std::string, std::unique_ptr<compiler::CompiledModel>>> models;
+  for (const auto& [name, text] : {std::pair{"identity kernel", copy}, {"10-op pointwise chain", chain},
+                                   {"softmax (rows)", softmax}}) {
+    auto cm = compileText(text, *opts);
+    if (!cm) return reportError("bench-kernels", cm.status());
+    if ((*cm)->report().generatedKernels != 1)
+      return reportError("bench-kernels", internalError(std::string(name) + " did not compile to one kernel"));
+    models.emplace_back(name, std::move(*cm));
+  }
+  const int64_t n = *rows * *cols;
+  runtime::Tensor x = *runtime::Tensor::empty(ir::DType::kF32, {*rows, *cols});
+  runtime::Tensor b = *runtime::Tensor::empty(ir::DType::kF32, {*cols});
+  for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = static_cast<float>(i % 97) * 0.01f - 0.4f;
+  for (int64_t i = 0; i < *cols; ++i) b.data<float>()[i] = 0.5f;
+  runtime::Tensor dst = *runtime::Tensor::empty(ir::DType::kF32, {*rows, *cols});
+  const double bytes = 2.0 * static_cast<double>(n) * 4;  // One read and one write per element.
+  nlohmann::json j;
+  j["elements"] = n;
+  j["threads"] = runtime::numThreads();
+  auto record = [&](const std::string& name, double ms) {
+    const double gbs = bytes / (ms * 1e6);
+    j["results"].push_back({{"kernel", name}, {"median_ms", ms}, {"gb_per_s", gbs}});
+    return gbs;
+  };
+  const double memcpyGbs = record("memcpy", timeMs([&] { std::memcpy(dst.rawData(), x.rawData(), n * 4); }, *runs));
+  double copyGbs = 0;
+  for (auto& [name, cm] : models) {
+    std::vector<runtime::Tensor> ins{x};
+    if (name == "10-op pointwise chain") ins.push_back(b);
+    Status failed;
+    const double ms = timeMs([&] {
+      auto r = cm->run(ins);
+      if (!r) failed = r.status();
+    }, *runs);
+    if (!failed.isOk()) return reportError("bench-kernels", failed);
+    const double gbs = record(name, ms);
+    if (name == "identity kernel") copyGbs = gbs;
+  }
+  for (auto& r : j["results"]) r["fraction_of_copy_kernel"] = r["gb_per_s"].get<double>() / copyGbs;
+  j["fraction_of_memcpy"] = copyGbs / memcpyGbs;
+  if (args.flag("json")) {
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::printf("%lld x %lld f32 (%.1f MB per tensor), %d threads, median of %lld runs; bytes = 1 read + 1 write per element\n",
+              static_cast<long long>(*rows), static_cast<long long>(*cols), n * 4 / 1e6,
+              runtime::numThreads(), static_cast<long long>(*runs));
+  for (const auto& r : j["results"])
+    std::printf("  %-24s %8.3f ms  %7.2f GB/s  %5.0f%% of the identity kernel\n",
+                r["kernel"].get<std::string>().c_str(), r["median_ms"].get<double>(),
+                r["gb_per_s"].get<double>(), 100 * r["fraction_of_copy_kernel"].get<double>());
+  return kExitOk;
+}
+
+}  // namespace kiln::cli
