@@ -96,7 +96,7 @@ class Lowerer {
       KILN_TRY(scalarTypeOf(v->type().dtype).status());
       b.arg = argFor(v, v->type().dtype, false);
       b.shape = v->type().shape;
-      b.strides = ir::contiguousStrides(b.shape);
+      b.strides = v->type().memoryStrides();
       return b;
     }
     KILN_ASSIGN_OR_RETURN(View in, viewOf(p->input(0)));
@@ -312,6 +312,7 @@ class Lowerer {
       case OpKind::kRsqrt:
         return unary("kiln_rsqrt");
       case OpKind::kDropout:
+      case OpKind::kRelayout:  // Layouts live in the accesses' strides.
         return in[0];
       case OpKind::kLeakyRelu:
         return call("kiln_leaky_relu", {in[0], constant(a.getFloat("alpha"), t)}, t);
@@ -396,9 +397,11 @@ class Lowerer {
     s.row = row;
     s.access.arg = argFor(v, v->type().dtype, true);
     if (row) {
-      s.access.strides = rowToDomain(ir::contiguousStrides(rowShape_));
-    } else if (v->type().shape == domain_ || (v->type().shape.empty() && domain_ == ir::Shape{1})) {
-      s.access.strides = ir::contiguousStrides(domain_);
+      s.access.strides = rowToDomain(ir::TensorType{v->type().dtype, rowShape_, v->type().layout}.memoryStrides());
+    } else if (v->type().shape == domain_) {
+      s.access.strides = v->type().memoryStrides();
+    } else if (v->type().shape.empty() && domain_ == ir::Shape{1}) {
+      s.access.strides = {1};
     } else {
       return internalError("store of " + v->type().toString() + " in domain " +
                            ir::shapeToString(domain_));

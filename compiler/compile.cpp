@@ -11,6 +11,9 @@
 #include "codegen/render.h"
 #include "compiler/memory_plan.h"
 #include "passes/pipeline.h"
+#include "ir/printer.h"
+#include "runtime/library/kernels.h"
+#include "runtime/library_info.h"
 #include "runtime/object_loader.h"
 #include "runtime/reference/kernels.h"
 
@@ -40,10 +43,17 @@ passes::ConstantEvaluator referenceEvaluator() {
 struct StepDraft {
   runtime::PlanStep::Kind kind;
   std::string name;
-  std::vector<const ir::Value*> inputs;
+  std::vector<const ir::Value*> inputs;   // For a library call: its inputs, then `extra`.
   std::vector<const ir::Value*> outputs;
   int kernel = -1;  // Index into kernels.
   const ir::Node* node = nullptr;
+  // Library calls:
+  bool library = false;
+  std::vector<runtime::PostOp> postOps;
+  std::vector<const ir::Value*> extra;
+  int numExtra = 0;
+  bool channelsLast = false;
+  runtime::ConvAlgo algo = runtime::ConvAlgo::kAuto;
 };
 
 // Where a value's bytes live: a storage id, shared by a reshape and its input.
@@ -73,7 +83,9 @@ class Driver {
     graph_ = input.clone();
     KILN_TRY(runPasses());
     auto tf = Clock::now();
-    fusion_ = passes::planFusion(graph_, opts_.fusion);
+    passes::FusionOptions fo = opts_.fusion;
+    fo.libraryEpilogues = opts_.libraryFusion;
+    fusion_ = passes::planFusion(graph_, fo);
     report_.fusionExplanation = passes::explainFusion(fusion_);
     report_.fusionMs = msSince(tf);
     auto tc = Clock::now();
@@ -98,20 +110,165 @@ class Driver {
     ctx.timePasses = opts_.timePasses;
     ctx.verifyAfterEach = opts_.verifyEachPass;
     ctx.log = opts_.log;
+    ctx.channelsLast = opts_.libraryFusion;
+    ctx.chooseConvAlgorithm = [this](const ir::Node& n) { return chooseConvAlgorithm(n); };
     KILN_TRY(passes::Pipeline::standard().run(graph_, ctx));
     report_.remarks = ctx.remarks;
+    report_.algorithmChoices = ctx.algorithmChoices;
+    report_.layoutConversions = ctx.layoutConversions;
     report_.nodesOptimized = static_cast<int>(graph_.numNodes());
     report_.passesMs = msSince(t);
     return Status::ok();
   }
 
-  void addReferenceSteps(const passes::FusionGroup& g) {
+  // Times each candidate algorithm of one conv on random data of its real shape and layout,
+  // or asks the disk cache for an earlier answer.
+  Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n) {
+    const ir::Shape& xs = n.input(0)->type().shape;
+    const ir::Shape& ws = n.input(1)->type().shape;
+    const auto candidates = runtime::convAlgorithms(n.attr(), xs, ws);
+    if (!opts_.autotune || candidates.size() < 2 || n.output()->type().dtype != ir::DType::kF32)
+      return passes::AlgorithmChoice{"auto", "heuristic: the library's default"};
+    const bool nhwc = n.input(0)->type().layout == ir::Layout::kNHWC;
+    std::string attrs;
+    for (const auto& [k, v] : n.attrs())
+      if (k != "algo") attrs += k + "=" + ir::printAttrValue(v) + ";";
+    const codegen::CacheKey key = codegen::CacheKeyBuilder()
+                                      .add("conv-algo")
+                                      .add(ir::shapeToString(xs))
+                                      .add(ir::shapeToString(ws))
+                                      .add(attrs)
+                                      .add(nhwc ? "nhwc" : "nchw")
+                                      .add(n.numInputs() > 2 ? "bias" : "nobias")
+                                      .add(codegen::hostCpuName() + codegen::hostCpuFeatures())
+                                      .add(runtime::libraryIdentity())
+                                      .finish();
+    codegen::KernelCache& cache = kernelCache();
+    if (auto hit = cache.lookup(key); hit.hit) {
+      const std::string payload = hit.payloadString();
+      const size_t bar = payload.find('|');
+      return passes::AlgorithmChoice{payload.substr(0, bar), "cached: " + payload.substr(bar + 1)};
+    }
+    std::vector<runtime::Tensor> ins;
+    for (const ir::Value* v : n.inputs()) {
+      KILN_ASSIGN_OR_RETURN(runtime::Tensor t, runtime::Tensor::empty(v->type().dtype, v->type().shape));
+      for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = static_cast<float>((i * 7919) % 97) * 0.01f - 0.5f;
+      ins.push_back(t);
+    }
+    KILN_ASSIGN_OR_RETURN(runtime::Tensor out, runtime::Tensor::empty(n.output()->type().dtype, n.output()->type().shape));
+    std::string best = "auto", explanation;
+    double bestMs = 1e300;
+    for (runtime::ConvAlgo algo : candidates) {
+      runtime::LibraryOptions lo;
+      lo.algo = algo;
+      lo.channelsLast = nhwc;
+      runtime::LibraryCache weights;
+      lo.cache = &weights;
+      std::vector<double> ms;
+      Status st;
+      for (int rep = 0; rep < 4 && st.isOk(); ++rep) {
+        const auto t0 = Clock::now();
+        st = runtime::runLibraryWithPostOps(ir::OpKind::kConv2d, n.attr(), ins, {}, {}, out, lo);
+        if (rep > 0) ms.push_back(msSince(t0));  // The first run reorders weights.
+      }
+      if (!st.isOk()) continue;
+      std::sort(ms.begin(), ms.end());
+      const double median = ms[ms.size() / 2];
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%s %.3f ms", explanation.empty() ? "" : ", ",
+                    std::string(runtime::convAlgoName(algo)).c_str(), median);
+      explanation += buf;
+      if (median < bestMs) {
+        bestMs = median;
+        best = std::string(runtime::convAlgoName(algo));
+      }
+    }
+    (void)cache.store(key, best + "|" + explanation);  // The cache only saves time.
+    return passes::AlgorithmChoice{best, "timed: " + explanation};
+  }
+
+  codegen::KernelCache& kernelCache() {
+    if (!cache_)
+      cache_ = opts_.cacheDir.empty()
+                   ? std::make_unique<codegen::KernelCache>(opts_.useCache)
+                   : std::make_unique<codegen::KernelCache>(opts_.cacheDir, opts_.useCache);
+    return *cache_;
+  }
+
+  // One library call: the group's first node, with the rest of the group as post-ops.
+  Status addLibraryStep(const passes::FusionGroup& g) {
+    const ir::Node* head = g.nodes.front();
+    const ir::OpKind op = head->op();
+    StepDraft s{runtime::PlanStep::Kind::kOp, head->describe(), {}, {}, -1, head};
+    s.inputs.assign(head->inputs().begin(), head->inputs().end());
+    const bool f32 = head->output()->type().dtype == ir::DType::kF32;
+    const bool libraryOp = op == ir::OpKind::kConv2d || op == ir::OpKind::kLinear ||
+                           op == ir::OpKind::kGemm || op == ir::OpKind::kMatMul ||
+                           op == ir::OpKind::kMaxPool2d || op == ir::OpKind::kAvgPool2d;
+    s.library = f32 && libraryOp;
+    const ir::Value* current = head->output();
+    for (size_t i = 1; i < g.nodes.size(); ++i) {
+      const ir::Node* n = g.nodes[i];
+      runtime::PostOp p;
+      switch (n->op()) {
+        case ir::OpKind::kRelu: p.kind = runtime::PostOp::Kind::kRelu; break;
+        case ir::OpKind::kLeakyRelu:
+          p.kind = runtime::PostOp::Kind::kLeakyRelu;
+          p.alpha = n->attr().getFloat("alpha");
+          break;
+        case ir::OpKind::kClip:
+          p.kind = runtime::PostOp::Kind::kClip;
+          p.alpha = n->attr().getFloat("min");
+          p.beta = n->attr().getFloat("max");
+          break;
+        case ir::OpKind::kSigmoid: p.kind = runtime::PostOp::Kind::kSigmoid; break;
+        case ir::OpKind::kTanh: p.kind = runtime::PostOp::Kind::kTanh; break;
+        case ir::OpKind::kGelu:
+          p.kind = n->attr().getString("approximate") == "tanh" ? runtime::PostOp::Kind::kGeluTanh
+                                                                 : runtime::PostOp::Kind::kGeluErf;
+          break;
+        case ir::OpKind::kAdd:
+          p.kind = runtime::PostOp::Kind::kAdd;
+          p.input = s.numExtra++;
+          s.extra.push_back(n->input(0) == current ? n->input(1) : n->input(0));
+          break;
+        default:
+          return internalError("group " + std::to_string(g.id) + ": " + n->describe() +
+                               " is not a post-op");
+      }
+      s.postOps.push_back(p);
+      current = n->output();
+    }
+    if (!s.library && !s.postOps.empty())
+      return internalError(head->describe() + " has post-ops but no library kernel");
+    for (const ir::Value* e : s.extra) s.inputs.push_back(e);
+    s.outputs.push_back(current);
+    s.channelsLast = head->output()->type().layout == ir::Layout::kNHWC;
+    if (s.channelsLast && !s.library)
+      return internalError(head->describe() + " is channels-last but has no library kernel");
+    if (op == ir::OpKind::kConv2d) {
+      const std::string& algo = head->attr().getString("algo");
+      for (auto a : {runtime::ConvAlgo::kDirect, runtime::ConvAlgo::kWinograd, runtime::ConvAlgo::kIm2colGemm})
+        if (runtime::convAlgoName(a) == algo) s.algo = a;
+    }
+    steps_.push_back(std::move(s));
+    return Status::ok();
+  }
+
+  Status addReferenceSteps(const passes::FusionGroup& g) {
     for (const ir::Node* n : g.nodes) {
-      StepDraft s{runtime::PlanStep::Kind::kReference, n->describe(), {}, {}, -1, n};
+      for (const ir::Value* v : n->inputs())
+        if (v->type().layout == ir::Layout::kNHWC)
+          return internalError(n->describe() + " would run on a reference kernel with a channels-last input");
+      for (const ir::Value* v : n->outputs())
+        if (v->type().layout == ir::Layout::kNHWC)
+          return internalError(n->describe() + " would run on a reference kernel with a channels-last output");
+      StepDraft s{runtime::PlanStep::Kind::kOp, n->describe(), {}, {}, -1, n};
       s.inputs.assign(n->inputs().begin(), n->inputs().end());
       s.outputs.assign(n->outputs().begin(), n->outputs().end());
       steps_.push_back(std::move(s));
     }
+    return Status::ok();
   }
 
   Status buildSteps() {
@@ -119,8 +276,10 @@ class Driver {
     for (const auto& g : fusion_.groups) {
       switch (g.kind) {
         case passes::GroupKind::kLibrary:
+          KILN_TRY(addLibraryStep(g));
+          break;
         case passes::GroupKind::kOther:
-          addReferenceSteps(g);
+          KILN_TRY(addReferenceSteps(g));
           break;
         case passes::GroupKind::kView:
           if (isAliasGroup(g)) {
@@ -136,7 +295,7 @@ class Driver {
           if (!k) {
             report_.remarks.push_back("group " + std::to_string(g.id) + " runs op by op: " +
                                       k.status().message());
-            addReferenceSteps(g);
+            KILN_TRY(addReferenceSteps(g));
             break;
           }
           StepDraft s{runtime::PlanStep::Kind::kKernel, name, {}, {}, static_cast<int>(kernels_.size()), nullptr};
@@ -168,9 +327,7 @@ class Driver {
     if (kernels_.empty()) return Status::ok();
     codegen::CpuCompileOptions copts;
     const std::string identity = codegen::compilerIdentity(copts);
-    codegen::KernelCache cache = opts_.cacheDir.empty()
-                                     ? codegen::KernelCache(opts_.useCache)
-                                     : codegen::KernelCache(opts_.cacheDir, opts_.useCache);
+    codegen::KernelCache& cache = kernelCache();
     const int per = std::max(1, opts_.kernelsPerModule);
     std::vector<codegen::CpuSource> sources;
     std::vector<codegen::CacheKey> keys;
@@ -375,6 +532,11 @@ class Driver {
       } else {
         s.op = d.node->op();
         s.attrs = d.node->attrs();
+        s.library = d.library;
+        s.postOps = d.postOps;
+        s.numExtra = d.numExtra;
+        s.libraryOptions.algo = d.algo;
+        s.libraryOptions.channelsLast = d.channelsLast;
         ++report_.referenceSteps;
       }
       plan->steps.push_back(std::move(s));
@@ -410,6 +572,7 @@ class Driver {
   std::vector<runtime::KernelFn> kernelFns_;
   std::shared_ptr<runtime::LoadedObjects> code_;
   std::shared_ptr<runtime::Plan> plan_;
+  std::unique_ptr<codegen::KernelCache> cache_;
 };
 
 }  // namespace

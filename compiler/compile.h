@@ -26,6 +26,12 @@ struct CompileOptions {
   bool verifyEachPass = false;
   std::ostream* log = nullptr;  // Dumps, pass timings and progress go here.
   passes::FusionOptions fusion;
+  // Library calls (oneDNN, OpenBLAS) take post-ops and channels-last activations: BN folding
+  // then epilogue fusion and layout selection.
+  bool libraryFusion = true;
+  // Time each convolution's candidate algorithms on its real shape (cached on disk by shape,
+  // attributes, CPU and library version); otherwise a heuristic picks.
+  bool autotune = false;
   bool useCache = true;          // --no-cache turns it off.
   std::string cacheDir;          // Empty: $KILN_CACHE_DIR or ~/.cache/kiln.
   int kernelsPerModule = 12;     // Kernels per translation unit (compiled in parallel).
@@ -58,6 +64,8 @@ struct CompileReport {
   std::vector<std::string> cacheExplanations;  // One line per module.
   std::string fusionExplanation;
   std::vector<std::string> remarks;            // Passes' and lowering's notes.
+  std::vector<std::string> algorithmChoices;   // One line per conv2d (--explain-algos).
+  int layoutConversions = 0;
   std::vector<KernelSource> kernels;
   int64_t arenaBytes = 0;
   int64_t arenaLowerBound = 0;

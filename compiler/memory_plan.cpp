@@ -1,5 +1,6 @@
-// The static memory planner (in-place chains + greedy-by-size best fit) and its independent
-// checker. The two halves deliberately share no helpers, so a bug in one cannot hide in the other.
+// The static memory planner (in-place chains, then the best of a skyline and two greedy best-fit
+// placements) and its independent checker. The two halves share no helpers, so that a bug in one
+// cannot hide in the other.
 #include "compiler/memory_plan.h"
 
 #include <algorithm>
@@ -120,8 +121,12 @@ Layout buildLayout(const std::vector<Interval>& iv, const std::vector<int>& pred
                 static_cast<int>(layout.pieces.size()), 0};
     for (int m = head; m != -1; m = succ[m]) {
       layout.blockOf[m] = b;
-      const int first = m == head ? iv[m].first : iv[m].first + 1;
-      if (first <= iv[m].last) layout.pieces.push_back({first, iv[m].last, iv[m].size});
+      // A member written in place owns memory from the step after its hand-off.
+      if (m == head) {
+        layout.pieces.push_back({iv[m].first, iv[m].last, iv[m].size});
+      } else if (iv[m].first < iv[m].last) {
+        layout.pieces.push_back({iv[m].first + 1, iv[m].last, iv[m].size});
+      }
       block.last = std::max(block.last, iv[m].last);
     }
     block.pieceEnd = static_cast<int>(layout.pieces.size());
@@ -198,7 +203,10 @@ class PlacedPieces {
   void forEachLive(int first, int last, Visit&& visit) {
     const size_t count = offset_.size();
     live_.assign((count + 7) / 8 * 8, 0);
-    for (size_t j = 0; j < count; ++j) live_[j] = (first_[j] <= last) & (last_[j] >= first);
+    for (size_t j = 0; j < count; ++j) {
+      // `&` on ints rather than `&&`: no branch, so the loop vectorizes.
+      live_[j] = static_cast<uint8_t>(int{first_[j] <= last} & int{last_[j] >= first});
+    }
     for (size_t base = 0; base < count; base += 8) {
       uint64_t word;  // Eight flags (0 or 1) at a time: most are clear.
       std::memcpy(&word, &live_[base], sizeof word);
@@ -471,7 +479,7 @@ MemoryPlan planMemory(std::span<const BufferRequest> requests, int64_t alignment
 
 // ---------------------------------------------------------------------------------------------
 // Checker. Written from the contract in memory_plan.h alone: 128-bit byte arithmetic and a sweep
-// over the schedule in step order, unlike the planner's chains and size-ordered placement.
+// over the schedule in step order, unlike the planner's chains, skyline and greedy placements.
 // ---------------------------------------------------------------------------------------------
 namespace {
 

@@ -34,21 +34,25 @@ struct MemoryPlan {
   int inplaceReuses = 0;         // How many in-place hints were honoured.
 };
 
-// Every buffer's size rounded up to `alignment`; the planner and the checker both work in these.
-// Zero-byte buffers get offset 0 and occupy nothing.
+// Every buffer's size is rounded up to `alignment`. Zero-byte buffers occupy nothing; they get
+// offset 0, or their in-place partner's offset.
 //
 // planMemory never fails and never crashes on bad input; it plans what it can:
 // - an alignment < 1 is treated as 1;
 // - a request with negative bytes is planned as a zero-byte buffer, and one with
 //   lastStep < firstStep as live only at firstStep; in-place hints from or onto such a request
 //   are ignored. validateBufferRequests (and so checkMemoryPlan) reports these requests as
-//   invalid arguments, so callers that validate first never see a plan for them.
+//   invalid arguments, so callers that validate first never see a plan for them;
+// - offsets and arena sizes that would overflow int64 saturate, and checkMemoryPlan reports the
+//   buffers that do not fit.
 //
-// Algorithm: honoured in-place hints are merged into chains (union-find), each chain one interval
-// [first step of its head, last step of its tail] as large as its largest member; chains are then
-// placed greedily by size (largest first, earlier start first), each at the tightest gap between
-// already placed chains that are live at the same time, or above them all when no gap fits.
-// O(n^2) time in the number of buffers.
+// Algorithm: honoured in-place hints link buffers into chains; a chain is placed as one block at
+// one offset, a staircase whose steps are its members' sizes (each member from the step after
+// its hand-off). Three placements run: a skyline best fit (the lowest level of used memory takes
+// the longest-lived block that fits within its steps) and two greedy best fits (blocks by size, as
+// TFLite, and by size times the square root of the lifetime, each at the tightest gap among the
+// placed blocks live at the same time). The smallest arena wins; reaching lowerBound ends the
+// search. O(n^2) time at worst; 5,000 buffers plan in 10-40 ms.
 MemoryPlan planMemory(std::span<const BufferRequest> requests, int64_t alignment = 64);
 
 // Returns an invalid-argument error naming the first request with negative bytes or

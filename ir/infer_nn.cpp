@@ -137,6 +137,10 @@ Expected<std::vector<TensorType>> inferConv2d(std::span<const TensorType> in, co
   KILN_TRY(requireLen(st, 2, "strides"));
   KILN_TRY(requireLen(pads, 4, "pads"));
   KILN_TRY(requireLen(dil, 2, "dilations"));
+  const std::string& algo = a.getString("algo");
+  if (algo != "auto" && algo != "direct" && algo != "winograd" && algo != "im2col_gemm")
+    return invalidArgument("attribute algo must be auto, direct, winograd or im2col_gemm, got \"" +
+                           algo + "\"");
   const int64_t group = a.getInt("group");
   const Shape& x = in[0].shape;
   const Shape& w = in[1].shape;

@@ -55,6 +55,23 @@ Expected<std::vector<TensorType>> inferCast(std::span<const TensorType> in, cons
   return one(t);
 }
 
+Expected<std::vector<TensorType>> inferRelayout(std::span<const TensorType> in, const AttrView& a) {
+  auto from = parseLayout(a.getString("from"));
+  auto to = parseLayout(a.getString("to"));
+  if (!from || !to)
+    return invalidArgument("layouts must be plain, nchw or nhwc, got from=\"" + a.getString("from") +
+                           "\" to=\"" + a.getString("to") + "\"");
+  const bool isNchw = *from == Layout::kNCHW || *from == Layout::kPlain;
+  const bool inNchw = in[0].layout == Layout::kNCHW || in[0].layout == Layout::kPlain;
+  if (*from != in[0].layout && !(isNchw && inNchw))
+    return invalidArgument("from=\"" + a.getString("from") + "\" but the input is " + in[0].toString());
+  if ((*to == Layout::kNHWC || *from == Layout::kNHWC) && in[0].rank() != 4)
+    return invalidArgument("nhwc needs a rank-4 tensor, got " + in[0].toString());
+  TensorType t = in[0];
+  t.layout = *to;
+  return one(t);
+}
+
 namespace {
 Expected<TensorType> broadcastBinary(const TensorType& x, const TensorType& y) {
   if (x.dtype != y.dtype)

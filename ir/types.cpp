@@ -104,6 +104,14 @@ Expected<Shape> broadcastShapes(const Shape& a, const Shape& b) {
   return out;
 }
 
+std::vector<int64_t> TensorType::memoryStrides() const {
+  if (layout == Layout::kNHWC && shape.size() == 4) {
+    const int64_t c = shape[1], h = shape[2], w = shape[3];
+    return {h * w * c, 1, w * c, c};
+  }
+  return contiguousStrides(shape);
+}
+
 std::string TensorType::toString() const {
   std::string s = std::string(dtypeName(dtype)) + shapeToString(shape);
   if (layout != Layout::kPlain) s += "@" + std::string(layoutName(layout));

@@ -48,6 +48,9 @@ struct TensorType {
   int64_t numElements() const { return ir::numElements(shape); }
   size_t byteSize() const { return static_cast<size_t>(numElements()) * dtypeSize(dtype); }
   std::string toString() const;  // "f32[1,64,56,56]" or "f32[1,64,56,56]@nhwc"
+  // Element strides of the logical dims in memory: row-major, except NHWC (rank 4), where
+  // channels are innermost: [H*W*C, 1, W*C, C].
+  std::vector<int64_t> memoryStrides() const;
   bool operator==(const TensorType&) const = default;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <set>
@@ -20,6 +21,14 @@ namespace kiln::passes {
 using ConstantEvaluator = std::function<Expected<std::vector<ir::TensorData>>(
     const ir::Node& node, std::span<const ir::TensorData> inputs)>;
 
+// Picks an algorithm for one conv2d (e.g. by timing the candidates on its real shape): the
+// algo attribute's value and a one-line explanation. Injected by the compiler.
+struct AlgorithmChoice {
+  std::string algo;
+  std::string explanation;
+};
+using ConvAlgorithmChooser = std::function<Expected<AlgorithmChoice>(const ir::Node& conv)>;
+
 struct PassTiming {
   std::string pass;
   double ms = 0;
@@ -32,6 +41,11 @@ struct PassContext {
   bool inference = true;
   ConstantEvaluator evaluate;           // Constant folding is a no-op without one.
   int64_t maxFoldedBytes = 64 << 20;    // Larger constants stay computed at run time.
+  // The backend runs f32 conv2d and pooling on channels-last (NHWC) activations.
+  bool channelsLast = false;
+  int layoutConversions = 0;            // Relayouts inserted by layout selection.
+  ConvAlgorithmChooser chooseConvAlgorithm;  // conv-algorithm-selection is a no-op without one.
+  std::vector<std::string> algorithmChoices;  // One line per conv: --explain-algos.
 
   // Instrumentation, owned by the pipeline (not by the passes).
   bool verifyAfterEach = false;

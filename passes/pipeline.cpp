@@ -16,6 +16,9 @@ Pipeline Pipeline::standard() {
       "batchnorm-folding",         // Inference: BatchNorm disappears into conv/linear weights,
                                    // so the conv's epilogue can take the following ReLU.
       "cse",                       // Merge duplicates that the rewrites revealed.
+      "layout-selection",          // After BN folding: conv chains channels-last, with
+                                   // conversions only at the region's edges.
+      "conv-algorithm-selection",  // Last: it times convs in their final layout and shape.
       "dce",                       // Remove nodes and constants the rewrites left unused.
   });
 }

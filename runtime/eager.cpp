@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "runtime/library/kernels.h"
 #include "runtime/reference/kernels.h"
 
 namespace kiln::runtime {
@@ -79,7 +80,10 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
   for (size_t i = 0; i < nodes.size(); ++i) {
     const ir::Node* n = nodes[i];
     const auto tn = std::chrono::steady_clock::now();
-    RefKernel kernel = referenceKernel(n->op());
+    // Library kernels (oneDNN, OpenBLAS) where they exist, as PyTorch eager does; the
+    // reference kernel otherwise.
+    RefKernel kernel = libraryKernel(n->op(), n->output()->type().dtype);
+    if (!kernel) kernel = referenceKernel(n->op());
     if (!kernel)
       return unimplemented(n->describe() + ": op '" + std::string(ir::opName(n->op())) +
                            "' has no CPU kernel");

@@ -20,7 +20,7 @@ void setNumThreads(int threads) {
 int numThreads() { return omp_get_max_threads(); }
 
 PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
-    : plan_(std::move(plan)), threads_(threads) {
+    : plan_(std::move(plan)), threads_(threads), cache_(std::make_unique<LibraryCache>()) {
   arenaStorage_.resize(static_cast<size_t>(plan_->arenaBytes) + 64);
   auto addr = reinterpret_cast<uintptr_t>(arenaStorage_.data());
   arena_ = arenaStorage_.data() + ((64 - addr % 64) % 64);
@@ -81,16 +81,27 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
         ++stats_.kernelSteps;
         break;
       }
-      case PlanStep::Kind::kReference: {
+      case PlanStep::Kind::kOp: {
         tin.clear();
         tout.clear();
         for (const auto& b : s.inputs) tin.push_back(view(b));
         for (const auto& b : s.outputs) tout.push_back(view(b));
-        RefKernel k = referenceKernel(s.op);
-        const ir::OpInfo& info = ir::opInfo(s.op);
-        Status st = k(ir::AttrView(info, s.attrs), tin, tout);
+        Status st;
+        if (s.library) {
+          const size_t main = tin.size() - static_cast<size_t>(s.numExtra);
+          LibraryOptions o = s.libraryOptions;
+          o.cache = cache_.get();
+          st = runLibraryWithPostOps(s.op, ir::AttrView(ir::opInfo(s.op), s.attrs),
+                                     std::span<const Tensor>(tin.data(), main), s.postOps,
+                                     std::span<const Tensor>(tin.data() + main, s.numExtra),
+                                     tout[0], o);
+        } else {
+          RefKernel k = libraryKernel(s.op, s.outputs[0].type.dtype);
+          if (!k) k = referenceKernel(s.op);
+          st = k(ir::AttrView(ir::opInfo(s.op), s.attrs), tin, tout);
+        }
         if (!st.isOk()) return st.withContext(s.name);
-        ++stats_.referenceSteps;
+        ++stats_.opSteps;
         break;
       }
       case PlanStep::Kind::kCopy:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/library/kernels.h"
 #include "runtime/tensor.h"
 
 namespace kiln::runtime {
@@ -33,8 +34,8 @@ struct BufferRef {
 using KernelFn = void (*)(void* const* args, long long begin, long long end);
 
 struct PlanStep {
-  enum class Kind : uint8_t { kKernel, kReference, kCopy };
-  Kind kind = Kind::kReference;
+  enum class Kind : uint8_t { kKernel, kOp, kCopy };
+  Kind kind = Kind::kOp;
   std::string name;               // Kernel symbol, or the node's description.
   std::vector<BufferRef> inputs;
   std::vector<BufferRef> outputs;
@@ -42,9 +43,13 @@ struct PlanStep {
   KernelFn fn = nullptr;
   int64_t units = 0;
   int64_t elements = 0;  // Work size, to decide whether threads pay off.
-  // kReference:
+  // kOp: one op on its library kernel (with post-ops and options) or its reference kernel.
   ir::OpKind op = ir::OpKind::kAdd;
   ir::AttrMap attrs;
+  bool library = false;         // Through runLibraryWithPostOps; else libraryKernel/reference.
+  std::vector<PostOp> postOps;  // kAdd post-ops read the last `numExtra` inputs.
+  int numExtra = 0;
+  LibraryOptions libraryOptions;  // Its cache is the executor's.
 };
 
 struct Plan {
@@ -59,8 +64,8 @@ struct Plan {
 
 struct PlanRunStats {
   double totalMs = 0;
-  int64_t kernelSteps = 0;
-  int64_t referenceSteps = 0;
+  int64_t kernelSteps = 0;  // Generated kernels.
+  int64_t opSteps = 0;      // Library and reference calls.
 };
 
 class PlanExecutor {
@@ -76,6 +81,7 @@ class PlanExecutor {
  private:
   std::shared_ptr<const Plan> plan_;
   int threads_;
+  std::unique_ptr<LibraryCache> cache_;  // Reordered constant weights, for this plan only.
   std::vector<std::byte> arenaStorage_;
   std::byte* arena_ = nullptr;
   PlanRunStats stats_;

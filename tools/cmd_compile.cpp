@@ -54,7 +54,9 @@ std::vector<OptionSpec> compileOptionSpecs() {
           {"verify-each", false, "run the IR verifier after every pass"},
           {"no-cache", false, "do not read or write the kernel cache"},
           {"cache-dir", true, "kernel cache directory (default $KILN_CACHE_DIR or ~/.cache/kiln)"},
-          {"threads", true, "threads for kernels (default: all cores)"}};
+          {"threads", true, "threads for kernels (default: all cores)"},
+          {"autotune", false, "time each convolution's algorithms (the default for compile)"},
+          {"no-autotune", false, "pick convolution algorithms by heuristic"}};
 }
 
 Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
@@ -70,6 +72,7 @@ Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
   KILN_ASSIGN_OR_RETURN(int64_t threads, args.intValue("threads", 0, 0, 1024));
   o.runThreads = static_cast<int>(threads);
   if (threads > 0) runtime::setNumThreads(static_cast<int>(threads));
+  o.autotune = args.flag("autotune") && !args.flag("no-autotune");
   o.log = &std::cerr;
   return o;
 }
@@ -80,6 +83,7 @@ int runCompile(const Args& args) {
   auto opts = compileOptionsFromArgs(args);
   if (!opts) return reportError("compile", opts.status());
   opts->cudaCheck = args.flag("cuda-check") || args.value("emit-kernels").has_value();
+  opts->autotune = !args.flag("no-autotune");  // compile autotunes by default
   auto cm = compiler::compile(*g, *opts);
   if (!cm) return reportError("compile", cm.status());
   const auto& r = (*cm)->report();
@@ -104,6 +108,8 @@ int runCompile(const Args& args) {
                      {"arena_lower_bound_bytes", r.arenaLowerBound},
                      {"inplace_reuses", r.inplaceReuses},
                      {"cuda_kernels_checked", r.cudaKernelsChecked},
+                     {"layout_conversions", r.layoutConversions},
+                     {"conv_algorithms", r.algorithmChoices},
                      {"cuda_errors", r.cudaErrors}};
     std::cout << j.dump(2) << "\n";
   } else {
@@ -115,13 +121,16 @@ int runCompile(const Args& args) {
     std::printf("arena %.2f MB (lower bound %.2f MB, %d in-place reuses); weights %.2f MB\n",
                 static_cast<double>(r.arenaBytes) / 1e6, static_cast<double>(r.arenaLowerBound) / 1e6,
                 r.inplaceReuses, static_cast<double>(r.parameterBytes) / 1e6);
-    std::printf("kernel cache: %d hits, %d misses\n", r.cacheHits, r.cacheMisses);
+    std::printf("kernel cache: %d hits, %d misses; %d layout conversions\n", r.cacheHits,
+                r.cacheMisses, r.layoutConversions);
     if (r.cudaKernelsChecked)
       std::printf("CUDA: %d kernels compiled by NVRTC for sm_80 and sm_90, %zu errors\n",
                   r.cudaKernelsChecked, r.cudaErrors.size());
     for (const auto& e : r.cudaErrors) std::printf("  %s\n", e.c_str());
   }
   if (args.flag("explain-fusion")) std::cout << r.fusionExplanation;
+  if (args.flag("explain-algos"))
+    for (const auto& line : r.algorithmChoices) std::cout << "algo " << line << "\n";
   if (args.flag("explain-cache"))
     for (const auto& line : r.cacheExplanations) std::cout << "cache " << line << "\n";
   if (args.flag("explain-fusion") || args.flag("verbose"))

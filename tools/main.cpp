@@ -29,6 +29,7 @@ std::vector<Command> commands() {
                         {{"emit-kernels", true, "write each generated kernel's C++ and CUDA source to DIR"},
                          {"explain-fusion", false, "print every fusion group and every rejected fusion"},
                          {"explain-cache", false, "say why each kernel module hit or missed the cache"},
+                         {"explain-algos", false, "print each convolution's algorithm and timings"},
                          {"cuda-check", false, "also compile every kernel with NVRTC for sm_80 and sm_90"},
                          {"verbose", false, "print the passes' and lowering's notes"}})),
        &runCompile},

@@ -3,24 +3,33 @@
 // and compiled execution both use them; ops and dtypes without one run the reference kernel.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "runtime/reference/kernels.h"
 
 namespace kiln::runtime {
 
-// An epilogue applied to a library op's output before it is stored: y = post(y).
+// An epilogue applied to a library op's output before it is stored: y = post(y). Formulas are
+// the reference kernels' (ops.def). Known difference, NaN only: where oneDNN fuses them,
+// relu maps NaN to 0 and clip maps NaN to its min (oneDNN computes max/min), while the
+// reference lets NaN through; kiln's own epilogue (OpenBLAS, im2col, pooling, unfused
+// chains) lets NaN through as the reference does. Likewise oneDNN max pooling lets NaN
+// lose where the reference propagates it.
 struct PostOp {
   enum class Kind : uint8_t {
     kRelu,
     kLeakyRelu,  // alpha: the slope
-    kClip,       // alpha: min, beta: max
+    kClip,       // alpha: min, beta: max (NaN: no bound, as the clip op)
     kSigmoid,
     kTanh,
     kGeluErf,
     kGeluTanh,
-    kAdd,        // y += extra[input] (same shape as y): a residual or broadcast-free add
+    kAdd,  // y += extra[input] (same shape as y): a residual or broadcast-free add
   };
   Kind kind = Kind::kRelu;
   double alpha = 0;
@@ -29,14 +38,77 @@ struct PostOp {
   bool operator==(const PostOp&) const = default;
 };
 
+// How conv2d is computed. Every algorithm gives the reference's result within f32 rounding
+// (winograd within 1e-4 of max |y|, the others 1e-5); they differ in speed only.
+enum class ConvAlgo : uint8_t {
+  kAuto,        // oneDNN direct (brgconv); the algorithm-choice pass may pick better.
+  kDirect,      // oneDNN convolution_direct.
+  kWinograd,    // oneDNN convolution_winograd, where oneDNN implements the shape.
+  kIm2colGemm,  // kiln's im2col (skipped for 1x1 stride-1 unpadded convs) + OpenBLAS sgemm.
+};
+std::string_view convAlgoName(ConvAlgo algo);  // "auto", "direct", "winograd", "im2col_gemm"
+
+// The algorithms that can run conv2d with these attributes, input shape x [N,C,H,W] and
+// weight shape w [M,C/group,kh,kw] on this CPU, in order of preference (kAuto excluded).
+// Winograd is probed by creating oneDNN's primitive descriptor (the result is cached).
+std::vector<ConvAlgo> convAlgorithms(const ir::AttrView& attrs, const ir::Shape& x,
+                                     const ir::Shape& w);
+
+// Which library runs matmul, gemm and linear. kAuto follows the measurements in matmul.cpp.
+enum class GemmBackend : uint8_t { kAuto, kOpenBlas, kOneDnn };
+
+// Weights reordered for a library kernel (oneDNN blocked formats, im2col's channels-last
+// weights), owned by the caller: a compiled plan or an eager session over a fixed model.
+// Entries are keyed by the weight tensor's address and the target format, and keep the
+// tensor's storage alive, so the address cannot be reused for other data while the entry
+// lives. The contract is that cached weights are constant: call clear() after changing
+// weights in place (an optimizer step). Thread-safe.
+class LibraryCache {
+ public:
+  LibraryCache();
+  ~LibraryCache();
+  LibraryCache(const LibraryCache&) = delete;
+  LibraryCache& operator=(const LibraryCache&) = delete;
+
+  void clear();
+  size_t numEntries() const;
+  size_t bytes() const;  // Bytes of reordered weights held.
+  size_t hits() const;   // Lookups served from the cache since construction.
+
+  struct Impl;  // Defined in library/library_cache.h.
+  Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// How runLibraryWithPostOps runs one call.
+struct LibraryOptions {
+  ConvAlgo algo = ConvAlgo::kAuto;  // conv2d only.
+  // conv2d, max_pool2d, avg_pool2d: the activations (x, the output and kAdd extras) are
+  // stored channels-last (NHWC) while their shapes stay logical [N,C,H,W]. Weights are OIHW.
+  bool channelsLast = false;
+  // Reordered weights are kept here across calls; without a cache they are reordered on
+  // every call, as PyTorch eager does.
+  LibraryCache* cache = nullptr;
+  GemmBackend gemm = GemmBackend::kAuto;  // matmul, gemm and linear.
+};
+
 // A library kernel for (op, dtype), or nullptr when there is none (use the reference).
-// Same ABI as reference kernels: contiguous inputs, preallocated contiguous outputs.
+// Same ABI as reference kernels: contiguous inputs, preallocated contiguous outputs, plain
+// NCHW, no post-ops, no weight cache. f32 only. Attribute combinations that oneDNN cannot
+// express exactly run the reference kernel inside, so the result is always the reference's.
 RefKernel libraryKernel(ir::OpKind op, ir::DType dtype);
 
-// The same ops with an epilogue: `extra` holds the tensors kAdd post-ops read.
-// Supported for conv2d, linear, gemm and matmul in f32; kUnimplemented otherwise.
+// The same ops with an epilogue: `extra` holds the tensors kAdd post-ops read (same shape and
+// layout as the output). Supported for conv2d, linear, gemm, matmul, max_pool2d and
+// avg_pool2d in f32 with contiguous tensors; kUnimplemented for other ops and dtypes, for an
+// algorithm that cannot run the shape, and for the rare attribute combinations oneDNN cannot
+// express exactly (the caller then runs the reference kernel and the post-ops itself).
+// Post-ops that a oneDNN primitive cannot fuse run in kiln's own pass over the output.
 Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
                              std::span<const Tensor> inputs, std::span<const PostOp> post,
-                             std::span<const Tensor> extra, Tensor& output);
+                             std::span<const Tensor> extra, Tensor& output,
+                             const LibraryOptions& options = {});
 
 }  // namespace kiln::runtime

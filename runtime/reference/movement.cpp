@@ -116,6 +116,28 @@ Status gatherKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::
   return ref::unsupportedDType("gather (indices)", idx.dtype());
 }
 
+// relayout: the same logical tensor in another memory order. The input's bytes are in layout
+// `from`, the output's in `to`; both tensors carry the logical [N,C,H,W] shape.
+Status relayoutKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const auto from = ir::parseLayout(attrs.getString("from"));
+  const auto to = ir::parseLayout(attrs.getString("to"));
+  const ir::Shape& shape = in[0].shape();
+  const std::vector<int64_t> src = ir::TensorType{in[0].dtype(), shape, *from}.memoryStrides();
+  // The output's memory order as a permutation of the logical dims.
+  std::vector<int> order(shape.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  if (*to == ir::Layout::kNHWC && shape.size() == 4) order = {0, 2, 3, 1};
+  ir::Shape dstShape;
+  std::vector<int64_t> srcStrides;
+  for (int d : order) {
+    dstShape.push_back(shape[d]);
+    srcStrides.push_back(src[d]);
+  }
+  if (out[0].numElements() == 0) return Status::ok();
+  ref::copyStrided(in[0].rawData(), 0, srcStrides, out[0].rawData(), dstShape, ir::dtypeSize(in[0].dtype()));
+  return Status::ok();
+}
+
 }  // namespace
 
 void registerMovementKernels(RefKernelTable& t) {
@@ -130,6 +152,7 @@ void registerMovementKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kExpand, expandKernel);
   ref::setKernel(t, OpKind::kConcat, concatKernel);
   ref::setKernel(t, OpKind::kGather, gatherKernel);
+  ref::setKernel(t, OpKind::kRelayout, relayoutKernel);
 }
 
 }  // namespace kiln::runtime

@@ -162,7 +162,7 @@ TEST_CASE("bert_layer's non-matmul work is at most 8 kernels") {
   INFO((*cm)->report().fusionExplanation);
   int nonMatmul = 0;
   for (const auto& s : (*cm)->plan().steps)
-    if (s.kind != runtime::PlanStep::Kind::kReference ||
+    if (s.kind != runtime::PlanStep::Kind::kOp ||
         (s.op != ir::OpKind::kMatMul && s.op != ir::OpKind::kLinear && s.op != ir::OpKind::kGemm))
       ++nonMatmul;
   CHECK(nonMatmul <= 8);

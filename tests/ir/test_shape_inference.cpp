@@ -54,6 +54,11 @@ const std::vector<InferCase>& cases() {
     {OpKind::kClip, {"bool[3]"}, {}, "error: must be numeric"},
     {OpKind::kClip, {"f32[3]"}, {{"min", I(0)}}, "error: attribute 'min' of op 'clip' must be float, got int"},
     {OpKind::kDropout, {"f16[2,2]"}, {{"ratio", F(0.1)}}, "f16[2,2]"},
+    {OpKind::kRelayout, {"f32[1,3,4,5]"}, {{"from", S("plain")}, {"to", S("nhwc")}}, "f32[1,3,4,5]@nhwc"},
+    {OpKind::kRelayout, {"f32[1,3,4,5]@nhwc"}, {{"from", S("nhwc")}, {"to", S("plain")}}, "f32[1,3,4,5]"},
+    {OpKind::kRelayout, {"f32[3,4,5]"}, {{"from", S("plain")}, {"to", S("nhwc")}}, "error: nhwc needs a rank-4 tensor"},
+    {OpKind::kRelayout, {"f32[1,3,4,5]@nhwc"}, {{"from", S("plain")}, {"to", S("nhwc")}}, "error: but the input is"},
+    {OpKind::kRelayout, {"f32[1,3,4,5]"}, {{"from", S("plain")}, {"to", S("nchwc")}}, "error: layouts must be plain, nchw or nhwc"},
     {OpKind::kDropout, {"bool[2,2]"}, {}, "error: must be numeric"},
     // ---- Unary, floating point only.
     {OpKind::kSigmoid, {"f64[3]"}, {}, "f64[3]"},

@@ -177,3 +177,18 @@ TEST_CASE("slice with a negative step clamps its start as ONNX does") {
   REQUIRE((*y)[0].numElements() == 1);
   CHECK((*y)[0].data<float>()[0] == 1.0f);
 }
+
+TEST_CASE("relayout converts between NCHW and NHWC memory orders and back") {
+  // Logical [1,2,2,3]: value = c*100 + h*10 + w, stored plain (NCHW).
+  Tensor x = *Tensor::empty(DType::kF32, {1, 2, 2, 3});
+  for (int c = 0; c < 2; ++c)
+    for (int h = 0; h < 2; ++h)
+      for (int w = 0; w < 3; ++w) x.data<float>()[(c * 2 + h) * 3 + w] = static_cast<float>(c * 100 + h * 10 + w);
+  auto nhwc = runtime::runReferenceOp(OpKind::kRelayout, {x}, {{"from", std::string("plain")}, {"to", std::string("nhwc")}});
+  REQUIRE(nhwc.hasValue());
+  // NHWC memory: ((h*3 + w)*2 + c).
+  for (int c = 0; c < 2; ++c)
+    for (int h = 0; h < 2; ++h)
+      for (int w = 0; w < 3; ++w)
+        CHECK((*nhwc)[0].data<float>()[(h * 3 + w) * 2 + c] == static_cast<float>(c * 100 + h * 10 + w));
+}

@@ -1,0 +1,118 @@
+// Layout selection: convolution chains run channels-last (NHWC), the layout the library's
+// fastest convolutions use. Convolutions, pooling and elementwise ops between them keep NHWC;
+// a relayout op is inserted only where a value crosses into or out of that region (the graph
+// input before the first convolution, a flatten or matmul after the last), and graph outputs
+// keep the user's layout. Reductions read NHWC and write plain.
+#include <unordered_map>
+
+#include "passes/pass.h"
+
+namespace kiln::passes {
+
+namespace {
+
+bool isChannelsLastLibraryOp(const ir::Node& n) {
+  return (n.op() == ir::OpKind::kConv2d || n.op() == ir::OpKind::kMaxPool2d ||
+          n.op() == ir::OpKind::kAvgPool2d) &&
+         n.output()->type().dtype == ir::DType::kF32;
+}
+
+bool isElementwiseOp(const ir::Node& n) {
+  return n.info().has(ir::kPointwise) && n.op() != ir::OpKind::kRelayout;
+}
+
+bool isNhwc(const ir::Value* v) { return v->type().layout == ir::Layout::kNHWC; }
+
+class Selector {
+ public:
+  Selector(ir::Graph& g, PassContext& ctx) : g_(g), ctx_(ctx) {}
+
+  bool run() {
+    for (ir::Node* n : g_.nodes()) visit(n);
+    // Graph outputs keep the user's (plain) layout.
+    std::vector<ir::Value*> outs = g_.outputs();
+    for (auto& o : outs)
+      if (isNhwc(o)) o = converted(o, ir::Layout::kPlain, nullptr);
+    g_.setOutputs(outs);
+    if (conversions_ > 0 || changed_)
+      ctx_.remarks.push_back("layout-selection: " + std::to_string(nhwcValues_) +
+                             " values channels-last, " + std::to_string(conversions_) +
+                             " layout conversions inserted");
+    ctx_.layoutConversions += conversions_;
+    return changed_;
+  }
+
+ private:
+  // `v` in layout `to`, through one relayout node per (value, layout), placed before `before`
+  // (at the end when null).
+  ir::Value* converted(ir::Value* v, ir::Layout to, ir::Node* before) {
+    auto key = std::make_pair(v, to);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    auto r = g_.insertNode(before, ir::OpKind::kRelayout, {v},
+                           {{"from", std::string(ir::layoutName(v->type().layout))},
+                            {"to", std::string(ir::layoutName(to))}});
+    if (!r) return v;  // Cannot happen for rank-4 f32 values; keep the graph valid regardless.
+    ++conversions_;
+    changed_ = true;
+    cache_[key] = (*r)->output();
+    return (*r)->output();
+  }
+
+  void setLayout(ir::Value* v, ir::Layout l) {
+    if (v->type().layout == l) return;
+    ir::TensorType t = v->type();
+    t.layout = l;
+    v->setType(t);
+    changed_ = true;
+    if (l == ir::Layout::kNHWC) ++nhwcValues_;
+  }
+
+  void visit(ir::Node* n) {
+    if (n->op() == ir::OpKind::kRelayout) return;
+    const ir::Shape& outShape = n->output()->type().shape;
+    if (isChannelsLastLibraryOp(*n) && outShape.size() == 4) {
+      if (n->op() == ir::OpKind::kConv2d || isNhwc(n->input(0))) {
+        if (!isNhwc(n->input(0))) n->replaceInput(0, converted(n->input(0), ir::Layout::kNHWC, n));
+        setLayout(n->output(), ir::Layout::kNHWC);
+        return;
+      }
+    } else if (isElementwiseOp(*n) && outShape.size() == 4 &&
+               ir::isFloat(n->output()->type().dtype)) {
+      bool anyNhwc = false;
+      for (const ir::Value* in : n->inputs()) anyNhwc = anyNhwc || (isNhwc(in) && in->type().shape == outShape);
+      if (anyNhwc) {
+        // Same-shape operands join the region; broadcast ones are read through their strides.
+        for (size_t i = 0; i < n->inputs().size(); ++i) {
+          ir::Value* in = n->input(i);
+          if (in->type().shape == outShape && !isNhwc(in) && ir::isFloat(in->type().dtype))
+            n->replaceInput(i, converted(in, ir::Layout::kNHWC, n));
+        }
+        setLayout(n->output(), ir::Layout::kNHWC);
+        return;
+      }
+    }
+    // Everything else reads plain memory (reductions read any layout through their strides
+    // and write plain).
+    const bool stridedReader = n->info().has(ir::kReduction) || isElementwiseOp(*n);
+    for (size_t i = 0; i < n->inputs().size(); ++i)
+      if (isNhwc(n->input(i)) && !stridedReader)
+        n->replaceInput(i, converted(n->input(i), ir::Layout::kPlain, n));
+    for (ir::Value* o : n->outputs()) setLayout(o, ir::Layout::kPlain);
+  }
+
+  ir::Graph& g_;
+  PassContext& ctx_;
+  std::map<std::pair<ir::Value*, ir::Layout>, ir::Value*> cache_;
+  int conversions_ = 0;
+  int nhwcValues_ = 0;
+  bool changed_ = false;
+};
+
+}  // namespace
+
+bool LayoutSelection::run(ir::Graph& g, PassContext& ctx) {
+  if (!ctx.channelsLast) return false;
+  return Selector(g, ctx).run();
+}
+
+}  // namespace kiln::passes

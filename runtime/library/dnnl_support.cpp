@@ -1,0 +1,112 @@
+// oneDNN / OpenBLAS plumbing shared by the library kernels (see dnnl_support.h).
+#include "runtime/library/dnnl_support.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "runtime/library/library_cache.h"
+
+namespace kiln::runtime::lib {
+
+const dnnl::engine& cpuEngine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& threadStream() {
+  thread_local dnnl::stream stream(cpuEngine());
+  return stream;
+}
+
+int maxThreads() {
+  return omp_get_max_threads();
+}
+
+void syncBlasThreads() {
+  // Inside a parallel region OpenBLAS runs single-threaded by itself; changing its global
+  // count there would race with the other threads of the region.
+  if (omp_in_parallel()) return;
+  const int n = omp_get_max_threads();
+  if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
+}
+
+std::byte* scratch(Scratch slot, size_t bytes) {
+  thread_local std::array<std::unique_ptr<AlignedBuffer>, static_cast<size_t>(Scratch::kCount)>
+      slots;
+  auto& buf = slots[static_cast<size_t>(slot)];
+  if (!buf || buf->bytes() < bytes) {
+    buf.reset();  // Free the old buffer first: peak memory stays one buffer per slot.
+    buf = std::make_unique<AlignedBuffer>(bytes);
+  }
+  return buf->data();
+}
+
+CacheKey& CacheKey::add(std::span<const PostOp> post) {
+  add(static_cast<int64_t>(post.size()));
+  for (const PostOp& p : post) {
+    add(static_cast<int64_t>(p.kind));
+    if (p.kind != PostOp::Kind::kAdd) {
+      // Only the values oneDNN receives (floats) matter.
+      const Eltwise e = eltwiseFor(p);
+      add(static_cast<double>(e.alpha)).add(static_cast<double>(e.beta));
+    }
+  }
+  return *this;
+}
+
+Eltwise eltwiseFor(const PostOp& op) {
+  using A = dnnl::algorithm;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  switch (op.kind) {
+    case PostOp::Kind::kRelu:
+      return {A::eltwise_relu, 0.f, 0.f};
+    case PostOp::Kind::kLeakyRelu:
+      return {A::eltwise_relu, static_cast<float>(op.alpha), 0.f};
+    case PostOp::Kind::kClip:
+      // As the clip op: a NaN bound means no bound.
+      return {A::eltwise_clip, std::isnan(op.alpha) ? -kInf : static_cast<float>(op.alpha),
+              std::isnan(op.beta) ? kInf : static_cast<float>(op.beta)};
+    case PostOp::Kind::kSigmoid:
+      return {A::eltwise_logistic, 0.f, 0.f};
+    case PostOp::Kind::kTanh:
+      return {A::eltwise_tanh, 0.f, 0.f};
+    case PostOp::Kind::kGeluErf:
+      return {A::eltwise_gelu_erf, 0.f, 0.f};
+    case PostOp::Kind::kGeluTanh:
+      return {A::eltwise_gelu_tanh, 0.f, 0.f};
+    case PostOp::Kind::kAdd:
+      break;
+  }
+  return {A::undef, 0.f, 0.f};
+}
+
+void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumForFirstAdd,
+                   const dnnl::memory::desc& addMd, std::vector<int>& binaryIndex) {
+  binaryIndex.assign(post.size(), -1);
+  bool sumUsed = !sumForFirstAdd;
+  for (size_t i = 0; i < post.size(); ++i) {
+    if (post[i].kind != PostOp::Kind::kAdd) {
+      const Eltwise e = eltwiseFor(post[i]);
+      ops.append_eltwise(1.f, e.alg, e.alpha, e.beta);
+    } else if (!sumUsed) {
+      ops.append_sum(1.f);
+      sumUsed = true;
+    } else {
+      binaryIndex[i] = ops.len();
+      ops.append_binary(dnnl::algorithm::binary_add, addMd);
+    }
+  }
+}
+
+dnnl::primitive_attr makeAttr(const dnnl::post_ops& postOps) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_post_ops(postOps);
+  return attr;
+}
+
+}  // namespace kiln::runtime::lib

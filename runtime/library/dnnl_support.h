@@ -1,0 +1,132 @@
+// oneDNN and OpenBLAS plumbing shared by the library kernels: the CPU engine, per-thread
+// streams and scratch memory, the process-wide primitive plan cache and its keys, the
+// translation of post-ops into oneDNN attributes, and thread-count alignment.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/library/kernels.h"
+
+namespace kiln::runtime::lib {
+
+const dnnl::engine& cpuEngine();
+// One stream per calling thread: oneDNN streams are not meant to be shared between threads.
+dnnl::stream& threadStream();
+
+// omp_get_max_threads(): oneDNN and OpenBLAS run on this many OpenMP threads.
+int maxThreads();
+// Makes OpenBLAS use maxThreads() threads. OpenBLAS keeps its own count, which sticks at 1
+// when the process started with OMP_NUM_THREADS=1, so it does not always follow OpenMP's.
+void syncBlasThreads();
+
+// Thread-local, grow-only scratch memory, one slot per purpose, so that repeated calls do
+// not allocate (and page-fault) every time. A pointer stays valid until the same thread asks
+// for the same slot again; reusing a slot between primitives of one call is safe because
+// oneDNN's CPU stream on the OpenMP runtime executes each primitive before returning.
+enum class Scratch : uint8_t { kPrimitive, kSrc, kDst, kWeights, kExtra, kCount };
+std::byte* scratch(Scratch slot, size_t bytes);
+inline float* scratchFloats(Scratch slot, size_t count) {
+  return reinterpret_cast<float*>(scratch(slot, count * sizeof(float)));
+}
+
+// A byte-string cache key built from the values that determine a primitive.
+class CacheKey {
+ public:
+  explicit CacheKey(std::string_view family) : bytes_(family) {}
+  CacheKey& add(int64_t v) {
+    bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return *this;
+  }
+  CacheKey& add(double v) {
+    int64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return add(bits);
+  }
+  CacheKey& add(std::span<const int64_t> v) {
+    add(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) add(x);
+    return *this;
+  }
+  CacheKey& add(std::span<const PostOp> post);
+  const std::string& str() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+// A process-wide, thread-safe LRU cache of immutable plans (primitive descriptors, primitives
+// and their reorders) keyed by CacheKey. Keys hold shapes and attributes, never addresses.
+template <class Plan>
+class PlanCache {
+ public:
+  explicit PlanCache(size_t capacity) : capacity_(capacity) {}
+
+  // The plan under `key`, or make()'s (an Expected<std::shared_ptr<const Plan>>) once cached.
+  // make() runs outside the lock (creating a primitive takes 0.3-0.6 ms).
+  template <class Make>
+  Expected<std::shared_ptr<const Plan>> getOrCreate(const std::string& key, Make&& make) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = index_.find(key); it != index_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        return it->second->second;
+      }
+    }
+    Expected<std::shared_ptr<const Plan>> made = make();
+    if (!made.hasValue()) return made;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = index_.find(key); it != index_.end()) return it->second->second;
+    lru_.emplace_front(key, *made);
+    index_.emplace(key, lru_.begin());
+    if (lru_.size() > capacity_) {
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+    return made;
+  }
+
+ private:
+  using Entry = std::pair<std::string, std::shared_ptr<const Plan>>;
+  std::mutex mu_;
+  size_t capacity_;
+  std::list<Entry> lru_;
+  std::unordered_map<std::string, typename std::list<Entry>::iterator> index_;
+};
+
+inline constexpr size_t kPlanCacheCapacity = 1024;
+
+// The oneDNN eltwise algorithm for an activation post-op (not kAdd).
+struct Eltwise {
+  dnnl::algorithm alg;
+  float alpha = 0;
+  float beta = 0;
+};
+Eltwise eltwiseFor(const PostOp& op);
+
+// Appends the oneDNN post-ops for `post` to `ops`. The first kAdd becomes a sum post-op when
+// `sumForFirstAdd` (the caller prefills dst with that addend) and the others binary adds
+// reading `addMd`. binaryIndex gets, per post-op, its position in `ops` when it is a binary
+// add, else -1.
+void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumForFirstAdd,
+                   const dnnl::memory::desc& addMd, std::vector<int>& binaryIndex);
+
+// A primitive attribute with user-managed scratchpad (so concurrent calls of one cached
+// primitive never share scratch memory) and the given post-ops.
+dnnl::primitive_attr makeAttr(const dnnl::post_ops& postOps);
+
+// dims of a memory descriptor from a kiln shape.
+inline dnnl::memory::dims dimsOf(std::span<const int64_t> shape) {
+  return dnnl::memory::dims(shape.begin(), shape.end());
+}
+
+}  // namespace kiln::runtime::lib

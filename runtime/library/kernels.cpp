@@ -1,0 +1,232 @@
+// The library kernels' entry points (kernels.h): validation of a call, dispatch to a family,
+// conv2d algorithm choice, and the RefKernel-ABI kernels eager execution uses.
+#include "runtime/library/kernels.h"
+
+#include <dnnl.hpp>
+
+#include <new>
+#include <string>
+
+#include "runtime/library/epilogue.h"
+#include "runtime/library/families.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+using ir::OpKind;
+
+bool hasLibraryKernel(OpKind op) {
+  switch (op) {
+    case OpKind::kConv2d:
+    case OpKind::kMaxPool2d:
+    case OpKind::kAvgPool2d:
+    case OpKind::kMatMul:
+    case OpKind::kGemm:
+    case OpKind::kLinear:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status runConv2d(const lib::Call& call) {
+  const lib::ConvGeometry g =
+      lib::ConvGeometry::of(call.attrs, call.in[0].shape(), call.in[1].shape());
+  if (g.c == 0) return unimplemented("conv2d with no input channels");
+  switch (call.options.algo) {
+    case ConvAlgo::kAuto:
+    case ConvAlgo::kDirect:
+    case ConvAlgo::kWinograd:
+      return lib::runConvDnnl(call, g, call.options.algo);
+    case ConvAlgo::kIm2colGemm:
+      return lib::runConvIm2col(call, g);
+  }
+  return internalError("conv2d: invalid algorithm");
+}
+
+// Runs a validated call on its family. oneDNN and allocation failures become errors.
+Status runFamily(OpKind op, const lib::Call& call) {
+  try {
+    switch (op) {
+      case OpKind::kConv2d:
+        return runConv2d(call);
+      case OpKind::kMaxPool2d:
+      case OpKind::kAvgPool2d:
+        return lib::runPool2d(call);
+      case OpKind::kMatMul:
+        return lib::runMatMul(call);
+      case OpKind::kGemm:
+        return lib::runGemm(call);
+      case OpKind::kLinear:
+        return lib::runLinear(call);
+      default:
+        break;
+    }
+  } catch (const dnnl::error& e) {
+    return internalError(std::string(ir::opName(op)) + ": oneDNN failed: " + e.what());
+  } catch (const std::bad_alloc&) {
+    return invalidArgument(std::string(ir::opName(op)) +
+                           ": out of memory for the library kernel's buffers");
+  }
+  return unimplemented("no library kernel for " + std::string(ir::opName(op)));
+}
+
+Status checkTensor(OpKind op, const Tensor& t, const std::string& what) {
+  if (!t.defined()) return invalidArgument(std::string(ir::opName(op)) + ": " + what + " is empty");
+  if (t.dtype() != ir::DType::kF32)
+    return unimplemented(std::string(ir::opName(op)) + ": library kernels run f32 only, " + what +
+                         " is " + t.describe());
+  if (!t.isContiguous())
+    return invalidArgument(std::string(ir::opName(op)) + ": " + what + " " + t.describe() +
+                           " must be contiguous");
+  return Status::ok();
+}
+
+// Checks dtypes, contiguity, the output's shape against shape inference and the kAdd extras.
+Status validate(OpKind op, const ir::AttrView& attrs, std::span<const Tensor> inputs,
+                std::span<const PostOp> post, std::span<const Tensor> extra, const Tensor& output) {
+  const std::string name(ir::opName(op));
+  if (!hasLibraryKernel(op)) return unimplemented("no library kernel for " + name);
+  if (attrs.op().kind != op)
+    return internalError(name + ": attributes are for " + std::string(attrs.op().name));
+  std::vector<ir::TensorType> types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_TRY(checkTensor(op, inputs[i], "input " + std::to_string(i)));
+    types.push_back(inputs[i].type());
+  }
+  KILN_TRY(checkTensor(op, output, "output"));
+  KILN_ASSIGN_OR_RETURN(auto inferred, ir::inferTypes(op, types, attrs.raw()));
+  if (inferred.size() != 1 || inferred[0].shape != output.shape())
+    return invalidArgument(name + ": output " + output.describe() + " should be " +
+                           (inferred.empty() ? std::string("?") : inferred[0].toString()));
+  for (const PostOp& p : post) {
+    if (p.kind != PostOp::Kind::kAdd) continue;
+    if (p.input < 0 || static_cast<size_t>(p.input) >= extra.size())
+      return invalidArgument(name + ": add post-op reads extra input " + std::to_string(p.input) +
+                             " of " + std::to_string(extra.size()));
+    const Tensor& e = extra[static_cast<size_t>(p.input)];
+    KILN_TRY(checkTensor(op, e, "add post-op input " + std::to_string(p.input)));
+    if (e.shape() != output.shape())
+      return invalidArgument(name + ": add post-op input " + e.describe() +
+                             " must have the output's shape " + output.describe());
+  }
+  return Status::ok();
+}
+
+// The RefKernel-ABI library kernel of Op: plain NCHW, no post-ops, no weight cache. What the
+// library cannot express runs the reference kernel, so the result is always the reference's.
+template <OpKind Op>
+Status abiKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  if (in[0].dtype() == ir::DType::kF32) {
+    if (out[0].numElements() == 0) return Status::ok();
+    const LibraryOptions options;
+    const lib::Call call{attrs, in, {}, {}, out[0], options};
+    Status s = runFamily(Op, call);
+    if (s.code() != ErrorCode::kUnimplemented) return s;
+  }
+  return referenceKernel(Op)(attrs, in, out);
+}
+
+}  // namespace
+
+namespace lib {
+
+ConvGeometry ConvGeometry::of(const ir::AttrView& attrs, const ir::Shape& x, const ir::Shape& w) {
+  const auto& st = attrs.getInts("strides");
+  const auto& pads = attrs.getInts("pads");
+  const auto& dil = attrs.getInts("dilations");
+  ConvGeometry g;
+  g.n = x[0];
+  g.c = x[1];
+  g.h = x[2];
+  g.w = x[3];
+  g.m = w[0];
+  g.kh = w[2];
+  g.kw = w[3];
+  g.group = attrs.getInt("group");
+  g.strideH = st[0];
+  g.strideW = st[1];
+  g.padTop = pads[0];
+  g.padLeft = pads[1];
+  g.padBottom = pads[2];
+  g.padRight = pads[3];
+  g.dilH = dil[0];
+  g.dilW = dil[1];
+  // Shape inference's formula (ir/infer_nn.cpp, floor mode).
+  g.oh = (g.h + g.padTop + g.padBottom - ((g.kh - 1) * g.dilH + 1)) / g.strideH + 1;
+  g.ow = (g.w + g.padLeft + g.padRight - ((g.kw - 1) * g.dilW + 1)) / g.strideW + 1;
+  return g;
+}
+
+}  // namespace lib
+
+std::string_view convAlgoName(ConvAlgo algo) {
+  switch (algo) {
+    case ConvAlgo::kAuto:
+      return "auto";
+    case ConvAlgo::kDirect:
+      return "direct";
+    case ConvAlgo::kWinograd:
+      return "winograd";
+    case ConvAlgo::kIm2colGemm:
+      return "im2col_gemm";
+  }
+  return "?";
+}
+
+std::vector<ConvAlgo> convAlgorithms(const ir::AttrView& attrs, const ir::Shape& x,
+                                     const ir::Shape& w) {
+  std::vector<ConvAlgo> algos{ConvAlgo::kDirect};
+  const lib::ConvGeometry g = lib::ConvGeometry::of(attrs, x, w);
+  try {
+    if (lib::winogradAvailable(g)) algos.push_back(ConvAlgo::kWinograd);
+  } catch (const dnnl::error&) {
+    // Probing failed: winograd is not a candidate.
+  }
+  algos.push_back(ConvAlgo::kIm2colGemm);
+  return algos;
+}
+
+RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
+  if (dtype != ir::DType::kF32) return nullptr;
+  switch (op) {
+    case OpKind::kConv2d:
+      return abiKernel<OpKind::kConv2d>;
+    case OpKind::kMaxPool2d:
+      return abiKernel<OpKind::kMaxPool2d>;
+    case OpKind::kAvgPool2d:
+      return abiKernel<OpKind::kAvgPool2d>;
+    case OpKind::kMatMul:
+      return abiKernel<OpKind::kMatMul>;
+    case OpKind::kGemm:
+      return abiKernel<OpKind::kGemm>;
+    case OpKind::kLinear:
+      return abiKernel<OpKind::kLinear>;
+    default:
+      return nullptr;
+  }
+}
+
+Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
+                             std::span<const Tensor> inputs, std::span<const PostOp> post,
+                             std::span<const Tensor> extra, Tensor& output,
+                             const LibraryOptions& options) {
+  KILN_TRY(validate(op, attrs, inputs, post, extra, output));
+  if (output.numElements() == 0) return Status::ok();
+  // oneDNN convolutions detach aliased extras themselves (their sum post-op reads dst).
+  const bool dnnlConv = op == OpKind::kConv2d && options.algo != ConvAlgo::kIm2colGemm;
+  std::vector<Tensor> detached;
+  if (!dnnlConv && !extra.empty()) {
+    try {
+      detached = lib::detachAliasedExtras(extra, output);
+    } catch (const std::bad_alloc&) {
+      return invalidArgument(std::string(ir::opName(op)) + ": out of memory copying a residual");
+    }
+    extra = detached;
+  }
+  const lib::Call call{attrs, inputs, post, extra, output, options};
+  return runFamily(op, call);
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,335 @@
+// matmul (NumPy: batched, broadcast batch dims, 1-D promotion), gemm (ONNX: transA/transB,
+// alpha, beta, broadcast C) and linear (x W^T + b) on OpenBLAS sgemm or oneDNN matmul.
+//
+// OpenBLAS path: one sgemm per batch (a batch folds into the rows when B is shared), then one
+// epilogue pass (bias or beta*C, post-ops) over the output. oneDNN path: one matmul primitive
+// (batch broadcasting, transposes as strides, alpha as output scale, C and kAdds as binary
+// post-ops, activations as eltwise post-ops); shapes or chains it cannot take run on the
+// OpenBLAS path.
+//
+// kAuto's choice between them, measured on the 2-core development machine (fp32 GFLOP/s of
+// runLibraryWithPostOps, best of >= 1 s of calls, OMP_NUM_THREADS=2; x W^T for linear):
+//   shape                                OpenBLAS   oneDNN
+//   matmul [1,784] x [784,512]               61       27     (M = 1: OpenBLAS's gemv)
+//   linear [1,784] x [512,784]^T             64       26
+//   matmul [128,768] x [768,768]            284      364
+//   linear [128,768] x [768,768]^T          273      371
+//   matmul [32,2048] x [2048,1000]          186      242
+//   linear [32,2048] x [1000,2048]^T        172      254
+//   matmul [12,128,64] x [12,64,128]        134      388     (one primitive for the batch)
+//   linear [2,784] x [512,784]^T             96       51     (0.8M MACs: OpenBLAS's small path)
+//   linear [4,784] x [512,784]^T             33       96
+//   matmul [2,2048] x [2048,1000]            27       68
+//   matmul [4,16,64] x [4,64,128]           179      170     (0.5M MACs, 6 us a call)
+// With one thread the picture is the same (oneDNN 1.1-1.4x from M >= 32, OpenBLAS 4.5x at
+// M = 1). Hence kAuto: OpenBLAS for matrix-vector products and for products of at most 2^20
+// multiply-adds (call overhead dominates), oneDNN otherwise.
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "runtime/library/dnnl_support.h"
+#include "runtime/library/epilogue.h"
+#include "runtime/library/families.h"
+
+namespace kiln::runtime::lib {
+
+namespace {
+
+using dnnl::memory;
+
+// kAuto's rule (see the measurements above). `rows` is M of each GEMM, `macs` the
+// multiply-adds of the whole call.
+constexpr int64_t kAutoBlasMaxMacs = int64_t{1} << 20;
+
+bool useDnnl(const LibraryOptions& options, int64_t rows, int64_t macs) {
+  switch (options.gemm) {
+    case GemmBackend::kOpenBlas:
+      return false;
+    case GemmBackend::kOneDnn:
+      return true;
+    case GemmBackend::kAuto:
+      break;
+  }
+  return rows > 1 && macs > kAutoBlasMaxMacs;
+}
+
+bool fitsBlas(std::initializer_list<int64_t> sizes) {
+  return std::all_of(sizes.begin(), sizes.end(), [](int64_t v) { return v <= INT_MAX; });
+}
+
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.f, c,
+              static_cast<blasint>(ldc));
+}
+
+// ---- oneDNN matmul plans.
+
+struct MatMulPlan {
+  dnnl::matmul prim;
+  memory::desc scratchMd;
+  bool fused = false;            // Post-ops are in the primitive, else the epilogue runs them.
+  std::vector<int> binaryIndex;  // Per post-op: its binary post-op position, or -1.
+};
+
+PlanCache<MatMulPlan>& matmulPlans() {
+  static PlanCache<MatMulPlan> cache(kPlanCacheCapacity);
+  return cache;
+}
+
+// A matmul problem for oneDNN: operand descriptors (transposes are strides), an optional
+// bias, alpha, and an optional addend C (gemm, beta = 1) broadcast to dst.
+struct DnnlProblem {
+  memory::desc a, b, bias, c, dst;
+  float alpha = 1.f;
+};
+
+void addMd(CacheKey& key, const memory::desc& md) {
+  key.add(int64_t{md.data.ndims});
+  for (int i = 0; i < md.data.ndims; ++i) {
+    key.add(int64_t{md.data.dims[i]});
+    key.add(int64_t{md.data.format_desc.blocking.strides[i]});
+  }
+}
+
+Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
+                                                     std::span<const PostOp> post) {
+  auto plan = std::make_shared<MatMulPlan>();
+  auto tryCreate = [&](bool withPost) -> std::optional<dnnl::matmul::primitive_desc> {
+    try {
+      dnnl::post_ops ops;
+      if (!p.c.is_zero()) ops.append_binary(dnnl::algorithm::binary_add, p.c);
+      std::vector<int> index(post.size(), -1);
+      // kAdds read the caller's tensors directly: binary adds, no sum prefill.
+      if (withPost) appendPostOps(ops, post, /*sumForFirstAdd=*/false, p.dst, index);
+      dnnl::primitive_attr attr = makeAttr(ops);
+      if (p.alpha != 1.f) attr.set_output_scales(0, {p.alpha});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.bias, p.dst), attr,
+                                      cpuEngine());
+      // oneDNN's reference matmul is far slower than OpenBLAS: let OpenBLAS run it.
+      if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
+      plan->binaryIndex = std::move(index);
+      return pd;
+    } catch (const dnnl::error&) {
+      return std::nullopt;
+    }
+  };
+  std::optional<dnnl::matmul::primitive_desc> pd;
+  if (!post.empty()) pd = tryCreate(true);
+  plan->fused = pd.has_value();
+  if (!pd) pd = tryCreate(false);
+  if (!pd) return unimplemented("oneDNN matmul cannot run this problem");
+  plan->prim = dnnl::matmul(*pd);
+  plan->scratchMd = pd->scratchpad_desc();
+  return std::shared_ptr<const MatMulPlan>(std::move(plan));
+}
+
+// Runs the problem on oneDNN; kUnimplemented when oneDNN cannot (the caller uses OpenBLAS).
+Status runDnnl(const Call& call, const DnnlProblem& p, const void* a, const void* b,
+               const void* bias, const void* c) {
+  CacheKey key("matmul");
+  for (const memory::desc* md : {&p.a, &p.b, &p.bias, &p.c, &p.dst}) addMd(key, *md);
+  key.add(static_cast<double>(p.alpha)).add(call.post).add(int64_t{maxThreads()});
+  KILN_ASSIGN_OR_RETURN(
+      std::shared_ptr<const MatMulPlan> plan,
+      matmulPlans().getOrCreate(key.str(), [&] { return makePlan(p, call.post); }));
+  auto mem = [](const memory::desc& md, const void* data) {
+    return memory(md, cpuEngine(), const_cast<void*>(data));
+  };
+  float* y = call.out.data<float>();
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, mem(p.a, a)}, {DNNL_ARG_WEIGHTS, mem(p.b, b)}, {DNNL_ARG_DST, mem(p.dst, y)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, mem(p.bias, bias));
+  if (c) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(p.c, c));
+  for (size_t i = 0; i < plan->binaryIndex.size(); ++i) {
+    if (plan->binaryIndex[i] < 0) continue;
+    const Tensor& addend = call.extra[static_cast<size_t>(call.post[i].input)];
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(plan->binaryIndex[i]) | DNNL_ARG_SRC_1,
+                 mem(p.dst, addend.rawData()));
+  }
+  if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, mem(plan->scratchMd, scratch(Scratch::kPrimitive, bytes)));
+  plan->prim.execute(threadStream(), args);
+  if (!plan->fused && !call.post.empty()) {
+    const auto post = resolvePostOps(call.post, call.extra);
+    const int64_t cols = call.out.rank() == 0 ? 1 : call.out.shape().back();
+    applyEpilogue(y, cols == 0 ? 0 : call.out.numElements() / cols, cols, cols, Addend{}, post);
+  }
+  return Status::ok();
+}
+
+memory::desc plainMd(const memory::dims& dims) {
+  memory::dims strides(dims.size());
+  int64_t s = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= dims[d];
+  }
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+
+// ---- Batch broadcasting.
+
+// For every index of the broadcast batch shape, the offset (in whole matrices) of the operand
+// batch whose own batch shape is `own` (right-aligned; size-1 dims broadcast).
+std::vector<int64_t> batchOffsets(const ir::Shape& own, const ir::Shape& batch) {
+  const size_t rank = batch.size(), lead = rank - own.size();
+  std::vector<int64_t> stride(rank, 0);
+  int64_t s = 1;
+  for (size_t d = rank; d-- > lead;) {
+    const int64_t dim = own[d - lead];
+    stride[d] = dim == 1 ? 0 : s;
+    s *= dim;
+  }
+  const int64_t total = ir::numElements(batch);
+  std::vector<int64_t> out(static_cast<size_t>(total));
+  std::vector<int64_t> idx(rank, 0);
+  int64_t cur = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    out[static_cast<size_t>(i)] = cur;
+    for (size_t d = rank; d-- > 0;) {  // Odometer step.
+      cur += stride[d];
+      if (++idx[d] < batch[d]) break;
+      cur -= stride[d] * batch[d];
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status runMatMul(const Call& call) {
+  // Promote 1-D operands ([K] -> [1,K] for A, [K] -> [K,1] for B); the output keeps the
+  // [batch..., M, N] memory order either way.
+  ir::Shape as = call.in[0].shape(), bs = call.in[1].shape();
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  const ir::Shape aBatch(as.begin(), as.end() - 2), bBatch(bs.begin(), bs.end() - 2);
+  KILN_ASSIGN_OR_RETURN(const ir::Shape batch, ir::broadcastShapes(aBatch, bBatch));
+  const int64_t batchCount = ir::numElements(batch);
+  const float* a = call.in[0].data<float>();
+  const float* b = call.in[1].data<float>();
+  float* y = call.out.data<float>();
+  const auto post = resolvePostOps(call.post, call.extra);
+  if (k == 0) {  // Sums over nothing. BLAS rejects lda = 0.
+    std::fill(y, y + call.out.numElements(), 0.f);
+    applyEpilogue(y, batchCount * m, n, n, Addend{}, post);
+    return Status::ok();
+  }
+
+  const size_t rank = batch.size() + 2;
+  // B shared by every batch of A: one GEMM of batch*M rows (on either backend).
+  const bool foldBatch = ir::numElements(bBatch) == 1 && ir::numElements(aBatch) == batchCount;
+  if (useDnnl(call.options, foldBatch ? batchCount * m : m, batchCount * m * n * k) &&
+      rank <= DNNL_MAX_NDIMS) {
+    auto padded = [&](const ir::Shape& own, int64_t r, int64_t c) {
+      memory::dims d(batch.size() - own.size(), 1);
+      d.insert(d.end(), own.begin(), own.end());
+      d.push_back(r);
+      d.push_back(c);
+      return plainMd(d);
+    };
+    memory::dims dst(batch.begin(), batch.end());
+    dst.push_back(m);
+    dst.push_back(n);
+    const DnnlProblem p{padded(aBatch, m, k), padded(bBatch, k, n), {}, {}, plainMd(dst)};
+    Status s = runDnnl(call, p, a, b, nullptr, nullptr);
+    if (s.code() != ErrorCode::kUnimplemented) return s;
+  }
+
+  if (!fitsBlas({batchCount * m, n, k}))
+    return unimplemented("matmul is too large for 32-bit BLAS");
+  syncBlasThreads();
+  if (foldBatch) {
+    sgemm(false, false, batchCount * m, n, k, 1.f, a, k, b, n, y, n);
+  } else {
+    const auto aOff = batchOffsets(aBatch, batch), bOff = batchOffsets(bBatch, batch);
+    for (int64_t i = 0; i < batchCount; ++i)
+      sgemm(false, false, m, n, k, 1.f, a + aOff[i] * m * k, k, b + bOff[i] * k * n, n,
+            y + i * m * n, n);
+  }
+  applyEpilogue(y, batchCount * m, n, n, Addend{}, post);
+  return Status::ok();
+}
+
+Status runGemm(const Call& call) {
+  const bool transA = call.attrs.getInt("transA") != 0, transB = call.attrs.getInt("transB") != 0;
+  const float alpha = static_cast<float>(call.attrs.getFloat("alpha"));
+  const float beta = static_cast<float>(call.attrs.getFloat("beta"));
+  const int64_t m = call.out.shape()[0], n = call.out.shape()[1];
+  const int64_t k = transA ? call.in[0].shape()[0] : call.in[0].shape()[1];
+  const float* a = call.in[0].data<float>();
+  const float* b = call.in[1].data<float>();
+  float* y = call.out.data<float>();
+  const Tensor* c = call.in.size() == 3 ? &call.in[2] : nullptr;
+  // C right-aligned against [M, N]: rows and columns of size 1 broadcast.
+  const ir::Shape cs = c ? c->shape() : ir::Shape{};
+  const int64_t cRows = cs.size() == 2 ? cs[0] : 1, cCols = cs.empty() ? 1 : cs.back();
+
+  // oneDNN has no scale for a binary post-op's operand, so it takes C only when beta is 1.
+  if (useDnnl(call.options, m, m * n * k) && k > 0 && (!c || beta == 1.f)) {
+    auto operand = [](int64_t rows, int64_t cols, bool trans) {
+      return memory::desc({rows, cols}, memory::data_type::f32,
+                          trans ? memory::dims{1, rows} : memory::dims{cols, 1});
+    };
+    const DnnlProblem p{operand(m, k, transA),
+                        operand(k, n, transB),
+                        {},
+                        c ? plainMd({cRows, cCols}) : memory::desc(),
+                        plainMd({m, n}),
+                        alpha};
+    Status s = runDnnl(call, p, a, b, nullptr, c ? c->rawData() : nullptr);
+    if (s.code() != ErrorCode::kUnimplemented) return s;
+  }
+
+  if (!fitsBlas({m, n, k})) return unimplemented("gemm is too large for 32-bit BLAS");
+  syncBlasThreads();
+  if (k == 0)
+    std::fill(y, y + m * n, 0.f);
+  else
+    sgemm(transA, transB, m, n, k, alpha, a, transA ? m : k, b, transB ? k : n, y, n);
+  // y = alpha*AB + beta*C as the reference computes it: even beta = 0 adds 0*C (NaN for inf).
+  Addend addend;
+  if (c) addend = {c->data<float>(), cRows == 1 ? 0 : cCols, cCols == 1 ? 0 : 1, beta};
+  applyEpilogue(y, m, n, n, addend, resolvePostOps(call.post, call.extra));
+  return Status::ok();
+}
+
+Status runLinear(const Call& call) {
+  const int64_t inF = call.in[1].shape()[1], outF = call.in[1].shape()[0];
+  const int64_t rows = outF == 0 ? 0 : call.out.numElements() / outF;
+  const float* x = call.in[0].data<float>();
+  const float* w = call.in[1].data<float>();
+  const float* bias = call.in.size() == 3 ? call.in[2].data<float>() : nullptr;
+  float* y = call.out.data<float>();
+
+  if (useDnnl(call.options, rows, rows * outF * inF) && inF > 0) {
+    const DnnlProblem p{
+        plainMd({rows, inF}),
+        memory::desc({inF, outF}, memory::data_type::f32, memory::dims{1, inF}),  // W^T
+        bias ? plainMd({1, outF}) : memory::desc(),
+        {},
+        plainMd({rows, outF})};
+    Status s = runDnnl(call, p, x, w, bias, nullptr);
+    if (s.code() != ErrorCode::kUnimplemented) return s;
+  }
+
+  if (!fitsBlas({rows, outF, inF})) return unimplemented("linear is too large for 32-bit BLAS");
+  syncBlasThreads();
+  if (inF == 0)
+    std::fill(y, y + rows * outF, 0.f);
+  else
+    sgemm(false, true, rows, outF, inF, 1.f, x, inF, w, inF, y, outF);
+  applyEpilogue(y, rows, outF, outF, Addend{bias, 0, 1, 1.f},
+                resolvePostOps(call.post, call.extra));
+  return Status::ok();
+}
+
+}  // namespace kiln::runtime::lib

@@ -1,0 +1,454 @@
+// Library conv2d (oneDNN direct and winograd, im2col + OpenBLAS) against the reference
+// kernel over a table of shapes and attributes, every algorithm candidate, both layouts,
+// every post-op kind, the weight cache, the RefKernel-ABI kernel and the error paths.
+// Tolerance: 1e-5 of max |reference|, 1e-4 for winograd (its transforms round more).
+#include <random>
+#include <thread>
+
+#include "runtime/test_library_util.h"
+
+using namespace kiln;
+using namespace kiln::libtest;
+
+namespace {
+
+struct ConvCase {
+  const char* name;
+  Shape x;  // [N,C,H,W]
+  int64_t m, kh, kw;
+  std::vector<int64_t> strides, pads, dilations;
+  int64_t group;
+  bool bias;
+};
+
+const std::vector<ConvCase>& convCases() {
+  static const std::vector<ConvCase> cases = {
+      {"3x3 pad 1", {1, 3, 8, 8}, 4, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true},
+      {"stride 2, asymmetric pads, batch 2",
+       {2, 4, 9, 7},
+       6,
+       3,
+       3,
+       {2, 2},
+       {1, 0, 2, 1},
+       {1, 1},
+       1,
+       true},
+      {"dilation 2", {1, 5, 11, 10}, 3, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1, false},
+      {"groups 2", {2, 8, 7, 7}, 6, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2, true},
+      {"depthwise", {1, 16, 10, 10}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 16, true},
+      {"depthwise x2, stride 2, asymmetric",
+       {1, 8, 9, 9},
+       16,
+       3,
+       3,
+       {2, 2},
+       {0, 1, 1, 0},
+       {1, 1},
+       8,
+       false},
+      {"1x1", {2, 32, 7, 7}, 16, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true},
+      {"1x1 stride 2", {1, 16, 9, 9}, 8, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1, true},
+      {"1x1 groups 4", {1, 16, 5, 6}, 8, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 4, true},
+      {"5x3 odd, mixed stride and dilation",
+       {1, 3, 13, 11},
+       5,
+       5,
+       3,
+       {2, 1},
+       {2, 1, 1, 0},
+       {1, 2},
+       1,
+       true},
+      {"7x7 stride 2 stem", {1, 3, 23, 23}, 8, 7, 7, {2, 2}, {3, 3, 3, 3}, {1, 1}, 1, true},
+      {"3x3 32->32 (winograd-sized)",
+       {1, 32, 14, 14},
+       32,
+       3,
+       3,
+       {1, 1},
+       {1, 1, 1, 1},
+       {1, 1},
+       1,
+       true},
+      {"3x3 16->24 batch 2 unpadded",
+       {2, 16, 12, 12},
+       24,
+       3,
+       3,
+       {1, 1},
+       {0, 0, 0, 0},
+       {1, 1},
+       1,
+       false},
+      {"groups 3, stride 2, dilation 2, asymmetric",
+       {2, 6, 12, 12},
+       9,
+       3,
+       3,
+       {2, 2},
+       {2, 1, 2, 3},
+       {2, 2},
+       3,
+       true},
+      {"kernel as large as the padded input",
+       {1, 2, 4, 5},
+       3,
+       5,
+       6,
+       {1, 1},
+       {1, 0, 0, 1},
+       {1, 1},
+       1,
+       true},
+  };
+  return cases;
+}
+
+ir::AttrMap attrsOf(const ConvCase& c) {
+  return {{"strides", c.strides}, {"pads", c.pads}, {"dilations", c.dilations}, {"group", c.group}};
+}
+
+std::vector<Tensor> inputsOf(const ConvCase& c, uint32_t seed) {
+  std::vector<Tensor> in{randomTensor(c.x, seed),
+                         randomTensor({c.m, c.x[1] / c.group, c.kh, c.kw}, seed + 1)};
+  if (c.bias) in.push_back(randomTensor({c.m}, seed + 2));
+  return in;
+}
+
+std::vector<ConvAlgo> algorithmsOf(const ConvCase& c, const ir::AttrMap& attrs) {
+  const ir::AttrView view(ir::opInfo(OpKind::kConv2d), attrs);
+  std::vector<ConvAlgo> algos =
+      runtime::convAlgorithms(view, c.x, {c.m, c.x[1] / c.group, c.kh, c.kw});
+  algos.insert(algos.begin(), ConvAlgo::kAuto);
+  return algos;
+}
+
+double toleranceOf(ConvAlgo algo) {
+  return algo == ConvAlgo::kWinograd ? 1e-4 : 1e-5;
+}
+
+}  // namespace
+
+TEST_CASE("library conv2d matches the reference for every algorithm and layout",
+          "[library][conv]") {
+  uint32_t seed = 1;
+  for (const ConvCase& c : convCases()) {
+    const ir::AttrMap attrs = attrsOf(c);
+    const std::vector<Tensor> in = inputsOf(c, seed += 10);
+    const Tensor want = runRef(OpKind::kConv2d, in, attrs);
+    for (ConvAlgo algo : algorithmsOf(c, attrs)) {
+      for (bool nhwc : {false, true}) {
+        INFO(c.name << ", " << runtime::convAlgoName(algo) << (nhwc ? ", NHWC" : ", NCHW"));
+        LibraryOptions options;
+        options.algo = algo;
+        options.channelsLast = nhwc;
+        checkRelClose(runLib(OpKind::kConv2d, in, attrs, {}, {}, options), want, toleranceOf(algo));
+      }
+    }
+  }
+}
+
+TEST_CASE("library conv2d candidates: direct and im2col always, winograd where oneDNN has it",
+          "[library][conv]") {
+  auto algos = [](const ConvCase& c) {
+    const ir::AttrMap attrs = attrsOf(c);
+    return runtime::convAlgorithms(ir::AttrView(ir::opInfo(OpKind::kConv2d), attrs), c.x,
+                                   {c.m, c.x[1] / c.group, c.kh, c.kw});
+  };
+  const ConvCase wino{"3x3", {1, 32, 14, 14}, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true};
+  const ConvCase pointwise{"1x1", {1, 32, 7, 7}, 16, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true};
+  const ConvCase strided{"3x3 s2", {1, 32, 14, 14}, 32,     3, 3,
+                         {2, 2},   {1, 1, 1, 1},    {1, 1}, 1, true};
+  for (const ConvCase& c : {wino, pointwise, strided}) {
+    INFO(c.name);
+    const auto a = algos(c);
+    CHECK(std::count(a.begin(), a.end(), ConvAlgo::kAuto) == 0);
+    CHECK(a.front() == ConvAlgo::kDirect);
+    CHECK(std::count(a.begin(), a.end(), ConvAlgo::kDirect) == 1);
+    CHECK(std::count(a.begin(), a.end(), ConvAlgo::kIm2colGemm) == 1);
+  }
+  // oneDNN's winograd needs 3x3, stride 1, no dilation, one group.
+  const auto p = algos(pointwise), s = algos(strided);
+  CHECK(std::count(p.begin(), p.end(), ConvAlgo::kWinograd) == 0);
+  CHECK(std::count(s.begin(), s.end(), ConvAlgo::kWinograd) == 0);
+  CHECK(runtime::convAlgoName(ConvAlgo::kIm2colGemm) == "im2col_gemm");
+  CHECK(runtime::convAlgoName(ConvAlgo::kWinograd) == "winograd");
+
+  // Asking for winograd where it is not a candidate is an error, not a wrong answer.
+  const ir::AttrMap attrs = attrsOf(pointwise);
+  const std::vector<Tensor> in = inputsOf(pointwise, 7);
+  Tensor out = emptyLike({1, 16, 7, 7});
+  LibraryOptions options;
+  options.algo = ConvAlgo::kWinograd;
+  const Status st = runtime::runLibraryWithPostOps(
+      OpKind::kConv2d, ir::AttrView(ir::opInfo(OpKind::kConv2d), attrs), in, {}, {}, out, options);
+  CHECK(st.code() == ErrorCode::kUnimplemented);
+}
+
+TEST_CASE("library conv2d fuses every post-op kind for every algorithm and layout",
+          "[library][conv][postops]") {
+  const std::vector<ConvCase> cases = {
+      {"3x3 16->16", {2, 16, 8, 8}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true},
+      {"depthwise stride 2", {1, 8, 9, 9}, 8, 3, 3, {2, 2}, {1, 0, 1, 1}, {1, 1}, 8, true},
+      {"1x1 no bias", {1, 12, 5, 5}, 20, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, false},
+  };
+  uint32_t seed = 100;
+  for (const ConvCase& c : cases) {
+    const ir::AttrMap attrs = attrsOf(c);
+    const std::vector<Tensor> in = inputsOf(c, seed += 10);
+    const Shape yShape = inferredShape(OpKind::kConv2d, in, attrs);
+    const std::vector<Tensor> extra{randomTensor(yShape, seed + 5), randomTensor(yShape, seed + 6)};
+    for (const auto& [chainName, chain] : postOpChains()) {
+      const Tensor want = referenceWithPostOps(OpKind::kConv2d, in, attrs, chain, extra);
+      for (ConvAlgo algo : algorithmsOf(c, attrs)) {
+        for (bool nhwc : {false, true}) {
+          INFO(c.name << " + " << chainName << ", " << runtime::convAlgoName(algo)
+                      << (nhwc ? ", NHWC" : ", NCHW"));
+          LibraryOptions options;
+          options.algo = algo;
+          options.channelsLast = nhwc;
+          checkRelClose(runLib(OpKind::kConv2d, in, attrs, chain, extra, options), want,
+                        toleranceOf(algo));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("library conv2d with an in-place residual (the output is the kAdd input)",
+          "[library][conv][postops]") {
+  const ConvCase c{"3x3", {1, 16, 6, 6}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true};
+  const ir::AttrMap attrs = attrsOf(c);
+  const std::vector<Tensor> in = inputsOf(c, 5);
+  const Tensor residual = randomTensor({1, 16, 6, 6}, 9);
+  const std::vector<PostOp> post{postOp(Kind::kAdd, 0, 0, 0), postOp(Kind::kRelu)};
+  const Tensor want = referenceWithPostOps(OpKind::kConv2d, in, attrs, post, {residual});
+  for (ConvAlgo algo : algorithmsOf(c, attrs)) {
+    INFO(runtime::convAlgoName(algo));
+    Tensor out = emptyLike(residual.shape());
+    REQUIRE(out.copyFrom(residual).isOk());
+    LibraryOptions options;
+    options.algo = algo;
+    const std::vector<Tensor> extra{out};  // Shares the output's storage.
+    REQUIRE(runtime::runLibraryWithPostOps(OpKind::kConv2d,
+                                           ir::AttrView(ir::opInfo(OpKind::kConv2d), attrs), in,
+                                           post, extra, out, options)
+                .isOk());
+    checkRelClose(out, want, toleranceOf(algo));
+  }
+}
+
+TEST_CASE("library conv2d keeps reordered weights in the caller's cache", "[library][conv]") {
+  const ConvCase c{"3x3", {1, 16, 8, 8}, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true};
+  const ir::AttrMap attrs = attrsOf(c);
+  const std::vector<Tensor> in = inputsOf(c, 21);
+  const Tensor want = runRef(OpKind::kConv2d, in, attrs);
+  runtime::LibraryCache cache;
+  for (ConvAlgo algo : algorithmsOf(c, attrs)) {
+    for (bool nhwc : {false, true}) {
+      INFO(runtime::convAlgoName(algo) << (nhwc ? ", NHWC" : ", NCHW"));
+      LibraryOptions options;
+      options.algo = algo;
+      options.channelsLast = nhwc;
+      options.cache = &cache;
+      const size_t before = cache.numEntries();
+      checkRelClose(runLib(OpKind::kConv2d, in, attrs, {}, {}, options), want, toleranceOf(algo));
+      const size_t entries = cache.numEntries(), hits = cache.hits();
+      checkRelClose(runLib(OpKind::kConv2d, in, attrs, {}, {}, options), want, toleranceOf(algo));
+      // The second call reuses what the first one cached.
+      CHECK(cache.numEntries() == entries);
+      if (entries > before) CHECK(cache.hits() > hits);
+    }
+  }
+  // At least oneDNN's blocked weights and im2col's channels-last weights were cached.
+  CHECK(cache.numEntries() >= 2);
+  CHECK(cache.bytes() > 0);
+
+  // Other weights at another address get their own entry, never the cached ones.
+  std::vector<Tensor> other = in;
+  other[1] = randomTensor(in[1].shape(), 77);
+  LibraryOptions options;
+  options.cache = &cache;
+  checkRelClose(runLib(OpKind::kConv2d, other, attrs, {}, {}, options),
+                runRef(OpKind::kConv2d, other, attrs), 1e-5);
+  cache.clear();
+  CHECK(cache.numEntries() == 0);
+  CHECK(cache.bytes() == 0);
+}
+
+TEST_CASE("library conv2d is safe to call from several threads sharing a cache",
+          "[library][conv]") {
+  const std::vector<ConvCase> cases = {
+      {"a", {1, 16, 8, 8}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true},
+      {"b", {2, 8, 7, 7}, 8, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, 2, false},
+  };
+  std::vector<std::vector<Tensor>> inputs;
+  std::vector<Tensor> wants;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    inputs.push_back(inputsOf(cases[i], 300 + 10 * static_cast<uint32_t>(i)));
+    wants.push_back(runRef(OpKind::kConv2d, inputs.back(), attrsOf(cases[i])));
+  }
+  runtime::LibraryCache cache;
+  std::vector<double> maxErr(4, 0.0);
+  std::vector<std::thread> threads;
+  threads.reserve(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 4; ++rep) {
+        const size_t i = static_cast<size_t>((t + rep) % 2);
+        const ir::AttrMap attrs = attrsOf(cases[i]);
+        LibraryOptions options;
+        options.cache = &cache;
+        options.channelsLast = false;
+        options.algo = rep % 2 ? ConvAlgo::kIm2colGemm : ConvAlgo::kDirect;
+        auto out = Tensor::empty(DType::kF32, wants[i].shape());
+        if (!out.hasValue()) return;
+        const Status s = runtime::runLibraryWithPostOps(
+            OpKind::kConv2d, ir::AttrView(ir::opInfo(OpKind::kConv2d), attrs), inputs[i], {}, {},
+            *out, options);
+        if (!s.isOk()) {
+          maxErr[t] = 1e9;
+          return;
+        }
+        const float* g = out->data<float>();
+        const float* w = wants[i].data<float>();
+        for (int64_t e = 0; e < out->numElements(); ++e)
+          maxErr[t] = std::max(maxErr[t], static_cast<double>(std::fabs(g[e] - w[e])));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (double e : maxErr) CHECK(e < 1e-4);
+}
+
+TEST_CASE("library conv2d RefKernel-ABI kernel equals the reference", "[library][conv]") {
+  const runtime::RefKernel k = runtime::libraryKernel(OpKind::kConv2d, DType::kF32);
+  REQUIRE(k != nullptr);
+  for (const ConvCase& c : convCases()) {
+    INFO(c.name);
+    const ir::AttrMap attrs = attrsOf(c);
+    const std::vector<Tensor> in = inputsOf(c, 500);
+    const Tensor want = runRef(OpKind::kConv2d, in, attrs);
+    Tensor out = emptyLike(want.shape());
+    std::vector<Tensor> outs{out};
+    REQUIRE(k(ir::AttrView(ir::opInfo(OpKind::kConv2d), attrs), in, outs).isOk());
+    checkRelClose(out, want, 1e-5);
+  }
+
+  // No input channels: nothing for oneDNN to run; the ABI kernel runs the reference (bias
+  // only) and runLibraryWithPostOps says kUnimplemented.
+  const ir::AttrMap attrs = {{"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  const std::vector<Tensor> in{emptyLike({1, 0, 4, 4}), emptyLike({2, 0, 3, 3}),
+                               randomTensor({2}, 3)};
+  const Tensor want = runRef(OpKind::kConv2d, in, attrs);
+  Tensor out = emptyLike(want.shape());
+  std::vector<Tensor> outs{out};
+  const ir::AttrView view(ir::opInfo(OpKind::kConv2d), attrs);
+  REQUIRE(k(view, in, outs).isOk());
+  checkRelClose(out, want, 0);
+  CHECK(runtime::runLibraryWithPostOps(OpKind::kConv2d, view, in, {}, {}, out).code() ==
+        ErrorCode::kUnimplemented);
+}
+
+TEST_CASE("libraryKernel is f32-only and exists only for library ops", "[library]") {
+  for (OpKind op : {OpKind::kConv2d, OpKind::kMaxPool2d, OpKind::kAvgPool2d, OpKind::kMatMul,
+                    OpKind::kGemm, OpKind::kLinear}) {
+    INFO(ir::opName(op));
+    CHECK(runtime::libraryKernel(op, DType::kF32) != nullptr);
+    CHECK(runtime::libraryKernel(op, DType::kF64) == nullptr);
+    CHECK(runtime::libraryKernel(op, DType::kF16) == nullptr);
+    CHECK(runtime::libraryKernel(op, DType::kI64) == nullptr);
+  }
+  for (OpKind op : {OpKind::kAdd, OpKind::kRelu, OpKind::kSoftmax, OpKind::kGlobalAvgPool,
+                    OpKind::kBatchNorm, OpKind::kReshape})
+    CHECK(runtime::libraryKernel(op, DType::kF32) == nullptr);
+}
+
+TEST_CASE("runLibraryWithPostOps rejects what it cannot run, naming the problem", "[library]") {
+  const ConvCase c{"3x3", {1, 4, 6, 6}, 4, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true};
+  const ir::AttrMap attrs = attrsOf(c);
+  const ir::AttrView view(ir::opInfo(OpKind::kConv2d), attrs);
+  const std::vector<Tensor> in = inputsOf(c, 1);
+  Tensor out = emptyLike({1, 4, 6, 6});
+
+  // f64: the reference runs it.
+  auto x64 = Tensor::zeros(DType::kF64, {1, 4, 6, 6});
+  auto w64 = Tensor::zeros(DType::kF64, {4, 4, 3, 3});
+  REQUIRE(x64.hasValue());
+  REQUIRE(w64.hasValue());
+  auto out64 = Tensor::zeros(DType::kF64, {1, 4, 6, 6});
+  REQUIRE(out64.hasValue());
+  CHECK(runtime::runLibraryWithPostOps(OpKind::kConv2d, view, std::vector<Tensor>{*x64, *w64}, {},
+                                       {}, *out64)
+            .code() == ErrorCode::kUnimplemented);
+
+  // An op without a library kernel.
+  const ir::AttrMap none;
+  CHECK(runtime::runLibraryWithPostOps(OpKind::kAdd, ir::AttrView(ir::opInfo(OpKind::kAdd), none),
+                                       std::vector<Tensor>{out, out}, {}, {}, out)
+            .code() == ErrorCode::kUnimplemented);
+
+  // A wrongly shaped output.
+  Tensor bad = emptyLike({1, 4, 5, 5});
+  const Status s = runtime::runLibraryWithPostOps(OpKind::kConv2d, view, in, {}, {}, bad);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK(s.message().find("conv2d") != std::string::npos);
+
+  // A kAdd reading a missing or wrongly shaped extra.
+  const std::vector<PostOp> add{postOp(Kind::kAdd, 0, 0, 0)};
+  CHECK(runtime::runLibraryWithPostOps(OpKind::kConv2d, view, in, add, {}, out).code() ==
+        ErrorCode::kInvalidArgument);
+  const std::vector<Tensor> wrong{emptyLike({1, 4, 6, 5})};
+  CHECK(runtime::runLibraryWithPostOps(OpKind::kConv2d, view, in, add, wrong, out).code() ==
+        ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("library conv2d equals the reference over random geometries", "[library][conv]") {
+  // Fixed-seed random geometries: groups (incl. depthwise), kernels 1-5, strides 1-3,
+  // dilations 1-3, asymmetric pads 0-3, odd sizes, batch 1-2; every candidate and layout.
+  std::mt19937 gen(2024);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(gen);
+  };
+  int checked = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int64_t group = std::vector<int64_t>{1, 1, 2, 3, 0}[static_cast<size_t>(pick(0, 4))];
+    const int64_t cPerGroup = group == 0 ? 1 : pick(1, 6);
+    const int64_t groups = group == 0 ? pick(2, 12) : group;  // 0: depthwise.
+    const int64_t mPerGroup = group == 0 ? pick(1, 2) : pick(1, 6);
+    ConvCase c{"random",
+               {pick(1, 2), cPerGroup * groups, pick(1, 12), pick(1, 12)},
+               mPerGroup * groups,
+               pick(1, 5),
+               pick(1, 5),
+               {pick(1, 3), pick(1, 3)},
+               {pick(0, 3), pick(0, 3), pick(0, 3), pick(0, 3)},
+               {pick(1, 3), pick(1, 3)},
+               groups,
+               pick(0, 1) == 1};
+    const ir::AttrMap attrs = attrsOf(c);
+    const std::vector<Tensor> in = inputsOf(c, static_cast<uint32_t>(1000 + trial));
+    std::vector<ir::TensorType> types;
+    types.reserve(in.size());
+    for (const Tensor& t : in) types.push_back(t.type());
+    if (!ir::inferTypes(OpKind::kConv2d, types, attrs).hasValue()) continue;  // Window too big.
+    const Tensor want = runRef(OpKind::kConv2d, in, attrs);
+    for (ConvAlgo algo : algorithmsOf(c, attrs)) {
+      for (bool nhwc : {false, true}) {
+        INFO("x " << ir::shapeToString(c.x) << " w [" << c.m << "," << c.x[1] / c.group << ","
+                  << c.kh << "," << c.kw << "] strides " << c.strides[0] << "," << c.strides[1]
+                  << " pads " << c.pads[0] << "," << c.pads[1] << "," << c.pads[2] << ","
+                  << c.pads[3] << " dilations " << c.dilations[0] << "," << c.dilations[1]
+                  << " group " << c.group << (c.bias ? " bias" : "") << ", "
+                  << runtime::convAlgoName(algo) << (nhwc ? ", NHWC" : ", NCHW"));
+        LibraryOptions options;
+        options.algo = algo;
+        options.channelsLast = nhwc;
+        checkRelClose(runLib(OpKind::kConv2d, in, attrs, {}, {}, options), want, toleranceOf(algo));
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 300);
+}
