@@ -101,6 +101,10 @@ check "compile --json" 0 '"generated_kernels"' -- "$KILN" compile mlp --json --c
 check "emit kernels" 0 "" -- "$KILN" compile mnist_cnn --emit-kernels kernels --cache-dir cache
 check "emitted kernel files" 0 "" -- test -s kernels/kiln_k0.cpp
 check "emitted cuda files" 0 "" -- test -s kernels/kiln_k0.cu
+check "explain algos (autotuned)" 0 "algo node 'conv1'.*timed:" -- "$KILN" compile mnist_cnn --explain-algos --cache-dir cache2
+check "explain algos (cached)" 0 "algo node 'conv1'.*cached:" -- "$KILN" compile mnist_cnn --explain-algos --cache-dir cache2
+check "explain algos (heuristic)" 0 "heuristic" -- "$KILN" compile mnist_cnn --explain-algos --no-autotune --cache-dir cache
+check "resnet conversions" 0 '"layout_conversions": 1' -- "$KILN" compile resnet18 --json --no-autotune --cache-dir cache
 check "dump-after" 0 "// after dce" -- "$KILN" compile mlp --dump-after dce --cache-dir cache
 check "unknown pass" 2 "unknown pass 'fold-all'" -- "$KILN" compile mlp --disable-pass fold-all
 check "bench" 0 "speedup" -- "$KILN" bench mlp --runs 3 --warmup 1

@@ -257,3 +257,50 @@ TEST_CASE("jit compiles once per input signature, logs the failed guard, and sto
   REQUIRE_FALSE(bad.hasValue());
   std::filesystem::remove_all(opts.cacheDir);
 }
+
+TEST_CASE("compiled resnet50: no standalone batch_norm or relu, at most 2 layout conversions") {
+  auto g = models::buildModel("resnet50", {1, 0});
+  REQUIRE(g.hasValue());
+  const std::string cache = tempCacheDir("r50");
+  auto cm = compiler::compile(*g, testOptions(cache));
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  const auto& r = (*cm)->report();
+  INFO(r.fusionExplanation);
+  CHECK(r.layoutConversions <= 2);
+  int convs = 0, relayouts = 0;
+  for (const auto& s : (*cm)->plan().steps) {
+    if (s.kind != runtime::PlanStep::Kind::kOp) continue;
+    CHECK(s.op != ir::OpKind::kBatchNorm);
+    CHECK(s.op != ir::OpKind::kRelu);
+    if (s.op == ir::OpKind::kConv2d) {
+      ++convs;
+      CHECK(s.library);
+      CHECK(s.libraryOptions.channelsLast);
+    }
+    if (s.op == ir::OpKind::kRelayout) ++relayouts;
+  }
+  CHECK(convs == 53);
+  // Every relu became a conv post-op or joined a generated kernel: none runs alone.
+  for (const auto& k : r.kernels) CHECK(k.group != "library");
+  std::filesystem::remove_all(cache);
+}
+
+TEST_CASE("every conv algorithm and both layouts give the compiled result eager gives") {
+  auto g = models::buildModel("resnet18", {1, 4});
+  REQUIRE(g.hasValue());
+  const std::string cache = tempCacheDir("algos");
+  auto opts = testOptions(cache);
+  opts.autotune = true;
+  checkCompiledMatchesEager(*g, opts, 1e-4, 21);
+  auto tuned = compiler::compile(*g, opts);
+  REQUIRE(tuned.hasValue());
+  CHECK((*tuned)->report().algorithmChoices.size() == 20);
+  for (const auto& line : (*tuned)->report().algorithmChoices)
+    CHECK_THAT(line, Catch::Contains("cached") || Catch::Contains("heuristic"));
+  // Without library fusion: plain NCHW everywhere, BN unfused into kernels.
+  auto plain = testOptions(cache);
+  plain.libraryFusion = false;
+  checkCompiledMatchesEager(*g, plain, 1e-4, 22);
+  std::filesystem::remove_all(cache);
+}
