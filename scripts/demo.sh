@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds kiln and runs its main job on built-in models: summarize
-# resnet50, then run mnist_cnn and resnet18 eagerly on seeded inputs.
+# resnet50, compile it (showing fusion, layout and memory plan), and benchmark eager against
+# compiled execution side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -8,5 +9,6 @@ scripts/build.sh --target kiln
 KILN=${KILN_BUILD_DIR:-build}/tools/kiln
 set -x
 "$KILN" info resnet50
-"$KILN" run mnist_cnn --eager --batch 4
-"$KILN" run resnet18 --eager
+"$KILN" compile resnet50 --explain-algos
+"$KILN" bench resnet18 --runs 5
+"$KILN" bench bert_layer --runs 5
