@@ -397,7 +397,8 @@ class Lowerer {
     s.row = row;
     s.access.arg = argFor(v, v->type().dtype, true);
     if (row) {
-      s.access.strides = rowToDomain(ir::TensorType{v->type().dtype, rowShape_, v->type().layout}.memoryStrides());
+      s.access.strides =
+          rowToDomain(ir::TensorType{v->type().dtype, rowShape_, v->type().layout}.memoryStrides());
     } else if (v->type().shape == domain_) {
       s.access.strides = v->type().memoryStrides();
     } else if (v->type().shape.empty() && domain_ == ir::Shape{1}) {

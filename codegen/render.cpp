@@ -306,18 +306,21 @@ class Printer {
         const std::string lanes = std::to_string(kLanes);
         line(2, T + " " + acc + "_v[" + lanes + "];");
         line(2, "bool " + acc + "_nan[" + lanes + "];");
-        line(2, "for (int j = 0; j < " + lanes + "; ++j) { " + acc + "_v[j] = " + init + "; " + acc + "_nan[j] = false; }");
+        line(2, "for (int j = 0; j < " + lanes + "; ++j) { " + acc + "_v[j] = " + init + "; " +
+                    acc + "_nan[j] = false; }");
         auto body = [&](int indent, const std::string& lane) {
           emitNeeded(indent, {st.value}, emitted, "r", rd);
           if (st.op == ReduceOp::kSum) {
             line(indent, acc + "_v[" + lane + "] += " + v + ";");
           } else {
-            line(indent, acc + "_v[" + lane + "] = " + v + " > " + acc + "_v[" + lane + "] ? " + v + " : " + acc + "_v[" + lane + "];");
+            line(indent, acc + "_v[" + lane + "] = " + v + " > " + acc + "_v[" + lane + "] ? " + v +
+                             " : " + acc + "_v[" + lane + "];");
             line(indent, acc + "_nan[" + lane + "] |= " + v + " != " + v + ";");
           }
         };
         line(2, "long long " + acc + "_r = 0;");
-        line(2, "for (; " + acc + "_r + " + lanes + " <= " + R + "; " + acc + "_r += " + lanes + ") {");
+        line(2, "for (; " + acc + "_r + " + lanes + " <= " + R + "; " + acc + "_r += " + lanes +
+                    ") {");
         line(3, "for (int j = 0; j < " + lanes + "; ++j) {");
         line(4, "const long long r = " + acc + "_r + j;");
         body(4, "j");
@@ -336,7 +339,8 @@ class Printer {
         line(3, acc + "_isnan |= " + acc + "_nan[j];");
         line(2, "}");
         if (st.op == ReduceOp::kMax)
-          line(2, "if (" + acc + "_isnan) " + acc + " = kiln_nan_" + std::string(scalarTypeName(t)) + "();");
+          line(2, "if (" + acc + "_isnan) " + acc + " = kiln_nan_" +
+                      std::string(scalarTypeName(t)) + "();");
       }
       if (cuda)
         line(2, acc + " = kiln_block_reduce(" + acc + ", " + init + ", " +

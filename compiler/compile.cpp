@@ -10,8 +10,8 @@
 #include "codegen/nvrtc_compiler.h"
 #include "codegen/render.h"
 #include "compiler/memory_plan.h"
-#include "passes/pipeline.h"
 #include "ir/printer.h"
+#include "passes/pipeline.h"
 #include "runtime/library/kernels.h"
 #include "runtime/library_info.h"
 #include "runtime/object_loader.h"
@@ -28,8 +28,8 @@ double msSince(Clock::time_point t) {
 
 // Constant folding runs nodes on the runtime's reference kernels.
 passes::ConstantEvaluator referenceEvaluator() {
-  return [](const ir::Node& n, std::span<const ir::TensorData> in)
-             -> Expected<std::vector<ir::TensorData>> {
+  return [](const ir::Node& n,
+            std::span<const ir::TensorData> in) -> Expected<std::vector<ir::TensorData>> {
     std::vector<runtime::Tensor> ts;
     for (const auto& d : in) ts.push_back(runtime::Tensor::fromData(d));
     KILN_ASSIGN_OR_RETURN(auto outs, runtime::runReferenceOp(n.op(), ts, n.attrs()));
@@ -41,9 +41,11 @@ passes::ConstantEvaluator referenceEvaluator() {
 
 // One step of the schedule before buffers are assigned.
 struct StepDraft {
+  StepDraft(runtime::PlanStep::Kind k, std::string n, const ir::Node* nd = nullptr)
+      : kind(k), name(std::move(n)), node(nd) {}
   runtime::PlanStep::Kind kind;
   std::string name;
-  std::vector<const ir::Value*> inputs;   // For a library call: its inputs, then `extra`.
+  std::vector<const ir::Value*> inputs;  // For a library call: its inputs, then `extra`.
   std::vector<const ir::Value*> outputs;
   int kernel = -1;  // Index into kernels.
   const ir::Node* node = nullptr;
@@ -151,11 +153,14 @@ class Driver {
     }
     std::vector<runtime::Tensor> ins;
     for (const ir::Value* v : n.inputs()) {
-      KILN_ASSIGN_OR_RETURN(runtime::Tensor t, runtime::Tensor::empty(v->type().dtype, v->type().shape));
-      for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = static_cast<float>((i * 7919) % 97) * 0.01f - 0.5f;
+      KILN_ASSIGN_OR_RETURN(runtime::Tensor t,
+                            runtime::Tensor::empty(v->type().dtype, v->type().shape));
+      for (int64_t i = 0; i < t.numElements(); ++i)
+        t.data<float>()[i] = static_cast<float>((i * 7919) % 97) * 0.01f - 0.5f;
       ins.push_back(t);
     }
-    KILN_ASSIGN_OR_RETURN(runtime::Tensor out, runtime::Tensor::empty(n.output()->type().dtype, n.output()->type().shape));
+    KILN_ASSIGN_OR_RETURN(runtime::Tensor out, runtime::Tensor::empty(n.output()->type().dtype,
+                                                                      n.output()->type().shape));
     std::string best = "auto", explanation;
     double bestMs = 1e300;
     for (runtime::ConvAlgo algo : candidates) {
@@ -199,7 +204,7 @@ class Driver {
   Status addLibraryStep(const passes::FusionGroup& g) {
     const ir::Node* head = g.nodes.front();
     const ir::OpKind op = head->op();
-    StepDraft s{runtime::PlanStep::Kind::kOp, head->describe(), {}, {}, -1, head};
+    StepDraft s(runtime::PlanStep::Kind::kOp, head->describe(), head);
     s.inputs.assign(head->inputs().begin(), head->inputs().end());
     const bool f32 = head->output()->type().dtype == ir::DType::kF32;
     const bool libraryOp = op == ir::OpKind::kConv2d || op == ir::OpKind::kLinear ||
@@ -211,7 +216,9 @@ class Driver {
       const ir::Node* n = g.nodes[i];
       runtime::PostOp p;
       switch (n->op()) {
-        case ir::OpKind::kRelu: p.kind = runtime::PostOp::Kind::kRelu; break;
+        case ir::OpKind::kRelu:
+          p.kind = runtime::PostOp::Kind::kRelu;
+          break;
         case ir::OpKind::kLeakyRelu:
           p.kind = runtime::PostOp::Kind::kLeakyRelu;
           p.alpha = n->attr().getFloat("alpha");
@@ -221,11 +228,15 @@ class Driver {
           p.alpha = n->attr().getFloat("min");
           p.beta = n->attr().getFloat("max");
           break;
-        case ir::OpKind::kSigmoid: p.kind = runtime::PostOp::Kind::kSigmoid; break;
-        case ir::OpKind::kTanh: p.kind = runtime::PostOp::Kind::kTanh; break;
+        case ir::OpKind::kSigmoid:
+          p.kind = runtime::PostOp::Kind::kSigmoid;
+          break;
+        case ir::OpKind::kTanh:
+          p.kind = runtime::PostOp::Kind::kTanh;
+          break;
         case ir::OpKind::kGelu:
           p.kind = n->attr().getString("approximate") == "tanh" ? runtime::PostOp::Kind::kGeluTanh
-                                                                 : runtime::PostOp::Kind::kGeluErf;
+                                                                : runtime::PostOp::Kind::kGeluErf;
           break;
         case ir::OpKind::kAdd:
           p.kind = runtime::PostOp::Kind::kAdd;
@@ -248,7 +259,8 @@ class Driver {
       return internalError(head->describe() + " is channels-last but has no library kernel");
     if (op == ir::OpKind::kConv2d) {
       const std::string& algo = head->attr().getString("algo");
-      for (auto a : {runtime::ConvAlgo::kDirect, runtime::ConvAlgo::kWinograd, runtime::ConvAlgo::kIm2colGemm})
+      for (auto a : {runtime::ConvAlgo::kDirect, runtime::ConvAlgo::kWinograd,
+                     runtime::ConvAlgo::kIm2colGemm})
         if (runtime::convAlgoName(a) == algo) s.algo = a;
     }
     steps_.push_back(std::move(s));
@@ -259,11 +271,13 @@ class Driver {
     for (const ir::Node* n : g.nodes) {
       for (const ir::Value* v : n->inputs())
         if (v->type().layout == ir::Layout::kNHWC)
-          return internalError(n->describe() + " would run on a reference kernel with a channels-last input");
+          return internalError(n->describe() +
+                               " would run on a reference kernel with a channels-last input");
       for (const ir::Value* v : n->outputs())
         if (v->type().layout == ir::Layout::kNHWC)
-          return internalError(n->describe() + " would run on a reference kernel with a channels-last output");
-      StepDraft s{runtime::PlanStep::Kind::kOp, n->describe(), {}, {}, -1, n};
+          return internalError(n->describe() +
+                               " would run on a reference kernel with a channels-last output");
+      StepDraft s(runtime::PlanStep::Kind::kOp, n->describe(), n);
       s.inputs.assign(n->inputs().begin(), n->inputs().end());
       s.outputs.assign(n->outputs().begin(), n->outputs().end());
       steps_.push_back(std::move(s));
@@ -293,12 +307,13 @@ class Driver {
           const std::string name = "kiln_k" + std::to_string(kernels_.size());
           auto k = codegen::lowerGroup(g, graphOutputs_, name);
           if (!k) {
-            report_.remarks.push_back("group " + std::to_string(g.id) + " runs op by op: " +
-                                      k.status().message());
+            report_.remarks.push_back("group " + std::to_string(g.id) +
+                                      " runs op by op: " + k.status().message());
             KILN_TRY(addReferenceSteps(g));
             break;
           }
-          StepDraft s{runtime::PlanStep::Kind::kKernel, name, {}, {}, static_cast<int>(kernels_.size()), nullptr};
+          StepDraft s(runtime::PlanStep::Kind::kKernel, name);
+          s.kernel = static_cast<int>(kernels_.size());
           bool sawOutput = false;
           for (const auto& a : k->args) {
             const ir::Value* v = graph_.findValue(a.value);
@@ -361,8 +376,8 @@ class Driver {
     }
     if (!misses.empty()) {
       if (opts_.log)
-        *opts_.log << "compiling " << misses.size() << " kernel module(s) ("
-                   << kernels_.size() << " kernels)...\n";
+        *opts_.log << "compiling " << misses.size() << " kernel module(s) (" << kernels_.size()
+                   << " kernels)...\n";
       auto results = codegen::compileCppParallel(misses, copts, opts_.compileThreads);
       for (size_t j = 0; j < results.size(); ++j) {
         if (!results[j]) return results[j].status().withContext("compiling generated kernels");
@@ -375,7 +390,8 @@ class Driver {
     for (size_t i = 0; i < objects.size(); ++i)
       KILN_TRY(code->add(objects[i], sources[i].moduleName));
     for (size_t i = 0; i < kernels_.size(); ++i) {
-      KILN_ASSIGN_OR_RETURN(auto fn, code->lookupFunction<void(void* const*, long long, long long)>(kernels_[i].name));
+      KILN_ASSIGN_OR_RETURN(auto fn, code->lookupFunction<void(void* const*, long long, long long)>(
+                                         kernels_[i].name));
       kernelFns_.push_back(fn);
     }
     code_ = std::move(code);
@@ -394,7 +410,8 @@ class Driver {
       report_.kernels[i].cuda = codegen::renderKernel(kernels_[i], codegen::Dialect::kCuda);
     for (int arch : {80, 90}) {
       auto ptx = codegen::compileCuda(src, "kiln_kernels.cu", arch);
-      if (!ptx) report_.cudaErrors.push_back("sm_" + std::to_string(arch) + ": " + ptx.status().message());
+      if (!ptx)
+        report_.cudaErrors.push_back("sm_" + std::to_string(arch) + ": " + ptx.status().message());
     }
     report_.cudaKernelsChecked = static_cast<int>(kernels_.size());
     return Status::ok();
@@ -420,7 +437,8 @@ class Driver {
     for (size_t i = 0; i < graph_.inputs().size(); ++i)
       addStorage(graph_.inputs()[i], runtime::BufferRef::Kind::kInput, static_cast<int>(i), -1);
     for (size_t i = 0; i < graph_.parameters().size(); ++i) {
-      addStorage(graph_.parameters()[i], runtime::BufferRef::Kind::kParameter, static_cast<int>(i), -1);
+      addStorage(graph_.parameters()[i], runtime::BufferRef::Kind::kParameter, static_cast<int>(i),
+                 -1);
       plan->parameters.push_back(graph_.parameters()[i]->data());
       report_.parameterBytes += static_cast<int64_t>(graph_.parameters()[i]->data().byteSize());
     }
@@ -484,7 +502,8 @@ class Driver {
       if (out < 0 || k.stores.size() != 1) continue;
       for (size_t a = 0; a < s.inputs.size(); ++a) {
         const int in = requestOf[storageFor(s.inputs[a])];
-        if (in < 0 || requests[in].lastStep != si || requests[in].bytes != requests[out].bytes) continue;
+        if (in < 0 || requests[in].lastStep != si || requests[in].bytes != requests[out].bytes)
+          continue;
         if (root(s.inputs[a]) != s.inputs[a]) continue;  // Shared with a reshape: keep it.
         bool shared = false;  // Another argument reading the same bytes would see the writes.
         for (size_t b = 0; b < s.inputs.size(); ++b)
@@ -495,7 +514,8 @@ class Driver {
         for (const auto& l : k.loads)
           if (l.arg == static_cast<int>(a)) {
             ++loadsOfArg;
-            sameMap = l.offset == k.stores[0].access.offset && l.strides == k.stores[0].access.strides;
+            sameMap =
+                l.offset == k.stores[0].access.offset && l.strides == k.stores[0].access.strides;
           }
         if (loadsOfArg == 1 && sameMap) {
           requests[out].inplaceOf = in;
@@ -515,7 +535,8 @@ class Driver {
       runtime::BufferRef b;
       b.kind = s.kind;
       b.index = s.index;
-      if (s.kind == runtime::BufferRef::Kind::kArena) b.offset = mp.offsets[requestOf[storageFor(v)]];
+      if (s.kind == runtime::BufferRef::Kind::kArena)
+        b.offset = mp.offsets[requestOf[storageFor(v)]];
       b.type = v->type();
       return b;
     };

@@ -32,11 +32,11 @@ struct CompileOptions {
   // Time each convolution's candidate algorithms on its real shape (cached on disk by shape,
   // attributes, CPU and library version); otherwise a heuristic picks.
   bool autotune = false;
-  bool useCache = true;          // --no-cache turns it off.
-  std::string cacheDir;          // Empty: $KILN_CACHE_DIR or ~/.cache/kiln.
-  int kernelsPerModule = 12;     // Kernels per translation unit (compiled in parallel).
-  int compileThreads = 0;        // 0: one per core.
-  int runThreads = 0;            // 0: OpenMP's default.
+  bool useCache = true;       // --no-cache turns it off.
+  std::string cacheDir;       // Empty: $KILN_CACHE_DIR or ~/.cache/kiln.
+  int kernelsPerModule = 12;  // Kernels per translation unit (compiled in parallel).
+  int compileThreads = 0;     // 0: one per core.
+  int runThreads = 0;         // 0: OpenMP's default.
   // Also render every kernel as CUDA C and compile it with NVRTC for sm_80 and sm_90 (a
   // check on machines without a GPU; the PTX is kept in the report).
   bool cudaCheck = false;
@@ -52,19 +52,19 @@ struct KernelSource {
 
 struct CompileReport {
   double totalMs = 0, passesMs = 0, fusionMs = 0, codegenMs = 0, compileMs = 0, planMs = 0;
-  int nodesIn = 0;          // Nodes of the graph handed to compile.
-  int nodesOptimized = 0;   // After the pass pipeline.
+  int nodesIn = 0;         // Nodes of the graph handed to compile.
+  int nodesOptimized = 0;  // After the pass pipeline.
   int generatedKernels = 0;
-  int referenceSteps = 0;   // Library and reference calls.
+  int referenceSteps = 0;  // Library and reference calls.
   int copySteps = 0;
-  int aliases = 0;          // Reshapes that became views of their input (no step).
+  int aliases = 0;  // Reshapes that became views of their input (no step).
   int modules = 0;
   int cacheHits = 0;
   int cacheMisses = 0;
   std::vector<std::string> cacheExplanations;  // One line per module.
   std::string fusionExplanation;
-  std::vector<std::string> remarks;            // Passes' and lowering's notes.
-  std::vector<std::string> algorithmChoices;   // One line per conv2d (--explain-algos).
+  std::vector<std::string> remarks;           // Passes' and lowering's notes.
+  std::vector<std::string> algorithmChoices;  // One line per conv2d (--explain-algos).
   int layoutConversions = 0;
   std::vector<KernelSource> kernels;
   int64_t arenaBytes = 0;

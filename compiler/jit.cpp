@@ -25,7 +25,8 @@ Expected<ir::Graph> respecialize(const ir::Graph& g, std::span<const ir::TensorT
     for (const ir::Value* o : n->outputs()) names.push_back(o->name());
     auto node = out.addNode(n->op(), std::move(ins), n->attrs(), names);
     if (!node)
-      return node.status().withContext("cannot specialize for the new input shapes: " + n->describe());
+      return node.status().withContext("cannot specialize for the new input shapes: " +
+                                       n->describe());
     (*node)->setName(n->name());
     for (size_t i = 0; i < n->outputs().size(); ++i) map[n->output(i)] = (*node)->output(i);
   }
@@ -46,7 +47,8 @@ std::string signatureOf(std::span<const runtime::Tensor> inputs) {
 JitModule::JitModule(const ir::Graph& graph, CompileOptions options, int recompileLimit)
     : graph_(graph.clone()), options_(std::move(options)), limit_(recompileLimit) {}
 
-Expected<std::vector<runtime::Tensor>> JitModule::operator()(std::span<const runtime::Tensor> inputs) {
+Expected<std::vector<runtime::Tensor>> JitModule::operator()(
+    std::span<const runtime::Tensor> inputs) {
   const std::string sig = signatureOf(inputs);
   auto it = bySignature_.find(sig);
   if (it == bySignature_.end()) {
@@ -60,9 +62,10 @@ Expected<std::vector<runtime::Tensor>> JitModule::operator()(std::span<const run
         }
     }
     if (compiles_ > limit_)
-      return invalidArgument("recompile limit (" + std::to_string(limit_) + ") reached: " + why +
-                             "; the model has been compiled for " + std::to_string(compiles_) +
-                             " input signatures. Pad inputs to a few fixed shapes, or raise the limit");
+      return invalidArgument(
+          "recompile limit (" + std::to_string(limit_) + ") reached: " + why +
+          "; the model has been compiled for " + std::to_string(compiles_) +
+          " input signatures. Pad inputs to a few fixed shapes, or raise the limit");
     std::vector<ir::TensorType> types;
     for (const auto& t : inputs) types.push_back(t.type());
     bool same = types.size() == graph_.inputs().size();

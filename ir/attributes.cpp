@@ -8,12 +8,18 @@ namespace kiln::ir {
 
 std::string_view attrKindName(AttrKind k) {
   switch (k) {
-    case AttrKind::kInt: return "int";
-    case AttrKind::kFloat: return "float";
-    case AttrKind::kString: return "string";
-    case AttrKind::kInts: return "ints";
-    case AttrKind::kFloats: return "floats";
-    case AttrKind::kTensor: return "tensor";
+    case AttrKind::kInt:
+      return "int";
+    case AttrKind::kFloat:
+      return "float";
+    case AttrKind::kString:
+      return "string";
+    case AttrKind::kInts:
+      return "ints";
+    case AttrKind::kFloats:
+      return "floats";
+    case AttrKind::kTensor:
+      return "tensor";
   }
   return "?";
 }
@@ -70,7 +76,8 @@ std::optional<AttrValue> parseDefault(AttrKind kind, std::string_view text) {
     case AttrKind::kFloat:
       if (auto v = parseDouble(text)) return AttrValue(*v);
       return std::nullopt;
-    case AttrKind::kString: return AttrValue(std::string(text));
+    case AttrKind::kString:
+      return AttrValue(std::string(text));
     case AttrKind::kInts: {
       std::vector<int64_t> out;
       if (!text.empty())
@@ -91,7 +98,8 @@ std::optional<AttrValue> parseDefault(AttrKind kind, std::string_view text) {
         }
       return AttrValue(out);
     }
-    case AttrKind::kTensor: return std::nullopt;  // Tensor attributes have no defaults.
+    case AttrKind::kTensor:
+      return std::nullopt;  // Tensor attributes have no defaults.
   }
   return std::nullopt;
 }

@@ -20,7 +20,9 @@ std::optional<AttrKind> parseAttrKind(std::string_view name);
 // Index order matches AttrKind.
 using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>,
                                std::vector<double>, TensorData>;
-inline AttrKind kindOf(const AttrValue& v) { return static_cast<AttrKind>(v.index()); }
+inline AttrKind kindOf(const AttrValue& v) {
+  return static_cast<AttrKind>(v.index());
+}
 bool attrEqual(const AttrValue& a, const AttrValue& b);
 
 // Ordered so that printing is deterministic.

@@ -7,8 +7,8 @@
 namespace kiln::ir {
 
 struct WorkCount {
-  int64_t macs = 0;         // Multiply-accumulates in conv, matmul, gemm, linear.
-  int64_t otherFlops = 0;   // Elementwise, normalization, pooling and reduction operations.
+  int64_t macs = 0;        // Multiply-accumulates in conv, matmul, gemm, linear.
+  int64_t otherFlops = 0;  // Elementwise, normalization, pooling and reduction operations.
   int64_t flops() const { return 2 * macs + otherFlops; }
   WorkCount& operator+=(const WorkCount& o) {
     macs += o.macs;

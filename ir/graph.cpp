@@ -83,8 +83,8 @@ Expected<Node*> Graph::addNode(OpKind op, std::vector<Value*> inputs, AttrMap at
   if (!types) return types.status();
   std::vector<std::pair<std::string, TensorType>> outs;
   for (size_t i = 0; i < types->size(); ++i) {
-    std::string n = i < outputNames.size() && !outputNames[i].empty() ? outputNames[i]
-                                                                       : freshName();
+    std::string n =
+        i < outputNames.size() && !outputNames[i].empty() ? outputNames[i] : freshName();
     outs.emplace_back(std::move(n), std::move((*types)[i]));
   }
   return addNodeWithTypes(op, std::move(inputs), std::move(attrs), std::move(outs));
@@ -120,8 +120,8 @@ Expected<Node*> Graph::addNodeWithTypes(OpKind op, std::vector<Value*> inputs, A
 
 Expected<Node*> Graph::insertNode(Node* before, OpKind op, std::vector<Value*> inputs,
                                   AttrMap attrs, std::vector<std::string> outputNames) {
-  KILN_ASSIGN_OR_RETURN(Node * n, addNode(op, std::move(inputs), std::move(attrs),
-                                          std::move(outputNames)));
+  KILN_ASSIGN_OR_RETURN(Node * n,
+                        addNode(op, std::move(inputs), std::move(attrs), std::move(outputNames)));
   if (!before) return n;
   auto pos = std::find_if(nodes_.begin(), nodes_.end(),
                           [&](const std::unique_ptr<Node>& p) { return p.get() == before; });

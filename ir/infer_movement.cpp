@@ -17,8 +17,8 @@ Expected<std::vector<TensorType>> inferReshape(std::span<const TensorType> in, c
     if (out[i] == 0 && !allowZero) {
       if (i >= x.size())
         return invalidArgument("shape " + shapeToString(a.getInts("shape")) + ": 0 at position " +
-                               std::to_string(i) + " copies a dim the input " +
-                               shapeToString(x) + " does not have");
+                               std::to_string(i) + " copies a dim the input " + shapeToString(x) +
+                               " does not have");
       out[i] = x[i];
     }
     if (out[i] == -1) {
@@ -40,8 +40,8 @@ Expected<std::vector<TensorType>> inferReshape(std::span<const TensorType> in, c
     out[inferred] = total / known;
   } else if (known != total) {
     return invalidArgument("cannot reshape " + shapeToString(x) + " (" + std::to_string(total) +
-                           " elements) into " + shapeToString(out) + " (" +
-                           std::to_string(known) + " elements)");
+                           " elements) into " + shapeToString(out) + " (" + std::to_string(known) +
+                           " elements)");
   }
   return one({in[0].dtype, out, Layout::kPlain});
 }
@@ -108,8 +108,7 @@ Expected<std::vector<TensorType>> inferSlice(std::span<const TensorType> in, con
   if (axes.empty())
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   if (steps.empty()) steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() ||
-      steps.size() != starts.size())
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
     return invalidArgument("starts, ends, axes and steps must have the same length");
   Shape out = x;
   std::set<int> seen;
@@ -181,8 +180,8 @@ Expected<std::vector<TensorType>> inferUnsqueeze(std::span<const TensorType> in,
 
 Expected<std::vector<TensorType>> inferExpand(std::span<const TensorType> in, const AttrView& a) {
   for (int64_t d : a.getInts("shape"))
-    if (d < 0) return invalidArgument("shape " + shapeToString(a.getInts("shape")) +
-                                      " has a negative dim");
+    if (d < 0)
+      return invalidArgument("shape " + shapeToString(a.getInts("shape")) + " has a negative dim");
   KILN_ASSIGN_OR_RETURN(Shape out, broadcastShapes(in[0].shape, a.getInts("shape")));
   return one({in[0].dtype, out, Layout::kPlain});
 }

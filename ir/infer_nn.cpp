@@ -8,7 +8,9 @@
 namespace kiln::ir {
 
 namespace {
-std::string dims(const Shape& s) { return shapeToString(s); }
+std::string dims(const Shape& s) {
+  return shapeToString(s);
+}
 
 Status requireSameDType(const TensorType& a, const TensorType& b, const char* what) {
   if (a.dtype != b.dtype)
@@ -75,8 +77,8 @@ Expected<std::vector<TensorType>> inferMatMul(std::span<const TensorType> in, co
     return invalidArgument("inner dimensions differ: A " + dims(in[0].shape) + " x B " +
                            dims(in[1].shape) + " (" + std::to_string(k1) + " vs " +
                            std::to_string(k2) + ")");
-  KILN_ASSIGN_OR_RETURN(Shape batch,
-                        broadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
+  KILN_ASSIGN_OR_RETURN(
+      Shape batch, broadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)));
   Shape out = batch;
   if (!aVec) out.push_back(a[a.size() - 2]);
   if (!bVec) out.push_back(b.back());
@@ -159,10 +161,10 @@ Expected<std::vector<TensorType>> inferConv2d(std::span<const TensorType> in, co
     KILN_TRY(requireSameDType(in[0], in[2], "bias"));
     KILN_TRY(requireShape(in[2], {w[0]}, "bias"));
   }
-  KILN_ASSIGN_OR_RETURN(int64_t oh, windowOutputSize(x[2], w[2], st[0], pads[0], pads[2], dil[0],
-                                                     false, "height"));
-  KILN_ASSIGN_OR_RETURN(int64_t ow, windowOutputSize(x[3], w[3], st[1], pads[1], pads[3], dil[1],
-                                                     false, "width"));
+  KILN_ASSIGN_OR_RETURN(
+      int64_t oh, windowOutputSize(x[2], w[2], st[0], pads[0], pads[2], dil[0], false, "height"));
+  KILN_ASSIGN_OR_RETURN(
+      int64_t ow, windowOutputSize(x[3], w[3], st[1], pads[1], pads[3], dil[1], false, "width"));
   return one({in[0].dtype, {x[0], w[0], oh, ow}, in[0].layout});
 }
 
@@ -194,24 +196,23 @@ Expected<std::vector<TensorType>> inferPool2d(std::span<const TensorType> in, co
   }
   const bool ceil = a.getInt("ceil_mode") != 0;
   const Shape& x = in[0].shape;
-  KILN_ASSIGN_OR_RETURN(int64_t oh, windowOutputSize(x[2], k[0], st[0], pads[0], pads[2], dil[0],
-                                                     ceil, "height"));
-  KILN_ASSIGN_OR_RETURN(int64_t ow, windowOutputSize(x[3], k[1], st[1], pads[1], pads[3], dil[1],
-                                                     ceil, "width"));
+  KILN_ASSIGN_OR_RETURN(
+      int64_t oh, windowOutputSize(x[2], k[0], st[0], pads[0], pads[2], dil[0], ceil, "height"));
+  KILN_ASSIGN_OR_RETURN(
+      int64_t ow, windowOutputSize(x[3], k[1], st[1], pads[1], pads[3], dil[1], ceil, "width"));
   return one({in[0].dtype, {x[0], x[1], oh, ow}, in[0].layout});
 }
 
-Expected<std::vector<TensorType>> inferGlobalPool(std::span<const TensorType> in,
-                                                  const AttrView&) {
+Expected<std::vector<TensorType>> inferGlobalPool(std::span<const TensorType> in, const AttrView&) {
   KILN_TRY(requireFloat(in[0], "input"));
   KILN_TRY(requireRank(in[0], 4, "input [N,C,H,W]"));
   return one({in[0].dtype, {in[0].shape[0], in[0].shape[1], 1, 1}, in[0].layout});
 }
 
-Expected<std::vector<TensorType>> inferBatchNorm(std::span<const TensorType> in,
-                                                 const AttrView&) {
+Expected<std::vector<TensorType>> inferBatchNorm(std::span<const TensorType> in, const AttrView&) {
   KILN_TRY(requireFloat(in[0], "input"));
-  if (in[0].rank() < 2) return invalidArgument("input must have rank >= 2, got " + in[0].toString());
+  if (in[0].rank() < 2)
+    return invalidArgument("input must have rank >= 2, got " + in[0].toString());
   const char* names[] = {"", "scale", "bias", "mean", "var"};
   for (int i = 1; i < 5; ++i) {
     KILN_TRY(requireSameDType(in[0], in[i], names[i]));
@@ -257,8 +258,7 @@ Expected<std::vector<TensorType>> inferReduce(std::span<const TensorType> in, co
 
 Expected<std::vector<TensorType>> inferLoss(std::span<const TensorType> in, const AttrView& a) {
   KILN_TRY(requireFloat(in[0], "input"));
-  if (in[0].rank() < 2)
-    return invalidArgument("input must be [N,C,...], got " + in[0].toString());
+  if (in[0].rank() < 2) return invalidArgument("input must be [N,C,...], got " + in[0].toString());
   if (in[1].dtype != DType::kI64 && in[1].dtype != DType::kI32)
     return invalidArgument("target must be i64 or i32 class indices, got " + in[1].toString());
   Shape expected = in[0].shape;

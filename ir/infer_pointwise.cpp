@@ -3,7 +3,9 @@
 
 namespace kiln::ir {
 
-std::vector<TensorType> one(TensorType t) { return {std::move(t)}; }
+std::vector<TensorType> one(TensorType t) {
+  return {std::move(t)};
+}
 
 Status requireFloat(const TensorType& t, const char* what) {
   if (!isFloat(t.dtype))
@@ -59,12 +61,13 @@ Expected<std::vector<TensorType>> inferRelayout(std::span<const TensorType> in, 
   auto from = parseLayout(a.getString("from"));
   auto to = parseLayout(a.getString("to"));
   if (!from || !to)
-    return invalidArgument("layouts must be plain, nchw or nhwc, got from=\"" + a.getString("from") +
-                           "\" to=\"" + a.getString("to") + "\"");
+    return invalidArgument("layouts must be plain, nchw or nhwc, got from=\"" +
+                           a.getString("from") + "\" to=\"" + a.getString("to") + "\"");
   const bool isNchw = *from == Layout::kNCHW || *from == Layout::kPlain;
   const bool inNchw = in[0].layout == Layout::kNCHW || in[0].layout == Layout::kPlain;
   if (*from != in[0].layout && !(isNchw && inNchw))
-    return invalidArgument("from=\"" + a.getString("from") + "\" but the input is " + in[0].toString());
+    return invalidArgument("from=\"" + a.getString("from") + "\" but the input is " +
+                           in[0].toString());
   if ((*to == Layout::kNHWC || *from == Layout::kNHWC) && in[0].rank() != 4)
     return invalidArgument("nhwc needs a rank-4 tensor, got " + in[0].toString());
   TensorType t = in[0];

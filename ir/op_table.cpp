@@ -38,8 +38,12 @@ const AttrSpec* OpInfo::findAttr(std::string_view attrName) const {
   return nullptr;
 }
 
-const OpInfo& opInfo(OpKind k) { return table()[static_cast<size_t>(k)]; }
-std::string_view opName(OpKind k) { return opInfo(k).name; }
+const OpInfo& opInfo(OpKind k) {
+  return table()[static_cast<size_t>(k)];
+}
+std::string_view opName(OpKind k) {
+  return opInfo(k).name;
+}
 
 const OpInfo* findOp(std::string_view name) {
   for (const auto& op : table())
@@ -58,8 +62,12 @@ const AttrValue& AttrView::lookup(std::string_view name) const {
   return *spec->defaultValue;
 }
 
-int64_t AttrView::getInt(std::string_view n) const { return std::get<int64_t>(lookup(n)); }
-double AttrView::getFloat(std::string_view n) const { return std::get<double>(lookup(n)); }
+int64_t AttrView::getInt(std::string_view n) const {
+  return std::get<int64_t>(lookup(n));
+}
+double AttrView::getFloat(std::string_view n) const {
+  return std::get<double>(lookup(n));
+}
 const std::string& AttrView::getString(std::string_view n) const {
   return std::get<std::string>(lookup(n));
 }
@@ -89,8 +97,8 @@ Status checkAttributes(const OpInfo& op, const AttrMap& attrs) {
   }
   for (const auto& spec : op.attrs)
     if (!spec.defaultValue && !attrs.count(spec.name))
-      return invalidArgument("op '" + std::string(op.name) + "' requires attribute '" +
-                             spec.name + "' (" + std::string(attrKindName(spec.kind)) + ")");
+      return invalidArgument("op '" + std::string(op.name) + "' requires attribute '" + spec.name +
+                             "' (" + std::string(attrKindName(spec.kind)) + ")");
   return Status::ok();
 }
 
@@ -100,11 +108,11 @@ Expected<std::vector<TensorType>> inferTypes(OpKind k, std::span<const TensorTyp
   const int n = static_cast<int>(inputs.size());
   if (n < op.minInputs || (op.maxInputs >= 0 && n > op.maxInputs)) {
     std::string expected = op.minInputs == op.maxInputs ? std::to_string(op.minInputs)
-                           : op.maxInputs < 0 ? "at least " + std::to_string(op.minInputs)
-                                              : std::to_string(op.minInputs) + ".." +
-                                                    std::to_string(op.maxInputs);
-    return invalidArgument("op '" + std::string(op.name) + "' takes " + expected +
-                           " inputs, got " + std::to_string(n));
+                           : op.maxInputs < 0
+                               ? "at least " + std::to_string(op.minInputs)
+                               : std::to_string(op.minInputs) + ".." + std::to_string(op.maxInputs);
+    return invalidArgument("op '" + std::string(op.name) + "' takes " + expected + " inputs, got " +
+                           std::to_string(n));
   }
   KILN_TRY(checkAttributes(op, attrs));
   auto out = op.infer(inputs, AttrView(op, attrs));

@@ -54,7 +54,9 @@ struct OpInfo {
 const OpInfo& opInfo(OpKind k);
 std::string_view opName(OpKind k);
 const OpInfo* findOp(std::string_view name);  // nullptr when unknown.
-inline bool hasTrait(OpKind k, OpTrait t) { return opInfo(k).has(t); }
+inline bool hasTrait(OpKind k, OpTrait t) {
+  return opInfo(k).has(t);
+}
 
 // Reads attributes with the op's schema defaults applied. Callers read attributes that the
 // verifier has checked, so a missing or mistyped attribute here is a kiln bug.

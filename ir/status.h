@@ -49,12 +49,18 @@ class [[nodiscard]] Status {
 inline Status invalidArgument(std::string msg) {
   return {ErrorCode::kInvalidArgument, std::move(msg)};
 }
-inline Status notFound(std::string msg) { return {ErrorCode::kNotFound, std::move(msg)}; }
+inline Status notFound(std::string msg) {
+  return {ErrorCode::kNotFound, std::move(msg)};
+}
 inline Status unimplemented(std::string msg) {
   return {ErrorCode::kUnimplemented, std::move(msg)};
 }
-inline Status ioError(std::string msg) { return {ErrorCode::kIo, std::move(msg)}; }
-inline Status internalError(std::string msg) { return {ErrorCode::kInternal, std::move(msg)}; }
+inline Status ioError(std::string msg) {
+  return {ErrorCode::kIo, std::move(msg)};
+}
+inline Status internalError(std::string msg) {
+  return {ErrorCode::kInternal, std::move(msg)};
+}
 
 template <class T>
 class [[nodiscard]] Expected {
@@ -85,9 +91,9 @@ class [[nodiscard]] Expected {
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function when it is an error.
-#define KILN_TRY(expr)                          \
-  do {                                          \
-    ::kiln::Status kiln_status_ = (expr);       \
+#define KILN_TRY(expr)                             \
+  do {                                             \
+    ::kiln::Status kiln_status_ = (expr);          \
     if (!kiln_status_.isOk()) return kiln_status_; \
   } while (0)
 

@@ -10,8 +10,7 @@ struct AlignedDelete {
 };
 }  // namespace
 
-TensorData::TensorData(DType dtype, Shape shape)
-    : dtype_(dtype), shape_(std::move(shape)) {
+TensorData::TensorData(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   bytes_ = static_cast<size_t>(ir::numElements(shape_)) * dtypeSize(dtype_);
   // Allocate at least one byte so that a zero-sized tensor still has non-null storage.
   auto* p = static_cast<std::byte*>(::operator new[](bytes_ ? bytes_ : 1, std::align_val_t(64)));

@@ -23,8 +23,12 @@ constexpr std::array<DTypeInfo, kNumDTypes> kDTypes = {{
 }};
 }  // namespace
 
-std::string_view dtypeName(DType t) { return kDTypes[static_cast<int>(t)].name; }
-size_t dtypeSize(DType t) { return kDTypes[static_cast<int>(t)].size; }
+std::string_view dtypeName(DType t) {
+  return kDTypes[static_cast<int>(t)].name;
+}
+size_t dtypeSize(DType t) {
+  return kDTypes[static_cast<int>(t)].size;
+}
 
 std::optional<DType> parseDType(std::string_view name) {
   for (const auto& d : kDTypes)
@@ -41,9 +45,12 @@ bool isInteger(DType t) {
 
 std::string_view layoutName(Layout l) {
   switch (l) {
-    case Layout::kPlain: return "plain";
-    case Layout::kNCHW: return "nchw";
-    case Layout::kNHWC: return "nhwc";
+    case Layout::kPlain:
+      return "plain";
+    case Layout::kNCHW:
+      return "nchw";
+    case Layout::kNHWC:
+      return "nhwc";
   }
   return "?";
 }

@@ -13,14 +13,21 @@ namespace {
 
 double elementAt(const ir::TensorData& d, int64_t i) {
   switch (d.dtype()) {
-    case ir::DType::kF32: return d.as<float>()[i];
-    case ir::DType::kF64: return d.as<double>()[i];
-    case ir::DType::kI64: return static_cast<double>(d.as<int64_t>()[i]);
-    case ir::DType::kI32: return d.as<int32_t>()[i];
-    case ir::DType::kI8: return d.as<int8_t>()[i];
+    case ir::DType::kF32:
+      return d.as<float>()[i];
+    case ir::DType::kF64:
+      return d.as<double>()[i];
+    case ir::DType::kI64:
+      return static_cast<double>(d.as<int64_t>()[i]);
+    case ir::DType::kI32:
+      return d.as<int32_t>()[i];
+    case ir::DType::kI8:
+      return d.as<int8_t>()[i];
     case ir::DType::kU8:
-    case ir::DType::kBool: return d.as<uint8_t>()[i];
-    default: return std::nan("");  // f16/bf16 constants are never treated as identities.
+    case ir::DType::kBool:
+      return d.as<uint8_t>()[i];
+    default:
+      return std::nan("");  // f16/bf16 constants are never treated as identities.
   }
 }
 
@@ -41,7 +48,9 @@ bool isShapeOnly(ir::OpKind k) {
 // The value `n`'s output can be replaced by, or nullptr when no identity rule applies.
 ir::Value* identityOperand(const ir::Node& n, const PassContext& ctx) {
   const ir::TensorType& out = n.output()->type();
-  auto same = [&](ir::Value* v) { return v->type().dtype == out.dtype && v->type().shape == out.shape ? v : nullptr; };
+  auto same = [&](ir::Value* v) {
+    return v->type().dtype == out.dtype && v->type().shape == out.shape ? v : nullptr;
+  };
   switch (n.op()) {
     case ir::OpKind::kMul:
       if (isConstantEqualTo(n.input(1), 1, ctx)) return same(n.input(0));

@@ -40,7 +40,8 @@ bool foldOne(ir::Graph& g, ir::Node* bn, const PassContext& ctx) {
   if (!conv && !linear) return false;
   for (size_t i = 1; i < 5; ++i)
     if (!isConstant(bn->input(i), ctx)) return false;
-  if (!isConstant(prod->input(1), ctx) || (prod->numInputs() > 2 && !isConstant(prod->input(2), ctx)))
+  if (!isConstant(prod->input(1), ctx) ||
+      (prod->numInputs() > 2 && !isConstant(prod->input(2), ctx)))
     return false;
   for (const ir::Value* o : g.outputs())
     if (o == prod->output()) return false;

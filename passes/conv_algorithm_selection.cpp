@@ -16,7 +16,8 @@ bool ConvAlgorithmSelection::run(ir::Graph& g, PassContext& ctx) {
                             choice.status().message());
       continue;
     }
-    ctx.algorithmChoices.push_back(n->describe() + ": " + choice->algo + " (" + choice->explanation + ")");
+    ctx.algorithmChoices.push_back(n->describe() + ": " + choice->algo + " (" +
+                                   choice->explanation + ")");
     if (choice->algo == "auto") continue;
     n->setAttr("algo", choice->algo);
     changed = true;

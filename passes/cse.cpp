@@ -11,7 +11,8 @@ namespace {
 size_t hashNode(const ir::Node& n) {
   size_t h = std::hash<int>()(static_cast<int>(n.op()));
   for (const ir::Value* v : n.inputs()) h = h * 31 + std::hash<const void*>()(v);
-  for (const auto& [name, value] : n.attrs()) h = h * 131 + std::hash<std::string>()(name) + value.index();
+  for (const auto& [name, value] : n.attrs())
+    h = h * 131 + std::hash<std::string>()(name) + value.index();
   return h;
 }
 

@@ -9,11 +9,16 @@ namespace kiln::passes {
 
 std::string_view groupKindName(GroupKind k) {
   switch (k) {
-    case GroupKind::kPointwise: return "pointwise";
-    case GroupKind::kReduction: return "reduction";
-    case GroupKind::kView: return "view";
-    case GroupKind::kLibrary: return "library";
-    case GroupKind::kOther: return "other";
+    case GroupKind::kPointwise:
+      return "pointwise";
+    case GroupKind::kReduction:
+      return "reduction";
+    case GroupKind::kView:
+      return "view";
+    case GroupKind::kLibrary:
+      return "library";
+    case GroupKind::kOther:
+      return "other";
   }
   return "?";
 }
@@ -52,8 +57,10 @@ std::pair<int, int> reducedRange(const ir::Node& n) {
       const int a = norm(n.attr().getInt("axis"));
       return {a, a + 1};
     }
-    case ir::OpKind::kLayerNorm: return {norm(n.attr().getInt("axis")), rank};
-    case ir::OpKind::kGlobalAvgPool: return {2, 4};
+    case ir::OpKind::kLayerNorm:
+      return {norm(n.attr().getInt("axis")), rank};
+    case ir::OpKind::kGlobalAvgPool:
+      return {2, 4};
     case ir::OpKind::kReduceSum:
     case ir::OpKind::kReduceMean:
     case ir::OpKind::kReduceMax: {
@@ -66,7 +73,8 @@ std::pair<int, int> reducedRange(const ir::Node& n) {
       if (hi - lo != static_cast<int>(axes.size())) return {-1, -1};  // Not contiguous.
       return {lo, hi};
     }
-    default: return {-1, -1};
+    default:
+      return {-1, -1};
   }
 }
 
@@ -75,9 +83,13 @@ std::string notFusableReason(const ir::Node& n) {
     return v->type().dtype == ir::DType::kF16 || v->type().dtype == ir::DType::kBF16;
   };
   for (const ir::Value* v : n.inputs())
-    if (badType(v)) return "dtype " + std::string(ir::dtypeName(v->type().dtype)) + " is not supported by generated kernels";
+    if (badType(v))
+      return "dtype " + std::string(ir::dtypeName(v->type().dtype)) +
+             " is not supported by generated kernels";
   for (const ir::Value* v : n.outputs())
-    if (badType(v)) return "dtype " + std::string(ir::dtypeName(v->type().dtype)) + " is not supported by generated kernels";
+    if (badType(v))
+      return "dtype " + std::string(ir::dtypeName(v->type().dtype)) +
+             " is not supported by generated kernels";
   // Generated kernels compute in f32/f64. Integer arithmetic must wrap and integer division
   // must report division by zero, and float-to-integer casts saturate: the reference kernels
   // do that, generated C++ would hit undefined behaviour. Bool and integers may still enter a
@@ -104,7 +116,9 @@ bool isFusableReduction(const ir::Node& n) {
          ir::isFloat(n.input(0)->type().dtype);
 }
 
-bool isViewOp(const ir::Node& n) { return isReshapeLike(n.op()) || isStridedView(n.op()); }
+bool isViewOp(const ir::Node& n) {
+  return isReshapeLike(n.op()) || isStridedView(n.op());
+}
 
 bool isPostOpCandidate(const ir::Node& n) {
   switch (n.op()) {
@@ -467,7 +481,8 @@ class Planner {
         const ir::Value* in = n->input(i);
         if (in->producer() && groupOfConst(in->producer()) != pg) {
           std::set<int> inside{pg};
-          if (reachesThroughOutside(groupOfConst(in->producer()), pg, inside)) otherInputsOk = false;
+          if (reachesThroughOutside(groupOfConst(in->producer()), pg, inside))
+            otherInputsOk = false;
         }
       }
       if (why.empty() && otherInputsOk) {
@@ -538,8 +553,7 @@ class Planner {
           continue;
         }
         if (other->producer() && groupOfConst(other->producer()) == pg) continue;
-        if (other->producer() &&
-            reachesThroughOutside(groupOfConst(other->producer()), pg, {})) {
+        if (other->producer() && reachesThroughOutside(groupOfConst(other->producer()), pg, {})) {
           reject(p, n, "the added operand depends on the library call");
           continue;
         }
@@ -559,7 +573,8 @@ class Planner {
     if (in->producer()) {
       const int pg = groupOfConst(in->producer());
       GroupState& p = groups_[pg];
-      const bool chainEnd = p.group.kind == GroupKind::kView && p.group.nodes.back()->output() == in;
+      const bool chainEnd =
+          p.group.kind == GroupKind::kView && p.group.nodes.back()->output() == in;
       const bool onlyUser = in->users().size() == 1 && !graphOutputs_.count(in);
       // Reshapes need contiguous input, which a chain containing a strided view is not.
       bool contiguous = true;
@@ -650,14 +665,17 @@ std::string explainFusion(const FusionPlan& plan) {
   for (const auto& g : plan.groups) {
     os << "group " << g.id << " (" << groupKindName(g.kind) << ", " << g.nodes.size()
        << (g.nodes.size() == 1 ? " node" : " nodes") << "):";
-    for (const ir::Node* n : g.nodes) os << " " << ir::opName(n->op()) << "->%" << n->output()->name();
+    for (const ir::Node* n : g.nodes)
+      os << " " << ir::opName(n->op()) << "->%" << n->output()->name();
     os << "\n";
   }
   os << plan.rejections.size() << " rejected fusions\n";
   for (const auto& r : plan.rejections) {
     os << "  ";
-    if (r.producer) os << ir::opName(r.producer->op()) << "->%" << r.producer->output()->name() << " into ";
-    os << ir::opName(r.consumer->op()) << "->%" << r.consumer->output()->name() << ": " << r.reason << "\n";
+    if (r.producer)
+      os << ir::opName(r.producer->op()) << "->%" << r.producer->output()->name() << " into ";
+    os << ir::opName(r.consumer->op()) << "->%" << r.consumer->output()->name() << ": " << r.reason
+       << "\n";
   }
   return os.str();
 }

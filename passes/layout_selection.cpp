@@ -21,7 +21,9 @@ bool isElementwiseOp(const ir::Node& n) {
   return n.info().has(ir::kPointwise) && n.op() != ir::OpKind::kRelayout;
 }
 
-bool isNhwc(const ir::Value* v) { return v->type().layout == ir::Layout::kNHWC; }
+bool isNhwc(const ir::Value* v) {
+  return v->type().layout == ir::Layout::kNHWC;
+}
 
 class Selector {
  public:
@@ -79,7 +81,8 @@ class Selector {
     } else if (isElementwiseOp(*n) && outShape.size() == 4 &&
                ir::isFloat(n->output()->type().dtype)) {
       bool anyNhwc = false;
-      for (const ir::Value* in : n->inputs()) anyNhwc = anyNhwc || (isNhwc(in) && in->type().shape == outShape);
+      for (const ir::Value* in : n->inputs())
+        anyNhwc = anyNhwc || (isNhwc(in) && in->type().shape == outShape);
       if (anyNhwc) {
         // Same-shape operands join the region; broadcast ones are read through their strides.
         for (size_t i = 0; i < n->inputs().size(); ++i) {

@@ -39,21 +39,21 @@ struct PassContext {
   // Inference compiles may fold trainable parameters (weights) into constants; training
   // compiles must keep them, since the optimizer updates them.
   bool inference = true;
-  ConstantEvaluator evaluate;           // Constant folding is a no-op without one.
-  int64_t maxFoldedBytes = 64 << 20;    // Larger constants stay computed at run time.
+  ConstantEvaluator evaluate;         // Constant folding is a no-op without one.
+  int64_t maxFoldedBytes = 64 << 20;  // Larger constants stay computed at run time.
   // The backend runs f32 conv2d and pooling on channels-last (NHWC) activations.
   bool channelsLast = false;
-  int layoutConversions = 0;            // Relayouts inserted by layout selection.
-  ConvAlgorithmChooser chooseConvAlgorithm;  // conv-algorithm-selection is a no-op without one.
+  int layoutConversions = 0;                  // Relayouts inserted by layout selection.
+  ConvAlgorithmChooser chooseConvAlgorithm;   // conv-algorithm-selection is a no-op without one.
   std::vector<std::string> algorithmChoices;  // One line per conv: --explain-algos.
 
   // Instrumentation, owned by the pipeline (not by the passes).
   bool verifyAfterEach = false;
-  std::set<std::string> disabled;       // Pass names to skip.
-  std::set<std::string> dumpAfter;      // Pass names, or "all".
+  std::set<std::string> disabled;   // Pass names to skip.
+  std::set<std::string> dumpAfter;  // Pass names, or "all".
   bool timePasses = false;
-  std::ostream* log = nullptr;          // Where dumps and timings go.
-  std::vector<PassTiming> timings;      // Filled by the pipeline.
+  std::ostream* log = nullptr;      // Where dumps and timings go.
+  std::vector<PassTiming> timings;  // Filled by the pipeline.
   // Free-form notes a pass wants the user to see (e.g. why a fold was skipped).
   std::vector<std::string> remarks;
 };
@@ -66,11 +66,11 @@ class Pass {
 };
 
 // Declares one class per pass in passes.def.
-#define KILN_PASS(Class, passName, description)                       \
-  class Class final : public Pass {                                   \
-   public:                                                            \
-    std::string_view name() const override { return passName; }      \
-    bool run(ir::Graph& g, PassContext& ctx) override;                \
+#define KILN_PASS(Class, passName, description)                 \
+  class Class final : public Pass {                             \
+   public:                                                      \
+    std::string_view name() const override { return passName; } \
+    bool run(ir::Graph& g, PassContext& ctx) override;          \
   };
 #include "passes/passes.def"
 #undef KILN_PASS

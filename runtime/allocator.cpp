@@ -4,7 +4,9 @@
 
 namespace kiln::runtime {
 
-CachingAllocator::~CachingAllocator() { emptyCache(); }
+CachingAllocator::~CachingAllocator() {
+  emptyCache();
+}
 
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t size = roundSize(bytes);
@@ -63,7 +65,8 @@ void CachingAllocator::emptyCacheLocked() {
 }
 
 CachingAllocator& cpuAllocator() {
-  static CachingAllocator* a = new CachingAllocator();  // Never destroyed: tensors may outlive main.
+  static CachingAllocator* a =
+      new CachingAllocator();  // Never destroyed: tensors may outlive main.
   return *a;
 }
 

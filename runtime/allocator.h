@@ -12,10 +12,10 @@
 namespace kiln::runtime {
 
 struct AllocatorStats {
-  int64_t bytesInUse = 0;       // Sum of live allocations, rounded to the allocator's block size.
-  int64_t peakBytesInUse = 0;   // Highest bytesInUse since the last resetPeak().
-  int64_t bytesReserved = 0;    // bytesInUse plus cached free blocks.
-  int64_t numAllocations = 0;   // allocate() calls.
+  int64_t bytesInUse = 0;      // Sum of live allocations, rounded to the allocator's block size.
+  int64_t peakBytesInUse = 0;  // Highest bytesInUse since the last resetPeak().
+  int64_t bytesReserved = 0;   // bytesInUse plus cached free blocks.
+  int64_t numAllocations = 0;  // allocate() calls.
   int64_t numSystemAllocations = 0;  // Allocations that went to the system (cache misses).
 };
 
@@ -40,7 +40,9 @@ class CachingAllocator final : public Allocator {
   void resetPeak() override;
   // Returns cached free blocks to the system.
   void emptyCache();
-  static size_t roundSize(size_t bytes) { return bytes == 0 ? kRound : (bytes + kRound - 1) / kRound * kRound; }
+  static size_t roundSize(size_t bytes) {
+    return bytes == 0 ? kRound : (bytes + kRound - 1) / kRound * kRound;
+  }
 
  private:
   void emptyCacheLocked();

@@ -31,8 +31,8 @@ struct EagerStats {
   // intermediates and outputs (weights are views of the graph's parameter data).
   int64_t peakActivationBytes = 0;
   int64_t numAllocations = 0;
-  std::vector<EagerNodeTiming> nodes;         // In execution order.
-  std::map<std::string, EagerOpTiming> ops;   // Aggregated by op name.
+  std::vector<EagerNodeTiming> nodes;        // In execution order.
+  std::map<std::string, EagerOpTiming> ops;  // Aggregated by op name.
 };
 
 class EagerExecutor {
@@ -49,7 +49,7 @@ class EagerExecutor {
   CachingAllocator* alloc_;
   std::unordered_map<const ir::Value*, size_t> slot_;  // Value -> index into the environment.
   std::vector<std::vector<size_t>> freeAfter_;         // Per node: slots that die after it.
-  std::vector<Tensor> params_;                          // Views of parameter data.
+  std::vector<Tensor> params_;                         // Views of parameter data.
   EagerStats stats_;
 };
 

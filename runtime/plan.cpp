@@ -17,7 +17,9 @@ constexpr int64_t kParallelThreshold = 1 << 15;
 void setNumThreads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
-int numThreads() { return omp_get_max_threads(); }
+int numThreads() {
+  return omp_get_max_threads();
+}
 
 PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
     : plan_(std::move(plan)), threads_(threads), cache_(std::make_unique<LibraryCache>()) {
@@ -35,7 +37,8 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].dtype() != p.inputs[i].dtype || inputs[i].shape() != p.inputs[i].shape)
       return invalidArgument("input '" + p.inputNames[i] + "' (#" + std::to_string(i) +
-                             "): expected " + ir::TensorType{p.inputs[i].dtype, p.inputs[i].shape}.toString() +
+                             "): expected " +
+                             ir::TensorType{p.inputs[i].dtype, p.inputs[i].shape}.toString() +
                              ", got " + inputs[i].describe());
     KILN_ASSIGN_OR_RETURN(Tensor c, inputs[i].contiguous());
     ins.push_back(std::move(c));
@@ -47,16 +50,21 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
   }
   auto address = [&](const BufferRef& b) -> std::byte* {
     switch (b.kind) {
-      case BufferRef::Kind::kInput: return ins[b.index].rawData();
+      case BufferRef::Kind::kInput:
+        return ins[b.index].rawData();
       case BufferRef::Kind::kParameter:
         return const_cast<std::byte*>(p.parameters[b.index].data());
-      case BufferRef::Kind::kArena: return arena_ + b.offset;
-      case BufferRef::Kind::kOutput: return outs[b.index].rawData();
+      case BufferRef::Kind::kArena:
+        return arena_ + b.offset;
+      case BufferRef::Kind::kOutput:
+        return outs[b.index].rawData();
     }
     return nullptr;
   };
   // A tensor view of a buffer, for reference kernels.
-  auto view = [&](const BufferRef& b) { return Tensor::wrap(address(b), b.type.dtype, b.type.shape); };
+  auto view = [&](const BufferRef& b) {
+    return Tensor::wrap(address(b), b.type.dtype, b.type.shape);
+  };
 
   stats_ = PlanRunStats{};
   const auto t0 = std::chrono::steady_clock::now();
@@ -71,7 +79,9 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
         void* const* a = args.data();
         const int64_t units = s.units;
         const int threads = threads_ > 0 ? threads_ : omp_get_max_threads();
-        const int nt = s.elements < kParallelThreshold ? 1 : static_cast<int>(std::min<int64_t>(threads, units));
+        const int nt = s.elements < kParallelThreshold
+                           ? 1
+                           : static_cast<int>(std::min<int64_t>(threads, units));
         if (nt <= 1) {
           s.fn(a, 0, units);
         } else {
@@ -109,7 +119,8 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
         break;
     }
   }
-  stats_.totalMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.totalMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return outs;
 }
 

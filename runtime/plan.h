@@ -36,7 +36,7 @@ using KernelFn = void (*)(void* const* args, long long begin, long long end);
 struct PlanStep {
   enum class Kind : uint8_t { kKernel, kOp, kCopy };
   Kind kind = Kind::kOp;
-  std::string name;               // Kernel symbol, or the node's description.
+  std::string name;  // Kernel symbol, or the node's description.
   std::vector<BufferRef> inputs;
   std::vector<BufferRef> outputs;
   // kKernel:

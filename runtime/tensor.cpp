@@ -21,7 +21,8 @@ Storage::~Storage() {
 
 Expected<Tensor> Tensor::empty(DType dtype, Shape shape, Allocator* alloc) {
   for (int64_t d : shape)
-    if (d < 0) return invalidArgument("tensor shape " + ir::shapeToString(shape) + " has a negative dim");
+    if (d < 0)
+      return invalidArgument("tensor shape " + ir::shapeToString(shape) + " has a negative dim");
   Tensor t;
   t.dtype_ = dtype;
   t.strides_ = ir::contiguousStrides(shape);
@@ -29,9 +30,8 @@ Expected<Tensor> Tensor::empty(DType dtype, Shape shape, Allocator* alloc) {
   const size_t bytes = t.byteSize();
   t.storage_ = std::make_shared<Storage>(alloc ? alloc : &cpuAllocator(), bytes);
   if (!t.storage_->data())
-    return Status(ErrorCode::kInvalidArgument,
-                  "out of memory allocating " + std::to_string(bytes) + " bytes for " +
-                      t.describe());
+    return Status(ErrorCode::kInvalidArgument, "out of memory allocating " + std::to_string(bytes) +
+                                                   " bytes for " + t.describe());
   return t;
 }
 
@@ -59,12 +59,15 @@ Tensor Tensor::wrap(std::byte* data, DType dtype, Shape shape) {
   return t;
 }
 
-bool Tensor::isContiguous() const { return strides_ == ir::contiguousStrides(shape_); }
+bool Tensor::isContiguous() const {
+  return strides_ == ir::contiguousStrides(shape_);
+}
 
 Expected<Tensor> Tensor::reshaped(Shape shape) const {
   if (ir::numElements(shape) != numElements())
     return invalidArgument("cannot view " + describe() + " as shape " + ir::shapeToString(shape));
-  if (!isContiguous()) return invalidArgument("cannot reshape a non-contiguous tensor " + describe());
+  if (!isContiguous())
+    return invalidArgument("cannot reshape a non-contiguous tensor " + describe());
   Tensor t = *this;
   t.strides_ = ir::contiguousStrides(shape);
   t.shape_ = std::move(shape);

@@ -104,8 +104,9 @@ Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t 
   const std::string ext = fs::path(model).extension().string();
   if (ext == ".json") return frontends::loadGraphJson(model);
   if (ext == ".onnx")
-    return unimplemented(model + ": ONNX import is not available in this build yet; export the "
-                                 "model to kiln's JSON graph format (docs/graph-format.md)");
+    return unimplemented(model +
+                         ": ONNX import is not available in this build yet; export the "
+                         "model to kiln's JSON graph format (docs/graph-format.md)");
   if (!fs::exists(model))
     return notFound("'" + model + "' is neither a zoo model nor an existing file");
   return invalidArgument(model + ": unknown model file type '" + ext +

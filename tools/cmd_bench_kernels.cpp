@@ -27,7 +27,8 @@ double timeMs(F&& f, int runs) {
   for (int i = 0; i < runs; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   return medianOf(ms);
 }
@@ -36,7 +37,8 @@ Expected<std::unique_ptr<compiler::CompiledModel>> compileText(const std::string
                                                                compiler::CompileOptions opts) {
   KILN_ASSIGN_OR_RETURN(ir::Graph g, ir::parseGraph(text));
   // Keep the graph as written: the identity copy must stay a kernel.
-  opts.disabledPasses = {"dce", "cse", "constant-folding", "algebraic-simplification", "batchnorm-folding"};
+  opts.disabledPasses = {"dce", "cse", "constant-folding", "algebraic-simplification",
+                         "batchnorm-folding"};
   return compiler::compile(g, opts);
 }
 
@@ -49,26 +51,43 @@ int runBenchKernels(const Args& args) {
   auto rows = args.intValue("rows", 4096, 1, 1 << 20);
   auto cols = args.intValue("cols", 4096, 1, 1 << 20);
   auto runs = args.intValue("runs", 20, 1, 100000);
-  if (!rows || !cols || !runs) return reportError("bench-kernels", !rows ? rows.status() : !cols ? cols.status() : runs.status());
+  if (!rows || !cols || !runs)
+    return reportError("bench-kernels", !rows   ? rows.status()
+                                        : !cols ? cols.status()
+                                                : runs.status());
   const std::string shape = "[" + std::to_string(*rows) + "," + std::to_string(*cols) + "]";
   const std::string bshape = "[" + std::to_string(*cols) + "]";
-  const std::string copy = "graph copy(%x : f32" + shape + ") {\n %y : f32" + shape + " = dropout(%x)\n return %y\n}";
-  const std::string chain =
-      "graph chain(%x : f32" + shape + ", %b : f32" + bshape + ") {\n"
-      " %1 : f32" + shape + " = add(%x, %b)\n %2 : f32" + shape + " = relu(%1)\n"
-      " %3 : f32" + shape + " = mul(%2, %x)\n %4 : f32" + shape + " = sub(%3, %b)\n"
-      " %5 : f32" + shape + " = maximum(%4, %x)\n %6 : f32" + shape + " = clip(%5) {min=-1.0, max=4.0}\n"
-      " %7 : f32" + shape + " = neg(%6)\n %8 : f32" + shape + " = abs(%7)\n"
-      " %9 : f32" + shape + " = mul(%8, %b)\n %10 : f32" + shape + " = add(%9, %x)\n return %10\n}";
-  const std::string softmax = "graph sm(%x : f32" + shape + ") {\n %y : f32" + shape + " = softmax(%x) {axis=1}\n return %y\n}";
+  const std::string copy =
+      "graph copy(%x : f32" + shape + ") {\n %y : f32" + shape + " = dropout(%x)\n return %y\n}";
+  const std::string chain = "graph chain(%x : f32" + shape + ", %b : f32" + bshape +
+                            ") {\n"
+                            " %1 : f32" +
+                            shape + " = add(%x, %b)\n %2 : f32" + shape +
+                            " = relu(%1)\n"
+                            " %3 : f32" +
+                            shape + " = mul(%2, %x)\n %4 : f32" + shape +
+                            " = sub(%3, %b)\n"
+                            " %5 : f32" +
+                            shape + " = maximum(%4, %x)\n %6 : f32" + shape +
+                            " = clip(%5) {min=-1.0, max=4.0}\n"
+                            " %7 : f32" +
+                            shape + " = neg(%6)\n %8 : f32" + shape +
+                            " = abs(%7)\n"
+                            " %9 : f32" +
+                            shape + " = mul(%8, %b)\n %10 : f32" + shape +
+                            " = add(%9, %x)\n return %10\n}";
+  const std::string softmax = "graph sm(%x : f32" + shape + ") {\n %y : f32" + shape +
+                              " = softmax(%x) {axis=1}\n return %y\n}";
 
   std::vector<std::pair<std::string, std::unique_ptr<compiler::CompiledModel>>> models;
-  for (const auto& [name, text] : {std::pair{"identity kernel", copy}, {"10-op pointwise chain", chain},
+  for (const auto& [name, text] : {std::pair{"identity kernel", copy},
+                                   {"10-op pointwise chain", chain},
                                    {"softmax (rows)", softmax}}) {
     auto cm = compileText(text, *opts);
     if (!cm) return reportError("bench-kernels", cm.status());
     if ((*cm)->report().generatedKernels != 1)
-      return reportError("bench-kernels", internalError(std::string(name) + " did not compile to one kernel"));
+      return reportError("bench-kernels",
+                         internalError(std::string(name) + " did not compile to one kernel"));
     models.emplace_back(name, std::move(*cm));
   }
   const int64_t n = *rows * *cols;
@@ -86,16 +105,19 @@ int runBenchKernels(const Args& args) {
     j["results"].push_back({{"kernel", name}, {"median_ms", ms}, {"gb_per_s", gbs}});
     return gbs;
   };
-  const double memcpyGbs = record("memcpy", timeMs([&] { std::memcpy(dst.rawData(), x.rawData(), n * 4); }, *runs));
+  const double memcpyGbs =
+      record("memcpy", timeMs([&] { std::memcpy(dst.rawData(), x.rawData(), n * 4); }, *runs));
   double copyGbs = 0;
   for (auto& [name, cm] : models) {
     std::vector<runtime::Tensor> ins{x};
     if (name == "10-op pointwise chain") ins.push_back(b);
     Status failed;
-    const double ms = timeMs([&] {
-      auto r = cm->run(ins);
-      if (!r) failed = r.status();
-    }, *runs);
+    const double ms = timeMs(
+        [&] {
+          auto r = cm->run(ins);
+          if (!r) failed = r.status();
+        },
+        *runs);
     if (!failed.isOk()) return reportError("bench-kernels", failed);
     const double gbs = record(name, ms);
     if (name == "identity kernel") copyGbs = gbs;
@@ -106,9 +128,11 @@ int runBenchKernels(const Args& args) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("%lld x %lld f32 (%.1f MB per tensor), %d threads, median of %lld runs; bytes = 1 read + 1 write per element\n",
-              static_cast<long long>(*rows), static_cast<long long>(*cols), n * 4 / 1e6,
-              runtime::numThreads(), static_cast<long long>(*runs));
+  std::printf(
+      "%lld x %lld f32 (%.1f MB per tensor), %d threads, median of %lld runs; bytes = 1 read + 1 "
+      "write per element\n",
+      static_cast<long long>(*rows), static_cast<long long>(*cols), n * 4 / 1e6,
+      runtime::numThreads(), static_cast<long long>(*runs));
   for (const auto& r : j["results"])
     std::printf("  %-24s %8.3f ms  %7.2f GB/s  %5.0f%% of the identity kernel\n",
                 r["kernel"].get<std::string>().c_str(), r["median_ms"].get<double>(),

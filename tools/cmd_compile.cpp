@@ -33,12 +33,13 @@ Status writeKernels(const compiler::CompileReport& r, const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return ioError(dir + ": cannot create the directory: " + ec.message());
   for (const auto& k : r.kernels) {
-    for (const auto& [ext, text] : {std::pair<std::string, const std::string*>{".cpp", &k.cpp},
-                                    {".cu", &k.cuda}}) {
+    for (const auto& [ext, text] :
+         {std::pair<std::string, const std::string*>{".cpp", &k.cpp}, {".cu", &k.cuda}}) {
       if (text->empty()) continue;
       const std::string path = (std::filesystem::path(dir) / (k.name + ext)).string();
       std::ofstream f(path);
-      f << "// kiln " << k.group << " kernel " << k.name << " (module " << k.module << ")\n" << *text;
+      f << "// kiln " << k.group << " kernel " << k.name << " (module " << k.module << ")\n"
+        << *text;
       if (!f) return ioError(path + ": write failed");
     }
   }
@@ -113,14 +114,20 @@ int runCompile(const Args& args) {
                      {"cuda_errors", r.cudaErrors}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("compiled %s in %.1f ms (passes %.1f, fusion %.1f, codegen %.1f, kernel compile %.1f, plan %.1f)\n",
-                args.positional[0].c_str(), r.totalMs, r.passesMs, r.fusionMs, r.codegenMs, r.compileMs, r.planMs);
-    std::printf("nodes %d -> %d after passes; %zu steps: %d generated kernels, %d library/reference calls, %d copies; %d reshapes became views\n",
-                r.nodesIn, r.nodesOptimized, (*cm)->plan().steps.size(), r.generatedKernels,
-                r.referenceSteps, r.copySteps, r.aliases);
+    std::printf(
+        "compiled %s in %.1f ms (passes %.1f, fusion %.1f, codegen %.1f, kernel compile %.1f, plan "
+        "%.1f)\n",
+        args.positional[0].c_str(), r.totalMs, r.passesMs, r.fusionMs, r.codegenMs, r.compileMs,
+        r.planMs);
+    std::printf(
+        "nodes %d -> %d after passes; %zu steps: %d generated kernels, %d library/reference calls, "
+        "%d copies; %d reshapes became views\n",
+        r.nodesIn, r.nodesOptimized, (*cm)->plan().steps.size(), r.generatedKernels,
+        r.referenceSteps, r.copySteps, r.aliases);
     std::printf("arena %.2f MB (lower bound %.2f MB, %d in-place reuses); weights %.2f MB\n",
-                static_cast<double>(r.arenaBytes) / 1e6, static_cast<double>(r.arenaLowerBound) / 1e6,
-                r.inplaceReuses, static_cast<double>(r.parameterBytes) / 1e6);
+                static_cast<double>(r.arenaBytes) / 1e6,
+                static_cast<double>(r.arenaLowerBound) / 1e6, r.inplaceReuses,
+                static_cast<double>(r.parameterBytes) / 1e6);
     std::printf("kernel cache: %d hits, %d misses; %d layout conversions\n", r.cacheHits,
                 r.cacheMisses, r.layoutConversions);
     if (r.cudaKernelsChecked)
@@ -195,8 +202,8 @@ int runBench(const Args& args) {
   std::vector<runtime::Tensor> inputs;
   for (const ir::Value* v : g->inputs()) {
     if (v->type().dtype != ir::DType::kF32)
-      return reportError("bench", unimplemented("bench makes random f32 inputs; input '" + v->name() +
-                                                "' is " + v->type().toString()));
+      return reportError("bench", unimplemented("bench makes random f32 inputs; input '" +
+                                                v->name() + "' is " + v->type().toString()));
     runtime::Tensor t = *runtime::Tensor::empty(v->type().dtype, v->type().shape);
     for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = dist(rng);
     inputs.push_back(t);
@@ -222,7 +229,9 @@ int runBench(const Args& args) {
   }
   const Timing te = summarize(eagerMs), tc = summarize(compiledMs);
   const auto& r = (*cm)->report();
-  const int64_t batch = g->inputs().empty() || g->inputs()[0]->type().shape.empty() ? 1 : g->inputs()[0]->type().shape[0];
+  const int64_t batch = g->inputs().empty() || g->inputs()[0]->type().shape.empty()
+                            ? 1
+                            : g->inputs()[0]->type().shape[0];
   const int64_t outputBytes = [&] {
     int64_t b = 0;
     for (const ir::Value* v : g->outputs()) b += static_cast<int64_t>(v->type().byteSize());
@@ -234,19 +243,26 @@ int runBench(const Args& args) {
       {"batch", batch},
       {"threads", runtime::numThreads()},
       {"runs", *runs},
-      {"eager", {{"median_ms", te.median}, {"min_ms", te.min}, {"max_ms", te.max},
-                 {"throughput_per_s", 1000.0 * static_cast<double>(batch) / te.median},
-                 {"peak_activation_bytes", eagerPeak}}},
-      {"compiled", {{"median_ms", tc.median}, {"min_ms", tc.min}, {"max_ms", tc.max},
-                    {"throughput_per_s", 1000.0 * static_cast<double>(batch) / tc.median},
-                    {"peak_activation_bytes", compiledPeak},
-                    {"arena_bytes", r.arenaBytes},
-                    {"compile_cold_ms", coldMs},
-                    {"compile_warm_ms", warmMs},
-                    {"kernels_generated", r.generatedKernels},
-                    {"steps", (*cm)->plan().steps.size()}}},
+      {"eager",
+       {{"median_ms", te.median},
+        {"min_ms", te.min},
+        {"max_ms", te.max},
+        {"throughput_per_s", 1000.0 * static_cast<double>(batch) / te.median},
+        {"peak_activation_bytes", eagerPeak}}},
+      {"compiled",
+       {{"median_ms", tc.median},
+        {"min_ms", tc.min},
+        {"max_ms", tc.max},
+        {"throughput_per_s", 1000.0 * static_cast<double>(batch) / tc.median},
+        {"peak_activation_bytes", compiledPeak},
+        {"arena_bytes", r.arenaBytes},
+        {"compile_cold_ms", coldMs},
+        {"compile_warm_ms", warmMs},
+        {"kernels_generated", r.generatedKernels},
+        {"steps", (*cm)->plan().steps.size()}}},
       {"speedup", te.median / tc.median},
-      {"memory_ratio", eagerPeak ? static_cast<double>(compiledPeak) / static_cast<double>(eagerPeak) : 0.0},
+      {"memory_ratio",
+       eagerPeak ? static_cast<double>(compiledPeak) / static_cast<double>(eagerPeak) : 0.0},
       {"weights_bytes", g->parameterBytes()},
       {"nodes", g->numNodes()}};
   if (args.flag("json")) {
@@ -257,10 +273,12 @@ int runBench(const Args& args) {
               args.positional[0].c_str(), static_cast<long long>(batch), runtime::numThreads(),
               static_cast<long long>(*runs));
   std::printf("                 eager      compiled\n");
-  std::printf("latency median %9.2f ms %9.2f ms   speedup %.2fx\n", te.median, tc.median, te.median / tc.median);
+  std::printf("latency median %9.2f ms %9.2f ms   speedup %.2fx\n", te.median, tc.median,
+              te.median / tc.median);
   std::printf("latency min    %9.2f ms %9.2f ms\n", te.min, tc.min);
   std::printf("latency max    %9.2f ms %9.2f ms\n", te.max, tc.max);
-  std::printf("throughput     %9.1f /s %9.1f /s\n", 1000.0 * batch / te.median, 1000.0 * batch / tc.median);
+  std::printf("throughput     %9.1f /s %9.1f /s\n", 1000.0 * batch / te.median,
+              1000.0 * batch / tc.median);
   std::printf("peak memory    %9.2f MB %9.2f MB   (activations and outputs; weights %.2f MB)\n",
               eagerPeak / 1e6, compiledPeak / 1e6, g->parameterBytes() / 1e6);
   std::printf("steps          %9zu    %9zu      (%d generated kernels)\n", g->numNodes(),

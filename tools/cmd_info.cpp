@@ -60,8 +60,10 @@ int runInfo(const Args& args) {
   }
   std::ostringstream os;
   os << "model       " << args.positional[0] << " (graph '" << g->name() << "')\n";
-  for (const ir::Value* v : g->inputs()) os << "input       %" << v->name() << " : " << v->type().toString() << "\n";
-  for (const ir::Value* v : g->outputs()) os << "output      %" << v->name() << " : " << v->type().toString() << "\n";
+  for (const ir::Value* v : g->inputs())
+    os << "input       %" << v->name() << " : " << v->type().toString() << "\n";
+  for (const ir::Value* v : g->outputs())
+    os << "output      %" << v->name() << " : " << v->type().toString() << "\n";
   os << "nodes       " << g->numNodes() << "\n";
   os << "parameters  " << withCommas(g->numTrainableParameters()) << " trainable in "
      << g->parameters().size() << " tensors, " << withCommas(g->parameterBytes())

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "compiler/compile.h"
 #include "frontends/json/graph_json.h"
 #include "frontends/npy/npy.h"
-#include "compiler/compile.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
 
@@ -19,14 +19,22 @@ using runtime::Tensor;
 
 double elementAsDouble(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case ir::DType::kF32: return t.data<float>()[i];
-    case ir::DType::kF64: return t.data<double>()[i];
-    case ir::DType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
-    case ir::DType::kI32: return t.data<int32_t>()[i];
-    case ir::DType::kI8: return t.data<int8_t>()[i];
-    case ir::DType::kU8: return t.data<uint8_t>()[i];
-    case ir::DType::kBool: return t.data<uint8_t>()[i] ? 1 : 0;
-    default: return std::nan("");  // f16/bf16 outputs are summarized as NaN.
+    case ir::DType::kF32:
+      return t.data<float>()[i];
+    case ir::DType::kF64:
+      return t.data<double>()[i];
+    case ir::DType::kI64:
+      return static_cast<double>(t.data<int64_t>()[i]);
+    case ir::DType::kI32:
+      return t.data<int32_t>()[i];
+    case ir::DType::kI8:
+      return t.data<int8_t>()[i];
+    case ir::DType::kU8:
+      return t.data<uint8_t>()[i];
+    case ir::DType::kBool:
+      return t.data<uint8_t>()[i] ? 1 : 0;
+    default:
+      return std::nan("");  // f16/bf16 outputs are summarized as NaN.
   }
 }
 
@@ -51,7 +59,8 @@ Expected<std::vector<Tensor>> gatherInputs(const ir::Graph& g, const Args& args,
   std::vector<Tensor> inputs(g.inputs().size());
   if (files.empty()) {
     for (size_t i = 0; i < inputs.size(); ++i) {
-      KILN_ASSIGN_OR_RETURN(inputs[i], randomInput(g.inputs()[i]->type(), seed + 1000003 * (i + 1)));
+      KILN_ASSIGN_OR_RETURN(inputs[i],
+                            randomInput(g.inputs()[i]->type(), seed + 1000003 * (i + 1)));
     }
     return inputs;
   }
@@ -67,21 +76,24 @@ Expected<std::vector<Tensor>> gatherInputs(const ir::Graph& g, const Args& args,
       slot = inputs.size();
       for (size_t k = 0; k < g.inputs().size(); ++k)
         if (g.inputs()[k]->name() == name) slot = k;
-      if (slot == inputs.size()) return invalidArgument("--input " + files[i] + ": the model has no input named '" + name + "'");
+      if (slot == inputs.size())
+        return invalidArgument("--input " + files[i] + ": the model has no input named '" + name +
+                               "'");
     }
     KILN_ASSIGN_OR_RETURN(ir::TensorData data, frontends::readNpy(path));
     const ir::TensorType& want = g.inputs()[slot]->type();
     if (data.dtype() != want.dtype || data.shape() != want.shape)
       return invalidArgument(path + ": input '" + g.inputs()[slot]->name() + "' expects " +
-                             ir::TensorType{want.dtype, want.shape}.toString() + ", the file holds " +
-                             data.type().toString());
+                             ir::TensorType{want.dtype, want.shape}.toString() +
+                             ", the file holds " + data.type().toString());
     inputs[slot] = Tensor::fromData(data);
   }
   return inputs;
 }
 
 nlohmann::json summarize(const std::string& name, const Tensor& t) {
-  nlohmann::json j{{"name", name}, {"dtype", std::string(ir::dtypeName(t.dtype()))}, {"shape", t.shape()}};
+  nlohmann::json j{
+      {"name", name}, {"dtype", std::string(ir::dtypeName(t.dtype()))}, {"shape", t.shape()}};
   const int64_t n = t.numElements();
   double mn = INFINITY, mx = -INFINITY, sum = 0;
   bool finite = true;
@@ -109,9 +121,10 @@ int runRun(const Args& args) {
   if (!g) return reportError("run", g.status());
   const auto& outFiles = args.all("output");
   if (!outFiles.empty() && outFiles.size() != g->outputs().size())
-    return reportError("run", invalidArgument("the model has " + std::to_string(g->outputs().size()) +
-                                              " outputs, got " + std::to_string(outFiles.size()) +
-                                              " --output files"));
+    return reportError(
+        "run",
+        invalidArgument("the model has " + std::to_string(g->outputs().size()) + " outputs, got " +
+                        std::to_string(outFiles.size()) + " --output files"));
   auto seed = args.intValue("seed", 0, 0, INT64_MAX);
   if (!seed) return reportError("run", seed.status());
   auto inputs = gatherInputs(*g, args, static_cast<uint64_t>(*seed));
@@ -190,7 +203,8 @@ int runExport(const Args& args) {
   Status st = frontends::saveGraphJson(*g, *out);
   if (!st.isOk()) return reportError("export", st);
   if (args.flag("json")) {
-    std::cout << nlohmann::json{{"graph", *out}, {"parameters", g->numTrainableParameters()}}.dump(2)
+    std::cout << nlohmann::json{{"graph", *out}, {"parameters", g->numTrainableParameters()}}.dump(
+                     2)
               << "\n";
   } else {
     std::cout << "wrote " << *out << " and its weights file\n";

@@ -19,7 +19,9 @@ const RefKernelTable& table() {
 }
 }  // namespace
 
-RefKernel referenceKernel(ir::OpKind op) { return table()[static_cast<size_t>(op)]; }
+RefKernel referenceKernel(ir::OpKind op) {
+  return table()[static_cast<size_t>(op)];
+}
 
 Expected<std::vector<Tensor>> runReferenceOp(ir::OpKind op, std::vector<Tensor> inputs,
                                              const ir::AttrMap& attrs, Allocator* alloc) {

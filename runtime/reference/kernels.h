@@ -21,12 +21,12 @@ using RefKernelTable = std::array<RefKernel, ir::kNumOps>;
 
 // Family registrars (reference/*.cpp).
 void registerPointwiseKernels(RefKernelTable& t);
-void registerLinalgKernels(RefKernelTable& t);     // matmul, gemm, linear
-void registerConvPoolKernels(RefKernelTable& t);   // conv2d, pooling
-void registerNormKernels(RefKernelTable& t);       // batch_norm, layer_norm, softmax, log_softmax
-void registerReduceKernels(RefKernelTable& t);     // reduce_*
-void registerMovementKernels(RefKernelTable& t);   // reshape .. gather
-void registerLossKernels(RefKernelTable& t);       // nll_loss, cross_entropy_loss
+void registerLinalgKernels(RefKernelTable& t);    // matmul, gemm, linear
+void registerConvPoolKernels(RefKernelTable& t);  // conv2d, pooling
+void registerNormKernels(RefKernelTable& t);      // batch_norm, layer_norm, softmax, log_softmax
+void registerReduceKernels(RefKernelTable& t);    // reduce_*
+void registerMovementKernels(RefKernelTable& t);  // reshape .. gather
+void registerLossKernels(RefKernelTable& t);      // nll_loss, cross_entropy_loss
 
 // nullptr when the op has no reference kernel (a test asserts none is missing).
 RefKernel referenceKernel(ir::OpKind op);

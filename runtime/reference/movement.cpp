@@ -118,7 +118,8 @@ Status gatherKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::
 
 // relayout: the same logical tensor in another memory order. The input's bytes are in layout
 // `from`, the output's in `to`; both tensors carry the logical [N,C,H,W] shape.
-Status relayoutKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+Status relayoutKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                      std::span<Tensor> out) {
   const auto from = ir::parseLayout(attrs.getString("from"));
   const auto to = ir::parseLayout(attrs.getString("to"));
   const ir::Shape& shape = in[0].shape();
@@ -134,7 +135,8 @@ Status relayoutKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std
     srcStrides.push_back(src[d]);
   }
   if (out[0].numElements() == 0) return Status::ok();
-  ref::copyStrided(in[0].rawData(), 0, srcStrides, out[0].rawData(), dstShape, ir::dtypeSize(in[0].dtype()));
+  ref::copyStrided(in[0].rawData(), 0, srcStrides, out[0].rawData(), dstShape,
+                   ir::dtypeSize(in[0].dtype()));
   return Status::ok();
 }
 

@@ -18,7 +18,8 @@ using runtime::Tensor;
 namespace {
 
 std::string tempCacheDir(const std::string& tag) {
-  auto d = std::filesystem::temp_directory_path() / ("kiln_test_cache_" + tag + "_" + std::to_string(::getpid()));
+  auto d = std::filesystem::temp_directory_path() /
+           ("kiln_test_cache_" + tag + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   return d.string();
 }
@@ -27,9 +28,12 @@ Tensor randomTensor(const ir::TensorType& t, std::mt19937& rng) {
   Tensor x = *Tensor::empty(t.dtype, t.shape);
   std::uniform_real_distribution<double> dist(-2.0, 2.0);
   for (int64_t i = 0; i < x.numElements(); ++i) {
-    if (t.dtype == ir::DType::kF32) x.data<float>()[i] = static_cast<float>(dist(rng));
-    else if (t.dtype == ir::DType::kF64) x.data<double>()[i] = dist(rng);
-    else if (t.dtype == ir::DType::kBool) x.data<uint8_t>()[i] = dist(rng) > 0;
+    if (t.dtype == ir::DType::kF32)
+      x.data<float>()[i] = static_cast<float>(dist(rng));
+    else if (t.dtype == ir::DType::kF64)
+      x.data<double>()[i] = dist(rng);
+    else if (t.dtype == ir::DType::kBool)
+      x.data<uint8_t>()[i] = dist(rng) > 0;
   }
   return x;
 }
@@ -61,8 +65,8 @@ compiler::CompileOptions testOptions(const std::string& cache) {
   return o;
 }
 
-void checkCompiledMatchesEager(const ir::Graph& g, const compiler::CompileOptions& opts,
-                               double tol, uint32_t seed) {
+void checkCompiledMatchesEager(const ir::Graph& g, const compiler::CompileOptions& opts, double tol,
+                               uint32_t seed) {
   auto cm = compiler::compile(g, opts);
   INFO(cm.status().message());
   REQUIRE(cm.hasValue());
@@ -129,11 +133,13 @@ graph chain(%x : f32[3,1000]) {
 
 TEST_CASE("softmax, log_softmax and layer_norm are one kernel each") {
   const std::string cache = tempCacheDir("norm");
-  for (const std::string op : {"softmax(%x) {axis=1}", "log_softmax(%x) {axis=0}",
-                               "layer_norm(%x, %s, %b) {axis=1}"}) {
+  for (const std::string op :
+       {"softmax(%x) {axis=1}", "log_softmax(%x) {axis=0}", "layer_norm(%x, %s, %b) {axis=1}"}) {
     DYNAMIC_SECTION(op) {
-      auto g = ir::parseGraph("graph g(%x : f32[7,33]) {\n param %s : f32[33]\n param %b : f32[33]\n"
-                              " %y : f32[7,33] = " + op + "\n return %y\n}");
+      auto g = ir::parseGraph(
+          "graph g(%x : f32[7,33]) {\n param %s : f32[33]\n param %b : f32[33]\n"
+          " %y : f32[7,33] = " +
+          op + "\n return %y\n}");
       REQUIRE(g.hasValue());
       std::mt19937 rng(5);
       for (const char* p : {"s", "b"}) {
@@ -238,7 +244,8 @@ TEST_CASE("jit compiles once per input signature, logs the failed guard, and sto
   REQUIRE(yb.hasValue());
   CHECK((*yb)[0].shape() == ir::Shape{5, 10});
   CHECK(m.compiles() == 2);
-  CHECK_THAT(m.log().back(), Catch::Contains("guard failed: input 'input' is f32[5,784], compiled for f32[2,784]"));
+  CHECK_THAT(m.log().back(),
+             Catch::Contains("guard failed: input 'input' is f32[5,784], compiled for f32[2,784]"));
   auto spec = compiler::respecialize(*g, std::vector<ir::TensorType>{{ir::DType::kF32, {5, 784}}});
   REQUIRE(spec.hasValue());
   runtime::EagerExecutor eager(*spec);

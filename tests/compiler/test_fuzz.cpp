@@ -67,18 +67,42 @@ class RandomGraph {
     const int rank = x->type().rank();
     // Scalars (a full reduction without keepdims) only take elementwise ops.
     switch (rank == 0 ? pick(10) : pick(16)) {
-      case 0: add(OpKind::kRelu, {x}); break;
-      case 1: add(OpKind::kSigmoid, {x}); break;
-      case 2: add(OpKind::kTanh, {x}); break;
-      case 3: add(OpKind::kGelu, {x}, {{"approximate", std::string(pick(2) ? "tanh" : "none")}}); break;
-      case 4: add(OpKind::kAdd, {x, any()}); break;
-      case 5: add(OpKind::kMul, {x, any()}); break;
-      case 6: add(OpKind::kSub, {any(), x}); break;
-      case 7: add(OpKind::kMaximum, {x, any()}); break;
-      case 8: add(OpKind::kClip, {x}, {{"min", -0.5}, {"max", 0.75}}); break;
-      case 9: add(OpKind::kWhere, {cond_, x, any()}); break;
-      case 10: add(OpKind::kSoftmax, {x}, {{"axis", int64_t{pick(rank)}}}); break;
-      case 11: add(OpKind::kLogSoftmax, {x}, {{"axis", int64_t{-1}}}); break;
+      case 0:
+        add(OpKind::kRelu, {x});
+        break;
+      case 1:
+        add(OpKind::kSigmoid, {x});
+        break;
+      case 2:
+        add(OpKind::kTanh, {x});
+        break;
+      case 3:
+        add(OpKind::kGelu, {x}, {{"approximate", std::string(pick(2) ? "tanh" : "none")}});
+        break;
+      case 4:
+        add(OpKind::kAdd, {x, any()});
+        break;
+      case 5:
+        add(OpKind::kMul, {x, any()});
+        break;
+      case 6:
+        add(OpKind::kSub, {any(), x});
+        break;
+      case 7:
+        add(OpKind::kMaximum, {x, any()});
+        break;
+      case 8:
+        add(OpKind::kClip, {x}, {{"min", -0.5}, {"max", 0.75}});
+        break;
+      case 9:
+        add(OpKind::kWhere, {cond_, x, any()});
+        break;
+      case 10:
+        add(OpKind::kSoftmax, {x}, {{"axis", int64_t{pick(rank)}}});
+        break;
+      case 11:
+        add(OpKind::kLogSoftmax, {x}, {{"axis", int64_t{-1}}});
+        break;
       case 12: {
         const OpKind r[] = {OpKind::kReduceSum, OpKind::kReduceMean, OpKind::kReduceMax};
         const int64_t a = pick(rank);
@@ -87,7 +111,9 @@ class RandomGraph {
         add(r[pick(3)], {x}, {{"axes", axes}, {"keepdims", int64_t{pick(2)}}});
         break;
       }
-      case 13: add(OpKind::kLayerNorm, {x}, {{"axis", int64_t{-1 - pick(std::min(rank, 2))}}}); break;
+      case 13:
+        add(OpKind::kLayerNorm, {x}, {{"axis", int64_t{-1 - pick(std::min(rank, 2))}}});
+        break;
       case 14: {
         std::vector<int64_t> perm(rank);
         for (int i = 0; i < rank; ++i) perm[i] = i;
@@ -95,7 +121,9 @@ class RandomGraph {
         add(OpKind::kTranspose, {x}, {{"perm", perm}});
         break;
       }
-      case 15: add(OpKind::kUnsqueeze, {x}, {{"axes", std::vector<int64_t>{0}}}); break;
+      case 15:
+        add(OpKind::kUnsqueeze, {x}, {{"axes", std::vector<int64_t>{0}}});
+        break;
     }
   }
 
@@ -105,12 +133,15 @@ class RandomGraph {
   ir::Value* cond_ = nullptr;
 };
 
-double at(const Tensor& t, int64_t i) { return t.data<float>()[i]; }
+double at(const Tensor& t, int64_t i) {
+  return t.data<float>()[i];
+}
 
 }  // namespace
 
 TEST_CASE("200 random pointwise/reduction DAGs: compiled == reference") {
-  const auto cache = std::filesystem::temp_directory_path() / ("kiln_fuzz_cache_" + std::to_string(::getpid()));
+  const auto cache =
+      std::filesystem::temp_directory_path() / ("kiln_fuzz_cache_" + std::to_string(::getpid()));
   compiler::CompileOptions opts;
   opts.cacheDir = cache.string();
   opts.verifyEachPass = true;
@@ -124,8 +155,10 @@ TEST_CASE("200 random pointwise/reduction DAGs: compiled == reference") {
     for (const ir::Value* v : g.inputs()) {
       Tensor t = *Tensor::empty(v->type().dtype, v->type().shape);
       for (int64_t i = 0; i < t.numElements(); ++i) {
-        if (v->type().dtype == ir::DType::kBool) t.data<uint8_t>()[i] = rng() % 2;
-        else t.data<float>()[i] = dist(rng);
+        if (v->type().dtype == ir::DType::kBool)
+          t.data<uint8_t>()[i] = rng() % 2;
+        else
+          t.data<float>()[i] = dist(rng);
       }
       ins.push_back(t);
     }

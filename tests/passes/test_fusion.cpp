@@ -22,7 +22,8 @@ std::string groups(const passes::FusionPlan& p) {
   std::string s;
   for (const auto& g : p.groups) {
     s += (s.empty() ? "" : " | ") + std::string(passes::groupKindName(g.kind)) + ":";
-    for (size_t i = 0; i < g.nodes.size(); ++i) s += (i ? "," : "") + std::string(ir::opName(g.nodes[i]->op()));
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      s += (i ? "," : "") + std::string(ir::opName(g.nodes[i]->op()));
   }
   return s;
 }
@@ -123,7 +124,8 @@ graph g(%x : f32[1,2,3,3]) {
 })");
   auto set = [&](const char* name, std::vector<float> v) {
     ir::TensorData d(ir::DType::kF32, {static_cast<int64_t>(v.size()), 1, 1, 1});
-    if (std::string(name) != "w") d = ir::TensorData(ir::DType::kF32, {static_cast<int64_t>(v.size())});
+    if (std::string(name) != "w")
+      d = ir::TensorData(ir::DType::kF32, {static_cast<int64_t>(v.size())});
     for (size_t i = 0; i < v.size(); ++i) d.as<float>()[i] = v[i];
     g.findValue(name)->setData(d);
   };

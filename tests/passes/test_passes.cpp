@@ -22,7 +22,8 @@ ir::Graph parse(const std::string& text) {
 // The op names of the graph's nodes, in order: "relu add".
 std::string ops(const ir::Graph& g) {
   std::string s;
-  for (const ir::Node* n : g.nodes()) s += (s.empty() ? "" : " ") + std::string(ir::opName(n->op()));
+  for (const ir::Node* n : g.nodes())
+    s += (s.empty() ? "" : " ") + std::string(ir::opName(n->op()));
   return s;
 }
 
@@ -46,8 +47,8 @@ void fill(ir::Graph& g, const std::string& param, float value) {
 
 // Constant evaluation through the runtime's reference kernels, as the compiler injects it.
 passes::ConstantEvaluator referenceEvaluator() {
-  return [](const ir::Node& n, std::span<const ir::TensorData> in)
-             -> Expected<std::vector<ir::TensorData>> {
+  return [](const ir::Node& n,
+            std::span<const ir::TensorData> in) -> Expected<std::vector<ir::TensorData>> {
     std::vector<runtime::Tensor> ts;
     for (const auto& d : in) ts.push_back(runtime::Tensor::fromData(d));
     KILN_ASSIGN_OR_RETURN(auto outs, runtime::runReferenceOp(n.op(), ts, n.attrs()));

@@ -170,9 +170,9 @@ TEST_CASE("slice with a negative step clamps its start as ONNX does") {
   Tensor x = *Tensor::empty(DType::kF32, {5});
   for (int i = 0; i < 5; ++i) x.data<float>()[i] = static_cast<float>(i + 1);
   auto y = runtime::runReferenceOp(OpKind::kSlice, {x},
-                          {{"starts", std::vector<int64_t>{-10}},
-                           {"ends", std::vector<int64_t>{-10}},
-                           {"steps", std::vector<int64_t>{-1}}});
+                                   {{"starts", std::vector<int64_t>{-10}},
+                                    {"ends", std::vector<int64_t>{-10}},
+                                    {"steps", std::vector<int64_t>{-1}}});
   REQUIRE(y.hasValue());
   REQUIRE((*y)[0].numElements() == 1);
   CHECK((*y)[0].data<float>()[0] == 1.0f);
@@ -183,12 +183,15 @@ TEST_CASE("relayout converts between NCHW and NHWC memory orders and back") {
   Tensor x = *Tensor::empty(DType::kF32, {1, 2, 2, 3});
   for (int c = 0; c < 2; ++c)
     for (int h = 0; h < 2; ++h)
-      for (int w = 0; w < 3; ++w) x.data<float>()[(c * 2 + h) * 3 + w] = static_cast<float>(c * 100 + h * 10 + w);
-  auto nhwc = runtime::runReferenceOp(OpKind::kRelayout, {x}, {{"from", std::string("plain")}, {"to", std::string("nhwc")}});
+      for (int w = 0; w < 3; ++w)
+        x.data<float>()[(c * 2 + h) * 3 + w] = static_cast<float>(c * 100 + h * 10 + w);
+  auto nhwc = runtime::runReferenceOp(
+      OpKind::kRelayout, {x}, {{"from", std::string("plain")}, {"to", std::string("nhwc")}});
   REQUIRE(nhwc.hasValue());
   // NHWC memory: ((h*3 + w)*2 + c).
   for (int c = 0; c < 2; ++c)
     for (int h = 0; h < 2; ++h)
       for (int w = 0; w < 3; ++w)
-        CHECK((*nhwc)[0].data<float>()[(h * 3 + w) * 2 + c] == static_cast<float>(c * 100 + h * 10 + w));
+        CHECK((*nhwc)[0].data<float>()[(h * 3 + w) * 2 + c] ==
+              static_cast<float>(c * 100 + h * 10 + w));
 }
