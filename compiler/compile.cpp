@@ -26,19 +26,6 @@ double msSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-// Constant folding runs nodes on the runtime's reference kernels.
-passes::ConstantEvaluator referenceEvaluator() {
-  return [](const ir::Node& n,
-            std::span<const ir::TensorData> in) -> Expected<std::vector<ir::TensorData>> {
-    std::vector<runtime::Tensor> ts;
-    for (const auto& d : in) ts.push_back(runtime::Tensor::fromData(d));
-    KILN_ASSIGN_OR_RETURN(auto outs, runtime::runReferenceOp(n.op(), ts, n.attrs()));
-    std::vector<ir::TensorData> res;
-    for (const auto& t : outs) res.push_back(t.toData());
-    return res;
-  };
-}
-
 // One step of the schedule before buffers are assigned.
 struct StepDraft {
   StepDraft(runtime::PlanStep::Kind k, std::string n, const ir::Node* nd = nullptr)
@@ -106,7 +93,7 @@ class Driver {
     const auto t = Clock::now();
     passes::PassContext ctx;
     ctx.inference = opts_.inference;
-    ctx.evaluate = referenceEvaluator();
+    ctx.evaluate = runtime::evaluateNode;  // Constant folding runs reference kernels.
     ctx.disabled = opts_.disabledPasses;
     ctx.dumpAfter = opts_.dumpAfter;
     ctx.timePasses = opts_.timePasses;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "frontends/file_io.h"
 #include "ir/verifier.h"
 
 namespace kiln::frontends {
@@ -40,37 +41,15 @@ std::string joined(const std::vector<std::string>& items) {
   return s;
 }
 
-// nlohmann keeps the last of duplicate keys silently; in a graph file a duplicate (two
-// "strides" attributes, two "nodes" arrays) is a mistake the user should hear about.
+// In a graph file a duplicate key (two "strides" attributes, two "nodes" arrays) is a mistake
+// the user should hear about, not one for nlohmann to resolve by keeping the last.
 Expected<Json> parseJson(const std::string& text, const std::string& where) {
-  std::vector<std::set<std::string>> openObjects;
-  std::string duplicate;
-  bool foundDuplicate = false;
-  auto callback = [&](int, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) {
-      openObjects.emplace_back();
-    } else if (event == Json::parse_event_t::object_end) {
-      if (!openObjects.empty()) openObjects.pop_back();
-    } else if (event == Json::parse_event_t::key && !foundDuplicate && !openObjects.empty()) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!openObjects.back().insert(key).second) {
-        foundDuplicate = true;
-        duplicate = key;
-      }
-    }
-    return true;
-  };
-  try {
-    Json j = Json::parse(text, callback);
-    if (foundDuplicate)
-      return invalidArgument(where + ": the key " + inQuotes(duplicate) +
-                             " appears twice in one object");
-    return j;
-  } catch (const Json::parse_error& e) {
-    std::string msg = e.what();
-    if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
-    return invalidArgument(where + ": invalid JSON: " + msg);
-  }
+  StrictJson<Json> parsed = parseStrictJson<Json>(text);
+  if (parsed.parseError) return invalidArgument(where + ": invalid JSON: " + *parsed.parseError);
+  if (parsed.duplicateKey)
+    return invalidArgument(where + ": the key " + inQuotes(*parsed.duplicateKey) +
+                           " appears twice in one object");
+  return std::move(parsed.value);
 }
 
 // ---- Attribute encoding, shared by save, load and the public encode/decode.

@@ -1,22 +1,14 @@
 #include "frontends/json/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <limits>
+#include <cstdint>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <vector>
 
 namespace kiln::frontends {
 
-namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 // Tensor bytes go to and from files as they are in memory; safetensors is little-endian.
@@ -69,38 +61,15 @@ std::string brief(const Json& j) {
   return s;
 }
 
-// nlohmann::json keeps the last of duplicate keys silently; a safetensors header with a
-// tensor named twice is corrupt, so duplicates are found with the parser callback.
+// A safetensors header with a tensor named twice is corrupt; nlohmann alone would keep the last.
 Expected<Json> parseHeaderJson(const std::string& text, const std::string& where) {
-  std::vector<std::set<std::string>> openObjects;
-  std::string duplicate;
-  bool foundDuplicate = false;
-  auto callback = [&](int, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) {
-      openObjects.emplace_back();
-    } else if (event == Json::parse_event_t::object_end) {
-      if (!openObjects.empty()) openObjects.pop_back();
-    } else if (event == Json::parse_event_t::key && !foundDuplicate && !openObjects.empty()) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!openObjects.back().insert(key).second) {
-        foundDuplicate = true;
-        duplicate = key;
-      }
-    }
-    return true;
-  };
-  Json j;
-  try {
-    j = Json::parse(text, callback);
-  } catch (const Json::parse_error& e) {
-    std::string msg = e.what();
-    if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
-    return invalidArgument(where + ": the header is not valid JSON (" + msg + ")");
-  }
-  if (foundDuplicate)
-    return invalidArgument(where + ": the header names '" + duplicate +
+  StrictJson<Json> parsed = parseStrictJson<Json>(text);
+  if (parsed.parseError)
+    return invalidArgument(where + ": the header is not valid JSON (" + *parsed.parseError + ")");
+  if (parsed.duplicateKey)
+    return invalidArgument(where + ": the header names '" + *parsed.duplicateKey +
                            "' more than once (duplicate tensor names)");
-  return j;
+  return std::move(parsed.value);
 }
 
 uint64_t readLittleEndian64(const unsigned char* p) {
@@ -231,19 +200,6 @@ Status checkCoverage(std::vector<Entry>& entries, uint64_t dataSize, const std::
   return Status::ok();
 }
 
-Status syncFile(const fs::path& path, const std::string& target) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return ioError("cannot write '" + target +
-                   "': reopening the temporary file failed: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0)
-    return ioError("cannot write '" + target + "': syncing failed: " + std::strerror(err));
-  return Status::ok();
-}
-
 }  // namespace
 
 std::string_view safetensorsDTypeName(ir::DType t) {
@@ -256,42 +212,6 @@ std::optional<ir::DType> parseSafetensorsDType(std::string_view name) {
   for (const auto& d : kDTypeNames)
     if (d.name == name) return d.dtype;
   return std::nullopt;
-}
-
-std::optional<uint64_t> checkedByteSize(std::span<const uint64_t> dims, size_t elementSize) {
-  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-  uint64_t nonZero = elementSize;
-  bool hasZero = false;
-  for (uint64_t d : dims) {
-    if (d == 0) {
-      hasZero = true;
-      continue;
-    }
-    if (__builtin_mul_overflow(nonZero, d, &nonZero) || nonZero > kMax) return std::nullopt;
-  }
-  return hasZero ? 0 : nonZero;
-}
-
-Expected<InputFile> openInputFile(const std::string& path, const std::string& kind) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (st.type() == fs::file_type::not_found)
-    return notFound(kind + " '" + path + "' does not exist");
-  if (ec) return ioError("cannot open " + kind + " '" + path + "': " + ec.message());
-  if (fs::is_directory(st))
-    return invalidArgument(kind + " '" + path + "' is a directory, not a file");
-  if (!fs::is_regular_file(st))
-    return invalidArgument(kind + " '" + path + "' is not a regular file");
-  InputFile f;
-  f.stream.open(path, std::ios::binary);
-  if (!f.stream) return ioError("cannot open " + kind + " '" + path + "': " + std::strerror(errno));
-  f.stream.seekg(0, std::ios::end);
-  const std::streamoff size = f.stream.tellg();
-  f.stream.seekg(0, std::ios::beg);
-  if (size < 0 || !f.stream)
-    return ioError("cannot read " + kind + " '" + path + "': cannot determine its size");
-  f.size = static_cast<uint64_t>(size);
-  return f;
 }
 
 Expected<SafetensorsContents> readSafetensorsFile(const std::string& path) {
@@ -419,72 +339,6 @@ Status writeSafetensors(const std::string& path, const TensorMap& tensors,
                         const SafetensorsMetadata& metadata) {
   KILN_ASSIGN_OR_RETURN(OutputFile file, safetensorsOutput(path, tensors, metadata));
   return writeFilesAtomically({std::move(file)});
-}
-
-Status writeFilesAtomically(const std::vector<OutputFile>& files) {
-  struct Temp {
-    fs::path target;
-    fs::path temp;
-    bool exists = false;
-  };
-  std::vector<Temp> temps(files.size());
-  // Removes every temporary not yet renamed onto its target, on every way out (errors and
-  // exceptions alike).
-  struct Cleanup {
-    std::vector<Temp>& temps;
-    ~Cleanup() {
-      for (const Temp& t : temps) {
-        std::error_code ec;
-        if (t.exists) fs::remove(t.temp, ec);
-      }
-    }
-  } cleanup{temps};
-  // Unique per process and call, so that concurrent writers never share a temporary.
-  static std::atomic<uint64_t> counter{0};
-
-  std::set<fs::path> targets;
-  for (size_t i = 0; i < files.size(); ++i) {
-    const std::string& path = files[i].path;
-    const fs::path target(path);
-    if (path.empty() || !target.has_filename())
-      return invalidArgument("cannot write '" + path + "': not a file name");
-    if (!targets.insert(target.lexically_normal()).second)
-      return internalError("cannot write '" + path + "': it is named twice in one write");
-    const fs::path dir = target.parent_path();
-    std::error_code ec;
-    if (!dir.empty() && !fs::is_directory(dir, ec))
-      return notFound("cannot write '" + path + "': directory '" + dir.string() +
-                      "' does not exist");
-    if (fs::is_directory(target, ec))
-      return invalidArgument("cannot write '" + path + "': it is a directory");
-    temps[i].target = target;
-    temps[i].temp = dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) +
-                           "." + std::to_string(counter++));
-    std::ofstream out(temps[i].temp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      return ioError("cannot write '" + path + "': creating a temporary file in '" +
-                     (dir.empty() ? std::string(".") : dir.string()) +
-                     "' failed: " + std::strerror(errno));
-    temps[i].exists = true;
-    KILN_TRY(files[i].write(out));
-    out.flush();
-    if (!out)
-      return ioError("cannot write '" + path + "': writing failed: " + std::strerror(errno) +
-                     " (is the disk full?)");
-    out.close();
-    if (out.fail())
-      return ioError("cannot write '" + path + "': closing failed: " + std::strerror(errno));
-    KILN_TRY(syncFile(temps[i].temp, path));
-  }
-  for (Temp& t : temps) {
-    std::error_code ec;
-    fs::rename(t.temp, t.target, ec);
-    if (ec)
-      return ioError("cannot write '" + t.target.string() +
-                     "': renaming the finished temporary file onto it failed: " + ec.message());
-    t.exists = false;
-  }
-  return Status::ok();
 }
 
 }  // namespace kiln::frontends

@@ -7,8 +7,7 @@
 #include <optional>
 #include <vector>
 
-// openInputFile, writeFilesAtomically and checkedByteSize are shared with the JSON frontend.
-#include "frontends/json/safetensors.h"
+#include "frontends/file_io.h"
 
 namespace kiln::frontends {
 

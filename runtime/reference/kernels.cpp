@@ -43,4 +43,14 @@ Expected<std::vector<Tensor>> runReferenceOp(ir::OpKind op, std::vector<Tensor> 
   return outputs;
 }
 
+Expected<std::vector<ir::TensorData>> evaluateNode(const ir::Node& node,
+                                                   std::span<const ir::TensorData> inputs) {
+  std::vector<Tensor> ts;
+  for (const auto& d : inputs) ts.push_back(Tensor::fromData(d));
+  KILN_ASSIGN_OR_RETURN(auto outs, runReferenceOp(node.op(), ts, node.attrs()));
+  std::vector<ir::TensorData> res;
+  for (const auto& t : outs) res.push_back(t.toData());
+  return res;
+}
+
 }  // namespace kiln::runtime

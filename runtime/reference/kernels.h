@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "ir/graph.h"
 #include "ir/op_table.h"
 #include "runtime/tensor.h"
 
@@ -36,5 +37,10 @@ RefKernel referenceKernel(ir::OpKind op);
 Expected<std::vector<Tensor>> runReferenceOp(ir::OpKind op, std::vector<Tensor> inputs,
                                              const ir::AttrMap& attrs = {},
                                              Allocator* alloc = nullptr);
+
+// Evaluates one node on constant inputs with the reference kernels: constant folding at
+// compile time uses it.
+Expected<std::vector<ir::TensorData>> evaluateNode(const ir::Node& node,
+                                                   std::span<const ir::TensorData> inputs);
 
 }  // namespace kiln::runtime

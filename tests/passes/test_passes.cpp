@@ -46,17 +46,7 @@ void fill(ir::Graph& g, const std::string& param, float value) {
 }
 
 // Constant evaluation through the runtime's reference kernels, as the compiler injects it.
-passes::ConstantEvaluator referenceEvaluator() {
-  return [](const ir::Node& n,
-            std::span<const ir::TensorData> in) -> Expected<std::vector<ir::TensorData>> {
-    std::vector<runtime::Tensor> ts;
-    for (const auto& d : in) ts.push_back(runtime::Tensor::fromData(d));
-    KILN_ASSIGN_OR_RETURN(auto outs, runtime::runReferenceOp(n.op(), ts, n.attrs()));
-    std::vector<ir::TensorData> res;
-    for (const auto& t : outs) res.push_back(t.toData());
-    return res;
-  };
-}
+passes::ConstantEvaluator referenceEvaluator() { return runtime::evaluateNode; }
 
 }  // namespace
 
