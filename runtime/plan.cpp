@@ -23,9 +23,9 @@ int numThreads() {
 
 PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
     : plan_(std::move(plan)), threads_(threads), cache_(std::make_unique<LibraryCache>()) {
-  arenaStorage_.resize(static_cast<size_t>(plan_->arenaBytes) + 64);
-  auto addr = reinterpret_cast<uintptr_t>(arenaStorage_.data());
-  arena_ = arenaStorage_.data() + ((64 - addr % 64) % 64);
+  arenaStorage_.reset(new std::byte[static_cast<size_t>(plan_->arenaBytes) + 64]);
+  auto addr = reinterpret_cast<uintptr_t>(arenaStorage_.get());
+  arena_ = arenaStorage_.get() + ((64 - addr % 64) % 64);
 }
 
 Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) {

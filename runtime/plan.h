@@ -82,7 +82,8 @@ class PlanExecutor {
   std::shared_ptr<const Plan> plan_;
   int threads_;
   std::unique_ptr<LibraryCache> cache_;  // Reordered constant weights, for this plan only.
-  std::vector<std::byte> arenaStorage_;
+  // Uninitialized: pages are committed when steps first write them, not at construction.
+  std::unique_ptr<std::byte[]> arenaStorage_;
   std::byte* arena_ = nullptr;
   PlanRunStats stats_;
 };
