@@ -30,7 +30,8 @@ KILN_FN double kiln_nan_f64() { return __longlong_as_double(0x7ff8000000000000LL
 #else
 #define KILN_FN static inline __attribute__((always_inline))
 // f32 exp, tanh and erf written so that loops over them vectorize (libm calls do not):
-// Cephes' range reduction and polynomial for exp (about 1 ulp), tanh from exp(-2|x|) and
+// Cephes' range reduction and polynomial for exp (about 1 ulp, flushing results below the
+// normal range to zero), tanh from exp(-2|x|) and
 // erf by Abramowitz-Stegun 7.1.26 (absolute error below 2e-7).
 KILN_FN float kiln_vexp(float x) {
   const float k = __builtin_rintf(x * 1.44269504088896341f);
@@ -54,7 +55,10 @@ KILN_FN float kiln_vexp(float x) {
   __builtin_memcpy(&s1, &b1, 4);
   __builtin_memcpy(&s2, &b2, 4);
   const float out = y * s1 * s2;
-  return x != x ? x : (x > 88.7228394f ? __builtin_inff() : (x < -104.0f ? 0.0f : out));
+  // Results below the smallest normal float (x < -87.34) flush to zero: denormal arithmetic
+  // costs ~100 cycles per operation, and softmax rows are full of such tails. The error is
+  // below 1.2e-38 absolute.
+  return x != x ? x : (x > 88.7228394f ? __builtin_inff() : (x < -87.3365f ? 0.0f : out));
 }
 KILN_FN float kiln_vtanh(float x) {
   const float ax = x < 0.0f ? -x : x;

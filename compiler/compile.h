@@ -82,6 +82,7 @@ class CompiledModel {
   const CompileReport& report() const { return report_; }
   const runtime::Plan& plan() const { return *plan_; }
   const runtime::PlanRunStats& lastStats() const { return exec_.lastStats(); }
+  void setProfiling(bool on) { exec_.setProfiling(on); }
 
  private:
   std::shared_ptr<const runtime::Plan> plan_;

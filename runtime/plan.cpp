@@ -71,6 +71,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
   std::vector<void*> args;
   std::vector<Tensor> tin, tout;
   for (const PlanStep& s : p.steps) {
+    const auto ts = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     switch (s.kind) {
       case PlanStep::Kind::kKernel: {
         args.clear();
@@ -118,6 +119,9 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
         std::memcpy(address(s.outputs[0]), address(s.inputs[0]), s.outputs[0].type.byteSize());
         break;
     }
+    if (profiling_)
+      stats_.stepMs.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
   }
   stats_.totalMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

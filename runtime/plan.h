@@ -66,6 +66,7 @@ struct PlanRunStats {
   double totalMs = 0;
   int64_t kernelSteps = 0;  // Generated kernels.
   int64_t opSteps = 0;      // Library and reference calls.
+  std::vector<double> stepMs;  // Per step, when profiling.
 };
 
 class PlanExecutor {
@@ -77,6 +78,8 @@ class PlanExecutor {
   Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs);
   const PlanRunStats& lastStats() const { return stats_; }
   const Plan& plan() const { return *plan_; }
+  // Records each step's wall time in lastStats().stepMs (the profiler).
+  void setProfiling(bool on) { profiling_ = on; }
 
  private:
   std::shared_ptr<const Plan> plan_;
@@ -86,6 +89,7 @@ class PlanExecutor {
   std::unique_ptr<std::byte[]> arenaStorage_;
   std::byte* arena_ = nullptr;
   PlanRunStats stats_;
+  bool profiling_ = false;
 };
 
 }  // namespace kiln::runtime

@@ -265,6 +265,29 @@ int runBench(const Args& args) {
        eagerPeak ? static_cast<double>(compiledPeak) / static_cast<double>(eagerPeak) : 0.0},
       {"weights_bytes", g->parameterBytes()},
       {"nodes", g->numNodes()}};
+  if (args.flag("profile")) {
+    // One more run of each with per-step timing: the compiled plan's steps, eager's ops.
+    (*cm)->setProfiling(true);
+    auto yc = (*cm)->run(inputs);
+    auto ye = eager.run(inputs);
+    if (!yc || !ye) return reportError("bench", !yc ? yc.status() : ye.status());
+    const auto& steps = (*cm)->plan().steps;
+    const auto& ms = (*cm)->lastStats().stepMs;
+    std::vector<size_t> order(ms.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ms[a] > ms[b]; });
+    nlohmann::json prof = nlohmann::json::array();
+    for (size_t i : order) {
+      const auto& s = steps[i];
+      const std::string kind = s.kind == runtime::PlanStep::Kind::kKernel ? "kernel"
+                               : s.kind == runtime::PlanStep::Kind::kCopy ? "copy"
+                               : s.library ? "library" : "reference";
+      prof.push_back({{"step", i}, {"kind", kind}, {"name", s.name}, {"ms", ms[i]}});
+    }
+    j["compiled_profile"] = prof;
+    for (const auto& [op, t] : eager.lastStats().ops)
+      j["eager_profile"].push_back({{"op", op}, {"count", t.count}, {"ms", t.ms}});
+  }
   if (args.flag("json")) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
@@ -284,6 +307,19 @@ int runBench(const Args& args) {
   std::printf("steps          %9zu    %9zu      (%d generated kernels)\n", g->numNodes(),
               (*cm)->plan().steps.size(), r.generatedKernels);
   std::printf("compile        cold %.1f ms, warm (cache hit) %.1f ms\n", coldMs, warmMs);
+  if (args.flag("profile")) {
+    std::printf("\ncompiled steps, slowest first:\n");
+    int shown = 0;
+    for (const auto& p : j["compiled_profile"]) {
+      if (shown++ == 15) break;
+      std::printf("  %8.3f ms  %-9s %s\n", p["ms"].get<double>(), p["kind"].get<std::string>().c_str(),
+                  p["name"].get<std::string>().c_str());
+    }
+    std::printf("eager ops:\n");
+    for (const auto& p : j["eager_profile"])
+      std::printf("  %8.3f ms  %-18s x%lld\n", p["ms"].get<double>(), p["op"].get<std::string>().c_str(),
+                  static_cast<long long>(p["count"].get<int64_t>()));
+  }
   return kExitOk;
 }
 

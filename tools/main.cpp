@@ -46,6 +46,7 @@ std::vector<Command> commands() {
        "Run eager and compiled side by side: latency, throughput, peak memory, compile time.",
        withModel(
            concat(compileOptionSpecs(), {{"runs", true, "timed runs of each (default 10)"},
+                                         {"profile", false, "print per-step times of one more run of each"},
                                          {"warmup", true, "untimed runs first (default 2)"}})),
        &runBench},
       {"bench-kernels", "kiln bench-kernels [--rows R] [--cols C] [--runs N] [--json]",

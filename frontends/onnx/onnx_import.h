@@ -1,0 +1,40 @@
+// The ONNX importer: reads a ModelProto (opsets 11-17, through Debian's libonnx 1.12), checks
+// it with the ONNX checker and shape inference, and maps its nodes onto kiln's primitive ops.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ir/graph.h"
+
+namespace kiln::frontends {
+
+// The ONNX opsets of the default domain this importer reads (libonnx 1.12 knows up to 17).
+inline constexpr int kMinOnnxOpset = 11;
+inline constexpr int kMaxOnnxOpset = 17;
+
+struct OnnxImportOptions {
+  // Values for symbolic dims (`dim_param`) of graph inputs, by name: kiln graphs have static
+  // shapes, so every symbolic dim is specialized at import.
+  std::map<std::string, int64_t> dimValues;
+  // The value of a symbolic (or unknown) first dim of a graph input whose name is not in
+  // dimValues: the batch size. Unset: such dims are an error like any other.
+  std::optional<int64_t> defaultBatch;
+};
+
+// Imports the ONNX model at `path`. External-data tensors are read relative to the model's
+// directory. Errors: kNotFound / kIo for the file, kInvalidArgument for a malformed model or
+// missing dim values, kUnimplemented when the model uses ops, opsets or attribute values that
+// kiln cannot express (one error listing every such node). Never returns a partial graph.
+Expected<ir::Graph> loadOnnx(const std::string& path, const OnnxImportOptions& options = {});
+
+// Imports a serialized ModelProto. `modelDir` is where external-data files are looked up
+// (empty: external data is an error); `displayName` starts every error message.
+Expected<ir::Graph> loadOnnxFromBytes(std::string_view bytes, const OnnxImportOptions& options = {},
+                                      const std::string& modelDir = "",
+                                      const std::string& displayName = "ONNX model");
+
+}  // namespace kiln::frontends

@@ -1,0 +1,286 @@
+// Writes the seed corpora of the fuzz targets: small valid inputs made by kiln's own writers
+// (printGraph, saveGraphJson, writeSafetensors, writeNpy), covering every op family, attribute
+// kind, dtype and header variant. Usage: kiln_fuzz_seeds <tests/fuzz/corpus>.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fuzz/fuzz_checks.h"
+
+namespace fs = std::filesystem;
+using namespace kiln;
+
+namespace {
+
+struct Source {
+  const char* name;
+  const char* text;
+};
+
+// Small graphs in text IR; together they use every op in ir/ops.def.
+const Source kGraphs[] = {
+    {"mlp", R"(graph mlp(%x : f32[2,4]) {
+  param %fc1.weight : f32[3,4]
+  param %fc1.bias : f32[3]
+  param %fc2.weight : f32[2,3]
+  %h = linear(%x, %fc1.weight, %fc1.bias) name="fc1"
+  %r = relu(%h)
+  %y = linear(%r, %fc2.weight) name="fc2"
+  %p = softmax(%y) {axis = 1}
+  return %p
+})"},
+    {"cnn", R"(graph cnn(%x : f32[1,2,6,6]@nchw) {
+  param %conv.weight : f32[4,2,3,3]
+  param %conv.bias : f32[4]
+  param %dw.weight : f32[4,1,3,3]
+  param %bn.scale : f32[4]
+  param %bn.bias : f32[4]
+  param %bn.mean : f32[4] buffer
+  param %bn.var : f32[4] buffer
+  %c = conv2d(%x, %conv.weight, %conv.bias) {strides = [1,1], pads = [1,1,1,1], group = 1} name="conv"
+  %d = conv2d(%c, %dw.weight) {dilations = [2,2], pads = [2,2,2,2], group = 4, algo = "direct"}
+  %b = batch_norm(%d, %bn.scale, %bn.bias, %bn.mean, %bn.var) {epsilon = 0.001}
+  %r = relu(%b)
+  %m = max_pool2d(%r) {kernel = [2,2], strides = [2,2]}
+  %a = avg_pool2d(%m) {kernel = [2,2], pads = [0,0,1,1], ceil_mode = 1, count_include_pad = 1}
+  %g = global_avg_pool(%a)
+  %f = flatten(%g) {axis = 1}
+  return %f
+})"},
+    {"layouts", R"(graph layouts(%x : f32[1,3,4,4]@nchw) {
+  param %w : f32[2,3,1,1]
+  %n = relayout(%x) {from = "nchw", to = "nhwc"}
+  %c : f32[1,2,4,4]@nhwc = conv2d(%n, %w)
+  %p = max_pool2d(%c) {kernel = [3,3], strides = [2,2], pads = [1,1,1,1], dilations = [1,1], ceil_mode = 0}
+  %b = relayout(%p) {from = "nhwc", to = "nchw"}
+  return %b
+})"},
+    {"pointwise", R"(graph pointwise(%a : f32[2,3], %b : f32[3], %c : bool[2,1]) {
+  %s = add(%a, %b)
+  %d = sub(%s, %a)
+  %m = mul(%d, %b)
+  %q = div(%m, %a)
+  %p = pow(%q, %b)
+  %mx = maximum(%p, %a)
+  %mn = minimum(%mx, %b)
+  %w = where(%c, %mn, %a)
+  %e1 = exp(%w)
+  %e2 = log(%e1)
+  %e3 = sqrt(%e2)
+  %e4 = rsqrt(%e3)
+  %e5 = sigmoid(%e4)
+  %e6 = tanh(%e5)
+  %e7 = silu(%e6)
+  %e8 = gelu(%e7) {approximate = "tanh"}
+  %e9 = leaky_relu(%e8) {alpha = 0.2}
+  %e10 = clip(%e9) {min = -1.5, max = inf}
+  %e11 = neg(%e10)
+  %e12 = abs(%e11)
+  %e13 = dropout(%e12) {ratio = 0.1}
+  %i = cast(%e13) {to = "i64"}
+  %h = cast(%e13) {to = "f16"}
+  %hb = cast(%h) {to = "bf16"}
+  return %i, %hb
+})"},
+    {"movement", R"(graph movement(%x : f32[2,3,4], %idx : i64[2], %idx32 : i32[2,2]) {
+  %r = reshape(%x) {shape = [6,-1]}
+  %r0 = reshape(%x) {shape = [0,-1], allowzero = 0}
+  %t = transpose(%r) {perm = [1,0]}
+  %t2 = transpose(%x)
+  %c = concat(%x, %x, %x) {axis = -1}
+  %s = slice(%c) {starts = [0,1], ends = [2,100], axes = [0,2], steps = [1,3]}
+  %u = unsqueeze(%s) {axes = [0,-1]}
+  %q = squeeze(%u)
+  %e = expand(%q) {shape = [2,1,1,1]}
+  %g = gather(%x, %idx) {axis = 1}
+  %g2 = gather(%x, %idx32) {axis = -1}
+  %f = flatten(%g2) {axis = 2}
+  return %r0, %t, %t2, %e, %g, %f
+})"},
+    {"norms", R"(graph norms(%x : f32[2,3,4]) {
+  param %ln.scale : f32[4]
+  param %ln.bias : f32[4]
+  param %ln2.scale : f32[3,4] buffer
+  %l = layer_norm(%x, %ln.scale, %ln.bias) {axis = -1, epsilon = 1e-05}
+  %l2 = layer_norm(%l, %ln2.scale) {axis = 1}
+  %s = reduce_sum(%l2) {axes = [1], keepdims = 0}
+  %m = reduce_mean(%l) {axes = [0,2]}
+  %x2 = reduce_max(%l)
+  %ls = log_softmax(%s) {axis = 0}
+  return %ls, %m, %x2
+})"},
+    {"linalg", R"(graph linalg(%a : f32[2,3,4], %b : f32[4,5], %c : f32[3,2]) {
+  param %w : f32[5,3]
+  param %bias : f32[5]
+  %m = matmul(%a, %b)
+  %g = gemm(%c, %w, %bias) {alpha = 0.5, beta = 2, transA = 1, transB = 1}
+  %g2 = gemm(%g, %b) {transB = 1}
+  %v = matmul(%b, %bias)
+  return %m, %g2, %v
+})"},
+    {"losses", R"(graph losses(%logits : f32[4,3], %target : i64[4]) {
+  %ls = log_softmax(%logits) {axis = 1}
+  %nll = nll_loss(%ls, %target) {ignore_index = 1, reduction = "sum"}
+  %ce = cross_entropy_loss(%logits, %target)
+  %cen = cross_entropy_loss(%logits, %target) {reduction = "none"}
+  return %nll, %ce, %cen
+})"},
+    {"dtypes", R"(graph dtypes(%x : i32[3], %y : i8[3], %z : u8[3], %w : f64[3], %h : f16[3], %bf : bf16[3]) {
+  param %k32 : i32[3] buffer
+  param %k64 : f64[3]
+  param %kb : bool[3] buffer
+  param %kh : f16[]
+  %a = add(%x, %k32)
+  %b = mul(%y, %y)
+  %c = maximum(%z, %z)
+  %d = sub(%w, %k64)
+  %e = where(%kb, %h, %kh)
+  %f = relu(%bf)
+  %g = cast(%e) {to = "f32"}
+  return %a, %b, %c, %d, %f, %g
+})"},
+    {"names", R"(graph "odd \"name\"\n"(%x.in/0:a : f32[0,3], %s : f32[]) {
+  param %p-1 : f32[] buffer
+  %y_1 = relu(%x.in/0:a) name="relu \"quoted\" \x01 \xc3\xa9"
+  %z = add(%y_1, %p-1)
+  %w = mul(%s, %p-1) name=""
+  return %z, %w, %z
+})"},
+};
+
+void writeBytes(const fs::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  if (!out) {
+    std::fprintf(stderr, "kiln_fuzz_seeds: cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+}
+
+std::string readBytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+template <class T>
+T orDie(Expected<T> e, const std::string& what) {
+  if (!e) {
+    std::fprintf(stderr, "kiln_fuzz_seeds: %s: %s\n", what.c_str(), e.status().message().c_str());
+    std::exit(1);
+  }
+  return std::move(*e);
+}
+
+void orDie(const Status& st, const std::string& what) {
+  if (!st) {
+    std::fprintf(stderr, "kiln_fuzz_seeds: %s: %s\n", what.c_str(), st.message().c_str());
+    std::exit(1);
+  }
+}
+
+// Seeded random bytes; bool elements get 0 or 1.
+ir::TensorData randomTensor(ir::DType dtype, ir::Shape shape, std::mt19937& rng) {
+  ir::TensorData t(dtype, std::move(shape));
+  for (size_t i = 0; i < t.byteSize(); ++i)
+    t.data()[i] = static_cast<std::byte>(dtype == ir::DType::kBool ? rng() & 1 : rng() & 0xff);
+  return t;
+}
+
+// The graph as text IR, and as a json_graph input (JSON, separator, weights) whose parameters
+// hold random data. The weights files are safetensors seeds too.
+void graphSeeds(const fs::path& corpus, const fs::path& tmp, std::mt19937& rng) {
+  for (const Source& src : kGraphs) {
+    ir::Graph g = orDie(ir::parseGraph(src.text), src.name);
+    writeBytes(corpus / "text_ir" / (std::string(src.name) + ".ir"), ir::printGraph(g));
+    for (ir::Value* p : g.parameters()) p->setData(randomTensor(p->type().dtype, p->type().shape, rng));
+    const fs::path json = tmp / "model.json";
+    orDie(frontends::saveGraphJson(g, json.string()), src.name);
+    const std::string weights = readBytes(tmp / "model.safetensors");
+    writeBytes(corpus / "json_graph" / (std::string(src.name) + ".seed"),
+               readBytes(json) + std::string(fuzz::kJsonGraphSeparator) + weights);
+    if (!g.parameters().empty())
+      writeBytes(corpus / "safetensors" / (std::string(src.name) + ".safetensors"), weights);
+  }
+}
+
+void safetensorsSeeds(const fs::path& corpus, std::mt19937& rng) {
+  frontends::TensorMap all;
+  for (int i = 0; i < ir::kNumDTypes; ++i) {
+    const auto dtype = static_cast<ir::DType>(i);
+    all.emplace(std::string("t_") + std::string(ir::dtypeName(dtype)),
+                randomTensor(dtype, {2, 3}, rng));
+  }
+  orDie(frontends::writeSafetensors((corpus / "safetensors" / "all_dtypes.safetensors").string(),
+                                    all, {{"format", "pt"}, {"note", "kiln fuzz seed"}}),
+        "all_dtypes");
+  frontends::TensorMap odd;
+  odd.emplace("scalar", randomTensor(ir::DType::kF64, {}, rng));
+  odd.emplace("empty", randomTensor(ir::DType::kI64, {0, 4}, rng));
+  odd.emplace("@attr/0/value", randomTensor(ir::DType::kF32, {3}, rng));
+  odd.emplace("u8", randomTensor(ir::DType::kU8, {5}, rng));
+  orDie(frontends::writeSafetensors((corpus / "safetensors" / "odd_shapes.safetensors").string(),
+                                    odd),
+        "odd_shapes");
+  orDie(frontends::writeSafetensors((corpus / "safetensors" / "no_tensors.safetensors").string(),
+                                    {}, {{"only", "metadata"}}),
+        "no_tensors");
+}
+
+void npySeeds(const fs::path& corpus, std::mt19937& rng) {
+  struct Array {
+    const char* name;
+    ir::DType dtype;
+    ir::Shape shape;
+  };
+  const Array arrays[] = {
+      {"f32_2x3", ir::DType::kF32, {2, 3}},     {"f64_scalar", ir::DType::kF64, {}},
+      {"f16_4", ir::DType::kF16, {4}},          {"i64_empty_0x3", ir::DType::kI64, {0, 3}},
+      {"i32_2x1x2", ir::DType::kI32, {2, 1, 2}}, {"i8_3", ir::DType::kI8, {3}},
+      {"u8_2x2", ir::DType::kU8, {2, 2}},       {"bool_5", ir::DType::kBool, {5}},
+  };
+  const fs::path dir = corpus / "npy";
+  for (const Array& a : arrays)
+    orDie(frontends::writeNpy((dir / a.name).string(), randomTensor(a.dtype, a.shape, rng)),
+          a.name);
+
+  // Versions 2.0 and 3.0 (4-byte header length) and the header spellings other writers use:
+  // double quotes, no trailing comma, Python 2 long dims, another key order.
+  auto npy = [](int major, const std::string& header, const std::string& data) {
+    std::string out = "\x93NUMPY";
+    out += static_cast<char>(major);
+    out += '\0';
+    const int lengthBytes = major == 1 ? 2 : 4;
+    for (int i = 0; i < lengthBytes; ++i)
+      out += static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    return out + header + data;
+  };
+  const std::string six(24, '\x01');
+  writeBytes(dir / "f32_v2",
+             npy(2, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\n", six));
+  writeBytes(dir / "f32_v3",
+             npy(3, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }\n", six));
+  writeBytes(dir / "f32_variants",
+             npy(1, "{\"shape\": (3L, 2L), \"fortran_order\": False, \"descr\": \"<f4\"}\n", six));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: kiln_fuzz_seeds CORPUS_DIR (tests/fuzz/corpus)\n");
+    return 2;
+  }
+  const fs::path corpus = argv[1];
+  for (const fuzz::Target& t : fuzz::kTargets) fs::create_directories(corpus / t.name);
+  const fs::path tmp = fuzz::scratchDir();
+  std::mt19937 rng(20240601);
+  graphSeeds(corpus, tmp, rng);
+  safetensorsSeeds(corpus, rng);
+  npySeeds(corpus, rng);
+  std::printf("wrote the seed corpora under %s\n", corpus.c_str());
+  return 0;
+}
