@@ -152,7 +152,8 @@ StrictJson<Json> parseStrictJson(const std::string& text) {
   };
   try {
     out.value = Json::parse(text, callback);
-  } catch (const typename Json::parse_error& e) {
+  } catch (const typename Json::exception& e) {
+    // parse_error for bad syntax; out_of_range (406) for numbers like 1e400 that overflow.
     std::string msg = e.what();
     if (auto pos = msg.find("] "); pos != std::string::npos) msg = msg.substr(pos + 2);
     out.parseError = std::move(msg);

@@ -10,7 +10,7 @@ PACKAGES=(
   clang-format                               # code formatting (.clang-format)
   llvm-16-dev                                # ORC JIT object loader, CPU code generation
   libclang-16-dev libclang-cpp16-dev clang-16  # in-process C++ kernel compiler
-  libclang-rt-16-dev                         # libFuzzer and sanitizer runtimes (scripts/fuzz.sh)
+  libclang-rt-16-dev libomp-16-dev           # fuzz build (clang): libFuzzer, sanitizers, omp.h
   libdnnl-dev ocl-icd-opencl-dev             # oneDNN (its CMake config needs OpenCL headers)
   libopenblas-openmp-dev                     # OpenBLAS on the OpenMP pool
   libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX importer (libonnx 1.12, protobuf)

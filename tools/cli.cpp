@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "frontends/json/graph_json.h"
+#include "frontends/onnx/onnx_import.h"
 #include "models/zoo.h"
 
 namespace kiln::cli {
@@ -103,10 +104,7 @@ Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t 
   if (!looksLikeFile) return models::buildModel(model, {batch, seed});
   const std::string ext = fs::path(model).extension().string();
   if (ext == ".json") return frontends::loadGraphJson(model);
-  if (ext == ".onnx")
-    return unimplemented(model +
-                         ": ONNX import is not available in this build yet; export the "
-                         "model to kiln's JSON graph format (docs/graph-format.md)");
+  if (ext == ".onnx") return frontends::loadOnnx(model, {.dimValues = {}, .defaultBatch = batch});
   if (!fs::exists(model))
     return notFound("'" + model + "' is neither a zoo model nor an existing file");
   return invalidArgument(model + ": unknown model file type '" + ext +

@@ -27,6 +27,7 @@ Status resolveExternalData(::onnx::TensorProto& tensor, const std::string& model
 
 // The data of a tensor proto (which must have passed resolveExternalData when external).
 // `what` names the tensor in errors ("initializer 'conv1.weight'").
-Expected<ir::TensorData> tensorFromProto(const ::onnx::TensorProto& tensor, const std::string& what);
+Expected<ir::TensorData> tensorFromProto(const ::onnx::TensorProto& tensor,
+                                         const std::string& what);
 
 }  // namespace kiln::frontends::onnx_import

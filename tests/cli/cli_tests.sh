@@ -110,7 +110,7 @@ check "unknown pass" 2 "unknown pass 'fold-all'" -- "$KILN" compile mlp --disabl
 check "bench" 0 "speedup" -- "$KILN" bench mlp --runs 3 --warmup 1
 check "bench --json" 0 '"compile_cold_ms"' -- "$KILN" bench mnist_cnn --runs 2 --warmup 0 --json
 check "bad --runs" 2 "--runs must be between" -- "$KILN" bench mlp --runs 0
-check "onnx not yet" 2 "ONNX" -- "$KILN" info model.onnx
+check "missing onnx file" 2 "model\.onnx" -- "$KILN" info model.onnx
 leftovers=$(ls -A | grep -E '\.tmp|~$' || true)
 if [ -n "$leftovers" ]; then echo "FAIL: temporary files left: $leftovers"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,8 +34,7 @@ inline const std::filesystem::path& scratchDir() {
   struct Dir {
     std::filesystem::path path;
     Dir() {
-      path = std::filesystem::temp_directory_path() /
-             ("kiln-fuzz-" + std::to_string(::getpid()));
+      path = std::filesystem::temp_directory_path() / ("kiln-fuzz-" + std::to_string(::getpid()));
       std::filesystem::create_directories(path);
     }
     ~Dir() {
@@ -66,22 +66,27 @@ inline Outcome violated(std::string what) {
   return {true, std::move(what)};
 }
 
-// ---- text_ir: parseGraph, then printGraph(parseGraph(printGraph(g))) == printGraph(g).
-inline Outcome checkTextIr(std::string_view bytes) {
-  auto g = ir::parseGraph(bytes);
+// A graph a reader returned must verify, and its text IR must read back as the same graph:
+// printGraph(parseGraph(printGraph(g))) == printGraph(g).
+inline Outcome checkGraph(const Expected<ir::Graph>& g) {
   if (!g) return rejected(g.status());
   if (Status st = ir::verify(*g); !st)
-    return violated("parseGraph returned a graph that does not verify: " + st.message());
+    return violated("the reader returned a graph that does not verify: " + st.message());
   const std::string printed = ir::printGraph(*g);
   auto again = ir::parseGraph(printed);
   if (!again)
-    return violated("the printed graph does not parse: " + again.status().message() +
+    return violated("the graph's text IR does not parse: " + again.status().message() +
                     "\n--- printed:\n" + printed);
   const std::string reprinted = ir::printGraph(*again);
   if (reprinted != printed)
-    return violated("print/parse/print changed the text\n--- first:\n" + printed +
+    return violated("print/parse/print changed the text IR\n--- first:\n" + printed +
                     "\n--- second:\n" + reprinted);
   return {true, std::nullopt};
+}
+
+// ---- text_ir: parseGraph, in memory.
+inline Outcome checkTextIr(std::string_view bytes) {
+  return checkGraph(ir::parseGraph(bytes));
 }
 
 // ---- json_graph: a kiln JSON graph and its weights. An input is the JSON text, then
@@ -101,23 +106,16 @@ inline JsonGraphInput splitJsonGraphInput(std::string_view bytes) {
   return {bytes.substr(0, sep), bytes.substr(sep + kJsonGraphSeparator.size())};
 }
 
-// Accepted graphs must save, load back as the same graph with the same weights, and print as
-// text IR that parses to the same text.
+// Accepted graphs must pass checkGraph, and save and load back as the same graph with the same
+// weights.
 inline Outcome checkJsonGraph(std::string_view bytes) {
   const JsonGraphInput input = splitJsonGraphInput(bytes);
   const std::string jsonPath = scratchFile("model.json");
   writeFile(jsonPath, input.json);
   writeFile(scratchFile("model.safetensors"), input.weights);
   auto g = frontends::loadGraphJson(jsonPath);
-  if (!g) return rejected(g.status());
-
+  if (Outcome o = checkGraph(g); !o.accepted || o.violation) return o;
   const std::string printed = ir::printGraph(*g);
-  auto parsed = ir::parseGraph(printed);
-  if (!parsed)
-    return violated("the loaded graph's text IR does not parse: " + parsed.status().message() +
-                    "\n--- printed:\n" + printed);
-  if (ir::printGraph(*parsed) != printed)
-    return violated("the loaded graph's text IR does not read back as the same graph\n" + printed);
 
   // Written into a directory of its own and removed again, so that a later input's "weights"
   // can never name a file an earlier input left behind.
@@ -176,21 +174,9 @@ inline Outcome checkNpy(std::string_view bytes) {
   return {true, std::nullopt};
 }
 
-// For a reader with no writer to round trip through: `read(path)` returns an Expected, and
-// must only ever give a value or a user error. `suffix` is the file name's extension.
-template <class Read>
-Outcome checkFileReader(std::string_view bytes, std::string_view suffix, Read read) {
-  const std::string path = scratchFile("input" + std::string(suffix));
-  writeFile(path, bytes);
-  auto result = read(path);
-  if (!result) return rejected(result.status());
-  return {true, std::nullopt};
-}
-
 // Every fuzz target, by the name of its seed directory tests/fuzz/corpus/<name>/ (CMake builds
-// fuzz_<name> for each such directory). A new reader is one line here, e.g.
-//   {"onnx", [](std::string_view b) { return checkFileReader(b, ".onnx", frontends::loadOnnx); }},
-// plus its seeds.
+// fuzz_<name> for each such directory). A new reader is one line here plus its seeds, e.g.
+//   {"onnx", [](std::string_view b) { return checkGraph(frontends::loadOnnxFromBytes(b)); }},
 struct Target {
   std::string_view name;
   Outcome (*check)(std::string_view bytes);
@@ -202,10 +188,11 @@ inline constexpr Target kTargets[] = {
     {"npy", checkNpy},
 };
 
-constexpr const Target* findTarget(std::string_view name) {
-  for (const Target& t : kTargets)
-    if (t.name == name) return &t;
-  return nullptr;
+// The index of `name` in kTargets, or -1.
+constexpr int findTarget(std::string_view name) {
+  for (size_t i = 0; i < std::size(kTargets); ++i)
+    if (kTargets[i].name == name) return static_cast<int>(i);
+  return -1;
 }
 
 }  // namespace kiln::fuzz

@@ -8,15 +8,15 @@
 
 namespace {
 
-constexpr const kiln::fuzz::Target* kTarget = kiln::fuzz::findTarget(KILN_FUZZ_TARGET);
-static_assert(kTarget != nullptr,
+constexpr int kTarget = kiln::fuzz::findTarget(KILN_FUZZ_TARGET);
+static_assert(kTarget >= 0,
               "tests/fuzz/corpus/" KILN_FUZZ_TARGET " has no entry in kTargets (fuzz_checks.h)");
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const kiln::fuzz::Outcome outcome =
-      kTarget->check(std::string_view(reinterpret_cast<const char*>(data), size));
+  const kiln::fuzz::Outcome outcome = kiln::fuzz::kTargets[kTarget].check(
+      std::string_view(reinterpret_cast<const char*>(data), size));
   if (outcome.violation) {
     // A broken property is a bug like a crash: abort, so that libFuzzer saves the input.
     std::fprintf(stderr, "fuzz_%s: %s\n", KILN_FUZZ_TARGET, outcome.violation->c_str());

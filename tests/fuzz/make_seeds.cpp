@@ -129,7 +129,8 @@ const Source kGraphs[] = {
   %cen = cross_entropy_loss(%logits, %target) {reduction = "none"}
   return %nll, %ce, %cen
 })"},
-    {"dtypes", R"(graph dtypes(%x : i32[3], %y : i8[3], %z : u8[3], %w : f64[3], %h : f16[3], %bf : bf16[3]) {
+    {"dtypes",
+     R"(graph dtypes(%x : i32[3], %y : i8[3], %z : u8[3], %w : f64[3], %h : f16[3], %bf : bf16[3]) {
   param %k32 : i32[3] buffer
   param %k64 : f64[3]
   param %kb : bool[3] buffer
@@ -196,7 +197,8 @@ void graphSeeds(const fs::path& corpus, const fs::path& tmp, std::mt19937& rng) 
   for (const Source& src : kGraphs) {
     ir::Graph g = orDie(ir::parseGraph(src.text), src.name);
     writeBytes(corpus / "text_ir" / (std::string(src.name) + ".ir"), ir::printGraph(g));
-    for (ir::Value* p : g.parameters()) p->setData(randomTensor(p->type().dtype, p->type().shape, rng));
+    for (ir::Value* p : g.parameters())
+      p->setData(randomTensor(p->type().dtype, p->type().shape, rng));
     const fs::path json = tmp / "model.json";
     orDie(frontends::saveGraphJson(g, json.string()), src.name);
     const std::string weights = readBytes(tmp / "model.safetensors");
@@ -237,10 +239,10 @@ void npySeeds(const fs::path& corpus, std::mt19937& rng) {
     ir::Shape shape;
   };
   const Array arrays[] = {
-      {"f32_2x3", ir::DType::kF32, {2, 3}},     {"f64_scalar", ir::DType::kF64, {}},
-      {"f16_4", ir::DType::kF16, {4}},          {"i64_empty_0x3", ir::DType::kI64, {0, 3}},
+      {"f32_2x3", ir::DType::kF32, {2, 3}},      {"f64_scalar", ir::DType::kF64, {}},
+      {"f16_4", ir::DType::kF16, {4}},           {"i64_empty_0x3", ir::DType::kI64, {0, 3}},
       {"i32_2x1x2", ir::DType::kI32, {2, 1, 2}}, {"i8_3", ir::DType::kI8, {3}},
-      {"u8_2x2", ir::DType::kU8, {2, 2}},       {"bool_5", ir::DType::kBool, {5}},
+      {"u8_2x2", ir::DType::kU8, {2, 2}},        {"bool_5", ir::DType::kBool, {5}},
   };
   const fs::path dir = corpus / "npy";
   for (const Array& a : arrays)

@@ -1,0 +1,274 @@
+// Loading an ONNX model: parsing, opset and external-data checks, specializing symbolic dims,
+// the ONNX checker and shape inference; then Importer (onnx_importer.cpp) maps the nodes.
+#include "frontends/onnx/onnx_import.h"
+
+#include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <climits>
+#include <filesystem>
+#include <new>
+#include <set>
+#include <unordered_map>
+
+#include "frontends/file_io.h"
+#include "frontends/onnx/onnx_importer.h"
+#include "frontends/onnx/onnx_tensor.h"
+
+namespace kiln::frontends {
+
+namespace fs = std::filesystem;
+using onnx_import::Importer;
+
+namespace {
+
+std::string joinLines(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& i : items) s += "\n  " + i;
+  return s;
+}
+
+Status checkOpsets(const ::onnx::ModelProto& model) {
+  bool hasDefault = false;
+  for (const auto& imp : model.opset_import()) {
+    if (!imp.domain().empty() && imp.domain() != "ai.onnx") continue;
+    hasDefault = true;
+    const int64_t v = imp.version();
+    if (v < kMinOnnxOpset)
+      return unimplemented("the model uses ONNX opset " + std::to_string(v) + "; kiln imports " +
+                           "opsets " + std::to_string(kMinOnnxOpset) + " to " +
+                           std::to_string(kMaxOnnxOpset) + " (convert it with " +
+                           "onnx.version_converter.convert_version(model, " +
+                           std::to_string(kMinOnnxOpset) + ") or re-export with a newer opset)");
+    if (v > kMaxOnnxOpset)
+      return unimplemented("the model uses ONNX opset " + std::to_string(v) + ", newer than the " +
+                           std::to_string(kMaxOnnxOpset) +
+                           " this build's libonnx 1.12 knows (re-export with opset_version=" +
+                           std::to_string(kMaxOnnxOpset) + ")");
+  }
+  if (!hasDefault) return invalidArgument("the model imports no opset of the default ONNX domain");
+  return Status::ok();
+}
+
+// Reads every external-data tensor's location, offset and length against its file before the
+// checker runs (see resolveExternalData).
+Status resolveAllExternalData(::onnx::ModelProto& model, const std::string& modelDir) {
+  auto* graph = model.mutable_graph();
+  for (auto& init : *graph->mutable_initializer())
+    if (init.data_location() == ::onnx::TensorProto::EXTERNAL)
+      KILN_TRY(
+          onnx_import::resolveExternalData(init, modelDir, "initializer '" + init.name() + "'"));
+  for (auto& node : *graph->mutable_node())
+    for (auto& attr : *node.mutable_attribute()) {
+      const std::string what = "attribute '" + attr.name() + "' of node '" + node.name() + "'";
+      if (attr.has_t() && attr.t().data_location() == ::onnx::TensorProto::EXTERNAL)
+        KILN_TRY(onnx_import::resolveExternalData(*attr.mutable_t(), modelDir, what));
+      for (auto& t : *attr.mutable_tensors())
+        if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
+          KILN_TRY(onnx_import::resolveExternalData(t, modelDir, what));
+    }
+  return Status::ok();
+}
+
+// Gives every symbolic dim of the graph inputs a value (kiln shapes are static), and the same
+// value to dims of that name in outputs and value_info, so that ONNX shape inference works
+// with the static shapes. Every dim without a value is listed in one error.
+Status specializeInputDims(::onnx::GraphProto& graph, const OnnxImportOptions& options) {
+  for (const auto& [name, v] : options.dimValues)
+    if (v < 0)
+      return invalidArgument("OnnxImportOptions::dimValues[\"" + name + "\"] is " +
+                             std::to_string(v) + "; dim values must be >= 0");
+  if (options.defaultBatch && *options.defaultBatch < 0)
+    return invalidArgument("OnnxImportOptions::defaultBatch is " +
+                           std::to_string(*options.defaultBatch) + "; it must be >= 0");
+  std::set<std::string> initializers;
+  for (const auto& init : graph.initializer()) initializers.insert(init.name());
+
+  std::map<std::string, int64_t> values = options.dimValues;
+  for (const auto& in : graph.input()) {
+    if (initializers.count(in.name()) || !in.type().has_tensor_type()) continue;
+    const auto& shape = in.type().tensor_type().shape();
+    if (options.defaultBatch && shape.dim_size() > 0 && shape.dim(0).has_dim_param())
+      values.emplace(shape.dim(0).dim_param(), *options.defaultBatch);
+  }
+
+  std::vector<std::string> missing;
+  for (auto& in : *graph.mutable_input()) {
+    if (initializers.count(in.name())) continue;
+    if (!in.type().has_tensor_type())
+      return unimplemented("graph input '" + in.name() + "' is not a tensor (kiln imports " +
+                           "tensor inputs only)");
+    auto* tt = in.mutable_type()->mutable_tensor_type();
+    if (!tt->has_shape())
+      return invalidArgument("graph input '" + in.name() + "' has no shape (unknown rank); " +
+                             "kiln needs every input's rank and dims");
+    for (int d = 0; d < tt->shape().dim_size(); ++d) {
+      auto* dim = tt->mutable_shape()->mutable_dim(d);
+      if (dim->has_dim_value()) {
+        if (dim->dim_value() < 0)
+          return invalidArgument("graph input '" + in.name() + "' has a negative dim " +
+                                 std::to_string(dim->dim_value()) + " at position " +
+                                 std::to_string(d));
+        continue;
+      }
+      if (dim->has_dim_param() && values.count(dim->dim_param())) {
+        dim->set_dim_value(values.at(dim->dim_param()));
+      } else if (!dim->has_dim_param() && d == 0 && options.defaultBatch) {
+        dim->set_dim_value(*options.defaultBatch);
+      } else {
+        missing.push_back("input '" + in.name() + "' dim " + std::to_string(d) +
+                          (dim->has_dim_param() ? " ('" + dim->dim_param() + "')" : " (unnamed)"));
+      }
+    }
+  }
+  if (!missing.empty())
+    return invalidArgument(
+        "kiln graphs have static shapes, and these input dims have no value:" + joinLines(missing) +
+        "\nSet them with OnnxImportOptions::dimValues (by dim_param name); a symbolic first "
+        "dim takes OnnxImportOptions::defaultBatch (the CLI's --batch)");
+
+  auto specialize = [&](::onnx::ValueInfoProto& vi) {
+    if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) return;
+    for (auto& dim : *vi.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim())
+      if (dim.has_dim_param() && values.count(dim.dim_param()))
+        dim.set_dim_value(values.at(dim.dim_param()));
+  };
+  for (auto& vi : *graph.mutable_output()) specialize(vi);
+  for (auto& vi : *graph.mutable_value_info()) specialize(vi);
+  return Status::ok();
+}
+
+// libonnx 1.12's shape inference trusts what its checker does not look at: a zero stride
+// divides by zero (SIGFPE), and a Conv weight of higher rank than the input, without a
+// kernel_shape attribute, reads past the end of a vector (convPoolShapeInference). So windows
+// are checked here first, and a Conv or ConvTranspose without kernel_shape gets the one its
+// weight implies, which shape inference does check against the input's rank.
+Status prepareWindowAttributes(::onnx::GraphProto& graph) {
+  // Dims known before shape inference: initializers, Constant nodes and graph inputs.
+  std::unordered_map<std::string, std::vector<int64_t>> dims;
+  for (const auto& init : graph.initializer())
+    dims[init.name()].assign(init.dims().begin(), init.dims().end());
+  for (const auto& node : graph.node())
+    if (node.op_type() == "Constant" && node.output_size() == 1)
+      for (const auto& a : node.attribute())
+        if (a.name() == "value" && a.has_t())
+          dims[node.output(0)].assign(a.t().dims().begin(), a.t().dims().end());
+  for (const auto& in : graph.input()) {
+    if (dims.count(in.name()) || !in.type().tensor_type().has_shape()) continue;
+    auto& d = dims[in.name()];
+    for (const auto& dim : in.type().tensor_type().shape().dim()) d.push_back(dim.dim_value());
+  }
+  for (auto& node : *graph.mutable_node()) {
+    const std::string where = node.op_type() + " node '" + node.name() + "'";
+    bool hasKernel = false;
+    for (const auto& a : node.attribute()) {
+      const std::string& n = a.name();
+      hasKernel |= n == "kernel_shape";
+      const bool positive = n == "strides" || n == "dilations" || n == "kernel_shape";
+      if (!positive && n != "pads") continue;
+      for (int64_t v : a.ints())
+        if (positive ? v < 1 : v < 0)
+          return invalidArgument(where + ": attribute '" + n + "' must be " +
+                                 (positive ? ">= 1" : ">= 0") + ", got " + std::to_string(v));
+    }
+    const bool conv = (node.op_type() == "Conv" || node.op_type() == "ConvTranspose") &&
+                      (node.domain().empty() || node.domain() == "ai.onnx");
+    if (!conv || hasKernel || node.input_size() < 2) continue;
+    auto it = dims.find(node.input(1));
+    if (it == dims.end())
+      return unimplemented(where + ": a weight computed by other nodes needs a kernel_shape " +
+                           "attribute (libonnx 1.12 cannot check it before shape inference)");
+    if (it->second.size() < 3)
+      return invalidArgument(where + ": the weight must have rank >= 3, got rank " +
+                             std::to_string(it->second.size()));
+    auto* attr = node.add_attribute();
+    attr->set_name("kernel_shape");
+    attr->set_type(::onnx::AttributeProto::INTS);
+    for (size_t i = 2; i < it->second.size(); ++i) attr->add_ints(it->second[i]);
+  }
+  return Status::ok();
+}
+
+// The ONNX checker and shape inference, their exceptions turned into errors. libonnx 1.12's
+// checker requires a shape on graph outputs, which newer exporters may leave out: those get
+// one for the checker and lose it again for shape inference to fill in.
+Status checkAndInferShapes(::onnx::ModelProto& model) {
+  std::vector<int> unshaped;
+  auto* graph = model.mutable_graph();
+  for (int i = 0; i < graph->output_size(); ++i) {
+    auto* type = graph->mutable_output(i)->mutable_type();
+    if (type->has_tensor_type() && !type->tensor_type().has_shape()) {
+      unshaped.push_back(i);
+      type->mutable_tensor_type()->mutable_shape();
+    }
+  }
+  try {
+    ::onnx::checker::check_model(model);
+  } catch (const std::exception& e) {
+    return invalidArgument(std::string("the ONNX checker rejects the model: ") + e.what());
+  }
+  for (int i : unshaped)
+    graph->mutable_output(i)->mutable_type()->mutable_tensor_type()->clear_shape();
+  KILN_TRY(prepareWindowAttributes(*graph));
+  // Without data propagation: libonnx 1.12's propagation through Shape dereferences the type
+  // of an input whose inference failed (a crash on malformed models), and the importer folds
+  // shape arithmetic itself.
+  try {
+    ::onnx::shape_inference::InferShapes(
+        model, ::onnx::OpSchemaRegistry::Instance(),
+        ::onnx::ShapeInferenceOptions(/*check_type=*/true, /*strict_mode=*/1,
+                                      /*data_prop=*/false));
+  } catch (const std::exception& e) {
+    return invalidArgument(std::string("ONNX shape inference fails on the model: ") + e.what());
+  }
+  return Status::ok();
+}
+
+Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions& options,
+                                const std::string& modelDir, const std::string& name) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    return invalidArgument(name + " is " + std::to_string(bytes.size()) + " bytes; protobuf " +
+                           "reads at most 2 GiB (store the weights as external data)");
+  ::onnx::ModelProto model;
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return invalidArgument(name + " is not an ONNX model (the protobuf does not parse; is the " +
+                           "file truncated or of another format?)");
+  if (!model.has_graph())
+    return invalidArgument(name + " has no graph (an empty or non-ONNX protobuf?)");
+  KILN_TRY(checkOpsets(model).withContext(name));
+  KILN_TRY(resolveAllExternalData(model, modelDir).withContext(name));
+  KILN_TRY(specializeInputDims(*model.mutable_graph(), options).withContext(name));
+  KILN_TRY(checkAndInferShapes(model).withContext(name));
+  return Importer(model, name).run();
+}
+
+}  // namespace
+
+Expected<ir::Graph> loadOnnxFromBytes(std::string_view bytes, const OnnxImportOptions& options,
+                                      const std::string& modelDir, const std::string& displayName) {
+  try {
+    return importModel(bytes, options, modelDir, displayName);
+  } catch (const std::bad_alloc&) {
+    return invalidArgument(displayName + ": out of memory while importing the model");
+  } catch (const std::exception& e) {
+    // libonnx and protobuf report some errors by throwing; every call above that may is
+    // wrapped, so reaching this is a kiln bug.
+    return internalError(displayName + ": unexpected error while importing: " + e.what());
+  }
+}
+
+Expected<ir::Graph> loadOnnx(const std::string& path, const OnnxImportOptions& options) {
+  KILN_ASSIGN_OR_RETURN(InputFile file, openInputFile(path, "ONNX model"));
+  if (file.size > static_cast<uint64_t>(INT_MAX))
+    return invalidArgument("ONNX model '" + path + "' is " + std::to_string(file.size) +
+                           " bytes; protobuf reads at most 2 GiB (store the weights as " +
+                           "external data)");
+  std::string bytes(file.size, '\0');
+  if (file.size && !file.stream.read(bytes.data(), static_cast<std::streamsize>(file.size)))
+    return ioError("ONNX model '" + path + "': reading failed");
+  std::string dir = fs::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  return loadOnnxFromBytes(bytes, options, dir, path);
+}
+
+}  // namespace kiln::frontends

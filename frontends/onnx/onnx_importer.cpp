@@ -1,0 +1,291 @@
+#include "frontends/onnx/onnx_importer.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "frontends/file_io.h"
+#include "frontends/onnx/onnx_tensor.h"
+#include "ir/verifier.h"
+
+namespace kiln::frontends::onnx_import {
+
+namespace {
+
+std::string domainOf(const ::onnx::NodeProto& node) {
+  return node.domain() == "ai.onnx" ? std::string() : node.domain();
+}
+
+// "Conv (opset 13) node 'conv1'": how the error list names a node.
+std::string describeNode(const ::onnx::NodeProto& node, int opset) {
+  const std::string domain = domainOf(node);
+  std::string s = (domain.empty() ? "" : domain + ".") + node.op_type() + " (opset " +
+                  std::to_string(opset) + ") node ";
+  if (!node.name().empty()) return s + "'" + node.name() + "'";
+  for (const auto& out : node.output())
+    if (!out.empty()) return s + "with output '" + out + "'";
+  return s + "(unnamed)";
+}
+
+const std::vector<const ::onnx::NodeProto*> kNoNodes;
+
+}  // namespace
+
+Importer::Importer(::onnx::ModelProto& model, std::string displayName)
+    : model_(model), displayName_(std::move(displayName)) {
+  for (const auto& imp : model_.opset_import())
+    opsets_[imp.domain() == "ai.onnx" ? "" : imp.domain()] = static_cast<int>(imp.version());
+  const auto& g = model_.graph();
+  for (const auto& node : g.node())
+    for (const auto& in : node.input()) {
+      if (in.empty()) continue;
+      ++numConsumers_[in];
+      consumerNodes_[in].push_back(&node);
+    }
+  for (const auto& out : g.output()) ++numConsumers_[out.name()];
+  for (const auto* list : {&g.input(), &g.output(), &g.value_info()})
+    for (const auto& vi : *list) onnxTypes_[vi.name()] = &vi.type();
+  for (const auto& init : g.initializer()) {
+    OnnxValue& v = values_[init.name()];
+    v.initializer = &init;
+    v.trainable = init.data_type() == ::onnx::TensorProto::FLOAT ||
+                  init.data_type() == ::onnx::TensorProto::DOUBLE ||
+                  init.data_type() == ::onnx::TensorProto::FLOAT16 ||
+                  init.data_type() == ::onnx::TensorProto::BFLOAT16;
+  }
+}
+
+OnnxValue* Importer::find(const std::string& name) {
+  auto it = values_.find(name);
+  return it == values_.end() ? nullptr : &it->second;
+}
+
+OnnxValue& Importer::define(const std::string& name) {
+  return values_[name];
+}
+
+std::string Importer::uniqueName(std::string_view want) {
+  std::string base(want.substr(0, 200));
+  for (char& c : base)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ||
+          c == '/' || c == ':'))
+      c = '_';
+  if (base.empty()) base = "v";
+  if (!graph_.findValue(base)) return base;
+  for (int i = 1;; ++i) {
+    std::string n = base + "." + std::to_string(i);
+    if (!graph_.findValue(n)) return n;
+  }
+}
+
+Expected<const ir::TensorData*> Importer::constantOf(const std::string& name, OnnxValue& v) {
+  if (!v.constant && v.initializer) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorData data,
+                          tensorFromProto(*v.initializer, "initializer '" + name + "'"));
+    v.constant = std::move(data);
+  }
+  return v.constant ? &*v.constant : nullptr;
+}
+
+Expected<ir::Value*> Importer::valueOf(const std::string& name, OnnxValue& v, bool trainable) {
+  if (v.value) return v.value;
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* data, constantOf(name, v));
+  if (!data) return internalError("value '" + name + "' has neither a kiln value nor data");
+  KILN_ASSIGN_OR_RETURN(v.value,
+                        graph_.addParameter(uniqueName(name), *data, trainable && v.trainable));
+  return v.value;
+}
+
+int Importer::numConsumers(const std::string& name) const {
+  auto it = numConsumers_.find(name);
+  return it == numConsumers_.end() ? 0 : it->second;
+}
+
+const std::vector<const ::onnx::NodeProto*>& Importer::consumerNodes(
+    const std::string& name) const {
+  auto it = consumerNodes_.find(name);
+  return it == consumerNodes_.end() ? kNoNodes : it->second;
+}
+
+const ::onnx::TypeProto* Importer::onnxType(const std::string& name) const {
+  auto it = onnxTypes_.find(name);
+  return it == onnxTypes_.end() ? nullptr : it->second;
+}
+
+const std::string* Importer::geluInput(const ::onnx::NodeProto& node) const {
+  auto it = geluOf_.find(&node);
+  return it == geluOf_.end() ? nullptr : &it->second;
+}
+
+Status Importer::addGraphInputs() {
+  for (const auto& in : model_.graph().input()) {
+    if (values_.count(in.name())) continue;  // An initializer: a parameter, not an input.
+    const auto& tt = in.type().tensor_type();
+    auto dtype = dtypeFromOnnx(tt.elem_type());
+    if (!dtype)
+      return unimplemented("graph input '" + in.name() + "' has element type " +
+                           onnxTypeName(tt.elem_type()) + ", which kiln does not support");
+    ir::Shape shape;
+    std::vector<uint64_t> dims;
+    for (const auto& d : tt.shape().dim()) {
+      shape.push_back(d.dim_value());
+      dims.push_back(static_cast<uint64_t>(d.dim_value()));
+    }
+    if (!checkedByteSize(dims, ir::dtypeSize(*dtype)))
+      return invalidArgument("graph input '" + in.name() + "' has dims " +
+                             ir::shapeToString(shape) + " whose size does not fit in 64 bits");
+    KILN_ASSIGN_OR_RETURN(
+        ir::Value * v, graph_.addInput(uniqueName(in.name()), {*dtype, shape, ir::Layout::kPlain}));
+    values_[in.name()].value = v;
+  }
+  return Status::ok();
+}
+
+Status Importer::checkAgainstOnnx(const ::onnx::NodeProto& node, const std::string& describe) {
+  for (const auto& name : node.output()) {
+    if (name.empty()) continue;
+    const OnnxValue* v = find(name);
+    if (!v || v->poisoned) {
+      // Outputs nothing reads (a Dropout mask, BatchNormalization statistics) stay undefined.
+      if (numConsumers(name) == 0) continue;
+      return internalError(describe + ": the mapping left output '" + name + "' undefined");
+    }
+    if (!v->pendingPads.empty()) continue;
+    const ::onnx::TypeProto* t = onnxType(name);
+    if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) continue;
+    const ir::TensorType got = v->value ? v->value->type() : v->constant->type();
+    ir::Shape want;
+    bool known = true;
+    for (const auto& d : t->tensor_type().shape().dim()) {
+      known &= d.has_dim_value();
+      want.push_back(d.dim_value());
+    }
+    if (!known) continue;
+    auto dtype = dtypeFromOnnx(t->tensor_type().elem_type());
+    if (got.shape != want || (dtype && *dtype != got.dtype))
+      return internalError(describe + ": kiln computes " + got.toString() + " for output '" + name +
+                           "', but ONNX shape inference gives " +
+                           (dtype ? std::string(ir::dtypeName(*dtype)) : "?") +
+                           ir::shapeToString(want) + " (a kiln bug; please report it)");
+  }
+  return Status::ok();
+}
+
+Status Importer::importNode(const ::onnx::NodeProto& node) {
+  if (absorbed_.count(&node)) return Status::ok();
+  const std::string domain = domainOf(node);
+  const auto opsetIt = opsets_.find(domain);
+  const int opset = opsetIt == opsets_.end() ? 0 : opsetIt->second;
+  const std::string describe = describeNode(node, opset);
+  auto poison = [&] {
+    for (const auto& out : node.output())
+      if (!out.empty()) {
+        values_[out] = OnnxValue{};
+        values_[out].poisoned = true;
+      }
+  };
+
+  const auto gelu = geluOf_.find(&node);
+  const OpMapper mapper = gelu != geluOf_.end() ? mapGelu : findMapper(domain, node.op_type());
+  if (!mapper) {
+    std::string reason = "kiln has no mapping for this op";
+    if (domain.empty() && node.op_type() == "Erf")
+      reason =
+          "kiln has no erf op; Erf is imported only as part of the GELU pattern "
+          "x * 0.5 * (1 + Erf(x / sqrt(2)))";
+    else if (!domain.empty())
+      reason = "kiln maps only the default ONNX domain (and com.microsoft.Gelu)";
+    problems_.push_back({describe, reason, ErrorCode::kUnimplemented});
+    poison();
+    return Status::ok();
+  }
+  // A GELU pattern's last node reads nodes the gelu replaces; the gelu reads only x.
+  const auto inputs = gelu != geluOf_.end()
+                          ? std::vector<std::string>{gelu->second}
+                          : std::vector<std::string>(node.input().begin(), node.input().end());
+  for (const auto& in : inputs) {
+    if (in.empty()) continue;
+    const OnnxValue* v = find(in);
+    if (!v) return internalError(describe + ": input '" + in + "' is not defined");
+    if (v->poisoned) {
+      poison();  // The producer's problem is listed already.
+      return Status::ok();
+    }
+  }
+  NodeContext ctx(*this, node, opset);
+  Status s = mapper(ctx);
+  if (s.isOk()) s = checkAgainstOnnx(node, describe);
+  if (!s.isOk()) {
+    // A message from checkAgainstOnnx names the node already.
+    const std::string prefix = describe + ": ";
+    std::string reason = s.message();
+    if (reason.rfind(prefix, 0) == 0) reason = reason.substr(prefix.size());
+    problems_.push_back({describe, reason, s.code()});
+    poison();
+  }
+  return Status::ok();
+}
+
+Status Importer::setGraphOutputs() {
+  std::vector<ir::Value*> outs;
+  for (const auto& out : model_.graph().output()) {
+    OnnxValue* v = find(out.name());
+    if (!v)
+      return invalidArgument("graph output '" + out.name() + "' is not a graph input, an " +
+                             "initializer or the output of a node");
+    KILN_ASSIGN_OR_RETURN(ir::Value * value, valueOf(out.name(), *v, true));
+    outs.push_back(value);
+  }
+  if (outs.empty()) return invalidArgument("the model's graph has no outputs");
+  graph_.setOutputs(std::move(outs));
+  return Status::ok();
+}
+
+void Importer::removeDeadNodes() {
+  std::unordered_set<const ir::Value*> live(graph_.outputs().begin(), graph_.outputs().end());
+  std::unordered_set<const ir::Node*> liveNodes;
+  const std::vector<ir::Node*> nodes = graph_.nodes();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const ir::Node* n = *it;
+    const bool used = std::any_of(n->outputs().begin(), n->outputs().end(),
+                                  [&](const ir::Value* o) { return live.count(o) > 0; });
+    if (!used) continue;
+    liveNodes.insert(n);
+    live.insert(n->inputs().begin(), n->inputs().end());
+  }
+  graph_.removeNodesIf([&](const ir::Node& n) { return !liveNodes.count(&n); });
+  graph_.removeUnusedParameters();
+}
+
+Expected<ir::Graph> Importer::run() {
+  graph_.setName(model_.graph().name());
+  KILN_TRY(addGraphInputs().withContext(displayName_));
+  for (const GeluMatch& m : findGeluPatterns(model_.graph())) {
+    geluOf_[m.final] = m.x;
+    absorbed_.insert(m.absorbed.begin(), m.absorbed.end());
+  }
+  for (const auto& node : model_.graph().node())
+    KILN_TRY(importNode(node).withContext(displayName_));
+  if (!problems_.empty()) {
+    bool anyUnimplemented = false, anyInvalid = false;
+    std::string list;
+    for (const auto& p : problems_) {
+      anyUnimplemented |= p.code == ErrorCode::kUnimplemented;
+      anyInvalid |= p.code == ErrorCode::kInvalidArgument;
+      list += "\n  " + p.node + ": " + p.reason;
+    }
+    const ErrorCode code = anyUnimplemented ? ErrorCode::kUnimplemented
+                           : anyInvalid     ? ErrorCode::kInvalidArgument
+                                            : ErrorCode::kInternal;
+    const size_t n = problems_.size();
+    return Status(code, displayName_ + ": cannot import " + std::to_string(n) +
+                            (n == 1 ? " node" : " nodes") + " of " +
+                            std::to_string(model_.graph().node_size()) +
+                            " (kiln imports all of a model or nothing):" + list);
+  }
+  KILN_TRY(setGraphOutputs().withContext(displayName_));
+  removeDeadNodes();
+  KILN_TRY(ir::verify(graph_).withContext(displayName_ + ": the imported graph"));
+  return std::move(graph_);
+}
+
+}  // namespace kiln::frontends::onnx_import

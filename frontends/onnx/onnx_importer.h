@@ -1,0 +1,183 @@
+// The state of one ONNX import (the kiln graph being built, every ONNX value by name, the
+// problems found so far) and NodeContext, the view of it that an op mapper gets for one node.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "frontends/onnx/onnx_proto.h"
+#include "ir/graph.h"
+
+namespace kiln::frontends::onnx_import {
+
+// What the importer knows about one ONNX value.
+struct OnnxValue {
+  ir::Value* value = nullptr;                        // The kiln value, once it exists.
+  std::optional<ir::TensorData> constant;            // Data known at import.
+  const ::onnx::TensorProto* initializer = nullptr;  // Data not yet read (initializers).
+  bool trainable = false;  // A weight: a float initializer or a constant folded from one.
+  bool poisoned = false;   // Produced by a node that could not be imported.
+  // Zero padding of the spatial dims (all begins, then all ends) that a folded Pad leaves for
+  // the Conv nodes reading this value; `value` is then the unpadded input.
+  std::vector<int64_t> pendingPads;
+};
+
+// A node the importer could not map, reported together with all the others.
+struct NodeProblem {
+  std::string node;  // "Erf (opset 13) node 'erf_1'"
+  std::string reason;
+  ErrorCode code;
+};
+
+class Importer {
+ public:
+  Importer(::onnx::ModelProto& model, std::string displayName);
+
+  // Builds the kiln graph from a model that passed the ONNX checker and shape inference and
+  // whose graph inputs have static shapes.
+  Expected<ir::Graph> run();
+
+  // ---- Used by NodeContext.
+  ir::Graph& graph() { return graph_; }
+  OnnxValue* find(const std::string& name);
+  OnnxValue& define(const std::string& name);
+  // A kiln value name for `want`: invalid characters replaced, unique in the graph.
+  std::string uniqueName(std::string_view want);
+  // The data of a constant value (reading an initializer on first use), or nullptr.
+  Expected<const ir::TensorData*> constantOf(const std::string& name, OnnxValue& v);
+  // The kiln value, adding a parameter for a constant on first use.
+  Expected<ir::Value*> valueOf(const std::string& name, OnnxValue& v, bool trainable);
+  // How many node inputs and graph outputs read `name`, and the nodes among them.
+  int numConsumers(const std::string& name) const;
+  const std::vector<const ::onnx::NodeProto*>& consumerNodes(const std::string& name) const;
+  // The ONNX type of a value after ONNX shape inference, or nullptr when unknown.
+  const ::onnx::TypeProto* onnxType(const std::string& name) const;
+  // For the last node of a matched GELU pattern, the ONNX name of the gelu's input.
+  const std::string* geluInput(const ::onnx::NodeProto& node) const;
+
+ private:
+  Status addGraphInputs();
+  Status importNode(const ::onnx::NodeProto& node);
+  Status checkAgainstOnnx(const ::onnx::NodeProto& node, const std::string& describe);
+  Status setGraphOutputs();
+  void removeDeadNodes();
+
+  ::onnx::ModelProto& model_;
+  std::string displayName_;
+  ir::Graph graph_;
+  std::unordered_map<std::string, int> opsets_;  // Domain ("" for ai.onnx) -> version.
+  std::unordered_map<std::string, OnnxValue> values_;
+  std::unordered_map<std::string, int> numConsumers_;
+  std::unordered_map<std::string, std::vector<const ::onnx::NodeProto*>> consumerNodes_;
+  std::unordered_map<std::string, const ::onnx::TypeProto*> onnxTypes_;
+  // GELU patterns: nodes folded into another node's gelu, and the node that emits the gelu
+  // (by the ONNX name of the gelu's input).
+  std::unordered_set<const ::onnx::NodeProto*> absorbed_;
+  std::unordered_map<const ::onnx::NodeProto*, std::string> geluOf_;
+  std::vector<NodeProblem> problems_;
+};
+
+// One ONNX node as an op mapper sees it: attributes with ONNX defaults, inputs as kiln values or
+// constants, and ways to emit kiln nodes and define the node's outputs.
+class NodeContext {
+ public:
+  NodeContext(Importer& importer, const ::onnx::NodeProto& node, int opset);
+
+  const ::onnx::NodeProto& proto() const { return node_; }
+  const std::string& opType() const { return node_.op_type(); }
+  int opset() const { return opset_; }
+
+  // ---- Attributes. `def` is the ONNX default; without one the attribute is required.
+  bool hasAttr(std::string_view name) const;
+  Expected<int64_t> attrInt(std::string_view name, std::optional<int64_t> def = {}) const;
+  Expected<double> attrFloat(std::string_view name, std::optional<double> def = {}) const;
+  Expected<std::string> attrString(std::string_view name,
+                                   std::optional<std::string> def = {}) const;
+  Expected<std::vector<int64_t>> attrInts(std::string_view name,
+                                          std::optional<std::vector<int64_t>> def = {}) const;
+  Expected<std::vector<double>> attrFloats(std::string_view name) const;
+  Expected<ir::TensorData> attrTensor(std::string_view name) const;
+
+  // ---- Inputs. ONNX leaves an optional input out by giving it an empty name.
+  size_t numInputs() const { return static_cast<size_t>(node_.input_size()); }
+  bool hasInput(size_t i) const { return i < numInputs() && !node_.input(i).empty(); }
+  Expected<ir::TensorType> inputType(size_t i);
+  // The data of input i when it is known at import, else nullptr.
+  Expected<const ir::TensorData*> constant(size_t i);
+  bool allInputsConstant();
+  // Whether input i is a weight: a float initializer, or data folded from one.
+  bool inputTrainable(size_t i);
+  // Input i as a kiln value (a constant becomes a parameter; trainable only for float
+  // initializers when `trainable`).
+  Expected<ir::Value*> value(size_t i, bool trainable = true);
+  // Input i's values, which must be known at import (shape, axes, pads ...).
+  Expected<std::vector<int64_t>> constInts(size_t i, const std::string& what);
+  Expected<double> constScalar(size_t i, const std::string& what);
+  // Zero padding a folded Pad left on input i (see OnnxValue::pendingPads).
+  const std::vector<int64_t>& pendingPads(size_t i);
+  // A value by ONNX name, for mappers that read past the node's own inputs (GELU patterns).
+  Expected<ir::Value*> valueNamed(const std::string& onnxName);
+  // Non-null for the last node of a matched GELU pattern: the ONNX name of x.
+  const std::string* geluInput() const { return imp_.geluInput(node_); }
+
+  // ---- Outputs.
+  size_t numOutputs() const { return static_cast<size_t>(node_.output_size()); }
+  // Whether output k exists and anything reads it.
+  bool outputUsed(size_t k) const;
+  const std::vector<const ::onnx::NodeProto*>& outputConsumers(size_t k) const;
+  int outputConsumerCount(size_t k) const;
+
+  // Emits a kiln node. `output` >= 0: its value is the node's ONNX output `output` (named after
+  // it); -1: an intermediate named after the node's first output.
+  Expected<ir::Value*> emit(ir::OpKind op, std::vector<ir::Value*> inputs, ir::AttrMap attrs = {},
+                            int output = -1);
+  // A non-trainable parameter holding `data`, for constants the mapping creates.
+  Expected<ir::Value*> constantValue(ir::TensorData data);
+  // Defines ONNX output k as `v` (an alias when v was emitted for another purpose).
+  void setOutput(size_t k, ir::Value* v);
+  // `trainable`: the data is a weight (a float initializer, reshaped or transposed at import).
+  void setConstantOutput(size_t k, ir::TensorData data, bool trainable = false);
+  void setPaddedOutput(size_t k, ir::Value* unpadded, std::vector<int64_t> pads);
+
+  // ---- Errors. A mapper returns these to have the node listed in the import's one error.
+  Status unsupported(const std::string& reason) const { return unimplemented(reason); }
+  Status invalid(const std::string& reason) const { return invalidArgument(reason); }
+
+ private:
+  OnnxValue& input(size_t i);
+
+  Importer& imp_;
+  const ::onnx::NodeProto& node_;
+  int opset_;
+};
+
+// An op mapper: defines every output of the node, or returns the reason it cannot.
+using OpMapper = Status (*)(NodeContext& ctx);
+struct MapperEntry {
+  std::string_view opType;
+  OpMapper map;
+};
+// The mapper of an op type in a domain ("" is ai.onnx), or nullptr when kiln has none.
+OpMapper findMapper(std::string_view domain, std::string_view opType);
+
+// The families (onnx_map_*.cpp).
+std::vector<MapperEntry> pointwiseMappers();
+std::vector<MapperEntry> nnMappers();
+std::vector<MapperEntry> movementMappers();
+std::vector<MapperEntry> constantMappers();
+std::vector<MapperEntry> padResizeMappers();
+Status mapGelu(NodeContext& ctx);  // com.microsoft Gelu, and matched Erf GELU patterns.
+
+// Erf-based GELU subgraphs, x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it.
+struct GeluMatch {
+  const ::onnx::NodeProto* final;  // Its output is the gelu.
+  std::string x;
+  std::vector<const ::onnx::NodeProto*> absorbed;  // Nodes the gelu replaces.
+};
+std::vector<GeluMatch> findGeluPatterns(const ::onnx::GraphProto& graph);
+
+}  // namespace kiln::frontends::onnx_import

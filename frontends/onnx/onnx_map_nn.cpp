@@ -1,0 +1,344 @@
+// ONNX neural-network ops onto kiln's: MatMul, Gemm, Conv and pooling (1-D through kiln's 2-D
+// ops, auto_pad resolved to explicit pads), BatchNormalization and LayerNormalization
+// (inference), Softmax/LogSoftmax (opset < 13 flatten-to-2-D semantics), reductions.
+#include <algorithm>
+#include <numeric>
+
+#include "frontends/onnx/onnx_map_util.h"
+
+namespace kiln::frontends::onnx_import {
+
+namespace {
+
+using ir::OpKind;
+
+std::string list(const std::vector<int64_t>& v) {
+  return ir::shapeToString(v);
+}
+
+Status mapMatMul(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(1));
+  return ctx.emit(OpKind::kMatMul, {a, b}, {}, 0).status();
+}
+
+Status mapGemm(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(double alpha, ctx.attrFloat("alpha", 1.0));
+  KILN_ASSIGN_OR_RETURN(double beta, ctx.attrFloat("beta", 1.0));
+  KILN_ASSIGN_OR_RETURN(int64_t transA, ctx.attrInt("transA", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t transB, ctx.attrInt("transB", 0));
+  std::vector<ir::Value*> ins;
+  for (size_t i = 0; i < 3; ++i) {
+    if (!ctx.hasInput(i)) continue;
+    KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i));
+    ins.push_back(v);
+  }
+  return ctx
+      .emit(OpKind::kGemm, std::move(ins),
+            {{"alpha", alpha}, {"beta", beta}, {"transA", transA}, {"transB", transB}}, 0)
+      .status();
+}
+
+// The window attributes of Conv and the pools, for `spatial` dims, with auto_pad resolved.
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations;
+  std::vector<int64_t> pads;  // All begins, then all ends (ONNX and kiln order).
+};
+
+Expected<Window> readWindow(NodeContext& ctx, const ir::Shape& x, std::vector<int64_t> kernel,
+                            bool hasDilations) {
+  const size_t spatial = x.size() - 2;
+  Window w;
+  w.kernel = std::move(kernel);
+  KILN_ASSIGN_OR_RETURN(w.strides, ctx.attrInts("strides", std::vector<int64_t>(spatial, 1)));
+  w.dilations.assign(spatial, 1);
+  if (hasDilations) {
+    KILN_ASSIGN_OR_RETURN(w.dilations, ctx.attrInts("dilations", w.dilations));
+  }
+  KILN_ASSIGN_OR_RETURN(w.pads, ctx.attrInts("pads", std::vector<int64_t>(2 * spatial, 0)));
+  KILN_ASSIGN_OR_RETURN(std::string autoPad, ctx.attrString("auto_pad", "NOTSET"));
+  if (w.kernel.size() != spatial || w.strides.size() != spatial || w.dilations.size() != spatial ||
+      w.pads.size() != 2 * spatial)
+    return ctx.invalid("kernel " + list(w.kernel) + ", strides " + list(w.strides) +
+                       ", dilations " + list(w.dilations) + " and pads " + list(w.pads) +
+                       " do not match " + std::to_string(spatial) + " spatial dims");
+  for (size_t i = 0; i < spatial; ++i)
+    if (w.kernel[i] < 1 || w.strides[i] < 1 || w.dilations[i] < 1 || w.pads[i] < 0 ||
+        w.pads[i + spatial] < 0)
+      return ctx.invalid("kernel, strides and dilations must be >= 1 and pads >= 0, got " +
+                         list(w.kernel) + ", " + list(w.strides) + ", " + list(w.dilations) + ", " +
+                         list(w.pads));
+  if (autoPad == "NOTSET") return w;
+  // ONNX shape inference applies explicit pads even with auto_pad set, ONNX Runtime ignores
+  // them: a model with both is ambiguous.
+  if (std::any_of(w.pads.begin(), w.pads.end(), [](int64_t p) { return p != 0; }))
+    return ctx.invalid("auto_pad " + autoPad + " and explicit pads " + list(w.pads) +
+                       " are both given; keep one");
+  if (autoPad == "VALID") {
+    w.pads.assign(2 * spatial, 0);
+    return w;
+  }
+  if (autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER")
+    return ctx.invalid("auto_pad must be NOTSET, VALID, SAME_UPPER or SAME_LOWER, got '" + autoPad +
+                       "'");
+  // SAME: output = ceil(input / stride); the total padding splits evenly, the odd one at
+  // the end (SAME_UPPER) or the beginning (SAME_LOWER).
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t in = x[i + 2], s = w.strides[i];
+    const int64_t out = in / s + (in % s != 0);
+    int64_t span = 0, need = 0;
+    if (__builtin_mul_overflow(w.dilations[i], w.kernel[i] - 1, &span) ||
+        __builtin_mul_overflow(out > 0 ? out - 1 : 0, s, &need) ||
+        __builtin_add_overflow(need, span + 1, &need))
+      return ctx.invalid("kernel, strides and dilations are too large");
+    const int64_t total = std::max<int64_t>(0, need - in);
+    const int64_t small = total / 2, large = total - small;
+    w.pads[i] = autoPad == "SAME_UPPER" ? small : large;
+    w.pads[i + spatial] = autoPad == "SAME_UPPER" ? large : small;
+  }
+  return w;
+}
+
+// kiln's 2-D window attributes for a window over 1 or 2 spatial dims (1-D runs as [1, L]).
+ir::AttrMap windowAttrs2d(const Window& w, bool kernel, bool dilations) {
+  const bool oneD = w.strides.size() == 1;
+  auto two = [&](const std::vector<int64_t>& v, int64_t pad) {
+    return oneD ? std::vector<int64_t>{pad, v[0]} : v;
+  };
+  ir::AttrMap a;
+  if (kernel) a["kernel"] = two(w.kernel, 1);
+  a["strides"] = two(w.strides, 1);
+  a["pads"] = oneD ? std::vector<int64_t>{0, w.pads[0], 0, w.pads[1]} : w.pads;
+  if (dilations) a["dilations"] = two(w.dilations, 1);
+  return a;
+}
+
+Expected<ir::Value*> unsqueeze2(NodeContext& ctx, ir::Value* v) {
+  return ctx.emit(OpKind::kUnsqueeze, {v}, {{"axes", std::vector<int64_t>{2}}});
+}
+
+// Runs a 2-D kiln window op on a 1-D (rank 3) or 2-D (rank 4) input; returns the output.
+Expected<ir::Value*> emitWindowOp(NodeContext& ctx, OpKind op, ir::Value* x,
+                                  std::vector<ir::Value*> rest, ir::AttrMap attrs, bool oneD) {
+  if (!oneD) {
+    rest.insert(rest.begin(), x);
+    return ctx.emit(op, std::move(rest), std::move(attrs), 0);
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * x4, unsqueeze2(ctx, x));
+  rest.insert(rest.begin(), x4);
+  KILN_ASSIGN_OR_RETURN(ir::Value * y4, ctx.emit(op, std::move(rest), std::move(attrs)));
+  return ctx.emit(OpKind::kSqueeze, {y4}, {{"axes", std::vector<int64_t>{2}}}, 0);
+}
+
+Expected<ir::TensorType> windowInput(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType x, ctx.inputType(0));
+  if (x.rank() != 3 && x.rank() != 4)
+    return ctx.unsupported(ctx.opType() + " on a rank-" + std::to_string(x.rank()) + " input " +
+                           x.toString() + ": kiln has 1-D and 2-D " + ctx.opType());
+  return x;
+}
+
+Status mapConv(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType wt, ctx.inputType(1));
+  if (wt.rank() != xt.rank())
+    return ctx.invalid("weight " + wt.toString() + " must have the input's rank " +
+                       std::to_string(xt.rank()));
+  std::vector<int64_t> kernel(wt.shape.begin() + 2, wt.shape.end());
+  if (ctx.hasAttr("kernel_shape")) {
+    KILN_ASSIGN_OR_RETURN(auto ks, ctx.attrInts("kernel_shape"));
+    if (ks != kernel)
+      return ctx.invalid("kernel_shape " + list(ks) + " differs from the weight's " + list(kernel));
+  }
+  // A folded Pad left its zero padding for this Conv: the input is the unpadded tensor.
+  const std::vector<int64_t> folded = ctx.pendingPads(0);
+  ir::Shape paddedX = xt.shape;
+  const size_t spatial = xt.shape.size() - 2;
+  if (!folded.empty())
+    for (size_t i = 0; i < spatial; ++i) paddedX[i + 2] += folded[i] + folded[i + spatial];
+  KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, paddedX, kernel, true));
+  if (!folded.empty())
+    for (size_t i = 0; i < w.pads.size(); ++i) w.pads[i] += folded[i];
+  KILN_ASSIGN_OR_RETURN(int64_t group, ctx.attrInt("group", 1));
+  ir::AttrMap attrs = windowAttrs2d(w, false, true);
+  attrs["group"] = group;
+
+  ir::Value* x = nullptr;
+  if (!folded.empty()) {
+    // The input's kiln value is the unpadded tensor.
+    KILN_ASSIGN_OR_RETURN(x, ctx.valueNamed(ctx.proto().input(0)));
+  } else {
+    KILN_ASSIGN_OR_RETURN(x, ctx.value(0));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * weight, ctx.value(1));
+  const bool oneD = xt.rank() == 3;
+  if (oneD) {
+    KILN_ASSIGN_OR_RETURN(weight, unsqueeze2(ctx, weight));
+  }
+  std::vector<ir::Value*> rest{weight};
+  if (ctx.hasInput(2)) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(2));
+    rest.push_back(b);
+  }
+  return emitWindowOp(ctx, OpKind::kConv2d, x, std::move(rest), std::move(attrs), oneD).status();
+}
+
+// ONNX's pooled size (libonnx 1.12 and ONNX Runtime): ceil mode keeps a last window that
+// starts in the right padding, which kiln (like PyTorch) drops.
+int64_t onnxPooledSize(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe,
+                       bool ceil) {
+  const int64_t avail = in + pb + pe - ((k - 1) * d + 1);
+  if (avail < 0) return 0;
+  return avail / s + (ceil && avail % s != 0) + 1;
+}
+
+template <OpKind kOp>
+Status mapPool(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
+  const bool isMax = kOp == OpKind::kMaxPool2d;
+  if (isMax) KILN_TRY(requireUnused(ctx, 1, "indices"));
+  KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
+  KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel, isMax));
+  KILN_ASSIGN_OR_RETURN(int64_t ceil, ctx.attrInt("ceil_mode", 0));
+  ir::AttrMap attrs = windowAttrs2d(w, true, isMax);
+  attrs["ceil_mode"] = ceil;
+  if (!isMax) {
+    KILN_ASSIGN_OR_RETURN(int64_t include, ctx.attrInt("count_include_pad", 0));
+    attrs["count_include_pad"] = include;
+  }
+  const size_t spatial = xt.shape.size() - 2;
+  std::vector<int64_t> onnxOut;
+  for (size_t i = 0; i < spatial; ++i)
+    onnxOut.push_back(onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
+                                     w.pads[i], w.pads[i + spatial], ceil != 0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y,
+                        emitWindowOp(ctx, kOp, x, {}, std::move(attrs), xt.rank() == 3));
+  const std::vector<int64_t> kilnOut(y->type().shape.begin() + 2, y->type().shape.end());
+  if (kilnOut != onnxOut)
+    return ctx.unsupported("ceil_mode=1 with a last window that starts in the right padding: " +
+                           std::string("ONNX keeps that window (output ") + list(onnxOut) +
+                           "), kiln drops it as PyTorch does (output " + list(kilnOut) + ")");
+  return Status::ok();
+}
+
+Status mapGlobalPool(NodeContext& ctx, OpKind reduce) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  if (xt.rank() < 3) return ctx.invalid("input " + xt.toString() + " must be [N,C,spatial...]");
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  if (reduce == OpKind::kReduceMean && xt.rank() == 4)
+    return ctx.emit(OpKind::kGlobalAvgPool, {x}, {}, 0).status();
+  std::vector<int64_t> axes(static_cast<size_t>(xt.rank() - 2));
+  std::iota(axes.begin(), axes.end(), 2);
+  return ctx.emit(reduce, {x}, {{"axes", axes}, {"keepdims", int64_t{1}}}, 0).status();
+}
+
+Status mapBatchNorm(NodeContext& ctx) {
+  if (ctx.opset() >= 14) {
+    KILN_ASSIGN_OR_RETURN(int64_t training, ctx.attrInt("training_mode", 0));
+    if (training) return ctx.unsupported("training_mode=1 (kiln imports inference graphs)");
+  }
+  for (size_t k = 1; k < ctx.numOutputs(); ++k)
+    KILN_TRY(requireUnused(ctx, k, "a training statistic"));
+  KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
+  std::vector<ir::Value*> ins;
+  for (size_t i = 0; i < 5; ++i) {
+    // Running mean and variance are statistics, not weights.
+    KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i, /*trainable=*/i < 3));
+    ins.push_back(v);
+  }
+  return ctx.emit(OpKind::kBatchNorm, std::move(ins), {{"epsilon", eps}}, 0).status();
+}
+
+Status mapLayerNorm(NodeContext& ctx) {
+  KILN_TRY(requireUnused(ctx, 1, "mean"));
+  KILN_TRY(requireUnused(ctx, 2, "inverse standard deviation"));
+  KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", -1));
+  KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(int a, ir::normalizeAxis(axis, xt.shape.size(), "axis"));
+  const ir::Shape normShape(xt.shape.begin() + a, xt.shape.end());
+  std::vector<ir::Value*> ins;
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  ins.push_back(x);
+  for (size_t i = 1; i < 3; ++i) {
+    if (!ctx.hasInput(i)) continue;
+    KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i));
+    // ONNX lets scale and bias broadcast to the normalized shape; kiln takes it exactly.
+    if (v->type().shape != normShape) {
+      KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kExpand, {v}, {{"shape", normShape}}));
+    }
+    ins.push_back(v);
+  }
+  return ctx.emit(OpKind::kLayerNorm, std::move(ins), {{"axis", int64_t{a}}, {"epsilon", eps}}, 0)
+      .status();
+}
+
+template <OpKind kOp>
+Status mapSoftmax(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", ctx.opset() < 13 ? 1 : -1));
+  KILN_ASSIGN_OR_RETURN(int a, ir::normalizeAxis(axis, xt.shape.size(), "axis"));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(a) + 1; d < xt.shape.size(); ++d) inner *= xt.shape[d];
+  if (ctx.opset() >= 13 || inner == 1)
+    return ctx.emit(kOp, {x}, {{"axis", int64_t{a}}}, 0).status();
+  // Opsets 11-12 normalize over all dims from `axis` on together, as one row of the input
+  // flattened to 2-D at `axis`.
+  KILN_ASSIGN_OR_RETURN(ir::Value * flat, ctx.emit(OpKind::kFlatten, {x}, {{"axis", int64_t{a}}}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(kOp, {flat}, {{"axis", int64_t{1}}}));
+  return ctx.emit(OpKind::kReshape, {y}, {{"shape", xt.shape}}, 0).status();
+}
+
+template <OpKind kOp, bool kNegate = false>
+Status mapReduce(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t keepdims, ctx.attrInt("keepdims", 1));
+  std::vector<int64_t> axes;
+  // ReduceSum takes its axes as an input from opset 13; the others, in opsets <= 17, as an
+  // attribute.
+  const bool axesInput = ctx.opType() == "ReduceSum" && ctx.opset() >= 13;
+  if (axesInput) {
+    if (ctx.hasInput(1)) {
+      KILN_ASSIGN_OR_RETURN(axes, ctx.constInts(1, "axes"));
+    }
+    KILN_ASSIGN_OR_RETURN(int64_t noop, ctx.attrInt("noop_with_empty_axes", 0));
+    if (axes.empty() && noop) return alias(ctx, 0);
+  } else {
+    KILN_ASSIGN_OR_RETURN(axes, ctx.attrInts("axes", std::vector<int64_t>{}));
+  }
+  const ir::AttrMap attrs{{"axes", axes}, {"keepdims", keepdims}};
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  if (!kNegate) return ctx.emit(kOp, {x}, attrs, 0).status();
+  // ReduceMin(x) = -ReduceMax(-x).
+  if (x->type().dtype == ir::DType::kU8 || x->type().dtype == ir::DType::kBool)
+    return ctx.unsupported("ReduceMin of " + x->type().toString() +
+                           " (kiln computes it as -max(-x))");
+  KILN_ASSIGN_OR_RETURN(ir::Value * neg, ctx.emit(OpKind::kNeg, {x}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * m, ctx.emit(kOp, {neg}, attrs));
+  return ctx.emit(OpKind::kNeg, {m}, {}, 0).status();
+}
+
+}  // namespace
+
+std::vector<MapperEntry> nnMappers() {
+  return {
+      {"MatMul", mapMatMul},
+      {"Gemm", mapGemm},
+      {"Conv", mapConv},
+      {"MaxPool", mapPool<OpKind::kMaxPool2d>},
+      {"AveragePool", mapPool<OpKind::kAvgPool2d>},
+      {"GlobalAveragePool", [](NodeContext& c) { return mapGlobalPool(c, OpKind::kReduceMean); }},
+      {"GlobalMaxPool", [](NodeContext& c) { return mapGlobalPool(c, OpKind::kReduceMax); }},
+      {"BatchNormalization", mapBatchNorm},
+      {"LayerNormalization", mapLayerNorm},
+      {"Softmax", mapSoftmax<OpKind::kSoftmax>},
+      {"LogSoftmax", mapSoftmax<OpKind::kLogSoftmax>},
+      {"ReduceSum", mapReduce<OpKind::kReduceSum>},
+      {"ReduceMean", mapReduce<OpKind::kReduceMean>},
+      {"ReduceMax", mapReduce<OpKind::kReduceMax>},
+      {"ReduceMin", mapReduce<OpKind::kReduceMax, true>},
+  };
+}
+
+}  // namespace kiln::frontends::onnx_import

@@ -1,0 +1,261 @@
+// ONNX Pad and Resize, which kiln has no ops for, composed from kiln's: Pad is slices (negative
+// pads) and concats with broadcast fill values, reflections or edges (or, zero padding read
+// only by Conv nodes, folded into their pads); Resize (nearest and linear) is a gather per
+// resized dim with indices computed at import, blended with static weights for linear.
+#include <cmath>
+#include <limits>
+
+#include "frontends/onnx/onnx_fold.h"
+#include "frontends/onnx/onnx_map_util.h"
+
+namespace kiln::frontends::onnx_import {
+
+namespace {
+
+using ir::OpKind;
+
+// Zero padding of the spatial dims only, read only as the data input of Conv nodes that pad
+// explicitly: those Conv nodes take the padding into their own pads.
+bool foldsIntoConvs(NodeContext& ctx, const std::vector<int64_t>& pads, int rank, double value,
+                    const std::string& mode) {
+  if (mode != "constant" || value != 0 || (rank != 3 && rank != 4)) return false;
+  for (int d = 0; d < 2 * rank; ++d)
+    if (pads[d] < 0 || ((d % rank) < 2 && pads[d] != 0)) return false;
+  const auto& consumers = ctx.outputConsumers(0);
+  if (consumers.empty() || static_cast<int>(consumers.size()) != ctx.outputConsumerCount(0))
+    return false;  // Also read as a graph output.
+  const std::string& out = ctx.proto().output(0);
+  for (const ::onnx::NodeProto* c : consumers) {
+    if (c->op_type() != "Conv" || (!c->domain().empty() && c->domain() != "ai.onnx")) return false;
+    for (int i = 1; i < c->input_size(); ++i)
+      if (c->input(i) == out) return false;
+    for (const auto& a : c->attribute())
+      if (a.name() == "auto_pad" && a.s() != "NOTSET") return false;
+  }
+  return true;
+}
+
+Status mapPad(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrString("mode", "constant"));
+  if (mode != "constant" && mode != "reflect" && mode != "edge")
+    return ctx.unsupported("mode '" + mode + "' (kiln maps constant, reflect and edge)");
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  const int r = xt.rank();
+  KILN_ASSIGN_OR_RETURN(auto pads, ctx.constInts(1, "pads"));
+  if (static_cast<int>(pads.size()) != 2 * r)
+    return ctx.invalid("pads " + ir::shapeToString(pads) + " must have " + std::to_string(2 * r) +
+                       " values for a rank-" + std::to_string(r) + " input");
+  double value = 0;
+  if (ctx.hasInput(2)) {
+    KILN_ASSIGN_OR_RETURN(value, ctx.constScalar(2, "constant_value"));
+  }
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) return alias(ctx, 0);
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* xc, ctx.constant(0));
+  if (!xc && foldsIntoConvs(ctx, pads, r, value, mode)) {
+    std::vector<int64_t> spatial;
+    for (int d = 2; d < r; ++d) spatial.push_back(pads[d]);
+    for (int d = 2; d < r; ++d) spatial.push_back(pads[d + r]);
+    KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+    ctx.setPaddedOutput(0, x, std::move(spatial));
+    return Status::ok();
+  }
+
+  KILN_ASSIGN_OR_RETURN(ir::Value * cur, ctx.value(0));
+  ir::Value* fill = nullptr;
+  if (mode == "constant") {
+    // filledTensor cannot write f16/bf16, but zero is all-zero bits in every dtype.
+    if (value != 0 && !foldableDType(xt.dtype))
+      return ctx.unsupported("a non-zero pad value for " + xt.toString());
+    KILN_ASSIGN_OR_RETURN(fill, ctx.constantValue(filledTensor(xt.dtype, {}, value)));
+  }
+  auto slice = [&](ir::Value* v, int d, int64_t start, int64_t end, int64_t step) {
+    return ctx.emit(OpKind::kSlice, {v},
+                    {{"starts", std::vector<int64_t>{start}},
+                     {"ends", std::vector<int64_t>{end}},
+                     {"axes", std::vector<int64_t>{d}},
+                     {"steps", std::vector<int64_t>{step}}});
+  };
+  auto expand = [&](ir::Value* v, int d, int64_t n) {
+    ir::Shape shape = cur->type().shape;
+    shape[static_cast<size_t>(d)] = n;
+    return ctx.emit(OpKind::kExpand, {v}, {{"shape", shape}});
+  };
+  for (int d = 0; d < r; ++d) {
+    int64_t before = pads[d], after = pads[d + r];
+    const int64_t dim = cur->type().shape[static_cast<size_t>(d)];
+    if (before < 0 || after < 0) {
+      const int64_t start = std::max<int64_t>(0, -before), end = dim - std::max<int64_t>(0, -after);
+      if (end < start)
+        return ctx.invalid("negative pads " + ir::shapeToString(pads) + " remove more than " +
+                           "the whole of dim " + std::to_string(d) + " (" + std::to_string(dim) +
+                           ")");
+      KILN_ASSIGN_OR_RETURN(cur, slice(cur, d, start, end, 1));
+      before = std::max<int64_t>(before, 0);
+      after = std::max<int64_t>(after, 0);
+    }
+    if (before == 0 && after == 0) continue;
+    const int64_t n = cur->type().shape[static_cast<size_t>(d)];
+    // The values that go before (side 0) or after (side 1) the tensor along d.
+    auto padding = [&](int side, int64_t count) -> Expected<ir::Value*> {
+      if (mode == "constant") return expand(fill, d, count);
+      if (mode == "edge") {
+        if (n == 0) return ctx.invalid("edge padding of an empty dim " + std::to_string(d));
+        KILN_ASSIGN_OR_RETURN(ir::Value * edge,
+                              side == 0 ? slice(cur, d, 0, 1, 1) : slice(cur, d, n - 1, n, 1));
+        return expand(edge, d, count);
+      }
+      if (count >= n)
+        return ctx.invalid("reflect padding of " + std::to_string(count) + " needs a larger " +
+                           "dim; dim " + std::to_string(d) + " is " + std::to_string(n));
+      // x[count], ..., x[1] before; x[n-2], ..., x[n-1-count] after. Ends are exclusive; the
+      // smallest int64 stands for "before index 0" in a backward slice.
+      if (side == 0) return slice(cur, d, count, 0, -1);
+      const int64_t end = n - 2 - count < 0 ? std::numeric_limits<int64_t>::min() : n - 2 - count;
+      return slice(cur, d, n - 2, end, -1);
+    };
+    std::vector<ir::Value*> parts;
+    if (before > 0) {
+      KILN_ASSIGN_OR_RETURN(ir::Value * p, padding(0, before));
+      parts.push_back(p);
+    }
+    parts.push_back(cur);
+    if (after > 0) {
+      KILN_ASSIGN_OR_RETURN(ir::Value * p, padding(1, after));
+      parts.push_back(p);
+    }
+    KILN_ASSIGN_OR_RETURN(cur, ctx.emit(OpKind::kConcat, parts, {{"axis", int64_t{d}}}));
+  }
+  ctx.setOutput(0, cur);
+  return Status::ok();
+}
+
+// The input coordinate of output index i along one dim (ONNX Resize,
+// coordinate_transformation_mode).
+double sourceCoordinate(const std::string& mode, int64_t i, double scale, int64_t in, int64_t out) {
+  const double x = static_cast<double>(i);
+  if (mode == "half_pixel") return (x + 0.5) / scale - 0.5;
+  if (mode == "pytorch_half_pixel") return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+  if (mode == "align_corners")
+    return out == 1 ? 0.0 : x * static_cast<double>(in - 1) / static_cast<double>(out - 1);
+  if (mode == "asymmetric") return x / scale;
+  return (x + 0.5) / scale;  // tf_half_pixel_for_nearest
+}
+
+int64_t roundNearest(const std::string& mode, double x) {
+  if (mode == "floor") return static_cast<int64_t>(std::floor(x));
+  if (mode == "ceil") return static_cast<int64_t>(std::ceil(x));
+  const double fl = std::floor(x);
+  if (x - fl == 0.5) return static_cast<int64_t>(mode == "round_prefer_ceil" ? fl + 1 : fl);
+  return static_cast<int64_t>(std::round(x));
+}
+
+Status mapResize(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrString("mode", "nearest"));
+  KILN_ASSIGN_OR_RETURN(std::string coord,
+                        ctx.attrString("coordinate_transformation_mode", "half_pixel"));
+  KILN_ASSIGN_OR_RETURN(std::string nearest, ctx.attrString("nearest_mode", "round_prefer_floor"));
+  if (mode != "nearest" && mode != "linear")
+    return ctx.unsupported("mode '" + mode + "' (kiln composes nearest and linear Resize)");
+  if (coord != "half_pixel" && coord != "pytorch_half_pixel" && coord != "align_corners" &&
+      coord != "asymmetric" && coord != "tf_half_pixel_for_nearest")
+    return ctx.unsupported("coordinate_transformation_mode '" + coord + "'");
+  if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" &&
+      nearest != "ceil")
+    return ctx.invalid("nearest_mode '" + nearest + "'");
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  const size_t r = xt.shape.size();
+  if (mode == "linear" && (!ir::isFloat(xt.dtype) || !foldableDType(xt.dtype)))
+    return ctx.unsupported("linear Resize of " + xt.toString() + " (kiln blends f32 and f64)");
+
+  std::vector<double> scales;
+  std::vector<int64_t> sizes;
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* scalesData, ctx.constant(2));
+  if (ctx.hasInput(2) && !scalesData) return ctx.unsupported("scales must be known at import");
+  if (scalesData && scalesData->numElements() > 0) {
+    if (scalesData->numElements() != static_cast<int64_t>(r) || !ir::isFloat(scalesData->dtype()))
+      return ctx.invalid("scales must be " + std::to_string(r) + " floats, got " +
+                         scalesData->type().toString());
+    for (size_t d = 0; d < r; ++d) {
+      const float s = static_cast<float>(elementAsDouble(*scalesData, static_cast<int64_t>(d)));
+      if (!(s > 0) || !std::isfinite(s)) return ctx.invalid("scales must be positive");
+      // As ONNX shape inference computes it, in float.
+      const float size = std::floor(static_cast<float>(xt.shape[d]) * s);
+      if (size > static_cast<float>(std::numeric_limits<int32_t>::max()))
+        return ctx.invalid("scale " + std::to_string(s) + " makes dim " + std::to_string(d) +
+                           " too large");
+      scales.push_back(s);
+      sizes.push_back(static_cast<int64_t>(size));
+    }
+  } else if (ctx.hasInput(3)) {
+    KILN_ASSIGN_OR_RETURN(sizes, ctx.constInts(3, "sizes"));
+    if (sizes.size() != r)
+      return ctx.invalid("sizes " + ir::shapeToString(sizes) + " must have " + std::to_string(r) +
+                         " values");
+    for (size_t d = 0; d < r; ++d) {
+      if (sizes[d] < 0 || sizes[d] > std::numeric_limits<int32_t>::max())
+        return ctx.invalid("sizes " + ir::shapeToString(sizes) + " are out of range");
+      scales.push_back(
+          xt.shape[d] ? static_cast<double>(sizes[d]) / static_cast<double>(xt.shape[d]) : 1.0);
+    }
+  } else {
+    return ctx.invalid("Resize needs scales or sizes");
+  }
+
+  KILN_ASSIGN_OR_RETURN(ir::Value * cur, ctx.value(0));
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t in = xt.shape[d], out = sizes[d];
+    if (in == out && scales[d] == 1.0) continue;
+    if (in == 0) return ctx.invalid("cannot resize an empty dim " + std::to_string(d));
+    std::vector<int64_t> lo(static_cast<size_t>(out)), hi(static_cast<size_t>(out));
+    std::vector<double> wHi(static_cast<size_t>(out));
+    for (int64_t i = 0; i < out; ++i) {
+      const double x = sourceCoordinate(coord, i, scales[d], in, out);
+      const size_t k = static_cast<size_t>(i);
+      if (mode == "nearest") {
+        lo[k] = std::clamp<int64_t>(roundNearest(nearest, x), 0, in - 1);
+        continue;
+      }
+      const double c = std::clamp(x, 0.0, static_cast<double>(in - 1));
+      lo[k] = static_cast<int64_t>(std::floor(c));
+      hi[k] = std::min(lo[k] + 1, in - 1);
+      wHi[k] = c - static_cast<double>(lo[k]);
+    }
+    const ir::AttrMap axis{{"axis", static_cast<int64_t>(d)}};
+    KILN_ASSIGN_OR_RETURN(ir::Value * loIdx, ctx.constantValue(int1d(lo)));
+    KILN_ASSIGN_OR_RETURN(ir::Value * a, ctx.emit(OpKind::kGather, {cur, loIdx}, axis));
+    if (mode == "nearest") {
+      cur = a;
+      continue;
+    }
+    ir::Shape wShape(r, 1);
+    wShape[d] = out;
+    ir::TensorData w0(xt.dtype, wShape), w1(xt.dtype, wShape);
+    for (int64_t i = 0; i < out; ++i) {
+      const double h = wHi[static_cast<size_t>(i)];
+      if (xt.dtype == ir::DType::kF32) {
+        w0.as<float>()[i] = static_cast<float>(1.0 - h);
+        w1.as<float>()[i] = static_cast<float>(h);
+      } else {
+        w0.as<double>()[i] = 1.0 - h;
+        w1.as<double>()[i] = h;
+      }
+    }
+    KILN_ASSIGN_OR_RETURN(ir::Value * hiIdx, ctx.constantValue(int1d(hi)));
+    KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.emit(OpKind::kGather, {cur, hiIdx}, axis));
+    KILN_ASSIGN_OR_RETURN(ir::Value * w0v, ctx.constantValue(std::move(w0)));
+    KILN_ASSIGN_OR_RETURN(ir::Value * w1v, ctx.constantValue(std::move(w1)));
+    KILN_ASSIGN_OR_RETURN(ir::Value * aw, ctx.emit(OpKind::kMul, {a, w0v}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * bw, ctx.emit(OpKind::kMul, {b, w1v}));
+    KILN_ASSIGN_OR_RETURN(cur, ctx.emit(OpKind::kAdd, {aw, bw}));
+  }
+  ctx.setOutput(0, cur);
+  return Status::ok();
+}
+
+}  // namespace
+
+std::vector<MapperEntry> padResizeMappers() {
+  return {{"Pad", mapPad}, {"Resize", mapResize}};
+}
+
+}  // namespace kiln::frontends::onnx_import

@@ -1,0 +1,58 @@
+#include "frontends/onnx/onnx_map_util.h"
+
+#include "frontends/onnx/onnx_fold.h"
+
+namespace kiln::frontends::onnx_import {
+
+Status foldOrEmit(NodeContext& ctx, ir::OpKind op, const std::vector<size_t>& inputs,
+                  ir::AttrMap attrs, size_t out) {
+  std::vector<const ir::TensorData*> constants;
+  for (size_t i : inputs) {
+    KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, ctx.constant(i));
+    if (!c) break;
+    constants.push_back(c);
+  }
+  if (constants.size() == inputs.size()) {
+    auto folded = evaluateOp(op, constants, attrs);
+    if (folded) {
+      // A weight reshaped or transposed at import stays a weight.
+      bool trainable = false;
+      for (size_t i : inputs) trainable |= ctx.inputTrainable(i);
+      ctx.setConstantOutput(out, std::move(*folded), trainable);
+      return Status::ok();
+    }
+    // kUnimplemented: too large or not evaluated here; kiln computes it at run time instead.
+    if (folded.status().code() != ErrorCode::kUnimplemented) return folded.status();
+  }
+  std::vector<ir::Value*> values;
+  for (size_t i : inputs) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i));
+    values.push_back(v);
+  }
+  return ctx.emit(op, std::move(values), std::move(attrs), static_cast<int>(out)).status();
+}
+
+Status alias(NodeContext& ctx, size_t i, size_t k) {
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, ctx.constant(i));
+  if (c) {
+    ctx.setConstantOutput(k, *c, ctx.inputTrainable(i));
+    return Status::ok();
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i));
+  ctx.setOutput(k, v);
+  return Status::ok();
+}
+
+Status requireUnused(NodeContext& ctx, size_t k, const std::string& what) {
+  if (ctx.outputUsed(k))
+    return ctx.unsupported("output " + std::to_string(k) + " (" + what +
+                           ") is used; kiln computes only the inference output");
+  return Status::ok();
+}
+
+Expected<int> inputRank(NodeContext& ctx, size_t i) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(i));
+  return t.rank();
+}
+
+}  // namespace kiln::frontends::onnx_import

@@ -1,0 +1,24 @@
+// Helpers shared by the op mapper families: fold-or-emit, aliases, and checks on outputs that
+// kiln does not compute.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "frontends/onnx/onnx_importer.h"
+
+namespace kiln::frontends::onnx_import {
+
+// Defines output `out` as kiln `op` over the ONNX inputs `inputs` (in that order): evaluated at
+// import when they are all known and the evaluator handles the op and size, else emitted.
+Status foldOrEmit(NodeContext& ctx, ir::OpKind op, const std::vector<size_t>& inputs,
+                  ir::AttrMap attrs = {}, size_t out = 0);
+// Defines output k as input i (Identity, Dropout at inference, ...).
+Status alias(NodeContext& ctx, size_t i, size_t k = 0);
+// Output k must be absent or unread: kiln computes only the first output of ops like
+// BatchNormalization (training statistics) or MaxPool (indices).
+Status requireUnused(NodeContext& ctx, size_t k, const std::string& what);
+// The rank of input i.
+Expected<int> inputRank(NodeContext& ctx, size_t i);
+
+}  // namespace kiln::frontends::onnx_import

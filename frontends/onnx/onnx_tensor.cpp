@@ -1,0 +1,245 @@
+#include "frontends/onnx/onnx_tensor.h"
+
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "frontends/file_io.h"
+
+namespace kiln::frontends::onnx_import {
+
+namespace fs = std::filesystem;
+using ::onnx::TensorProto;
+
+std::optional<ir::DType> dtypeFromOnnx(int32_t elemType) {
+  switch (elemType) {
+    case TensorProto::FLOAT:
+      return ir::DType::kF32;
+    case TensorProto::DOUBLE:
+      return ir::DType::kF64;
+    case TensorProto::FLOAT16:
+      return ir::DType::kF16;
+    case TensorProto::BFLOAT16:
+      return ir::DType::kBF16;
+    case TensorProto::INT64:
+      return ir::DType::kI64;
+    case TensorProto::INT32:
+      return ir::DType::kI32;
+    case TensorProto::INT8:
+      return ir::DType::kI8;
+    case TensorProto::UINT8:
+      return ir::DType::kU8;
+    case TensorProto::BOOL:
+      return ir::DType::kBool;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::string onnxTypeName(int32_t elemType) {
+  if (TensorProto::DataType_IsValid(elemType))
+    return TensorProto::DataType_Name(static_cast<TensorProto::DataType>(elemType));
+  return "unknown element type " + std::to_string(elemType);
+}
+
+namespace {
+
+// Parses a non-negative decimal integer written as a string (external-data offset and length).
+bool parseSize(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 19) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  out = v;
+  return true;
+}
+
+// Bytes the tensor's dims and dtype need, or an error naming the tensor.
+Expected<uint64_t> expectedBytes(const TensorProto& t, ir::DType dtype, const std::string& what) {
+  std::vector<uint64_t> dims;
+  for (int64_t d : t.dims()) {
+    if (d < 0) return invalidArgument(what + " has a negative dim " + std::to_string(d));
+    dims.push_back(static_cast<uint64_t>(d));
+  }
+  auto bytes = checkedByteSize(dims, ir::dtypeSize(dtype));
+  if (!bytes) return invalidArgument(what + " has dims whose size does not fit in 64 bits");
+  return *bytes;
+}
+
+Expected<ir::DType> tensorDType(const TensorProto& t, const std::string& what) {
+  auto dtype = dtypeFromOnnx(t.data_type());
+  if (!dtype)
+    return unimplemented(what + " has element type " + onnxTypeName(t.data_type()) +
+                         ", which kiln does not support (supported: FLOAT, DOUBLE, FLOAT16, " +
+                         "BFLOAT16, INT64, INT32, INT8, UINT8, BOOL)");
+  return *dtype;
+}
+
+const std::string* externalEntry(const TensorProto& t, const std::string& key) {
+  const std::string* found = nullptr;
+  for (const auto& e : t.external_data())
+    if (e.key() == key) found = &e.value();
+  return found;
+}
+
+template <class Src, class Dst>
+void convertInto(const google::protobuf::RepeatedField<Src>& src, ir::TensorData& out) {
+  Dst* dst = out.as<Dst>();
+  for (int i = 0; i < src.size(); ++i) dst[i] = static_cast<Dst>(src.Get(i));
+}
+
+}  // namespace
+
+Status resolveExternalData(TensorProto& tensor, const std::string& modelDir,
+                           const std::string& what) {
+  if (modelDir.empty())
+    return invalidArgument(what + " is stored in an external file, but the model was not " +
+                           "loaded from a file path; load it with loadOnnx(path)");
+  const std::string* location = externalEntry(tensor, "location");
+  if (!location || location->empty())
+    return invalidArgument(what + " is stored externally but has no 'location' entry");
+  const fs::path rel(*location);
+  if (rel.is_absolute())
+    return invalidArgument(what + ": external data location '" + *location +
+                           "' must be relative to the model's directory");
+  for (const auto& part : rel)
+    if (part == "..")
+      return invalidArgument(what + ": external data location '" + *location +
+                             "' must stay inside the model's directory (no '..')");
+  KILN_ASSIGN_OR_RETURN(ir::DType dtype, tensorDType(tensor, what));
+  KILN_ASSIGN_OR_RETURN(uint64_t want, expectedBytes(tensor, dtype, what));
+  const std::string path = (fs::path(modelDir) / rel).string();
+  KILN_ASSIGN_OR_RETURN(InputFile file, openInputFile(path, "external data file of " + what));
+  uint64_t offset = 0, length = 0;
+  if (const std::string* s = externalEntry(tensor, "offset"); s && !parseSize(*s, offset))
+    return invalidArgument(what + ": external data offset '" + *s + "' is not a number");
+  if (offset > file.size)
+    return invalidArgument(what + ": external data offset " + std::to_string(offset) +
+                           " lies past the end of '" + path + "' (" + std::to_string(file.size) +
+                           " bytes)");
+  length = file.size - offset;
+  if (const std::string* s = externalEntry(tensor, "length")) {
+    uint64_t v = 0;
+    if (!parseSize(*s, v))
+      return invalidArgument(what + ": external data length '" + *s + "' is not a number");
+    if (v > file.size - offset)
+      return invalidArgument(what + ": external data at offset " + std::to_string(offset) +
+                             " with length " + std::to_string(v) + " runs past the end of '" +
+                             path + "' (" + std::to_string(file.size) + " bytes)");
+    length = v;
+  }
+  if (length != want)
+    return invalidArgument(what + ": external data holds " + std::to_string(length) +
+                           " bytes at offset " + std::to_string(offset) + " of '" + path +
+                           "', but its dims and element type need " + std::to_string(want));
+  tensor.clear_external_data();
+  auto add = [&](const char* key, const std::string& value) {
+    auto* e = tensor.add_external_data();
+    e->set_key(key);
+    e->set_value(value);
+  };
+  add("location", path);
+  add("offset", std::to_string(offset));
+  add("length", std::to_string(length));
+  return Status::ok();
+}
+
+Expected<ir::TensorData> tensorFromProto(const TensorProto& t, const std::string& what) {
+  KILN_ASSIGN_OR_RETURN(ir::DType dtype, tensorDType(t, what));
+  KILN_ASSIGN_OR_RETURN(uint64_t bytes, expectedBytes(t, dtype, what));
+  if (t.has_segment())
+    return unimplemented(what + " is a segmented tensor, which kiln does not support");
+  const ir::Shape shape(t.dims().begin(), t.dims().end());
+  const int64_t n = ir::numElements(shape);
+
+  if (t.data_location() == TensorProto::EXTERNAL) {
+    const std::string* path = externalEntry(t, "location");
+    const std::string* off = externalEntry(t, "offset");
+    const std::string* len = externalEntry(t, "length");
+    uint64_t offset = 0, length = 0;
+    if (!path || !off || !len || !parseSize(*off, offset) || !parseSize(*len, length) ||
+        length != bytes)
+      return internalError(what + ": external data was not resolved before reading");
+    KILN_ASSIGN_OR_RETURN(InputFile file, openInputFile(*path, "external data file of " + what));
+    // The file may have changed since it was checked.
+    if (offset > file.size || bytes > file.size - offset)
+      return ioError(what + ": external data file '" + *path + "' changed while loading");
+    ir::TensorData data(dtype, shape);
+    file.stream.seekg(static_cast<std::streamoff>(offset));
+    if (bytes && !file.stream.read(reinterpret_cast<char*>(data.data()),
+                                   static_cast<std::streamsize>(bytes)))
+      return ioError(what + ": reading external data from '" + *path + "' failed");
+    return data;
+  }
+
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes)
+      return invalidArgument(what + " has " + std::to_string(t.raw_data().size()) +
+                             " bytes of raw_data, but its dims " + ir::shapeToString(shape) +
+                             " and element type " + onnxTypeName(t.data_type()) + " need " +
+                             std::to_string(bytes));
+    ir::TensorData data(dtype, shape);
+    if (bytes) std::memcpy(data.data(), t.raw_data().data(), bytes);
+    return data;
+  }
+
+  // Typed fields: which one holds the values depends on the element type (onnx.proto).
+  int64_t count = 0;
+  const char* field = "";
+  switch (t.data_type()) {
+    case TensorProto::FLOAT:
+      count = t.float_data_size(), field = "float_data";
+      break;
+    case TensorProto::DOUBLE:
+      count = t.double_data_size(), field = "double_data";
+      break;
+    case TensorProto::INT64:
+      count = t.int64_data_size(), field = "int64_data";
+      break;
+    default:
+      count = t.int32_data_size(), field = "int32_data";
+      break;
+  }
+  if (count != n)
+    return invalidArgument(what + " has " + std::to_string(count) + " values in " + field +
+                           ", but its dims " + ir::shapeToString(shape) + " hold " +
+                           std::to_string(n));
+  ir::TensorData data(dtype, shape);
+  switch (t.data_type()) {
+    case TensorProto::FLOAT:
+      convertInto<float, float>(t.float_data(), data);
+      break;
+    case TensorProto::DOUBLE:
+      convertInto<double, double>(t.double_data(), data);
+      break;
+    case TensorProto::INT64:
+      convertInto<int64_t, int64_t>(t.int64_data(), data);
+      break;
+    case TensorProto::INT32:
+      convertInto<int32_t, int32_t>(t.int32_data(), data);
+      break;
+    case TensorProto::INT8:
+      convertInto<int32_t, int8_t>(t.int32_data(), data);
+      break;
+    case TensorProto::UINT8:
+      convertInto<int32_t, uint8_t>(t.int32_data(), data);
+      break;
+    case TensorProto::BOOL: {
+      auto* dst = data.as<uint8_t>();
+      for (int i = 0; i < t.int32_data_size(); ++i) dst[i] = t.int32_data(i) != 0;
+      break;
+    }
+    case TensorProto::FLOAT16:
+    case TensorProto::BFLOAT16:
+      // The 16 bits of each value are the low half of an int32_data element.
+      convertInto<int32_t, uint16_t>(t.int32_data(), data);
+      break;
+    default:
+      return internalError(what + ": unhandled element type " + onnxTypeName(t.data_type()));
+  }
+  return data;
+}
+
+}  // namespace kiln::frontends::onnx_import

@@ -1,0 +1,438 @@
+// ONNX neural-network ops through the importer, run eagerly, against kiln reference ops given
+// hand-derived attributes (pads from auto_pad, 1-D as 2-D) or against hand-computed values.
+#include <cmath>
+#include <numeric>
+
+#include "frontends/test_onnx_model.h"
+
+using namespace kiln::onnxtest;
+using kiln::ErrorCode;
+using kiln::ir::AttrMap;
+using kiln::ir::OpKind;
+
+TEST_CASE("onnx: MatMul broadcasts batch dims; 1-D operands are promoted") {
+  const auto a = randomValues(2 * 3 * 4, 10), b = randomValues(4 * 5, 11), v = randomValues(4, 12);
+  Model m;
+  m.input("a", {int64_t{2}, int64_t{3}, int64_t{4}}).init("b", {4, 5}, b).input("v", {int64_t{4}});
+  m.node("MatMul", {"a", "b"}, {"y"}).node("MatMul", {"a", "v"}, {"z"}).output("y").output("z");
+  auto out = run(m, {makeF32({2, 3, 4}, a), makeF32({4}, v)});
+  std::vector<float> y(2 * 3 * 5, 0), z(2 * 3, 0);
+  for (int i = 0; i < 6; ++i)
+    for (int k = 0; k < 4; ++k) {
+      for (int j = 0; j < 5; ++j) y[i * 5 + j] += a[i * 4 + k] * b[k * 5 + j];
+      z[i] += a[i * 4 + k] * v[k];
+    }
+  checkClose(out[0], {2, 3, 5}, y);
+  checkClose(out[1], {2, 3}, z);
+}
+
+TEST_CASE("onnx: Gemm with transposes, alpha, beta and a broadcast C") {
+  const auto a = randomValues(3 * 2, 20), b = randomValues(4 * 3, 21), c = randomValues(4, 22);
+  for (bool withC : {true, false}) {
+    Model m;
+    m.input("a", {int64_t{3}, int64_t{2}}).init("b", {4, 3}, b).init("c", {4}, c);
+    std::vector<std::string> ins{"a", "b"};
+    if (withC) ins.push_back("c");
+    m.node("Gemm", ins, {"y"},
+           {attrInt("transA", 1), attrInt("transB", 1), attrFloat("alpha", 0.5f),
+            attrFloat("beta", 2.f)});
+    m.output("y");
+    // y[i][j] = 0.5 * sum_k a[k][i] * b[j][k] + 2 * c[j]; A is [K=3, M=2], B is [N=4, K=3].
+    std::vector<float> want(2 * 4);
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 4; ++j) {
+        double s = 0;
+        for (int k = 0; k < 3; ++k) s += a[k * 2 + i] * b[j * 3 + k];
+        want[i * 4 + j] = static_cast<float>(0.5 * s + (withC ? 2.0 * c[j] : 0.0));
+      }
+    checkClose(run(m, {makeF32({3, 2}, a)})[0], {2, 4}, want);
+  }
+}
+
+TEST_CASE("onnx: Conv attributes map onto conv2d, auto_pad resolved to explicit pads") {
+  const auto x = randomValues(1 * 4 * 6 * 7, 30);
+  const auto w = randomValues(6 * 2 * 3 * 3, 31), b = randomValues(6, 32);
+  const Tensor xt = makeF32({1, 4, 6, 7}, x);
+  struct Case {
+    std::string name;
+    std::vector<::onnx::AttributeProto> attrs;
+    AttrMap expected;  // conv2d attributes with the pads ONNX means.
+  };
+  const std::vector<Case> cases = {
+      {"defaults", {attrInt("group", 2)}, {{"group", int64_t{2}}}},
+      {"explicit pads, strides, dilations",
+       {attrInt("group", 2), attrInts("pads", {1, 0, 2, 1}), attrInts("strides", {2, 1}),
+        attrInts("dilations", {1, 2}), attrInts("kernel_shape", {3, 3})},
+       {{"group", int64_t{2}},
+        {"pads", std::vector<int64_t>{1, 0, 2, 1}},
+        {"strides", std::vector<int64_t>{2, 1}},
+        {"dilations", std::vector<int64_t>{1, 2}}}},
+      // H 6, stride 2: out 3, needs (3-1)*2+3-6 = 1 pad; W 7, stride 2: out 4, needs 2.
+      {"SAME_UPPER",
+       {attrInt("group", 2), attrString("auto_pad", "SAME_UPPER"), attrInts("strides", {2, 2})},
+       {{"group", int64_t{2}},
+        {"pads", std::vector<int64_t>{0, 1, 1, 1}},
+        {"strides", std::vector<int64_t>{2, 2}}}},
+      {"SAME_LOWER",
+       {attrInt("group", 2), attrString("auto_pad", "SAME_LOWER"), attrInts("strides", {2, 2})},
+       {{"group", int64_t{2}},
+        {"pads", std::vector<int64_t>{1, 1, 0, 1}},
+        {"strides", std::vector<int64_t>{2, 2}}}},
+      {"VALID", {attrInt("group", 2), attrString("auto_pad", "VALID")}, {{"group", int64_t{2}}}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    Model m;
+    m.input("x", {int64_t{1}, int64_t{4}, int64_t{6}, int64_t{7}});
+    m.init("w", {6, 2, 3, 3}, w).init("b", {6}, b);
+    m.node("Conv", {"x", "w", "b"}, {"y"}, c.attrs).output("y");
+    const Tensor want =
+        reference(OpKind::kConv2d, {xt, makeF32({6, 2, 3, 3}, w), makeF32({6}, b)}, c.expected);
+    checkClose(run(m, {xt})[0], want);
+  }
+}
+
+TEST_CASE("onnx: auto_pad together with explicit pads is rejected") {
+  // ONNX shape inference applies the pads, ONNX Runtime the auto_pad: the model is ambiguous.
+  Model m;
+  m.input("x", {int64_t{1}, int64_t{1}, int64_t{5}, int64_t{5}})
+      .init("w", {1, 1, 3, 3}, randomValues(9, 1));
+  m.node("Conv", {"x", "w"}, {"y"},
+         {attrString("auto_pad", "VALID"), attrInts("pads", {1, 1, 1, 1})}, "conv");
+  m.output("y");
+  const kiln::Status s = importError(m);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("node 'conv': auto_pad VALID and explicit pads"));
+}
+
+TEST_CASE("onnx: a 1-D Conv runs as a 2-D one over [N, C, 1, L]") {
+  const auto x = randomValues(2 * 3 * 9, 40), w = randomValues(4 * 3 * 3, 41);
+  Model m;
+  m.input("x", {int64_t{2}, int64_t{3}, int64_t{9}}).init("w", {4, 3, 3}, w);
+  m.node("Conv", {"x", "w"}, {"y"},
+         {attrInts("pads", {2, 1}), attrInts("strides", {2}), attrInts("dilations", {2})});
+  m.output("y");
+  const Tensor want4 =
+      reference(OpKind::kConv2d, {makeF32({2, 3, 1, 9}, x), makeF32({4, 3, 1, 3}, w)},
+                {{"pads", std::vector<int64_t>{0, 2, 0, 1}},
+                 {"strides", std::vector<int64_t>{1, 2}},
+                 {"dilations", std::vector<int64_t>{1, 2}}});
+  const Tensor y = run(m, {makeF32({2, 3, 9}, x)})[0];
+  REQUIRE(y.shape() == Shape{2, 4, 4});
+  checkClose(floats(y), floats(want4));
+}
+
+TEST_CASE("onnx: a 3-D Conv is unsupported") {
+  Model m;
+  m.input("x", {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{3}, int64_t{3}});
+  m.init("w", {1, 1, 1, 1, 1}, {1.f});
+  m.node("Conv", {"x", "w"}, {"y"}, {}, "conv3d").output("y");
+  const kiln::Status s = importError(m);
+  CHECK(s.code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(s.message(), Catch::Contains("Conv (opset 17) node 'conv3d': Conv on a rank-5 input"));
+}
+
+TEST_CASE("onnx: MaxPool and AveragePool attributes map onto kiln's pools") {
+  const auto x = randomValues(2 * 3 * 7 * 6, 50);
+  const Tensor xt = makeF32({2, 3, 7, 6}, x);
+  struct Case {
+    std::string op;
+    std::vector<::onnx::AttributeProto> attrs;
+    OpKind kilnOp;
+    AttrMap expected;
+  };
+  const std::vector<Case> cases = {
+      {"MaxPool",
+       {attrInts("kernel_shape", {3, 2}), attrInts("strides", {2, 2}),
+        attrInts("pads", {1, 0, 1, 1})},
+       OpKind::kMaxPool2d,
+       {{"kernel", std::vector<int64_t>{3, 2}},
+        {"strides", std::vector<int64_t>{2, 2}},
+        {"pads", std::vector<int64_t>{1, 0, 1, 1}}}},
+      {"MaxPool",
+       {attrInts("kernel_shape", {2, 2}), attrInts("dilations", {2, 1}), attrInt("ceil_mode", 1),
+        attrInts("strides", {2, 2})},
+       OpKind::kMaxPool2d,
+       {{"kernel", std::vector<int64_t>{2, 2}},
+        {"dilations", std::vector<int64_t>{2, 1}},
+        {"ceil_mode", int64_t{1}},
+        {"strides", std::vector<int64_t>{2, 2}}}},
+      // H 7: out ceil(7/2) = 4, needs (4-1)*2+3-7 = 2 pads; W 6: out 3, needs 1.
+      {"MaxPool",
+       {attrInts("kernel_shape", {3, 3}), attrInts("strides", {2, 2}),
+        attrString("auto_pad", "SAME_UPPER")},
+       OpKind::kMaxPool2d,
+       {{"kernel", std::vector<int64_t>{3, 3}},
+        {"strides", std::vector<int64_t>{2, 2}},
+        {"pads", std::vector<int64_t>{1, 0, 1, 1}}}},
+      {"AveragePool",
+       {attrInts("kernel_shape", {3, 3}), attrInts("pads", {1, 1, 1, 1})},
+       OpKind::kAvgPool2d,
+       {{"kernel", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {"AveragePool",
+       {attrInts("kernel_shape", {3, 3}), attrInts("pads", {1, 1, 1, 1}),
+        attrInt("count_include_pad", 1), attrInts("strides", {2, 2}), attrInt("ceil_mode", 1)},
+       OpKind::kAvgPool2d,
+       {{"kernel", std::vector<int64_t>{3, 3}},
+        {"pads", std::vector<int64_t>{1, 1, 1, 1}},
+        {"count_include_pad", int64_t{1}},
+        {"strides", std::vector<int64_t>{2, 2}},
+        {"ceil_mode", int64_t{1}}}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.op << " " << c.attrs.size() << " attributes");
+    Model m;
+    m.input("x", {int64_t{2}, int64_t{3}, int64_t{7}, int64_t{6}});
+    m.node(c.op, {"x"}, {"y"}, c.attrs).output("y");
+    checkClose(run(m, {xt})[0], reference(c.kilnOp, {xt}, c.expected));
+  }
+}
+
+TEST_CASE("onnx: AveragePool's count_include_pad, by hand") {
+  // 2x2 input, 2x2 windows with one pad on every side, stride 2: each window holds one value.
+  Model with, without;
+  for (Model* m : {&with, &without}) {
+    m->input("x", {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+    m->node("AveragePool", {"x"}, {"y"},
+            {attrInts("kernel_shape", {2, 2}), attrInts("pads", {1, 1, 1, 1}),
+             attrInts("strides", {2, 2}), attrInt("count_include_pad", m == &with)});
+    m->output("y");
+  }
+  const Tensor x = makeF32({1, 1, 2, 2}, {4, 8, 12, 16});
+  checkClose(run(with, {x})[0], {1, 1, 2, 2}, {1, 2, 3, 4});
+  checkClose(run(without, {x})[0], {1, 1, 2, 2}, {4, 8, 12, 16});
+}
+
+TEST_CASE("onnx: a ceil-mode pool whose last window starts in the padding is unsupported") {
+  // Size 4, kernel 2, stride 3, pads 1+1: ONNX's ceil((4+2-2)/3)+1 = 3 windows, the third
+  // starting at padded index 6, past the input (which ends at padded index 5): kiln drops it.
+  Model m;
+  m.input("x", {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
+  m.node("MaxPool", {"x"}, {"y"},
+         {attrInts("kernel_shape", {2, 2}), attrInts("strides", {3, 3}),
+          attrInts("pads", {1, 1, 1, 1}), attrInt("ceil_mode", 1)},
+         "pool");
+  m.output("y");
+  const kiln::Status s = importError(m);
+  CHECK(s.code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(s.message(), Catch::Contains("MaxPool (opset 17) node 'pool': ceil_mode=1"));
+}
+
+TEST_CASE("onnx: a 1-D MaxPool and the global pools") {
+  const auto x = randomValues(2 * 3 * 8, 60);
+  Model m;
+  m.input("x", {int64_t{2}, int64_t{3}, int64_t{8}})
+      .input("x4", {int64_t{2}, int64_t{3}, int64_t{2}, int64_t{4}});
+  m.node("MaxPool", {"x"}, {"p"}, {attrInts("kernel_shape", {3}), attrInts("strides", {2})});
+  m.node("GlobalAveragePool", {"x"}, {"ga"}).node("GlobalMaxPool", {"x"}, {"gm"});
+  m.node("GlobalAveragePool", {"x4"}, {"ga4"});
+  m.output("p").output("ga").output("gm").output("ga4");
+  auto y = run(m, {makeF32({2, 3, 8}, x), makeF32({2, 3, 2, 4}, x)});
+  std::vector<float> p, ga, gm;
+  for (int r = 0; r < 6; ++r) {
+    const float* row = x.data() + r * 8;
+    for (int o = 0; o < 3; ++o) p.push_back(std::max({row[2 * o], row[2 * o + 1], row[2 * o + 2]}));
+    ga.push_back(std::accumulate(row, row + 8, 0.f) / 8);
+    gm.push_back(*std::max_element(row, row + 8));
+  }
+  checkClose(y[0], {2, 3, 3}, p);
+  checkClose(y[1], {2, 3, 1}, ga);
+  checkClose(y[2], {2, 3, 1}, gm);
+  checkClose(y[3], {2, 3, 1, 1}, ga);
+}
+
+TEST_CASE("onnx: BatchNormalization in inference mode; statistics are not trainable") {
+  const auto x = randomValues(2 * 3 * 2 * 2, 70);
+  const std::vector<float> scale = {1.5f, -0.5f, 2.f}, bias = {0.1f, 0.2f, -0.3f},
+                           mean = {0.05f, -0.1f, 0.2f}, var = {0.5f, 1.5f, 0.25f};
+  for (int opset : {11, 14, 17}) {
+    INFO("opset " << opset);
+    Model m(opset);
+    m.input("x", {int64_t{2}, int64_t{3}, int64_t{2}, int64_t{2}});
+    m.init("s", {3}, scale).init("b", {3}, bias).init("m", {3}, mean).init("v", {3}, var);
+    m.node("BatchNormalization", {"x", "s", "b", "m", "v"}, {"y"}, {attrFloat("epsilon", 1e-3f)});
+    m.output("y");
+    const kiln::ir::Graph g = import(m);
+    for (const kiln::ir::Value* p : g.parameters())
+      CHECK(p->trainable() == (p->name() == "s" || p->name() == "b"));
+    std::vector<float> want;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t c = (i / 4) % 3;
+      want.push_back(
+          static_cast<float>((x[i] - mean[c]) / std::sqrt(var[c] + 1e-3) * scale[c] + bias[c]));
+    }
+    checkClose(runGraph(g, {makeF32({2, 3, 2, 2}, x)})[0], {2, 3, 2, 2}, want);
+  }
+  SECTION("training mode is unsupported") {
+    Model m(14);
+    m.input("x", {int64_t{2}, int64_t{3}});
+    m.init("s", {3}, scale).init("b", {3}, bias).init("m", {3}, mean).init("v", {3}, var);
+    m.node("BatchNormalization", {"x", "s", "b", "m", "v"}, {"y", "rm", "rv"},
+           {attrInt("training_mode", 1)}, "bn");
+    m.output("y");
+    CHECK_THAT(importError(m).message(), Catch::Contains("node 'bn': training_mode=1"));
+  }
+}
+
+TEST_CASE("onnx: LayerNormalization over the last dims, with and without a bias") {
+  const auto x = randomValues(2 * 3 * 4, 80);
+  const auto scale = randomValues(12, 81), bias = randomValues(12, 82);
+  for (bool withBias : {true, false}) {
+    Model m;
+    m.input("x", {int64_t{2}, int64_t{3}, int64_t{4}})
+        .init("s", {3, 4}, scale)
+        .init("b", {3, 4}, bias);
+    std::vector<std::string> ins{"x", "s"};
+    if (withBias) ins.push_back("b");
+    m.node("LayerNormalization", ins, {"y"}, {attrInt("axis", 1), attrFloat("epsilon", 1e-4f)});
+    m.output("y");
+    std::vector<float> want;
+    for (int n = 0; n < 2; ++n) {
+      const float* row = x.data() + n * 12;
+      double mean = 0, var = 0;
+      for (int i = 0; i < 12; ++i) mean += row[i] / 12.0;
+      for (int i = 0; i < 12; ++i) var += (row[i] - mean) * (row[i] - mean) / 12.0;
+      for (int i = 0; i < 12; ++i)
+        want.push_back(static_cast<float>((row[i] - mean) / std::sqrt(var + 1e-4) * scale[i] +
+                                          (withBias ? bias[i] : 0.0)));
+    }
+    checkClose(run(m, {makeF32({2, 3, 4}, x)})[0], {2, 3, 4}, want);
+  }
+}
+
+TEST_CASE("onnx: Softmax and LogSoftmax, opset 13 per axis and opset 11 flattened to 2-D") {
+  const auto x = randomValues(2 * 3 * 4, 90, -3, 3);
+  // Softmax over groups of `inner`-strided elements: `outer` x `n` x `inner` layout.
+  auto softmax = [&](int outer, int n, int inner, bool log) {
+    std::vector<float> y(x.size());
+    for (int o = 0; o < outer; ++o)
+      for (int i = 0; i < inner; ++i) {
+        double mx = -1e30, sum = 0;
+        for (int k = 0; k < n; ++k) mx = std::max<double>(mx, x[(o * n + k) * inner + i]);
+        for (int k = 0; k < n; ++k) sum += std::exp(x[(o * n + k) * inner + i] - mx);
+        for (int k = 0; k < n; ++k) {
+          const double v = x[(o * n + k) * inner + i] - mx;
+          y[(o * n + k) * inner + i] =
+              static_cast<float>(log ? v - std::log(sum) : std::exp(v) / sum);
+        }
+      }
+    return y;
+  };
+  for (bool log : {false, true}) {
+    const std::string op = log ? "LogSoftmax" : "Softmax";
+    INFO(op);
+    Model m13(13), m11(11), m11last(11);
+    for (Model* m : {&m13, &m11, &m11last}) m->input("x", {int64_t{2}, int64_t{3}, int64_t{4}});
+    m13.node(op, {"x"}, {"y"}, {attrInt("axis", 1)}).output("y");
+    m11.node(op, {"x"}, {"y"}).output("y");  // Default axis 1: rows of 12.
+    m11last.node(op, {"x"}, {"y"}, {attrInt("axis", -1)}).output("y");
+    const Tensor xt = makeF32({2, 3, 4}, x);
+    checkClose(run(m13, {xt})[0], {2, 3, 4}, softmax(2, 3, 4, log));
+    checkClose(run(m11, {xt})[0], {2, 3, 4}, softmax(2, 12, 1, log));
+    checkClose(run(m11last, {xt})[0], {2, 3, 4}, softmax(6, 4, 1, log));
+  }
+}
+
+TEST_CASE("onnx: reductions with axes as attribute or input, keepdims and ReduceMin") {
+  const auto x = randomValues(2 * 3 * 4, 100);
+  auto reduce = [&](int which) {  // Over axis 1 of [2,3,4]: 0 sum, 1 mean, 2 max, 3 min.
+    std::vector<float> y;
+    for (int n = 0; n < 2; ++n)
+      for (int k = 0; k < 4; ++k) {
+        double s = 0, mx = -1e30, mn = 1e30;
+        for (int c = 0; c < 3; ++c) {
+          const double v = x[(n * 3 + c) * 4 + k];
+          s += v;
+          mx = std::max(mx, v);
+          mn = std::min(mn, v);
+        }
+        y.push_back(static_cast<float>(which == 0 ? s : which == 1 ? s / 3 : which == 2 ? mx : mn));
+      }
+    return y;
+  };
+  const Tensor xt = makeF32({2, 3, 4}, x);
+  const std::vector<std::string> ops = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"};
+  for (int i = 0; i < 4; ++i) {
+    INFO(ops[i]);
+    Model attr(11);
+    attr.input("x", {int64_t{2}, int64_t{3}, int64_t{4}});
+    attr.node(ops[i], {"x"}, {"y"}, {attrInts("axes", {-2}), attrInt("keepdims", 0)}).output("y");
+    checkClose(run(attr, {xt})[0], {2, 4}, reduce(i));
+    Model keep(13);
+    keep.input("x", {int64_t{2}, int64_t{3}, int64_t{4}});
+    if (i == 0) {
+      keep.initI64("axes", {1}, {1});
+      keep.node("ReduceSum", {"x", "axes"}, {"y"});
+    } else {
+      keep.node(ops[i], {"x"}, {"y"}, {attrInts("axes", {1})});
+    }
+    keep.output("y");
+    checkClose(run(keep, {xt})[0], {2, 1, 4}, reduce(i));
+  }
+  SECTION("ReduceSum 13 with no axes reduces all, or nothing with noop_with_empty_axes") {
+    Model all(13), noop(13);
+    for (Model* m : {&all, &noop}) m->input("x", {int64_t{2}, int64_t{3}, int64_t{4}});
+    all.node("ReduceSum", {"x"}, {"y"}, {attrInt("keepdims", 0)}).output("y");
+    noop.node("ReduceSum", {"x"}, {"y"}, {attrInt("noop_with_empty_axes", 1)}).output("y");
+    checkClose(run(all, {xt})[0], {}, {std::accumulate(x.begin(), x.end(), 0.f)});
+    checkClose(run(noop, {xt})[0], {2, 3, 4}, x);
+  }
+}
+
+TEST_CASE("onnx: initializers in typed fields and raw_data give the same weights") {
+  const auto w = randomValues(6, 110);
+  for (bool raw : {true, false}) {
+    Model m;
+    m.input("x", {int64_t{2}, int64_t{3}}).initializer(floatTensor("w", {2, 3}, w, raw));
+    m.node("Mul", {"x", "w"}, {"y"}).output("y");
+    const kiln::ir::Graph g = import(m);
+    REQUIRE(g.parameters().size() == 1);
+    CHECK(g.parameters()[0]->trainable());
+    std::vector<float> want;
+    for (float v : w) want.push_back(v * 2);
+    checkClose(runGraph(g, {makeF32({2, 3}, std::vector<float>(6, 2.f))})[0], {2, 3}, want);
+  }
+}
+
+TEST_CASE("onnx: a Conv weight reshaped at import keeps the data (graph without shape nodes)") {
+  // Flatten([N,C,H,W]) through Shape/Gather/Unsqueeze/Concat/Reshape as torch.onnx writes it.
+  const auto x = randomValues(2 * 3 * 2 * 2, 120);
+  Model m(13);
+  m.input("x", {int64_t{2}, int64_t{3}, int64_t{2}, int64_t{2}});
+  m.initI64("zero", {}, {0}).initI64("minus1", {1}, {-1}).initI64("ax0", {1}, {0});
+  m.node("Shape", {"x"}, {"s"}).node("Gather", {"s", "zero"}, {"n"}, {attrInt("axis", 0)});
+  m.node("Unsqueeze", {"n", "ax0"}, {"n1"})
+      .node("Concat", {"n1", "minus1"}, {"shape"}, {attrInt("axis", 0)});
+  m.node("Reshape", {"x", "shape"}, {"y"}).output("y");
+  const kiln::ir::Graph g = import(m);
+  CHECK(g.numNodes() == 1);
+  CHECK(countOps(g, OpKind::kReshape) == 1);
+  checkClose(runGraph(g, {makeF32({2, 3, 2, 2}, x)})[0], {2, 12}, x);
+}
+
+TEST_CASE("onnx: the decomposed layer norm torch.onnx writes before opset 17 stays as its ops") {
+  // ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add.
+  const auto x = randomValues(2 * 6, 130);
+  const auto gamma = randomValues(6, 131), beta = randomValues(6, 132);
+  Model m(13);
+  m.input("x", {int64_t{2}, int64_t{6}});
+  m.init("two", {}, {2.f}).init("eps", {}, {1e-5f}).init("g", {6}, gamma).init("b", {6}, beta);
+  m.node("ReduceMean", {"x"}, {"mean"}, {attrInts("axes", {-1})});
+  m.node("Sub", {"x", "mean"}, {"d"}).node("Pow", {"d", "two"}, {"sq"});
+  m.node("ReduceMean", {"sq"}, {"var"}, {attrInts("axes", {-1})});
+  m.node("Add", {"var", "eps"}, {"ve"}).node("Sqrt", {"ve"}, {"std"});
+  m.node("Div", {"d", "std"}, {"n"})
+      .node("Mul", {"n", "g"}, {"ng"})
+      .node("Add", {"ng", "b"}, {"y"});
+  m.output("y");
+  std::vector<float> want;
+  for (int r = 0; r < 2; ++r) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < 6; ++i) mean += x[r * 6 + i] / 6.0;
+    for (int i = 0; i < 6; ++i) var += (x[r * 6 + i] - mean) * (x[r * 6 + i] - mean) / 6.0;
+    for (int i = 0; i < 6; ++i)
+      want.push_back(
+          static_cast<float>((x[r * 6 + i] - mean) / std::sqrt(var + 1e-5) * gamma[i] + beta[i]));
+  }
+  checkClose(run(m, {makeF32({2, 6}, x)})[0], {2, 6}, want);
+}
