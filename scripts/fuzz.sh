@@ -84,12 +84,13 @@ for t in "${targets[@]}"; do
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail -n1)
   [ -n "$execs" ] || execs=$(grep -o '^#[0-9]*' "$work/log" | tail -n1 | tr -d '#')
   secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$work/log" | tail -n1)
+  cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$work/log" | tail -n1)
   # Every input this run saved: with -fork=N -ignore_crashes=1 libFuzzer goes on past a crash
   # and may still exit 0.
   found=$(find "$artifacts" -type f -newer "$work/started" | sort)
   if [ "$rc" -eq 0 ] && [ -z "$found" ]; then
     echo "fuzz: fuzz_$t: no crash, ${execs:-?} executions in ${secs:-$seconds} s," \
-      "corpus $(ls "$work/corpus" | wc -l) files"
+      "${cov:-cov: ?}, corpus $(ls "$work/corpus" | wc -l) files"
     if [ "${KILN_FUZZ_KEEP:-0}" = 1 ]; then
       echo "fuzz: working corpus kept in $work/corpus"
     else

@@ -325,9 +325,9 @@ TEST_CASE("attribute encoding round trips every kind bitwise", "[graph_json]") {
 }
 
 TEST_CASE("the example in docs/graph-format.md loads", "[graph_json]") {
-  // Found from this source file, which CMake compiles by its absolute path.
+  // Found from the test data directory (an absolute path CMake passes in).
   const auto docPath =
-      (std::filesystem::path(__FILE__).parent_path() / "../../docs/graph-format.md")
+      (std::filesystem::path(KILN_TEST_DATA_DIR) / "../../docs/graph-format.md")
           .lexically_normal();
   const std::string doc = readBytes(docPath.string());
   const size_t begin = doc.find("```json\n");
