@@ -85,9 +85,13 @@ for t in "${targets[@]}"; do
   [ -n "$execs" ] || execs=$(grep -o '^#[0-9]*' "$work/log" | tail -n1 | tr -d '#')
   secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$work/log" | tail -n1)
   cov=$(grep -o 'cov: [0-9]* ft: [0-9]*' "$work/log" | tail -n1)
-  # Every input this run saved: with -fork=N -ignore_crashes=1 libFuzzer goes on past a crash
-  # and may still exit 0.
-  found=$(find "$artifacts" -type f -newer "$work/started" | sort)
+  # Every input this run saved (with -fork=N -ignore_crashes=1 libFuzzer goes on past a crash
+  # and may still exit 0), except slow-unit-* files: inputs that once took over 10 s but
+  # finished, which a stalled machine also produces (a real hang fails through -timeout).
+  found=$(find "$artifacts" -type f -newer "$work/started" ! -name 'slow-unit-*' | sort)
+  for slow in $(find "$artifacts" -type f -newer "$work/started" -name 'slow-unit-*'); do
+    echo "fuzz: fuzz_$t: note: slow input (replay it to see whether it is always slow): $slow"
+  done
   if [ "$rc" -eq 0 ] && [ -z "$found" ]; then
     echo "fuzz: fuzz_$t: no crash, ${execs:-?} executions in ${secs:-$seconds} s," \
       "${cov:-cov: ?}, corpus $(ls "$work/corpus" | wc -l) files"
