@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "compiler/compile.h"
-#include "passes/pipeline.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
 
@@ -64,8 +63,6 @@ Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
   compiler::CompileOptions o;
   o.disabledPasses = splitList(args.all("disable-pass"));
   o.dumpAfter = splitList(args.all("dump-after"));
-  KILN_TRY(passes::checkPassNames(o.disabledPasses, false).withContext("--disable-pass"));
-  KILN_TRY(passes::checkPassNames(o.dumpAfter, true).withContext("--dump-after"));
   o.timePasses = args.flag("time-passes");
   o.verifyEachPass = args.flag("verify-each");
   o.useCache = !args.flag("no-cache");
