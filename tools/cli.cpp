@@ -92,7 +92,8 @@ std::string helpText(const Command& cmd) {
 }
 
 std::vector<OptionSpec> modelOptions() {
-  return {{"batch", true, "batch size for zoo models (default 1)"},
+  return {{"batch", true,
+           "batch size for zoo models and symbolic batch dims of ONNX models (default 1)"},
           {"seed", true, "seed for zoo model weights and random inputs (default 0)"},
           {"json", false, "machine-readable output"}};
 }
@@ -108,7 +109,7 @@ Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t 
   if (!fs::exists(model))
     return notFound("'" + model + "' is neither a zoo model nor an existing file");
   return invalidArgument(model + ": unknown model file type '" + ext +
-                         "' (expected a zoo name or a .json kiln graph)");
+                         "' (expected a zoo name, a .json kiln graph or an .onnx model)");
 }
 
 Expected<ir::Graph> loadModelFromArgs(const Args& args) {

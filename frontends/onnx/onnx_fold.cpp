@@ -481,4 +481,35 @@ Expected<TensorData> evaluateNot(const TensorData& a) {
   return out;
 }
 
+Expected<TensorData> evaluateMod(const TensorData& a, const TensorData& b, bool fmod) {
+  if (a.dtype() != b.dtype())
+    return invalidArgument("operands have different dtypes: " + a.type().toString() + " and " +
+                           b.type().toString());
+  if (!foldableDType(a.dtype()) || a.dtype() == DType::kBool)
+    return unimplemented("cannot evaluate Mod of " + std::string(ir::dtypeName(a.dtype())) +
+                         " values at import");
+  const bool fl = ir::isFloat(a.dtype());
+  if (fl && !fmod)
+    return invalidArgument("Mod of floating-point operands needs fmod=1 (the ONNX spec)");
+  KILN_ASSIGN_OR_RETURN(Shape shape, ir::broadcastShapes(a.shape(), b.shape()));
+  KILN_TRY(checkSize({a.dtype(), shape}));
+  TensorData out(a.dtype(), shape);
+  const auto x = broadcastSource(shape, a.shape());
+  const auto y = broadcastSource(shape, b.shape());
+  for (int64_t k = 0; k < out.numElements(); ++k) {
+    const size_t kk = static_cast<size_t>(k);
+    if (fl) {
+      setDouble(out, k, std::fmod(elementAsDouble(a, x[kk]), elementAsDouble(b, y[kk])));
+      continue;
+    }
+    const int64_t p = elementAsInt(a, x[kk]), q = elementAsInt(b, y[kk]);
+    if (q == 0) return invalidArgument("Mod by zero (element " + std::to_string(k) + ")");
+    // fmod=1: the sign of the dividend, as C's %; fmod=0: the sign of the divisor, as Python's.
+    int64_t r = q == -1 ? 0 : p % q;
+    if (!fmod && r != 0 && ((r < 0) != (q < 0))) r += q;
+    setInt(out, k, r);
+  }
+  return out;
+}
+
 }  // namespace kiln::frontends::onnx_import

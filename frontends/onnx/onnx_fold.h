@@ -51,5 +51,7 @@ enum class Compare { kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual, kAn
 Expected<ir::TensorData> evaluateCompare(Compare op, const ir::TensorData& a,
                                          const ir::TensorData& b);
 Expected<ir::TensorData> evaluateNot(const ir::TensorData& a);
+// ONNX Mod: fmod=0 (integers only) takes the divisor's sign, fmod=1 the dividend's.
+Expected<ir::TensorData> evaluateMod(const ir::TensorData& a, const ir::TensorData& b, bool fmod);
 
 }  // namespace kiln::frontends::onnx_import

@@ -52,20 +52,22 @@ Status checkOpsets(const ::onnx::ModelProto& model) {
 
 // Reads every external-data tensor's location, offset and length against its file before the
 // checker runs (see resolveExternalData).
-Status resolveAllExternalData(::onnx::ModelProto& model, const std::string& modelDir) {
+// Resolves external data and checks the size of every tensor's data, before libonnx reads any.
+Status checkAllTensorData(::onnx::ModelProto& model, const std::string& modelDir) {
+  auto check = [&](::onnx::TensorProto& t, const std::string& what) -> Status {
+    KILN_TRY(onnx_import::checkTensorData(t, what));
+    if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
+      KILN_TRY(onnx_import::resolveExternalData(t, modelDir, what));
+    return Status::ok();
+  };
   auto* graph = model.mutable_graph();
   for (auto& init : *graph->mutable_initializer())
-    if (init.data_location() == ::onnx::TensorProto::EXTERNAL)
-      KILN_TRY(
-          onnx_import::resolveExternalData(init, modelDir, "initializer '" + init.name() + "'"));
+    KILN_TRY(check(init, "initializer '" + init.name() + "'"));
   for (auto& node : *graph->mutable_node())
     for (auto& attr : *node.mutable_attribute()) {
       const std::string what = "attribute '" + attr.name() + "' of node '" + node.name() + "'";
-      if (attr.has_t() && attr.t().data_location() == ::onnx::TensorProto::EXTERNAL)
-        KILN_TRY(onnx_import::resolveExternalData(*attr.mutable_t(), modelDir, what));
-      for (auto& t : *attr.mutable_tensors())
-        if (t.data_location() == ::onnx::TensorProto::EXTERNAL)
-          KILN_TRY(onnx_import::resolveExternalData(t, modelDir, what));
+      if (attr.has_t()) KILN_TRY(check(*attr.mutable_t(), what));
+      for (auto& t : *attr.mutable_tensors()) KILN_TRY(check(t, what));
     }
   return Status::ok();
 }
@@ -236,7 +238,7 @@ Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions&
   if (!model.has_graph())
     return invalidArgument(name + " has no graph (an empty or non-ONNX protobuf?)");
   KILN_TRY(checkOpsets(model).withContext(name));
-  KILN_TRY(resolveAllExternalData(model, modelDir).withContext(name));
+  KILN_TRY(checkAllTensorData(model, modelDir).withContext(name));
   KILN_TRY(specializeInputDims(*model.mutable_graph(), options).withContext(name));
   KILN_TRY(checkAndInferShapes(model).withContext(name));
   return Importer(model, name).run();

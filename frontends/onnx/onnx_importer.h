@@ -94,6 +94,9 @@ class NodeContext {
   // ---- Attributes. `def` is the ONNX default; without one the attribute is required.
   bool hasAttr(std::string_view name) const;
   Expected<int64_t> attrInt(std::string_view name, std::optional<int64_t> def = {}) const;
+  // An int attribute the spec defines as a flag: 0 or 1, anything else is an error (ONNX's own
+  // shape inference reads some flags as `== 1` and others as `!= 0`).
+  Expected<bool> attrBool(std::string_view name, bool def) const;
   Expected<double> attrFloat(std::string_view name, std::optional<double> def = {}) const;
   Expected<std::string> attrString(std::string_view name,
                                    std::optional<std::string> def = {}) const;

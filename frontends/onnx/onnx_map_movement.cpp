@@ -11,11 +11,12 @@ using ir::OpKind;
 
 Status mapReshape(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(auto shape, ctx.constInts(1, "shape"));
-  int64_t allowZero = 0;
+  bool allowZero = false;
   if (ctx.opset() >= 14) {
-    KILN_ASSIGN_OR_RETURN(allowZero, ctx.attrInt("allowzero", 0));
+    KILN_ASSIGN_OR_RETURN(allowZero, ctx.attrBool("allowzero", false));
   }
-  return foldOrEmit(ctx, OpKind::kReshape, {0}, {{"shape", shape}, {"allowzero", allowZero}});
+  return foldOrEmit(ctx, OpKind::kReshape, {0},
+                    {{"shape", shape}, {"allowzero", int64_t{allowZero}}});
 }
 
 Status mapFlatten(NodeContext& ctx) {

@@ -25,8 +25,8 @@ Status mapMatMul(NodeContext& ctx) {
 Status mapGemm(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(double alpha, ctx.attrFloat("alpha", 1.0));
   KILN_ASSIGN_OR_RETURN(double beta, ctx.attrFloat("beta", 1.0));
-  KILN_ASSIGN_OR_RETURN(int64_t transA, ctx.attrInt("transA", 0));
-  KILN_ASSIGN_OR_RETURN(int64_t transB, ctx.attrInt("transB", 0));
+  KILN_ASSIGN_OR_RETURN(bool transA, ctx.attrBool("transA", false));
+  KILN_ASSIGN_OR_RETURN(bool transB, ctx.attrBool("transB", false));
   std::vector<ir::Value*> ins;
   for (size_t i = 0; i < 3; ++i) {
     if (!ctx.hasInput(i)) continue;
@@ -35,7 +35,11 @@ Status mapGemm(NodeContext& ctx) {
   }
   return ctx
       .emit(OpKind::kGemm, std::move(ins),
-            {{"alpha", alpha}, {"beta", beta}, {"transA", transA}, {"transB", transB}}, 0)
+            {{"alpha", alpha},
+             {"beta", beta},
+             {"transA", int64_t{transA}},
+             {"transB", int64_t{transB}}},
+            0)
       .status();
 }
 
@@ -85,6 +89,10 @@ Expected<Window> readWindow(NodeContext& ctx, const ir::Shape& x, std::vector<in
   // the end (SAME_UPPER) or the beginning (SAME_LOWER).
   for (size_t i = 0; i < spatial; ++i) {
     const int64_t in = x[i + 2], s = w.strides[i];
+    // ONNX gives an empty output for an empty input; no padding makes a window fit there.
+    if (in == 0)
+      return ctx.unsupported("auto_pad " + autoPad + " over an empty spatial dim (found by " +
+                             "fuzzing; the output would be empty)");
     const int64_t out = in / s + (in % s != 0);
     int64_t span = 0, need = 0;
     if (__builtin_mul_overflow(w.dilations[i], w.kernel[i] - 1, &span) ||
@@ -199,18 +207,18 @@ Status mapPool(NodeContext& ctx) {
   if (isMax) KILN_TRY(requireUnused(ctx, 1, "indices"));
   KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
   KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel, isMax));
-  KILN_ASSIGN_OR_RETURN(int64_t ceil, ctx.attrInt("ceil_mode", 0));
+  KILN_ASSIGN_OR_RETURN(bool ceil, ctx.attrBool("ceil_mode", false));
   ir::AttrMap attrs = windowAttrs2d(w, true, isMax);
-  attrs["ceil_mode"] = ceil;
+  attrs["ceil_mode"] = int64_t{ceil};
   if (!isMax) {
-    KILN_ASSIGN_OR_RETURN(int64_t include, ctx.attrInt("count_include_pad", 0));
-    attrs["count_include_pad"] = include;
+    KILN_ASSIGN_OR_RETURN(bool include, ctx.attrBool("count_include_pad", false));
+    attrs["count_include_pad"] = int64_t{include};
   }
   const size_t spatial = xt.shape.size() - 2;
   std::vector<int64_t> onnxOut;
   for (size_t i = 0; i < spatial; ++i)
     onnxOut.push_back(onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
-                                     w.pads[i], w.pads[i + spatial], ceil != 0));
+                                     w.pads[i], w.pads[i + spatial], ceil));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   KILN_ASSIGN_OR_RETURN(ir::Value * y,
                         emitWindowOp(ctx, kOp, x, {}, std::move(attrs), xt.rank() == 3));
@@ -235,7 +243,7 @@ Status mapGlobalPool(NodeContext& ctx, OpKind reduce) {
 
 Status mapBatchNorm(NodeContext& ctx) {
   if (ctx.opset() >= 14) {
-    KILN_ASSIGN_OR_RETURN(int64_t training, ctx.attrInt("training_mode", 0));
+    KILN_ASSIGN_OR_RETURN(bool training, ctx.attrBool("training_mode", false));
     if (training) return ctx.unsupported("training_mode=1 (kiln imports inference graphs)");
   }
   for (size_t k = 1; k < ctx.numOutputs(); ++k)
@@ -293,7 +301,7 @@ Status mapSoftmax(NodeContext& ctx) {
 
 template <OpKind kOp, bool kNegate = false>
 Status mapReduce(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(int64_t keepdims, ctx.attrInt("keepdims", 1));
+  KILN_ASSIGN_OR_RETURN(bool keepdims, ctx.attrBool("keepdims", true));
   std::vector<int64_t> axes;
   // ReduceSum takes its axes as an input from opset 13; the others, in opsets <= 17, as an
   // attribute.
@@ -302,12 +310,12 @@ Status mapReduce(NodeContext& ctx) {
     if (ctx.hasInput(1)) {
       KILN_ASSIGN_OR_RETURN(axes, ctx.constInts(1, "axes"));
     }
-    KILN_ASSIGN_OR_RETURN(int64_t noop, ctx.attrInt("noop_with_empty_axes", 0));
+    KILN_ASSIGN_OR_RETURN(bool noop, ctx.attrBool("noop_with_empty_axes", false));
     if (axes.empty() && noop) return alias(ctx, 0);
   } else {
     KILN_ASSIGN_OR_RETURN(axes, ctx.attrInts("axes", std::vector<int64_t>{}));
   }
-  const ir::AttrMap attrs{{"axes", axes}, {"keepdims", keepdims}};
+  const ir::AttrMap attrs{{"axes", axes}, {"keepdims", int64_t{keepdims}}};
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   if (!kNegate) return ctx.emit(kOp, {x}, attrs, 0).status();
   // ReduceMin(x) = -ReduceMax(-x).

@@ -156,6 +156,18 @@ Status mapNot(NodeContext& ctx) {
   return Status::ok();
 }
 
+Status mapMod(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(bool fmod, ctx.attrBool("fmod", false));
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* b, ctx.constant(1));
+  if (!a || !b)
+    return ctx.unsupported("kiln has no remainder op; Mod is imported only when its inputs are " +
+                           std::string("known at import (shape arithmetic)"));
+  KILN_ASSIGN_OR_RETURN(ir::TensorData r, evaluateMod(*a, *b, fmod));
+  ctx.setConstantOutput(0, std::move(r));
+  return Status::ok();
+}
+
 }  // namespace
 
 Status mapGelu(NodeContext& ctx) {
@@ -205,6 +217,7 @@ std::vector<MapperEntry> pointwiseMappers() {
       {"Or", mapCompare<Compare::kOr>},
       {"Xor", mapCompare<Compare::kXor>},
       {"Not", mapNot},
+      {"Mod", mapMod},
   };
 }
 

@@ -34,6 +34,14 @@ Expected<int64_t> NodeContext::attrInt(std::string_view name, std::optional<int6
   return a->i();
 }
 
+Expected<bool> NodeContext::attrBool(std::string_view name, bool def) const {
+  KILN_ASSIGN_OR_RETURN(int64_t v, attrInt(name, def ? 1 : 0));
+  if (v != 0 && v != 1)
+    return invalidArgument("attribute '" + std::string(name) +
+                           "' is a flag and must be 0 or 1, not " + std::to_string(v));
+  return v == 1;
+}
+
 Expected<double> NodeContext::attrFloat(std::string_view name, std::optional<double> def) const {
   const auto* a = findAttr(node_, name);
   if (!a) {

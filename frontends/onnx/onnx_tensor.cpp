@@ -146,13 +146,51 @@ Status resolveExternalData(TensorProto& tensor, const std::string& modelDir,
   return Status::ok();
 }
 
+Status checkTensorData(const TensorProto& t, const std::string& what) {
+  KILN_ASSIGN_OR_RETURN(ir::DType dtype, tensorDType(t, what));
+  KILN_ASSIGN_OR_RETURN(uint64_t bytes, expectedBytes(t, dtype, what));
+  if (t.data_location() == TensorProto::EXTERNAL) return Status::ok();  // resolveExternalData.
+  const ir::Shape shape(t.dims().begin(), t.dims().end());
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes)
+      return invalidArgument(what + " has " + std::to_string(t.raw_data().size()) +
+                             " bytes of raw_data, but its dims " + ir::shapeToString(shape) +
+                             " and element type " + onnxTypeName(t.data_type()) + " need " +
+                             std::to_string(bytes));
+    return Status::ok();
+  }
+  // Typed fields: which one holds the values depends on the element type (onnx.proto).
+  int64_t count = 0;
+  const char* field = "";
+  switch (t.data_type()) {
+    case TensorProto::FLOAT:
+      count = t.float_data_size(), field = "float_data";
+      break;
+    case TensorProto::DOUBLE:
+      count = t.double_data_size(), field = "double_data";
+      break;
+    case TensorProto::INT64:
+      count = t.int64_data_size(), field = "int64_data";
+      break;
+    default:
+      count = t.int32_data_size(), field = "int32_data";
+      break;
+  }
+  // bytes fit in 64 bits, so the element count does too.
+  const uint64_t n = bytes / ir::dtypeSize(dtype);
+  if (static_cast<uint64_t>(count) != n)
+    return invalidArgument(what + " has " + std::to_string(count) + " values in " + field +
+                           ", but its dims " + ir::shapeToString(shape) + " hold " +
+                           std::to_string(n));
+  return Status::ok();
+}
+
 Expected<ir::TensorData> tensorFromProto(const TensorProto& t, const std::string& what) {
   KILN_ASSIGN_OR_RETURN(ir::DType dtype, tensorDType(t, what));
   KILN_ASSIGN_OR_RETURN(uint64_t bytes, expectedBytes(t, dtype, what));
   if (t.has_segment())
     return unimplemented(what + " is a segmented tensor, which kiln does not support");
   const ir::Shape shape(t.dims().begin(), t.dims().end());
-  const int64_t n = ir::numElements(shape);
 
   if (t.data_location() == TensorProto::EXTERNAL) {
     const std::string* path = externalEntry(t, "location");
@@ -174,38 +212,12 @@ Expected<ir::TensorData> tensorFromProto(const TensorProto& t, const std::string
     return data;
   }
 
+  KILN_TRY(checkTensorData(t, what));
   if (t.has_raw_data()) {
-    if (t.raw_data().size() != bytes)
-      return invalidArgument(what + " has " + std::to_string(t.raw_data().size()) +
-                             " bytes of raw_data, but its dims " + ir::shapeToString(shape) +
-                             " and element type " + onnxTypeName(t.data_type()) + " need " +
-                             std::to_string(bytes));
     ir::TensorData data(dtype, shape);
     if (bytes) std::memcpy(data.data(), t.raw_data().data(), bytes);
     return data;
   }
-
-  // Typed fields: which one holds the values depends on the element type (onnx.proto).
-  int64_t count = 0;
-  const char* field = "";
-  switch (t.data_type()) {
-    case TensorProto::FLOAT:
-      count = t.float_data_size(), field = "float_data";
-      break;
-    case TensorProto::DOUBLE:
-      count = t.double_data_size(), field = "double_data";
-      break;
-    case TensorProto::INT64:
-      count = t.int64_data_size(), field = "int64_data";
-      break;
-    default:
-      count = t.int32_data_size(), field = "int32_data";
-      break;
-  }
-  if (count != n)
-    return invalidArgument(what + " has " + std::to_string(count) + " values in " + field +
-                           ", but its dims " + ir::shapeToString(shape) + " hold " +
-                           std::to_string(n));
   ir::TensorData data(dtype, shape);
   switch (t.data_type()) {
     case TensorProto::FLOAT:

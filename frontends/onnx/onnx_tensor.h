@@ -25,6 +25,12 @@ std::string onnxTypeName(int32_t elemType);
 Status resolveExternalData(::onnx::TensorProto& tensor, const std::string& modelDir,
                            const std::string& what);
 
+// Checks, allocating nothing, that a tensor proto's element type is one kiln reads and that its
+// data (raw_data or the typed field) holds exactly what its dims need; external data is
+// checked by resolveExternalData. The importer runs this on every tensor before libonnx's
+// checker and shape inference, which read tensor data without such checks.
+Status checkTensorData(const ::onnx::TensorProto& tensor, const std::string& what);
+
 // The data of a tensor proto (which must have passed resolveExternalData when external).
 // `what` names the tensor in errors ("initializer 'conv1.weight'").
 Expected<ir::TensorData> tensorFromProto(const ::onnx::TensorProto& tensor,

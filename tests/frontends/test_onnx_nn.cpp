@@ -379,6 +379,18 @@ TEST_CASE("onnx: reductions with axes as attribute or input, keepdims and Reduce
   }
 }
 
+TEST_CASE("onnx: a flag attribute other than 0 or 1 is an error, not a guess") {
+  // Found by fuzz_onnx: keepdims=39 gave kiln and ONNX shape inference different shapes.
+  Model m(13);
+  m.input("x", {int64_t{2}, int64_t{3}});
+  m.node("ReduceMean", {"x"}, {"y"}, {attrInts("axes", {1}), attrInt("keepdims", 39)}, "mean")
+      .output("y");
+  const kiln::Status s = importError(m);
+  CHECK(s.code() == kiln::ErrorCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("node 'mean'") &&
+                              Catch::Contains("'keepdims' is a flag and must be 0 or 1, not 39"));
+}
+
 TEST_CASE("onnx: initializers in typed fields and raw_data give the same weights") {
   const auto w = randomValues(6, 110);
   for (bool raw : {true, false}) {

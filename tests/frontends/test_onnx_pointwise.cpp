@@ -298,3 +298,29 @@ TEST_CASE("onnx: comparisons and logic fold when their inputs are known, else ar
   CHECK_THAT(importError(runtimeCompare).message(),
              Catch::Contains("Less (opset 17) node 'less': kiln has no comparison"));
 }
+
+TEST_CASE("onnx: Mod folds at import with either sign rule; at run time it is unsupported") {
+  // Python-style (fmod=0) takes the divisor's sign, C-style (fmod=1) the dividend's.
+  Model m;
+  m.input("x", {int64_t{4}});
+  m.initI64("a", {4}, {7, -7, 7, -7}).initI64("b", {4}, {3, 3, -3, -3});
+  m.node("Mod", {"a", "b"}, {"py"}).node("Mod", {"a", "b"}, {"c"}, {attrInt("fmod", 1)});
+  m.node("Cast", {"py"}, {"pyf"}, {attrInt("to", kFloat)});
+  m.node("Cast", {"c"}, {"cf"}, {attrInt("to", kFloat)});
+  m.node("Add", {"x", "pyf"}, {"y"}).node("Add", {"x", "cf"}, {"z"}).output("y").output("z");
+  auto out = runGraph(import(m), {makeF32({4}, {0, 0, 0, 0})});
+  checkClose(out[0], {4}, {1, 2, -2, -1});
+  checkClose(out[1], {4}, {1, -1, 1, -1});
+
+  Model zero;
+  zero.input("x", {int64_t{1}});
+  zero.initI64("a", {1}, {5}).initI64("b", {1}, {0});
+  zero.node("Mod", {"a", "b"}, {"r"}, {}, "mod").output("r", kInt64);
+  CHECK_THAT(importError(zero).message(), Catch::Contains("Mod by zero"));
+
+  Model runtime;
+  runtime.input("a", {int64_t{3}}).input("b", {int64_t{3}});
+  runtime.node("Mod", {"a", "b"}, {"c"}, {attrInt("fmod", 1)}, "mod").output("c");
+  CHECK_THAT(importError(runtime).message(),
+             Catch::Contains("Mod (opset 17) node 'mod': kiln has no remainder op"));
+}

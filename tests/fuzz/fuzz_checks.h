@@ -14,6 +14,7 @@
 #include "frontends/json/graph_json.h"
 #include "frontends/json/safetensors.h"
 #include "frontends/npy/npy.h"
+#include "frontends/onnx/onnx_import.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -174,9 +175,17 @@ inline Outcome checkNpy(std::string_view bytes) {
   return {true, std::nullopt};
 }
 
+// ---- onnx: loadOnnxFromBytes, in memory, with no model directory (external data is an error),
+// and a batch for symbolic first dims so that such models import. Accepted graphs must pass
+// checkGraph.
+inline Outcome checkOnnx(std::string_view bytes) {
+  frontends::OnnxImportOptions options;
+  options.defaultBatch = 2;
+  return checkGraph(frontends::loadOnnxFromBytes(bytes, options));
+}
+
 // Every fuzz target, by the name of its seed directory tests/fuzz/corpus/<name>/ (CMake builds
-// fuzz_<name> for each such directory). A new reader is one line here plus its seeds, e.g.
-//   {"onnx", [](std::string_view b) { return checkGraph(frontends::loadOnnxFromBytes(b)); }},
+// fuzz_<name> for each such directory). A new reader is one line here plus its seeds.
 struct Target {
   std::string_view name;
   Outcome (*check)(std::string_view bytes);
@@ -186,6 +195,7 @@ inline constexpr Target kTargets[] = {
     {"json_graph", checkJsonGraph},
     {"safetensors", checkSafetensors},
     {"npy", checkNpy},
+    {"onnx", checkOnnx},
 };
 
 // The index of `name` in kTargets, or -1.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "frontends/onnx_model_builder.h"
 #include "fuzz/fuzz_checks.h"
 
 namespace fs = std::filesystem;
@@ -269,6 +270,194 @@ void npySeeds(const fs::path& corpus, std::mt19937& rng) {
              npy(1, "{\"shape\": (3L, 2L), \"fortran_order\": False, \"descr\": \"<f4\"}\n", six));
 }
 
+// Small ONNX models that together use every op the importer maps (docs/onnx.md), symbolic batch
+// dims, both opset generations of the ops whose inputs moved, and every initializer encoding.
+void onnxSeeds(const fs::path& corpus, std::mt19937& rng) {
+  using namespace onnxtest;
+  auto values = [&](size_t n) {
+    std::uniform_real_distribution<float> dist(-1, 1);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+  };
+  const fs::path dir = corpus / "onnx";
+
+  // A CNN with a symbolic batch: Conv, BatchNormalization, Relu, MaxPool, AveragePool,
+  // GlobalAveragePool, Flatten, Gemm, Softmax.
+  Model cnn(13);
+  cnn.input("x", {std::string("N"), 2, 8, 8})
+      .init("conv.w", {4, 2, 3, 3}, values(72))
+      .init("conv.b", {4}, values(4))
+      .init("bn.scale", {4}, values(4))
+      .init("bn.bias", {4}, values(4))
+      .init("bn.mean", {4}, values(4))
+      .initializer(floatTensor("bn.var", {4}, {0.5f, 1, 1.5f, 2}, /*raw=*/false))
+      .init("fc.w", {3, 4}, values(12))
+      .init("fc.b", {3}, values(3))
+      .node("Conv", {"x", "conv.w", "conv.b"}, {"c"},
+            {attrInts("pads", {1, 1, 1, 1}), attrInts("strides", {1, 1})}, "conv")
+      .node("BatchNormalization", {"c", "bn.scale", "bn.bias", "bn.mean", "bn.var"}, {"b"},
+            {attrFloat("epsilon", 1e-3f)})
+      .node("Relu", {"b"}, {"r"})
+      .node("MaxPool", {"r"}, {"m"},
+            {attrInts("kernel_shape", {2, 2}), attrInts("strides", {2, 2})})
+      .node("AveragePool", {"m"}, {"a"},
+            {attrInts("kernel_shape", {3, 3}), attrInts("pads", {1, 1, 1, 1}),
+             attrInt("count_include_pad", 1)})
+      .node("GlobalAveragePool", {"a"}, {"g"})
+      .node("Flatten", {"g"}, {"f"}, {attrInt("axis", 1)})
+      .node("Gemm", {"f", "fc.w", "fc.b"}, {"y"}, {attrInt("transB", 1), attrFloat("alpha", 0.5f)})
+      .node("Softmax", {"y"}, {"p"}, {attrInt("axis", 1)})
+      .output("p");
+  writeBytes(dir / "cnn.onnx", cnn.bytes());
+
+  // An attention block as torch.onnx writes it at opset 17: MatMul, Add, Reshape through
+  // Shape / Gather / Unsqueeze / Concat, Transpose, Div, Softmax, the Erf GELU pattern,
+  // LayerNormalization.
+  Model attn(17);
+  attn.input("x", {2, 4, 8})
+      .init("wq", {8, 8}, values(64))
+      .init("bq", {8}, values(8))
+      .init("ln.w", {8}, values(8))
+      .init("ln.b", {8}, values(8))
+      .initI64("zero", {1}, {0})
+      .initI64("heads", {1}, {2})
+      .initI64("hd", {1}, {4})
+      .initI64("minus1", {1}, {-1})
+      .node("MatMul", {"x", "wq"}, {"q0"})
+      .node("Add", {"q0", "bq"}, {"q"})
+      .node("Shape", {"q"}, {"qs"})
+      .node("Gather", {"qs", "zero"}, {"batch"}, {attrInt("axis", 0)})
+      .node("Concat", {"batch", "minus1", "heads", "hd"}, {"shape4"}, {attrInt("axis", 0)})
+      .node("Reshape", {"q", "shape4"}, {"q4"})
+      .node("Transpose", {"q4"}, {"qt"}, {attrInts("perm", {0, 2, 1, 3})})
+      .node("Transpose", {"q4"}, {"kt"}, {attrInts("perm", {0, 2, 3, 1})})
+      .node("MatMul", {"qt", "kt"}, {"s0"})
+      .node("Constant", {}, {"scale"}, {attrFloat("value_float", 2.0f)})
+      .node("Div", {"s0", "scale"}, {"s"})
+      .node("Softmax", {"s"}, {"attn"}, {attrInt("axis", -1)})
+      .node("MatMul", {"attn", "qt"}, {"o4"})
+      .node("Transpose", {"o4"}, {"o3"}, {attrInts("perm", {0, 2, 1, 3})})
+      .initI64("shape3", {3}, {0, 0, 8})
+      .node("Reshape", {"o3", "shape3"}, {"o"})
+      .node("Constant", {}, {"sqrt2"}, {attrFloat("value_float", 1.41421356f)})
+      .node("Constant", {}, {"one"}, {attrFloat("value_float", 1.0f)})
+      .node("Constant", {}, {"half"}, {attrFloat("value_float", 0.5f)})
+      .node("Div", {"o", "sqrt2"}, {"g0"})
+      .node("Erf", {"g0"}, {"g1"})
+      .node("Add", {"g1", "one"}, {"g2"})
+      .node("Mul", {"o", "g2"}, {"g3"})
+      .node("Mul", {"g3", "half"}, {"gelu"})
+      .node("Add", {"gelu", "x"}, {"res"})
+      .node("LayerNormalization", {"res", "ln.w", "ln.b"}, {"y"},
+            {attrInt("axis", -1), attrFloat("epsilon", 1e-5f)})
+      .output("y");
+  writeBytes(dir / "attention.onnx", attn.bytes());
+
+  // Data movement and pointwise math at opset 13 (axes and sizes as inputs).
+  Model move(13);
+  move.input("x", {2, 3, 4})
+      .input("idx", {2}, kInt64)
+      .initI64("starts", {2}, {0, 1})
+      .initI64("ends", {2}, {-1, 100})
+      .initI64("axes", {2}, {1, 2})
+      .initI64("steps", {2}, {1, 2})
+      .initI64("split", {2}, {1, 2})
+      .initI64("ax0", {1}, {0})
+      .initI64("expand", {4}, {2, 2, 3, 4})
+      .initI64("pads", {6}, {0, 1, 0, 0, 1, -1})
+      .initI64("rshape", {2}, {4, 2})
+      .node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"sl"})
+      .node("Split", {"x", "split"}, {"sp0", "sp1"}, {attrInt("axis", 1)})
+      .node("Concat", {"sp1", "sp0"}, {"cat"}, {attrInt("axis", 1)})
+      .node("Unsqueeze", {"cat", "ax0"}, {"un"})
+      .node("Expand", {"un", "expand"}, {"ex"})
+      .node("ReduceMean", {"ex"}, {"rm"}, {attrInts("axes", {0}), attrInt("keepdims", 0)})
+      .node("Squeeze", {"un", "ax0"}, {"sq"})
+      .node("Gather", {"sq", "idx"}, {"ga"}, {attrInt("axis", 2)})
+      .node("Pad", {"x", "pads"}, {"pd"}, {attrString("mode", "reflect")})
+      .node("Reshape", {"sl", "rshape"}, {"rs"})
+      .node("Sigmoid", {"rm"}, {"sg"})
+      .node("Tanh", {"sg"}, {"th"})
+      .node("Exp", {"th"}, {"e"})
+      .node("Log", {"e"}, {"lg"})
+      .node("Abs", {"lg"}, {"ab"})
+      .node("Sqrt", {"ab"}, {"sr"})
+      .node("Neg", {"sr"}, {"ng"})
+      .node("LeakyRelu", {"ng"}, {"lr"}, {attrFloat("alpha", 0.1f)})
+      .node("Reciprocal", {"sl"}, {"rc"})
+      .node("Max", {"lr", "x", "rm"}, {"mx"})
+      .node("Min", {"mx", "x"}, {"mn"})
+      .node("Sum", {"mn", "x", "x"}, {"sum"})
+      .node("Cast", {"sum"}, {"f64"}, {attrInt("to", ::onnx::TensorProto::DOUBLE)})
+      .node("Cast", {"f64"}, {"f32"}, {attrInt("to", kFloat)})
+      .node("ReduceSum", {"f32", "ax0"}, {"rsum"})
+      .node("ReduceMax", {"f32"}, {"rmax"}, {attrInts("axes", {2}), attrInt("keepdims", 1)})
+      .node("ReduceMin", {"f32"}, {"rmin"}, {attrInts("axes", {1})})
+      .output("rs")
+      .output("ga")
+      .output("pd")
+      .output("rc")
+      .output("rsum")
+      .output("rmax")
+      .output("rmin");
+  writeBytes(dir / "movement.onnx", move.bytes());
+
+  // Import-time folding: Shape, Size, ConstantOfShape, Range, comparisons feeding Where, Clip
+  // with constant bounds, Pow with an integer exponent, Resize with scales, a constant Pad.
+  Model fold(13);
+  fold.input("x", {1, 2, 3, 3})
+      .initI64("rstart", {}, {0})
+      .initI64("rlimit", {}, {3})
+      .initI64("rdelta", {}, {1})
+      .initI64("cshape", {1}, {3})
+      .initializer(floatTensor("lo", {}, {-0.5f}))
+      .initializer(floatTensor("hi", {}, {0.5f}))
+      .initializer(floatTensor("roi", {0}, {}))
+      .initializer(floatTensor("scales", {4}, {1, 1, 2, 1.5f}))
+      .initI64("cpads", {8}, {0, 0, 1, 0, 0, 0, 0, 1})
+      .initI64("two", {}, {2})
+      .node("Size", {"x"}, {"size"})
+      .node("Range", {"rstart", "rlimit", "rdelta"}, {"range"})
+      .node("ConstantOfShape", {"cshape"}, {"ones"},
+            {attrTensor("value", int64Tensor("v", {1}, {1}))})
+      .node("Less", {"range", "ones"}, {"lt"})
+      .node("Not", {"lt"}, {"nlt"})
+      .node("Where", {"nlt", "x", "lo"}, {"w"})
+      .node("Clip", {"w", "lo", "hi"}, {"cl"})
+      .node("Pow", {"cl", "two"}, {"pw"})
+      .node("Resize", {"pw", "roi", "scales"}, {"rz"},
+            {attrString("mode", "linear"),
+             attrString("coordinate_transformation_mode", "half_pixel")})
+      .node("Resize", {"x", "roi", "scales"}, {"rn"}, {attrString("mode", "nearest")})
+      .node("Pad", {"x", "cpads"}, {"cp"})
+      .output("size", kInt64)
+      .output("rz")
+      .output("rn")
+      .output("cp");
+  writeBytes(dir / "folding.onnx", fold.bytes());
+
+  // Opset 11: axes as attributes, Softmax over flattened dims, a 1-D Conv and MaxPool with
+  // auto_pad and ceil_mode, a Dropout at inference, Identity.
+  Model old(11);
+  old.input("x", {std::string("batch"), 2, 9})
+      .init("w", {3, 2, 3}, values(18))
+      .node("Conv", {"x", "w"}, {"c"}, {attrString("auto_pad", "SAME_UPPER")})
+      .node("MaxPool", {"c"}, {"m"},
+            {attrInts("kernel_shape", {2}), attrInts("strides", {2}), attrInt("ceil_mode", 1)})
+      .node("Unsqueeze", {"m"}, {"u"}, {attrInts("axes", {1})})
+      .node("Squeeze", {"u"}, {"s"}, {attrInts("axes", {1})})
+      .node("Dropout", {"s"}, {"d"}, {attrFloat("ratio", 0.3f)})
+      .node("Identity", {"d"}, {"i"})
+      .node("Softmax", {"i"}, {"y"}, {attrInt("axis", 1)})
+      .node("LogSoftmax", {"i"}, {"ly"}, {attrInt("axis", 2)})
+      .node("GlobalMaxPool", {"c"}, {"gm"})
+      .output("y")
+      .output("ly")
+      .output("gm");
+  writeBytes(dir / "opset11.onnx", old.bytes());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -283,6 +472,7 @@ int main(int argc, char** argv) {
   graphSeeds(corpus, tmp, rng);
   safetensorsSeeds(corpus, rng);
   npySeeds(corpus, rng);
+  onnxSeeds(corpus, rng);
   std::printf("wrote the seed corpora under %s\n", corpus.c_str());
   return 0;
 }
