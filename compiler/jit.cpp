@@ -12,6 +12,8 @@ Expected<ir::Graph> respecialize(const ir::Graph& g, std::span<const ir::TensorT
   std::unordered_map<const ir::Value*, ir::Value*> map;
   for (size_t i = 0; i < inputs.size(); ++i) {
     KILN_ASSIGN_OR_RETURN(map[g.inputs()[i]], out.addInput(g.inputs()[i]->name(), inputs[i]));
+    if (g.inputs()[i]->hasDimNames())
+      KILN_TRY(out.setDimNames(map[g.inputs()[i]], g.inputs()[i]->dimNames()));
   }
   for (const ir::Value* p : g.parameters()) {
     KILN_ASSIGN_OR_RETURN(ir::Value * q, out.addParameter(p->name(), p->type(), p->trainable()));
@@ -36,6 +38,43 @@ Expected<ir::Graph> respecialize(const ir::Graph& g, std::span<const ir::TensorT
   return out;
 }
 
+Status checkSignature(const ir::Graph& g, std::span<const ir::TensorType> inputs) {
+  if (inputs.size() != g.inputs().size())
+    return invalidArgument("graph '" + g.name() + "' takes " + std::to_string(g.inputs().size()) +
+                           " inputs, got " + std::to_string(inputs.size()));
+  std::map<std::string, std::pair<int64_t, std::string>> named;  // name -> size, where.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ir::Value* in = g.inputs()[i];
+    const std::string where = "input '" + in->name() + "'";
+    if (!in->hasDimNames()) continue;
+    if (inputs[i].dtype != in->type().dtype)
+      return invalidArgument(where + " has dtype " + std::string(ir::dtypeName(in->type().dtype)) +
+                             ", got " + inputs[i].toString());
+    const ir::Shape& want = in->type().shape;
+    const ir::Shape& got = inputs[i].shape;
+    if (got.size() != want.size())
+      return invalidArgument(where + " has rank " + std::to_string(want.size()) + " (" +
+                             in->type().toString() + "), got " + inputs[i].toString());
+    for (size_t d = 0; d < want.size(); ++d) {
+      const std::string& name = in->dimNames()[d];
+      const std::string dim = where + " dim " + std::to_string(d);
+      if (name.empty()) {
+        if (got[d] != want[d])
+          return invalidArgument(dim + " is fixed at " + std::to_string(want[d]) +
+                                 " by the model, got " + std::to_string(got[d]) + " (" +
+                                 inputs[i].toString() + "); only its symbolic dims may change");
+        continue;
+      }
+      auto [it, fresh] = named.emplace(name, std::make_pair(got[d], dim));
+      if (!fresh && it->second.first != got[d])
+        return invalidArgument("symbolic dim '" + name + "' is " +
+                               std::to_string(it->second.first) + " at " + it->second.second +
+                               " but " + std::to_string(got[d]) + " at " + dim);
+    }
+  }
+  return Status::ok();
+}
+
 namespace {
 std::string signatureOf(std::span<const runtime::Tensor> inputs) {
   std::string s;
@@ -44,8 +83,12 @@ std::string signatureOf(std::span<const runtime::Tensor> inputs) {
 }
 }  // namespace
 
-JitModule::JitModule(const ir::Graph& graph, CompileOptions options, int recompileLimit)
-    : graph_(graph.clone()), options_(std::move(options)), limit_(recompileLimit) {}
+JitModule::JitModule(const ir::Graph& graph, CompileOptions options, int recompileLimit,
+                     ir::GraphSpecializer specializer)
+    : graph_(graph.clone()),
+      options_(std::move(options)),
+      specializer_(std::move(specializer)),
+      limit_(recompileLimit) {}
 
 Expected<std::vector<runtime::Tensor>> JitModule::operator()(
     std::span<const runtime::Tensor> inputs) {
@@ -68,6 +111,7 @@ Expected<std::vector<runtime::Tensor>> JitModule::operator()(
           " input signatures. Pad inputs to a few fixed shapes, or raise the limit");
     std::vector<ir::TensorType> types;
     for (const auto& t : inputs) types.push_back(t.type());
+    KILN_TRY(checkSignature(graph_, types));
     bool same = types.size() == graph_.inputs().size();
     for (size_t i = 0; same && i < types.size(); ++i)
       same = types[i].dtype == graph_.inputs()[i]->type().dtype &&
@@ -76,7 +120,14 @@ Expected<std::vector<runtime::Tensor>> JitModule::operator()(
     if (same) {
       KILN_ASSIGN_OR_RETURN(cm, compile(graph_, options_));
     } else {
-      KILN_ASSIGN_OR_RETURN(ir::Graph specialized, respecialize(graph_, types));
+      KILN_ASSIGN_OR_RETURN(ir::Graph specialized,
+                            specializer_ ? specializer_(types) : respecialize(graph_, types));
+      for (size_t i = 0; i < types.size(); ++i)
+        if (i >= specialized.inputs().size() ||
+            specialized.inputs()[i]->type().shape != types[i].shape ||
+            specialized.inputs()[i]->type().dtype != types[i].dtype)
+          return internalError("the graph specializer did not make input " + std::to_string(i) +
+                               " " + types[i].toString());
       KILN_ASSIGN_OR_RETURN(cm, compile(specialized, options_));
     }
     ++compiles_;

@@ -18,9 +18,19 @@ namespace kiln::compiler {
 // to a fixed batch).
 Expected<ir::Graph> respecialize(const ir::Graph& g, std::span<const ir::TensorType> inputs);
 
+// Whether `inputs` may run `g` after specialization: the count matches, and an input with
+// symbolic dims (Value::dimNames) keeps its dtype, rank and every static dim, and each dim name
+// has one size across the inputs. Inputs without dim names (builder graphs) may change any dim
+// and dtype that shape inference accepts.
+// Errors name the input and dim, expected vs actual.
+Status checkSignature(const ir::Graph& g, std::span<const ir::TensorType> inputs);
+
 class JitModule {
  public:
-  JitModule(const ir::Graph& graph, CompileOptions options = {}, int recompileLimit = 8);
+  // `specializer` makes the graph for new input shapes (e.g. the ONNX importer again); without
+  // one, respecialize() infers the node types again.
+  JitModule(const ir::Graph& graph, CompileOptions options = {}, int recompileLimit = 8,
+            ir::GraphSpecializer specializer = {});
 
   Expected<std::vector<runtime::Tensor>> operator()(std::span<const runtime::Tensor> inputs);
 
@@ -34,6 +44,7 @@ class JitModule {
  private:
   ir::Graph graph_;
   CompileOptions options_;
+  ir::GraphSpecializer specializer_;
   int limit_;
   int compiles_ = 0;
   std::map<std::string, std::unique_ptr<CompiledModel>> bySignature_;
@@ -46,7 +57,8 @@ class JitModule {
 }  // namespace kiln::compiler
 
 namespace kiln {
-inline compiler::JitModule jit(const ir::Graph& graph, compiler::CompileOptions options = {}) {
-  return compiler::JitModule(graph, std::move(options));
+inline compiler::JitModule jit(const ir::Graph& graph, compiler::CompileOptions options = {},
+                               ir::GraphSpecializer specializer = {}) {
+  return compiler::JitModule(graph, std::move(options), 8, std::move(specializer));
 }
 }  // namespace kiln

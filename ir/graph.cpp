@@ -1,6 +1,7 @@
 #include "ir/graph.h"
 
 #include <algorithm>
+#include <cctype>
 
 namespace kiln::ir {
 
@@ -59,6 +60,50 @@ Expected<Value*> Graph::addInput(const std::string& name, TensorType type) {
   KILN_ASSIGN_OR_RETURN(Value * v, newValue(name, std::move(type), ValueKind::kInput));
   inputs_.push_back(v);
   return v;
+}
+
+bool Graph::isValidDimName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || std::isdigit(static_cast<unsigned char>(name[0])))
+    return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+Status Graph::setDimNames(Value* input, std::vector<std::string> names) {
+  if (!input || !input->isInput()) return invalidArgument("dim names belong to graph inputs only");
+  const std::string where = "input '%" + input->name() + "'";
+  if (names.size() != input->type().shape.size())
+    return invalidArgument(where + " has rank " + std::to_string(input->type().shape.size()) +
+                           " but " + std::to_string(names.size()) + " dim names");
+  bool any = false;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty()) continue;
+    if (!isValidDimName(names[i]))
+      return invalidArgument(where + ": dim " + std::to_string(i) + " name '" + names[i] +
+                             "' is not an identifier (letters, digits and _, at most 64, " +
+                             "not starting with a digit)");
+    any = true;
+  }
+  if (!any) names.clear();
+  input->dimNames_ = std::move(names);
+  return Status::ok();
+}
+
+Expected<std::map<std::string, int64_t>> Graph::dimValues() const {
+  std::map<std::string, int64_t> values;
+  for (const Value* in : inputs_)
+    for (size_t i = 0; i < in->dimNames_.size(); ++i) {
+      const std::string& name = in->dimNames_[i];
+      if (name.empty()) continue;
+      const int64_t size = in->type_.shape[i];
+      auto [it, fresh] = values.emplace(name, size);
+      if (!fresh && it->second != size)
+        return invalidArgument("symbolic dim '" + name + "' is " + std::to_string(it->second) +
+                               " in one input but " + std::to_string(size) + " in input '%" +
+                               in->name() + "' (dim " + std::to_string(i) + ")");
+    }
+  return values;
 }
 
 Expected<Value*> Graph::addParameter(const std::string& name, TensorData data, bool trainable) {
@@ -136,7 +181,10 @@ Graph Graph::clone() const {
   Graph g(name_);
   std::unordered_map<const Value*, Value*> map;
   // Names were unique here, so re-adding them cannot fail.
-  for (const Value* v : inputs_) map[v] = *g.addInput(v->name_, v->type_);
+  for (const Value* v : inputs_) {
+    map[v] = *g.addInput(v->name_, v->type_);
+    map[v]->dimNames_ = v->dimNames_;
+  }
   for (const Value* p : parameters_) {
     Value* q = *g.addParameter(p->name_, p->type_, p->trainable_);
     q->data_ = p->data_;

@@ -3,6 +3,8 @@
 // or parameter) and a unique name.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,6 +40,12 @@ class Value {
   void setData(TensorData d) { data_ = std::move(d); }
   bool trainable() const { return trainable_; }
 
+  // Graph inputs: a name per symbolic dim ("batch"), empty for a static dim; either empty or
+  // one entry per dim. The type holds the size the graph is specialized for; at JIT time a
+  // named dim may take another size (the graph is specialized again), a static one may not.
+  const std::vector<std::string>& dimNames() const { return dimNames_; }
+  bool hasDimNames() const { return !dimNames_.empty(); }
+
   // Nodes that read this value, once per input slot (a node reading it twice appears twice).
   const std::vector<Node*>& users() const { return users_; }
 
@@ -51,6 +59,7 @@ class Value {
   int outputIndex_ = 0;
   TensorData data_;
   bool trainable_ = false;
+  std::vector<std::string> dimNames_;
   std::vector<Node*> users_;
 };
 
@@ -97,6 +106,12 @@ class Graph {
 
   // Adds a graph input. Errors when the name is taken or not a valid identifier.
   Expected<Value*> addInput(const std::string& name, TensorType type);
+  // Names the symbolic dims of graph input `input` (see Value::dimNames): one entry per dim,
+  // "" for a static dim, each name an identifier (letters, digits, _; not starting with a
+  // digit). All-empty clears them. Errors name the input and the offending entry.
+  Status setDimNames(Value* input, std::vector<std::string> names);
+  // The size of every named dim of the inputs, by name. Errors when one name has two sizes.
+  Expected<std::map<std::string, int64_t>> dimValues() const;
   Expected<Value*> addParameter(const std::string& name, TensorData data, bool trainable);
   // A parameter whose data is attached later (the text IR carries no weights).
   Expected<Value*> addParameter(const std::string& name, TensorType type, bool trainable);
@@ -135,6 +150,7 @@ class Graph {
   // A fresh value name, "%<n>" style without the '%'.
   std::string freshName();
   static bool isValidName(const std::string& name);
+  static bool isValidDimName(const std::string& name);
 
  private:
   Expected<Value*> newValue(const std::string& name, TensorType type, ValueKind kind);
@@ -166,5 +182,9 @@ size_t Graph::removeNodesIf(Pred pred) {
   nodes_ = std::move(kept);
   return removed;
 }
+
+// Makes the graph again for new input types (dtypes and shapes, in input order): how a
+// frontend that folded shape arithmetic at import (ONNX) re-imports for kiln::jit.
+using GraphSpecializer = std::function<Expected<Graph>(std::span<const TensorType> inputTypes)>;
 
 }  // namespace kiln::ir

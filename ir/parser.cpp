@@ -286,7 +286,9 @@ class Parser {
   std::string lineCol(size_t pos) const;
 
   // ---- Pieces.
-  Expected<TensorType> parseType();
+  // `dimNames`: where a graph input's symbolic dim names go (batch=1); elsewhere nullptr, and
+  // a name is an error.
+  Expected<TensorType> parseType(std::vector<std::string>* dimNames = nullptr);
   Expected<int64_t> parseInt(const std::string& what);
   Expected<double> parseFloat();
   Expected<AttrValue> parseValue(AttrKind kind, const std::string& what);
@@ -376,7 +378,7 @@ Status Parser::expectTypeColon(const Token& name, const std::string& context) {
                  "expected ':' and a type " + context + ", got " + describe(tok_) + kColonHint);
 }
 
-Expected<TensorType> Parser::parseType() {
+Expected<TensorType> Parser::parseType(std::vector<std::string>* dimNames) {
   if (tok_.kind != Tok::kIdent) return unexpected("a type such as f32[1,3]");
   TensorType t;
   const Token dt = take();
@@ -389,7 +391,19 @@ Expected<TensorType> Parser::parseType() {
   int64_t elements = 1;
   if (!atPunct(']')) {
     for (;;) {
+      std::string dimName;
+      if (tok_.kind == Tok::kIdent) {
+        if (!dimNames)
+          return unexpected("a dimension (symbolic dims such as batch=1 are for graph inputs)");
+        const Token n = take();
+        dimName = std::string(n.text);
+        if (!Graph::isValidDimName(dimName))
+          return errorAt(n.pos, "symbolic dim name '" + clip(n.text) +
+                                    "' is not an identifier (letters, digits and _)");
+        KILN_TRY(expectPunct('=', "after the symbolic dim name (batch=1)"));
+      }
       if (tok_.kind != Tok::kNumber) return unexpected("a dimension");
+      if (dimNames) dimNames->push_back(std::move(dimName));
       const Token d = tok_;
       KILN_ASSIGN_OR_RETURN(int64_t dim, parseInt("a dimension"));
       if (dim < 0)
@@ -758,10 +772,13 @@ Expected<Graph> Parser::parseGraph() {
     if (tok_.kind != Tok::kValue) return unexpected("a graph input such as %x : f32[1,3]");
     const Token name = take();
     KILN_TRY(expectTypeColon(name, "after the input name"));
-    KILN_ASSIGN_OR_RETURN(TensorType type, parseType());
+    std::vector<std::string> dimNames;
+    KILN_ASSIGN_OR_RETURN(TensorType type, parseType(&dimNames));
     KILN_TRY(defineName(name));
     auto v = g.addInput(std::string(name.text), std::move(type));
     if (!v) return errorAt(name.pos, v.status().message());
+    if (Status st = g.setDimNames(*v, std::move(dimNames)); !st)
+      return errorAt(name.pos, st.message());
   }
   take();  // ')'
   KILN_TRY(expectPunct('{', "to open the graph body"));

@@ -34,6 +34,21 @@ std::string typedValue(const Value* v) {
   return v ? valueRef(v) + " : " + v->type().toString() : valueRef(v);
 }
 
+// A graph input; its symbolic dims print as name=size: %x : f32[batch=1,3,224,224].
+std::string typedInput(const Value* v) {
+  if (!v->hasDimNames()) return typedValue(v);
+  const TensorType& t = v->type();
+  std::string out = valueRef(v) + " : " + std::string(dtypeName(t.dtype)) + "[";
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    if (i) out += ",";
+    if (!v->dimNames()[i].empty()) out += v->dimNames()[i] + "=";
+    out += std::to_string(t.shape[i]);
+  }
+  out += "]";
+  if (t.layout != Layout::kPlain) out += "@" + std::string(layoutName(t.layout));
+  return out;
+}
+
 void printNode(std::string& out, const Node& n) {
   out += "  ";
   for (size_t i = 0; i < n.outputs().size(); ++i) {
@@ -148,7 +163,7 @@ std::string printGraph(const Graph& g) {
   out += '(';
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     if (i) out += ", ";
-    out += typedValue(g.inputs()[i]);
+    out += typedInput(g.inputs()[i]);
   }
   out += ") {\n";
   for (const Value* p : g.parameters()) {

@@ -31,7 +31,12 @@ Status verify(const Graph& g) {
   for (const Value* v : g.inputs()) {
     if (!v->isInput()) return internalError("graph input '%" + v->name() + "' is not an input");
     KILN_TRY(define(v, "graph input"));
+    if (v->hasDimNames() && v->dimNames().size() != v->type().shape.size())
+      return invalidArgument("graph input '%" + v->name() + "' has rank " +
+                             std::to_string(v->type().shape.size()) + " but " +
+                             std::to_string(v->dimNames().size()) + " dim names");
   }
+  KILN_TRY(g.dimValues().status());
   for (const Value* v : g.parameters()) {
     KILN_TRY(define(v, "parameter"));
     if (!v->data().empty() && v->data().type() != TensorType{v->type().dtype, v->type().shape})

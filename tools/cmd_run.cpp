@@ -6,8 +6,10 @@
 #include <random>
 
 #include "compiler/compile.h"
+#include "compiler/jit.h"
 #include "frontends/json/graph_json.h"
 #include "frontends/npy/npy.h"
+#include "frontends/onnx/onnx_import.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
 
@@ -54,7 +56,11 @@ Expected<Tensor> randomInput(const ir::TensorType& type, uint64_t seed) {
   return t;
 }
 
-Expected<std::vector<Tensor>> gatherInputs(const ir::Graph& g, const Args& args, uint64_t seed) {
+// The inputs: --input files (NAME=FILE or in order), else seeded random values. When the files'
+// shapes differ from the graph's only in its symbolic dims (Value::dimNames) and `specializer`
+// is set, `g` is made again for them first (an ONNX model is imported again).
+Expected<std::vector<Tensor>> gatherInputs(ir::Graph& g, const Args& args, uint64_t seed,
+                                           const ir::GraphSpecializer& specializer = {}) {
   const auto& files = args.all("input");
   std::vector<Tensor> inputs(g.inputs().size());
   if (files.empty()) {
@@ -67,6 +73,8 @@ Expected<std::vector<Tensor>> gatherInputs(const ir::Graph& g, const Args& args,
   if (files.size() != inputs.size())
     return invalidArgument("the model has " + std::to_string(inputs.size()) + " inputs, got " +
                            std::to_string(files.size()) + " --input files");
+  std::vector<ir::TensorData> data(inputs.size());
+  std::vector<std::string> paths(inputs.size());
   for (size_t i = 0; i < files.size(); ++i) {
     std::string path = files[i];
     size_t slot = i;
@@ -80,13 +88,29 @@ Expected<std::vector<Tensor>> gatherInputs(const ir::Graph& g, const Args& args,
         return invalidArgument("--input " + files[i] + ": the model has no input named '" + name +
                                "'");
     }
-    KILN_ASSIGN_OR_RETURN(ir::TensorData data, frontends::readNpy(path));
-    const ir::TensorType& want = g.inputs()[slot]->type();
-    if (data.dtype() != want.dtype || data.shape() != want.shape)
-      return invalidArgument(path + ": input '" + g.inputs()[slot]->name() + "' expects " +
+    KILN_ASSIGN_OR_RETURN(data[slot], frontends::readNpy(path));
+    paths[slot] = path;
+  }
+  std::vector<ir::TensorType> types;
+  bool same = true;
+  for (size_t i = 0; i < data.size(); ++i) {
+    types.push_back({data[i].dtype(), data[i].shape()});
+    same = same && types[i].dtype == g.inputs()[i]->type().dtype &&
+           types[i].shape == g.inputs()[i]->type().shape;
+  }
+  if (!same && specializer && compiler::checkSignature(g, types)) {
+    KILN_ASSIGN_OR_RETURN(g, specializer(types));
+  }
+  for (size_t i = 0; i < data.size(); ++i) {
+    const ir::TensorType& want = g.inputs()[i]->type();
+    if (data[i].dtype() != want.dtype || data[i].shape() != want.shape) {
+      Status why = compiler::checkSignature(g, types);
+      return invalidArgument(paths[i] + ": input '" + g.inputs()[i]->name() + "' expects " +
                              ir::TensorType{want.dtype, want.shape}.toString() +
-                             ", the file holds " + data.type().toString());
-    inputs[slot] = Tensor::fromData(data);
+                             ", the file holds " + data[i].type().toString() +
+                             (why ? "" : " (" + why.message() + ")"));
+    }
+    inputs[i] = Tensor::fromData(data[i]);
   }
   return inputs;
 }
@@ -127,7 +151,13 @@ int runRun(const Args& args) {
                         std::to_string(outFiles.size()) + " --output files"));
   auto seed = args.intValue("seed", 0, 0, INT64_MAX);
   if (!seed) return reportError("run", seed.status());
-  auto inputs = gatherInputs(*g, args, static_cast<uint64_t>(*seed));
+  ir::GraphSpecializer specializer;
+  if (std::filesystem::path(args.positional[0]).extension() == ".onnx") {
+    auto made = frontends::onnxSpecializer(args.positional[0]);
+    if (!made) return reportError("run", made.status());
+    specializer = std::move(*made);
+  }
+  auto inputs = gatherInputs(*g, args, static_cast<uint64_t>(*seed), specializer);
   if (!inputs) return reportError("run", inputs.status());
 
   const bool eager = args.flag("eager");

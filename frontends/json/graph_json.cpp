@@ -206,7 +206,11 @@ void appendArray(std::string& out, const char* key, const std::vector<Json>& ite
 Expected<std::string> graphToText(const ir::Graph& g, const std::string& weightsName,
                                   TensorMap& weights) {
   std::vector<Json> inputs, parameters, nodes;
-  for (const ir::Value* v : g.inputs()) inputs.push_back(typeToJson(v->name(), v->type()));
+  for (const ir::Value* v : g.inputs()) {
+    Json j = typeToJson(v->name(), v->type());
+    if (v->hasDimNames()) j["dim_names"] = v->dimNames();
+    inputs.push_back(std::move(j));
+  }
   for (const ir::Value* p : g.parameters()) {
     if (p->data().empty())
       return invalidArgument("parameter " + inQuotes(p->name()) +
@@ -434,13 +438,26 @@ class GraphLoader {
     if (!inputs.is_array()) return fail("", "\"inputs\" must be an array, got " + shown(inputs));
     for (size_t i = 0; i < inputs.size(); ++i) {
       const std::string where = "input " + std::to_string(i);
-      KILN_TRY(checkKeys(inputs[i], where, {"name", "dtype", "shape"}, {"layout"}));
+      KILN_TRY(checkKeys(inputs[i], where, {"name", "dtype", "shape"}, {"layout", "dim_names"}));
       KILN_ASSIGN_OR_RETURN(std::string name, getString(inputs[i], "name", where));
       const std::string named = where + " (" + inQuotes(name) + ")";
       KILN_TRY(checkNewName(name, named));
       KILN_ASSIGN_OR_RETURN(ir::TensorType type, getType(inputs[i], named));
       auto v = graph_.addInput(name, std::move(type));
       if (!v) return fail(named, v.status().message());
+      if (inputs[i].contains("dim_names")) {
+        const Json& names = inputs[i].at("dim_names");
+        std::vector<std::string> dimNames;
+        if (names.is_array())
+          for (const Json& n : names) {
+            if (!n.is_string()) break;
+            dimNames.push_back(n.get<std::string>());
+          }
+        if (!names.is_array() || dimNames.size() != names.size())
+          return fail(named, "\"dim_names\" must be an array of strings, got " + shown(names));
+        if (Status st = graph_.setDimNames(*v, std::move(dimNames)); !st)
+          return fail(named, st.message());
+      }
     }
     return Status::ok();
   }

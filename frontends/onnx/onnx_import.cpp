@@ -5,10 +5,14 @@
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <cctype>
 #include <climits>
 #include <filesystem>
+#include <memory>
 #include <new>
+#include <optional>
 #include <set>
+#include <span>
 #include <unordered_map>
 
 #include "frontends/file_io.h"
@@ -19,6 +23,7 @@ namespace kiln::frontends {
 
 namespace fs = std::filesystem;
 using onnx_import::Importer;
+using onnx_import::InputDimNames;
 
 namespace {
 
@@ -75,7 +80,18 @@ Status checkAllTensorData(::onnx::ModelProto& model, const std::string& modelDir
 // Gives every symbolic dim of the graph inputs a value (kiln shapes are static), and the same
 // value to dims of that name in outputs and value_info, so that ONNX shape inference works
 // with the static shapes. Every dim without a value is listed in one error.
-Status specializeInputDims(::onnx::GraphProto& graph, const OnnxImportOptions& options) {
+// kiln's name for an ONNX dim_param: an identifier (ir::Graph::isValidDimName).
+std::string dimName(const std::string& param) {
+  std::string out;
+  for (char c : param.substr(0, 64)) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out = "_" + out;
+  return out.substr(0, 64);
+}
+
+// Returns kiln's dim names per graph input (Value::dimNames): the dim_params, and "batch" for
+// an unnamed unknown first dim that took OnnxImportOptions::defaultBatch.
+Expected<InputDimNames> specializeInputDims(::onnx::GraphProto& graph,
+                                            const OnnxImportOptions& options) {
   for (const auto& [name, v] : options.dimValues)
     if (v < 0)
       return invalidArgument("OnnxImportOptions::dimValues[\"" + name + "\"] is " +
@@ -95,6 +111,7 @@ Status specializeInputDims(::onnx::GraphProto& graph, const OnnxImportOptions& o
   }
 
   std::vector<std::string> missing;
+  InputDimNames names;
   for (auto& in : *graph.mutable_input()) {
     if (initializers.count(in.name())) continue;
     if (!in.type().has_tensor_type())
@@ -113,9 +130,13 @@ Status specializeInputDims(::onnx::GraphProto& graph, const OnnxImportOptions& o
                                  std::to_string(d));
         continue;
       }
+      auto& inputNames = names[in.name()];
+      inputNames.resize(static_cast<size_t>(tt->shape().dim_size()));
       if (dim->has_dim_param() && values.count(dim->dim_param())) {
+        inputNames[static_cast<size_t>(d)] = dimName(dim->dim_param());
         dim->set_dim_value(values.at(dim->dim_param()));
       } else if (!dim->has_dim_param() && d == 0 && options.defaultBatch) {
+        inputNames[0] = "batch";
         dim->set_dim_value(*options.defaultBatch);
       } else {
         missing.push_back("input '" + in.name() + "' dim " + std::to_string(d) +
@@ -137,7 +158,7 @@ Status specializeInputDims(::onnx::GraphProto& graph, const OnnxImportOptions& o
   };
   for (auto& vi : *graph.mutable_output()) specialize(vi);
   for (auto& vi : *graph.mutable_value_info()) specialize(vi);
-  return Status::ok();
+  return names;
 }
 
 // libonnx 1.12's shape inference trusts what its checker does not look at: a zero stride
@@ -239,9 +260,10 @@ Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions&
     return invalidArgument(name + " has no graph (an empty or non-ONNX protobuf?)");
   KILN_TRY(checkOpsets(model).withContext(name));
   KILN_TRY(checkAllTensorData(model, modelDir).withContext(name));
-  KILN_TRY(specializeInputDims(*model.mutable_graph(), options).withContext(name));
+  auto dimNames = specializeInputDims(*model.mutable_graph(), options);
+  if (!dimNames) return dimNames.status().withContext(name);
   KILN_TRY(checkAndInferShapes(model).withContext(name));
-  return Importer(model, name).run();
+  return Importer(model, name, std::move(*dimNames)).run();
 }
 
 }  // namespace
@@ -259,7 +281,9 @@ Expected<ir::Graph> loadOnnxFromBytes(std::string_view bytes, const OnnxImportOp
   }
 }
 
-Expected<ir::Graph> loadOnnx(const std::string& path, const OnnxImportOptions& options) {
+namespace {
+
+Expected<std::string> readModelFile(const std::string& path) {
   KILN_ASSIGN_OR_RETURN(InputFile file, openInputFile(path, "ONNX model"));
   if (file.size > static_cast<uint64_t>(INT_MAX))
     return invalidArgument("ONNX model '" + path + "' is " + std::to_string(file.size) +
@@ -268,9 +292,60 @@ Expected<ir::Graph> loadOnnx(const std::string& path, const OnnxImportOptions& o
   std::string bytes(file.size, '\0');
   if (file.size && !file.stream.read(bytes.data(), static_cast<std::streamsize>(file.size)))
     return ioError("ONNX model '" + path + "': reading failed");
+  return bytes;
+}
+
+std::string modelDirOf(const std::string& path) {
   std::string dir = fs::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  return loadOnnxFromBytes(bytes, options, dir, path);
+  return dir.empty() ? "." : dir;
+}
+
+}  // namespace
+
+Expected<ir::Graph> loadOnnx(const std::string& path, const OnnxImportOptions& options) {
+  KILN_ASSIGN_OR_RETURN(std::string bytes, readModelFile(path));
+  return loadOnnxFromBytes(bytes, options, modelDirOf(path), path);
+}
+
+Expected<ir::GraphSpecializer> onnxSpecializer(const std::string& path,
+                                               const OnnxImportOptions& options) {
+  KILN_ASSIGN_OR_RETURN(std::string bytes, readModelFile(path));
+  ::onnx::ModelProto model;
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) || !model.has_graph())
+    return invalidArgument(path + " is not an ONNX model (the protobuf does not parse)");
+  // Per kiln input (the graph inputs that are not initializers, in order): each dim's
+  // dim_param, "" for a fixed dim, and nullopt for an unknown one.
+  std::set<std::string> initializers;
+  for (const auto& init : model.graph().initializer()) initializers.insert(init.name());
+  std::vector<std::vector<std::optional<std::string>>> dims;
+  for (const auto& in : model.graph().input()) {
+    if (initializers.count(in.name())) continue;
+    auto& d = dims.emplace_back();
+    for (const auto& dim : in.type().tensor_type().shape().dim())
+      d.push_back(dim.has_dim_value()   ? std::optional<std::string>("")
+                  : dim.has_dim_param() ? std::optional<std::string>(dim.dim_param())
+                                        : std::nullopt);
+  }
+  auto shared = std::make_shared<const std::string>(std::move(bytes));
+  return ir::GraphSpecializer(
+      [shared, dims, options, path](std::span<const ir::TensorType> types) -> Expected<ir::Graph> {
+        if (types.size() != dims.size())
+          return invalidArgument(path + " takes " + std::to_string(dims.size()) + " inputs, got " +
+                                 std::to_string(types.size()));
+        OnnxImportOptions specialized = options;
+        for (size_t i = 0; i < dims.size(); ++i) {
+          if (types[i].shape.size() != dims[i].size())
+            return invalidArgument(path + ": input " + std::to_string(i) + " has rank " +
+                                   std::to_string(dims[i].size()) + ", got " + types[i].toString());
+          for (size_t d = 0; d < dims[i].size(); ++d) {
+            if (!dims[i][d] && d == 0)
+              specialized.defaultBatch = types[i].shape[d];
+            else if (!dims[i][d]->empty())
+              specialized.dimValues[*dims[i][d]] = types[i].shape[d];
+          }
+        }
+        return loadOnnxFromBytes(*shared, specialized, modelDirOf(path), path);
+      });
 }
 
 }  // namespace kiln::frontends

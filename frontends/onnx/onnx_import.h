@@ -17,8 +17,9 @@ inline constexpr int kMinOnnxOpset = 11;
 inline constexpr int kMaxOnnxOpset = 17;
 
 struct OnnxImportOptions {
-  // Values for symbolic dims (`dim_param`) of graph inputs, by name: kiln graphs have static
-  // shapes, so every symbolic dim is specialized at import.
+  // Values for symbolic dims (`dim_param`) of graph inputs, by name. The graph is specialized
+  // for these sizes; the dims keep their names (ir::Value::dimNames, sanitized to identifiers)
+  // so that kiln::jit with onnxSpecializer() imports again for other sizes.
   std::map<std::string, int64_t> dimValues;
   // The value of a symbolic (or unknown) first dim of a graph input whose name is not in
   // dimValues: the batch size. Unset: such dims are an error like any other.
@@ -36,5 +37,12 @@ Expected<ir::Graph> loadOnnx(const std::string& path, const OnnxImportOptions& o
 Expected<ir::Graph> loadOnnxFromBytes(std::string_view bytes, const OnnxImportOptions& options = {},
                                       const std::string& modelDir = "",
                                       const std::string& displayName = "ONNX model");
+
+// For kiln::jit and `kiln run`: imports the model at `path` again for new input types, every
+// symbolic dim (and an unnamed unknown first dim, as defaultBatch) taking its size from them,
+// so that shape arithmetic folded at import is redone. Reads the file once, now; `options`
+// supplies everything else (its dim values are overridden).
+Expected<ir::GraphSpecializer> onnxSpecializer(const std::string& path,
+                                               const OnnxImportOptions& options = {});
 
 }  // namespace kiln::frontends

@@ -30,8 +30,8 @@ const std::vector<const ::onnx::NodeProto*> kNoNodes;
 
 }  // namespace
 
-Importer::Importer(::onnx::ModelProto& model, std::string displayName)
-    : model_(model), displayName_(std::move(displayName)) {
+Importer::Importer(::onnx::ModelProto& model, std::string displayName, InputDimNames dimNames)
+    : model_(model), displayName_(std::move(displayName)), dimNames_(std::move(dimNames)) {
   for (const auto& imp : model_.opset_import())
     opsets_[imp.domain() == "ai.onnx" ? "" : imp.domain()] = static_cast<int>(imp.version());
   const auto& g = model_.graph();
@@ -135,6 +135,8 @@ Status Importer::addGraphInputs() {
                              ir::shapeToString(shape) + " whose size does not fit in 64 bits");
     KILN_ASSIGN_OR_RETURN(
         ir::Value * v, graph_.addInput(uniqueName(in.name()), {*dtype, shape, ir::Layout::kPlain}));
+    if (auto it = dimNames_.find(in.name()); it != dimNames_.end())
+      KILN_TRY(graph_.setDimNames(v, it->second));
     values_[in.name()].value = v;
   }
   return Status::ok();

@@ -2,6 +2,7 @@
 // problems found so far) and NodeContext, the view of it that an op mapper gets for one node.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,9 +34,12 @@ struct NodeProblem {
   ErrorCode code;
 };
 
+// Per ONNX graph input name, kiln's names of its symbolic dims (ir::Value::dimNames).
+using InputDimNames = std::map<std::string, std::vector<std::string>>;
+
 class Importer {
  public:
-  Importer(::onnx::ModelProto& model, std::string displayName);
+  Importer(::onnx::ModelProto& model, std::string displayName, InputDimNames dimNames = {});
 
   // Builds the kiln graph from a model that passed the ONNX checker and shape inference and
   // whose graph inputs have static shapes.
@@ -68,6 +72,7 @@ class Importer {
 
   ::onnx::ModelProto& model_;
   std::string displayName_;
+  InputDimNames dimNames_;
   ir::Graph graph_;
   std::unordered_map<std::string, int> opsets_;  // Domain ("" for ai.onnx) -> version.
   std::unordered_map<std::string, OnnxValue> values_;

@@ -206,6 +206,12 @@ Status mapResize(NodeContext& ctx) {
     const int64_t in = xt.shape[d], out = sizes[d];
     if (in == out && scales[d] == 1.0) continue;
     if (in == 0) return ctx.invalid("cannot resize an empty dim " + std::to_string(d));
+    // The gather indices and blend weights are import-time tables of `out` entries each.
+    constexpr int64_t kMaxResized = int64_t{1} << 20;
+    if (out > kMaxResized)
+      return ctx.unsupported("Resize of dim " + std::to_string(d) + " to " + std::to_string(out) +
+                             " (kiln builds its index tables at import: at most " +
+                             std::to_string(kMaxResized) + " per dim)");
     std::vector<int64_t> lo(static_cast<size_t>(out)), hi(static_cast<size_t>(out));
     std::vector<double> wHi(static_cast<size_t>(out));
     for (int64_t i = 0; i < out; ++i) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end tests of the `kiln` tool: results, exit codes, error messages and files left
-# behind. Usage: cli_tests.sh KILN_BINARY DATA_DIR
+# behind. Usage: cli_tests.sh KILN_BINARY TESTS_DIR (the source tree's tests/)
 set -u
 KILN=$1
+TESTS_DIR=$(cd "$2" && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
@@ -111,6 +112,25 @@ check "bench" 0 "speedup" -- "$KILN" bench mlp --runs 3 --warmup 1
 check "bench --json" 0 '"compile_cold_ms"' -- "$KILN" bench mnist_cnn --runs 2 --warmup 0 --json
 check "bad --runs" 2 "--runs must be between" -- "$KILN" bench mlp --runs 0
 check "missing onnx file" 2 "model\.onnx" -- "$KILN" info model.onnx
+
+# ---- ONNX models with a symbolic batch dim ("N"), from the fuzz seeds.
+ONNX_CNN=$TESTS_DIR/fuzz/corpus/onnx/cnn.onnx
+# A .npy of f32 zeros: npy_zeros FILE "3, 2, 8, 8" ELEMENTS (a version 1.0 header, 128 bytes).
+npy_zeros() {
+  local header="{'descr': '<f4', 'fortran_order': False, 'shape': ($2), }"
+  header=$(printf '%-117s' "$header")
+  { printf '\x93NUMPY\x01\x00\x76\x00'; printf '%s\n' "$header"; head -c $(($3 * 4)) /dev/zero; } >"$1"
+}
+npy_zeros x3.npy "3, 2, 8, 8" 384
+npy_zeros x3bad.npy "3, 2, 9, 8" 432
+check "onnx info --batch" 0 "input +%x : f32\[3,2,8,8\]" -- "$KILN" info "$ONNX_CNN" --batch 3
+check "onnx dump keeps dim names" 0 "%x : f32\[N=1,2,8,8\]" -- "$KILN" dump "$ONNX_CNN"
+check "onnx run, symbolic batch from the input" 0 "%p : f32\[3,3\]" -- \
+  "$KILN" run "$ONNX_CNN" --input x3.npy --cache-dir cache
+check "onnx run eager, symbolic batch" 0 "%p : f32\[3,3\]" -- "$KILN" run "$ONNX_CNN" --eager --input x3.npy
+check "onnx run, static dim changed" 2 "dim 2 is fixed at 8 by the model, got 9" -- \
+  "$KILN" run "$ONNX_CNN" --eager --input x3bad.npy
+check "onnx bench" 0 "speedup" -- "$KILN" bench "$ONNX_CNN" --runs 2 --warmup 0 --cache-dir cache
 leftovers=$(ls -A | grep -E '\.tmp|~$' || true)
 if [ -n "$leftovers" ]; then echo "FAIL: temporary files left: $leftovers"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 

@@ -8,6 +8,8 @@
 
 #include "compiler/compile.h"
 #include "compiler/jit.h"
+#include "frontends/onnx/onnx_import.h"
+#include "frontends/onnx_model_builder.h"
 #include "ir/parser.h"
 #include "models/zoo.h"
 #include "runtime/eager.h"
@@ -310,4 +312,76 @@ TEST_CASE("every conv algorithm and both layouts give the compiled result eager 
   plain.libraryFusion = false;
   checkCompiledMatchesEager(*g, plain, 1e-4, 22);
   std::filesystem::remove_all(cache);
+}
+
+TEST_CASE("jit of an ONNX model: symbolic dims re-import, static dims and dtypes are checked") {
+  // y = relu(reshape(x @ w, [N, 32])) with the target shape computed from Shape(x): the
+  // importer folds it to a constant, so a new batch needs the model imported again.
+  onnxtest::Model m(17);
+  m.input("x", {std::string("N"), int64_t{4}, int64_t{8}});
+  std::vector<float> w(64);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 7) / 7.0f - 0.4f;
+  m.init("w", {8, 8}, w)
+      .initI64("zero", {1}, {0})
+      .initI64("cols", {1}, {32})
+      .node("MatMul", {"x", "w"}, {"h"})
+      .node("Shape", {"x"}, {"s"})
+      .node("Gather", {"s", "zero"}, {"n"}, {onnxtest::attrInt("axis", 0)})
+      .node("Concat", {"n", "cols"}, {"shape"}, {onnxtest::attrInt("axis", 0)})
+      .node("Reshape", {"h", "shape"}, {"r"})
+      .node("Relu", {"r"}, {"y"})
+      .output("y");
+  const auto dir = std::filesystem::path(tempCacheDir("jit_onnx"));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "model.onnx").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << m.bytes();
+  }
+  frontends::OnnxImportOptions options;
+  options.defaultBatch = 2;
+  auto g = frontends::loadOnnx(path, options);
+  REQUIRE(g.hasValue());
+  REQUIRE(g->inputs()[0]->dimNames() == std::vector<std::string>{"N", "", ""});
+  auto specializer = frontends::onnxSpecializer(path);
+  REQUIRE(specializer.hasValue());
+
+  compiler::CompileOptions opts;
+  opts.cacheDir = (dir / "cache").string();
+  auto jitted = kiln::jit(*g, opts, *specializer);
+  std::mt19937 rng(3);
+  for (int64_t batch : {2, 3, 5}) {
+    INFO("batch " << batch);
+    const std::vector<Tensor> x{randomTensor({ir::DType::kF32, {batch, 4, 8}}, rng)};
+    auto y = jitted(x);
+    REQUIRE(y.hasValue());
+    CHECK((*y)[0].shape() == ir::Shape{batch, 32});
+    // Eager on the model imported for this batch is the reference.
+    frontends::OnnxImportOptions exact;
+    exact.dimValues["N"] = batch;
+    auto ref = frontends::loadOnnx(path, exact);
+    REQUIRE(ref.hasValue());
+    runtime::EagerExecutor eager(*ref);
+    auto want = eager.run(x);
+    REQUIRE(want.hasValue());
+    CHECK(relError((*y)[0], (*want)[0]) < 1e-5);
+  }
+  CHECK(jitted.compiles() == 3);
+
+  // A static dim or the dtype may not change: clear errors, nothing compiled.
+  auto wide = jitted(std::vector<Tensor>{randomTensor({ir::DType::kF32, {2, 5, 8}}, rng)});
+  REQUIRE_FALSE(wide.hasValue());
+  CHECK_THAT(wide.status().message(),
+             Catch::Contains("input 'x' dim 1 is fixed at 4 by the model, got 5"));
+  auto f64 = jitted(std::vector<Tensor>{randomTensor({ir::DType::kF64, {2, 4, 8}}, rng)});
+  REQUIRE_FALSE(f64.hasValue());
+  CHECK_THAT(f64.status().message(), Catch::Contains("input 'x' has dtype f32, got f64[2,4,8]"));
+  CHECK(jitted.compiles() == 3);
+
+  // Without the re-import, the folded reshape pins the batch: the error names the node.
+  auto plain = kiln::jit(*g, opts);
+  auto pinned = plain(std::vector<Tensor>{randomTensor({ir::DType::kF32, {3, 4, 8}}, rng)});
+  REQUIRE_FALSE(pinned.hasValue());
+  CHECK_THAT(pinned.status().message(), Catch::Contains("cannot specialize for the new input"));
+  std::filesystem::remove_all(dir);
 }

@@ -327,8 +327,7 @@ TEST_CASE("attribute encoding round trips every kind bitwise", "[graph_json]") {
 TEST_CASE("the example in docs/graph-format.md loads", "[graph_json]") {
   // Found from the test data directory (an absolute path CMake passes in).
   const auto docPath =
-      (std::filesystem::path(KILN_TEST_DATA_DIR) / "../../docs/graph-format.md")
-          .lexically_normal();
+      (std::filesystem::path(KILN_TEST_DATA_DIR) / "../../docs/graph-format.md").lexically_normal();
   const std::string doc = readBytes(docPath.string());
   const size_t begin = doc.find("```json\n");
   REQUIRE(begin != std::string::npos);
@@ -648,4 +647,36 @@ TEST_CASE("graph JSON: failed saves leave no output behind", "[graph_json]") {
     CHECK_THAT(saveGraphJson(bad, dir.file("model.json")).message(), Contains("not valid UTF-8"));
     CHECK(dir.list().empty());
   }
+}
+
+TEST_CASE("graph JSON: symbolic dim names of inputs round-trip; malformed ones are errors",
+          "[graph_json]") {
+  Graph g("sym");
+  auto x = g.addInput("x", {DType::kF32, {2, 3}});
+  KILN_REQUIRE_OK(x);
+  KILN_REQUIRE_OK(g.setDimNames(*x, {"batch", ""}));
+  auto y = g.addNode(OpKind::kRelu, {*x});
+  KILN_REQUIRE_OK(y);
+  g.setOutputs({(*y)->output()});
+  TempDir dir;
+  const std::string path = dir.file("model.json");
+  KILN_REQUIRE_OK(saveGraphJson(g, path));
+  const std::string text = readBytes(path);
+  CHECK_THAT(text, Contains("\"dim_names\":[\"batch\",\"\"]"));
+  auto loaded = loadGraphJson(path);
+  KILN_REQUIRE_OK(loaded);
+  CHECK(loaded->inputs()[0]->dimNames() == std::vector<std::string>{"batch", ""});
+
+  auto withNames = [&](const std::string& names) {
+    std::string bad = text;
+    const std::string from = "[\"batch\",\"\"]";
+    bad.replace(bad.find(from), from.size(), names);
+    writeBytes(path, bad);
+    auto r = loadGraphJson(path);
+    REQUIRE_FALSE(r.hasValue());
+    return r.status().message();
+  };
+  CHECK_THAT(withNames("[1,\"\"]"), Contains("\"dim_names\" must be an array of strings"));
+  CHECK_THAT(withNames("[\"batch\"]"), Contains("has rank 2 but 1 dim names"));
+  CHECK_THAT(withNames("[\"b-1\",\"\"]"), Contains("'b-1' is not an identifier"));
 }

@@ -5,6 +5,7 @@
 
 #include "frontends/test_files.h"
 #include "frontends/test_onnx_model.h"
+#include "ir/printer.h"
 
 using namespace kiln::onnxtest;
 using kiln::ErrorCode;
@@ -70,6 +71,17 @@ TEST_CASE("onnx: symbolic dims are specialized from the options") {
     const kiln::ir::Graph g = import(m, options);
     CHECK(g.inputs()[0]->type().shape == Shape{3, 3, 6, 6});
     CHECK(g.outputs()[0]->type().shape == Shape{3, 5});
+    // The symbolic dims stay named in the graph, for kiln::jit to specialize again.
+    CHECK(g.inputs()[0]->dimNames() == std::vector<std::string>{"N", "", "H", "H"});
+    CHECK_THAT(kiln::ir::printGraph(g), Catch::Contains("%image : f32[N=3,3,H=6,H=6]"));
+  }
+  SECTION("dim_params that are not identifiers are named after them") {
+    const Model odd =
+        smallCnn({std::string("batch size"), int64_t{3}, std::string("2h"), std::string("2h")});
+    OnnxImportOptions options;
+    options.dimValues = {{"batch size", 2}, {"2h", 5}};
+    CHECK(import(odd, options).inputs()[0]->dimNames() ==
+          std::vector<std::string>{"batch_size", "", "_2h", "_2h"});
   }
   SECTION("dimValues wins over defaultBatch") {
     OnnxImportOptions options;
@@ -105,6 +117,7 @@ TEST_CASE("onnx: symbolic dims are specialized from the options") {
     OnnxImportOptions options;
     options.defaultBatch = 4;
     CHECK(import(u, options).inputs()[0]->type().shape == Shape{4, 3});
+    CHECK(import(u, options).inputs()[0]->dimNames() == std::vector<std::string>{"batch", ""});
     CHECK_THAT(importError(u).message(), Catch::Contains("input 'x' dim 0 (unnamed)"));
   }
   SECTION("negative option values are rejected") {

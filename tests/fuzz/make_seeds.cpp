@@ -24,7 +24,7 @@ struct Source {
 
 // Small graphs in text IR; together they use every op in ir/ops.def.
 const Source kGraphs[] = {
-    {"mlp", R"(graph mlp(%x : f32[2,4]) {
+    {"mlp", R"(graph mlp(%x : f32[batch=2,4]) {
   param %fc1.weight : f32[3,4]
   param %fc1.bias : f32[3]
   param %fc2.weight : f32[2,3]

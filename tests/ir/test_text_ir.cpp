@@ -82,6 +82,7 @@ void requireSameValue(const Value* a, const Value* b) {
   REQUIRE(a->type() == b->type());
   REQUIRE(a->kind() == b->kind());
   REQUIRE(a->trainable() == b->trainable());
+  REQUIRE(a->dimNames() == b->dimNames());
 }
 
 // Structural equality: names, types, kinds, ops, attributes, node names, edges, outputs.
@@ -716,4 +717,38 @@ TEST_CASE("text IR: randomly mutated texts parse or fail without crashing") {
     }
   }
   CHECK(parsedOk > 0);
+}
+
+TEST_CASE("text IR: symbolic dims of graph inputs print as name=size and round-trip") {
+  Graph g("sym");
+  Value* x = *g.addInput("x", T(DType::kF32, {2, 3, 4}));
+  Value* y = *g.addInput("y", T(DType::kF32, {2, 4}));
+  REQUIRE(g.setDimNames(x, {"batch", "", "seq_len"}).isOk());
+  REQUIRE(g.setDimNames(y, {"batch", "seq_len"}).isOk());
+  g.setOutputs({x, y});
+  const std::string text = checkRoundTrip(g);
+  CHECK_THAT(text,
+             Contains("graph sym(%x : f32[batch=2,3,seq_len=4], %y : f32[batch=2,seq_len=4])"));
+  Graph parsed = mustParse(text);
+  CHECK(parsed.inputs()[0]->dimNames() == std::vector<std::string>{"batch", "", "seq_len"});
+  auto values = parsed.dimValues();
+  REQUIRE(values.hasValue());
+  CHECK(*values == std::map<std::string, int64_t>{{"batch", 2}, {"seq_len", 4}});
+  // All-empty names clear them.
+  REQUIRE(g.setDimNames(y, {"", ""}).isOk());
+  CHECK_FALSE(g.inputs()[1]->hasDimNames());
+}
+
+TEST_CASE("text IR: misplaced or malformed symbolic dims are errors") {
+  CHECK_THAT(parseError("graph g(%x : f32[n=2]) {\n  %y : f32[n=2] = relu(%x)\n  return %y\n}"),
+             Contains("symbolic dims such as batch=1 are for graph inputs"));
+  CHECK_THAT(parseError("graph g(%x : f32[n 2]) {\n  return %x\n}"),
+             Contains("after the symbolic dim name"));
+  CHECK_THAT(parseError("graph g(%x : f32[n=2], %y : f32[n=3]) {\n  return %x\n}"),
+             Contains("symbolic dim 'n' is 2 in one input but 3 in input '%y'"));
+  Graph g("bad");
+  Value* x = *g.addInput("x", T(DType::kF32, {2, 3}));
+  CHECK_THAT(g.setDimNames(x, {"batch"}).message(), Contains("has rank 2 but 1 dim names"));
+  CHECK_THAT(g.setDimNames(x, {"9x", ""}).message(), Contains("'9x' is not an identifier"));
+  CHECK_THAT(g.setDimNames(x, {"a-b", ""}).message(), Contains("not an identifier"));
 }
