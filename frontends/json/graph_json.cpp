@@ -420,6 +420,12 @@ class GraphLoader {
     if (relative.is_absolute())
       return fail(
           "", "\"weights\" must be relative to the JSON file's directory, got " + shown(weights));
+    // Inside that directory, as for ONNX external data: a model file never names files
+    // elsewhere on the machine.
+    for (const fs::path& part : relative)
+      if (part == "..")
+        return fail("", "\"weights\" must stay inside the JSON file's directory (no '..'), got " +
+                            shown(weights));
     weightsPath_ = (fs::path(path_).parent_path() / relative).string();
     auto contents = readSafetensorsFile(weightsPath_);
     if (!contents) {

@@ -546,6 +546,14 @@ TEST_CASE("graph JSON: the weights file", "[graph_json]") {
     CHECK_THAT(st.message(), Contains(dir.file("model.json") + ": the weights file '" +
                                       dir.file("model.safetensors") + "' does not exist"));
   }
+  SECTION("a weights path outside the JSON file's directory") {
+    CHECK_THAT(
+        loadError(replaced(kBase, "\"model.safetensors\"", "\"../model.safetensors\"")).message(),
+        Contains("must stay inside the JSON file's directory (no '..')"));
+    CHECK_THAT(
+        loadError(replaced(kBase, "\"model.safetensors\"", "\"/tmp/model.safetensors\"")).message(),
+        Contains("must be relative"));
+  }
   SECTION("a parameter missing from the weights file") {
     TensorMap w = baseWeights();
     w.erase("b");
