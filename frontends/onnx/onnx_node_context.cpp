@@ -18,6 +18,11 @@ const ::onnx::AttributeProto* findAttr(const ::onnx::NodeProto& node, std::strin
 Status wrongKind(std::string_view name, const char* kind) {
   return invalidArgument("attribute '" + std::string(name) + "' must be " + kind);
 }
+
+Status missingValue(std::string_view name) {
+  return invalidArgument("attribute '" + std::string(name) +
+                         "' declares its type but holds no value");
+}
 }  // namespace
 
 bool NodeContext::hasAttr(std::string_view name) const {
@@ -31,6 +36,9 @@ Expected<int64_t> NodeContext::attrInt(std::string_view name, std::optional<int6
     return invalidArgument("missing required attribute '" + std::string(name) + "'");
   }
   if (a->type() != ::onnx::AttributeProto::INT) return wrongKind(name, "an int");
+  // ONNX's own readers fall back to the default when the value field is absent; kiln does not
+  // guess which one the producer meant.
+  if (!a->has_i()) return missingValue(name);
   return a->i();
 }
 
@@ -49,6 +57,7 @@ Expected<double> NodeContext::attrFloat(std::string_view name, std::optional<dou
     return invalidArgument("missing required attribute '" + std::string(name) + "'");
   }
   if (a->type() != ::onnx::AttributeProto::FLOAT) return wrongKind(name, "a float");
+  if (!a->has_f()) return missingValue(name);
   return static_cast<double>(a->f());
 }
 
@@ -60,6 +69,7 @@ Expected<std::string> NodeContext::attrString(std::string_view name,
     return invalidArgument("missing required attribute '" + std::string(name) + "'");
   }
   if (a->type() != ::onnx::AttributeProto::STRING) return wrongKind(name, "a string");
+  if (!a->has_s()) return missingValue(name);
   return a->s();
 }
 
@@ -85,6 +95,7 @@ Expected<ir::TensorData> NodeContext::attrTensor(std::string_view name) const {
   const auto* a = findAttr(node_, name);
   if (!a) return invalidArgument("missing required attribute '" + std::string(name) + "'");
   if (a->type() != ::onnx::AttributeProto::TENSOR) return wrongKind(name, "a tensor");
+  if (!a->has_t()) return missingValue(name);
   return tensorFromProto(a->t(), "attribute '" + std::string(name) + "'");
 }
 
