@@ -113,6 +113,11 @@ const std::string& hostCpuName() {
   return name;
 }
 
+const std::string& hostTriple() {
+  static const std::string triple = llvm::sys::getDefaultTargetTriple();
+  return triple;
+}
+
 const std::string& hostCpuFeatures() {
   static const std::string features = [] {
     llvm::StringMap<bool> map;

@@ -16,6 +16,8 @@ namespace kiln::codegen {
 // it ("+avx2,+avx512f,...,-amx-tile"), sorted so that it is stable for cache keys.
 const std::string& hostCpuName();
 const std::string& hostCpuFeatures();
+// LLVM's target triple for this machine ("x86_64-pc-linux-gnu"), which compiled objects target.
+const std::string& hostTriple();
 
 struct CpuCompileOptions {
   // LLVM CPU name; code is tuned for it and may use every instruction it has.

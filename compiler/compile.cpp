@@ -85,7 +85,9 @@ class Driver {
     KILN_TRY(buildPlan());
     report_.planMs = msSince(tp);
     report_.totalMs = msSince(t0);
-    return std::make_unique<CompiledModel>(plan_, std::move(report_), opts_.runThreads);
+    return std::make_unique<CompiledModel>(plan_, std::move(report_), opts_.runThreads,
+                                           std::move(code_info_),
+                                           std::make_shared<const ir::Graph>(std::move(graph_)));
   }
 
  private:
@@ -376,6 +378,12 @@ class Driver {
     auto code = std::make_shared<runtime::LoadedObjects>();
     for (size_t i = 0; i < objects.size(); ++i)
       KILN_TRY(code->add(objects[i], sources[i].moduleName));
+    code_info_->triple = codegen::hostTriple();
+    code_info_->cpu = copts.cpu;
+    code_info_->features = copts.features;
+    for (size_t i = 0; i < objects.size(); ++i)
+      code_info_->modules.push_back(
+          {sources[i].moduleName, std::move(sources[i].source), std::move(objects[i])});
     for (size_t i = 0; i < kernels_.size(); ++i) {
       KILN_ASSIGN_OR_RETURN(auto fn, code->lookupFunction<void(void* const*, long long, long long)>(
                                          kernels_[i].name));
@@ -399,6 +407,8 @@ class Driver {
       auto ptx = codegen::compileCuda(src, "kiln_kernels.cu", arch);
       if (!ptx)
         report_.cudaErrors.push_back("sm_" + std::to_string(arch) + ": " + ptx.status().message());
+      else
+        code_info_->ptx.emplace_back("sm_" + std::to_string(arch), std::move(ptx->ptx));
     }
     report_.cudaKernelsChecked = static_cast<int>(kernels_.size());
     return Status::ok();
@@ -582,6 +592,7 @@ class Driver {
   std::vector<std::string> kernelGroup_;
   std::vector<runtime::KernelFn> kernelFns_;
   std::shared_ptr<runtime::LoadedObjects> code_;
+  std::shared_ptr<CompiledCode> code_info_ = std::make_shared<CompiledCode>();
   std::shared_ptr<runtime::Plan> plan_;
   std::unique_ptr<codegen::KernelCache> cache_;
 };
@@ -589,8 +600,13 @@ class Driver {
 }  // namespace
 
 CompiledModel::CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileReport report,
-                             int threads)
-    : plan_(plan), report_(std::move(report)), exec_(plan, threads) {}
+                             int threads, std::shared_ptr<const CompiledCode> code,
+                             std::shared_ptr<const ir::Graph> optimized)
+    : plan_(plan),
+      report_(std::move(report)),
+      code_(code ? std::move(code) : std::make_shared<const CompiledCode>()),
+      optimized_(optimized ? std::move(optimized) : std::make_shared<const ir::Graph>()),
+      exec_(plan, threads) {}
 
 Expected<std::vector<runtime::Tensor>> CompiledModel::run(std::span<const runtime::Tensor> inputs) {
   return exec_.run(inputs);

@@ -13,6 +13,7 @@
 
 #include "ir/graph.h"
 #include "passes/fusion.h"
+#include "runtime/artifact.h"
 #include "runtime/plan.h"
 
 namespace kiln::compiler {
@@ -75,18 +76,32 @@ struct CompileReport {
   std::vector<std::string> cudaErrors;  // NVRTC failures (should be empty).
 };
 
+// The generated code as compiled: what an AOT artifact keeps besides the plan.
+struct CompiledCode {
+  std::vector<runtime::ArtifactModule> modules;          // Source and object of each kernel module.
+  std::string triple, cpu, features;                     // What the objects were compiled for.
+  std::vector<std::pair<std::string, std::string>> ptx;  // ("sm_80", PTX) when cudaCheck.
+};
+
 class CompiledModel {
  public:
-  CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileReport report, int threads);
+  CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileReport report, int threads,
+                std::shared_ptr<const CompiledCode> code = {},
+                std::shared_ptr<const ir::Graph> optimized = {});
   Expected<std::vector<runtime::Tensor>> run(std::span<const runtime::Tensor> inputs);
   const CompileReport& report() const { return report_; }
   const runtime::Plan& plan() const { return *plan_; }
   const runtime::PlanRunStats& lastStats() const { return exec_.lastStats(); }
   void setProfiling(bool on) { exec_.setProfiling(on); }
+  const CompiledCode& code() const { return *code_; }
+  // The graph after the pass pipeline, as the plan runs it.
+  const ir::Graph& optimizedGraph() const { return *optimized_; }
 
  private:
   std::shared_ptr<const runtime::Plan> plan_;
   CompileReport report_;
+  std::shared_ptr<const CompiledCode> code_;
+  std::shared_ptr<const ir::Graph> optimized_;
   runtime::PlanExecutor exec_;
 };
 

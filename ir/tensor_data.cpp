@@ -23,6 +23,16 @@ bool TensorData::bitwiseEqual(const TensorData& other) const {
   return bytes_ == 0 || std::memcmp(data_.get(), other.data_.get(), bytes_) == 0;
 }
 
+TensorData TensorData::wrap(DType dtype, Shape shape, std::byte* data,
+                            std::shared_ptr<void> owner) {
+  TensorData out;
+  out.dtype_ = dtype;
+  out.shape_ = std::move(shape);
+  out.bytes_ = static_cast<size_t>(ir::numElements(out.shape_)) * dtypeSize(dtype);
+  out.data_ = std::shared_ptr<std::byte[]>(std::move(owner), data);  // Aliasing: shares `owner`.
+  return out;
+}
+
 TensorData TensorData::clone() const {
   TensorData out(dtype_, shape_);
   if (bytes_) std::memcpy(out.data(), data(), bytes_);

@@ -41,6 +41,9 @@ class TensorData {
   bool operator==(const TensorData& other) const { return bitwiseEqual(other); }
   // A deep copy with its own storage.
   TensorData clone() const;
+  // A tensor over bytes someone else owns (e.g. a memory-mapped artifact): `owner` keeps them
+  // alive as long as any copy of the tensor lives. `data` must hold the shape's bytes.
+  static TensorData wrap(DType dtype, Shape shape, std::byte* data, std::shared_ptr<void> owner);
 
  private:
   DType dtype_ = DType::kF32;

@@ -14,6 +14,7 @@ PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev             # oneDNN (its CMake config needs OpenCL headers)
   libopenblas-openmp-dev                     # OpenBLAS on the OpenMP pool
   libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX importer (libonnx 1.12, protobuf)
+  libxxhash-dev                              # section checksums of AOT artifacts (XXH3)
 )
 
 missing=()

@@ -1,0 +1,38 @@
+#include "compiler/artifact.h"
+
+#include "codegen/cpu_compiler.h"
+#include "ir/printer.h"
+#include "runtime/library_info.h"
+
+namespace kiln::compiler {
+
+runtime::ArtifactContents artifactContents(const CompiledModel& model, std::string modelName) {
+  runtime::ArtifactContents c;
+  c.modelName = std::move(modelName);
+  c.producer = "kiln; " + runtime::libraryIdentity();
+  c.optimizedGraph = ir::printGraph(model.optimizedGraph());
+  for (const ir::Value* in : model.optimizedGraph().inputs())
+    c.inputDimNames.push_back(in->dimNames());
+  c.plan = std::shared_ptr<const runtime::Plan>(&model.plan(), [](const runtime::Plan*) {});
+  const CompiledCode& code = model.code();
+  c.triple = code.triple;
+  c.cpu = code.cpu;
+  c.features = code.features;
+  c.modules = code.modules;
+  c.ptx = code.ptx;
+  c.algorithmChoices = model.report().algorithmChoices;
+  return c;
+}
+
+Status saveArtifact(const CompiledModel& model, const std::string& path, std::string modelName) {
+  return runtime::writeArtifact(path, artifactContents(model, std::move(modelName)));
+}
+
+Expected<std::vector<std::byte>> recompileForHost(const runtime::ArtifactModule& module) {
+  KILN_ASSIGN_OR_RETURN(
+      codegen::CpuObject object,
+      codegen::compileCpp(module.source, module.name, codegen::CpuCompileOptions{}));
+  return std::move(object.bytes);
+}
+
+}  // namespace kiln::compiler

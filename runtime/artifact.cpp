@@ -1,0 +1,792 @@
+#include "runtime/artifact.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "ir/op_table.h"
+#include "runtime/object_loader.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- Layout (docs/artifact-format.md).
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kHeaderChecksumAt = 56;   // XXH3-64 of bytes [0, 56).
+constexpr size_t kSectionEntryBytes = 40;  // name[16], offset, size, checksum.
+constexpr size_t kSectionNameBytes = 16;
+constexpr uint32_t kMaxSections = 32;
+constexpr uint64_t kSectionAlign = 64;
+constexpr uint64_t kWeightsAlign = 4096;  // The weights start on a page.
+
+const char* const kRequiredSections[] = {"meta", "graph", "plan", "objects", "sources", "weights"};
+
+uint64_t checksum(std::span<const std::byte> bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+uint64_t alignUp(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
+
+// ---- Little-endian writer and bounds-checked reader.
+class ByteWriter {
+ public:
+  void u8(uint8_t v) { out_.push_back(static_cast<std::byte>(v)); }
+  void u32(uint32_t v) { raw(&v, 4); }
+  void u64(uint64_t v) { raw(&v, 8); }
+  void i64(int64_t v) { raw(&v, 8); }
+  void f64(double v) { raw(&v, 8); }
+  void str(std::string_view s) {
+    u64(s.size());
+    raw(s.data(), s.size());
+  }
+  void bytes(std::span<const std::byte> b) {
+    u64(b.size());
+    raw(b.data(), b.size());
+  }
+  void raw(const void* p, size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out_.insert(out_.end(), b, b + n);
+  }
+  void padTo(uint64_t align) { out_.resize(alignUp(out_.size(), align)); }
+  size_t size() const { return out_.size(); }
+  std::vector<std::byte>& out() { return out_; }
+
+ private:
+  std::vector<std::byte> out_;
+};
+
+class ByteReader {
+ public:
+  ByteReader(std::span<const std::byte> in, std::string section)
+      : in_(in), section_(std::move(section)) {}
+
+  uint8_t u8() { return take<uint8_t>(); }
+  uint32_t u32() { return take<uint32_t>(); }
+  uint64_t u64() { return take<uint64_t>(); }
+  int64_t i64() { return take<int64_t>(); }
+  double f64() { return take<double>(); }
+  std::string str() {
+    std::span<const std::byte> b = bytes();
+    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  std::span<const std::byte> bytes() {
+    const uint64_t n = u64();
+    if (!need(n)) return {};
+    auto b = in_.subspan(pos_, n);
+    pos_ += n;
+    return b;
+  }
+  // A count of items that each take at least `minBytes`: bounded by what is left, so that a
+  // corrupt count cannot ask for a huge allocation.
+  size_t count(size_t minBytes = 1) {
+    const uint64_t n = u64();
+    if (ok_ && n > (in_.size() - pos_) / std::max<size_t>(minBytes, 1))
+      fail("a count of " + std::to_string(n));
+    return ok_ ? static_cast<size_t>(n) : 0;
+  }
+  void fail(const std::string& what) {
+    if (ok_)
+      error_ =
+          "section '" + section_ + "' is malformed at byte " + std::to_string(pos_) + ": " + what;
+    ok_ = false;
+  }
+  bool ok() const { return ok_; }
+  bool atEnd() const { return pos_ == in_.size(); }
+  Status status() const { return ok_ ? Status::ok() : invalidArgument(error_); }
+
+ private:
+  template <class T>
+  T take() {
+    T v{};
+    if (!need(sizeof(T))) return v;
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  bool need(uint64_t n) {
+    if (ok_ && n > in_.size() - pos_)
+      fail("it ends early (" + std::to_string(n) + " bytes wanted)");
+    return ok_;
+  }
+
+  std::span<const std::byte> in_;
+  size_t pos_ = 0;
+  std::string section_;
+  bool ok_ = true;
+  std::string error_;
+};
+
+// ---- Types and attributes.
+void writeType(ByteWriter& w, const ir::TensorType& t) {
+  w.u8(static_cast<uint8_t>(t.dtype));
+  w.u8(static_cast<uint8_t>(t.layout));
+  w.u64(t.shape.size());
+  for (int64_t d : t.shape) w.i64(d);
+}
+
+// Bytes of `t`, or -1 when the size does not fit in 63 bits.
+int64_t checkedBytes(const ir::TensorType& t) {
+  int64_t bytes = static_cast<int64_t>(ir::dtypeSize(t.dtype));
+  for (int64_t d : t.shape)
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes)) return -1;
+  return bytes;
+}
+
+ir::TensorType readType(ByteReader& r) {
+  ir::TensorType t;
+  const uint8_t dtype = r.u8(), layout = r.u8();
+  if (dtype >= ir::kNumDTypes) r.fail("dtype " + std::to_string(dtype));
+  if (layout > static_cast<uint8_t>(ir::Layout::kNHWC)) r.fail("layout " + std::to_string(layout));
+  t.dtype = static_cast<ir::DType>(dtype < ir::kNumDTypes ? dtype : 0);
+  t.layout = static_cast<ir::Layout>(layout <= 2 ? layout : 0);
+  const size_t rank = r.count(8);
+  if (rank > 8) r.fail("rank " + std::to_string(rank));
+  for (size_t i = 0; r.ok() && i < rank; ++i) t.shape.push_back(r.i64());
+  if (r.ok() && checkedBytes(t) < 0) r.fail("type " + t.toString() + " is too large");
+  return t;
+}
+
+void writeAttrs(ByteWriter& w, const ir::AttrMap& attrs) {
+  w.u64(attrs.size());
+  for (const auto& [name, v] : attrs) {
+    w.str(name);
+    w.u8(static_cast<uint8_t>(ir::kindOf(v)));
+    switch (ir::kindOf(v)) {
+      case ir::AttrKind::kInt:
+        w.i64(std::get<int64_t>(v));
+        break;
+      case ir::AttrKind::kFloat:
+        w.f64(std::get<double>(v));
+        break;
+      case ir::AttrKind::kString:
+        w.str(std::get<std::string>(v));
+        break;
+      case ir::AttrKind::kInts:
+        w.u64(std::get<std::vector<int64_t>>(v).size());
+        for (int64_t x : std::get<std::vector<int64_t>>(v)) w.i64(x);
+        break;
+      case ir::AttrKind::kFloats:
+        w.u64(std::get<std::vector<double>>(v).size());
+        for (double x : std::get<std::vector<double>>(v)) w.f64(x);
+        break;
+      case ir::AttrKind::kTensor: {
+        const auto& t = std::get<ir::TensorData>(v);
+        writeType(w, t.type());
+        w.bytes(t.bytes());
+        break;
+      }
+    }
+  }
+}
+
+ir::AttrMap readAttrs(ByteReader& r) {
+  ir::AttrMap attrs;
+  const size_t n = r.count(10);
+  for (size_t i = 0; r.ok() && i < n; ++i) {
+    std::string name = r.str();
+    const uint8_t kind = r.u8();
+    switch (static_cast<ir::AttrKind>(kind)) {
+      case ir::AttrKind::kInt:
+        attrs[name] = r.i64();
+        break;
+      case ir::AttrKind::kFloat:
+        attrs[name] = r.f64();
+        break;
+      case ir::AttrKind::kString:
+        attrs[name] = r.str();
+        break;
+      case ir::AttrKind::kInts: {
+        std::vector<int64_t> v(r.count(8));
+        for (auto& x : v) x = r.i64();
+        attrs[name] = std::move(v);
+        break;
+      }
+      case ir::AttrKind::kFloats: {
+        std::vector<double> v(r.count(8));
+        for (auto& x : v) x = r.f64();
+        attrs[name] = std::move(v);
+        break;
+      }
+      case ir::AttrKind::kTensor: {
+        const ir::TensorType t = readType(r);
+        const auto b = r.bytes();
+        if (!r.ok()) break;
+        if (static_cast<int64_t>(b.size()) != checkedBytes(t)) {
+          r.fail("tensor attribute '" + name + "' holds " + std::to_string(b.size()) + " bytes");
+          break;
+        }
+        ir::TensorData d(t.dtype, t.shape);
+        if (!b.empty()) std::memcpy(d.data(), b.data(), b.size());
+        attrs[name] = std::move(d);
+        break;
+      }
+      default:
+        r.fail("attribute kind " + std::to_string(kind));
+    }
+  }
+  return attrs;
+}
+
+void writeBuffer(ByteWriter& w, const BufferRef& b) {
+  w.u8(static_cast<uint8_t>(b.kind));
+  w.i64(b.index);
+  w.i64(b.offset);
+  writeType(w, b.type);
+}
+
+// ---- Sections.
+struct Section {
+  std::string name;
+  std::vector<std::byte> bytes;
+  uint64_t align = kSectionAlign;
+};
+
+std::vector<std::byte> metaSection(const ArtifactContents& c) {
+  ByteWriter w;
+  w.str(c.modelName);
+  w.str(c.producer);
+  w.str(c.triple);
+  w.str(c.cpu);
+  w.str(c.features);
+  w.u64(c.algorithmChoices.size());
+  for (const auto& a : c.algorithmChoices) w.str(a);
+  return std::move(w.out());
+}
+
+// The plan; parameters are (type, offset into the weights section), whose layout this
+// computes into `weightOffsets`.
+std::vector<std::byte> planSection(const ArtifactContents& c,
+                                   std::vector<uint64_t>& weightOffsets) {
+  const Plan& p = *c.plan;
+  ByteWriter w;
+  w.u64(p.inputs.size());
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    w.str(p.inputNames[i]);
+    writeType(w, p.inputs[i]);
+    const std::vector<std::string> none;
+    const auto& names = i < c.inputDimNames.size() ? c.inputDimNames[i] : none;
+    w.u64(names.size());
+    for (const auto& n : names) w.str(n);
+  }
+  w.u64(p.outputs.size());
+  for (const auto& t : p.outputs) writeType(w, t);
+  w.i64(p.arenaBytes);
+  uint64_t offset = 0;
+  w.u64(p.parameters.size());
+  for (const auto& t : p.parameters) {
+    offset = alignUp(offset, 64);
+    weightOffsets.push_back(offset);
+    writeType(w, t.type());
+    w.u64(offset);
+    offset += t.byteSize();
+  }
+  w.u64(p.steps.size());
+  for (const PlanStep& s : p.steps) {
+    w.u8(static_cast<uint8_t>(s.kind));
+    w.str(s.name);
+    w.u64(s.inputs.size());
+    for (const auto& b : s.inputs) writeBuffer(w, b);
+    w.u64(s.outputs.size());
+    for (const auto& b : s.outputs) writeBuffer(w, b);
+    w.i64(s.units);
+    w.i64(s.elements);
+    w.str(ir::opName(s.op));
+    writeAttrs(w, s.attrs);
+    w.u8(s.library);
+    w.u64(s.postOps.size());
+    for (const PostOp& po : s.postOps) {
+      w.u8(static_cast<uint8_t>(po.kind));
+      w.f64(po.alpha);
+      w.f64(po.beta);
+      w.i64(po.input);
+    }
+    w.i64(s.numExtra);
+    w.u8(static_cast<uint8_t>(s.libraryOptions.algo));
+    w.u8(s.libraryOptions.channelsLast);
+    w.u8(static_cast<uint8_t>(s.libraryOptions.gemm));
+  }
+  return std::move(w.out());
+}
+
+Status writeFileAtomically(const std::string& path, const std::vector<Section>& sections) {
+  // Layout: header, table, then each section aligned.
+  std::vector<ArtifactSection> table;
+  uint64_t offset = alignUp(kHeaderBytes + sections.size() * kSectionEntryBytes, kSectionAlign);
+  for (const Section& s : sections) {
+    offset = alignUp(offset, s.align);
+    table.push_back({s.name, offset, s.bytes.size(), checksum(s.bytes)});
+    offset += s.bytes.size();
+  }
+  const uint64_t fileBytes = offset;
+
+  ByteWriter tableBytes;
+  for (const ArtifactSection& t : table) {
+    char name[kSectionNameBytes] = {};
+    std::memcpy(name, t.name.data(), std::min(t.name.size(), kSectionNameBytes - 1));
+    tableBytes.raw(name, kSectionNameBytes);
+    tableBytes.u64(t.offset);
+    tableBytes.u64(t.size);
+    tableBytes.u64(t.checksum);
+  }
+  ByteWriter header;
+  header.raw(kArtifactMagic, sizeof(kArtifactMagic));
+  header.u32(kArtifactVersion);
+  header.u32(static_cast<uint32_t>(sections.size()));
+  header.u64(fileBytes);
+  header.u64(kHeaderBytes);  // Where the section table starts.
+  header.u64(checksum(tableBytes.out()));
+  header.padTo(kHeaderChecksumAt);
+  header.u64(checksum(header.out()));
+
+  const std::string temp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) return ioError("cannot write '" + path + "' (is its directory writable?)");
+    auto put = [&](std::span<const std::byte> b) {
+      out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    };
+    put(header.out());
+    put(tableBytes.out());
+    uint64_t at = header.size() + tableBytes.size();
+    const std::vector<std::byte> zeros(kWeightsAlign);
+    for (size_t i = 0; i < sections.size(); ++i) {
+      put(std::span(zeros).first(table[i].offset - at));
+      put(sections[i].bytes);
+      at = table[i].offset + table[i].size;
+    }
+    out.flush();
+    if (!out) {
+      out.close();
+      std::error_code ec;
+      fs::remove(temp, ec);
+      return ioError("writing '" + path + "' failed (disk full?)");
+    }
+  }
+  std::error_code ec;
+  fs::rename(temp, path, ec);
+  if (ec) {
+    fs::remove(temp, ec);
+    return ioError("cannot move the artifact into place at '" + path + "': " + ec.message());
+  }
+  return Status::ok();
+}
+
+// ---- Reading.
+struct Mapping {
+  std::byte* data = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (data) ::munmap(data, size);
+  }
+};
+
+Expected<std::shared_ptr<Mapping>> mapFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT
+               ? notFound("artifact '" + path + "' does not exist")
+               : ioError("cannot open artifact '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalidArgument("'" + path + "' is not a regular file");
+  }
+  auto m = std::make_shared<Mapping>();
+  m->size = static_cast<size_t>(st.st_size);
+  if (m->size > 0) {
+    // Private and writable: the weights are copy-on-write, so nothing can change the file.
+    void* p = ::mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      return ioError("cannot map artifact '" + path + "': " + std::strerror(errno));
+    }
+    m->data = static_cast<std::byte*>(p);
+  }
+  ::close(fd);
+  return m;
+}
+
+struct Opened {
+  std::shared_ptr<Mapping> map;
+  ArtifactInfo info;
+  std::map<std::string, std::span<const std::byte>> sections;
+};
+
+Status bad(const std::string& path, const std::string& what) {
+  return invalidArgument("artifact '" + path + "': " + what);
+}
+
+// Header, table and every checksum.
+Expected<Opened> openArtifact(const std::string& path) {
+  Opened o;
+  KILN_ASSIGN_OR_RETURN(o.map, mapFile(path));
+  const std::span<const std::byte> file(o.map->data, o.map->size);
+  o.info.path = path;
+  o.info.fileBytes = file.size();
+  if (file.size() < kHeaderBytes || std::memcmp(file.data(), kArtifactMagic, 8) != 0)
+    return bad(path,
+               "not a kiln artifact (no KILNAOT header; make one with `kiln compile MODEL "
+               "-o FILE.kiln`)");
+  ByteReader h(file.first(kHeaderBytes), "header");
+  h.u64();  // Magic.
+  const uint32_t version = h.u32();
+  const uint32_t numSections = h.u32();
+  const uint64_t fileBytes = h.u64();
+  const uint64_t tableAt = h.u64();
+  const uint64_t tableChecksum = h.u64();
+  // The version first: it says how the rest of the header is laid out.
+  o.info.version = version;
+  if (version != kArtifactVersion)
+    return bad(path, "format version " + std::to_string(version) +
+                         ", but this kiln reads version " + std::to_string(kArtifactVersion) +
+                         "; compile the model again with this kiln (`kiln compile MODEL -o FILE`)");
+  uint64_t headerChecksum = 0;
+  std::memcpy(&headerChecksum, file.data() + kHeaderChecksumAt, 8);
+  if (headerChecksum != checksum(file.first(kHeaderChecksumAt)))
+    return bad(path, "header checksum mismatch: the file is corrupt");
+  if (fileBytes != file.size())
+    return bad(path, "the header says " + std::to_string(fileBytes) + " bytes but the file has " +
+                         std::to_string(file.size()) +
+                         (file.size() < fileBytes ? " (truncated)" : " (extra bytes)"));
+  if (numSections > kMaxSections || tableAt != kHeaderBytes ||
+      kHeaderBytes + numSections * kSectionEntryBytes > file.size())
+    return bad(path, "malformed section table");
+  const auto tableBytes = file.subspan(tableAt, numSections * kSectionEntryBytes);
+  if (checksum(tableBytes) != tableChecksum)
+    return bad(path, "section table checksum mismatch: the file is corrupt");
+  ByteReader t(tableBytes, "table");
+  for (uint32_t i = 0; i < numSections; ++i) {
+    char name[kSectionNameBytes];
+    for (char& c : name) c = static_cast<char>(t.u8());
+    name[kSectionNameBytes - 1] = '\0';
+    ArtifactSection s{name, t.u64(), t.u64(), t.u64()};
+    if (s.offset > file.size() || s.size > file.size() - s.offset)
+      return bad(path, "section '" + s.name + "' lies outside the file");
+    const auto bytes = file.subspan(s.offset, s.size);
+    if (checksum(bytes) != s.checksum)
+      return bad(path, "section '" + s.name + "' checksum mismatch: the file is corrupt");
+    o.sections[s.name] = bytes;
+    o.info.sections.push_back(std::move(s));
+  }
+  for (const char* required : kRequiredSections)
+    if (!o.sections.count(required)) return bad(path, "no '" + std::string(required) + "' section");
+  return o;
+}
+
+struct ParsedPlan {
+  std::shared_ptr<Plan> plan;
+  std::vector<uint64_t> weightOffsets;
+};
+
+Status checkBuffer(ByteReader& r, const BufferRef& b, const Plan& p) {
+  const int64_t bytes = checkedBytes(b.type);
+  auto limit = [&]() -> int64_t {
+    switch (b.kind) {
+      case BufferRef::Kind::kInput:
+        return b.index >= 0 && static_cast<size_t>(b.index) < p.inputs.size()
+                   ? checkedBytes(p.inputs[b.index])
+                   : -1;
+      case BufferRef::Kind::kParameter:
+        return b.index >= 0 && static_cast<size_t>(b.index) < p.parameters.size()
+                   ? static_cast<int64_t>(p.parameters[b.index].byteSize())
+                   : -1;
+      case BufferRef::Kind::kOutput:
+        return b.index >= 0 && static_cast<size_t>(b.index) < p.outputs.size()
+                   ? checkedBytes(p.outputs[b.index])
+                   : -1;
+      case BufferRef::Kind::kArena:
+        return b.offset >= 0 && b.offset <= p.arenaBytes ? p.arenaBytes - b.offset : -1;
+    }
+    return -1;
+  }();
+  if (r.ok() && (bytes < 0 || limit < 0 || bytes > limit))
+    r.fail("a buffer (" + b.type.toString() + ") outside its input, parameter, output or arena");
+  return Status::ok();
+}
+
+BufferRef readBuffer(ByteReader& r) {
+  BufferRef b;
+  const uint8_t kind = r.u8();
+  if (kind > static_cast<uint8_t>(BufferRef::Kind::kOutput)) r.fail("buffer kind");
+  b.kind = static_cast<BufferRef::Kind>(kind);
+  const int64_t index = r.i64();
+  if (index < 0 || index > std::numeric_limits<int>::max()) r.fail("buffer index");
+  b.index = static_cast<int>(index);
+  b.offset = r.i64();
+  b.type = readType(r);
+  return b;
+}
+
+Expected<ParsedPlan> parsePlan(std::span<const std::byte> bytes, ArtifactInfo& info) {
+  ByteReader r(bytes, "plan");
+  auto plan = std::make_shared<Plan>();
+  ParsedPlan out;
+  const size_t numInputs = r.count(16);
+  for (size_t i = 0; r.ok() && i < numInputs; ++i) {
+    plan->inputNames.push_back(r.str());
+    plan->inputs.push_back(readType(r));
+    std::vector<std::string> names(r.count(8));
+    for (auto& n : names) n = r.str();
+    info.inputDimNames.push_back(std::move(names));
+  }
+  const size_t numOutputs = r.count(10);
+  for (size_t i = 0; r.ok() && i < numOutputs; ++i) plan->outputs.push_back(readType(r));
+  plan->arenaBytes = r.i64();
+  if (plan->arenaBytes < 0 || plan->arenaBytes > (int64_t{1} << 40)) r.fail("arena size");
+  const size_t numParams = r.count(18);
+  std::vector<ir::TensorType> paramTypes;
+  for (size_t i = 0; r.ok() && i < numParams; ++i) {
+    paramTypes.push_back(readType(r));
+    out.weightOffsets.push_back(r.u64());
+  }
+  // Placeholders with the right sizes, for the buffer checks; the data is mapped later.
+  for (const auto& t : paramTypes)
+    plan->parameters.push_back(ir::TensorData::wrap(t.dtype, t.shape, nullptr, nullptr));
+  const size_t numSteps = r.count(32);
+  for (size_t i = 0; r.ok() && i < numSteps; ++i) {
+    PlanStep s;
+    const uint8_t kind = r.u8();
+    if (kind > static_cast<uint8_t>(PlanStep::Kind::kCopy)) r.fail("step kind");
+    s.kind = static_cast<PlanStep::Kind>(kind);
+    s.name = r.str();
+    const size_t ni = r.count(11);
+    for (size_t k = 0; r.ok() && k < ni; ++k) s.inputs.push_back(readBuffer(r));
+    const size_t no = r.count(11);
+    for (size_t k = 0; r.ok() && k < no; ++k) s.outputs.push_back(readBuffer(r));
+    s.units = r.i64();
+    s.elements = r.i64();
+    const std::string op = r.str();
+    const ir::OpInfo* info = r.ok() ? ir::findOp(op) : nullptr;
+    if (r.ok() && !info) r.fail("unknown op '" + op + "'");
+    if (info) s.op = info->kind;
+    s.attrs = readAttrs(r);
+    s.library = r.u8() != 0;
+    const size_t npo = r.count(25);
+    for (size_t k = 0; r.ok() && k < npo; ++k) {
+      PostOp po;
+      const uint8_t pk = r.u8();
+      if (pk > static_cast<uint8_t>(PostOp::Kind::kAdd)) r.fail("post-op kind");
+      po.kind = static_cast<PostOp::Kind>(pk);
+      po.alpha = r.f64();
+      po.beta = r.f64();
+      const int64_t in = r.i64();
+      if (in < -1 || in > 1024) r.fail("post-op input");
+      po.input = static_cast<int>(in);
+      s.postOps.push_back(po);
+    }
+    const int64_t extra = r.i64();
+    if (extra < 0 || static_cast<size_t>(extra) > s.inputs.size()) r.fail("extra input count");
+    s.numExtra = static_cast<int>(extra);
+    const uint8_t algo = r.u8(), channelsLast = r.u8(), gemm = r.u8();
+    if (algo > static_cast<uint8_t>(ConvAlgo::kIm2colGemm)) r.fail("conv algorithm");
+    if (gemm > static_cast<uint8_t>(GemmBackend::kOneDnn)) r.fail("gemm backend");
+    s.libraryOptions.algo = static_cast<ConvAlgo>(algo);
+    s.libraryOptions.channelsLast = channelsLast != 0;
+    s.libraryOptions.gemm = static_cast<GemmBackend>(gemm);
+    if (s.kind == PlanStep::Kind::kKernel && s.units < 0) r.fail("kernel work units");
+    for (const auto& b : s.inputs) KILN_TRY(checkBuffer(r, b, *plan));
+    for (const auto& b : s.outputs) KILN_TRY(checkBuffer(r, b, *plan));
+    plan->steps.push_back(std::move(s));
+  }
+  if (r.ok() && !r.atEnd()) r.fail("bytes after the last step");
+  KILN_TRY(r.status());
+  info.inputNames = plan->inputNames;
+  info.inputs = plan->inputs;
+  info.outputs = plan->outputs;
+  info.arenaBytes = plan->arenaBytes;
+  info.numSteps = plan->steps.size();
+  for (const auto& t : paramTypes) info.parameterBytes += checkedBytes(t);
+  for (const auto& s : plan->steps)
+    if (s.kind == PlanStep::Kind::kKernel) info.kernels.push_back(s.name);
+  out.plan = std::move(plan);
+  return out;
+}
+
+Status parseMeta(std::span<const std::byte> bytes, ArtifactInfo& info) {
+  ByteReader r(bytes, "meta");
+  info.modelName = r.str();
+  info.producer = r.str();
+  info.triple = r.str();
+  info.cpu = r.str();
+  info.features = r.str();
+  const size_t n = r.count(8);
+  for (size_t i = 0; r.ok() && i < n; ++i) info.algorithmChoices.push_back(r.str());
+  return r.status();
+}
+
+// (name, bytes) pairs: the objects, sources and ptx sections.
+Expected<std::vector<std::pair<std::string, std::span<const std::byte>>>> parseNamedBlobs(
+    std::span<const std::byte> bytes, const std::string& section) {
+  ByteReader r(bytes, section);
+  std::vector<std::pair<std::string, std::span<const std::byte>>> out;
+  const size_t n = r.count(16);
+  for (size_t i = 0; r.ok() && i < n; ++i) {
+    std::string name = r.str();
+    out.emplace_back(std::move(name), r.bytes());
+  }
+  if (r.ok() && !r.atEnd()) r.fail("bytes after the last entry");
+  KILN_TRY(r.status());
+  return out;
+}
+
+Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
+  ArtifactInfo& info = o.info;
+  const std::string& path = info.path;
+  KILN_TRY(parseMeta(o.sections.at("meta"), info).withContext("artifact '" + path + "'"));
+  const auto graph = o.sections.at("graph");
+  info.optimizedGraph.assign(reinterpret_cast<const char*>(graph.data()), graph.size());
+  auto plan = parsePlan(o.sections.at("plan"), info);
+  if (!plan) return plan.status().withContext("artifact '" + path + "'");
+  KILN_ASSIGN_OR_RETURN(auto objects, parseNamedBlobs(o.sections.at("objects"), "objects"));
+  for (const auto& [name, b] : objects) info.moduleNames.push_back(name);
+  if (o.sections.count("ptx")) {
+    KILN_ASSIGN_OR_RETURN(auto ptx, parseNamedBlobs(o.sections.at("ptx"), "ptx"));
+    for (const auto& [arch, b] : ptx) info.ptxArchs.push_back(arch);
+  }
+  const auto weights = o.sections.at("weights");
+  for (size_t i = 0; i < plan->weightOffsets.size(); ++i) {
+    const uint64_t off = plan->weightOffsets[i];
+    const uint64_t size = plan->plan->parameters[i].byteSize();
+    if (off > weights.size() || size > weights.size() - off || off % 64 != 0)
+      return bad(path, "parameter " + std::to_string(i) + " lies outside the weights section");
+  }
+  if (planOut) *planOut = std::move(*plan);
+  return info;
+}
+
+double msSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+Status writeArtifact(const std::string& path, const ArtifactContents& c) {
+  if (!c.plan) return invalidArgument("writeArtifact: no plan");
+  std::vector<Section> sections;
+  sections.push_back({"meta", metaSection(c)});
+  sections.push_back(
+      {"graph", std::vector<std::byte>(reinterpret_cast<const std::byte*>(c.optimizedGraph.data()),
+                                       reinterpret_cast<const std::byte*>(c.optimizedGraph.data()) +
+                                           c.optimizedGraph.size())});
+  std::vector<uint64_t> weightOffsets;
+  sections.push_back({"plan", planSection(c, weightOffsets)});
+  ByteWriter objects, sources, ptx;
+  objects.u64(c.modules.size());
+  sources.u64(c.modules.size());
+  for (const ArtifactModule& m : c.modules) {
+    objects.str(m.name);
+    objects.bytes(m.object);
+    sources.str(m.name);
+    sources.str(m.source);
+  }
+  ptx.u64(c.ptx.size());
+  for (const auto& [arch, text] : c.ptx) {
+    ptx.str(arch);
+    ptx.str(text);
+  }
+  sections.push_back({"objects", std::move(objects.out())});
+  sections.push_back({"sources", std::move(sources.out())});
+  sections.push_back({"ptx", std::move(ptx.out())});
+  ByteWriter weights;
+  for (size_t i = 0; i < c.plan->parameters.size(); ++i) {
+    weights.out().resize(weightOffsets[i]);
+    weights.raw(c.plan->parameters[i].data(), c.plan->parameters[i].byteSize());
+  }
+  sections.push_back({"weights", std::move(weights.out()), kWeightsAlign});
+  return writeFileAtomically(path, sections);
+}
+
+Expected<ArtifactInfo> inspectArtifact(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(Opened o, openArtifact(path));
+  return readInfo(o, nullptr);
+}
+
+LoadedModel::LoadedModel(std::shared_ptr<const Plan> plan, ArtifactInfo info, int threads,
+                         double loadMs, bool recompiled)
+    : plan_(plan),
+      info_(std::move(info)),
+      exec_(plan, threads),
+      loadMs_(loadMs),
+      recompiled_(recompiled) {}
+
+Expected<std::vector<Tensor>> LoadedModel::run(std::span<const Tensor> inputs) {
+  return exec_.run(inputs);
+}
+
+Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
+                                                    const LoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(Opened o, openArtifact(path));
+  ParsedPlan parsed;
+  KILN_ASSIGN_OR_RETURN(ArtifactInfo info, readInfo(o, &parsed));
+  Plan& plan = *parsed.plan;
+
+  // The weights: views of the mapping, which they keep alive.
+  std::byte* weights = o.map->data + (o.sections.at("weights").data() - o.map->data);
+  for (size_t i = 0; i < plan.parameters.size(); ++i) {
+    const ir::TensorData& p = plan.parameters[i];
+    plan.parameters[i] =
+        ir::TensorData::wrap(p.dtype(), p.shape(), weights + parsed.weightOffsets[i], o.map);
+  }
+
+  // The code: this CPU must run it, or it is compiled again from the sources.
+  KILN_ASSIGN_OR_RETURN(auto objects, parseNamedBlobs(o.sections.at("objects"), "objects"));
+  KILN_ASSIGN_OR_RETURN(auto sources, parseNamedBlobs(o.sections.at("sources"), "sources"));
+  if (sources.size() != objects.size())
+    return bad(path, "the objects and sources sections list different modules");
+  bool recompiled = false;
+  std::vector<std::vector<std::byte>> rebuilt;
+  if (!objects.empty()) {
+    Status host = checkHostCompatible(info.triple, info.features);
+    if (!host) {
+      if (!options.recompile)
+        return bad(path, host.message() + " (kiln run recompiles from the sources embedded in " +
+                             "the artifact unless --no-recompile is given)");
+      if (options.log)
+        *options.log << "kiln: " << path << ": " << host.message()
+                     << "; recompiling its kernels from the embedded sources\n";
+      for (size_t i = 0; i < sources.size(); ++i) {
+        ArtifactModule m;
+        m.name = sources[i].first;
+        m.source.assign(reinterpret_cast<const char*>(sources[i].second.data()),
+                        sources[i].second.size());
+        KILN_ASSIGN_OR_RETURN(auto bytes, options.recompile(m));
+        rebuilt.push_back(std::move(bytes));
+      }
+      recompiled = true;
+    }
+  }
+  auto code = std::make_shared<LoadedObjects>();
+  for (size_t i = 0; i < objects.size(); ++i) {
+    const std::span<const std::byte> object =
+        recompiled ? std::span<const std::byte>(rebuilt[i]) : objects[i].second;
+    KILN_TRY(code->add(object, objects[i].first).withContext("artifact '" + path + "'"));
+  }
+  for (PlanStep& s : plan.steps) {
+    if (s.kind != PlanStep::Kind::kKernel) continue;
+    auto fn = code->lookupFunction<void(void* const*, long long, long long)>(s.name);
+    if (!fn) return fn.status().withContext("artifact '" + path + "': kernel '" + s.name + "'");
+    s.fn = *fn;
+  }
+  plan.code = std::move(code);
+  const double ms = msSince(start);
+  return std::make_unique<LoadedModel>(std::move(parsed.plan), std::move(info), options.threads, ms,
+                                       recompiled);
+}
+
+}  // namespace kiln::runtime

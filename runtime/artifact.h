@@ -1,0 +1,124 @@
+// Ahead-of-time artifacts (docs/artifact-format.md): one file holding a compiled model's plan
+// and memory plan, the object code of its generated kernels, their sources and PTX, and its
+// weights. Loading one needs the runtime only: no Clang, no NVRTC, no frontend. Every section
+// carries a checksum; the header names the format version and the CPU the code was built for.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/plan.h"
+
+namespace kiln::runtime {
+
+inline constexpr char kArtifactMagic[8] = {'K', 'I', 'L', 'N', 'A', 'O', 'T', '\0'};
+inline constexpr uint32_t kArtifactVersion = 1;
+
+// One generated kernel module: its C++ source (to recompile on a CPU that cannot run the object
+// code) and its relocatable object.
+struct ArtifactModule {
+  std::string name;
+  std::string source;
+  std::vector<std::byte> object;
+};
+
+// What `kiln compile -o` writes (compiler/artifact.h fills it from a CompiledModel).
+struct ArtifactContents {
+  std::string modelName;
+  std::string producer;        // e.g. "kiln 0.1 (LLVM 16, oneDNN 3.0)"
+  std::string optimizedGraph;  // Text IR, for `kiln inspect` and debugging.
+  std::vector<std::vector<std::string>> inputDimNames;  // Per input (ir::Value::dimNames).
+  std::shared_ptr<const Plan> plan;
+  std::string triple, cpu, features;  // What the object code was compiled for.
+  std::vector<ArtifactModule> modules;
+  std::vector<std::pair<std::string, std::string>> ptx;  // (arch "sm_80", PTX text).
+  std::vector<std::string> algorithmChoices;             // One line per conv2d.
+};
+
+// Writes the artifact atomically (a temporary file renamed into place): on error nothing is
+// left at `path`.
+Status writeArtifact(const std::string& path, const ArtifactContents& contents);
+
+struct ArtifactSection {
+  std::string name;
+  uint64_t offset = 0, size = 0, checksum = 0;  // XXH3-64 of the section's bytes.
+};
+
+// What `kiln inspect` shows; everything but the code and the weights.
+struct ArtifactInfo {
+  std::string path;
+  uint32_t version = 0;
+  uint64_t fileBytes = 0;
+  std::vector<ArtifactSection> sections;
+  std::string modelName, producer, triple, cpu, features;
+  std::vector<std::string> inputNames;
+  std::vector<ir::TensorType> inputs, outputs;
+  std::vector<std::vector<std::string>> inputDimNames;
+  std::vector<std::string> kernels;  // Symbols of the generated kernels, in plan order.
+  std::vector<std::string> moduleNames;
+  std::vector<std::string> ptxArchs;
+  std::vector<std::string> algorithmChoices;
+  int64_t arenaBytes = 0;
+  int64_t parameterBytes = 0;
+  size_t numSteps = 0;
+  std::string optimizedGraph;
+};
+
+struct LoadOptions {
+  // Called with each module when this CPU lacks a feature its object code needs: returns an
+  // object compiled from the module's source for this machine (the `kiln` tool passes its
+  // Clang compiler). Unset, such an artifact is refused with the missing features named.
+  std::function<Expected<std::vector<std::byte>>(const ArtifactModule&)> recompile;
+  std::ostream* log = nullptr;  // Notices (e.g. "recompiling ...") go here.
+  int threads = 0;              // Kernel threads; 0: OpenMP's default.
+};
+
+// A model loaded from an artifact: its plan with code and weights mapped, ready to run.
+class LoadedModel {
+ public:
+  LoadedModel(std::shared_ptr<const Plan> plan, ArtifactInfo info, int threads, double loadMs,
+              bool recompiled);
+  // Checks the inputs against the compiled signature (count, dtype, shape; errors name the
+  // input, expected vs actual) and runs the plan.
+  Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs);
+  Expected<std::vector<Tensor>> operator()(std::span<const Tensor> inputs) { return run(inputs); }
+  const ArtifactInfo& info() const { return info_; }
+  const Plan& plan() const { return *plan_; }
+  const PlanRunStats& lastStats() const { return exec_.lastStats(); }
+  double loadMs() const { return loadMs_; }        // Open, verify, map, link.
+  bool recompiled() const { return recompiled_; }  // Object code rebuilt from the sources.
+
+ private:
+  std::shared_ptr<const Plan> plan_;
+  ArtifactInfo info_;
+  PlanExecutor exec_;
+  double loadMs_;
+  bool recompiled_;
+};
+
+// Reads the header, section table and metadata, verifying every section's checksum. Errors
+// (kInvalidArgument, naming the file): not an artifact, an unsupported format version, a
+// truncated file, a checksum mismatch (naming the section), a malformed section.
+Expected<ArtifactInfo> inspectArtifact(const std::string& path);
+
+// Loads an artifact: the checks of inspectArtifact, then a CPU check of the object code (see
+// LoadOptions::recompile), then the plan with its kernels linked and its weights mapped from
+// the file (not copied).
+Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
+                                                    const LoadOptions& options = {});
+
+}  // namespace kiln::runtime
+
+namespace kiln {
+// The embedding API: auto model = kiln::load("model.kiln"); auto y = (*model)->run(inputs);
+inline Expected<std::unique_ptr<runtime::LoadedModel>> load(
+    const std::string& path, const runtime::LoadOptions& options = {}) {
+  return runtime::loadArtifact(path, options);
+}
+}  // namespace kiln

@@ -1,0 +1,255 @@
+// AOT artifacts: compile -> save -> load -> run is bitwise the in-process compiled model for
+// every zoo model, and every kind of damage (a flipped byte in each section, truncation, another
+// format version, a CPU lacking a feature, wrong inputs) is a clear error, never a crash.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "compiler/artifact.h"
+#include "models/zoo.h"
+
+using namespace kiln;
+using Catch::Contains;
+using runtime::Tensor;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("kiln_test_artifact_" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::vector<Tensor> randomInputs(const runtime::Plan& plan, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<Tensor> inputs;
+  for (const auto& t : plan.inputs) {
+    Tensor x = *Tensor::empty(t.dtype, t.shape);
+    for (int64_t i = 0; i < x.numElements(); ++i) x.data<float>()[i] = dist(rng);
+    inputs.push_back(x);
+  }
+  return inputs;
+}
+
+bool bitwiseEqual(const Tensor& a, const Tensor& b) {
+  return a.toData().bitwiseEqual(b.toData());
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void writeFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+std::string loadError(const std::string& path) {
+  auto m = kiln::load(path);
+  REQUIRE_FALSE(m.hasValue());
+  CHECK(m.status().isUserError());
+  return m.status().message();
+}
+
+compiler::CompileOptions options(const TempDir& dir) {
+  compiler::CompileOptions o;
+  o.cacheDir = dir.file("cache");
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("artifact: save, load and run is bitwise the compiled model for every zoo model") {
+  TempDir dir;
+  for (const std::string name : {"mlp", "mnist_cnn", "resnet18", "resnet50", "bert_layer"}) {
+    DYNAMIC_SECTION(name) {
+      auto g = models::buildModel(name, {2, 0});
+      REQUIRE(g.hasValue());
+      auto cm = compiler::compile(*g, options(dir));
+      REQUIRE(cm.hasValue());
+      const std::string path = dir.file(name + ".kiln");
+      REQUIRE(compiler::saveArtifact(**cm, path, name).isOk());
+
+      auto loaded = kiln::load(path);
+      INFO(loaded.status().message());
+      REQUIRE(loaded.hasValue());
+      CHECK_FALSE((*loaded)->recompiled());
+      const auto& info = (*loaded)->info();
+      CHECK(info.modelName == name);
+      CHECK(info.inputs == (*cm)->plan().inputs);
+      CHECK(info.outputs == (*cm)->plan().outputs);
+      CHECK(info.arenaBytes == (*cm)->plan().arenaBytes);
+      CHECK(static_cast<int>(info.kernels.size()) == (*cm)->report().generatedKernels);
+
+      const auto inputs = randomInputs((*cm)->plan(), 7);
+      auto want = (*cm)->run(inputs);
+      auto got = (*loaded)->run(inputs);
+      REQUIRE(want.hasValue());
+      REQUIRE(got.hasValue());
+      REQUIRE(got->size() == want->size());
+      for (size_t i = 0; i < got->size(); ++i) CHECK(bitwiseEqual((*got)[i], (*want)[i]));
+      // A second run reuses the loaded code and weights.
+      auto again = (*loaded)->run(inputs);
+      REQUIRE(again.hasValue());
+      CHECK(bitwiseEqual((*again)[0], (*want)[0]));
+    }
+  }
+}
+
+TEST_CASE("artifact: damage of every kind is a clear error") {
+  TempDir dir;
+  auto g = models::buildModel("mnist_cnn", {1, 0});
+  REQUIRE(g.hasValue());
+  auto cm = compiler::compile(*g, options(dir));
+  REQUIRE(cm.hasValue());
+  const std::string good = dir.file("good.kiln");
+  REQUIRE(compiler::saveArtifact(**cm, good, "mnist_cnn").isOk());
+  const std::string bytes = readFile(good);
+  auto info = runtime::inspectArtifact(good);
+  REQUIRE(info.hasValue());
+  const std::string bad = dir.file("bad.kiln");
+
+  SECTION("a flipped byte in each section names the section") {
+    for (const auto& s : info->sections) {
+      INFO(s.name);
+      if (s.size == 0) continue;
+      for (uint64_t at : {s.offset, s.offset + s.size / 2, s.offset + s.size - 1}) {
+        std::string damaged = bytes;
+        damaged[at] = static_cast<char>(damaged[at] ^ 0x10);
+        writeFile(bad, damaged);
+        CHECK_THAT(loadError(bad), Contains("section '" + s.name + "' checksum mismatch"));
+      }
+    }
+  }
+  SECTION("a flipped byte in the header or the section table") {
+    for (size_t at : {size_t{13}, size_t{20}, size_t{40}, size_t{60}}) {
+      std::string damaged = bytes;
+      damaged[at] = static_cast<char>(damaged[at] ^ 0x01);
+      writeFile(bad, damaged);
+      CHECK_THAT(loadError(bad), Contains("header checksum mismatch"));
+    }
+    std::string damaged = bytes;
+    damaged[70] = static_cast<char>(damaged[70] ^ 0x01);
+    writeFile(bad, damaged);
+    CHECK_THAT(loadError(bad), Contains("section table checksum mismatch"));
+  }
+  SECTION("truncation at several offsets") {
+    for (size_t n : {size_t{0}, size_t{7}, size_t{63}, size_t{64}, size_t{200}, bytes.size() / 2,
+                     bytes.size() - 1}) {
+      INFO(n);
+      writeFile(bad, bytes.substr(0, n));
+      const std::string e = loadError(bad);
+      CHECK((e.find("truncated") != std::string::npos ||
+             e.find("not a kiln artifact") != std::string::npos ||
+             e.find("header checksum") != std::string::npos));
+    }
+    writeFile(bad, bytes + "extra");
+    CHECK_THAT(loadError(bad), Contains("extra bytes"));
+  }
+  SECTION("another format version is refused before anything else is read") {
+    for (uint32_t version : {uint32_t{0}, runtime::kArtifactVersion + 1}) {
+      std::string other = bytes;
+      std::memcpy(other.data() + 8, &version, 4);
+      writeFile(bad, other);
+      CHECK_THAT(loadError(bad), Contains("format version " + std::to_string(version) +
+                                          ", but this kiln reads version 1") &&
+                                     Contains("compile the model again"));
+    }
+  }
+  SECTION("not an artifact at all") {
+    writeFile(bad, "{\"format\": \"kiln-graph\"}");
+    CHECK_THAT(loadError(bad), Contains("not a kiln artifact"));
+    auto missing = kiln::load(dir.file("none.kiln"));
+    REQUIRE_FALSE(missing.hasValue());
+    CHECK(missing.status().code() == ErrorCode::kNotFound);
+  }
+  SECTION("wrong inputs name the input, expected vs actual") {
+    auto loaded = kiln::load(good);
+    REQUIRE(loaded.hasValue());
+    auto wrongShape =
+        (*loaded)->run(std::vector<Tensor>{*Tensor::zeros(ir::DType::kF32, {2, 1, 28, 28})});
+    REQUIRE_FALSE(wrongShape.hasValue());
+    CHECK_THAT(wrongShape.status().message(), Contains("input 'input'") &&
+                                                  Contains("f32[1,1,28,28]") &&
+                                                  Contains("f32[2,1,28,28]"));
+    auto wrongCount = (*loaded)->run(std::vector<Tensor>{});
+    REQUIRE_FALSE(wrongCount.hasValue());
+    CHECK_THAT(wrongCount.status().message(), Contains("takes 1 inputs, got 0"));
+    auto wrongDtype =
+        (*loaded)->run(std::vector<Tensor>{*Tensor::zeros(ir::DType::kF64, {1, 1, 28, 28})});
+    REQUIRE_FALSE(wrongDtype.hasValue());
+  }
+  // Nothing the loader read was left behind or changed.
+  CHECK(readFile(good) == bytes);
+}
+
+TEST_CASE("artifact: code for a CPU feature this one lacks is refused, or rebuilt from sources") {
+  TempDir dir;
+  auto g = models::buildModel("mnist_cnn", {1, 0});
+  REQUIRE(g.hasValue());
+  auto cm = compiler::compile(*g, options(dir));
+  REQUIRE(cm.hasValue());
+  REQUIRE((*cm)->report().generatedKernels > 0);
+  runtime::ArtifactContents c = compiler::artifactContents(**cm, "mnist_cnn");
+  c.features += ",+kiln-test-feature";  // No CPU has it.
+  const std::string path = dir.file("future.kiln");
+  REQUIRE(runtime::writeArtifact(path, c).isOk());
+
+  CHECK_THAT(loadError(path), Contains("lacks: kiln-test-feature") && Contains("--no-recompile"));
+
+  std::ostringstream log;
+  runtime::LoadOptions o;
+  o.recompile = compiler::recompileForHost;
+  o.log = &log;
+  auto loaded = kiln::load(path, o);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  CHECK((*loaded)->recompiled());
+  CHECK_THAT(log.str(), Contains("recompiling its kernels from the embedded sources"));
+  const auto inputs = randomInputs((*cm)->plan(), 3);
+  auto want = (*cm)->run(inputs);
+  auto got = (*loaded)->run(inputs);
+  REQUIRE(want.hasValue());
+  REQUIRE(got.hasValue());
+  CHECK(bitwiseEqual((*got)[0], (*want)[0]));
+}
+
+TEST_CASE("artifact: inspect lists version, target, signature, kernels and sections") {
+  TempDir dir;
+  auto g = models::buildModel("mnist_cnn", {4, 0});
+  REQUIRE(g.hasValue());
+  auto opts = options(dir);
+  opts.cudaCheck = true;
+  auto cm = compiler::compile(*g, opts);
+  REQUIRE(cm.hasValue());
+  const std::string path = dir.file("m.kiln");
+  REQUIRE(compiler::saveArtifact(**cm, path, "mnist_cnn").isOk());
+  auto info = runtime::inspectArtifact(path);
+  REQUIRE(info.hasValue());
+  CHECK(info->version == runtime::kArtifactVersion);
+  CHECK_FALSE(info->triple.empty());
+  CHECK(info->inputNames == std::vector<std::string>{"input"});
+  CHECK(info->inputs[0].shape == ir::Shape{4, 1, 28, 28});
+  CHECK(info->outputs[0].shape == ir::Shape{4, 10});
+  CHECK(info->parameterBytes > 4'000'000);
+  CHECK_THAT(info->optimizedGraph, Contains("graph mnist_cnn"));
+  std::vector<std::string> names;
+  for (const auto& s : info->sections) names.push_back(s.name);
+  CHECK(names ==
+        std::vector<std::string>{"meta", "graph", "plan", "objects", "sources", "ptx", "weights"});
+  if ((*cm)->report().cudaKernelsChecked > 0)
+    CHECK(info->ptxArchs == std::vector<std::string>{"sm_80", "sm_90"});
+  // The weights start on a page, so that they can be mapped.
+  CHECK(info->sections.back().offset % 4096 == 0);
+}
