@@ -11,6 +11,8 @@ runtime::ArtifactContents artifactContents(const CompiledModel& model, std::stri
   c.modelName = std::move(modelName);
   c.producer = "kiln; " + runtime::libraryIdentity();
   c.optimizedGraph = ir::printGraph(model.optimizedGraph());
+  for (const ir::Value* out : model.optimizedGraph().outputs())
+    c.outputNames.push_back(out->name());
   for (const ir::Value* in : model.optimizedGraph().inputs())
     c.inputDimNames.push_back(in->dimNames());
   c.plan = std::shared_ptr<const runtime::Plan>(&model.plan(), [](const runtime::Plan*) {});

@@ -265,6 +265,8 @@ std::vector<std::byte> metaSection(const ArtifactContents& c) {
   w.str(c.features);
   w.u64(c.algorithmChoices.size());
   for (const auto& a : c.algorithmChoices) w.str(a);
+  w.u64(c.outputNames.size());
+  for (const auto& n : c.outputNames) w.str(n);
   return std::move(w.out());
 }
 
@@ -626,6 +628,9 @@ Status parseMeta(std::span<const std::byte> bytes, ArtifactInfo& info) {
   info.features = r.str();
   const size_t n = r.count(8);
   for (size_t i = 0; r.ok() && i < n; ++i) info.algorithmChoices.push_back(r.str());
+  const size_t numOutputs = r.count(8);
+  for (size_t i = 0; r.ok() && i < numOutputs; ++i) info.outputNames.push_back(r.str());
+  if (r.ok() && !r.atEnd()) r.fail("bytes after the output names");
   return r.status();
 }
 
@@ -652,6 +657,9 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
   info.optimizedGraph.assign(reinterpret_cast<const char*>(graph.data()), graph.size());
   auto plan = parsePlan(o.sections.at("plan"), info);
   if (!plan) return plan.status().withContext("artifact '" + path + "'");
+  if (info.outputNames.size() != info.outputs.size())
+    return bad(path, "the meta section names " + std::to_string(info.outputNames.size()) +
+                         " outputs, the plan has " + std::to_string(info.outputs.size()));
   KILN_ASSIGN_OR_RETURN(auto objects, parseNamedBlobs(o.sections.at("objects"), "objects"));
   for (const auto& [name, b] : objects) info.moduleNames.push_back(name);
   if (o.sections.count("ptx")) {

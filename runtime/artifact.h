@@ -34,6 +34,7 @@ struct ArtifactContents {
   std::string producer;        // e.g. "kiln 0.1 (LLVM 16, oneDNN 3.0)"
   std::string optimizedGraph;  // Text IR, for `kiln inspect` and debugging.
   std::vector<std::vector<std::string>> inputDimNames;  // Per input (ir::Value::dimNames).
+  std::vector<std::string> outputNames;
   std::shared_ptr<const Plan> plan;
   std::string triple, cpu, features;  // What the object code was compiled for.
   std::vector<ArtifactModule> modules;
@@ -57,7 +58,7 @@ struct ArtifactInfo {
   uint64_t fileBytes = 0;
   std::vector<ArtifactSection> sections;
   std::string modelName, producer, triple, cpu, features;
-  std::vector<std::string> inputNames;
+  std::vector<std::string> inputNames, outputNames;
   std::vector<ir::TensorType> inputs, outputs;
   std::vector<std::vector<std::string>> inputDimNames;
   std::vector<std::string> kernels;  // Symbols of the generated kernels, in plan order.

@@ -1,5 +1,7 @@
 #include "tools/cli.h"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <iostream>
 
@@ -124,6 +126,23 @@ Expected<ir::Graph> loadModelFromArgs(const Args& args) {
 int reportError(const std::string& command, const Status& s) {
   std::cerr << "kiln " << command << ": error: " << s.message() << "\n";
   return s.isUserError() ? kExitUser : kExitInternal;
+}
+
+Timing summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.min = ms.front();
+  t.max = ms.back();
+  t.median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  return t;
+}
+
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool isArtifactPath(const std::string& model) {
+  return std::filesystem::path(model).extension() == ".kiln";
 }
 
 }  // namespace kiln::cli

@@ -2,6 +2,7 @@
 // file) and the command table. Each command lives in its own cmd_*.cpp.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -54,6 +55,20 @@ Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t 
 std::vector<OptionSpec> modelOptions();
 // Reads --batch and --seed and loads MODEL (the first positional argument).
 Expected<ir::Graph> loadModelFromArgs(const Args& args);
+
+// Medians of timed runs, and a stopwatch.
+struct Timing {
+  double median = 0, min = 0, max = 0;
+};
+Timing summarize(std::vector<double> ms);  // `ms` must not be empty.
+double msSince(std::chrono::steady_clock::time_point t0);
+
+// AOT artifacts (`kiln compile -o model.kiln`): run, bench and inspect take them as MODEL.
+bool isArtifactPath(const std::string& model);
+int runArtifact(const Args&);    // kiln run model.kiln
+int benchArtifact(const Args&);  // kiln bench model.kiln
+int runInspect(const Args&);     // kiln inspect model.kiln
+std::vector<OptionSpec> artifactRunOptions();
 
 // Prints an error as "kiln <cmd>: error: ..." and returns the exit code for its status.
 int reportError(const std::string& command, const Status& s);

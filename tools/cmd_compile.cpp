@@ -9,7 +9,10 @@
 #include <random>
 #include <sstream>
 
+#include "compiler/artifact.h"
 #include "compiler/compile.h"
+#include "compiler/jit.h"
+#include "frontends/onnx/onnx_import.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
 
@@ -75,16 +78,72 @@ Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
   return o;
 }
 
+namespace {
+
+// --shapes name=1x3x224x224,other=2x8: the graph specialized for those input shapes (symbolic
+// dims of ONNX models re-imported; static dims checked as kiln::jit does).
+Expected<ir::Graph> applyShapes(const Args& args, ir::Graph g) {
+  const auto spec = args.value("shapes");
+  if (!spec) return g;
+  std::vector<ir::TensorType> types;
+  for (const ir::Value* in : g.inputs()) types.push_back(in->type());
+  for (const std::string& item : splitList({*spec})) {
+    const size_t eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    size_t slot = types.size();
+    for (size_t i = 0; i < g.inputs().size(); ++i)
+      if (g.inputs()[i]->name() == name) slot = i;
+    if (eq == std::string::npos || slot == types.size())
+      return invalidArgument("--shapes " + item + ": expected NAME=DxDx... with NAME one of the " +
+                             "model's inputs");
+    ir::Shape shape;
+    std::stringstream dims(item.substr(eq + 1));
+    for (std::string d; std::getline(dims, d, 'x');) {
+      char* end = nullptr;
+      const long long v = std::strtoll(d.c_str(), &end, 10);
+      if (d.empty() || *end != '\0' || v < 0 || v > (1LL << 40))
+        return invalidArgument("--shapes " + item + ": '" + d + "' is not a dimension");
+      shape.push_back(v);
+    }
+    types[slot].shape = std::move(shape);
+  }
+  KILN_TRY(compiler::checkSignature(g, types));
+  if (std::filesystem::path(args.positional[0]).extension() == ".onnx") {
+    KILN_ASSIGN_OR_RETURN(auto specializer, frontends::onnxSpecializer(args.positional[0]));
+    return specializer(types);
+  }
+  return compiler::respecialize(g, types);
+}
+
+}  // namespace
+
 int runCompile(const Args& args) {
-  auto g = loadModelFromArgs(args);
+  auto loaded = loadModelFromArgs(args);
+  if (!loaded) return reportError("compile", loaded.status());
+  auto g = applyShapes(args, std::move(*loaded));
   if (!g) return reportError("compile", g.status());
   auto opts = compileOptionsFromArgs(args);
   if (!opts) return reportError("compile", opts.status());
-  opts->cudaCheck = args.flag("cuda-check") || args.value("emit-kernels").has_value();
+  const auto artifact = args.value("output");
+  if (artifact && !isArtifactPath(*artifact))
+    return reportError("compile",
+                       invalidArgument(*artifact + ": an artifact's name ends in .kiln"));
+  // An artifact carries PTX for the CUDA kernels: NVRTC compiles them when it is available.
+  opts->cudaCheck = args.flag("cuda-check") || args.value("emit-kernels").has_value() || artifact;
   opts->autotune = !args.flag("no-autotune");  // compile autotunes by default
   auto cm = compiler::compile(*g, *opts);
   if (!cm) return reportError("compile", cm.status());
   const auto& r = (*cm)->report();
+  if (artifact) {
+    std::string name = args.positional[0];
+    if (name.find('/') != std::string::npos || name.find('.') != std::string::npos)
+      name = std::filesystem::path(name).stem().string();
+    Status st = compiler::saveArtifact(**cm, *artifact, name);
+    if (!st.isOk()) return reportError("compile", st);
+    if (!args.flag("json"))
+      std::printf("wrote %s (%.2f MB)\n", artifact->c_str(),
+                  static_cast<double>(std::filesystem::file_size(*artifact)) / 1e6);
+  }
   if (auto dir = args.value("emit-kernels")) {
     Status st = writeKernels(r, *dir);
     if (!st.isOk()) return reportError("compile", st);
@@ -109,6 +168,7 @@ int runCompile(const Args& args) {
                      {"layout_conversions", r.layoutConversions},
                      {"conv_algorithms", r.algorithmChoices},
                      {"cuda_errors", r.cudaErrors}};
+    if (artifact) j["artifact"] = *artifact;
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(
@@ -142,28 +202,8 @@ int runCompile(const Args& args) {
   return r.cudaErrors.empty() ? kExitOk : kExitInternal;
 }
 
-namespace {
-
-struct Timing {
-  double median = 0, min = 0, max = 0;
-};
-
-Timing summarize(std::vector<double> ms) {
-  std::sort(ms.begin(), ms.end());
-  Timing t;
-  t.min = ms.front();
-  t.max = ms.back();
-  t.median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
-  return t;
-}
-
-double msSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-
 int runBench(const Args& args) {
+  if (!args.positional.empty() && isArtifactPath(args.positional[0])) return benchArtifact(args);
   auto g = loadModelFromArgs(args);
   if (!g) return reportError("bench", g.status());
   auto opts = compileOptionsFromArgs(args);
@@ -278,7 +318,8 @@ int runBench(const Args& args) {
       const auto& s = steps[i];
       const std::string kind = s.kind == runtime::PlanStep::Kind::kKernel ? "kernel"
                                : s.kind == runtime::PlanStep::Kind::kCopy ? "copy"
-                               : s.library ? "library" : "reference";
+                               : s.library                                ? "library"
+                                                                          : "reference";
       prof.push_back({{"step", i}, {"kind", kind}, {"name", s.name}, {"ms", ms[i]}});
     }
     j["compiled_profile"] = prof;
@@ -309,12 +350,13 @@ int runBench(const Args& args) {
     int shown = 0;
     for (const auto& p : j["compiled_profile"]) {
       if (shown++ == 15) break;
-      std::printf("  %8.3f ms  %-9s %s\n", p["ms"].get<double>(), p["kind"].get<std::string>().c_str(),
-                  p["name"].get<std::string>().c_str());
+      std::printf("  %8.3f ms  %-9s %s\n", p["ms"].get<double>(),
+                  p["kind"].get<std::string>().c_str(), p["name"].get<std::string>().c_str());
     }
     std::printf("eager ops:\n");
     for (const auto& p : j["eager_profile"])
-      std::printf("  %8.3f ms  %-18s x%lld\n", p["ms"].get<double>(), p["op"].get<std::string>().c_str(),
+      std::printf("  %8.3f ms  %-18s x%lld\n", p["ms"].get<double>(),
+                  p["op"].get<std::string>().c_str(),
                   static_cast<long long>(p["count"].get<int64_t>()));
   }
   return kExitOk;

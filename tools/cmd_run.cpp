@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "compiler/artifact.h"
 #include "compiler/compile.h"
 #include "compiler/jit.h"
 #include "frontends/json/graph_json.h"
@@ -115,6 +116,18 @@ Expected<std::vector<Tensor>> gatherInputs(ir::Graph& g, const Args& args, uint6
   return inputs;
 }
 
+// What a run produced, whichever way it ran.
+struct RunResult {
+  std::string mode;  // "eager", "compiled" or "artifact".
+  std::vector<std::string> outputNames;
+  std::vector<Tensor> outputs;
+  double latencyMs = 0;
+  int64_t peakBytes = 0, steps = 0;
+};
+
+// Writes the --output files (all or none) and prints or --json's the summary.
+int reportRun(const Args& args, const RunResult& r);
+
 nlohmann::json summarize(const std::string& name, const Tensor& t) {
   nlohmann::json j{
       {"name", name}, {"dtype", std::string(ir::dtypeName(t.dtype()))}, {"shape", t.shape()}};
@@ -141,6 +154,7 @@ nlohmann::json summarize(const std::string& name, const Tensor& t) {
 }  // namespace
 
 int runRun(const Args& args) {
+  if (!args.positional.empty() && isArtifactPath(args.positional[0])) return runArtifact(args);
   auto g = loadModelFromArgs(args);
   if (!g) return reportError("run", g.status());
   const auto& outFiles = args.all("output");
@@ -161,17 +175,17 @@ int runRun(const Args& args) {
   if (!inputs) return reportError("run", inputs.status());
 
   const bool eager = args.flag("eager");
-  std::vector<runtime::Tensor> results;
-  double latencyMs = 0;
-  int64_t peakBytes = 0, steps = 0;
+  RunResult r;
+  for (const ir::Value* o : g->outputs()) r.outputNames.push_back(o->name());
+  r.mode = eager ? "eager" : "compiled";
   if (eager) {
     runtime::EagerExecutor exec(*g);
     auto outputs = exec.run(*inputs);
     if (!outputs) return reportError("run", outputs.status());
-    results = std::move(*outputs);
-    latencyMs = exec.lastStats().totalMs;
-    peakBytes = exec.lastStats().peakActivationBytes;
-    steps = static_cast<int64_t>(g->numNodes());
+    r.outputs = std::move(*outputs);
+    r.latencyMs = exec.lastStats().totalMs;
+    r.peakBytes = exec.lastStats().peakActivationBytes;
+    r.steps = static_cast<int64_t>(g->numNodes());
   } else {
     auto opts = compileOptionsFromArgs(args);
     if (!opts) return reportError("run", opts.status());
@@ -179,12 +193,61 @@ int runRun(const Args& args) {
     if (!cm) return reportError("run", cm.status());
     auto outputs = (*cm)->run(*inputs);
     if (!outputs) return reportError("run", outputs.status());
-    results = std::move(*outputs);
-    latencyMs = (*cm)->lastStats().totalMs;
-    peakBytes = (*cm)->report().arenaBytes;
-    steps = static_cast<int64_t>((*cm)->plan().steps.size());
+    r.outputs = std::move(*outputs);
+    r.latencyMs = (*cm)->lastStats().totalMs;
+    r.peakBytes = (*cm)->report().arenaBytes;
+    r.steps = static_cast<int64_t>((*cm)->plan().steps.size());
   }
-  auto* outputs = &results;
+  return reportRun(args, r);
+}
+
+int runArtifact(const Args& args) {
+  if (args.flag("eager"))
+    return reportError("run", invalidArgument(args.positional[0] +
+                                              " is a compiled artifact; --eager needs the model "
+                                              "(a zoo name, .json or .onnx)"));
+  runtime::LoadOptions options;
+  if (!args.flag("no-recompile")) options.recompile = compiler::recompileForHost;
+  options.log = &std::cerr;
+  auto threads = args.intValue("threads", 0, 0, 1024);
+  if (!threads) return reportError("run", threads.status());
+  options.threads = static_cast<int>(*threads);
+  auto model = kiln::load(args.positional[0], options);
+  if (!model) return reportError("run", model.status());
+  const runtime::ArtifactInfo& info = (*model)->info();
+  const auto& outFiles = args.all("output");
+  if (!outFiles.empty() && outFiles.size() != info.outputs.size())
+    return reportError(
+        "run",
+        invalidArgument("the model has " + std::to_string(info.outputs.size()) + " outputs, got " +
+                        std::to_string(outFiles.size()) + " --output files"));
+  // The compiled signature as a graph of inputs only, for reading and checking --input files.
+  ir::Graph signature(info.modelName);
+  for (size_t i = 0; i < info.inputs.size(); ++i) {
+    auto in = signature.addInput(info.inputNames[i], info.inputs[i]);
+    if (!in) return reportError("run", in.status());
+  }
+  auto seed = args.intValue("seed", 0, 0, INT64_MAX);
+  if (!seed) return reportError("run", seed.status());
+  auto inputs = gatherInputs(signature, args, static_cast<uint64_t>(*seed));
+  if (!inputs) return reportError("run", inputs.status());
+  auto outputs = (*model)->run(*inputs);
+  if (!outputs) return reportError("run", outputs.status());
+  RunResult r;
+  r.mode = "artifact";
+  r.outputNames = info.outputNames;
+  r.outputs = std::move(*outputs);
+  r.latencyMs = (*model)->lastStats().totalMs;
+  r.peakBytes = info.arenaBytes;
+  r.steps = static_cast<int64_t>(info.numSteps);
+  return reportRun(args, r);
+}
+
+namespace {
+
+int reportRun(const Args& args, const RunResult& r) {
+  const auto& outFiles = args.all("output");
+  const std::vector<runtime::Tensor>* outputs = &r.outputs;
   // Write every output or none: on a failure, remove the ones already written.
   for (size_t i = 0; i < outFiles.size(); ++i) {
     Status st = frontends::writeNpy(outFiles[i], (*outputs)[i].toData());
@@ -196,20 +259,23 @@ int runRun(const Args& args) {
 
   nlohmann::json j;
   j["model"] = args.positional[0];
-  j["mode"] = eager ? "eager" : "compiled";
-  j["latency_ms"] = latencyMs;
-  j["peak_activation_bytes"] = peakBytes;
-  j["steps"] = steps;
+  j["mode"] = r.mode;
+  j["latency_ms"] = r.latencyMs;
+  j["peak_activation_bytes"] = r.peakBytes;
+  j["steps"] = r.steps;
   j["outputs"] = nlohmann::json::array();
   for (size_t i = 0; i < outputs->size(); ++i)
-    j["outputs"].push_back(summarize(g->outputs()[i]->name(), (*outputs)[i]));
+    j["outputs"].push_back(summarize(r.outputNames[i], (*outputs)[i]));
   if (args.flag("json")) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
   std::printf("ran %s %s: %lld steps in %.2f ms, peak activations %.2f MB\n",
-              args.positional[0].c_str(), eager ? "eagerly" : "compiled",
-              static_cast<long long>(steps), latencyMs, static_cast<double>(peakBytes) / 1e6);
+              args.positional[0].c_str(),
+              r.mode == "eager"      ? "eagerly"
+              : r.mode == "artifact" ? "from the artifact"
+                                     : "compiled",
+              static_cast<long long>(r.steps), r.latencyMs, static_cast<double>(r.peakBytes) / 1e6);
   for (const auto& o : j["outputs"]) {
     std::printf("%%%s : %s%s  min %.6g  max %.6g  mean %.6g%s\n  first:",
                 o["name"].get<std::string>().c_str(), o["dtype"].get<std::string>().c_str(),
@@ -222,6 +288,8 @@ int runRun(const Args& args) {
   for (size_t i = 0; i < outFiles.size(); ++i) std::printf("wrote %s\n", outFiles[i].c_str());
   return kExitOk;
 }
+
+}  // namespace
 
 int runExport(const Args& args) {
   auto out = args.value("output");

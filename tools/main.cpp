@@ -23,11 +23,16 @@ std::vector<Command> commands() {
        withModel({}), &runInfo},
       {"dump", "kiln dump MODEL [--batch N] [--json]", "Print the model's text IR.", withModel({}),
        &runDump},
-      {"compile", "kiln compile MODEL [--emit-kernels DIR] [--explain-fusion] [--dump-after PASS]",
-       "JIT-compile a model and report passes, fusion, kernels, memory plan and cache use.",
+      {"compile",
+       "kiln compile MODEL [-o model.kiln] [--shapes x=1x3x224x224,...] [--emit-kernels DIR] "
+       "[--explain-fusion]",
+       "Compile a model and report passes, fusion, kernels, memory plan and cache use; -o writes "
+       "an ahead-of-time artifact that `kiln run|bench|inspect` and kiln::load() take.",
        withModel(concat(
            compileOptionSpecs(),
-           {{"emit-kernels", true, "write each generated kernel's C++ and CUDA source to DIR"},
+           {{"output", true, "write the compiled model as an AOT artifact FILE.kiln (-o)"},
+            {"shapes", true, "compile for these input shapes: NAME=DxDx...,... (symbolic dims)"},
+            {"emit-kernels", true, "write each generated kernel's C++ and CUDA source to DIR"},
             {"explain-fusion", false, "print every fusion group and every rejected fusion"},
             {"explain-cache", false, "say why each kernel module hit or missed the cache"},
             {"explain-algos", false, "print each convolution's algorithm and timings"},
@@ -39,15 +44,18 @@ std::vector<Command> commands() {
        withModel(
            concat(compileOptionSpecs(),
                   {{"eager", false, "run eagerly, op by op, on the reference kernels"},
+                   {"no-recompile", false,
+                    "artifacts: refuse code this CPU cannot run instead of recompiling it"},
                    {"input", true, "an input .npy file, in graph input order, or NAME=FILE", true},
                    {"output", true, "save an output as .npy, in graph output order", true}})),
        &runRun},
       {"bench", "kiln bench MODEL [--batch N] [--threads T] [--runs R] [--json]",
        "Run eager and compiled side by side: latency, throughput, peak memory, compile time.",
-       withModel(
-           concat(compileOptionSpecs(), {{"runs", true, "timed runs of each (default 10)"},
-                                         {"profile", false, "print per-step times of one more run of each"},
-                                         {"warmup", true, "untimed runs first (default 2)"}})),
+       withModel(concat(compileOptionSpecs(),
+                        {{"runs", true, "timed runs of each (default 10)"},
+                         {"no-recompile", false, "artifacts: refuse code this CPU cannot run"},
+                         {"profile", false, "print per-step times of one more run of each"},
+                         {"warmup", true, "untimed runs first (default 2)"}})),
        &runBench},
       {"bench-kernels", "kiln bench-kernels [--rows R] [--cols C] [--runs N] [--json]",
        "Bandwidth of generated kernels (copy, fused pointwise chain, softmax) against memcpy.",
@@ -56,6 +64,12 @@ std::vector<Command> commands() {
                                      {"runs", true, "timed runs (default 20)"},
                                      {"json", false, "machine-readable output"}}),
        &runBenchKernels},
+      {"inspect",
+       "kiln inspect model.kiln [--json]",
+       "Show an AOT artifact: format version, target CPU, inputs and outputs, kernels, arena, "
+       "sections and checksums (all verified).",
+       {{"json", false, "machine-readable output"}},
+       &runInspect},
       {"export", "kiln export MODEL -o model.json [--batch N] [--seed S]",
        "Write the model as kiln's JSON graph with its weights in a .safetensors file beside it.",
        withModel({{"output", true, "the .json file to write (-o)"}}), &runExport},
@@ -69,8 +83,9 @@ void printUsage(std::ostream& os) {
     name.resize(12, ' ');
     os << name << c.summary << "\n";
   }
-  os << "\nMODEL is a zoo name (mlp, mnist_cnn, resnet18, resnet50, bert_layer) or a .json "
-        "kiln graph.\nRun 'kiln COMMAND --help' for a command's options.\n";
+  os << "\nMODEL is a zoo name (mlp, mnist_cnn, resnet18, resnet50, bert_layer), a .json kiln "
+        "graph, an .onnx model or, for run and bench, a .kiln artifact.\nRun 'kiln COMMAND "
+        "--help' for a command's options.\n";
 }
 
 int mainImpl(int argc, char** argv) {

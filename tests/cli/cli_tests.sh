@@ -131,6 +131,30 @@ check "onnx run eager, symbolic batch" 0 "%p : f32\[3,3\]" -- "$KILN" run "$ONNX
 check "onnx run, static dim changed" 2 "dim 2 is fixed at 8 by the model, got 9" -- \
   "$KILN" run "$ONNX_CNN" --eager --input x3bad.npy
 check "onnx bench" 0 "speedup" -- "$KILN" bench "$ONNX_CNN" --runs 2 --warmup 0 --cache-dir cache
+
+# ---- Ahead-of-time artifacts.
+check "compile -o artifact" 0 "wrote mnist\.kiln" -- "$KILN" compile mnist_cnn -o mnist.kiln --cache-dir cache
+check "inspect" 0 "format version 1" -- "$KILN" inspect mnist.kiln
+check "inspect --json" 0 '"name": "weights"' -- "$KILN" inspect mnist.kiln --json
+check "run artifact" 0 "ran mnist\.kiln from the artifact" -- "$KILN" run mnist.kiln --output ya.npy
+# The same algorithms as the artifact: compile autotuned them into this cache.
+"$KILN" run mnist_cnn --autotune --output yc.npy --cache-dir cache >/dev/null 2>&1
+check "artifact output equals compiled output" 0 "" -- cmp ya.npy yc.npy
+check "bench artifact" 0 "loaded in .* ms" -- "$KILN" bench mnist.kiln --runs 2 --warmup 0
+check "compile --shapes" 0 "wrote cnn5\.kiln" -- \
+  "$KILN" compile "$ONNX_CNN" --shapes x=5x2x8x8 -o cnn5.kiln --cache-dir cache
+check "artifact keeps dim names" 0 "%x : f32\[N=5,2,8,8\]" -- "$KILN" inspect cnn5.kiln
+check "artifact input shape checked" 2 "input 'x'.*f32\[5,2,8,8\].*f32\[3,2,8,8\]" -- \
+  "$KILN" run cnn5.kiln --input x3.npy
+check "--shapes static dim" 2 "dim 1 is fixed at 2 by the model, got 3" -- \
+  "$KILN" compile "$ONNX_CNN" --shapes x=5x3x8x8 -o never.kiln
+absent "no artifact on error" never.kiln
+check "artifact wrong extension" 2 "ends in \.kiln" -- "$KILN" compile mlp -o mlp.bin
+head -c 5000 mnist.kiln >cut.kiln
+check "truncated artifact" 2 "truncated" -- "$KILN" run cut.kiln
+check "not an artifact" 2 "not a kiln artifact" -- "$KILN" inspect y.npy
+check "artifact --eager" 2 "needs the model" -- "$KILN" run mnist.kiln --eager
+
 leftovers=$(ls -A | grep -E '\.tmp|~$' || true)
 if [ -n "$leftovers" ]; then echo "FAIL: temporary files left: $leftovers"; fail=$((fail + 1)); else pass=$((pass + 1)); fi
 
