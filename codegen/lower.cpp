@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <unordered_map>
 
 namespace kiln::codegen {
@@ -424,10 +425,19 @@ class Lowerer {
       for (int d = ra_; d < rb_; ++d)
         if (domain_[d] != 1) keepReduced = d;
     }
+    // Without a reduction every element is independent: walk the domain in the memory order of
+    // the first store (outermost = largest stride), so that a channels-last tensor is one
+    // contiguous loop rather than a loop over channels with a strided inner loop.
+    std::vector<int> order(domain_.size());
+    std::iota(order.begin(), order.end(), 0);
+    if (ra_ < 0 && !kernel_.stores.empty()) {
+      const std::vector<int64_t>& out = kernel_.stores.front().access.strides;
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return out[a] > out[b]; });
+    }
     std::vector<int64_t> dims;
     std::vector<bool> reduced;
     std::vector<std::vector<int64_t>> st(strides.size());
-    for (int d = 0; d < static_cast<int>(domain_.size()); ++d) {
+    for (int d : order) {
       if (domain_[d] == 1 && d != keepReduced) continue;
       const bool r = reducedDim(d);
       bool merge = !dims.empty() && reduced.back() == r && !(r && domain_[d] == 1);

@@ -495,9 +495,9 @@ class Driver {
       const StepDraft& s = steps_[si];
       if (s.kind != runtime::PlanStep::Kind::kKernel || s.outputs.size() != 1) continue;
       const codegen::Kernel& k = kernels_[s.kernel];
-      // Reduction kernels re-read their input in several passes; measured in place on this
-      // CPU (bert's softmax, 1.5M elements) they ran 3.5x slower, so they get fresh memory.
-      if (k.isReduction()) continue;
+      // Reduction kernels too: they read a row in every stage before their element loop writes
+      // it. (They once ran 3.5x slower in place: LLVM's run-time overlap check sent the loop
+      // to its scalar version; the renderer's assume_safety pragma removed that.)
       const int out = requestOf[storageFor(s.outputs[0])];
       if (out < 0 || k.stores.size() != 1) continue;
       for (size_t a = 0; a < s.inputs.size(); ++a) {
