@@ -344,6 +344,8 @@ class Lowerer {
         return binary("kiln_maximum");
       case OpKind::kMinimum:
         return binary("kiln_minimum");
+      case OpKind::kReluBackward:
+        return binary("kiln_relu_backward");
       case OpKind::kWhere: {
         Expr e;
         e.kind = ExprKind::kSelect;

@@ -126,6 +126,7 @@ template <class T> KILN_FN T kiln_mul(T a, T b) { return a * b; }
 template <class T> KILN_FN T kiln_div(T a, T b) { return a / b; }
 template <class T> KILN_FN T kiln_pow(T a, T b) { return kiln_m_pow(a, b); }
 // maximum and minimum propagate NaN, as torch.maximum does.
+template <class T> KILN_FN T kiln_relu_backward(T g, T x) { return x > T(0) ? g : T(0); }
 template <class T> KILN_FN T kiln_maximum(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
 template <class T> KILN_FN T kiln_minimum(T a, T b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
 // (x - mean) / sqrt(var + eps) * scale + bias

@@ -271,4 +271,15 @@ Expected<std::vector<TensorType>> inferLoss(std::span<const TensorType> in, cons
   return one({in[0].dtype, {}, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferNllLossBackward(std::span<const TensorType> in,
+                                                       const AttrView& a) {
+  // The loss's own checks, with the input and target; then grad must have the loss's type.
+  const TensorType lossIn[] = {in[1], in[2]};
+  KILN_ASSIGN_OR_RETURN(auto loss, inferLoss(lossIn, a));
+  if (in[0].dtype != loss[0].dtype || in[0].shape != loss[0].shape)
+    return invalidArgument("grad must be " + loss[0].toString() + " (the loss), got " +
+                           in[0].toString());
+  return one({in[1].dtype, in[1].shape, Layout::kPlain});
+}
+
 }  // namespace kiln::ir

@@ -1,5 +1,6 @@
 // Reference kernels for nll_loss and cross_entropy_loss: input [N,C,d1..], class-index target
 // [N,d1..] (i64 or i32), ignore_index, reduction mean | sum | none.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -99,11 +100,44 @@ Status crossEntropyLossKernel(const ir::AttrView& attrs, std::span<const Tensor>
   });
 }
 
+// in: grad (the loss's shape), input [N,C,d..] (shape only), target [N,d..].
+Status nllLossBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                             std::span<Tensor> out) {
+  const ref::AxisSplit split = ref::splitAt(in[1].shape(), 1);
+  const int64_t ignore = attrs.getInt("ignore_index");
+  std::vector<int64_t> targets;
+  if (in[2].dtype() == ir::DType::kI64)
+    KILN_TRY(readTargets<int64_t>(ref::opNameOf(attrs), in[2], split.dim, ignore, targets));
+  else if (in[2].dtype() == ir::DType::kI32)
+    KILN_TRY(readTargets<int32_t>(ref::opNameOf(attrs), in[2], split.dim, ignore, targets));
+  else
+    return ref::unsupportedDType(std::string(ref::opNameOf(attrs)) + " (target)", in[2].dtype());
+  const std::string& reduction = attrs.getString("reduction");
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[1].dtype(), [&]<class T>(Tag<T>) {
+    const T* g = in[0].data<T>();
+    T* dx = out[0].data<T>();
+    std::fill(dx, dx + out[0].numElements(), T(0));
+    int64_t count = 0;
+    for (int64_t t : targets) count += t != ignore;
+    // With mean and every target ignored the loss is NaN, and so is its gradient.
+    const T scale = reduction == "mean" ? T(1) / static_cast<T>(count) : T(1);
+    for (int64_t n = 0; n < split.outer; ++n)
+      for (int64_t k = 0; k < split.inner; ++k) {
+        const int64_t c = targets[n * split.inner + k];
+        if (c == ignore) continue;
+        const T gk = reduction == "none" ? g[n * split.inner + k] : g[0];
+        dx[(n * split.dim + c) * split.inner + k] = -gk * scale;
+      }
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerLossKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kNllLoss, nllLossKernel);
   ref::setKernel(t, ir::OpKind::kCrossEntropyLoss, crossEntropyLossKernel);
+  ref::setKernel(t, ir::OpKind::kNllLossBackward, nllLossBackwardKernel);
 }
 
 }  // namespace kiln::runtime

@@ -311,6 +311,12 @@ Status whereKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Te
   });
 }
 
+Status reluBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                          std::span<Tensor> out) {
+  return binaryKernel(kFloat, attrs, in, out,
+                      []<class T>(T g, T x) -> T { return x > T(0) ? g : T(0); });
+}
+
 }  // namespace
 
 void registerPointwiseKernels(RefKernelTable& t) {
@@ -338,6 +344,7 @@ void registerPointwiseKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kMaximum, maximumKernel);
   ref::setKernel(t, OpKind::kMinimum, minimumKernel);
   ref::setKernel(t, OpKind::kWhere, whereKernel);
+  ref::setKernel(t, OpKind::kReluBackward, reluBackwardKernel);
 }
 
 }  // namespace kiln::runtime

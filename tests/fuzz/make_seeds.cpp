@@ -60,6 +60,12 @@ const Source kGraphs[] = {
   %b = relayout(%p) {from = "nhwc", to = "nchw"}
   return %b
 })"},
+    {"backward", R"(graph backward(%g : f32[2,3], %x : f32[2,3], %t : i64[2]) {
+  %r = relu_backward(%g, %x)
+  %l = nll_loss(%r, %t) {reduction = "sum"}
+  %d = nll_loss_backward(%l, %r, %t) {reduction = "sum", ignore_index = 1}
+  return %d
+})"},
     {"pointwise", R"(graph pointwise(%a : f32[2,3], %b : f32[3], %c : bool[2,1]) {
   %s = add(%a, %b)
   %d = sub(%s, %a)

@@ -119,6 +119,8 @@ const std::vector<InferCase>& cases() {
     {OpKind::kWhere, {"f32[3]", "f32[3]", "f32[3]"}, {}, "error: where: condition must be bool, got f32[3]"},
     {OpKind::kWhere, {"bool[3]", "f32[3]", "i32[3]"}, {}, "error: same dtype"},
     {OpKind::kWhere, {"bool[2]", "f32[3]", "f32[3]"}, {}, "error: shapes [2] and [3] do not broadcast"},
+    {OpKind::kReluBackward, {"f32[2,3]", "f32[2,3]"}, {}, "f32[2,3]"},
+    {OpKind::kReluBackward, {"i64[2]", "i64[2]"}, {}, "error: floating-point"},
     // ---- MatMul (NumPy rules), Gemm, Linear.
     {OpKind::kMatMul, {"f32[2,3]", "f32[3,4]"}, {}, "f32[2,4]"},
     {OpKind::kMatMul, {"f32[3]", "f32[3]"}, {}, "f32[]"},
@@ -328,6 +330,10 @@ const std::vector<InferCase>& cases() {
     {OpKind::kCrossEntropyLoss, {"f16[4,3,2]", "i64[4,2]"}, {{"reduction", S("none")}}, "f16[4,2]"},
     {OpKind::kCrossEntropyLoss, {"f32[4,3]", "i64[4,1]"}, {}, "error: target must have shape [4], got [4,1]"},
     {OpKind::kCrossEntropyLoss, {"f32[4,3]"}, {}, "error: op 'cross_entropy_loss' takes 2 inputs, got 1"},
+    {OpKind::kNllLossBackward, {"f32[]", "f32[4,3]", "i64[4]"}, {}, "f32[4,3]"},
+    {OpKind::kNllLossBackward, {"f64[4,2]", "f64[4,3,2]", "i64[4,2]"}, {{"reduction", S("none")}}, "f64[4,3,2]"},
+    {OpKind::kNllLossBackward, {"f32[4]", "f32[4,3]", "i64[4]"}, {}, "error: grad must be f32[] (the loss), got f32[4]"},
+    {OpKind::kNllLossBackward, {"f32[]", "f32[4,3]", "i64[5]"}, {}, "error: target must have shape [4], got [5]"},
     // ---- Arity, unknown and mistyped attributes: checked before the op's own inference.
     {OpKind::kAdd, {"f32[2]"}, {}, "error: op 'add' takes 2 inputs, got 1"},
     {OpKind::kRelu, {"f32[2]", "f32[2]"}, {}, "error: op 'relu' takes 1 inputs, got 2"},
