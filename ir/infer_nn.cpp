@@ -282,4 +282,47 @@ Expected<std::vector<TensorType>> inferNllLossBackward(std::span<const TensorTyp
   return one({in[1].dtype, in[1].shape, Layout::kPlain});
 }
 
+namespace {
+// The forward op's output type must be the gradient's.
+Status requireGradOf(const TensorType& grad, const TensorType& forwardOut) {
+  if (grad.dtype != forwardOut.dtype || grad.shape != forwardOut.shape)
+    return invalidArgument("grad must be " +
+                           TensorType{forwardOut.dtype, forwardOut.shape}.toString() +
+                           " (the forward output), got " + grad.toString());
+  return Status::ok();
+}
+Status requirePlain(const TensorType& t, const char* what) {
+  if (t.layout == Layout::kNHWC)
+    return invalidArgument(std::string(what) + " must be NCHW, got " + t.toString());
+  return Status::ok();
+}
+}  // namespace
+
+Expected<std::vector<TensorType>> inferConv2dBackwardData(std::span<const TensorType> in,
+                                                          const AttrView& a) {
+  const TensorType fwd[] = {in[2], in[1]};
+  KILN_ASSIGN_OR_RETURN(auto y, inferConv2d(fwd, a));
+  KILN_TRY(requireGradOf(in[0], y[0]));
+  for (const auto& t : in) KILN_TRY(requirePlain(t, "every operand"));
+  return one({in[2].dtype, in[2].shape, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferConv2dBackwardWeight(std::span<const TensorType> in,
+                                                            const AttrView& a) {
+  const TensorType fwd[] = {in[1], in[2]};
+  KILN_ASSIGN_OR_RETURN(auto y, inferConv2d(fwd, a));
+  KILN_TRY(requireGradOf(in[0], y[0]));
+  for (const auto& t : in) KILN_TRY(requirePlain(t, "every operand"));
+  return one({in[2].dtype, in[2].shape, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferPool2dBackward(std::span<const TensorType> in,
+                                                      const AttrView& a) {
+  const TensorType fwd[] = {in[1]};
+  KILN_ASSIGN_OR_RETURN(auto y, inferPool2d(fwd, a));
+  KILN_TRY(requireGradOf(in[0], y[0]));
+  for (const auto& t : in) KILN_TRY(requirePlain(t, "every operand"));
+  return one({in[1].dtype, in[1].shape, Layout::kPlain});
+}
+
 }  // namespace kiln::ir

@@ -233,6 +233,50 @@ Expected<Grads> gradLinear(Emitter& e, Value* g) {
   return out;
 }
 
+// ---- Convolution and pooling: backward ops of their own (reference kernels).
+ir::AttrMap windowAttrs(const Emitter& e, std::initializer_list<const char*> names) {
+  const auto a = e.attrs();
+  ir::AttrMap out;
+  for (const char* n : names) {
+    if (a.op().findAttr(n) == nullptr) continue;
+    const ir::AttrSpec* spec = a.op().findAttr(n);
+    if (spec->kind == ir::AttrKind::kInts)
+      out[n] = a.getInts(n);
+    else
+      out[n] = a.getInt(n);
+  }
+  return out;
+}
+Expected<Grads> gradConv2d(Emitter& e, Value* g) {
+  if (e.in(0)->type().layout == ir::Layout::kNHWC)
+    return e.unsupported("channels-last activations (differentiate before layout selection)");
+  const ir::AttrMap a = windowAttrs(e, {"strides", "pads", "dilations", "group"});
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kConv2dBackwardData, {g, e.in(1), e.in(0)}, a));
+  KILN_ASSIGN_OR_RETURN(Value * dw, e.op(OpKind::kConv2dBackwardWeight, {g, e.in(0), e.in(1)}, a));
+  Grads out{dx, dw};
+  if (e.node().numInputs() > 2) {
+    KILN_ASSIGN_OR_RETURN(
+        Value * db, e.op(OpKind::kReduceSum, {g},
+                         {{"axes", std::vector<int64_t>{0, 2, 3}}, {"keepdims", int64_t{0}}}));
+    out.push_back(db);
+  }
+  return out;
+}
+Expected<Grads> gradPool(Emitter& e, Value* g, OpKind backward) {
+  if (e.in(0)->type().layout == ir::Layout::kNHWC)
+    return e.unsupported("channels-last activations (differentiate before layout selection)");
+  const ir::AttrMap a =
+      windowAttrs(e, {"kernel", "strides", "pads", "dilations", "ceil_mode", "count_include_pad"});
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(backward, {g, e.in(0)}, a));
+  return Grads{dx};
+}
+Expected<Grads> gradMaxPool2d(Emitter& e, Value* g) {
+  return gradPool(e, g, OpKind::kMaxPool2dBackward);
+}
+Expected<Grads> gradAvgPool2d(Emitter& e, Value* g) {
+  return gradPool(e, g, OpKind::kAvgPool2dBackward);
+}
+
 // ---- Reductions and normalizations.
 // The gradient of a sum over `axes` (empty: all) with or without keepdims: g, with the reduced
 // dims put back as 1, expanded to x's shape, times `scale`.
@@ -377,6 +421,9 @@ const std::array<GradFn, ir::kNumOps>& builders() {
     set(OpKind::kWhere, gradWhere);
     set(OpKind::kMatMul, gradMatMul);
     set(OpKind::kLinear, gradLinear);
+    set(OpKind::kConv2d, gradConv2d);
+    set(OpKind::kMaxPool2d, gradMaxPool2d);
+    set(OpKind::kAvgPool2d, gradAvgPool2d);
     set(OpKind::kGlobalAvgPool, gradGlobalAvgPool);
     set(OpKind::kSoftmax, gradSoftmax);
     set(OpKind::kLogSoftmax, gradLogSoftmax);

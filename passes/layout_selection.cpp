@@ -3,6 +3,7 @@
 // a relayout op is inserted only where a value crosses into or out of that region (the graph
 // input before the first convolution, a flatten or matmul after the last), and graph outputs
 // keep the user's layout. Reductions read NHWC and write plain.
+#include <algorithm>
 #include <unordered_map>
 
 #include "passes/pass.h"
@@ -19,6 +20,22 @@ bool isChannelsLastLibraryOp(const ir::Node& n) {
 
 bool isElementwiseOp(const ir::Node& n) {
   return n.info().has(ir::kPointwise) && n.op() != ir::OpKind::kRelayout;
+}
+
+// Whether a reduce_* node's axes are consecutive logical dims (all other reductions are).
+bool reducesOneRun(const ir::Node& n) {
+  if (n.op() != ir::OpKind::kReduceSum && n.op() != ir::OpKind::kReduceMean &&
+      n.op() != ir::OpKind::kReduceMax)
+    return true;
+  const int64_t rank = static_cast<int64_t>(n.input(0)->type().rank());
+  std::vector<int64_t> axes = ir::AttrView(n.info(), n.attrs()).getInts("axes");
+  if (axes.empty()) return true;
+  for (int64_t& a : axes)
+    if (a < 0) a += rank;
+  std::sort(axes.begin(), axes.end());
+  for (size_t i = 1; i < axes.size(); ++i)
+    if (axes[i] != axes[i - 1] + 1) return false;
+  return true;
 }
 
 bool isNhwc(const ir::Value* v) {
@@ -95,8 +112,10 @@ class Selector {
       }
     }
     // Everything else reads plain memory (reductions read any layout through their strides
-    // and write plain).
-    const bool stridedReader = n->info().has(ir::kReduction) || isElementwiseOp(*n);
+    // and write plain, when their reduced dims are one contiguous run that a generated kernel
+    // can walk; others run on reference kernels, which read plain memory).
+    const bool stridedReader =
+        (n->info().has(ir::kReduction) && reducesOneRun(*n)) || isElementwiseOp(*n);
     for (size_t i = 0; i < n->inputs().size(); ++i)
       if (isNhwc(n->input(i)) && !stridedReader)
         n->replaceInput(i, converted(n->input(i), ir::Layout::kPlain, n));

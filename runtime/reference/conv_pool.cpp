@@ -197,6 +197,182 @@ Status globalAvgPoolKernel(const ir::AttrView& attrs, std::span<const Tensor> in
   });
 }
 
+// ---- Gradients. Each loop nest is the forward's, with the multiply-add turned around.
+
+// dx[n, c, ih, iw] += w[m, c, kh, kw] * dy[n, m, oh, ow] over every tap that read x there.
+template <class T>
+void conv2dBackwardData(const T* __restrict dy, const T* __restrict w, T* __restrict dx,
+                        int64_t batch, int64_t channels, int64_t outChannels, int64_t group,
+                        const Window& wh, const Window& ww) {
+  const int64_t cPerGroup = channels / group, mPerGroup = outChannels / group;
+  const int64_t inPlane = wh.in * ww.in, outPlane = wh.out * ww.out;
+  const int64_t taps = wh.kernel * ww.kernel;
+  std::fill(dx, dx + batch * channels * inPlane, T(0));
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t g = 0; g < group; ++g)
+      for (int64_t mg = 0; mg < mPerGroup; ++mg) {
+        const int64_t m = g * mPerGroup + mg;
+        const T* dyPlane = dy + (n * outChannels + m) * outPlane;
+        for (int64_t c = 0; c < cPerGroup; ++c) {
+          T* dxPlane = dx + (n * channels + g * cPerGroup + c) * inPlane;
+          const T* wTaps = w + (m * cPerGroup + c) * taps;
+          for (int64_t kh = 0; kh < wh.kernel; ++kh) {
+            const auto [ohLo, ohHi] = wh.validOutputs(kh);
+            for (int64_t kw = 0; kw < ww.kernel; ++kw) {
+              const auto [owLo, owHi] = ww.validOutputs(kw);
+              const T wv = wTaps[kh * ww.kernel + kw];
+              for (int64_t oh = ohLo; oh < ohHi; ++oh) {
+                const int64_t ih = wh.start(oh) + kh * wh.dilation;
+                T* dxRow = dxPlane + ih * ww.in + kw * ww.dilation;
+                const T* dyRow = dyPlane + oh * ww.out;
+                for (int64_t ow = owLo; ow < owHi; ++ow) dxRow[ww.start(ow)] += wv * dyRow[ow];
+              }
+            }
+          }
+        }
+      }
+}
+
+// dw[m, c, kh, kw] = sum over n, oh, ow of dy[n, m, oh, ow] * x[n, c, ih, iw].
+template <class T>
+void conv2dBackwardWeight(const T* __restrict dy, const T* __restrict x, T* __restrict dw,
+                          int64_t batch, int64_t channels, int64_t outChannels, int64_t group,
+                          const Window& wh, const Window& ww) {
+  const int64_t cPerGroup = channels / group, mPerGroup = outChannels / group;
+  const int64_t inPlane = wh.in * ww.in, outPlane = wh.out * ww.out;
+  const int64_t taps = wh.kernel * ww.kernel;
+  std::fill(dw, dw + outChannels * cPerGroup * taps, T(0));
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t g = 0; g < group; ++g)
+      for (int64_t mg = 0; mg < mPerGroup; ++mg) {
+        const int64_t m = g * mPerGroup + mg;
+        const T* dyPlane = dy + (n * outChannels + m) * outPlane;
+        for (int64_t c = 0; c < cPerGroup; ++c) {
+          const T* xPlane = x + (n * channels + g * cPerGroup + c) * inPlane;
+          T* dwTaps = dw + (m * cPerGroup + c) * taps;
+          for (int64_t kh = 0; kh < wh.kernel; ++kh) {
+            const auto [ohLo, ohHi] = wh.validOutputs(kh);
+            for (int64_t kw = 0; kw < ww.kernel; ++kw) {
+              const auto [owLo, owHi] = ww.validOutputs(kw);
+              T sum = T(0);
+              for (int64_t oh = ohLo; oh < ohHi; ++oh) {
+                const int64_t ih = wh.start(oh) + kh * wh.dilation;
+                const T* xRow = xPlane + ih * ww.in + kw * ww.dilation;
+                const T* dyRow = dyPlane + oh * ww.out;
+                for (int64_t ow = owLo; ow < owHi; ++ow) sum += dyRow[ow] * xRow[ww.start(ow)];
+              }
+              dwTaps[kh * ww.kernel + kw] += sum;
+            }
+          }
+        }
+      }
+}
+
+Status conv2dBackwardDataKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                                std::span<Tensor> out) {
+  const Tensor& dy = in[0];
+  const Tensor& w = in[1];
+  const Tensor& x = in[2];
+  const auto& dil = attrs.getInts("dilations");
+  const Window wh = heightWindow(attrs, x, dy, w.shape()[2], dil[0]);
+  const Window ww = widthWindow(attrs, x, dy, w.shape()[3], dil[1]);
+  return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
+    conv2dBackwardData(dy.data<T>(), w.data<T>(), out[0].data<T>(), x.shape()[0], x.shape()[1],
+                       w.shape()[0], attrs.getInt("group"), wh, ww);
+    return Status::ok();
+  });
+}
+
+Status conv2dBackwardWeightKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                                  std::span<Tensor> out) {
+  const Tensor& dy = in[0];
+  const Tensor& x = in[1];
+  const Tensor& w = in[2];
+  const auto& dil = attrs.getInts("dilations");
+  const Window wh = heightWindow(attrs, x, dy, w.shape()[2], dil[0]);
+  const Window ww = widthWindow(attrs, x, dy, w.shape()[3], dil[1]);
+  return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
+    conv2dBackwardWeight(dy.data<T>(), x.data<T>(), out[0].data<T>(), x.shape()[0], x.shape()[1],
+                         w.shape()[0], attrs.getInt("group"), wh, ww);
+    return Status::ok();
+  });
+}
+
+Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                               std::span<Tensor> out) {
+  const Tensor& dy = in[0];
+  const Tensor& x = in[1];
+  const auto& k = attrs.getInts("kernel");
+  const auto& dil = attrs.getInts("dilations");
+  const Window wh = heightWindow(attrs, x, dy, k[0], dil[0]);
+  const Window ww = widthWindow(attrs, x, dy, k[1], dil[1]);
+  return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
+    const int64_t planes = x.shape()[0] * x.shape()[1];
+    T* dx = out[0].data<T>();
+    std::fill(dx, dx + out[0].numElements(), T(0));
+    for (int64_t p = 0; p < planes; ++p) {
+      const T* xPlane = x.data<T>() + p * wh.in * ww.in;
+      const T* dyPlane = dy.data<T>() + p * wh.out * ww.out;
+      T* dxPlane = dx + p * wh.in * ww.in;
+      for (int64_t oh = 0; oh < wh.out; ++oh)
+        for (int64_t ow = 0; ow < ww.out; ++ow) {
+          // The forward's choice: the first strictly larger element, NaN first.
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t arg = -1;
+          for (int64_t kh = 0; kh < wh.kernel && !(arg >= 0 && ref::isNaN(best)); ++kh) {
+            const int64_t ih = wh.start(oh) + kh * wh.dilation;
+            if (ih < 0 || ih >= wh.in) continue;
+            for (int64_t kw = 0; kw < ww.kernel; ++kw) {
+              const int64_t iw = ww.start(ow) + kw * ww.dilation;
+              if (iw < 0 || iw >= ww.in) continue;
+              const T v = xPlane[ih * ww.in + iw];
+              if (arg < 0 || v > best || ref::isNaN(v)) {
+                best = v;
+                arg = ih * ww.in + iw;
+              }
+              if (ref::isNaN(best)) break;
+            }
+          }
+          if (arg >= 0) dxPlane[arg] += dyPlane[oh * ww.out + ow];
+        }
+    }
+    return Status::ok();
+  });
+}
+
+Status avgPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                               std::span<Tensor> out) {
+  const Tensor& dy = in[0];
+  const Tensor& x = in[1];
+  const auto& k = attrs.getInts("kernel");
+  const bool includePad = attrs.getInt("count_include_pad") != 0;
+  const Window wh = heightWindow(attrs, x, dy, k[0], 1);
+  const Window ww = widthWindow(attrs, x, dy, k[1], 1);
+  return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
+    const int64_t planes = x.shape()[0] * x.shape()[1];
+    T* dx = out[0].data<T>();
+    std::fill(dx, dx + out[0].numElements(), T(0));
+    for (int64_t p = 0; p < planes; ++p) {
+      const T* dyPlane = dy.data<T>() + p * wh.out * ww.out;
+      T* dxPlane = dx + p * wh.in * ww.in;
+      for (int64_t oh = 0; oh < wh.out; ++oh)
+        for (int64_t ow = 0; ow < ww.out; ++ow) {
+          // The forward's window and divisor (avgPool2dKernel).
+          const int64_t h0 = wh.start(oh), w0 = ww.start(ow);
+          const int64_t h1 = std::min(h0 + wh.kernel, wh.in + wh.padEnd);
+          const int64_t w1 = std::min(w0 + ww.kernel, ww.in + ww.padEnd);
+          const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h1, wh.in);
+          const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w1, ww.in);
+          const int64_t count = includePad ? (h1 - h0) * (w1 - w0) : (he - hs) * (we - ws);
+          const T share = dyPlane[oh * ww.out + ow] / static_cast<T>(count);
+          for (int64_t ih = hs; ih < he; ++ih)
+            for (int64_t iw = ws; iw < we; ++iw) dxPlane[ih * ww.in + iw] += share;
+        }
+    }
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerConvPoolKernels(RefKernelTable& t) {
@@ -204,6 +380,10 @@ void registerConvPoolKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kMaxPool2d, maxPool2dKernel);
   ref::setKernel(t, ir::OpKind::kAvgPool2d, avgPool2dKernel);
   ref::setKernel(t, ir::OpKind::kGlobalAvgPool, globalAvgPoolKernel);
+  ref::setKernel(t, ir::OpKind::kConv2dBackwardData, conv2dBackwardDataKernel);
+  ref::setKernel(t, ir::OpKind::kConv2dBackwardWeight, conv2dBackwardWeightKernel);
+  ref::setKernel(t, ir::OpKind::kMaxPool2dBackward, maxPool2dBackwardKernel);
+  ref::setKernel(t, ir::OpKind::kAvgPool2dBackward, avgPool2dBackwardKernel);
 }
 
 }  // namespace kiln::runtime

@@ -391,12 +391,14 @@ TEST_CASE("jit of an ONNX model: symbolic dims re-import, static dims and dtypes
 }
 
 TEST_CASE("a training graph (forward, loss, autodiff backward) compiles and matches eager") {
-  // mlp with a cross-entropy loss; gradients of every trainable parameter are outputs. The
-  // backward graph has relu_backward kernels, matmuls with transposes, reductions for the
-  // biases and nll_loss_backward as a reference step.
-  auto g = models::buildModel("mlp", {8, 3});
+  // A zoo model with a cross-entropy loss; gradients of every trainable parameter are outputs.
+  // The backward graph has relu_backward kernels, matmuls with transposes, reductions for the
+  // biases, and (mnist_cnn) conv and max-pool backward steps and nll_loss_backward.
+  const std::string name = GENERATE(as<std::string>{}, "mlp", "mnist_cnn");
+  INFO(name);
+  auto g = models::buildModel(name, {4, 3});
   REQUIRE(g.hasValue());
-  ir::Value* target = *g->addInput("target", {ir::DType::kI64, {8}});
+  ir::Value* target = *g->addInput("target", {ir::DType::kI64, {4}});
   ir::Value* logits = g->outputs()[0];
   ir::Value* loss = (*g->addNode(ir::OpKind::kCrossEntropyLoss, {logits, target}))->output(0);
   std::vector<ir::Value*> params;

@@ -66,6 +66,14 @@ const Source kGraphs[] = {
   %d = nll_loss_backward(%l, %r, %t) {reduction = "sum", ignore_index = 1}
   return %d
 })"},
+    {"conv_backward", R"(graph conv_backward(%x : f32[1,2,5,5], %w : f32[3,2,3,3], %dy : f32[1,3,3,3], %dp : f32[1,2,2,2]) {
+  %dx = conv2d_backward_data(%dy, %w, %x)
+  %dw = conv2d_backward_weight(%dy, %x, %w) {strides = [1,1], pads = [0,0,0,0]}
+  %m = max_pool2d_backward(%dp, %x) {kernel = [2,2], strides = [2,2]}
+  %a = avg_pool2d_backward(%dp, %x) {kernel = [3,3], strides = [2,2], ceil_mode = 1, count_include_pad = 1}
+  %s = add(%m, %a)
+  return %dx, %dw, %s
+})"},
     {"pointwise", R"(graph pointwise(%a : f32[2,3], %b : f32[3], %c : bool[2,1]) {
   %s = add(%a, %b)
   %d = sub(%s, %a)

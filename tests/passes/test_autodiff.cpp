@@ -203,6 +203,35 @@ TEST_CASE("autodiff: gradient check of reductions, softmax and pooling") {
       {"global_avg_pool", graph("%x : f64[2,3,4,5]", "  %y = global_avg_pool(%x)"), {Range::kAny}});
 }
 
+TEST_CASE("autodiff: gradient check of conv2d and the pools") {
+  const std::vector<Range> xwb{Range::kAny, Range::kAny, Range::kAny};
+  checkGradients({"conv2d",
+                  graph("%x : f64[2,3,5,6], %w : f64[4,3,3,2], %b : f64[4]",
+                        "  %y = conv2d(%x, %w, %b) {pads = [1,0,1,1]}"),
+                  xwb});
+  checkGradients({"conv2d strided dilated grouped",
+                  graph("%x : f64[1,4,7,7], %w : f64[6,2,2,3]",
+                        "  %y = conv2d(%x, %w) {strides = [2,1], pads = [0,2,1,0], "
+                        "dilations = [2,1], group = 2}"),
+                  {Range::kAny, Range::kAny}});
+  checkGradients({"max_pool2d",
+                  graph("%x : f64[2,2,5,5]",
+                        "  %y = max_pool2d(%x) {kernel = [3,2], strides = [2,2], "
+                        "pads = [1,0,1,1], ceil_mode = 1}"),
+                  {Range::kAny}});
+  checkGradients(
+      {"max_pool2d dilated",
+       graph("%x : f64[1,2,6,6]", "  %y = max_pool2d(%x) {kernel = [2,2], dilations = [2,2]}"),
+       {Range::kAny}});
+  for (const char* include : {"0", "1"})
+    checkGradients({std::string("avg_pool2d count_include_pad=") + include,
+                    graph("%x : f64[2,2,5,6]",
+                          std::string("  %y = avg_pool2d(%x) {kernel = [3,3], strides = [2,2], "
+                                      "pads = [1,1,1,1], ceil_mode = 1, count_include_pad = ") +
+                              include + "}"),
+                    {Range::kAny}});
+}
+
 TEST_CASE("autodiff: gradient check of data movement") {
   const std::string x = "%x : f64[2,3,4]";
   checkGradients({"reshape", graph(x, "  %y = reshape(%x) {shape = [6,-1]}"), {Range::kAny}});
