@@ -18,6 +18,7 @@ Expected<ir::Graph> respecialize(const ir::Graph& g, std::span<const ir::TensorT
   for (const ir::Value* p : g.parameters()) {
     KILN_ASSIGN_OR_RETURN(ir::Value * q, out.addParameter(p->name(), p->type(), p->trainable()));
     q->setData(p->data());
+    if (p->isState()) KILN_TRY(out.markState(q));
     map[p] = q;
   }
   for (const ir::Node* n : g.nodes()) {

@@ -70,6 +70,14 @@ bool Graph::isValidDimName(const std::string& name) {
   });
 }
 
+Status Graph::markState(Value* parameter) {
+  if (!parameter || !parameter->isParameter() || parameter->trainable())
+    return invalidArgument("only a non-trainable parameter can be persistent state" +
+                           (parameter ? ", not '%" + parameter->name() + "'" : std::string()));
+  parameter->state_ = true;
+  return Status::ok();
+}
+
 Status Graph::setDimNames(Value* input, std::vector<std::string> names) {
   if (!input || !input->isInput()) return invalidArgument("dim names belong to graph inputs only");
   const std::string where = "input '%" + input->name() + "'";
@@ -188,6 +196,7 @@ Graph Graph::clone() const {
   for (const Value* p : parameters_) {
     Value* q = *g.addParameter(p->name_, p->type_, p->trainable_);
     q->data_ = p->data_;
+    q->state_ = p->state_;
     map[p] = q;
   }
   for (const auto& n : nodes_) {

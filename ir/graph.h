@@ -39,6 +39,15 @@ class Value {
   const TensorData& data() const { return data_; }
   void setData(TensorData d) { data_ = std::move(d); }
   bool trainable() const { return trainable_; }
+  // Persistent state: a non-trainable parameter that a training step rewrites (optimizer
+  // moments, BatchNorm running statistics). Passes never treat it as a constant.
+  bool isState() const { return state_; }
+  // Whether passes may take this value's data as fixed: a parameter with data that is neither
+  // state nor, unless `inference`, trainable.
+  bool isConstant(bool inference) const {
+    return kind_ == ValueKind::kParameter && !data_.empty() && !state_ &&
+           (inference || !trainable_);
+  }
 
   // Graph inputs: a name per symbolic dim ("batch"), empty for a static dim; either empty or
   // one entry per dim. The type holds the size the graph is specialized for; at JIT time a
@@ -59,6 +68,7 @@ class Value {
   int outputIndex_ = 0;
   TensorData data_;
   bool trainable_ = false;
+  bool state_ = false;
   std::vector<std::string> dimNames_;
   std::vector<Node*> users_;
 };
@@ -110,6 +120,8 @@ class Graph {
   // "" for a static dim, each name an identifier (letters, digits, _; not starting with a
   // digit). All-empty clears them. Errors name the input and the offending entry.
   Status setDimNames(Value* input, std::vector<std::string> names);
+  // Marks a non-trainable parameter as persistent state (Value::isState).
+  Status markState(Value* parameter);
   // The size of every named dim of the inputs, by name. Errors when one name has two sizes.
   Expected<std::map<std::string, int64_t>> dimValues() const;
   Expected<Value*> addParameter(const std::string& name, TensorData data, bool trainable);

@@ -594,14 +594,16 @@ Status Parser::parseParam(Graph& g) {
   const Token name = take();
   KILN_TRY(expectTypeColon(name, "after the parameter name"));
   KILN_ASSIGN_OR_RETURN(TensorType type, parseType());
-  bool trainable = true;
-  if (atWord("buffer")) {
+  bool trainable = true, state = false;
+  if (atWord("buffer") || atWord("state")) {
+    state = atWord("state");
     take();
     trainable = false;
   }
   KILN_TRY(defineName(name));
   auto v = g.addParameter(std::string(name.text), std::move(type), trainable);
   if (!v) return errorAt(name.pos, v.status().message());
+  if (state) KILN_TRY(g.markState(*v));
   return Status::ok();
 }
 

@@ -168,7 +168,10 @@ std::string printGraph(const Graph& g) {
   out += ") {\n";
   for (const Value* p : g.parameters()) {
     out += "  param " + typedValue(p);
-    if (!p->trainable()) out += " buffer";
+    if (p->isState())
+      out += " state";
+    else if (!p->trainable())
+      out += " buffer";
     out += '\n';
   }
   for (const Node* n : g.nodes()) printNode(out, *n);

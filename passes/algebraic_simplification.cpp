@@ -33,7 +33,7 @@ double elementAt(const ir::TensorData& d, int64_t i) {
 
 // True when `v` is a constant this compile may rely on whose every element equals `x`.
 bool isConstantEqualTo(const ir::Value* v, double x, const PassContext& ctx) {
-  if (!v->isParameter() || v->data().empty() || (v->trainable() && !ctx.inference)) return false;
+  if (!v->isConstant(ctx.inference)) return false;
   const ir::TensorData& d = v->data();
   for (int64_t i = 0; i < d.numElements(); ++i)
     if (elementAt(d, i) != x) return false;

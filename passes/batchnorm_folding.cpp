@@ -13,7 +13,7 @@ namespace kiln::passes {
 namespace {
 
 bool isConstant(const ir::Value* v, const PassContext& ctx) {
-  return v->isParameter() && !v->data().empty() && (ctx.inference || !v->trainable()) &&
+  return v->isConstant(ctx.inference) &&
          (v->type().dtype == ir::DType::kF32 || v->type().dtype == ir::DType::kF64);
 }
 

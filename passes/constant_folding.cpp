@@ -8,7 +8,7 @@ namespace kiln::passes {
 
 namespace {
 bool isFoldableConstant(const ir::Value* v, const PassContext& ctx) {
-  return v->isParameter() && !v->data().empty() && (ctx.inference || !v->trainable());
+  return v->isConstant(ctx.inference);
 }
 
 std::string constantName(ir::Graph& g, const ir::Value* out) {

@@ -217,6 +217,7 @@ Expected<std::string> graphToText(const ir::Graph& g, const std::string& weights
                              " has no data; attach its weights before saving");
     Json j = typeToJson(p->name(), p->type());
     j["trainable"] = p->trainable();
+    if (p->isState()) j["state"] = true;
     parameters.push_back(std::move(j));
     weights[p->name()] = p->data();
   }
@@ -473,7 +474,8 @@ class GraphLoader {
       return fail("", "\"parameters\" must be an array, got " + shown(params));
     for (size_t i = 0; i < params.size(); ++i) {
       const std::string where = "parameter " + std::to_string(i);
-      KILN_TRY(checkKeys(params[i], where, {"name", "dtype", "shape"}, {"layout", "trainable"}));
+      KILN_TRY(checkKeys(params[i], where, {"name", "dtype", "shape"},
+                         {"layout", "trainable", "state"}));
       KILN_ASSIGN_OR_RETURN(std::string name, getString(params[i], "name", where));
       const std::string named = where + " (" + inQuotes(name) + ")";
       KILN_TRY(checkNewName(name, named));
@@ -484,6 +486,12 @@ class GraphLoader {
         if (!t.is_boolean())
           return fail(named, "\"trainable\" must be true or false, got " + shown(t));
         trainable = t.get<bool>();
+      }
+      bool state = false;
+      if (params[i].contains("state")) {
+        const Json& t = params[i].at("state");
+        if (!t.is_boolean()) return fail(named, "\"state\" must be true or false, got " + shown(t));
+        state = t.get<bool>();
       }
       auto it = weights_.find(name);
       if (it == weights_.end())
@@ -498,6 +506,8 @@ class GraphLoader {
       auto v = graph_.addParameter(name, std::move(type), trainable);
       if (!v) return fail(named, v.status().message());
       (*v)->setData(data);
+      if (state)
+        if (Status st = graph_.markState(*v); !st) return fail(named, st.message());
     }
     return Status::ok();
   }

@@ -688,3 +688,29 @@ TEST_CASE("graph JSON: symbolic dim names of inputs round-trip; malformed ones a
   CHECK_THAT(withNames("[\"batch\"]"), Contains("has rank 2 but 1 dim names"));
   CHECK_THAT(withNames("[\"b-1\",\"\"]"), Contains("'b-1' is not an identifier"));
 }
+
+TEST_CASE("graph JSON: persistent state parameters round-trip; a malformed flag is an error",
+          "[graph_json]") {
+  const std::string stateful =
+      replaced(kBase, "{\"name\": \"b\", \"dtype\": \"f32\", \"shape\": [4], \"trainable\": false}",
+               "{\"name\": \"b\", \"dtype\": \"f32\", \"shape\": [4], \"trainable\": false, "
+               "\"state\": true}");
+  TempDir dir;
+  writeBytes(dir.file("model.json"), stateful);
+  KILN_REQUIRE_OK(writeSafetensors(dir.file("model.safetensors"), baseWeights()));
+  auto g = loadGraphJson(dir.file("model.json"));
+  KILN_REQUIRE_OK(g);
+  CHECK(g->findValue("b")->isState());
+  TempDir again;
+  KILN_REQUIRE_OK(saveGraphJson(*g, again.file("model.json")));
+  CHECK_THAT(readBytes(again.file("model.json")), Contains("\"state\":true"));
+  auto reloaded = loadGraphJson(again.file("model.json"));
+  KILN_REQUIRE_OK(reloaded);
+  CHECK(reloaded->findValue("b")->isState());
+  CHECK_THAT(loadError(replaced(stateful, "\"state\": true", "\"state\": 1")).message(),
+             Contains("\"state\" must be true or false"));
+  CHECK_THAT(loadError(replaced(stateful, "\"trainable\": false, \"state\"",
+                                "\"trainable\": true, \"state\""))
+                 .message(),
+             Contains("only a non-trainable parameter"));
+}

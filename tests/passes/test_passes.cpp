@@ -46,7 +46,9 @@ void fill(ir::Graph& g, const std::string& param, float value) {
 }
 
 // Constant evaluation through the runtime's reference kernels, as the compiler injects it.
-passes::ConstantEvaluator referenceEvaluator() { return runtime::evaluateNode; }
+passes::ConstantEvaluator referenceEvaluator() {
+  return runtime::evaluateNode;
+}
 
 }  // namespace
 
@@ -244,4 +246,39 @@ TEST_CASE("every registered pass has a unique kebab-case name") {
     CHECK(names.insert(std::string(p.name)).second);
     for (char c : p.name) CHECK((std::islower(static_cast<unsigned char>(c)) || c == '-'));
   }
+}
+
+TEST_CASE("persistent state is never folded, simplified or treated as a constant") {
+  // %m is optimizer state: zero now, rewritten by every training step.
+  const std::string text = R"(
+graph g(%x : f32[3]) {
+  param %m : f32[3] state
+  param %one : f32[3] buffer
+  %s : f32[3] = mul(%m, %one)
+  %t : f32[3] = add(%s, %m)
+  %y : f32[3] = add(%x, %t)
+  return %y
+})";
+  for (bool inference : {true, false}) {
+    INFO("inference " << inference);
+    ir::Graph g = parse(text);
+    fill(g, "m", 0.0f);
+    fill(g, "one", 1.0f);
+    REQUIRE(g.findValue("m")->isState());
+    passes::PassContext ctx;
+    ctx.inference = inference;
+    ctx.evaluate = referenceEvaluator();
+    runPass("constant-folding", g, ctx);
+    runPass("algebraic-simplification", g, ctx);
+    // x*1 may go, but nothing that reads %m becomes a constant.
+    CHECK(g.findValue("m")->users().size() >= 1);
+    CHECK_THAT(ir::printGraph(g), Catch::Contains("param %m : f32[3] state"));
+    for (const ir::Node* n : g.nodes())
+      for (const ir::Value* in : n->inputs())
+        if (in->isParameter()) CHECK((in->name() == "m" || in->name() == "one"));
+  }
+  // Only non-trainable parameters can be state.
+  ir::Graph g = parse(text);
+  ir::Value* w = *g.addParameter("w", ir::TensorType{ir::DType::kF32, {3}}, true);
+  CHECK_THAT(g.markState(w).message(), Catch::Contains("only a non-trainable parameter"));
 }
