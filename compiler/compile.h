@@ -93,6 +93,8 @@ class CompiledModel {
   const runtime::Plan& plan() const { return *plan_; }
   const runtime::PlanRunStats& lastStats() const { return exec_.lastStats(); }
   void setProfiling(bool on) { exec_.setProfiling(on); }
+  // After the parameters' bytes changed in place (training): forget reordered weights.
+  void parametersChanged() { exec_.clearLibraryCache(); }
   const CompiledCode& code() const { return *code_; }
   // The graph after the pass pipeline, as the plan runs it.
   const ir::Graph& optimizedGraph() const { return *optimized_; }

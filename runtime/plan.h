@@ -64,8 +64,8 @@ struct Plan {
 
 struct PlanRunStats {
   double totalMs = 0;
-  int64_t kernelSteps = 0;  // Generated kernels.
-  int64_t opSteps = 0;      // Library and reference calls.
+  int64_t kernelSteps = 0;     // Generated kernels.
+  int64_t opSteps = 0;         // Library and reference calls.
   std::vector<double> stepMs;  // Per step, when profiling.
 };
 
@@ -80,6 +80,9 @@ class PlanExecutor {
   const Plan& plan() const { return *plan_; }
   // Records each step's wall time in lastStats().stepMs (the profiler).
   void setProfiling(bool on) { profiling_ = on; }
+  // Drops the weights reordered for library kernels: call it after changing parameters in
+  // place (a training step's write-back).
+  void clearLibraryCache() { cache_->clear(); }
 
  private:
   std::shared_ptr<const Plan> plan_;

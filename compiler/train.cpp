@@ -1,0 +1,69 @@
+#include "compiler/train.h"
+
+#include <cstring>
+
+#include "passes/autodiff.h"
+
+namespace kiln::compiler {
+
+Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
+                                                             const TrainOptions& options) {
+  auto step = std::unique_ptr<TrainingStep>(new TrainingStep());
+  step->graph_ = std::make_unique<ir::Graph>(std::move(model));
+  ir::Graph& g = *step->graph_;
+  if (g.inputs().size() != 1 || g.outputs().size() != 1 || g.outputs()[0]->type().rank() != 2)
+    return invalidArgument(
+        "training needs a model with one input and one output of logits "
+        "[N, C], got " +
+        std::to_string(g.inputs().size()) + " inputs and " + std::to_string(g.outputs().size()) +
+        " outputs");
+  ir::Value* logits = g.outputs()[0];
+  KILN_ASSIGN_OR_RETURN(ir::Value * target,
+                        g.addInput("target", {ir::DType::kI64, {logits->type().shape[0]}}));
+  KILN_ASSIGN_OR_RETURN(ir::Node * lossNode,
+                        g.addNode(ir::OpKind::kCrossEntropyLoss, {logits, target}));
+  ir::Value* loss = lossNode->output(0);
+  std::vector<ir::Value*> params;
+  for (ir::Value* p : g.parameters())
+    if (p->trainable()) params.push_back(p);
+  KILN_ASSIGN_OR_RETURN(auto grads, passes::appendBackward(g, loss, params));
+  if (options.optimizer == TrainOptions::Optimizer::kSgd) {
+    KILN_ASSIGN_OR_RETURN(step->writes_, passes::appendSgd(g, params, grads, options.sgd));
+  } else {
+    KILN_ASSIGN_OR_RETURN(step->writes_, passes::appendAdam(g, params, grads, options.adam));
+  }
+  std::vector<ir::Value*> outs{loss};
+  for (const auto& w : step->writes_) outs.push_back(w.value);
+  g.setOutputs(outs);
+  if (options.eager) {
+    step->eager_ = std::make_unique<runtime::EagerExecutor>(g);
+  } else {
+    CompileOptions co = options.compile;
+    co.inference = false;
+    KILN_ASSIGN_OR_RETURN(step->compiled_, compile(g, co));
+  }
+  return step;
+}
+
+Expected<double> TrainingStep::operator()(const runtime::Tensor& x, const runtime::Tensor& target) {
+  const std::vector<runtime::Tensor> inputs{x, target};
+  auto outs = compiled_ ? compiled_->run(inputs) : eager_->run(inputs);
+  if (!outs) return outs.status();
+  // Write back: the parameters' bytes are shared with the plan (and the eager executor's
+  // views), so the next step reads the new values.
+  for (size_t i = 0; i < writes_.size(); ++i) {
+    ir::TensorData dst = writes_[i].target->data();  // Shares the bytes.
+    const runtime::Tensor& src = (*outs)[1 + i];
+    if (src.byteSize() != dst.byteSize())
+      return internalError("training step: the update of '%" + writes_[i].target->name() +
+                           "' has " + std::to_string(src.byteSize()) + " bytes, expected " +
+                           std::to_string(dst.byteSize()));
+    std::memcpy(dst.data(), src.rawData(), dst.byteSize());
+  }
+  if (compiled_) compiled_->parametersChanged();
+  const runtime::Tensor& l = (*outs)[0];
+  return l.dtype() == ir::DType::kF64 ? l.data<double>()[0]
+                                      : static_cast<double>(l.data<float>()[0]);
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,46 @@
+// A training step: forward, cross-entropy loss, backward (passes/autodiff.h) and optimizer
+// update (passes/optimizer.h) as one graph, compiled once (or run eagerly, op by op, as the
+// baseline); each call runs it on a batch and writes the new parameters and optimizer state
+// back over the old ones, in place.
+#pragma once
+
+#include <memory>
+
+#include "compiler/compile.h"
+#include "passes/optimizer.h"
+#include "runtime/eager.h"
+
+namespace kiln::compiler {
+
+struct TrainOptions {
+  enum class Optimizer { kSgd, kAdam };
+  Optimizer optimizer = Optimizer::kSgd;
+  passes::SgdOptions sgd;
+  passes::AdamOptions adam;
+  bool eager = false;      // Run the step op by op instead of compiled.
+  CompileOptions compile;  // `inference` is forced off.
+};
+
+class TrainingStep {
+ public:
+  // `model` maps its one input to class logits [N, C]; the step adds a target input (i64 [N])
+  // and trains every trainable parameter.
+  static Expected<std::unique_ptr<TrainingStep>> create(ir::Graph model,
+                                                        const TrainOptions& options);
+
+  // One step on a batch (x, class indices); returns the loss before the update.
+  Expected<double> operator()(const runtime::Tensor& x, const runtime::Tensor& target);
+
+  // The step's graph: its parameters hold the current weights and optimizer state.
+  const ir::Graph& graph() const { return *graph_; }
+  const CompiledModel* compiled() const { return compiled_.get(); }
+  const runtime::EagerExecutor* eager() const { return eager_.get(); }
+
+ private:
+  std::unique_ptr<ir::Graph> graph_;
+  std::vector<passes::StateWrite> writes_;
+  std::unique_ptr<CompiledModel> compiled_;
+  std::unique_ptr<runtime::EagerExecutor> eager_;
+};
+
+}  // namespace kiln::compiler
