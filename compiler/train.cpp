@@ -32,7 +32,7 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   } else {
     KILN_ASSIGN_OR_RETURN(step->writes_, passes::appendAdam(g, params, grads, options.adam));
   }
-  std::vector<ir::Value*> outs{loss};
+  std::vector<ir::Value*> outs{loss, logits};
   for (const auto& w : step->writes_) outs.push_back(w.value);
   g.setOutputs(outs);
   if (options.eager) {
@@ -45,7 +45,8 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   return step;
 }
 
-Expected<double> TrainingStep::operator()(const runtime::Tensor& x, const runtime::Tensor& target) {
+Expected<TrainingStep::Result> TrainingStep::operator()(const runtime::Tensor& x,
+                                                        const runtime::Tensor& target) {
   const std::vector<runtime::Tensor> inputs{x, target};
   auto outs = compiled_ ? compiled_->run(inputs) : eager_->run(inputs);
   if (!outs) return outs.status();
@@ -53,7 +54,7 @@ Expected<double> TrainingStep::operator()(const runtime::Tensor& x, const runtim
   // views), so the next step reads the new values.
   for (size_t i = 0; i < writes_.size(); ++i) {
     ir::TensorData dst = writes_[i].target->data();  // Shares the bytes.
-    const runtime::Tensor& src = (*outs)[1 + i];
+    const runtime::Tensor& src = (*outs)[2 + i];
     if (src.byteSize() != dst.byteSize())
       return internalError("training step: the update of '%" + writes_[i].target->name() +
                            "' has " + std::to_string(src.byteSize()) + " bytes, expected " +
@@ -61,9 +62,20 @@ Expected<double> TrainingStep::operator()(const runtime::Tensor& x, const runtim
     std::memcpy(dst.data(), src.rawData(), dst.byteSize());
   }
   if (compiled_) compiled_->parametersChanged();
+  Result r;
   const runtime::Tensor& l = (*outs)[0];
-  return l.dtype() == ir::DType::kF64 ? l.data<double>()[0]
-                                      : static_cast<double>(l.data<float>()[0]);
+  r.loss =
+      l.dtype() == ir::DType::kF64 ? l.data<double>()[0] : static_cast<double>(l.data<float>()[0]);
+  const runtime::Tensor& logits = (*outs)[1];
+  const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  for (int64_t i = 0; i < n && logits.dtype() == ir::DType::kF32; ++i) {
+    const float* row = logits.data<float>() + i * c;
+    int64_t best = 0;
+    for (int64_t k = 1; k < c; ++k)
+      if (row[k] > row[best]) best = k;
+    r.correct += best == target.data<int64_t>()[i];
+  }
+  return r;
 }
 
 }  // namespace kiln::compiler

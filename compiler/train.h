@@ -28,8 +28,12 @@ class TrainingStep {
   static Expected<std::unique_ptr<TrainingStep>> create(ir::Graph model,
                                                         const TrainOptions& options);
 
-  // One step on a batch (x, class indices); returns the loss before the update.
-  Expected<double> operator()(const runtime::Tensor& x, const runtime::Tensor& target);
+  struct Result {
+    double loss = 0;      // Before the update.
+    int64_t correct = 0;  // Examples whose largest logit is their label, before the update.
+  };
+  // One step on a batch (x, class indices).
+  Expected<Result> operator()(const runtime::Tensor& x, const runtime::Tensor& target);
 
   // The step's graph: its parameters hold the current weights and optimizer state.
   const ir::Graph& graph() const { return *graph_; }

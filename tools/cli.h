@@ -84,5 +84,6 @@ int runBenchKernels(const Args&);
 int runDump(const Args&);
 int runRun(const Args&);
 int runExport(const Args&);
+int runTrain(const Args&);
 
 }  // namespace kiln::cli
