@@ -200,6 +200,7 @@ Status globalAvgPoolKernel(const ir::AttrView& attrs, std::span<const Tensor> in
 // ---- Gradients. Each loop nest is the forward's, with the multiply-add turned around.
 
 // dx[n, c, ih, iw] += w[m, c, kh, kw] * dy[n, m, oh, ow] over every tap that read x there.
+// Samples are independent (each writes its own dx planes): they run in parallel.
 template <class T>
 void conv2dBackwardData(const T* __restrict dy, const T* __restrict w, T* __restrict dx,
                         int64_t batch, int64_t channels, int64_t outChannels, int64_t group,
@@ -208,6 +209,7 @@ void conv2dBackwardData(const T* __restrict dy, const T* __restrict w, T* __rest
   const int64_t inPlane = wh.in * ww.in, outPlane = wh.out * ww.out;
   const int64_t taps = wh.kernel * ww.kernel;
   std::fill(dx, dx + batch * channels * inPlane, T(0));
+#pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < batch; ++n)
     for (int64_t g = 0; g < group; ++g)
       for (int64_t mg = 0; mg < mPerGroup; ++mg) {
@@ -221,11 +223,16 @@ void conv2dBackwardData(const T* __restrict dy, const T* __restrict w, T* __rest
             for (int64_t kw = 0; kw < ww.kernel; ++kw) {
               const auto [owLo, owHi] = ww.validOutputs(kw);
               const T wv = wTaps[kh * ww.kernel + kw];
+              const int64_t len = owHi - owLo;
               for (int64_t oh = ohLo; oh < ohHi; ++oh) {
                 const int64_t ih = wh.start(oh) + kh * wh.dilation;
-                T* dxRow = dxPlane + ih * ww.in + kw * ww.dilation;
-                const T* dyRow = dyPlane + oh * ww.out;
-                for (int64_t ow = owLo; ow < owHi; ++ow) dxRow[ww.start(ow)] += wv * dyRow[ow];
+                T* dxRow = dxPlane + ih * ww.in + ww.start(owLo) + kw * ww.dilation;
+                const T* dyRow = dyPlane + oh * ww.out + owLo;
+                if (ww.stride == 1) {
+                  for (int64_t j = 0; j < len; ++j) dxRow[j] += wv * dyRow[j];
+                } else {
+                  for (int64_t j = 0; j < len; ++j) dxRow[j * ww.stride] += wv * dyRow[j];
+                }
               }
             }
           }
@@ -233,39 +240,52 @@ void conv2dBackwardData(const T* __restrict dy, const T* __restrict w, T* __rest
       }
 }
 
-// dw[m, c, kh, kw] = sum over n, oh, ow of dy[n, m, oh, ow] * x[n, c, ih, iw].
+// dw[m, c, kh, kw] = sum over n, oh, ow of dy[n, m, oh, ow] * x[n, c, ih, iw]. Output channels
+// are independent: they run in parallel; each dot product keeps kLanes partial sums so that it
+// vectorizes (the order of the additions differs from a plain loop, within rounding).
 template <class T>
 void conv2dBackwardWeight(const T* __restrict dy, const T* __restrict x, T* __restrict dw,
                           int64_t batch, int64_t channels, int64_t outChannels, int64_t group,
                           const Window& wh, const Window& ww) {
+  constexpr int kLanes = 8;
   const int64_t cPerGroup = channels / group, mPerGroup = outChannels / group;
   const int64_t inPlane = wh.in * ww.in, outPlane = wh.out * ww.out;
   const int64_t taps = wh.kernel * ww.kernel;
-  std::fill(dw, dw + outChannels * cPerGroup * taps, T(0));
-  for (int64_t n = 0; n < batch; ++n)
-    for (int64_t g = 0; g < group; ++g)
-      for (int64_t mg = 0; mg < mPerGroup; ++mg) {
-        const int64_t m = g * mPerGroup + mg;
-        const T* dyPlane = dy + (n * outChannels + m) * outPlane;
-        for (int64_t c = 0; c < cPerGroup; ++c) {
-          const T* xPlane = x + (n * channels + g * cPerGroup + c) * inPlane;
-          T* dwTaps = dw + (m * cPerGroup + c) * taps;
-          for (int64_t kh = 0; kh < wh.kernel; ++kh) {
-            const auto [ohLo, ohHi] = wh.validOutputs(kh);
-            for (int64_t kw = 0; kw < ww.kernel; ++kw) {
-              const auto [owLo, owHi] = ww.validOutputs(kw);
-              T sum = T(0);
-              for (int64_t oh = ohLo; oh < ohHi; ++oh) {
-                const int64_t ih = wh.start(oh) + kh * wh.dilation;
-                const T* xRow = xPlane + ih * ww.in + kw * ww.dilation;
-                const T* dyRow = dyPlane + oh * ww.out;
-                for (int64_t ow = owLo; ow < owHi; ++ow) sum += dyRow[ow] * xRow[ww.start(ow)];
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < outChannels; ++m) {
+    const int64_t g = m / mPerGroup;
+    for (int64_t c = 0; c < cPerGroup; ++c) {
+      T* dwTaps = dw + (m * cPerGroup + c) * taps;
+      for (int64_t kh = 0; kh < wh.kernel; ++kh) {
+        const auto [ohLo, ohHi] = wh.validOutputs(kh);
+        for (int64_t kw = 0; kw < ww.kernel; ++kw) {
+          const auto [owLo, owHi] = ww.validOutputs(kw);
+          const int64_t len = owHi - owLo;
+          T lanes[kLanes] = {};
+          T tail = T(0);
+          for (int64_t n = 0; n < batch; ++n) {
+            const T* dyPlane = dy + (n * outChannels + m) * outPlane;
+            const T* xPlane = x + (n * channels + g * cPerGroup + c) * inPlane;
+            for (int64_t oh = ohLo; oh < ohHi; ++oh) {
+              const int64_t ih = wh.start(oh) + kh * wh.dilation;
+              const T* xRow = xPlane + ih * ww.in + ww.start(owLo) + kw * ww.dilation;
+              const T* dyRow = dyPlane + oh * ww.out + owLo;
+              if (ww.stride == 1) {
+                int64_t j = 0;
+                for (; j + kLanes <= len; j += kLanes)
+                  for (int l = 0; l < kLanes; ++l) lanes[l] += dyRow[j + l] * xRow[j + l];
+                for (; j < len; ++j) tail += dyRow[j] * xRow[j];
+              } else {
+                for (int64_t j = 0; j < len; ++j) tail += dyRow[j] * xRow[j * ww.stride];
               }
-              dwTaps[kh * ww.kernel + kw] += sum;
             }
           }
+          for (int l = 0; l < kLanes; ++l) tail += lanes[l];
+          dwTaps[kh * ww.kernel + kw] = tail;
         }
       }
+    }
+  }
 }
 
 Status conv2dBackwardDataKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
