@@ -69,7 +69,7 @@ std::vector<Command> commands() {
        "[--data x.npy --labels y.npy] [--json]",
        "Train a zoo model with a cross-entropy loss: forward, backward and the optimizer update "
        "compiled as one step (or --eager), on a built-in learnable synthetic dataset or .npy "
-       "data; prints loss, accuracy and samples/s.",
+       "data; prints loss, accuracy and samples/s. Here --batch defaults to 64.",
        withModel(concat(compileOptionSpecs(),
                         {{"steps", true, "training steps (default 100)"},
                          {"lr", true, "learning rate (default 0.01 for sgd, 1e-3 for adam)"},
