@@ -298,22 +298,25 @@ Status requirePlain(const TensorType& t, const char* what) {
 }
 }  // namespace
 
-Expected<std::vector<TensorType>> inferConv2dBackwardData(std::span<const TensorType> in,
-                                                          const AttrView& a) {
-  const TensorType fwd[] = {in[2], in[1]};
+// grad, then (weight, input) for the data gradient or (input, weight) for the weight gradient;
+// the result has the type of the last operand.
+Expected<std::vector<TensorType>> inferConv2dBackward(std::span<const TensorType> in,
+                                                      const AttrView& a, bool weight) {
+  const TensorType fwd[] = {weight ? in[1] : in[2], weight ? in[2] : in[1]};
   KILN_ASSIGN_OR_RETURN(auto y, inferConv2d(fwd, a));
   KILN_TRY(requireGradOf(in[0], y[0]));
   for (const auto& t : in) KILN_TRY(requirePlain(t, "every operand"));
   return one({in[2].dtype, in[2].shape, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferConv2dBackwardData(std::span<const TensorType> in,
+                                                          const AttrView& a) {
+  return inferConv2dBackward(in, a, /*weight=*/false);
+}
+
 Expected<std::vector<TensorType>> inferConv2dBackwardWeight(std::span<const TensorType> in,
                                                             const AttrView& a) {
-  const TensorType fwd[] = {in[1], in[2]};
-  KILN_ASSIGN_OR_RETURN(auto y, inferConv2d(fwd, a));
-  KILN_TRY(requireGradOf(in[0], y[0]));
-  for (const auto& t : in) KILN_TRY(requirePlain(t, "every operand"));
-  return one({in[2].dtype, in[2].shape, Layout::kPlain});
+  return inferConv2dBackward(in, a, /*weight=*/true);
 }
 
 Expected<std::vector<TensorType>> inferPool2dBackward(std::span<const TensorType> in,

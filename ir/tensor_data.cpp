@@ -23,6 +23,15 @@ bool TensorData::bitwiseEqual(const TensorData& other) const {
   return bytes_ == 0 || std::memcmp(data_.get(), other.data_.get(), bytes_) == 0;
 }
 
+TensorData TensorData::scalar(DType dtype, double value) {
+  TensorData out(dtype, {});
+  if (dtype == DType::kF64)
+    *out.as<double>() = value;
+  else
+    *out.as<float>() = static_cast<float>(value);
+  return out;
+}
+
 TensorData TensorData::wrap(DType dtype, Shape shape, std::byte* data,
                             std::shared_ptr<void> owner) {
   TensorData out;

@@ -39,6 +39,8 @@ class TensorData {
   // Bitwise equality of dtype, shape and bytes.
   bool bitwiseEqual(const TensorData& other) const;
   bool operator==(const TensorData& other) const { return bitwiseEqual(other); }
+  // A 0-d f32 or f64 tensor holding `value` (the constants passes add: 1, 0, a learning rate).
+  static TensorData scalar(DType dtype, double value);
   // A deep copy with its own storage.
   TensorData clone() const;
   // A tensor over bytes someone else owns (e.g. a memory-mapped artifact): `owner` keeps them

@@ -29,12 +29,7 @@ class Emitter {
     return (*node)->output(0);
   }
   Expected<Value*> scalar(ir::DType dtype, double v) {
-    ir::TensorData d(dtype, {});
-    if (dtype == ir::DType::kF64)
-      *d.as<double>() = v;
-    else
-      *d.as<float>() = static_cast<float>(v);
-    return g_.addParameter(g_.freshName(), std::move(d), /*trainable=*/false);
+    return g_.addParameter(g_.freshName(), ir::TensorData::scalar(dtype, v), /*trainable=*/false);
   }
   Expected<Value*> reshape(Value* v, const ir::Shape& shape) {
     if (v->type().shape == shape) return v;
@@ -474,14 +469,8 @@ Expected<std::vector<Value*>> appendBackward(ir::Graph& g, Value* loss,
 
   std::unordered_map<const Value*, Value*> grad;
   const ir::DType dt = loss->type().dtype;
-  {
-    ir::TensorData one(dt, {});
-    if (dt == ir::DType::kF64)
-      *one.as<double>() = 1.0;
-    else
-      *one.as<float>() = 1.0f;
-    KILN_ASSIGN_OR_RETURN(grad[loss], g.addParameter(g.freshName(), std::move(one), false));
-  }
+  KILN_ASSIGN_OR_RETURN(grad[loss],
+                        g.addParameter(g.freshName(), ir::TensorData::scalar(dt, 1.0), false));
   for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
     const ir::Node* n = *it;
     if (n->outputs().size() != 1) continue;
@@ -519,8 +508,9 @@ Expected<std::vector<Value*>> appendBackward(ir::Graph& g, Value* loss,
       continue;
     }
     // The loss does not depend on v.
-    ir::TensorData zero(v->type().dtype, {});
-    KILN_ASSIGN_OR_RETURN(Value * z, g.addParameter(g.freshName(), std::move(zero), false));
+    KILN_ASSIGN_OR_RETURN(
+        Value * z,
+        g.addParameter(g.freshName(), ir::TensorData::scalar(v->type().dtype, 0.0), false));
     auto node = g.addNode(OpKind::kExpand, {z}, {{"shape", v->type().shape}});
     if (!node) return node.status();
     out.push_back((*node)->output(0));

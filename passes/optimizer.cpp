@@ -19,12 +19,7 @@ class Updater {
     return n->output(0);
   }
   Expected<Value*> scalar(ir::DType dt, double v) {
-    ir::TensorData d(dt, {});
-    if (dt == ir::DType::kF64)
-      *d.as<double>() = v;
-    else
-      *d.as<float>() = static_cast<float>(v);
-    return g_.addParameter(g_.freshName(), std::move(d), false);
+    return g_.addParameter(g_.freshName(), ir::TensorData::scalar(dt, v), false);
   }
   Expected<Value*> scaled(Value* v, double s) {
     KILN_ASSIGN_OR_RETURN(Value * c, scalar(v->type().dtype, s));

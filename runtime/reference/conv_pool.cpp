@@ -288,32 +288,24 @@ void conv2dBackwardWeight(const T* __restrict dy, const T* __restrict x, T* __re
   }
 }
 
-Status conv2dBackwardDataKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
-                                std::span<Tensor> out) {
+// conv2d_backward_data(grad, weight, input) and conv2d_backward_weight(grad, input, weight).
+template <bool kWeight>
+Status conv2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                            std::span<Tensor> out) {
   const Tensor& dy = in[0];
-  const Tensor& w = in[1];
-  const Tensor& x = in[2];
+  const Tensor& x = kWeight ? in[1] : in[2];
+  const Tensor& w = kWeight ? in[2] : in[1];
   const auto& dil = attrs.getInts("dilations");
   const Window wh = heightWindow(attrs, x, dy, w.shape()[2], dil[0]);
   const Window ww = widthWindow(attrs, x, dy, w.shape()[3], dil[1]);
+  const int64_t group = attrs.getInt("group");
   return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
-    conv2dBackwardData(dy.data<T>(), w.data<T>(), out[0].data<T>(), x.shape()[0], x.shape()[1],
-                       w.shape()[0], attrs.getInt("group"), wh, ww);
-    return Status::ok();
-  });
-}
-
-Status conv2dBackwardWeightKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
-                                  std::span<Tensor> out) {
-  const Tensor& dy = in[0];
-  const Tensor& x = in[1];
-  const Tensor& w = in[2];
-  const auto& dil = attrs.getInts("dilations");
-  const Window wh = heightWindow(attrs, x, dy, w.shape()[2], dil[0]);
-  const Window ww = widthWindow(attrs, x, dy, w.shape()[3], dil[1]);
-  return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
-    conv2dBackwardWeight(dy.data<T>(), x.data<T>(), out[0].data<T>(), x.shape()[0], x.shape()[1],
-                         w.shape()[0], attrs.getInt("group"), wh, ww);
+    if constexpr (kWeight)
+      conv2dBackwardWeight(dy.data<T>(), x.data<T>(), out[0].data<T>(), x.shape()[0], x.shape()[1],
+                           w.shape()[0], group, wh, ww);
+    else
+      conv2dBackwardData(dy.data<T>(), w.data<T>(), out[0].data<T>(), x.shape()[0], x.shape()[1],
+                         w.shape()[0], group, wh, ww);
     return Status::ok();
   });
 }
@@ -400,8 +392,8 @@ void registerConvPoolKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kMaxPool2d, maxPool2dKernel);
   ref::setKernel(t, ir::OpKind::kAvgPool2d, avgPool2dKernel);
   ref::setKernel(t, ir::OpKind::kGlobalAvgPool, globalAvgPoolKernel);
-  ref::setKernel(t, ir::OpKind::kConv2dBackwardData, conv2dBackwardDataKernel);
-  ref::setKernel(t, ir::OpKind::kConv2dBackwardWeight, conv2dBackwardWeightKernel);
+  ref::setKernel(t, ir::OpKind::kConv2dBackwardData, conv2dBackwardKernel<false>);
+  ref::setKernel(t, ir::OpKind::kConv2dBackwardWeight, conv2dBackwardKernel<true>);
   ref::setKernel(t, ir::OpKind::kMaxPool2dBackward, maxPool2dBackwardKernel);
   ref::setKernel(t, ir::OpKind::kAvgPool2dBackward, avgPool2dBackwardKernel);
 }

@@ -62,6 +62,28 @@ std::string loadError(const std::string& path) {
   return m.status().message();
 }
 
+// A zoo model compiled with `o`.
+std::unique_ptr<compiler::CompiledModel> compileZoo(const std::string& name, int64_t batch,
+                                                    const compiler::CompileOptions& o) {
+  auto g = models::buildModel(name, {batch, 0});
+  REQUIRE(g.hasValue());
+  auto cm = compiler::compile(*g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  return std::move(cm).value();
+}
+
+// Both run the same seeded inputs; every output must be bitwise equal.
+void checkSameOutputs(compiler::CompiledModel& cm, runtime::LoadedModel& loaded, uint32_t seed) {
+  const auto inputs = randomInputs(cm.plan(), seed);
+  auto want = cm.run(inputs);
+  auto got = loaded.run(inputs);
+  REQUIRE(want.hasValue());
+  REQUIRE(got.hasValue());
+  REQUIRE(got->size() == want->size());
+  for (size_t i = 0; i < got->size(); ++i) CHECK(bitwiseEqual((*got)[i], (*want)[i]));
+}
+
 compiler::CompileOptions options(const TempDir& dir) {
   compiler::CompileOptions o;
   o.cacheDir = dir.file("cache");
@@ -74,12 +96,9 @@ TEST_CASE("artifact: save, load and run is bitwise the compiled model for every 
   TempDir dir;
   for (const std::string name : {"mlp", "mnist_cnn", "resnet18", "resnet50", "bert_layer"}) {
     DYNAMIC_SECTION(name) {
-      auto g = models::buildModel(name, {2, 0});
-      REQUIRE(g.hasValue());
-      auto cm = compiler::compile(*g, options(dir));
-      REQUIRE(cm.hasValue());
+      auto cm = compileZoo(name, 2, options(dir));
       const std::string path = dir.file(name + ".kiln");
-      REQUIRE(compiler::saveArtifact(**cm, path, name).isOk());
+      REQUIRE(compiler::saveArtifact(*cm, path, name).isOk());
 
       auto loaded = kiln::load(path);
       INFO(loaded.status().message());
@@ -87,34 +106,23 @@ TEST_CASE("artifact: save, load and run is bitwise the compiled model for every 
       CHECK_FALSE((*loaded)->recompiled());
       const auto& info = (*loaded)->info();
       CHECK(info.modelName == name);
-      CHECK(info.inputs == (*cm)->plan().inputs);
-      CHECK(info.outputs == (*cm)->plan().outputs);
-      CHECK(info.arenaBytes == (*cm)->plan().arenaBytes);
-      CHECK(static_cast<int>(info.kernels.size()) == (*cm)->report().generatedKernels);
+      CHECK(info.inputs == cm->plan().inputs);
+      CHECK(info.outputs == cm->plan().outputs);
+      CHECK(info.arenaBytes == cm->plan().arenaBytes);
+      CHECK(static_cast<int>(info.kernels.size()) == cm->report().generatedKernels);
 
-      const auto inputs = randomInputs((*cm)->plan(), 7);
-      auto want = (*cm)->run(inputs);
-      auto got = (*loaded)->run(inputs);
-      REQUIRE(want.hasValue());
-      REQUIRE(got.hasValue());
-      REQUIRE(got->size() == want->size());
-      for (size_t i = 0; i < got->size(); ++i) CHECK(bitwiseEqual((*got)[i], (*want)[i]));
+      checkSameOutputs(*cm, **loaded, 7);
       // A second run reuses the loaded code and weights.
-      auto again = (*loaded)->run(inputs);
-      REQUIRE(again.hasValue());
-      CHECK(bitwiseEqual((*again)[0], (*want)[0]));
+      checkSameOutputs(*cm, **loaded, 8);
     }
   }
 }
 
 TEST_CASE("artifact: damage of every kind is a clear error") {
   TempDir dir;
-  auto g = models::buildModel("mnist_cnn", {1, 0});
-  REQUIRE(g.hasValue());
-  auto cm = compiler::compile(*g, options(dir));
-  REQUIRE(cm.hasValue());
+  auto cm = compileZoo("mnist_cnn", 1, options(dir));
   const std::string good = dir.file("good.kiln");
-  REQUIRE(compiler::saveArtifact(**cm, good, "mnist_cnn").isOk());
+  REQUIRE(compiler::saveArtifact(*cm, good, "mnist_cnn").isOk());
   const std::string bytes = readFile(good);
   auto info = runtime::inspectArtifact(good);
   REQUIRE(info.hasValue());
@@ -196,12 +204,9 @@ TEST_CASE("artifact: damage of every kind is a clear error") {
 
 TEST_CASE("artifact: code for a CPU feature this one lacks is refused, or rebuilt from sources") {
   TempDir dir;
-  auto g = models::buildModel("mnist_cnn", {1, 0});
-  REQUIRE(g.hasValue());
-  auto cm = compiler::compile(*g, options(dir));
-  REQUIRE(cm.hasValue());
-  REQUIRE((*cm)->report().generatedKernels > 0);
-  runtime::ArtifactContents c = compiler::artifactContents(**cm, "mnist_cnn");
+  auto cm = compileZoo("mnist_cnn", 1, options(dir));
+  REQUIRE(cm->report().generatedKernels > 0);
+  runtime::ArtifactContents c = compiler::artifactContents(*cm, "mnist_cnn");
   c.features += ",+kiln-test-feature";  // No CPU has it.
   const std::string path = dir.file("future.kiln");
   REQUIRE(runtime::writeArtifact(path, c).isOk());
@@ -217,24 +222,16 @@ TEST_CASE("artifact: code for a CPU feature this one lacks is refused, or rebuil
   REQUIRE(loaded.hasValue());
   CHECK((*loaded)->recompiled());
   CHECK_THAT(log.str(), Contains("recompiling its kernels from the embedded sources"));
-  const auto inputs = randomInputs((*cm)->plan(), 3);
-  auto want = (*cm)->run(inputs);
-  auto got = (*loaded)->run(inputs);
-  REQUIRE(want.hasValue());
-  REQUIRE(got.hasValue());
-  CHECK(bitwiseEqual((*got)[0], (*want)[0]));
+  checkSameOutputs(*cm, **loaded, 3);
 }
 
 TEST_CASE("artifact: inspect lists version, target, signature, kernels and sections") {
   TempDir dir;
-  auto g = models::buildModel("mnist_cnn", {4, 0});
-  REQUIRE(g.hasValue());
   auto opts = options(dir);
   opts.cudaCheck = true;
-  auto cm = compiler::compile(*g, opts);
-  REQUIRE(cm.hasValue());
+  auto cm = compileZoo("mnist_cnn", 4, opts);
   const std::string path = dir.file("m.kiln");
-  REQUIRE(compiler::saveArtifact(**cm, path, "mnist_cnn").isOk());
+  REQUIRE(compiler::saveArtifact(*cm, path, "mnist_cnn").isOk());
   auto info = runtime::inspectArtifact(path);
   REQUIRE(info.hasValue());
   CHECK(info->version == runtime::kArtifactVersion);
@@ -248,7 +245,7 @@ TEST_CASE("artifact: inspect lists version, target, signature, kernels and secti
   for (const auto& s : info->sections) names.push_back(s.name);
   CHECK(names ==
         std::vector<std::string>{"meta", "graph", "plan", "objects", "sources", "ptx", "weights"});
-  if ((*cm)->report().cudaKernelsChecked > 0)
+  if (cm->report().cudaKernelsChecked > 0)
     CHECK(info->ptxArchs == std::vector<std::string>{"sm_80", "sm_90"});
   // The weights start on a page, so that they can be mapped.
   CHECK(info->sections.back().offset % 4096 == 0);
