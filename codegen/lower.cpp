@@ -346,6 +346,18 @@ class Lowerer {
         return binary("kiln_minimum");
       case OpKind::kReluBackward:
         return binary("kiln_relu_backward");
+      case OpKind::kAbsBackward:
+        return binary("kiln_abs_backward");
+      case OpKind::kLeakyReluBackward:
+        return call("kiln_leaky_relu_backward", {in[0], in[1], constant(a.getFloat("alpha"), t)},
+                    t);
+      case OpKind::kClipBackward:
+        return call("kiln_clip_backward",
+                    {in[0], in[1], constant(a.getFloat("min"), t), constant(a.getFloat("max"), t)},
+                    t);
+      case OpKind::kGeluBackward:
+        return binary(a.getString("approximate") == "tanh" ? "kiln_gelu_tanh_backward"
+                                                           : "kiln_gelu_backward");
       case OpKind::kWhere: {
         Expr e;
         e.kind = ExprKind::kSelect;

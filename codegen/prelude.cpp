@@ -127,6 +127,21 @@ template <class T> KILN_FN T kiln_div(T a, T b) { return a / b; }
 template <class T> KILN_FN T kiln_pow(T a, T b) { return kiln_m_pow(a, b); }
 // maximum and minimum propagate NaN, as torch.maximum does.
 template <class T> KILN_FN T kiln_relu_backward(T g, T x) { return x > T(0) ? g : T(0); }
+template <class T> KILN_FN T kiln_abs_backward(T g, T x) { return x > T(0) ? g : (x < T(0) ? -g : T(0)); }
+template <class T> KILN_FN T kiln_leaky_relu_backward(T g, T x, T a) { return x > T(0) ? g : g * a; }
+template <class T> KILN_FN T kiln_clip_backward(T g, T x, T lo, T hi) { return lo <= x && x <= hi ? g : T(0); }
+// Phi(x) + x phi(x)
+template <class T> KILN_FN T kiln_gelu_backward(T g, T x) {
+  const T cdf = T(0.5) * (T(1) + kiln_m_erf(x * T(0.70710678118654752440084436210484903)));
+  const T pdf = kiln_m_exp(T(-0.5) * x * x) * T(0.39894228040143267793994605993438187);
+  return g * (cdf + x * pdf);
+}
+template <class T> KILN_FN T kiln_gelu_tanh_backward(T g, T x) {
+  const T k = T(1.4142135623730950488016887242096981) * T(0.56418958354775628694807945156077259);
+  const T t = kiln_m_tanh(k * (x + T(0.044715) * x * x * x));
+  const T dinner = k * (T(1) + T(3 * 0.044715) * x * x);
+  return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner);
+}
 template <class T> KILN_FN T kiln_maximum(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
 template <class T> KILN_FN T kiln_minimum(T a, T b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
 // (x - mean) / sqrt(var + eps) * scale + bias

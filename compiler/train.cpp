@@ -11,17 +11,31 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   auto step = std::unique_ptr<TrainingStep>(new TrainingStep());
   step->graph_ = std::make_unique<ir::Graph>(std::move(model));
   ir::Graph& g = *step->graph_;
-  if (g.inputs().size() != 1 || g.outputs().size() != 1 || g.outputs()[0]->type().rank() != 2)
-    return invalidArgument(
-        "training needs a model with one input and one output of logits "
-        "[N, C], got " +
-        std::to_string(g.inputs().size()) + " inputs and " + std::to_string(g.outputs().size()) +
-        " outputs");
+  if (g.inputs().size() != 1 || g.outputs().size() != 1)
+    return invalidArgument("training needs a model with one input and one output, got " +
+                           std::to_string(g.inputs().size()) + " inputs and " +
+                           std::to_string(g.outputs().size()) + " outputs");
   ir::Value* logits = g.outputs()[0];
-  KILN_ASSIGN_OR_RETURN(ir::Value * target,
-                        g.addInput("target", {ir::DType::kI64, {logits->type().shape[0]}}));
-  KILN_ASSIGN_OR_RETURN(ir::Node * lossNode,
-                        g.addNode(ir::OpKind::kCrossEntropyLoss, {logits, target}));
+  using Loss = TrainOptions::Loss;
+  const bool classes = logits->type().rank() == 2 && ir::isFloat(logits->type().dtype);
+  if (options.loss == Loss::kCrossEntropy && !classes)
+    return invalidArgument("cross-entropy training needs an output of logits [N, C], got " +
+                           logits->type().toString() + " (use the MSE loss)");
+  step->crossEntropy_ =
+      options.loss == Loss::kCrossEntropy || (options.loss == Loss::kAuto && classes);
+  KILN_ASSIGN_OR_RETURN(passes::TrainingMode mode, passes::toTrainingMode(g, options.mode));
+  logits = g.outputs()[0];  // Training mode may have replaced it.
+  ir::Value* target;
+  ir::Node* lossNode;
+  if (step->crossEntropy_) {
+    KILN_ASSIGN_OR_RETURN(target,
+                          g.addInput("target", {ir::DType::kI64, {logits->type().shape[0]}}));
+    KILN_ASSIGN_OR_RETURN(lossNode, g.addNode(ir::OpKind::kCrossEntropyLoss, {logits, target}));
+  } else {
+    KILN_ASSIGN_OR_RETURN(target,
+                          g.addInput("target", {logits->type().dtype, logits->type().shape}));
+    KILN_ASSIGN_OR_RETURN(lossNode, g.addNode(ir::OpKind::kMseLoss, {logits, target}));
+  }
   ir::Value* loss = lossNode->output(0);
   std::vector<ir::Value*> params;
   for (ir::Value* p : g.parameters())
@@ -32,6 +46,7 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   } else {
     KILN_ASSIGN_OR_RETURN(step->writes_, passes::appendAdam(g, params, grads, options.adam));
   }
+  step->writes_.insert(step->writes_.end(), mode.writes.begin(), mode.writes.end());
   std::vector<ir::Value*> outs{loss, logits};
   for (const auto& w : step->writes_) outs.push_back(w.value);
   g.setOutputs(outs);
@@ -67,8 +82,9 @@ Expected<TrainingStep::Result> TrainingStep::operator()(const runtime::Tensor& x
   r.loss =
       l.dtype() == ir::DType::kF64 ? l.data<double>()[0] : static_cast<double>(l.data<float>()[0]);
   const runtime::Tensor& logits = (*outs)[1];
+  if (!crossEntropy_ || logits.dtype() != ir::DType::kF32) return r;
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
-  for (int64_t i = 0; i < n && logits.dtype() == ir::DType::kF32; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const float* row = logits.data<float>() + i * c;
     int64_t best = 0;
     for (int64_t k = 1; k < c; ++k)

@@ -8,6 +8,7 @@
 
 #include "compiler/compile.h"
 #include "passes/optimizer.h"
+#include "passes/training_mode.h"
 #include "runtime/eager.h"
 
 namespace kiln::compiler {
@@ -15,6 +16,10 @@ namespace kiln::compiler {
 struct TrainOptions {
   enum class Optimizer { kSgd, kAdam };
   Optimizer optimizer = Optimizer::kSgd;
+  // kAuto: cross-entropy for an output of logits [N, C], MSE for any other output.
+  enum class Loss { kAuto, kCrossEntropy, kMse };
+  Loss loss = Loss::kAuto;
+  passes::TrainingModeOptions mode;  // BatchNorm statistics, dropout.
   passes::SgdOptions sgd;
   passes::AdamOptions adam;
   bool eager = false;      // Run the step op by op instead of compiled.
@@ -23,26 +28,32 @@ struct TrainOptions {
 
 class TrainingStep {
  public:
-  // `model` maps its one input to class logits [N, C]; the step adds a target input (i64 [N])
-  // and trains every trainable parameter.
+  // `model` maps its one input to one output; the step adds a target input (cross-entropy:
+  // class indices i64 [N]; MSE: the output's type) and trains every trainable parameter, with
+  // BatchNorm and dropout in training mode (passes/training_mode.h).
   static Expected<std::unique_ptr<TrainingStep>> create(ir::Graph model,
                                                         const TrainOptions& options);
 
   struct Result {
     double loss = 0;      // Before the update.
-    int64_t correct = 0;  // Examples whose largest logit is their label, before the update.
+    int64_t correct = 0;  // Cross-entropy: examples whose largest logit is their label, before
+                          // the update.
   };
-  // One step on a batch (x, class indices).
+  // One step on a batch (x, target).
   Expected<Result> operator()(const runtime::Tensor& x, const runtime::Tensor& target);
 
   // The step's graph: its parameters hold the current weights and optimizer state.
   const ir::Graph& graph() const { return *graph_; }
+  bool crossEntropy() const { return crossEntropy_; }
+  // The target's type, for a batch of the model's batch size.
+  ir::TensorType targetType() const { return graph_->inputs()[1]->type(); }
   const CompiledModel* compiled() const { return compiled_.get(); }
   const runtime::EagerExecutor* eager() const { return eager_.get(); }
 
  private:
   std::unique_ptr<ir::Graph> graph_;
   std::vector<passes::StateWrite> writes_;
+  bool crossEntropy_ = true;
   std::unique_ptr<CompiledModel> compiled_;
   std::unique_ptr<runtime::EagerExecutor> eager_;
 };

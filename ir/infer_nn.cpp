@@ -282,6 +282,29 @@ Expected<std::vector<TensorType>> inferNllLossBackward(std::span<const TensorTyp
   return one({in[1].dtype, in[1].shape, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferMseLoss(std::span<const TensorType> in, const AttrView& a) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  if (in[1].dtype != in[0].dtype || in[1].shape != in[0].shape)
+    return invalidArgument("target must be " + TensorType{in[0].dtype, in[0].shape}.toString() +
+                           " (the input's type), got " + in[1].toString());
+  const std::string& red = a.getString("reduction");
+  if (red == "none") return one({in[0].dtype, in[0].shape, Layout::kPlain});
+  if (red != "mean" && red != "sum")
+    return invalidArgument("attribute reduction must be mean, sum or none, got \"" + red + "\"");
+  return one({in[0].dtype, {}, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferDropoutTrain(std::span<const TensorType> in,
+                                                    const AttrView& a) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  if (in[1].dtype != DType::kI64 || !in[1].shape.empty())
+    return invalidArgument("step must be an i64 scalar, got " + in[1].toString());
+  const double p = a.getFloat("ratio");
+  if (!(p >= 0 && p < 1))
+    return invalidArgument("attribute ratio must be in [0, 1), got " + std::to_string(p));
+  return one(in[0]);
+}
+
 namespace {
 // The forward op's output type must be the gradient's.
 Status requireGradOf(const TensorType& grad, const TensorType& forwardOut) {

@@ -68,10 +68,11 @@ class ResNet : public nn::Module {
 template <class Block>
 Expected<ir::Graph> buildResNet(const char* name, std::array<int64_t, 4> layers,
                                 const ModelOptions& options) {
-  KILN_TRY(checkOptions(name, options));
+  KILN_TRY(checkOptions(name, options, /*anyImageSize=*/true));
+  const int64_t size = options.imageSize != 0 ? options.imageSize : 224;
   nn::Builder b(name, options.seed);
   ResNet<Block> model(b.root(), layers);
-  return b.finish(model(b.input("input", {options.batch, 3, 224, 224})));
+  return b.finish(model(b.input("input", {options.batch, 3, size, size})));
 }
 
 }  // namespace

@@ -34,10 +34,17 @@ std::string validNames() {
 
 }  // namespace
 
-Status checkOptions(std::string_view model, const ModelOptions& options) {
+Status checkOptions(std::string_view model, const ModelOptions& options, bool anyImageSize) {
   if (options.batch < 1)
     return invalidArgument("model '" + std::string(model) + "': batch must be >= 1, got " +
                            std::to_string(options.batch));
+  if (options.imageSize != 0 && !anyImageSize)
+    return invalidArgument("model '" + std::string(model) +
+                           "' has a fixed input size; an image size applies to the ResNets only");
+  if (options.imageSize < 0 || (anyImageSize && options.imageSize != 0 && options.imageSize < 32))
+    return invalidArgument("model '" + std::string(model) +
+                           "': the image size must be >= 32, got " +
+                           std::to_string(options.imageSize));
   return Status::ok();
 }
 

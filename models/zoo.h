@@ -14,6 +14,8 @@ namespace kiln::models {
 struct ModelOptions {
   int64_t batch = 1;
   uint64_t seed = 0;  // Parameter initialization; the same seed gives bitwise-equal weights.
+  // Image height and width for the models that take any (the ResNets); 0: the default (224).
+  int64_t imageSize = 0;
 };
 
 struct ModelInfo {
@@ -27,8 +29,9 @@ struct ModelInfo {
 Expected<ir::Graph> buildModel(std::string_view name, const ModelOptions& options = {});
 std::vector<ModelInfo> listModels();
 
-// Checks options shared by every model (batch >= 1); each family calls it first.
-Status checkOptions(std::string_view model, const ModelOptions& options);
+// Checks options shared by every model (batch >= 1, an image size only where the model takes
+// one); each family calls it first.
+Status checkOptions(std::string_view model, const ModelOptions& options, bool anyImageSize = false);
 
 // The families, one file each.
 Expected<ir::Graph> buildMlp(const ModelOptions& options);        // mlp.cpp

@@ -1,5 +1,6 @@
 #include "passes/autodiff.h"
 
+#include <algorithm>
 #include <array>
 #include <numeric>
 #include <unordered_map>
@@ -154,9 +155,37 @@ Expected<Grads> gradRelayout(Emitter& e, Value* g) {
   return Grads{dx};
 }
 Expected<Grads> gradDropout(Emitter& e, Value* g) {
-  // The dropout op is the inference identity; training-mode dropout is not built yet.
+  // The dropout op is the inference identity; training graphs use dropout_train
+  // (passes/training_mode.h).
   (void)e;
   return Grads{g};
+}
+Expected<Grads> gradDropoutTrain(Emitter& e, Value* g) {
+  const auto a = e.attrs();
+  KILN_ASSIGN_OR_RETURN(Value * dx,
+                        e.op(OpKind::kDropoutBackward, {g, e.in(1)},
+                             {{"ratio", a.getFloat("ratio")}, {"seed", a.getInt("seed")}}));
+  return Grads{dx, nullptr};
+}
+// The pointwise ops whose derivative is an op of its own, (grad, x) with the forward attributes.
+Expected<Grads> gradByBackwardOp(Emitter& e, Value* g, OpKind backward, ir::AttrMap attrs) {
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(backward, {g, e.in(0)}, std::move(attrs)));
+  return Grads{dx};
+}
+Expected<Grads> gradAbs(Emitter& e, Value* g) {
+  return gradByBackwardOp(e, g, OpKind::kAbsBackward, {});
+}
+Expected<Grads> gradLeakyRelu(Emitter& e, Value* g) {
+  return gradByBackwardOp(e, g, OpKind::kLeakyReluBackward,
+                          {{"alpha", e.attrs().getFloat("alpha")}});
+}
+Expected<Grads> gradClip(Emitter& e, Value* g) {
+  return gradByBackwardOp(e, g, OpKind::kClipBackward,
+                          {{"min", e.attrs().getFloat("min")}, {"max", e.attrs().getFloat("max")}});
+}
+Expected<Grads> gradGelu(Emitter& e, Value* g) {
+  return gradByBackwardOp(e, g, OpKind::kGeluBackward,
+                          {{"approximate", e.attrs().getString("approximate")}});
 }
 Expected<Grads> gradAdd(Emitter& e, Value* g) {
   KILN_ASSIGN_OR_RETURN(Value * da, e.unbroadcast(g, e.in(0)->type().shape));
@@ -182,6 +211,19 @@ Expected<Grads> gradDiv(Emitter& e, Value* g) {  // y = a / b: g / b, -g y / b
   KILN_ASSIGN_OR_RETURN(Value * ngy, e.op(OpKind::kNeg, {gy}));
   KILN_ASSIGN_OR_RETURN(Value * da, e.unbroadcast(gb, e.in(0)->type().shape));
   KILN_ASSIGN_OR_RETURN(Value * db, e.unbroadcast(ngy, e.in(1)->type().shape));
+  return Grads{da, db};
+}
+Expected<Grads> gradPow(Emitter& e, Value* g) {  // y = a^b: g b a^(b-1), g y log a
+  KILN_ASSIGN_OR_RETURN(Value * one, e.scalar(g->type().dtype, 1.0));
+  KILN_ASSIGN_OR_RETURN(Value * bm1, e.op(OpKind::kSub, {e.in(1), one}));
+  KILN_ASSIGN_OR_RETURN(Value * p, e.op(OpKind::kPow, {e.in(0), bm1}));
+  KILN_ASSIGN_OR_RETURN(Value * bp, e.op(OpKind::kMul, {e.in(1), p}));
+  KILN_ASSIGN_OR_RETURN(Value * ga, e.op(OpKind::kMul, {g, bp}));
+  KILN_ASSIGN_OR_RETURN(Value * la, e.op(OpKind::kLog, {e.in(0)}));
+  KILN_ASSIGN_OR_RETURN(Value * yl, e.op(OpKind::kMul, {e.out(), la}));
+  KILN_ASSIGN_OR_RETURN(Value * gb, e.op(OpKind::kMul, {g, yl}));
+  KILN_ASSIGN_OR_RETURN(Value * da, e.unbroadcast(ga, e.in(0)->type().shape));
+  KILN_ASSIGN_OR_RETURN(Value * db, e.unbroadcast(gb, e.in(1)->type().shape));
   return Grads{da, db};
 }
 Expected<Grads> gradWhere(Emitter& e, Value* g) {
@@ -224,6 +266,53 @@ Expected<Grads> gradLinear(Emitter& e, Value* g) {
                           e.op(OpKind::kReduceSum, {g2},
                                {{"axes", std::vector<int64_t>{0}}, {"keepdims", int64_t{0}}}));
     out.push_back(db);
+  }
+  return out;
+}
+
+// Y = alpha op(A) op(B) + beta C with op(M) = M or M^T.
+Expected<Grads> gradGemm(Emitter& e, Value* g) {
+  const auto a = e.attrs();
+  const double alpha = a.getFloat("alpha"), beta = a.getFloat("beta");
+  const bool ta = a.getInt("transA") != 0, tb = a.getInt("transB") != 0;
+  Value* opA = e.in(0);
+  Value* opB = e.in(1);
+  if (ta) {
+    KILN_ASSIGN_OR_RETURN(opA, e.transposeLast(opA));
+  }
+  if (tb) {
+    KILN_ASSIGN_OR_RETURN(opB, e.transposeLast(opB));
+  }
+  Value* ga = g;
+  if (alpha != 1.0) {
+    KILN_ASSIGN_OR_RETURN(ga, e.mulScalar(g, alpha));
+  }
+  // d op(A) = alpha g op(B)^T, d op(B) = alpha op(A)^T g; d A = (d op(A))^T when transposed,
+  // which is alpha op(B) g^T.
+  Value* da;
+  Value* db;
+  if (ta) {
+    KILN_ASSIGN_OR_RETURN(Value * gt, e.transposeLast(ga));
+    KILN_ASSIGN_OR_RETURN(da, e.op(OpKind::kMatMul, {opB, gt}));
+  } else {
+    KILN_ASSIGN_OR_RETURN(Value * bt, e.transposeLast(opB));
+    KILN_ASSIGN_OR_RETURN(da, e.op(OpKind::kMatMul, {ga, bt}));
+  }
+  if (tb) {
+    KILN_ASSIGN_OR_RETURN(Value * gt, e.transposeLast(ga));
+    KILN_ASSIGN_OR_RETURN(db, e.op(OpKind::kMatMul, {gt, opA}));
+  } else {
+    KILN_ASSIGN_OR_RETURN(Value * at, e.transposeLast(opA));
+    KILN_ASSIGN_OR_RETURN(db, e.op(OpKind::kMatMul, {at, ga}));
+  }
+  Grads out{da, db};
+  if (e.node().numInputs() > 2) {
+    Value* gc = g;
+    if (beta != 1.0) {
+      KILN_ASSIGN_OR_RETURN(gc, e.mulScalar(g, beta));
+    }
+    KILN_ASSIGN_OR_RETURN(Value * dc, e.unbroadcast(gc, e.in(2)->type().shape));
+    out.push_back(dc);
   }
   return out;
 }
@@ -338,6 +427,80 @@ Expected<Grads> gradLogSoftmax(Emitter& e, Value* g) {
   return Grads{dx};
 }
 
+// layer_norm over dims [axis, rank): with xhat = (x - mean) r, r = 1 / sqrt(var + eps) and
+// h = g scale, dx = r (h - mean(h) - xhat mean(h xhat)); d scale = sum g xhat, d bias = sum g
+// over the leading dims.
+Expected<Grads> gradLayerNorm(Emitter& e, Value* g) {
+  Value* x = e.in(0);
+  const size_t rank = x->type().rank();
+  const int64_t axis = e.normAxis(e.attrs().getInt("axis"), rank);
+  std::vector<int64_t> axes;
+  for (int64_t i = axis; i < static_cast<int64_t>(rank); ++i) axes.push_back(i);
+  const ir::AttrMap keep{{"axes", axes}, {"keepdims", int64_t{1}}};
+  KILN_ASSIGN_OR_RETURN(Value * mean, e.op(OpKind::kReduceMean, {x}, keep));
+  KILN_ASSIGN_OR_RETURN(Value * xc, e.op(OpKind::kSub, {x, mean}));
+  KILN_ASSIGN_OR_RETURN(Value * sq, e.op(OpKind::kMul, {xc, xc}));
+  KILN_ASSIGN_OR_RETURN(Value * var, e.op(OpKind::kReduceMean, {sq}, keep));
+  KILN_ASSIGN_OR_RETURN(Value * eps, e.scalar(x->type().dtype, e.attrs().getFloat("epsilon")));
+  KILN_ASSIGN_OR_RETURN(Value * ve, e.op(OpKind::kAdd, {var, eps}));
+  KILN_ASSIGN_OR_RETURN(Value * r, e.op(OpKind::kRsqrt, {ve}));
+  KILN_ASSIGN_OR_RETURN(Value * xhat, e.op(OpKind::kMul, {xc, r}));
+  Value* h = g;
+  if (e.node().numInputs() > 1) {
+    KILN_ASSIGN_OR_RETURN(h, e.op(OpKind::kMul, {g, e.in(1)}));
+  }
+  KILN_ASSIGN_OR_RETURN(Value * mh, e.op(OpKind::kReduceMean, {h}, keep));
+  KILN_ASSIGN_OR_RETURN(Value * hx, e.op(OpKind::kMul, {h, xhat}));
+  KILN_ASSIGN_OR_RETURN(Value * mhx, e.op(OpKind::kReduceMean, {hx}, keep));
+  KILN_ASSIGN_OR_RETURN(Value * t1, e.op(OpKind::kSub, {h, mh}));
+  KILN_ASSIGN_OR_RETURN(Value * t2, e.op(OpKind::kMul, {xhat, mhx}));
+  KILN_ASSIGN_OR_RETURN(Value * t3, e.op(OpKind::kSub, {t1, t2}));
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kMul, {t3, r}));
+  Grads out{dx};
+  if (e.node().numInputs() > 1) {
+    KILN_ASSIGN_OR_RETURN(Value * gx, e.op(OpKind::kMul, {g, xhat}));
+    KILN_ASSIGN_OR_RETURN(Value * ds, e.unbroadcast(gx, e.in(1)->type().shape));
+    out.push_back(ds);
+  }
+  if (e.node().numInputs() > 2) {
+    KILN_ASSIGN_OR_RETURN(Value * db, e.unbroadcast(g, e.in(2)->type().shape));
+    out.push_back(db);
+  }
+  return out;
+}
+// Inference-mode batch_norm (fixed statistics): an affine map per channel, y = (x - mean) k +
+// bias with k = scale / sqrt(var + eps).
+Expected<Grads> gradBatchNorm(Emitter& e, Value* g) {
+  Value* x = e.in(0);
+  const ir::Shape& xs = x->type().shape;
+  const int64_t c = xs[1];
+  ir::Shape perChannel{c};
+  for (size_t i = 2; i < xs.size(); ++i) perChannel.push_back(1);
+  std::vector<int64_t> axes{0};
+  for (size_t i = 2; i < xs.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  const ir::AttrMap sum{{"axes", axes}, {"keepdims", int64_t{0}}};
+  KILN_ASSIGN_OR_RETURN(Value * eps, e.scalar(x->type().dtype, e.attrs().getFloat("epsilon")));
+  KILN_ASSIGN_OR_RETURN(Value * ve, e.op(OpKind::kAdd, {e.in(4), eps}));
+  KILN_ASSIGN_OR_RETURN(Value * inv, e.op(OpKind::kRsqrt, {ve}));        // [C]
+  KILN_ASSIGN_OR_RETURN(Value * k, e.op(OpKind::kMul, {e.in(1), inv}));  // [C]
+  KILN_ASSIGN_OR_RETURN(Value * kc, e.reshape(k, perChannel));
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kMul, {g, kc}));
+  KILN_ASSIGN_OR_RETURN(Value * mc, e.reshape(e.in(3), perChannel));
+  KILN_ASSIGN_OR_RETURN(Value * xc, e.op(OpKind::kSub, {x, mc}));
+  KILN_ASSIGN_OR_RETURN(Value * gxc, e.op(OpKind::kMul, {g, xc}));
+  KILN_ASSIGN_OR_RETURN(Value * sgxc, e.op(OpKind::kReduceSum, {gxc}, sum));  // [C]
+  KILN_ASSIGN_OR_RETURN(Value * dbias, e.op(OpKind::kReduceSum, {g}, sum));   // [C]
+  KILN_ASSIGN_OR_RETURN(Value * dscale, e.op(OpKind::kMul, {sgxc, inv}));
+  KILN_ASSIGN_OR_RETURN(Value * nk, e.op(OpKind::kNeg, {k}));
+  KILN_ASSIGN_OR_RETURN(Value * dmean, e.op(OpKind::kMul, {dbias, nk}));
+  // d var = sum(g xc) scale (-1/2) inv^3
+  KILN_ASSIGN_OR_RETURN(Value * inv2, e.op(OpKind::kMul, {inv, inv}));
+  KILN_ASSIGN_OR_RETURN(Value * kinv2, e.op(OpKind::kMul, {k, inv2}));
+  KILN_ASSIGN_OR_RETURN(Value * t, e.op(OpKind::kMul, {sgxc, kinv2}));
+  KILN_ASSIGN_OR_RETURN(Value * dvar, e.mulScalar(t, -0.5));
+  return Grads{dx, dscale, dbias, dmean, dvar};
+}
+
 // ---- Losses.
 ir::AttrMap lossAttrs(const Emitter& e) {
   const auto a = e.attrs();
@@ -355,6 +518,17 @@ Expected<Grads> gradCrossEntropyLoss(Emitter& e, Value* g) {
                         e.op(OpKind::kNllLossBackward, {g, ls, e.in(1)}, lossAttrs(e)));
   KILN_ASSIGN_OR_RETURN(Value * dx, logSoftmaxBackward(e, dls, ls, 1));
   return Grads{dx, nullptr};
+}
+
+Expected<Grads> gradMseLoss(Emitter& e, Value* g) {  // 2 (x - t) g, / count with mean
+  KILN_ASSIGN_OR_RETURN(Value * d, e.op(OpKind::kSub, {e.in(0), e.in(1)}));
+  double scale = 2.0;
+  if (e.attrs().getString("reduction") == "mean")
+    scale /= static_cast<double>(std::max<int64_t>(e.in(0)->type().numElements(), 1));
+  KILN_ASSIGN_OR_RETURN(Value * gs, e.mulScalar(g, scale));
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kMul, {d, gs}));
+  KILN_ASSIGN_OR_RETURN(Value * dt, e.op(OpKind::kNeg, {dx}));
+  return Grads{dx, dt};
 }
 
 // ---- Data movement.
@@ -391,6 +565,50 @@ Expected<Grads> gradConcat(Emitter& e, Value* g) {
     offset += size;
   }
   return out;
+}
+
+// The slice's window, padded back to the input's shape with zeros along each sliced axis.
+Expected<Grads> gradSlice(Emitter& e, Value* g) {
+  const auto a = e.attrs();
+  const ir::Shape& xs = e.in(0)->type().shape;
+  const size_t r = xs.size();
+  const std::vector<int64_t> starts = a.getInts("starts"), steps = a.getInts("steps");
+  std::vector<int64_t> axes = a.getInts("axes");
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  for (int64_t s : steps)
+    if (s != 1) return e.unsupported("steps other than 1");
+  Value* d = g;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const size_t ax = static_cast<size_t>(e.normAxis(axes[i], r));
+    const int64_t dim = xs[ax], len = e.out()->type().shape[ax];
+    int64_t begin = starts[i] < 0 ? starts[i] + dim : starts[i];
+    begin = std::clamp<int64_t>(begin, 0, dim);
+    if (len == 0) begin = 0;
+    const int64_t after = dim - begin - len;
+    std::vector<Value*> parts;
+    auto zeros = [&](int64_t n) -> Expected<Value*> {
+      ir::Shape zs = d->type().shape;
+      zs[ax] = n;
+      KILN_ASSIGN_OR_RETURN(Value * z, e.scalar(g->type().dtype, 0.0));
+      return e.op(OpKind::kExpand, {z}, {{"shape", zs}});
+    };
+    if (begin > 0) {
+      KILN_ASSIGN_OR_RETURN(Value * z, zeros(begin));
+      parts.push_back(z);
+    }
+    if (len > 0) parts.push_back(d);
+    if (after > 0) {
+      KILN_ASSIGN_OR_RETURN(Value * z, zeros(after));
+      parts.push_back(z);
+    }
+    if (parts.size() == 1) {
+      d = parts[0];
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(d, e.op(OpKind::kConcat, parts, {{"axis", static_cast<int64_t>(ax)}}));
+  }
+  return Grads{d};
 }
 
 const std::array<GradFn, ir::kNumOps>& builders() {
@@ -433,6 +651,17 @@ const std::array<GradFn, ir::kNumOps>& builders() {
     set(OpKind::kExpand, gradExpand);
     set(OpKind::kNllLoss, gradNllLoss);
     set(OpKind::kCrossEntropyLoss, gradCrossEntropyLoss);
+    set(OpKind::kMseLoss, gradMseLoss);
+    set(OpKind::kAbs, gradAbs);
+    set(OpKind::kLeakyRelu, gradLeakyRelu);
+    set(OpKind::kClip, gradClip);
+    set(OpKind::kGelu, gradGelu);
+    set(OpKind::kPow, gradPow);
+    set(OpKind::kGemm, gradGemm);
+    set(OpKind::kLayerNorm, gradLayerNorm);
+    set(OpKind::kBatchNorm, gradBatchNorm);
+    set(OpKind::kSlice, gradSlice);
+    set(OpKind::kDropoutTrain, gradDropoutTrain);
     return t;
   }();
   return table;

@@ -97,6 +97,7 @@ int runTrain(const Args& args) {
                        invalidArgument("--optimizer must be sgd or adam, got '" + optimizer + "'"));
   }
   o.eager = args.flag("eager");
+  o.mode.dropout = !args.flag("no-dropout");
   auto copts = compileOptionsFromArgs(args);
   if (!copts) return reportError("train", copts.status());
   copts->log = nullptr;
@@ -106,8 +107,15 @@ int runTrain(const Args& args) {
   auto g = loadModel(args.positional[0], *batch, static_cast<uint64_t>(*seed));
   if (!g) return reportError("train", g.status());
   const ir::Shape inputShape = g->inputs()[0]->type().shape;
-  const int64_t classes =
-      g->outputs()[0]->type().rank() == 2 ? g->outputs()[0]->type().shape[1] : 0;
+  if (g->outputs().size() != 1 || g->outputs()[0]->type().rank() != 2)
+    return reportError(
+        "train",
+        invalidArgument("kiln train trains classifiers (one output of logits [N, C], "
+                        "cross-entropy loss); '" +
+                        args.positional[0] + "' outputs " + g->outputs()[0]->type().toString() +
+                        ". Other models train through the C++ API "
+                        "(compiler::TrainingStep, MSE loss)"));
+  const int64_t classes = g->outputs()[0]->type().shape[1];
   std::optional<NpyDataset> data;
   const auto dataFile = args.value("data");
   const auto labelFile = args.value("labels");

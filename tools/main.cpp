@@ -66,15 +66,17 @@ std::vector<Command> commands() {
        &runBenchKernels},
       {"train",
        "kiln train MODEL [--steps N] [--batch B] [--lr X] [--optimizer sgd|adam] [--eager] "
-       "[--data x.npy --labels y.npy] [--json]",
-       "Train a zoo model with a cross-entropy loss: forward, backward and the optimizer update "
-       "compiled as one step (or --eager), on a built-in learnable synthetic dataset or .npy "
-       "data; prints loss, accuracy and samples/s. Here --batch defaults to 64.",
+       "[--no-dropout] [--data x.npy --labels y.npy] [--json]",
+       "Train a classifier with a cross-entropy loss: forward, backward and the optimizer update "
+       "compiled as one step (or --eager), BatchNorm with batch statistics and dropout active, "
+       "on a built-in learnable synthetic dataset or .npy data; prints loss, accuracy and "
+       "samples/s. Here --batch defaults to 64.",
        withModel(concat(compileOptionSpecs(),
                         {{"steps", true, "training steps (default 100)"},
                          {"lr", true, "learning rate (default 0.01 for sgd, 1e-3 for adam)"},
                          {"optimizer", true, "sgd (momentum 0.9) or adam (default sgd)"},
                          {"eager", false, "run each step op by op instead of compiled"},
+                         {"no-dropout", false, "dropout stays the identity while training"},
                          {"data", true, "training inputs, f32 [M, ...] .npy"},
                          {"labels", true, "class indices, i64 or i32 [M] .npy"}})),
        &runTrain},

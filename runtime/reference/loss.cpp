@@ -132,12 +132,36 @@ Status nllLossBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> 
   });
 }
 
+// in: input, target (same type); sums in double.
+Status mseLossKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const std::string& reduction = attrs.getString("reduction");
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    const T* t = in[1].data<T>();
+    T* y = out[0].data<T>();
+    const int64_t n = in[0].numElements();
+    if (reduction == "none") {
+      for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - t[i]) * (x[i] - t[i]);
+      return Status::ok();
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(x[i]) - static_cast<double>(t[i]);
+      sum += d * d;
+    }
+    // The mean of nothing is NaN, as in PyTorch.
+    y[0] = static_cast<T>(reduction == "mean" ? sum / static_cast<double>(n) : sum);
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerLossKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kNllLoss, nllLossKernel);
   ref::setKernel(t, ir::OpKind::kCrossEntropyLoss, crossEntropyLossKernel);
   ref::setKernel(t, ir::OpKind::kNllLossBackward, nllLossBackwardKernel);
+  ref::setKernel(t, ir::OpKind::kMseLoss, mseLossKernel);
 }
 
 }  // namespace kiln::runtime

@@ -317,6 +317,72 @@ Status reluBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                       []<class T>(T g, T x) -> T { return x > T(0) ? g : T(0); });
 }
 
+// The other pointwise gradients, (grad, x) -> d x, as PyTorch defines them where the derivative
+// is undefined.
+Status absBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                         std::span<Tensor> out) {
+  return binaryKernel(kFloat, attrs, in, out,
+                      []<class T>(T g, T x) -> T { return x > T(0) ? g : (x < T(0) ? -g : T(0)); });
+}
+Status leakyReluBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                               std::span<Tensor> out) {
+  const double alpha = attrs.getFloat("alpha");
+  return binaryKernel(kFloat, attrs, in, out,
+                      [&]<class T>(T g, T x) -> T { return x > T(0) ? g : g * T(alpha); });
+}
+Status clipBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                          std::span<Tensor> out) {
+  const double lo = attrs.getFloat("min"), hi = attrs.getFloat("max");
+  return binaryKernel(kFloat, attrs, in, out,
+                      [&]<class T>(T g, T x) -> T { return T(lo) <= x && x <= T(hi) ? g : T(0); });
+}
+Status geluBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                          std::span<Tensor> out) {
+  if (attrs.getString("approximate") == "tanh") {
+    return binaryKernel(kFloat, attrs, in, out, []<class T>(T g, T x) -> T {
+      const T k = std::numbers::sqrt2_v<T> * std::numbers::inv_sqrtpi_v<T>;
+      const T t = std::tanh(k * (x + T(0.044715) * x * x * x));
+      const T dinner = k * (T(1) + T(3 * 0.044715) * x * x);
+      return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner);
+    });
+  }
+  return binaryKernel(kFloat, attrs, in, out, []<class T>(T g, T x) -> T {
+    // Phi(x) + x phi(x).
+    const T cdf = T(0.5) * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
+    const T pdf =
+        std::exp(T(-0.5) * x * x) * std::numbers::inv_sqrtpi_v<T> / std::numbers::sqrt2_v<T>;
+    return g * (cdf + x * pdf);
+  });
+}
+
+// ---- Training-mode dropout: a counter-based mask, the same for every executor.
+uint64_t mix64(uint64_t z) {  // splitmix64's finalizer.
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+// out = in * mask / (1 - ratio), where element i is kept when its hash is at least `ratio`.
+Status dropoutMaskKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                         std::span<Tensor> out) {
+  const double ratio = attrs.getFloat("ratio");
+  const uint64_t seed = static_cast<uint64_t>(attrs.getInt("seed"));
+  const uint64_t step = static_cast<uint64_t>(in[1].data<int64_t>()[0]);
+  const uint64_t base = mix64(seed * 0x9e3779b97f4a7c15ull + mix64(step + 0x632be59bd9b4e019ull));
+  // 24 random bits against the threshold, as float compares them.
+  const uint64_t threshold = static_cast<uint64_t>(std::ceil(ratio * double(1u << 24)));
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    T* y = out[0].data<T>();
+    const T scale = T(1) / T(1 - ratio);
+    const int64_t n = in[0].numElements();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t r = mix64(base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull) >> 40;
+      y[i] = r >= threshold ? x[i] * scale : T(0);
+    }
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerPointwiseKernels(RefKernelTable& t) {
@@ -345,6 +411,12 @@ void registerPointwiseKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kMinimum, minimumKernel);
   ref::setKernel(t, OpKind::kWhere, whereKernel);
   ref::setKernel(t, OpKind::kReluBackward, reluBackwardKernel);
+  ref::setKernel(t, OpKind::kAbsBackward, absBackwardKernel);
+  ref::setKernel(t, OpKind::kLeakyReluBackward, leakyReluBackwardKernel);
+  ref::setKernel(t, OpKind::kClipBackward, clipBackwardKernel);
+  ref::setKernel(t, OpKind::kGeluBackward, geluBackwardKernel);
+  ref::setKernel(t, OpKind::kDropoutTrain, dropoutMaskKernel);
+  ref::setKernel(t, OpKind::kDropoutBackward, dropoutMaskKernel);
 }
 
 }  // namespace kiln::runtime

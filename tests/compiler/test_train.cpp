@@ -2,6 +2,7 @@
 // and a model trained on a learnable problem gets its loss down.
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "compiler/train.h"
 #include "models/synthetic.h"
 #include "models/zoo.h"
+#include "runtime/eager.h"
 
 using namespace kiln;
 using runtime::Tensor;
@@ -28,7 +30,16 @@ std::pair<Tensor, Tensor> batch(const ir::Shape& shape, int64_t classes, uint32_
   return {x, t};
 }
 
+// Relative max difference of f32 tensors; integer state (a step counter) must be equal.
+double maxAbsDiff(const ir::TensorData& a, const ir::TensorData& b) {
+  double diff = 0;
+  for (int64_t i = 0; i < a.numElements() && a.dtype() == ir::DType::kF32; ++i)
+    diff = std::max(diff, std::fabs(static_cast<double>(a.as<float>()[i]) - b.as<float>()[i]));
+  return diff;
+}
+
 double relDiff(const ir::TensorData& a, const ir::TensorData& b) {
+  if (a.dtype() != ir::DType::kF32) return a == b ? 0 : 1;
   double diff = 0, ref = 0;
   for (int64_t i = 0; i < a.numElements(); ++i) {
     diff = std::max(diff, std::fabs(static_cast<double>(a.as<float>()[i]) - b.as<float>()[i]));
@@ -100,6 +111,80 @@ TEST_CASE("training: compiled step == eager step after 3 steps, SGD and Adam") {
   std::filesystem::remove_all(o.compile.cacheDir);
 }
 
+TEST_CASE(
+    "training: every zoo model, compiled step == eager step after 3 steps, in training "
+    "mode") {
+  // BatchNorm with batch statistics and running-statistics updates, dropout with seeded masks;
+  // bert_layer (hidden states out) trains with the MSE loss. ResNets at 64x64 to keep the eager
+  // reference kernels quick.
+  const std::string name =
+      GENERATE(as<std::string>{}, "mlp", "mnist_cnn", "resnet18", "resnet50", "bert_layer");
+  INFO(name);
+  const models::ModelOptions mo{
+      .batch = 2, .seed = 3, .imageSize = name.starts_with("resnet") ? 64 : 0};
+  compiler::TrainOptions o;
+  o.compile.cacheDir = tempCache();
+  // The ResNets at batch 2 are chaotic in training mode: BatchNorm statistics over few values
+  // make their gradients so sensitive to the weights that the f32 rounding differences between
+  // fused and op-by-op evaluation, after one update, grow to 1e-2 of the update within 3 steps
+  // (resnet50's eager against eager with the weights perturbed by 1e-6 differs by up to 28% in
+  // one step). Their steps run with lr 0: the gradients still go through momentum, and the
+  // running statistics through their updates, three times. Updates with BatchNorm in training
+  // mode are compared with PyTorch's over 5 steps in tests/peers/train_check.cpp (resnet18,
+  // batch 4).
+  o.sgd = {.lr = name.starts_with("resnet") ? 0.0 : 1e-3,
+           .momentum = 0.9,
+           .weightDecay = 1e-4,
+           .nesterov = false};
+  auto eagerOpts = o;
+  eagerOpts.eager = true;
+  auto compiled = compiler::TrainingStep::create(zoo(name, mo), o);
+  INFO(compiled.status().message());
+  REQUIRE(compiled.hasValue());
+  auto eager = compiler::TrainingStep::create(zoo(name, mo), eagerOpts);
+  REQUIRE(eager.hasValue());
+  CHECK((*compiled)->crossEntropy() == (name != "bert_layer"));
+  const ir::Shape shape = (*compiled)->graph().inputs()[0]->type().shape;
+  const ir::TensorType targetType = (*compiled)->targetType();
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto [x, t] = batch(shape, 10, 200 + s);
+    if (!(*compiled)->crossEntropy()) t = batch(targetType.shape, 1, 300 + s).first;
+    auto lc = (**compiled)(x, t);
+    auto le = (**eager)(x, t);
+    INFO(lc.status().message() << le.status().message());
+    REQUIRE(lc.hasValue());
+    REQUIRE(le.hasValue());
+    CHECK(std::fabs(lc->loss - le->loss) <= 1e-4 * std::fabs(le->loss));
+  }
+  const auto& pc = (*compiled)->graph().parameters();
+  const auto& pe = (*eager)->graph().parameters();
+  REQUIRE(pc.size() == pe.size());
+  auto fresh = models::buildModel(name, mo);
+  // Within 1e-4 of each tensor's max, or of the largest change of a parameter: a ReLU input
+  // within f32 rounding of 0 lands on either side in fused and op-by-op evaluation and moves the
+  // nearly cancelling gradient sums of the BatchNorm biases behind it by percents of their tiny
+  // values (tests/peers/train_check.cpp, where PyTorch does the same against kiln).
+  double update = 0;
+  for (const ir::Value* p : pe)
+    if (const ir::Value* f = fresh->findValue(p->name()); f && f->trainable())
+      update = std::max(update, maxAbsDiff(p->data(), f->data()));
+  int changed = 0, states = 0;
+  for (size_t i = 0; i < pc.size(); ++i) {
+    if (!pc[i]->trainable() && !pc[i]->isState()) continue;
+    INFO(pc[i]->name() << ": largest update " << update << ", max |diff| "
+                       << maxAbsDiff(pc[i]->data(), pe[i]->data()));
+    CHECK((relDiff(pc[i]->data(), pe[i]->data()) <= 1e-4 ||
+           maxAbsDiff(pc[i]->data(), pe[i]->data()) <= 1e-4 * update));
+    if (const ir::Value* f = fresh->findValue(pc[i]->name()); f && !(f->data() == pc[i]->data())) {
+      changed += f->trainable();
+      states += f->isState() || !f->trainable();  // Running statistics moved.
+    }
+  }
+  CHECK((changed > 0) == !name.starts_with("resnet"));
+  if (name.starts_with("resnet")) CHECK(states > 0);
+  std::filesystem::remove_all(o.compile.cacheDir);
+}
+
 TEST_CASE("training: the mlp learns a learnable problem (loss falls)") {
   // Each class has a fixed random pattern; an example is its class's pattern plus as much
   // noise, so the classes are separable but not trivially.
@@ -130,29 +215,42 @@ TEST_CASE("training: the mlp learns a learnable problem (loss falls)") {
 }
 
 TEST_CASE("training: mnist_cnn exceeds 95% accuracy on the synthetic dataset within 100 steps") {
-  // The dataset `kiln train` uses (models/synthetic.h). Batch 16, SGD lr 0.02 momentum 0.9;
-  // accuracy is measured on each batch before the update, over the last 20 steps (320 examples
-  // the model has not trained on).
+  // The dataset `kiln train` uses (models/synthetic.h). Batch 16, SGD lr 0.02 momentum 0.9, with
+  // dropout active. Then the trained weights, in inference mode (no dropout), classify 10 batches
+  // the training never saw.
   compiler::TrainOptions o;
   o.compile.cacheDir = tempCache();
   o.sgd = {.lr = 0.02, .momentum = 0.9};
   auto step = compiler::TrainingStep::create(zoo("mnist_cnn", {16, 0}), o);
   REQUIRE(step.hasValue());
   const ir::Shape shape = (*step)->graph().inputs()[0]->type().shape;
-  int64_t correct = 0, seen = 0;
   double loss = 0;
   for (uint64_t s = 0; s < 100; ++s) {
     const models::SyntheticBatch b = models::syntheticBatch(shape, 10, 0, s);
     auto r = (**step)(Tensor::fromData(b.x), Tensor::fromData(b.labels));
     REQUIRE(r.hasValue());
-    if (s >= 80) {
-      correct += r->correct;
-      seen += shape[0];
-      loss = std::max(loss, r->loss);
+    if (s >= 80) loss += r->loss / 20;
+  }
+  ir::Graph model = zoo("mnist_cnn", {16, 0});
+  for (ir::Value* p : model.parameters()) p->setData((*step)->graph().findValue(p->name())->data());
+  runtime::EagerExecutor eval(model);
+  int64_t correct = 0, seen = 0;
+  for (uint64_t s = 1000; s < 1010; ++s) {
+    const models::SyntheticBatch b = models::syntheticBatch(shape, 10, 0, s);
+    const std::vector<Tensor> in{Tensor::fromData(b.x)};
+    auto out = eval.run(in);
+    REQUIRE(out.hasValue());
+    const float* logits = (*out)[0].template data<float>();
+    for (int64_t i = 0; i < shape[0]; ++i, ++seen) {
+      const float* row = logits + i * 10;
+      correct += std::max_element(row, row + 10) - row == b.labels.as<int64_t>()[i];
     }
   }
-  INFO(correct << "/" << seen << " correct, max loss over the last 20 steps " << loss);
+  INFO(correct << "/" << seen
+               << " held-out examples correct; mean training loss over the last 20 "
+                  "steps "
+               << loss);
   CHECK(static_cast<double>(correct) / static_cast<double>(seen) > 0.95);
-  CHECK(loss < 0.2);
+  CHECK(loss < 0.35);  // From 2.3 (ln 10) at the start; dropout keeps it from 0.
   std::filesystem::remove_all(o.compile.cacheDir);
 }

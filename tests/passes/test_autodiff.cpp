@@ -3,6 +3,7 @@
 // differences in f64 (relative error <= 1e-6) on random inputs, with broadcasting.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "ir/op_table.h"
 #include "ir/parser.h"
 #include "passes/autodiff.h"
+#include "passes/training_mode.h"
 #include "runtime/eager.h"
 
 using namespace kiln;
@@ -25,6 +27,7 @@ struct Case {
   std::vector<Range> ranges;  // Per input.
   double eps = 1e-6;
   double tolerance = 1e-6;
+  std::function<void(ir::Graph&)> prepare = {};  // Runs on the parsed graph before autodiff.
 };
 
 Tensor randomInput(const ir::TensorType& t, Range r, std::mt19937& rng) {
@@ -59,6 +62,7 @@ void checkGradients(const Case& c) {
   INFO(parsed.status().message());
   REQUIRE(parsed.hasValue());
   ir::Graph& g = *parsed;
+  if (c.prepare) c.prepare(g);
   std::mt19937 rng(42);
 
   // loss = sum(y * w) with random w, so that every element of dy differs.
@@ -149,6 +153,24 @@ TEST_CASE("autodiff: gradient check of every unary op, f64 central differences")
                   {Range::kAny}});
 }
 
+TEST_CASE("autodiff: gradient check of the pointwise ops with a backward op of their own") {
+  const std::string x = "%x : f64[2,3,4]";
+  checkGradients({"abs", graph(x, "  %y = abs(%x)"), {Range::kAny}});
+  checkGradients({"leaky_relu", graph(x, "  %y = leaky_relu(%x) {alpha = 0.2}"), {Range::kAny}});
+  checkGradients({"clip", graph(x, "  %y = clip(%x) {min = -0.55, max = 0.45}"), {Range::kAny}});
+  checkGradients({"gelu", graph(x, "  %y = gelu(%x)"), {Range::kAny}});
+  checkGradients(
+      {"gelu tanh", graph(x, "  %y = gelu(%x) {approximate = \"tanh\"}"), {Range::kAny}});
+  checkGradients({"pow",
+                  graph("%a : f64[2,3,4], %b : f64[3,1]", "  %y = pow(%a, %b)"),
+                  {Range::kPositive, Range::kAny}});
+  // dropout_train is linear in x for a fixed step: the check covers its mask and scale.
+  checkGradients({"dropout_train",
+                  graph("%x : f64[4,8], %step : i64[]",
+                        "  %y = dropout_train(%x, %step) {ratio = 0.3, seed = 7}"),
+                  {Range::kAny, Range::kAny}});
+}
+
 TEST_CASE("autodiff: gradient check of binary ops with broadcasting") {
   for (const char* op : {"add", "sub", "mul"}) {
     checkGradients(
@@ -184,6 +206,58 @@ TEST_CASE("autodiff: gradient check of matmul and linear") {
   checkGradients({"linear without bias",
                   graph("%x : f64[3,4], %w : f64[2,4]", "  %y = linear(%x, %w)"),
                   {Range::kAny, Range::kAny}});
+}
+
+TEST_CASE("autodiff: gradient check of gemm") {
+  for (const char* ta : {"0", "1"})
+    for (const char* tb : {"0", "1"}) {
+      const std::string a = ta[0] == '1' ? "f64[4,3]" : "f64[3,4]";
+      const std::string b = tb[0] == '1' ? "f64[5,4]" : "f64[4,5]";
+      checkGradients({std::string("gemm transA=") + ta + " transB=" + tb,
+                      graph("%a : " + a + ", %b : " + b + ", %c : f64[5]",
+                            std::string("  %y = gemm(%a, %b, %c) {alpha = 0.7, beta = 1.3, "
+                                        "transA = ") +
+                                ta + ", transB = " + tb + "}"),
+                      {Range::kAny, Range::kAny, Range::kAny}});
+    }
+  checkGradients({"gemm without C",
+                  graph("%a : f64[3,4], %b : f64[4,2]", "  %y = gemm(%a, %b)"),
+                  {Range::kAny, Range::kAny}});
+}
+
+TEST_CASE("autodiff: gradient check of the normalizations") {
+  checkGradients({"layer_norm",
+                  graph("%x : f64[2,3,4], %s : f64[4], %b : f64[4]",
+                        "  %y = layer_norm(%x, %s, %b) {epsilon = 0.001}"),
+                  {Range::kAny, Range::kAny, Range::kAny}});
+  checkGradients({"layer_norm over two dims, no affine",
+                  graph("%x : f64[2,3,4]", "  %y = layer_norm(%x) {axis = 1}"),
+                  {Range::kAny}});
+  checkGradients({"batch_norm (inference: fixed statistics)",
+                  graph("%x : f64[2,3,2,2], %s : f64[3], %b : f64[3], %m : f64[3], %v : f64[3]",
+                        "  %y = batch_norm(%x, %s, %b, %m, %v) {epsilon = 0.01}"),
+                  {Range::kAny, Range::kAny, Range::kAny, Range::kAny, Range::kPositive}});
+  // Training mode: batch statistics in primitive ops (passes/training_mode.h).
+  auto toTraining = [](ir::Graph& g) {
+    for (ir::Value* p : g.parameters()) {
+      ir::TensorData d(p->type().dtype, p->type().shape);
+      for (int64_t i = 0; i < d.numElements(); ++i) d.as<double>()[i] = 0.5 + 0.25 * i;
+      p->setData(d);
+    }
+    auto mode = passes::toTrainingMode(g);
+    INFO(mode.status().message());
+    REQUIRE(mode.hasValue());
+    CHECK(mode->batchNorms == 1);
+    CHECK(mode->writes.size() == 2);
+  };
+  checkGradients({"batch_norm (training: batch statistics)",
+                  "graph t(%x : f64[3,2,2,3], %s : f64[2], %b : f64[2]) {\n"
+                  "  param %m : f64[2] buffer\n  param %v : f64[2] buffer\n"
+                  "  %y = batch_norm(%x, %s, %b, %m, %v)\n  return %y\n}",
+                  {Range::kAny, Range::kAny, Range::kAny},
+                  1e-6,
+                  1e-6,
+                  toTraining});
 }
 
 TEST_CASE("autodiff: gradient check of reductions, softmax and pooling") {
@@ -245,6 +319,12 @@ TEST_CASE("autodiff: gradient check of data movement") {
   checkGradients({"concat",
                   graph("%a : f64[2,3,4], %b : f64[2,2,4]", "  %y = concat(%a, %b) {axis = 1}"),
                   {Range::kAny, Range::kAny}});
+  checkGradients({"slice",
+                  graph(x, "  %y = slice(%x) {starts = [1, -3], ends = [2, 100], axes = [0, 2]}"),
+                  {Range::kAny}});
+  checkGradients({"slice whole dims",
+                  graph(x, "  %y = slice(%x) {starts = [0], ends = [3], axes = [1]}"),
+                  {Range::kAny}});
 }
 
 TEST_CASE("autodiff: gradient check of the losses, with an ignored target") {
@@ -259,6 +339,15 @@ TEST_CASE("autodiff: gradient check of the losses, with an ignored target") {
                       graph("%x : f64[2,5,3], %t : i64[2,3]", body),
                       {Range::kAny, Range::kClasses}});
     }
+}
+
+TEST_CASE("autodiff: gradient check of the MSE loss") {
+  for (const char* reduction : {"mean", "sum", "none"})
+    checkGradients(
+        {std::string("mse_loss ") + reduction,
+         graph("%x : f64[3,4], %t : f64[3,4]",
+               std::string("  %y = mse_loss(%x, %t) {reduction = \"") + reduction + "\"}"),
+         {Range::kAny, Range::kAny}});
 }
 
 TEST_CASE("autodiff: errors name the node; unused parameters get zero gradients") {

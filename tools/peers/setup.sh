@@ -20,3 +20,4 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, torchvi
     onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6
 fi
 "$venv/bin/python" tools/peers/export.py "$out" "$@"
+"$venv/bin/python" tools/peers/train_export.py "$out" "$@"

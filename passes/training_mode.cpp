@@ -1,0 +1,144 @@
+#include "passes/training_mode.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace kiln::passes {
+
+namespace {
+
+using ir::OpKind;
+using ir::Value;
+
+// Inserts nodes before one forward node.
+class Inserter {
+ public:
+  Inserter(ir::Graph& g, ir::Node* before) : g_(g), before_(before) {}
+
+  Expected<Value*> op(OpKind k, std::vector<Value*> ins, ir::AttrMap a = {}) {
+    auto node = g_.insertNode(before_, k, std::move(ins), std::move(a));
+    if (!node) return node.status().withContext("training mode of " + before_->describe());
+    if (!before_->name().empty()) (*node)->setName(before_->name() + ".train");
+    return (*node)->output(0);
+  }
+  Expected<Value*> scalar(ir::DType dtype, double v) {
+    return g_.addParameter(g_.freshName(), ir::TensorData::scalar(dtype, v), false);
+  }
+  Expected<Value*> mulScalar(Value* v, double s) {
+    KILN_ASSIGN_OR_RETURN(Value * c, scalar(v->type().dtype, s));
+    return op(OpKind::kMul, {v, c});
+  }
+  Expected<Value*> reshape(Value* v, const ir::Shape& shape) {
+    if (v->type().shape == shape) return v;
+    return op(OpKind::kReshape, {v}, {{"shape", shape}});
+  }
+
+ private:
+  ir::Graph& g_;
+  ir::Node* before_;
+};
+
+// y = (x - mean) / sqrt(var + eps) scale + bias with the batch's mean and (biased) variance
+// over every dim but 1; the running statistics move towards the batch's.
+Status rewriteBatchNorm(ir::Graph& g, ir::Node* n, double momentum,
+                        std::vector<StateWrite>& writes) {
+  Value* x = n->input(0);
+  Value* runMean = n->input(3);
+  Value* runVar = n->input(4);
+  for (Value* s : {runMean, runVar}) {
+    if (!s->isParameter() || s->trainable())
+      return invalidArgument("training mode: " + n->describe() + " takes its statistics from '%" +
+                             s->name() + "', " +
+                             (s->isParameter() ? "a trainable parameter" : "a computed value") +
+                             "; training needs them as non-trainable parameters (running "
+                             "buffers: `buffer` in the text IR, \"trainable\": false in JSON)");
+  }
+  const ir::Shape& xs = x->type().shape;
+  const int64_t c = xs[1];
+  const int64_t count = x->type().numElements() / std::max<int64_t>(c, 1);
+  if (count < 2)
+    return invalidArgument("training mode: " + n->describe() + " normalizes " +
+                           std::to_string(count) +
+                           " value per channel; batch statistics need at least 2 (use a batch "
+                           "of 2 or more)");
+  Inserter e(g, n);
+  std::vector<int64_t> axes{0};
+  ir::Shape perChannel{c};
+  for (size_t i = 2; i < xs.size(); ++i) {
+    axes.push_back(static_cast<int64_t>(i));
+    perChannel.push_back(1);
+  }
+  ir::Shape kept = perChannel;
+  kept.insert(kept.begin(), 1);  // [1, C, 1, ..]
+  const ir::AttrMap keep{{"axes", axes}, {"keepdims", int64_t{1}}};
+  const ir::DType dt = x->type().dtype;
+  KILN_ASSIGN_OR_RETURN(Value * mean, e.op(OpKind::kReduceMean, {x}, keep));
+  KILN_ASSIGN_OR_RETURN(Value * xc, e.op(OpKind::kSub, {x, mean}));
+  KILN_ASSIGN_OR_RETURN(Value * sq, e.op(OpKind::kMul, {xc, xc}));
+  KILN_ASSIGN_OR_RETURN(Value * var, e.op(OpKind::kReduceMean, {sq}, keep));
+  KILN_ASSIGN_OR_RETURN(Value * eps, e.scalar(dt, n->attr().getFloat("epsilon")));
+  KILN_ASSIGN_OR_RETURN(Value * ve, e.op(OpKind::kAdd, {var, eps}));
+  KILN_ASSIGN_OR_RETURN(Value * inv, e.op(OpKind::kRsqrt, {ve}));
+  KILN_ASSIGN_OR_RETURN(Value * xhat, e.op(OpKind::kMul, {xc, inv}));
+  KILN_ASSIGN_OR_RETURN(Value * scale, e.reshape(n->input(1), perChannel));
+  KILN_ASSIGN_OR_RETURN(Value * bias, e.reshape(n->input(2), perChannel));
+  KILN_ASSIGN_OR_RETURN(Value * scaled, e.op(OpKind::kMul, {xhat, scale}));
+  KILN_ASSIGN_OR_RETURN(Value * y, e.op(OpKind::kAdd, {scaled, bias}));
+
+  // running = (1 - m) running + m batch; the variance is the unbiased one, as in PyTorch.
+  auto update = [&](Value* running, Value* batch, double factor) -> Status {
+    KILN_ASSIGN_OR_RETURN(Value * b, e.reshape(batch, {c}));
+    KILN_ASSIGN_OR_RETURN(Value * mb, e.mulScalar(b, momentum * factor));
+    KILN_ASSIGN_OR_RETURN(Value * kr, e.mulScalar(running, 1 - momentum));
+    KILN_ASSIGN_OR_RETURN(Value * next, e.op(OpKind::kAdd, {kr, mb}));
+    if (!running->isState()) KILN_TRY(g.markState(running));
+    writes.push_back({running, next});
+    return Status::ok();
+  };
+  KILN_TRY(update(runMean, mean, 1.0));
+  KILN_TRY(update(runVar, var, static_cast<double>(count) / static_cast<double>(count - 1)));
+  g.replaceAllUsesWith(n->output(), y);
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<TrainingMode> toTrainingMode(ir::Graph& g, const TrainingModeOptions& options) {
+  TrainingMode out;
+  Value* step = nullptr;
+  std::vector<ir::Node*> rewritten;
+  for (ir::Node* n : g.nodes()) {
+    if (n->op() == OpKind::kBatchNorm) {
+      KILN_TRY(rewriteBatchNorm(g, n, options.batchNormMomentum, out.writes));
+      rewritten.push_back(n);
+      ++out.batchNorms;
+    } else if (n->op() == OpKind::kDropout && options.dropout && n->attr().getFloat("ratio") > 0) {
+      if (!step) {
+        KILN_ASSIGN_OR_RETURN(
+            step, g.addParameter("dropout.step", ir::TensorData::scalar(ir::DType::kI64, 0),
+                                 /*trainable=*/false));
+        KILN_TRY(g.markState(step));
+      }
+      const int64_t seed = static_cast<int64_t>(options.seed) + out.dropouts;
+      auto d = g.insertNode(n, OpKind::kDropoutTrain, {n->input(0), step},
+                            {{"ratio", n->attr().getFloat("ratio")}, {"seed", seed}});
+      if (!d) return d.status().withContext("training mode of " + n->describe());
+      if (!n->name().empty()) (*d)->setName(n->name());
+      g.replaceAllUsesWith(n->output(), (*d)->output());
+      rewritten.push_back(n);
+      ++out.dropouts;
+    }
+  }
+  if (step) {
+    KILN_ASSIGN_OR_RETURN(
+        Value * one,
+        g.addParameter(g.freshName(), ir::TensorData::scalar(ir::DType::kI64, 1), false));
+    KILN_ASSIGN_OR_RETURN(ir::Node * next, g.addNode(OpKind::kAdd, {step, one}));
+    out.writes.push_back({step, next->output()});
+  }
+  const std::unordered_set<const ir::Node*> dead(rewritten.begin(), rewritten.end());
+  g.removeNodesIf([&](const ir::Node& n) { return dead.count(&n) > 0; });
+  return out;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,32 @@
+// Training mode: rewrites a model graph as it behaves while training, before autodiff
+// (autodiff.h) appends the backward graph. Inference-mode batch_norm (fixed statistics)
+// becomes batch statistics in primitive ops (reductions and pointwise ops that fusion compiles
+// into a few kernels and autodiff differentiates), and its running statistics become
+// persistent state updated by the step, as PyTorch's BatchNorm in train() does; dropout becomes
+// dropout_train, drawing a new seeded mask each step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ir/graph.h"
+#include "passes/optimizer.h"
+
+namespace kiln::passes {
+
+struct TrainingModeOptions {
+  double batchNormMomentum = 0.1;  // running = (1 - m) running + m batch (unbiased variance).
+  bool dropout = true;             // false: dropout stays the identity (a deterministic step).
+  uint64_t seed = 0;               // Dropout masks; node i uses seed + i.
+};
+
+struct TrainingMode {
+  std::vector<StateWrite> writes;  // Running statistics and the dropout step counter.
+  int batchNorms = 0, dropouts = 0;
+};
+
+// A batch_norm's statistics must be parameters (a model's running buffers), and its input
+// must have a batch of at least 2 (the unbiased variance divides by count - 1).
+Expected<TrainingMode> toTrainingMode(ir::Graph& g, const TrainingModeOptions& options = {});
+
+}  // namespace kiln::passes

@@ -1,0 +1,159 @@
+"""Records PyTorch eager CPU training for kiln's training peer checks (tests/peers/
+train_check.cpp): the same model, initial weights and batches, and the parameters after a few
+SGD steps, plus PyTorch's training throughput.
+
+For each model it writes OUT/train_<name>/:
+  init/<param>.npy    every parameter and buffer before training (PyTorch names, float32)
+  final/<param>.npy   the same after the steps
+  x<i>.npy, y<i>.npy  batch i (float32 images, int64 class labels)
+  meta.json           steps, batch, image size, optimizer settings, versions, PyTorch timings
+
+Training mode as kiln's peer check runs it: BatchNorm in train() (batch statistics, running
+statistics updated with momentum 0.1), dropout off (its random masks cannot be matched), SGD
+with momentum, cross-entropy loss.
+
+Usage: python train_export.py OUT [--only name,name] [--force]
+       python train_export.py --bench NAME --batch B [--image S] [--steps N]  (throughput only)
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torchvision
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+MOMENTUM, STEPS = 0.9, 5
+
+# name -> (constructor, batch, image size, channels, learning rate).
+MODELS = {
+    "mnist_cnn": (models.MnistCnn, 16, 28, 1, 0.01),
+    "resnet18": (lambda: torchvision.models.resnet18(weights=None), 4, 64, 3, 0.001),
+}
+
+
+def build(name):
+    torch.manual_seed(0)
+    model = MODELS[name][0]()
+    model.train()
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.eval()  # Dropout off; BatchNorm stays in training mode.
+    return model
+
+
+def batches(name, steps, batch=None, image=None, seed=1):
+    _, b, s, c, _ = MODELS[name]
+    b, s = batch or b, image or s
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.rand((b, c, s, s), generator=g) * 2 - 1,
+             torch.randint(0, 10, (b,), generator=g)) for _ in range(steps)]
+
+
+def state(model):
+    # Parameters and buffers, by PyTorch name; the batch counters are not kiln state.
+    return {k: v.detach().numpy().astype(np.float32).copy()
+            for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+
+
+def train(model, data, lr):
+    """SGD steps; returns the losses and the smallest |input| of an nn.ReLU module seen."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
+    loss_fn = nn.CrossEntropyLoss()
+    losses = []
+    margin = [float("inf")]
+
+    def watch(mod, inp):
+        margin[0] = min(margin[0], inp[0].detach().abs().min().item())
+
+    for m in model.modules():
+        if isinstance(m, nn.ReLU):
+            m.register_forward_pre_hook(watch)
+    for x, y in data:
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, margin[0]
+
+
+def bench(name, batch, image, steps):
+    """Median samples/s of PyTorch eager CPU training steps (after 2 warm-up steps)."""
+    model = build(name)
+    data = batches(name, 1, batch, image)
+    opt = torch.optim.SGD(model.parameters(), lr=MODELS[name][4], momentum=MOMENTUM)
+    loss_fn = nn.CrossEntropyLoss()
+    times = []
+    for i in range(steps + 2):
+        t = time.perf_counter()
+        opt.zero_grad()
+        loss_fn(model(data[0][0]), data[0][1]).backward()
+        opt.step()
+        if i >= 2:
+            times.append(time.perf_counter() - t)
+    med = float(np.median(times))
+    return {"model": name, "batch": batch, "image": image, "steps": steps,
+            "median_step_ms": med * 1e3, "samples_per_s": batch / med,
+            "threads": torch.get_num_threads()}
+
+
+def export(name, out, force):
+    d = os.path.join(out, "train_" + name)
+    if os.path.exists(os.path.join(d, "meta.json")) and not force:
+        print(f"peers: train_{name}: present (--force to export again)")
+        return
+    for sub in ("init", "final"):
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+    _, b, s, _, lr = MODELS[name]
+    model = build(name)
+    init = state(model)
+    data = batches(name, STEPS)
+    losses, margin = train(model, data, lr)
+    for k, v in init.items():
+        np.save(os.path.join(d, "init", k + ".npy"), v)
+    for i, (x, y) in enumerate(data):
+        np.save(os.path.join(d, f"x{i}.npy"), x.numpy())
+        np.save(os.path.join(d, f"y{i}.npy"), y.numpy().astype(np.int64))
+    for k, v in state(model).items():
+        np.save(os.path.join(d, "final", k + ".npy"), v)
+    meta = {"model": name, "steps": STEPS, "batch": b, "image": s, "lr": lr, "momentum": MOMENTUM,
+            "losses": losses,
+            # The ReLU input nearest 0: within f32 rounding of 0 its side, and so the gradient
+            # sums behind it, may differ between implementations (tests/peers/train_check.cpp).
+            "min_abs_relu_input": margin if margin != float("inf") else None, "torch": torch.__version__}
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(f"peers: train_{name}: {STEPS} SGD steps, losses {['%.4f' % l for l in losses]}, "
+          f"min |nn.ReLU input| {margin:.3g}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out", nargs="?")
+    p.add_argument("--only", default="")
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--bench")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--image", type=int)
+    p.add_argument("--steps", type=int, default=10)
+    a = p.parse_args()
+    torch.set_num_threads(int(os.environ.get("KILN_THREADS", os.cpu_count() or 1)))
+    if a.bench:
+        print(json.dumps(bench(a.bench, a.batch or MODELS[a.bench][1], a.image, a.steps)))
+        return
+    if not a.out:
+        p.error("OUT is required")
+    names = [n for n in a.only.split(",") if n] or list(MODELS)
+    for n in names:
+        export(n, a.out, a.force)
+
+
+if __name__ == "__main__":
+    main()
