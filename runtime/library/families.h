@@ -44,6 +44,9 @@ struct ConvGeometry {
 Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo);
 // Whether oneDNN 2.6 implements winograd for this geometry on this CPU (probed, cached).
 bool winogradAvailable(const ConvGeometry& g);
+// conv2d_backward_data (weights false) and conv2d_backward_weight (true) with oneDNN, NCHW;
+// kUnimplemented where oneDNN would use its reference implementation.
+Status runConvBackwardDnnl(const Call& call, bool weights);
 // conv2d as im2col + OpenBLAS sgemm, for every group count and both layouts.
 Status runConvIm2col(const Call& call, const ConvGeometry& g);
 

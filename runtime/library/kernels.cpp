@@ -51,6 +51,10 @@ Status runFamily(OpKind op, const lib::Call& call) {
     switch (op) {
       case OpKind::kConv2d:
         return runConv2d(call);
+      case OpKind::kConv2dBackwardData:
+        return lib::runConvBackwardDnnl(call, /*weights=*/false);
+      case OpKind::kConv2dBackwardWeight:
+        return lib::runConvBackwardDnnl(call, /*weights=*/true);
       case OpKind::kMaxPool2d:
       case OpKind::kAvgPool2d:
         return lib::runPool2d(call);
@@ -193,6 +197,10 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
   switch (op) {
     case OpKind::kConv2d:
       return abiKernel<OpKind::kConv2d>;
+    case OpKind::kConv2dBackwardData:
+      return abiKernel<OpKind::kConv2dBackwardData>;
+    case OpKind::kConv2dBackwardWeight:
+      return abiKernel<OpKind::kConv2dBackwardWeight>;
     case OpKind::kMaxPool2d:
       return abiKernel<OpKind::kMaxPool2d>;
     case OpKind::kAvgPool2d:

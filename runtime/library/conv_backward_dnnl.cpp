@@ -1,0 +1,170 @@
+// The gradients of conv2d through oneDNN 2.6: conv2d_backward_data (d input) and
+// conv2d_backward_weight (d weight), NCHW activations and OIHW weights as the ops define them.
+// The primitives choose their formats (`any`; brgconv on AVX-512 works channels-last or
+// blocked) and kiln reorders in and out, as conv_dnnl.cpp does for NCHW forward convolutions.
+// Shapes that oneDNN would run on its reference implementation return kUnimplemented, so that
+// kiln's own reference kernel (parallel, vectorized) runs them instead.
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "runtime/library/dnnl_support.h"
+#include "runtime/library/families.h"
+
+namespace kiln::runtime::lib {
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+struct Reorder {
+  dnnl::reorder prim;
+  memory::desc from, to, scratchMd;
+};
+
+// One backward primitive and the reorders between the caller's formats and its own, for the
+// two operands it reads (a, b) and the one it writes (out).
+struct BackwardPlan {
+  dnnl::primitive prim;
+  int argA = 0, argB = 0, argOut = 0;
+  memory::desc aMd, bMd, outMd, scratchMd;
+  std::optional<Reorder> aIn, bIn, outOut;
+};
+
+PlanCache<BackwardPlan>& plans() {
+  static PlanCache<BackwardPlan> cache(kPlanCacheCapacity);
+  return cache;
+}
+
+std::optional<Reorder> reorderIfNeeded(const memory::desc& from, const memory::desc& to) {
+  if (from == to) return std::nullopt;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::reorder::primitive_desc pd(cpuEngine(), from, cpuEngine(), to, attr);
+  return Reorder{dnnl::reorder(pd), from, to, pd.scratchpad_desc()};
+}
+
+void runReorder(const Reorder& r, const void* from, void* to) {
+  memory fromMem(r.from, cpuEngine(), const_cast<void*>(from));
+  memory toMem(r.to, cpuEngine(), to);
+  std::unordered_map<int, memory> args{{DNNL_ARG_FROM, fromMem}, {DNNL_ARG_TO, toMem}};
+  if (const size_t bytes = r.scratchMd.get_size(); bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 memory(r.scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
+  r.prim.execute(threadStream(), args);
+}
+
+bool isReference(const dnnl::primitive_desc_base& pd) {
+  return std::string_view(pd.impl_info_str()).starts_with("ref");
+}
+
+Expected<std::shared_ptr<const BackwardPlan>> makePlan(const ConvGeometry& g, bool weights) {
+  const auto f32 = memory::data_type::f32;
+  const memory::dims src{g.n, g.c, g.h, g.w}, dst{g.n, g.m, g.oh, g.ow};
+  const memory::dims wdims = g.group == 1
+                                 ? memory::dims{g.m, g.c, g.kh, g.kw}
+                                 : memory::dims{g.group, g.mPerGroup(), g.cPerGroup(), g.kh, g.kw};
+  const memory::desc srcAny(src, f32, Tag::any), dstAny(dst, f32, Tag::any),
+      wAny(wdims, f32, Tag::any);
+  const memory::desc srcUser(src, f32, Tag::nchw), dstUser(dst, f32, Tag::nchw),
+      wUser(wdims, f32, g.group == 1 ? Tag::oihw : Tag::goihw);
+  const memory::dims strides{g.strideH, g.strideW}, dil{g.dilH - 1, g.dilW - 1},
+      padL{g.padTop, g.padLeft}, padR{g.padBottom, g.padRight};
+  const auto alg = dnnl::algorithm::convolution_direct;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::convolution_forward::primitive_desc hint(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, srcAny, wAny, dstAny,
+                                      strides, dil, padL, padR),
+      cpuEngine());
+  auto plan = std::make_shared<BackwardPlan>();
+  if (weights) {
+    dnnl::convolution_backward_weights::primitive_desc pd(
+        dnnl::convolution_backward_weights::desc(alg, srcAny, wAny, dstAny, strides, dil, padL,
+                                                 padR),
+        attr, cpuEngine(), hint);
+    if (isReference(pd))
+      return unimplemented("oneDNN runs this backward-weights shape on its reference");
+    plan->prim = dnnl::convolution_backward_weights(pd);
+    plan->argA = DNNL_ARG_DIFF_DST;
+    plan->argB = DNNL_ARG_SRC;
+    plan->argOut = DNNL_ARG_DIFF_WEIGHTS;
+    plan->aMd = pd.diff_dst_desc();
+    plan->bMd = pd.src_desc();
+    plan->outMd = pd.diff_weights_desc();
+    plan->scratchMd = pd.scratchpad_desc();
+    plan->aIn = reorderIfNeeded(dstUser, plan->aMd);
+    plan->bIn = reorderIfNeeded(srcUser, plan->bMd);
+    plan->outOut = reorderIfNeeded(plan->outMd, wUser);
+  } else {
+    dnnl::convolution_backward_data::primitive_desc pd(
+        dnnl::convolution_backward_data::desc(alg, srcAny, wAny, dstAny, strides, dil, padL, padR),
+        attr, cpuEngine(), hint);
+    if (isReference(pd))
+      return unimplemented("oneDNN runs this backward-data shape on its reference");
+    plan->prim = dnnl::convolution_backward_data(pd);
+    plan->argA = DNNL_ARG_DIFF_DST;
+    plan->argB = DNNL_ARG_WEIGHTS;
+    plan->argOut = DNNL_ARG_DIFF_SRC;
+    plan->aMd = pd.diff_dst_desc();
+    plan->bMd = pd.weights_desc();
+    plan->outMd = pd.diff_src_desc();
+    plan->scratchMd = pd.scratchpad_desc();
+    plan->aIn = reorderIfNeeded(dstUser, plan->aMd);
+    plan->bIn = reorderIfNeeded(wUser, plan->bMd);
+    plan->outOut = reorderIfNeeded(plan->outMd, srcUser);
+  }
+  return std::shared_ptr<const BackwardPlan>(std::move(plan));
+}
+
+}  // namespace
+
+// in: backward data (grad, weight, input), backward weight (grad, input, weight).
+Status runConvBackwardDnnl(const Call& call, bool weights) {
+  const Tensor& grad = call.in[0];
+  const Tensor& x = weights ? call.in[1] : call.in[2];
+  const Tensor& w = weights ? call.in[2] : call.in[1];
+  const ConvGeometry g = ConvGeometry::of(call.attrs, x.shape(), w.shape());
+  if (g.c == 0 || g.m == 0) return unimplemented("an empty convolution");
+  CacheKey key(weights ? "conv2d_backward_weight" : "conv2d_backward_data");
+  for (int64_t v : {g.n, g.c, g.h, g.w, g.m, g.kh, g.kw, g.oh, g.ow, g.group, g.strideH, g.strideW,
+                    g.padTop, g.padLeft, g.padBottom, g.padRight, g.dilH, g.dilW})
+    key.add(v);
+  key.add(int64_t{maxThreads()});
+  KILN_ASSIGN_OR_RETURN(
+      std::shared_ptr<const BackwardPlan> plan,
+      plans().getOrCreate(key.str(), [&]() -> Expected<std::shared_ptr<const BackwardPlan>> {
+        try {
+          return makePlan(g, weights);
+        } catch (const dnnl::error& e) {
+          return unimplemented(std::string("oneDNN has no primitive: ") + e.what());
+        }
+      }));
+  const void* a = grad.rawData();
+  const void* b = weights ? x.rawData() : w.rawData();
+  if (plan->aIn) {
+    void* tmp = scratch(Scratch::kDst, plan->aMd.get_size());
+    runReorder(*plan->aIn, a, tmp);
+    a = tmp;
+  }
+  if (plan->bIn) {
+    void* tmp = scratch(weights ? Scratch::kSrc : Scratch::kWeights, plan->bMd.get_size());
+    runReorder(*plan->bIn, b, tmp);
+    b = tmp;
+  }
+  void* out = plan->outOut ? static_cast<void*>(scratch(Scratch::kExtra, plan->outMd.get_size()))
+                           : call.out.rawData();
+  std::unordered_map<int, memory> args{
+      {plan->argA, memory(plan->aMd, cpuEngine(), const_cast<void*>(a))},
+      {plan->argB, memory(plan->bMd, cpuEngine(), const_cast<void*>(b))},
+      {plan->argOut, memory(plan->outMd, cpuEngine(), out)}};
+  if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 memory(plan->scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
+  plan->prim.execute(threadStream(), args);
+  if (plan->outOut) runReorder(*plan->outOut, out, call.out.rawData());
+  return Status::ok();
+}
+
+}  // namespace kiln::runtime::lib
