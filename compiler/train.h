@@ -48,6 +48,11 @@ class TrainingStep {
   // The target's type, for a batch of the model's batch size.
   ir::TensorType targetType() const { return graph_->inputs()[1]->type(); }
   const CompiledModel* compiled() const { return compiled_.get(); }
+  // Per-step times of the compiled plan in compiled()->lastStats() (eager always records per-op
+  // times).
+  void setProfiling(bool on) {
+    if (compiled_) compiled_->setProfiling(on);
+  }
   const runtime::EagerExecutor* eager() const { return eager_.get(); }
 
  private:
