@@ -55,6 +55,11 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   } else {
     CompileOptions co = options.compile;
     co.inference = false;
+    // The backward kernels (conv2d_backward_*, the pooling backward ops, BatchNorm training)
+    // are NCHW-only: channels-last forward convolutions would put a relayout around every one
+    // of them. Measured on resnet18 at batch 32: 3.78 s per step with layout selection, 2.69 s
+    // without.
+    co.disabledPasses.insert("layout-selection");
     KILN_ASSIGN_OR_RETURN(step->compiled_, compile(g, co));
   }
   return step;

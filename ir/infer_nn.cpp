@@ -221,6 +221,57 @@ Expected<std::vector<TensorType>> inferBatchNorm(std::span<const TensorType> in,
   return one(in[0]);
 }
 
+namespace {
+// x [N,C,...] NCHW (or plain) float; returns C.
+Expected<int64_t> batchNormChannels(const TensorType& x) {
+  KILN_TRY(requireFloat(x, "input"));
+  if (x.rank() < 2) return invalidArgument("input must have rank >= 2, got " + x.toString());
+  if (x.layout == Layout::kNHWC) return invalidArgument("input must be NCHW, got " + x.toString());
+  return x.shape[1];
+}
+Status requireStats(const TensorType& x, const TensorType& stats, int64_t c, const char* what) {
+  KILN_TRY(requireSameDType(x, stats, what));
+  return requireShape(stats, {2, c}, what);
+}
+}  // namespace
+
+Expected<std::vector<TensorType>> inferBatchNormStats(std::span<const TensorType> in,
+                                                      const AttrView&) {
+  KILN_ASSIGN_OR_RETURN(int64_t c, batchNormChannels(in[0]));
+  return one({in[0].dtype, {2, c}, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferBatchNormTrain(std::span<const TensorType> in,
+                                                      const AttrView&) {
+  KILN_ASSIGN_OR_RETURN(int64_t c, batchNormChannels(in[0]));
+  KILN_TRY(requireStats(in[0], in[1], c, "stats"));
+  const char* names[] = {"", "", "scale", "bias"};
+  for (int i = 2; i < 4; ++i) {
+    KILN_TRY(requireSameDType(in[0], in[i], names[i]));
+    KILN_TRY(requireShape(in[i], {c}, names[i]));
+  }
+  return one({in[0].dtype, in[0].shape, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferBatchNormBackwardReduce(std::span<const TensorType> in,
+                                                               const AttrView&) {
+  KILN_ASSIGN_OR_RETURN(int64_t c, batchNormChannels(in[1]));
+  KILN_TRY(requireSameDType(in[1], in[0], "grad"));
+  KILN_TRY(requireShape(in[0], in[1].shape, "grad"));
+  KILN_TRY(requireStats(in[1], in[2], c, "stats"));
+  return one({in[1].dtype, {2, c}, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferBatchNormBackward(std::span<const TensorType> in,
+                                                         const AttrView& a) {
+  KILN_TRY(inferBatchNormBackwardReduce(in.first(3), a).status());
+  const int64_t c = in[1].shape[1];
+  KILN_TRY(requireSameDType(in[1], in[3], "scale"));
+  KILN_TRY(requireShape(in[3], {c}, "scale"));
+  KILN_TRY(requireStats(in[1], in[4], c, "sums"));
+  return one({in[1].dtype, in[1].shape, Layout::kPlain});
+}
+
 Expected<std::vector<TensorType>> inferLayerNorm(std::span<const TensorType> in,
                                                  const AttrView& a) {
   KILN_TRY(requireFloat(in[0], "input"));

@@ -501,6 +501,27 @@ Expected<Grads> gradBatchNorm(Emitter& e, Value* g) {
   return Grads{dx, dscale, dbias, dmean, dvar};
 }
 
+// Training-mode BatchNorm: batch_norm_train(x, stats = batch_norm_stats(x), scale, bias). The
+// gradient of x includes the path through the statistics, so none flows to `stats`.
+Expected<Grads> gradBatchNormTrain(Emitter& e, Value* g) {
+  const ir::AttrMap eps{{"epsilon", e.attrs().getFloat("epsilon")}};
+  KILN_ASSIGN_OR_RETURN(Value * sums,
+                        e.op(OpKind::kBatchNormBackwardReduce, {g, e.in(0), e.in(1)}, eps));
+  KILN_ASSIGN_OR_RETURN(
+      Value * dx, e.op(OpKind::kBatchNormBackward, {g, e.in(0), e.in(1), e.in(2), sums}, eps));
+  const int64_t c = e.in(2)->type().shape[0];
+  auto row = [&](int64_t r) -> Expected<Value*> {
+    KILN_ASSIGN_OR_RETURN(Value * s, e.op(OpKind::kSlice, {sums},
+                                          {{"starts", std::vector<int64_t>{r}},
+                                           {"ends", std::vector<int64_t>{r + 1}},
+                                           {"axes", std::vector<int64_t>{0}}}));
+    return e.reshape(s, {c});
+  };
+  KILN_ASSIGN_OR_RETURN(Value * dscale, row(0));
+  KILN_ASSIGN_OR_RETURN(Value * dbias, row(1));
+  return Grads{dx, nullptr, dscale, dbias};
+}
+
 // ---- Losses.
 ir::AttrMap lossAttrs(const Emitter& e) {
   const auto a = e.attrs();
@@ -660,6 +681,7 @@ const std::array<GradFn, ir::kNumOps>& builders() {
     set(OpKind::kGemm, gradGemm);
     set(OpKind::kLayerNorm, gradLayerNorm);
     set(OpKind::kBatchNorm, gradBatchNorm);
+    set(OpKind::kBatchNormTrain, gradBatchNormTrain);
     set(OpKind::kSlice, gradSlice);
     set(OpKind::kDropoutTrain, gradDropoutTrain);
     return t;

@@ -62,28 +62,21 @@ Status rewriteBatchNorm(ir::Graph& g, ir::Node* n, double momentum,
                            " value per channel; batch statistics need at least 2 (use a batch "
                            "of 2 or more)");
   Inserter e(g, n);
-  std::vector<int64_t> axes{0};
-  ir::Shape perChannel{c};
-  for (size_t i = 2; i < xs.size(); ++i) {
-    axes.push_back(static_cast<int64_t>(i));
-    perChannel.push_back(1);
-  }
-  ir::Shape kept = perChannel;
-  kept.insert(kept.begin(), 1);  // [1, C, 1, ..]
-  const ir::AttrMap keep{{"axes", axes}, {"keepdims", int64_t{1}}};
-  const ir::DType dt = x->type().dtype;
-  KILN_ASSIGN_OR_RETURN(Value * mean, e.op(OpKind::kReduceMean, {x}, keep));
-  KILN_ASSIGN_OR_RETURN(Value * xc, e.op(OpKind::kSub, {x, mean}));
-  KILN_ASSIGN_OR_RETURN(Value * sq, e.op(OpKind::kMul, {xc, xc}));
-  KILN_ASSIGN_OR_RETURN(Value * var, e.op(OpKind::kReduceMean, {sq}, keep));
-  KILN_ASSIGN_OR_RETURN(Value * eps, e.scalar(dt, n->attr().getFloat("epsilon")));
-  KILN_ASSIGN_OR_RETURN(Value * ve, e.op(OpKind::kAdd, {var, eps}));
-  KILN_ASSIGN_OR_RETURN(Value * inv, e.op(OpKind::kRsqrt, {ve}));
-  KILN_ASSIGN_OR_RETURN(Value * xhat, e.op(OpKind::kMul, {xc, inv}));
-  KILN_ASSIGN_OR_RETURN(Value * scale, e.reshape(n->input(1), perChannel));
-  KILN_ASSIGN_OR_RETURN(Value * bias, e.reshape(n->input(2), perChannel));
-  KILN_ASSIGN_OR_RETURN(Value * scaled, e.op(OpKind::kMul, {xhat, scale}));
-  KILN_ASSIGN_OR_RETURN(Value * y, e.op(OpKind::kAdd, {scaled, bias}));
+  // The statistics in one op, the normalization in another: their gradient ops
+  // (batch_norm_backward_reduce, batch_norm_backward) read x twice and write dx once.
+  KILN_ASSIGN_OR_RETURN(Value * stats, e.op(OpKind::kBatchNormStats, {x}));
+  KILN_ASSIGN_OR_RETURN(Value * y,
+                        e.op(OpKind::kBatchNormTrain, {x, stats, n->input(1), n->input(2)},
+                             {{"epsilon", n->attr().getFloat("epsilon")}}));
+  auto row = [&](int64_t r) -> Expected<Value*> {
+    KILN_ASSIGN_OR_RETURN(Value * s, e.op(OpKind::kSlice, {stats},
+                                          {{"starts", std::vector<int64_t>{r}},
+                                           {"ends", std::vector<int64_t>{r + 1}},
+                                           {"axes", std::vector<int64_t>{0}}}));
+    return e.reshape(s, {c});
+  };
+  KILN_ASSIGN_OR_RETURN(Value * mean, row(0));
+  KILN_ASSIGN_OR_RETURN(Value * var, row(1));
 
   // running = (1 - m) running + m batch; the variance is the unbiased one, as in PyTorch.
   auto update = [&](Value* running, Value* batch, double factor) -> Status {

@@ -1,7 +1,7 @@
 // Training mode: rewrites a model graph as it behaves while training, before autodiff
 // (autodiff.h) appends the backward graph. Inference-mode batch_norm (fixed statistics)
-// becomes batch statistics in primitive ops (reductions and pointwise ops that fusion compiles
-// into a few kernels and autodiff differentiates), and its running statistics become
+// becomes batch_norm_stats and batch_norm_train (the batch's statistics), whose gradient ops are
+// batch_norm_backward_reduce and batch_norm_backward, and its running statistics become
 // persistent state updated by the step, as PyTorch's BatchNorm in train() does; dropout becomes
 // dropout_train, drawing a new seeded mask each step.
 #pragma once

@@ -1,5 +1,5 @@
-// Reference kernels for inference batch_norm, layer_norm, and softmax / log_softmax on any
-// axis (numerically stable: the maximum is subtracted before exponentiating).
+// Reference kernels for inference and training batch_norm, layer_norm, and softmax / log_softmax on
+// any axis (numerically stable: the maximum is subtracted before exponentiating).
 #include <cmath>
 #include <limits>
 
@@ -31,6 +31,128 @@ Status batchNormKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
         for (int64_t i = 0; i < split.inner; ++i)
           y[base + i] = (x[base + i] - mean[c]) / sd * scale[c] + bias[c];
       }
+    }
+    return Status::ok();
+  });
+}
+
+// ---- Training-mode BatchNorm: x [N, C, inner...] NCHW; the per-channel loops run in parallel
+// over channels (reductions, accumulated in double) or over the N x C planes (pointwise).
+
+// stats [2, C]: mean, biased variance (two passes).
+Status batchNormStatsKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                            std::span<Tensor> out) {
+  const ref::AxisSplit split = ref::splitAt(in[0].shape(), 1);
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    T* stats = out[0].data<T>();
+    const int64_t c = split.dim, inner = split.inner, count = split.outer * inner;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < c; ++k) {
+      double sum = 0;
+      for (int64_t n = 0; n < split.outer; ++n) {
+        const T* p = x + (n * c + k) * inner;
+        for (int64_t i = 0; i < inner; ++i) sum += static_cast<double>(p[i]);
+      }
+      const double mean = sum / static_cast<double>(count);
+      double sq = 0;
+      for (int64_t n = 0; n < split.outer; ++n) {
+        const T* p = x + (n * c + k) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          const double d = static_cast<double>(p[i]) - mean;
+          sq += d * d;
+        }
+      }
+      stats[k] = static_cast<T>(mean);
+      stats[c + k] = static_cast<T>(sq / static_cast<double>(count));
+    }
+    return Status::ok();
+  });
+}
+
+// x, stats, scale, bias -> (x - mean) / sqrt(var + eps) scale + bias.
+Status batchNormTrainKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                            std::span<Tensor> out) {
+  const ref::AxisSplit split = ref::splitAt(in[0].shape(), 1);
+  const double eps = attrs.getFloat("epsilon");
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    const T* stats = in[1].data<T>();
+    const T* scale = in[2].data<T>();
+    const T* bias = in[3].data<T>();
+    T* y = out[0].data<T>();
+    const int64_t c = split.dim, inner = split.inner, planes = split.outer * c;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < planes; ++p) {
+      const int64_t k = p % c;
+      const T mean = stats[k];
+      const T kk = scale[k] / std::sqrt(stats[c + k] + static_cast<T>(eps));
+      const T b = bias[k];
+      const T* xp = x + p * inner;
+      T* yp = y + p * inner;
+      for (int64_t i = 0; i < inner; ++i) yp[i] = (xp[i] - mean) * kk + b;
+    }
+    return Status::ok();
+  });
+}
+
+// grad, x, stats -> [2, C]: sum(grad xhat), sum(grad).
+Status batchNormBackwardReduceKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                                     std::span<Tensor> out) {
+  const ref::AxisSplit split = ref::splitAt(in[1].shape(), 1);
+  const double eps = attrs.getFloat("epsilon");
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[1].dtype(), [&]<class T>(Tag<T>) {
+    const T* g = in[0].data<T>();
+    const T* x = in[1].data<T>();
+    const T* stats = in[2].data<T>();
+    T* sums = out[0].data<T>();
+    const int64_t c = split.dim, inner = split.inner;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < c; ++k) {
+      const double mean = static_cast<double>(stats[k]);
+      const double inv = 1 / std::sqrt(static_cast<double>(stats[c + k]) + eps);
+      double sg = 0, sgx = 0;
+      for (int64_t n = 0; n < split.outer; ++n) {
+        const T* gp = g + (n * c + k) * inner;
+        const T* xp = x + (n * c + k) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          sg += static_cast<double>(gp[i]);
+          sgx += static_cast<double>(gp[i]) * (static_cast<double>(xp[i]) - mean);
+        }
+      }
+      sums[k] = static_cast<T>(sgx * inv);
+      sums[c + k] = static_cast<T>(sg);
+    }
+    return Status::ok();
+  });
+}
+
+// grad, x, stats, scale, sums -> scale inv (grad - (sum(grad) + xhat sum(grad xhat)) / count).
+Status batchNormBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                               std::span<Tensor> out) {
+  const ref::AxisSplit split = ref::splitAt(in[1].shape(), 1);
+  const double eps = attrs.getFloat("epsilon");
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[1].dtype(), [&]<class T>(Tag<T>) {
+    const T* g = in[0].data<T>();
+    const T* x = in[1].data<T>();
+    const T* stats = in[2].data<T>();
+    const T* scale = in[3].data<T>();
+    const T* sums = in[4].data<T>();
+    T* dx = out[0].data<T>();
+    const int64_t c = split.dim, inner = split.inner, planes = split.outer * c;
+    const T count = static_cast<T>(split.outer * inner);
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < planes; ++p) {
+      const int64_t k = p % c;
+      const T mean = stats[k];
+      const T inv = T(1) / std::sqrt(stats[c + k] + static_cast<T>(eps));
+      const T a = scale[k] * inv;
+      const T meanGx = sums[k] / count, meanG = sums[c + k] / count;
+      const T* gp = g + p * inner;
+      const T* xp = x + p * inner;
+      T* dp = dx + p * inner;
+      for (int64_t i = 0; i < inner; ++i)
+        dp[i] = a * (gp[i] - meanG - (xp[i] - mean) * inv * meanGx);
     }
     return Status::ok();
   });
@@ -113,6 +235,10 @@ Status logSoftmaxKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
 void registerNormKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kBatchNorm, batchNormKernel);
   ref::setKernel(t, ir::OpKind::kLayerNorm, layerNormKernel);
+  ref::setKernel(t, ir::OpKind::kBatchNormStats, batchNormStatsKernel);
+  ref::setKernel(t, ir::OpKind::kBatchNormTrain, batchNormTrainKernel);
+  ref::setKernel(t, ir::OpKind::kBatchNormBackwardReduce, batchNormBackwardReduceKernel);
+  ref::setKernel(t, ir::OpKind::kBatchNormBackward, batchNormBackwardKernel);
   ref::setKernel(t, ir::OpKind::kSoftmax, softmaxKernel);
   ref::setKernel(t, ir::OpKind::kLogSoftmax, logSoftmaxKernel);
 }

@@ -237,7 +237,12 @@ TEST_CASE("autodiff: gradient check of the normalizations") {
                   graph("%x : f64[2,3,2,2], %s : f64[3], %b : f64[3], %m : f64[3], %v : f64[3]",
                         "  %y = batch_norm(%x, %s, %b, %m, %v) {epsilon = 0.01}"),
                   {Range::kAny, Range::kAny, Range::kAny, Range::kAny, Range::kPositive}});
-  // Training mode: batch statistics in primitive ops (passes/training_mode.h).
+  checkGradients({"batch_norm_train with batch_norm_stats",
+                  graph("%x : f64[2,3,2,3], %s : f64[3], %b : f64[3]",
+                        "  %st = batch_norm_stats(%x)\n"
+                        "  %y = batch_norm_train(%x, %st, %s, %b) {epsilon = 0.001}"),
+                  {Range::kAny, Range::kAny, Range::kAny}});
+  // Training mode: batch_norm rewritten (passes/training_mode.h).
   auto toTraining = [](ir::Graph& g) {
     for (ir::Value* p : g.parameters()) {
       ir::TensorData d(p->type().dtype, p->type().shape);
