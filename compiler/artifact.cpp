@@ -27,6 +27,11 @@ runtime::ArtifactContents artifactContents(const CompiledModel& model, std::stri
 }
 
 Status saveArtifact(const CompiledModel& model, const std::string& path, std::string modelName) {
+  for (int p : model.plan().outputParameter)
+    if (p >= 0)
+      return invalidArgument(
+          "this compiled model writes its parameters in place (a training step); AOT artifacts "
+          "hold inference models");
   return runtime::writeArtifact(path, artifactContents(model, std::move(modelName)));
 }
 

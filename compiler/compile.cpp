@@ -419,6 +419,41 @@ class Driver {
     return v;
   }
 
+  // Whether the step producing `v` may write it over parameter `p`: same type, p has data, no
+  // later step and no graph output reads p (or a view of it), and the producing step reads p,
+  // if at all, only as a generated kernel reading each element where it writes its outputs.
+  bool canWriteOver(const ir::Value* v, const ir::Value* p) const {
+    if (v->type().dtype != p->type().dtype || v->type().shape != p->type().shape ||
+        p->data().byteSize() != v->type().byteSize())
+      return false;
+    for (const ir::Value* o : graph_.outputs())
+      if (root(o) == p) return false;
+    int writer = -1;
+    for (size_t si = 0; si < steps_.size(); ++si)
+      for (const ir::Value* o : steps_[si].outputs)
+        if (o == v) writer = static_cast<int>(si);
+    if (writer < 0) return false;
+    for (size_t si = 0; si < steps_.size(); ++si) {
+      const StepDraft& s = steps_[si];
+      for (size_t a = 0; a < s.inputs.size(); ++a) {
+        if (root(s.inputs[a]) != p) continue;
+        if (static_cast<int>(si) < writer) continue;
+        if (static_cast<int>(si) > writer) return false;
+        // The writer itself: each element of p is loaded in the iteration that stores that
+        // element of every output (a fused SGD or Adam update stores a parameter and its state
+        // together).
+        if (s.kind != runtime::PlanStep::Kind::kKernel || s.inputs[a] != p) return false;
+        const codegen::Kernel& k = kernels_[s.kernel];
+        for (const auto& l : k.loads)
+          for (const auto& st : k.stores)
+            if (l.arg == static_cast<int>(a) &&
+                (l.offset != st.access.offset || l.strides != st.access.strides))
+              return false;
+      }
+    }
+    return true;
+  }
+
   Status buildPlan() {
     auto plan = std::make_shared<runtime::Plan>();
     for (const ir::Value* v : graph_.inputs()) {
@@ -445,13 +480,25 @@ class Driver {
     std::unordered_set<const ir::Value*> producedByStep;
     for (const auto& s : steps_)
       for (const ir::Value* v : s.outputs) producedByStep.insert(v);
+    std::unordered_map<size_t, const ir::Value*> inPlaceTarget;  // Output -> its parameter.
+    for (const auto& [index, name] : opts_.inPlaceOutputs)
+      for (const ir::Value* p : graph_.parameters())
+        if (p->name() == name && index < graph_.outputs().size()) inPlaceTarget[index] = p;
+    plan->outputParameter.assign(graph_.outputs().size(), -1);
     for (size_t i = 0; i < graph_.outputs().size(); ++i) {
       const ir::Value* v = graph_.outputs()[i];
       plan->outputs.push_back(v->type());
-      if (producedByStep.count(v) && !storageOf.count(v))
+      if (producedByStep.count(v) && !storageOf.count(v)) {
+        auto target = inPlaceTarget.find(i);
+        if (target != inPlaceTarget.end() && canWriteOver(v, target->second)) {
+          storageOf[v] = storageOf.at(target->second);
+          plan->outputParameter[i] = storages[storageOf[v]].index;
+          continue;
+        }
         addStorage(v, runtime::BufferRef::Kind::kOutput, static_cast<int>(i), 0);
-      else
+      } else {
         copyToOutput[i] = v;
+      }
     }
     const int numSteps = static_cast<int>(steps_.size());
     for (int si = 0; si < numSteps; ++si)

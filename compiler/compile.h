@@ -9,6 +9,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
@@ -20,6 +21,12 @@ namespace kiln::compiler {
 
 struct CompileOptions {
   bool inference = true;  // Fold weights into constants; dropout is the identity.
+  // Graph outputs written over a parameter instead of into a result tensor: (output index,
+  // parameter name). A training step's parameter and optimizer-state updates, in place. Honoured
+  // where the step that produces the output runs after every other read of the parameter
+  // (otherwise the output gets a result tensor of its own); run() then returns a view of the
+  // parameter for it.
+  std::vector<std::pair<size_t, std::string>> inPlaceOutputs;
   // Pipeline instrumentation (--disable-pass, --dump-after, --time-passes).
   std::set<std::string> disabledPasses;
   std::set<std::string> dumpAfter;

@@ -50,10 +50,13 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   std::vector<ir::Value*> outs{loss, logits};
   for (const auto& w : step->writes_) outs.push_back(w.value);
   g.setOutputs(outs);
+
   if (options.eager) {
     step->eager_ = std::make_unique<runtime::EagerExecutor>(g);
   } else {
     CompileOptions co = options.compile;
+    for (size_t i = 0; i < step->writes_.size(); ++i)
+      co.inPlaceOutputs.emplace_back(2 + i, step->writes_[i].target->name());
     co.inference = false;
     // The backward kernels (conv2d_backward_*, the pooling backward ops, BatchNorm training)
     // are NCHW-only: channels-last forward convolutions would put a relayout around every one
@@ -79,7 +82,8 @@ Expected<TrainingStep::Result> TrainingStep::operator()(const runtime::Tensor& x
       return internalError("training step: the update of '%" + writes_[i].target->name() +
                            "' has " + std::to_string(src.byteSize()) + " bytes, expected " +
                            std::to_string(dst.byteSize()));
-    std::memcpy(dst.data(), src.rawData(), dst.byteSize());
+    // Compiled steps write most of them in place already (CompileOptions::inPlaceOutputs).
+    if (src.rawData() != dst.data()) std::memcpy(dst.data(), src.rawData(), dst.byteSize());
   }
   if (compiled_) compiled_->parametersChanged();
   Result r;

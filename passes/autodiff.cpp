@@ -91,7 +91,10 @@ Expected<Grads> gradNeg(Emitter& e, Value* g) {
   return Grads{dx};
 }
 Expected<Grads> gradRelu(Emitter& e, Value* g) {
-  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kReluBackward, {g, e.in(0)}));
+  // From the output, y > 0 exactly where x > 0 (NaN: neither), as PyTorch's threshold_backward:
+  // the output is usually saved anyway (the next conv's or pool's backward reads it), so the
+  // input need not be kept for the backward pass.
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kReluBackward, {g, e.out()}));
   return Grads{dx};
 }
 Expected<Grads> gradExp(Emitter& e, Value* g) {

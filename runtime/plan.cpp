@@ -44,7 +44,14 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
     ins.push_back(std::move(c));
   }
   std::vector<Tensor> outs;
-  for (const auto& t : p.outputs) {
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    const auto& t = p.outputs[i];
+    if (i < p.outputParameter.size() && p.outputParameter[i] >= 0) {
+      // Written over its parameter in place: the result is a view of it.
+      const ir::TensorData& d = p.parameters[static_cast<size_t>(p.outputParameter[i])];
+      outs.push_back(Tensor::wrap(const_cast<std::byte*>(d.data()), t.dtype, t.shape));
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(Tensor o, Tensor::empty(t.dtype, t.shape));
     outs.push_back(std::move(o));
   }
@@ -71,7 +78,8 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
   std::vector<void*> args;
   std::vector<Tensor> tin, tout;
   for (const PlanStep& s : p.steps) {
-    const auto ts = profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    const auto ts =
+        profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     switch (s.kind) {
       case PlanStep::Kind::kKernel: {
         args.clear();

@@ -56,6 +56,8 @@ struct Plan {
   std::vector<ir::TensorType> inputs;
   std::vector<std::string> inputNames;
   std::vector<ir::TensorType> outputs;
+  // Per output: the parameter it is written over in place (run() returns a view of it), or -1.
+  std::vector<int> outputParameter;
   std::vector<ir::TensorData> parameters;
   std::vector<PlanStep> steps;
   int64_t arenaBytes = 0;

@@ -231,6 +231,8 @@ int runTrain(const Args& args) {
                      {"setup_ms", setupMs},
                      {"peak_activation_bytes", peak},
                      {"parameter_bytes", (*step)->graph().parameterBytes()}};
+    if (const compiler::CompiledModel* cm = (*step)->compiled())
+      j["arena_lower_bound_bytes"] = cm->report().arenaLowerBound;
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(

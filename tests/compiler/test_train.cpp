@@ -143,6 +143,12 @@ TEST_CASE(
   auto eager = compiler::TrainingStep::create(zoo(name, mo), eagerOpts);
   REQUIRE(eager.hasValue());
   CHECK((*compiled)->crossEntropy() == (name != "bert_layer"));
+  // Every float parameter and state update is written in place (no result tensor, no copy);
+  // the dropout step counter (i64, 8 bytes) may be copied back.
+  const auto& written = (*compiled)->compiled()->plan().outputParameter;
+  const auto& outputs = (*compiled)->graph().outputs();
+  for (size_t i = 2; i < outputs.size(); ++i)
+    if (outputs[i]->type().dtype == ir::DType::kF32) CHECK(written.at(i) >= 0);
   const ir::Shape shape = (*compiled)->graph().inputs()[0]->type().shape;
   const ir::TensorType targetType = (*compiled)->targetType();
   for (uint32_t s = 0; s < 2; ++s) {
