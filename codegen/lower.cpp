@@ -246,7 +246,7 @@ class Lowerer {
     const ir::Node* p = v->producer();
     if (p && inGroup_.count(p) && !passes::isViewOp(*p)) return exprOf_.at(v);
     KILN_ASSIGN_OR_RETURN(View view, viewOf(v));
-    if (n.op() == OpKind::kBatchNorm && i > 0) {
+    if ((n.op() == OpKind::kBatchNorm || n.op() == OpKind::kBatchNormTrain) && i > 0) {
       // Per-channel parameters [C] broadcast along dim 1 of [N,C,...]: view them as [C,1,..].
       const size_t trailing = n.input(0)->type().shape.size() - 2;
       for (size_t t = 0; t < trailing; ++t) {
@@ -367,6 +367,7 @@ class Lowerer {
         return push(e);
       }
       case OpKind::kBatchNorm:
+      case OpKind::kBatchNormTrain:
         return call("kiln_batch_norm",
                     {in[0], in[1], in[2], in[3], in[4], constant(a.getFloat("epsilon"), t)}, t);
       case OpKind::kSoftmax:

@@ -241,34 +241,26 @@ Expected<std::vector<TensorType>> inferBatchNormStats(std::span<const TensorType
   return one({in[0].dtype, {2, c}, Layout::kPlain});
 }
 
-Expected<std::vector<TensorType>> inferBatchNormTrain(std::span<const TensorType> in,
-                                                      const AttrView&) {
-  KILN_ASSIGN_OR_RETURN(int64_t c, batchNormChannels(in[0]));
-  KILN_TRY(requireStats(in[0], in[1], c, "stats"));
-  const char* names[] = {"", "", "scale", "bias"};
-  for (int i = 2; i < 4; ++i) {
-    KILN_TRY(requireSameDType(in[0], in[i], names[i]));
-    KILN_TRY(requireShape(in[i], {c}, names[i]));
-  }
-  return one({in[0].dtype, in[0].shape, Layout::kPlain});
-}
-
 Expected<std::vector<TensorType>> inferBatchNormBackwardReduce(std::span<const TensorType> in,
                                                                const AttrView&) {
   KILN_ASSIGN_OR_RETURN(int64_t c, batchNormChannels(in[1]));
   KILN_TRY(requireSameDType(in[1], in[0], "grad"));
   KILN_TRY(requireShape(in[0], in[1].shape, "grad"));
-  KILN_TRY(requireStats(in[1], in[2], c, "stats"));
+  const char* names[] = {"", "", "mean", "var"};
+  for (int i = 2; i < 4; ++i) {
+    KILN_TRY(requireSameDType(in[1], in[i], names[i]));
+    KILN_TRY(requireShape(in[i], {c}, names[i]));
+  }
   return one({in[1].dtype, {2, c}, Layout::kPlain});
 }
 
 Expected<std::vector<TensorType>> inferBatchNormBackward(std::span<const TensorType> in,
                                                          const AttrView& a) {
-  KILN_TRY(inferBatchNormBackwardReduce(in.first(3), a).status());
+  KILN_TRY(inferBatchNormBackwardReduce(in.first(4), a).status());
   const int64_t c = in[1].shape[1];
-  KILN_TRY(requireSameDType(in[1], in[3], "scale"));
-  KILN_TRY(requireShape(in[3], {c}, "scale"));
-  KILN_TRY(requireStats(in[1], in[4], c, "sums"));
+  KILN_TRY(requireSameDType(in[1], in[4], "scale"));
+  KILN_TRY(requireShape(in[4], {c}, "scale"));
+  KILN_TRY(requireStats(in[1], in[5], c, "sums"));
   return one({in[1].dtype, in[1].shape, Layout::kPlain});
 }
 

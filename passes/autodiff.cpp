@@ -504,15 +504,16 @@ Expected<Grads> gradBatchNorm(Emitter& e, Value* g) {
   return Grads{dx, dscale, dbias, dmean, dvar};
 }
 
-// Training-mode BatchNorm: batch_norm_train(x, stats = batch_norm_stats(x), scale, bias). The
-// gradient of x includes the path through the statistics, so none flows to `stats`.
+// Training-mode BatchNorm: batch_norm_train(x, scale, bias, mean, var) with mean and var from
+// batch_norm_stats(x). The gradient of x includes the path through the statistics, so none
+// flows to mean and var.
 Expected<Grads> gradBatchNormTrain(Emitter& e, Value* g) {
   const ir::AttrMap eps{{"epsilon", e.attrs().getFloat("epsilon")}};
-  KILN_ASSIGN_OR_RETURN(Value * sums,
-                        e.op(OpKind::kBatchNormBackwardReduce, {g, e.in(0), e.in(1)}, eps));
   KILN_ASSIGN_OR_RETURN(
-      Value * dx, e.op(OpKind::kBatchNormBackward, {g, e.in(0), e.in(1), e.in(2), sums}, eps));
-  const int64_t c = e.in(2)->type().shape[0];
+      Value * sums, e.op(OpKind::kBatchNormBackwardReduce, {g, e.in(0), e.in(3), e.in(4)}, eps));
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kBatchNormBackward,
+                                         {g, e.in(0), e.in(3), e.in(4), e.in(1), sums}, eps));
+  const int64_t c = e.in(1)->type().shape[0];
   auto row = [&](int64_t r) -> Expected<Value*> {
     KILN_ASSIGN_OR_RETURN(Value * s, e.op(OpKind::kSlice, {sums},
                                           {{"starts", std::vector<int64_t>{r}},
@@ -522,7 +523,7 @@ Expected<Grads> gradBatchNormTrain(Emitter& e, Value* g) {
   };
   KILN_ASSIGN_OR_RETURN(Value * dscale, row(0));
   KILN_ASSIGN_OR_RETURN(Value * dbias, row(1));
-  return Grads{dx, nullptr, dscale, dbias};
+  return Grads{dx, dscale, dbias, nullptr, nullptr};
 }
 
 // ---- Losses.

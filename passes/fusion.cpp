@@ -108,7 +108,8 @@ std::string notFusableReason(const ir::Node& n) {
 }
 
 bool isElementwise(const ir::Node& n) {
-  return n.info().has(ir::kPointwise) || n.op() == ir::OpKind::kBatchNorm;
+  return n.info().has(ir::kPointwise) || n.op() == ir::OpKind::kBatchNorm ||
+         n.op() == ir::OpKind::kBatchNormTrain;
 }
 
 bool isFusableReduction(const ir::Node& n) {

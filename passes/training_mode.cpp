@@ -62,12 +62,10 @@ Status rewriteBatchNorm(ir::Graph& g, ir::Node* n, double momentum,
                            " value per channel; batch statistics need at least 2 (use a batch "
                            "of 2 or more)");
   Inserter e(g, n);
-  // The statistics in one op, the normalization in another: their gradient ops
-  // (batch_norm_backward_reduce, batch_norm_backward) read x twice and write dx once.
+  // The statistics in one op, the normalization in another (pointwise: it fuses with the relu
+  // or residual add after it); their gradient ops, batch_norm_backward_reduce and
+  // batch_norm_backward, read x twice and write dx once.
   KILN_ASSIGN_OR_RETURN(Value * stats, e.op(OpKind::kBatchNormStats, {x}));
-  KILN_ASSIGN_OR_RETURN(Value * y,
-                        e.op(OpKind::kBatchNormTrain, {x, stats, n->input(1), n->input(2)},
-                             {{"epsilon", n->attr().getFloat("epsilon")}}));
   auto row = [&](int64_t r) -> Expected<Value*> {
     KILN_ASSIGN_OR_RETURN(Value * s, e.op(OpKind::kSlice, {stats},
                                           {{"starts", std::vector<int64_t>{r}},
@@ -77,6 +75,9 @@ Status rewriteBatchNorm(ir::Graph& g, ir::Node* n, double momentum,
   };
   KILN_ASSIGN_OR_RETURN(Value * mean, row(0));
   KILN_ASSIGN_OR_RETURN(Value * var, row(1));
+  KILN_ASSIGN_OR_RETURN(Value * y,
+                        e.op(OpKind::kBatchNormTrain, {x, n->input(1), n->input(2), mean, var},
+                             {{"epsilon", n->attr().getFloat("epsilon")}}));
 
   // running = (1 - m) running + m batch; the variance is the unbiased one, as in PyTorch.
   auto update = [&](Value* running, Value* batch, double factor) -> Status {

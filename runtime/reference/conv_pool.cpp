@@ -321,11 +321,13 @@ Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
   return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
     const int64_t planes = x.shape()[0] * x.shape()[1];
     T* dx = out[0].data<T>();
-    std::fill(dx, dx + out[0].numElements(), T(0));
+    // Planes are independent: each thread zeroes and fills its own.
+#pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < planes; ++p) {
       const T* xPlane = x.data<T>() + p * wh.in * ww.in;
       const T* dyPlane = dy.data<T>() + p * wh.out * ww.out;
       T* dxPlane = dx + p * wh.in * ww.in;
+      std::fill(dxPlane, dxPlane + wh.in * ww.in, T(0));
       for (int64_t oh = 0; oh < wh.out; ++oh)
         for (int64_t ow = 0; ow < ww.out; ++ow) {
           // The forward's choice: the first strictly larger element, NaN first.
@@ -363,10 +365,11 @@ Status avgPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
   return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
     const int64_t planes = x.shape()[0] * x.shape()[1];
     T* dx = out[0].data<T>();
-    std::fill(dx, dx + out[0].numElements(), T(0));
+#pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < planes; ++p) {
       const T* dyPlane = dy.data<T>() + p * wh.out * ww.out;
       T* dxPlane = dx + p * wh.in * ww.in;
+      std::fill(dxPlane, dxPlane + wh.in * ww.in, T(0));
       for (int64_t oh = 0; oh < wh.out; ++oh)
         for (int64_t ow = 0; ow < ww.out; ++ow) {
           // The forward's window and divisor (avgPool2dKernel).

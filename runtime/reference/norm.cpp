@@ -70,33 +70,7 @@ Status batchNormStatsKernel(const ir::AttrView& attrs, std::span<const Tensor> i
   });
 }
 
-// x, stats, scale, bias -> (x - mean) / sqrt(var + eps) scale + bias.
-Status batchNormTrainKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
-                            std::span<Tensor> out) {
-  const ref::AxisSplit split = ref::splitAt(in[0].shape(), 1);
-  const double eps = attrs.getFloat("epsilon");
-  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
-    const T* x = in[0].data<T>();
-    const T* stats = in[1].data<T>();
-    const T* scale = in[2].data<T>();
-    const T* bias = in[3].data<T>();
-    T* y = out[0].data<T>();
-    const int64_t c = split.dim, inner = split.inner, planes = split.outer * c;
-#pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < planes; ++p) {
-      const int64_t k = p % c;
-      const T mean = stats[k];
-      const T kk = scale[k] / std::sqrt(stats[c + k] + static_cast<T>(eps));
-      const T b = bias[k];
-      const T* xp = x + p * inner;
-      T* yp = y + p * inner;
-      for (int64_t i = 0; i < inner; ++i) yp[i] = (xp[i] - mean) * kk + b;
-    }
-    return Status::ok();
-  });
-}
-
-// grad, x, stats -> [2, C]: sum(grad xhat), sum(grad).
+// grad, x, mean, var -> [2, C]: sum(grad xhat), sum(grad).
 Status batchNormBackwardReduceKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                                      std::span<Tensor> out) {
   const ref::AxisSplit split = ref::splitAt(in[1].shape(), 1);
@@ -104,13 +78,14 @@ Status batchNormBackwardReduceKernel(const ir::AttrView& attrs, std::span<const 
   return ref::dispatchFloat(ref::opNameOf(attrs), in[1].dtype(), [&]<class T>(Tag<T>) {
     const T* g = in[0].data<T>();
     const T* x = in[1].data<T>();
-    const T* stats = in[2].data<T>();
+    const T* meanOf = in[2].data<T>();
+    const T* varOf = in[3].data<T>();
     T* sums = out[0].data<T>();
     const int64_t c = split.dim, inner = split.inner;
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < c; ++k) {
-      const double mean = static_cast<double>(stats[k]);
-      const double inv = 1 / std::sqrt(static_cast<double>(stats[c + k]) + eps);
+      const double mean = static_cast<double>(meanOf[k]);
+      const double inv = 1 / std::sqrt(static_cast<double>(varOf[k]) + eps);
       double sg = 0, sgx = 0;
       for (int64_t n = 0; n < split.outer; ++n) {
         const T* gp = g + (n * c + k) * inner;
@@ -127,7 +102,8 @@ Status batchNormBackwardReduceKernel(const ir::AttrView& attrs, std::span<const 
   });
 }
 
-// grad, x, stats, scale, sums -> scale inv (grad - (sum(grad) + xhat sum(grad xhat)) / count).
+// grad, x, mean, var, scale, sums -> scale inv (grad - (sum(grad) + xhat sum(grad xhat)) /
+// count).
 Status batchNormBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                                std::span<Tensor> out) {
   const ref::AxisSplit split = ref::splitAt(in[1].shape(), 1);
@@ -135,17 +111,18 @@ Status batchNormBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
   return ref::dispatchFloat(ref::opNameOf(attrs), in[1].dtype(), [&]<class T>(Tag<T>) {
     const T* g = in[0].data<T>();
     const T* x = in[1].data<T>();
-    const T* stats = in[2].data<T>();
-    const T* scale = in[3].data<T>();
-    const T* sums = in[4].data<T>();
+    const T* meanOf = in[2].data<T>();
+    const T* varOf = in[3].data<T>();
+    const T* scale = in[4].data<T>();
+    const T* sums = in[5].data<T>();
     T* dx = out[0].data<T>();
     const int64_t c = split.dim, inner = split.inner, planes = split.outer * c;
     const T count = static_cast<T>(split.outer * inner);
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < planes; ++p) {
       const int64_t k = p % c;
-      const T mean = stats[k];
-      const T inv = T(1) / std::sqrt(stats[c + k] + static_cast<T>(eps));
+      const T mean = meanOf[k];
+      const T inv = T(1) / std::sqrt(varOf[k] + static_cast<T>(eps));
       const T a = scale[k] * inv;
       const T meanGx = sums[k] / count, meanG = sums[c + k] / count;
       const T* gp = g + p * inner;
@@ -236,7 +213,7 @@ void registerNormKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kBatchNorm, batchNormKernel);
   ref::setKernel(t, ir::OpKind::kLayerNorm, layerNormKernel);
   ref::setKernel(t, ir::OpKind::kBatchNormStats, batchNormStatsKernel);
-  ref::setKernel(t, ir::OpKind::kBatchNormTrain, batchNormTrainKernel);
+  ref::setKernel(t, ir::OpKind::kBatchNormTrain, batchNormKernel);  // The same formula.
   ref::setKernel(t, ir::OpKind::kBatchNormBackwardReduce, batchNormBackwardReduceKernel);
   ref::setKernel(t, ir::OpKind::kBatchNormBackward, batchNormBackwardKernel);
   ref::setKernel(t, ir::OpKind::kSoftmax, softmaxKernel);

@@ -240,7 +240,11 @@ TEST_CASE("autodiff: gradient check of the normalizations") {
   checkGradients({"batch_norm_train with batch_norm_stats",
                   graph("%x : f64[2,3,2,3], %s : f64[3], %b : f64[3]",
                         "  %st = batch_norm_stats(%x)\n"
-                        "  %y = batch_norm_train(%x, %st, %s, %b) {epsilon = 0.001}"),
+                        "  %m0 = slice(%st) {starts = [0], ends = [1], axes = [0]}\n"
+                        "  %v0 = slice(%st) {starts = [1], ends = [2], axes = [0]}\n"
+                        "  %m = reshape(%m0) {shape = [3]}\n"
+                        "  %v = reshape(%v0) {shape = [3]}\n"
+                        "  %y = batch_norm_train(%x, %s, %b, %m, %v) {epsilon = 0.001}"),
                   {Range::kAny, Range::kAny, Range::kAny}});
   // Training mode: batch_norm rewritten (passes/training_mode.h).
   auto toTraining = [](ir::Graph& g) {
