@@ -85,11 +85,16 @@ def train(model, data, lr):
 
 
 def bench(name, batch, image, steps):
-    """Median samples/s of PyTorch eager CPU training steps (after 2 warm-up steps)."""
+    """Median samples/s of PyTorch eager CPU training steps (after 2 warm-up steps), and how
+    far the process's peak resident memory rose above what the model and a batch took before
+    the first step (activations, gradients, optimizer state: an upper bound on PyTorch's
+    training memory, as the allocator's high-water mark is not exposed on the CPU)."""
+    import resource
     model = build(name)
     data = batches(name, 1, batch, image)
     opt = torch.optim.SGD(model.parameters(), lr=MODELS[name][4], momentum=MOMENTUM)
     loss_fn = nn.CrossEntropyLoss()
+    base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     times = []
     for i in range(steps + 2):
         t = time.perf_counter()
@@ -99,8 +104,10 @@ def bench(name, batch, image, steps):
         if i >= 2:
             times.append(time.perf_counter() - t)
     med = float(np.median(times))
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"model": name, "batch": batch, "image": image, "steps": steps,
             "median_step_ms": med * 1e3, "samples_per_s": batch / med,
+            "peak_rss_increase_bytes": (peak_kb - base_kb) * 1024,
             "threads": torch.get_num_threads()}
 
 
@@ -146,7 +153,8 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("KILN_THREADS", os.cpu_count() or 1)))
     if a.bench:
-        print(json.dumps(bench(a.bench, a.batch or MODELS[a.bench][1], a.image, a.steps)))
+        print(json.dumps(bench(a.bench, a.batch or MODELS[a.bench][1], a.image or MODELS[a.bench][2],
+                               a.steps)))
         return
     if not a.out:
         p.error("OUT is required")
