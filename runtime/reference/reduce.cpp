@@ -35,6 +35,30 @@ Status reduceInto(const ir::AttrView& attrs, const Tensor& in, Tensor& out, T in
   const T* x = in.data<T>();
   T* y = out.data<T>();
   const int64_t n = out.numElements();
+  // The kept dims one contiguous run [a, b), the reduced ones around it (a conv bias gradient:
+  // every dim but the channels): x is [outer, n, inner], and each output element folds its
+  // outer x inner inputs in the order of the general loop below, in parallel over outputs.
+  const ir::Shape& shape = in.shape();
+  size_t a = 0, b = shape.size();
+  while (a < b && strides[a] == 0) ++a;
+  while (b > a && strides[b - 1] == 0) --b;
+  bool run = a < b;
+  for (size_t d = a; d < b; ++d) run = run && strides[d] != 0;
+  if (run && n > 1) {
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < a; ++d) outer *= shape[d];
+    for (size_t d = b; d < shape.size(); ++d) inner *= shape[d];
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < n; ++m) {
+      T acc = init;
+      for (int64_t o = 0; o < outer; ++o) {
+        const T* p = x + (o * n + m) * inner;
+        for (int64_t i = 0; i < inner; ++i) acc = f(acc, p[i]);
+      }
+      y[m] = acc;
+    }
+    return Status::ok();
+  }
   for (int64_t i = 0; i < n; ++i) y[i] = init;
   ref::forEachStrided<1>(
       in.shape(), {strides}, {0},
