@@ -346,6 +346,10 @@ class Lowerer {
         return binary("kiln_minimum");
       case OpKind::kReluBackward:
         return binary("kiln_relu_backward");
+      case OpKind::kMaximumBackward:
+        return call("kiln_maximum_backward", {in[0], in[1], in[2]}, t);
+      case OpKind::kMinimumBackward:
+        return call("kiln_minimum_backward", {in[0], in[1], in[2]}, t);
       case OpKind::kAbsBackward:
         return binary("kiln_abs_backward");
       case OpKind::kLeakyReluBackward:

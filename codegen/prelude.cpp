@@ -130,6 +130,8 @@ template <class T> KILN_FN T kiln_relu_backward(T g, T x) { return x > T(0) ? g 
 template <class T> KILN_FN T kiln_abs_backward(T g, T x) { return x > T(0) ? g : (x < T(0) ? -g : T(0)); }
 template <class T> KILN_FN T kiln_leaky_relu_backward(T g, T x, T a) { return x > T(0) ? g : g * a; }
 template <class T> KILN_FN T kiln_clip_backward(T g, T x, T lo, T hi) { return lo <= x && x <= hi ? g : T(0); }
+template <class T> KILN_FN T kiln_maximum_backward(T g, T a, T b) { return a > b ? g : (a == b ? g / T(2) : T(0)); }
+template <class T> KILN_FN T kiln_minimum_backward(T g, T a, T b) { return a < b ? g : (a == b ? g / T(2) : T(0)); }
 // Phi(x) + x phi(x)
 template <class T> KILN_FN T kiln_gelu_backward(T g, T x) {
   const T cdf = T(0.5) * (T(1) + kiln_m_erf(x * T(0.70710678118654752440084436210484903)));

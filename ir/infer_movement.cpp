@@ -198,4 +198,15 @@ Expected<std::vector<TensorType>> inferGather(std::span<const TensorType> in, co
   return one({in[0].dtype, out, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferGatherBackward(std::span<const TensorType> in,
+                                                      const AttrView& a) {
+  const TensorType forward[] = {in[2], in[1]};
+  KILN_ASSIGN_OR_RETURN(auto y, inferGather(forward, a));
+  if (in[0].dtype != y[0].dtype || in[0].shape != y[0].shape)
+    return invalidArgument("grad must be " + y[0].toString() + " (the gather's output), got " +
+                           in[0].toString());
+  KILN_TRY(requireFloat(in[2], "data"));
+  return one({in[2].dtype, in[2].shape, Layout::kPlain});
+}
+
 }  // namespace kiln::ir

@@ -299,6 +299,18 @@ Expected<std::vector<TensorType>> inferReduce(std::span<const TensorType> in, co
   return one(t);
 }
 
+Expected<std::vector<TensorType>> inferReduceMaxBackward(std::span<const TensorType> in,
+                                                         const AttrView& a) {
+  KILN_TRY(requireFloat(in[1], "input"));
+  const TensorType x[] = {in[1]};
+  KILN_ASSIGN_OR_RETURN(auto y, inferReduce(x, a));
+  for (int i : {0, 2})
+    if (in[i].dtype != y[0].dtype || in[i].shape != y[0].shape)
+      return invalidArgument(std::string(i == 0 ? "grad" : "y") + " must be " + y[0].toString() +
+                             " (the reduction's output), got " + in[i].toString());
+  return one({in[1].dtype, in[1].shape, Layout::kPlain});
+}
+
 Expected<std::vector<TensorType>> inferLoss(std::span<const TensorType> in, const AttrView& a) {
   KILN_TRY(requireFloat(in[0], "input"));
   if (in[0].rank() < 2) return invalidArgument("input must be [N,C,...], got " + in[0].toString());

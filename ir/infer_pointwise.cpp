@@ -111,4 +111,12 @@ Expected<std::vector<TensorType>> inferWhere(std::span<const TensorType> in, con
   return one(t);
 }
 
+Expected<std::vector<TensorType>> inferTernaryFloat(std::span<const TensorType> in,
+                                                    const AttrView&) {
+  KILN_TRY(requireFloat(in[0], "first input"));
+  KILN_ASSIGN_OR_RETURN(TensorType t, broadcastBinary(in[0], in[1]));
+  KILN_ASSIGN_OR_RETURN(t, broadcastBinary(t, in[2]));
+  return one(t);
+}
+
 }  // namespace kiln::ir

@@ -229,6 +229,20 @@ Expected<Grads> gradPow(Emitter& e, Value* g) {  // y = a^b: g b a^(b-1), g y lo
   KILN_ASSIGN_OR_RETURN(Value * db, e.unbroadcast(gb, e.in(1)->type().shape));
   return Grads{da, db};
 }
+// maximum / minimum: the winner takes grad, a tie splits it (PyTorch's rule).
+Expected<Grads> gradExtremum(Emitter& e, Value* g, OpKind backward) {
+  KILN_ASSIGN_OR_RETURN(Value * ga, e.op(backward, {g, e.in(0), e.in(1)}));
+  KILN_ASSIGN_OR_RETURN(Value * gb, e.op(backward, {g, e.in(1), e.in(0)}));
+  KILN_ASSIGN_OR_RETURN(Value * da, e.unbroadcast(ga, e.in(0)->type().shape));
+  KILN_ASSIGN_OR_RETURN(Value * db, e.unbroadcast(gb, e.in(1)->type().shape));
+  return Grads{da, db};
+}
+Expected<Grads> gradMaximum(Emitter& e, Value* g) {
+  return gradExtremum(e, g, OpKind::kMaximumBackward);
+}
+Expected<Grads> gradMinimum(Emitter& e, Value* g) {
+  return gradExtremum(e, g, OpKind::kMinimumBackward);
+}
 Expected<Grads> gradWhere(Emitter& e, Value* g) {
   KILN_ASSIGN_OR_RETURN(Value * zero, e.scalar(g->type().dtype, 0.0));
   KILN_ASSIGN_OR_RETURN(Value * gx, e.op(OpKind::kWhere, {e.in(0), g, zero}));
@@ -407,6 +421,13 @@ Expected<Grads> gradGlobalAvgPool(Emitter& e, Value* g) {
   KILN_ASSIGN_OR_RETURN(
       Value * dx,
       expandReduced(e, g, xs, spatial, 1.0 / static_cast<double>(std::max<int64_t>(count, 1))));
+  return Grads{dx};
+}
+Expected<Grads> gradReduceMax(Emitter& e, Value* g) {
+  const auto a = e.attrs();
+  KILN_ASSIGN_OR_RETURN(Value * dx,
+                        e.op(OpKind::kReduceMaxBackward, {g, e.in(0), e.out()},
+                             {{"axes", a.getInts("axes")}, {"keepdims", a.getInt("keepdims")}}));
   return Grads{dx};
 }
 Expected<Grads> gradSoftmax(Emitter& e, Value* g) {  // y (g - sum(g y))
@@ -592,6 +613,11 @@ Expected<Grads> gradConcat(Emitter& e, Value* g) {
   return out;
 }
 
+Expected<Grads> gradGather(Emitter& e, Value* g) {
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kGatherBackward, {g, e.in(1), e.in(0)},
+                                         {{"axis", e.attrs().getInt("axis")}}));
+  return Grads{dx, nullptr};
+}
 // The slice's window, padded back to the input's shape with zeros along each sliced axis.
 Expected<Grads> gradSlice(Emitter& e, Value* g) {
   const auto a = e.attrs();
@@ -687,6 +713,10 @@ const std::array<GradFn, ir::kNumOps>& builders() {
     set(OpKind::kBatchNorm, gradBatchNorm);
     set(OpKind::kBatchNormTrain, gradBatchNormTrain);
     set(OpKind::kSlice, gradSlice);
+    set(OpKind::kGather, gradGather);
+    set(OpKind::kMaximum, gradMaximum);
+    set(OpKind::kMinimum, gradMinimum);
+    set(OpKind::kReduceMax, gradReduceMax);
     set(OpKind::kDropoutTrain, gradDropoutTrain);
     return t;
   }();

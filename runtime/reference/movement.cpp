@@ -116,6 +116,48 @@ Status gatherKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::
   return ref::unsupportedDType("gather (indices)", idx.dtype());
 }
 
+// gather_backward(grad, indices, data): zeros shaped like data, each grad row added at its
+// index (in index order, so repeated indices accumulate deterministically).
+template <class I>
+Status gatherBackwardTyped(const ir::AttrView& attrs, const Tensor& grad, const I* indices,
+                           int64_t numIndices, const Tensor& data, Tensor& out) {
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(attrs.getInt("axis"), data.shape().size(), "axis"));
+  const ref::AxisSplit split = ref::splitAt(data.shape(), axis);
+  std::vector<int64_t> resolved(static_cast<size_t>(numIndices));
+  for (int64_t j = 0; j < numIndices; ++j) {
+    const auto idx = static_cast<int64_t>(indices[j]);
+    if (idx < -split.dim || idx >= split.dim)
+      return invalidArgument("gather_backward: index " + std::to_string(idx) +
+                             " (at flat position " + std::to_string(j) +
+                             ") is out of range for dim " + std::to_string(axis) + " of size " +
+                             std::to_string(split.dim));
+    resolved[j] = idx < 0 ? idx + split.dim : idx;
+  }
+  return ref::dispatchFloat(ref::opNameOf(attrs), data.dtype(), [&]<class T>(ref::Tag<T>) {
+    const T* g = grad.data<T>();
+    T* d = out.data<T>();
+    std::fill(d, d + out.numElements(), T(0));
+    for (int64_t o = 0; o < split.outer; ++o)
+      for (int64_t j = 0; j < numIndices; ++j) {
+        const T* src = g + (o * numIndices + j) * split.inner;
+        T* dst = d + (o * split.dim + resolved[j]) * split.inner;
+        for (int64_t i = 0; i < split.inner; ++i) dst[i] += src[i];
+      }
+    return Status::ok();
+  });
+}
+
+Status gatherBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                            std::span<Tensor> out) {
+  const Tensor& idx = in[1];
+  if (idx.dtype() == ir::DType::kI64)
+    return gatherBackwardTyped(attrs, in[0], idx.data<int64_t>(), idx.numElements(), in[2], out[0]);
+  if (idx.dtype() == ir::DType::kI32)
+    return gatherBackwardTyped(attrs, in[0], idx.data<int32_t>(), idx.numElements(), in[2], out[0]);
+  return ref::unsupportedDType("gather_backward (indices)", idx.dtype());
+}
+
 // relayout: the same logical tensor in another memory order. The input's bytes are in layout
 // `from`, the output's in `to`; both tensors carry the logical [N,C,H,W] shape.
 Status relayoutKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
@@ -153,6 +195,7 @@ void registerMovementKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kSlice, sliceKernel);
   ref::setKernel(t, OpKind::kExpand, expandKernel);
   ref::setKernel(t, OpKind::kConcat, concatKernel);
+  ref::setKernel(t, OpKind::kGatherBackward, gatherBackwardKernel);
   ref::setKernel(t, OpKind::kGather, gatherKernel);
   ref::setKernel(t, OpKind::kRelayout, relayoutKernel);
 }

@@ -355,6 +355,29 @@ Status geluBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
   });
 }
 
+// maximum_backward(grad, a, b) and minimum_backward: grad where a wins, half where it ties.
+template <bool Max>
+Status extremumBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                              std::span<Tensor> out) {
+  return ref::dispatchFloat(ref::opNameOf(attrs), out[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* g = in[0].data<T>();
+    const T* a = in[1].data<T>();
+    const T* b = in[2].data<T>();
+    T* y = out[0].data<T>();
+    const ir::Shape& shape = out[0].shape();
+    ref::forEachStrided<3>(
+        shape,
+        {ref::broadcastStrides(in[0].shape(), shape), ref::broadcastStrides(in[1].shape(), shape),
+         ref::broadcastStrides(in[2].shape(), shape)},
+        {0, 0, 0}, [&](int64_t i, const std::array<int64_t, 3>& off) {
+          const T av = a[off[1]], bv = b[off[2]];
+          const bool wins = Max ? av > bv : av < bv;
+          y[i] = wins ? g[off[0]] : (av == bv ? g[off[0]] / T(2) : T(0));
+        });
+    return Status::ok();
+  });
+}
+
 // ---- Training-mode dropout: a counter-based mask, the same for every executor.
 uint64_t mix64(uint64_t z) {  // splitmix64's finalizer.
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -415,6 +438,8 @@ void registerPointwiseKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kLeakyReluBackward, leakyReluBackwardKernel);
   ref::setKernel(t, OpKind::kClipBackward, clipBackwardKernel);
   ref::setKernel(t, OpKind::kGeluBackward, geluBackwardKernel);
+  ref::setKernel(t, OpKind::kMaximumBackward, extremumBackwardKernel<true>);
+  ref::setKernel(t, OpKind::kMinimumBackward, extremumBackwardKernel<false>);
   ref::setKernel(t, OpKind::kDropoutTrain, dropoutMaskKernel);
   ref::setKernel(t, OpKind::kDropoutBackward, dropoutMaskKernel);
 }

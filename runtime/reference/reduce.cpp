@@ -99,10 +99,34 @@ Status reduceMaxKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
   });
 }
 
+// reduce_max_backward(grad, x, y): grad[o] / ties[o] at every x equal to y[o], 0 elsewhere.
+Status reduceMaxBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                               std::span<Tensor> out) {
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[1].dtype(), [&]<class T>(Tag<T>) {
+    KILN_ASSIGN_OR_RETURN(const std::vector<int64_t> strides, reducedStrides(attrs, in[1].shape()));
+    const T* g = in[0].data<T>();
+    const T* x = in[1].data<T>();
+    const T* y = in[2].data<T>();
+    T* dx = out[0].data<T>();
+    std::vector<int64_t> ties(static_cast<size_t>(in[2].numElements()), 0);
+    ref::forEachStrided<1>(in[1].shape(), {strides}, {0},
+                           [&](int64_t i, const std::array<int64_t, 1>& off) {
+                             ties[static_cast<size_t>(off[0])] += x[i] == y[off[0]];
+                           });
+    ref::forEachStrided<1>(
+        in[1].shape(), {strides}, {0}, [&](int64_t i, const std::array<int64_t, 1>& off) {
+          dx[i] = x[i] == y[off[0]] ? g[off[0]] / static_cast<T>(ties[static_cast<size_t>(off[0])])
+                                    : T(0);
+        });
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerReduceKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kReduceSum, reduceSumKernel);
+  ref::setKernel(t, ir::OpKind::kReduceMaxBackward, reduceMaxBackwardKernel);
   ref::setKernel(t, ir::OpKind::kReduceMean, reduceMeanKernel);
   ref::setKernel(t, ir::OpKind::kReduceMax, reduceMaxKernel);
 }

@@ -416,3 +416,41 @@ TEST_CASE("a training graph (forward, loss, autodiff backward) compiles and matc
   checkCompiledMatchesEager(*g, opts, 1e-4, 5);
   std::filesystem::remove_all(cache);
 }
+
+TEST_CASE("the pointwise gradient ops and batch_norm_train compile into kernels that match eager") {
+  // Generated-kernel forms (codegen/prelude.cpp) of the backward ops against their reference
+  // kernels, with broadcasting, plus training-mode BatchNorm fused with a relu.
+  const std::string text =
+      "graph t(%g : f32[4,3,5,5], %x : f32[4,3,5,5], %b : f32[3,1,1], %s : f32[3], %c : f32[3]) {\n"
+      "  %a0 = abs_backward(%g, %x)\n"
+      "  %a1 = leaky_relu_backward(%a0, %x) {alpha = 0.1}\n"
+      "  %a2 = clip_backward(%a1, %x) {min = -0.5, max = 0.5}\n"
+      "  %a3 = gelu_backward(%a2, %x)\n"
+      "  %a4 = gelu_backward(%a3, %x) {approximate = \"tanh\"}\n"
+      "  %a5 = maximum_backward(%a4, %x, %b)\n"
+      "  %a6 = minimum_backward(%a5, %b, %x)\n"
+      "  %st = batch_norm_stats(%x)\n"
+      "  %m0 = slice(%st) {starts = [0], ends = [1], axes = [0]}\n"
+      "  %v0 = slice(%st) {starts = [1], ends = [2], axes = [0]}\n"
+      "  %m = reshape(%m0) {shape = [3]}\n"
+      "  %v = reshape(%v0) {shape = [3]}\n"
+      "  %n = batch_norm_train(%x, %s, %c, %m, %v)\n"
+      "  %r = relu(%n)\n"
+      "  %y = add(%r, %a6)\n"
+      "  return %y, %a6\n"
+      "}";
+  auto g = ir::parseGraph(text);
+  INFO(g.status().message());
+  REQUIRE(g.hasValue());
+  const std::string cache = tempCacheDir("backward_ops");
+  auto opts = testOptions(cache);
+  opts.inference = false;
+  auto cm = compiler::compile(*g, opts);
+  REQUIRE(cm.hasValue());
+  // The pointwise chain and the normalization with its relu are generated code, not op calls.
+  for (const auto& s : (*cm)->plan().steps)
+    if (s.kind == runtime::PlanStep::Kind::kOp)
+      CHECK_THAT(s.name, Catch::Contains("batch_norm_stats"));
+  checkCompiledMatchesEager(*g, opts, 1e-6, 11);
+  std::filesystem::remove_all(cache);
+}
