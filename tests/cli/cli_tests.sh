@@ -159,6 +159,7 @@ check "artifact --eager" 2 "needs the model" -- "$KILN" run mnist.kiln --eager
 # ---- Training.
 check "train mlp" 0 "loss 2\.[0-9]+ -> 0\." -- "$KILN" train mlp --steps 30 --batch 32 --cache-dir cache
 check "train --json" 0 '"samples_per_s"' -- "$KILN" train mlp --steps 3 --batch 8 --eager --json
+check "train --no-dropout --profile" 0 "profile of one step" -- "$KILN" train mnist_cnn --steps 2 --batch 8 --eager --no-dropout --profile
 check "train bad optimizer" 2 "--optimizer must be sgd or adam" -- "$KILN" train mlp --optimizer rmsprop
 check "train non-classifier" 2 "trains classifiers.*f32\[1,128,768\]" -- "$KILN" train bert_layer --steps 1 --batch 1
 check "train labels without data" 2 "--data and --labels go together" -- "$KILN" train mlp --labels y.npy

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "compiler/train.h"
+#include "ir/parser.h"
 #include "models/synthetic.h"
 #include "models/zoo.h"
 #include "runtime/eager.h"
@@ -262,4 +263,55 @@ TEST_CASE("training: mnist_cnn exceeds 95% accuracy on the synthetic dataset wit
   CHECK(static_cast<double>(correct) / static_cast<double>(seen) > 0.95);
   CHECK(loss < 0.35);  // From 2.3 (ln 10) at the start; dropout keeps it from 0.
   std::filesystem::remove_all(o.compile.cacheDir);
+}
+
+TEST_CASE("training: bad models and options are clear errors") {
+  compiler::TrainOptions o;
+  o.eager = true;
+  // BatchNorm over one value per channel has no batch variance.
+  auto one = ir::parseGraph(
+      "graph t(%x : f32[1,3]) {\n  param %s : f32[3]\n  param %b : f32[3]\n"
+      "  param %m : f32[3] buffer\n  param %v : f32[3] buffer\n"
+      "  %y = batch_norm(%x, %s, %b, %m, %v)\n  return %y\n}");
+  REQUIRE(one.hasValue());
+  for (ir::Value* p : one->parameters()) p->setData(ir::TensorData(ir::DType::kF32, {3}));
+  auto r = compiler::TrainingStep::create(std::move(*one), o);
+  REQUIRE_FALSE(r.hasValue());
+  CHECK_THAT(r.status().message(), Catch::Contains("batch_norm") && Catch::Contains("at least 2"));
+  // Running statistics that are trainable parameters.
+  auto trainable = ir::parseGraph(
+      "graph t(%x : f32[4,3]) {\n  param %s : f32[3]\n  param %b : f32[3]\n"
+      "  param %m : f32[3]\n  param %v : f32[3] buffer\n"
+      "  %y = batch_norm(%x, %s, %b, %m, %v)\n  return %y\n}");
+  REQUIRE(trainable.hasValue());
+  for (ir::Value* p : trainable->parameters()) p->setData(ir::TensorData(ir::DType::kF32, {3}));
+  r = compiler::TrainingStep::create(std::move(*trainable), o);
+  REQUIRE_FALSE(r.hasValue());
+  CHECK_THAT(r.status().message(), Catch::Contains("'%m', a trainable parameter"));
+  // Cross-entropy on an output that is not logits [N, C].
+  o.loss = compiler::TrainOptions::Loss::kCrossEntropy;
+  r = compiler::TrainingStep::create(zoo("bert_layer", {1, 0}), o);
+  REQUIRE_FALSE(r.hasValue());
+  CHECK_THAT(r.status().message(), Catch::Contains("needs an output of logits [N, C]"));
+}
+
+TEST_CASE("training: dropout masks are seeded, change every step, and --no-dropout removes them") {
+  // Two eager steps with lr 0 on the same batch: the losses differ (new masks), and a second
+  // TrainingStep with the same seed reproduces them; without dropout they are equal.
+  auto losses = [](bool dropout) {
+    compiler::TrainOptions o;
+    o.eager = true;
+    o.sgd.lr = 0;
+    o.mode.dropout = dropout;
+    auto step = compiler::TrainingStep::create(zoo("mnist_cnn", {8, 1}), o);
+    REQUIRE(step.hasValue());
+    auto [x, t] = batch((*step)->graph().inputs()[0]->type().shape, 10, 5);
+    std::vector<double> out;
+    for (int s = 0; s < 2; ++s) out.push_back((**step)(x, t)->loss);
+    return out;
+  };
+  const auto a = losses(true), b = losses(true), c = losses(false);
+  CHECK(a == b);
+  CHECK(a[0] != a[1]);
+  CHECK(c[0] == c[1]);
 }
