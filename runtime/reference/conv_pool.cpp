@@ -330,6 +330,26 @@ Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
       std::fill(dxPlane, dxPlane + wh.in * ww.in, T(0));
       for (int64_t oh = 0; oh < wh.out; ++oh)
         for (int64_t ow = 0; ow < ww.out; ++ow) {
+          const int64_t h0 = wh.start(oh), w0 = ww.start(ow);
+          if (h0 >= 0 && w0 >= 0 && h0 + (wh.kernel - 1) * wh.dilation < wh.in &&
+              w0 + (ww.kernel - 1) * ww.dilation < ww.in) {
+            // A window inside the input: the same choice without bounds checks.
+            int64_t arg = h0 * ww.in + w0;
+            T best = xPlane[arg];
+            for (int64_t kh = 0; kh < wh.kernel && best == best; ++kh) {
+              const T* row = xPlane + (h0 + kh * wh.dilation) * ww.in + w0;
+              for (int64_t kw = 0; kw < ww.kernel; ++kw) {
+                const T v = row[kw * ww.dilation];
+                if (v > best || v != v) {
+                  best = v;
+                  arg = (h0 + kh * wh.dilation) * ww.in + w0 + kw * ww.dilation;
+                  if (v != v) break;
+                }
+              }
+            }
+            dxPlane[arg] += dyPlane[oh * ww.out + ow];
+            continue;
+          }
           // The forward's choice: the first strictly larger element, NaN first.
           T best = -std::numeric_limits<T>::infinity();
           int64_t arg = -1;

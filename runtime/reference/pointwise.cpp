@@ -398,6 +398,8 @@ Status dropoutMaskKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
     T* y = out[0].data<T>();
     const T scale = T(1) / T(1 - ratio);
     const int64_t n = in[0].numElements();
+    // Each element's mask bit depends on its index only, so threads split the work freely.
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) {
       const uint64_t r = mix64(base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull) >> 40;
       y[i] = r >= threshold ? x[i] * scale : T(0);

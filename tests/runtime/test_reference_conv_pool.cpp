@@ -203,3 +203,32 @@ TEST_CASE("reference conv and pool reject unsupported dtypes", "[reference][conv
   CHECK(runError(OpKind::kMaxPool2d, {h}, {{"kernel", attrInts({2, 2})}}).code() ==
         ErrorCode::kUnimplemented);
 }
+
+TEMPLATE_TEST_CASE("reference max_pool2d_backward: ties go to the first maximum, NaN wins",
+                   "[reference][pool]", float, double) {
+  // 2x2 windows, stride 2 (interior windows) on a 4x4 plane, and 3x3 windows with padding
+  // (windows that cross the border): each window's gradient lands on the element the forward
+  // picked, accumulating where windows overlap.
+  const TestType nan = std::numeric_limits<TestType>::quiet_NaN();
+  const Tensor x = make<TestType>({1, 1, 4, 4}, {1, 1, 0, 2,    //
+                                                 1, 0, 2, 0,    //
+                                                 3, nan, 5, 5,  //
+                                                 0, 4, 5, 5});
+  const Tensor dy = make<TestType>({1, 1, 2, 2}, {10, 20, 30, 40});
+  const ir::AttrMap k2s2 = {{"kernel", attrInts({2, 2})}, {"strides", attrInts({2, 2})}};
+  checkClose<TestType>(run(OpKind::kMaxPool2dBackward, {dy, x}, k2s2), {1, 1, 4, 4},
+                       {10, 0, 0, 20,  //
+                        0, 0, 0, 0,    //
+                        0, 30, 40, 0,  //
+                        0, 0, 0, 0});
+  const ir::AttrMap k3s2p1 = {{"kernel", attrInts({3, 3})},
+                              {"strides", attrInts({2, 2})},
+                              {"pads", attrInts({1, 1, 1, 1})}};
+  // Windows: rows/cols [-1,1] x [-1,1] -> max 1 first at (0,0); [-1,1] x [1,3] -> 2 at (0,3);
+  // [1,3] x [-1,1] -> NaN at (2,1); [1,3] x [1,3] -> NaN at (2,1).
+  checkClose<TestType>(run(OpKind::kMaxPool2dBackward, {dy, x}, k3s2p1), {1, 1, 4, 4},
+                       {10, 0, 0, 20,  //
+                        0, 0, 0, 0,    //
+                        0, 70, 0, 0,   //
+                        0, 0, 0, 0});
+}
