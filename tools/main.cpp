@@ -66,7 +66,7 @@ std::vector<Command> commands() {
        &runBenchKernels},
       {"train",
        "kiln train MODEL [--steps N] [--batch B] [--lr X] [--optimizer sgd|adam] [--eager] "
-       "[--no-dropout] [--data x.npy --labels y.npy] [--json]",
+       "[--no-dropout] [--profile] [--data x.npy --labels y.npy] [--json]",
        "Train a classifier with a cross-entropy loss: forward, backward and the optimizer update "
        "compiled as one step (or --eager), BatchNorm with batch statistics and dropout active, "
        "on a built-in learnable synthetic dataset or .npy data; prints loss, accuracy and "

@@ -129,7 +129,7 @@ TEST_CASE(
   // buffers near 90 after 3 steps) and so sensitive to the weights that the f32 rounding
   // differences between fused and op-by-op evaluation, after one update at lr 1e-3, grow to 1e-2
   // of the update within 3 steps (eager against eager with the weights perturbed by 1e-6 differs
-  // by up to 28% in one step). Its steps run with lr 0: the gradients still go through
+  // by up to 34% in one step). Its steps run with lr 0: the gradients still go through
   // momentum, and the running statistics through their updates, three times. resnet18 at batch
   // 2 is at the edge of that regime: at lr 1e-3 it passes on 2 threads and fails on 1 (oneDNN's
   // summation order changes), so it runs at lr 1e-4; its updates are also compared with
