@@ -1,5 +1,7 @@
 #include "passes/autodiff.h"
 
+#include "passes/graph_builder.h"
+
 #include <algorithm>
 #include <array>
 #include <numeric>
@@ -13,30 +15,18 @@ namespace {
 using ir::OpKind;
 using ir::Value;
 
-// Emits the backward nodes of one forward node.
-class Emitter {
+// Emits the backward nodes of one forward node, named `<node>.backward`.
+class Emitter : public GraphBuilder {
  public:
-  Emitter(ir::Graph& g, const ir::Node& n) : g_(g), n_(n) {}
+  Emitter(ir::Graph& g, const ir::Node& n)
+      : GraphBuilder(g, nullptr, &n, ".backward", "building the gradient of " + n.describe()),
+        n_(n) {}
 
   const ir::Node& node() const { return n_; }
   Value* in(size_t i) const { return n_.input(i); }
   Value* out() const { return n_.output(0); }
   ir::AttrView attrs() const { return ir::AttrView(n_.info(), n_.attrs()); }
 
-  Expected<Value*> op(OpKind k, std::vector<Value*> ins, ir::AttrMap a = {}) {
-    auto node = g_.addNode(k, std::move(ins), std::move(a));
-    if (!node) return node.status().withContext("building the gradient of " + n_.describe());
-    if (!n_.name().empty()) (*node)->setName(n_.name() + ".backward");
-    return (*node)->output(0);
-  }
-  Expected<Value*> scalar(ir::DType dtype, double v) {
-    return g_.addParameter(g_.freshName(), ir::TensorData::scalar(dtype, v), /*trainable=*/false);
-  }
-  Expected<Value*> reshape(Value* v, const ir::Shape& shape) {
-    if (v->type().shape == shape) return v;
-    const bool zero = std::find(shape.begin(), shape.end(), 0) != shape.end();
-    return op(OpKind::kReshape, {v}, {{"shape", shape}, {"allowzero", int64_t{zero}}});
-  }
   // Sums `grad` over the dims that broadcasting added or stretched to get back `shape`.
   Expected<Value*> unbroadcast(Value* grad, const ir::Shape& shape) {
     const ir::Shape& gs = grad->type().shape;
@@ -52,10 +42,6 @@ class Emitter {
           summed, op(OpKind::kReduceSum, {grad}, {{"axes", axes}, {"keepdims", int64_t{1}}}));
     }
     return reshape(summed, shape);
-  }
-  Expected<Value*> mulScalar(Value* v, double s) {
-    KILN_ASSIGN_OR_RETURN(Value * c, scalar(v->type().dtype, s));
-    return op(OpKind::kMul, {v, c});
   }
   // The last two dims swapped.
   Expected<Value*> transposeLast(Value* v) {
@@ -78,7 +64,6 @@ class Emitter {
   }
 
  private:
-  ir::Graph& g_;
   const ir::Node& n_;
 };
 
@@ -534,16 +519,8 @@ Expected<Grads> gradBatchNormTrain(Emitter& e, Value* g) {
       Value * sums, e.op(OpKind::kBatchNormBackwardReduce, {g, e.in(0), e.in(3), e.in(4)}, eps));
   KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kBatchNormBackward,
                                          {g, e.in(0), e.in(3), e.in(4), e.in(1), sums}, eps));
-  const int64_t c = e.in(1)->type().shape[0];
-  auto row = [&](int64_t r) -> Expected<Value*> {
-    KILN_ASSIGN_OR_RETURN(Value * s, e.op(OpKind::kSlice, {sums},
-                                          {{"starts", std::vector<int64_t>{r}},
-                                           {"ends", std::vector<int64_t>{r + 1}},
-                                           {"axes", std::vector<int64_t>{0}}}));
-    return e.reshape(s, {c});
-  };
-  KILN_ASSIGN_OR_RETURN(Value * dscale, row(0));
-  KILN_ASSIGN_OR_RETURN(Value * dbias, row(1));
+  KILN_ASSIGN_OR_RETURN(Value * dscale, e.row(sums, 0));
+  KILN_ASSIGN_OR_RETURN(Value * dbias, e.row(sums, 1));
   return Grads{dx, dscale, dbias, nullptr, nullptr};
 }
 

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "passes/graph_builder.h"
+
 namespace kiln::passes {
 
 namespace {
@@ -10,38 +12,20 @@ namespace {
 using ir::OpKind;
 using ir::Value;
 
-class Updater {
+class Updater : public GraphBuilder {
  public:
-  explicit Updater(ir::Graph& g) : g_(g) {}
+  explicit Updater(ir::Graph& g) : GraphBuilder(g) {}
 
-  Expected<Value*> op(OpKind k, std::vector<Value*> in, ir::AttrMap a = {}) {
-    KILN_ASSIGN_OR_RETURN(ir::Node * n, g_.addNode(k, std::move(in), std::move(a)));
-    return n->output(0);
-  }
-  Expected<Value*> scalar(ir::DType dt, double v) {
-    return g_.addParameter(g_.freshName(), ir::TensorData::scalar(dt, v), false);
-  }
-  Expected<Value*> scaled(Value* v, double s) {
-    KILN_ASSIGN_OR_RETURN(Value * c, scalar(v->type().dtype, s));
-    return op(OpKind::kMul, {v, c});
-  }
-  // a + s b
-  Expected<Value*> axpy(Value* a, double s, Value* b) {
-    KILN_ASSIGN_OR_RETURN(Value * sb, scaled(b, s));
-    return op(OpKind::kAdd, {a, sb});
-  }
-  // Zero-initialized persistent state shaped like `like`, named after it.
+  // Zero-initialized persistent state of `type`, named `name` (made unique).
   Expected<Value*> state(const ir::TensorType& type, const std::string& name) {
+    ir::Graph& g = graph();
     std::string n = name;
-    while (g_.findValue(n)) n = name + "." + g_.freshName();
+    while (g.findValue(n)) n = name + "." + g.freshName();
     KILN_ASSIGN_OR_RETURN(Value * v,
-                          g_.addParameter(n, ir::TensorData(type.dtype, type.shape), false));
-    KILN_TRY(g_.markState(v));
+                          g.addParameter(n, ir::TensorData(type.dtype, type.shape), false));
+    KILN_TRY(g.markState(v));
     return v;
   }
-
- private:
-  ir::Graph& g_;
 };
 
 Status checkPairs(std::span<Value* const> params, std::span<Value* const> grads) {
@@ -79,7 +63,7 @@ Expected<std::vector<StateWrite>> appendSgd(ir::Graph& g, std::span<Value* const
     if (o.momentum != 0) {
       // v = momentum v + d; PyTorch's first step sets v = d, which this equals from v = 0.
       KILN_ASSIGN_OR_RETURN(Value * v, u.state(p->type(), p->name() + ".momentum"));
-      KILN_ASSIGN_OR_RETURN(Value * mv, u.scaled(v, o.momentum));
+      KILN_ASSIGN_OR_RETURN(Value * mv, u.mulScalar(v, o.momentum));
       KILN_ASSIGN_OR_RETURN(Value * v2, u.op(OpKind::kAdd, {mv, d}));
       newState.push_back({v, v2});
       update = v2;
@@ -108,7 +92,7 @@ Expected<std::vector<StateWrite>> appendAdam(ir::Graph& g, std::span<Value* cons
   KILN_ASSIGN_OR_RETURN(Value * t2, u.op(OpKind::kAdd, {t, one}));
   newState.push_back({t, t2});
   auto correction = [&](double beta) -> Expected<Value*> {  // 1 - beta^t = 1 - exp(t ln beta)
-    KILN_ASSIGN_OR_RETURN(Value * tl, u.scaled(t2, std::log(beta)));
+    KILN_ASSIGN_OR_RETURN(Value * tl, u.mulScalar(t2, std::log(beta)));
     KILN_ASSIGN_OR_RETURN(Value * e, u.op(OpKind::kExp, {tl}));
     return u.op(OpKind::kSub, {one, e});
   };
@@ -123,10 +107,10 @@ Expected<std::vector<StateWrite>> appendAdam(ir::Graph& g, std::span<Value* cons
     KILN_ASSIGN_OR_RETURN(Value * m, u.state(p->type(), p->name() + ".adam_m"));
     KILN_ASSIGN_OR_RETURN(Value * v, u.state(p->type(), p->name() + ".adam_v"));
     // m = b1 m + (1 - b1) d; v = b2 v + (1 - b2) d^2
-    KILN_ASSIGN_OR_RETURN(Value * bm, u.scaled(m, o.beta1));
+    KILN_ASSIGN_OR_RETURN(Value * bm, u.mulScalar(m, o.beta1));
     KILN_ASSIGN_OR_RETURN(Value * m2, u.axpy(bm, 1 - o.beta1, d));
     KILN_ASSIGN_OR_RETURN(Value * d2, u.op(OpKind::kMul, {d, d}));
-    KILN_ASSIGN_OR_RETURN(Value * bv, u.scaled(v, o.beta2));
+    KILN_ASSIGN_OR_RETURN(Value * bv, u.mulScalar(v, o.beta2));
     KILN_ASSIGN_OR_RETURN(Value * v2, u.axpy(bv, 1 - o.beta2, d2));
     newState.push_back({m, m2});
     newState.push_back({v, v2});
@@ -139,7 +123,7 @@ Expected<std::vector<StateWrite>> appendAdam(ir::Graph& g, std::span<Value* cons
     KILN_ASSIGN_OR_RETURN(Value * step, u.op(OpKind::kDiv, {mh, den}));
     Value* base = p;
     if (o.weightDecay != 0 && o.decoupled) {
-      KILN_ASSIGN_OR_RETURN(base, u.scaled(p, 1 - o.lr * o.weightDecay));
+      KILN_ASSIGN_OR_RETURN(base, u.mulScalar(p, 1 - o.lr * o.weightDecay));
     }
     KILN_ASSIGN_OR_RETURN(Value * p2, u.axpy(base, -o.lr, step));
     newParams.push_back({p, p2});

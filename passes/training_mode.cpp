@@ -3,40 +3,14 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "passes/graph_builder.h"
+
 namespace kiln::passes {
 
 namespace {
 
 using ir::OpKind;
 using ir::Value;
-
-// Inserts nodes before one forward node.
-class Inserter {
- public:
-  Inserter(ir::Graph& g, ir::Node* before) : g_(g), before_(before) {}
-
-  Expected<Value*> op(OpKind k, std::vector<Value*> ins, ir::AttrMap a = {}) {
-    auto node = g_.insertNode(before_, k, std::move(ins), std::move(a));
-    if (!node) return node.status().withContext("training mode of " + before_->describe());
-    if (!before_->name().empty()) (*node)->setName(before_->name() + ".train");
-    return (*node)->output(0);
-  }
-  Expected<Value*> scalar(ir::DType dtype, double v) {
-    return g_.addParameter(g_.freshName(), ir::TensorData::scalar(dtype, v), false);
-  }
-  Expected<Value*> mulScalar(Value* v, double s) {
-    KILN_ASSIGN_OR_RETURN(Value * c, scalar(v->type().dtype, s));
-    return op(OpKind::kMul, {v, c});
-  }
-  Expected<Value*> reshape(Value* v, const ir::Shape& shape) {
-    if (v->type().shape == shape) return v;
-    return op(OpKind::kReshape, {v}, {{"shape", shape}});
-  }
-
- private:
-  ir::Graph& g_;
-  ir::Node* before_;
-};
 
 // y = (x - mean) / sqrt(var + eps) scale + bias with the batch's mean and (biased) variance
 // over every dim but 1; the running statistics move towards the batch's.
@@ -61,28 +35,20 @@ Status rewriteBatchNorm(ir::Graph& g, ir::Node* n, double momentum,
                            std::to_string(count) +
                            " value per channel; batch statistics need at least 2 (use a batch "
                            "of 2 or more)");
-  Inserter e(g, n);
+  GraphBuilder e(g, n, n, ".train", "training mode of " + n->describe());
   // The statistics in one op, the normalization in another (pointwise: it fuses with the relu
   // or residual add after it); their gradient ops, batch_norm_backward_reduce and
   // batch_norm_backward, read x twice and write dx once.
   KILN_ASSIGN_OR_RETURN(Value * stats, e.op(OpKind::kBatchNormStats, {x}));
-  auto row = [&](int64_t r) -> Expected<Value*> {
-    KILN_ASSIGN_OR_RETURN(Value * s, e.op(OpKind::kSlice, {stats},
-                                          {{"starts", std::vector<int64_t>{r}},
-                                           {"ends", std::vector<int64_t>{r + 1}},
-                                           {"axes", std::vector<int64_t>{0}}}));
-    return e.reshape(s, {c});
-  };
-  KILN_ASSIGN_OR_RETURN(Value * mean, row(0));
-  KILN_ASSIGN_OR_RETURN(Value * var, row(1));
+  KILN_ASSIGN_OR_RETURN(Value * mean, e.row(stats, 0));
+  KILN_ASSIGN_OR_RETURN(Value * var, e.row(stats, 1));
   KILN_ASSIGN_OR_RETURN(Value * y,
                         e.op(OpKind::kBatchNormTrain, {x, n->input(1), n->input(2), mean, var},
                              {{"epsilon", n->attr().getFloat("epsilon")}}));
 
   // running = (1 - m) running + m batch; the variance is the unbiased one, as in PyTorch.
   auto update = [&](Value* running, Value* batch, double factor) -> Status {
-    KILN_ASSIGN_OR_RETURN(Value * b, e.reshape(batch, {c}));
-    KILN_ASSIGN_OR_RETURN(Value * mb, e.mulScalar(b, momentum * factor));
+    KILN_ASSIGN_OR_RETURN(Value * mb, e.mulScalar(batch, momentum * factor));
     KILN_ASSIGN_OR_RETURN(Value * kr, e.mulScalar(running, 1 - momentum));
     KILN_ASSIGN_OR_RETURN(Value * next, e.op(OpKind::kAdd, {kr, mb}));
     if (!running->isState()) KILN_TRY(g.markState(running));
