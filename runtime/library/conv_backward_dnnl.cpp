@@ -18,18 +18,13 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-struct Reorder {
-  dnnl::reorder prim;
-  memory::desc from, to, scratchMd;
-};
-
 // One backward primitive and the reorders between the caller's formats and its own, for the
 // two operands it reads (a, b) and the one it writes (out).
 struct BackwardPlan {
   dnnl::primitive prim;
   int argA = 0, argB = 0, argOut = 0;
   memory::desc aMd, bMd, outMd, scratchMd;
-  std::optional<Reorder> aIn, bIn, outOut;
+  std::optional<ReorderPlan> aIn, bIn, outOut;
 };
 
 PlanCache<BackwardPlan>& plans() {
@@ -37,26 +32,9 @@ PlanCache<BackwardPlan>& plans() {
   return cache;
 }
 
-std::optional<Reorder> reorderIfNeeded(const memory::desc& from, const memory::desc& to) {
+std::optional<ReorderPlan> reorderIfNeeded(const memory::desc& from, const memory::desc& to) {
   if (from == to) return std::nullopt;
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::reorder::primitive_desc pd(cpuEngine(), from, cpuEngine(), to, attr);
-  return Reorder{dnnl::reorder(pd), from, to, pd.scratchpad_desc()};
-}
-
-void runReorder(const Reorder& r, const void* from, void* to) {
-  memory fromMem(r.from, cpuEngine(), const_cast<void*>(from));
-  memory toMem(r.to, cpuEngine(), to);
-  std::unordered_map<int, memory> args{{DNNL_ARG_FROM, fromMem}, {DNNL_ARG_TO, toMem}};
-  if (const size_t bytes = r.scratchMd.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 memory(r.scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
-  r.prim.execute(threadStream(), args);
-}
-
-bool isReference(const dnnl::primitive_desc_base& pd) {
-  return std::string_view(pd.impl_info_str()).starts_with("ref");
+  return makeReorder(from, to);
 }
 
 Expected<std::shared_ptr<const BackwardPlan>> makePlan(const ConvGeometry& g, bool weights) {
@@ -84,7 +62,7 @@ Expected<std::shared_ptr<const BackwardPlan>> makePlan(const ConvGeometry& g, bo
         dnnl::convolution_backward_weights::desc(alg, srcAny, wAny, dstAny, strides, dil, padL,
                                                  padR),
         attr, cpuEngine(), hint);
-    if (isReference(pd))
+    if (isReferenceImpl(pd))
       return unimplemented("oneDNN runs this backward-weights shape on its reference");
     plan->prim = dnnl::convolution_backward_weights(pd);
     plan->argA = DNNL_ARG_DIFF_DST;
@@ -101,7 +79,7 @@ Expected<std::shared_ptr<const BackwardPlan>> makePlan(const ConvGeometry& g, bo
     dnnl::convolution_backward_data::primitive_desc pd(
         dnnl::convolution_backward_data::desc(alg, srcAny, wAny, dstAny, strides, dil, padL, padR),
         attr, cpuEngine(), hint);
-    if (isReference(pd))
+    if (isReferenceImpl(pd))
       return unimplemented("oneDNN runs this backward-data shape on its reference");
     plan->prim = dnnl::convolution_backward_data(pd);
     plan->argA = DNNL_ARG_DIFF_DST;

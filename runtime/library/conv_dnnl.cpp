@@ -34,11 +34,6 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-struct ReorderPlan {
-  dnnl::reorder prim;
-  memory::desc from, to, scratchMd;
-};
-
 struct ConvPlan {
   std::string key;  // Also keys the reordered weights in a LibraryCache.
   dnnl::convolution_forward prim;
@@ -56,23 +51,6 @@ PlanCache<ConvPlan>& convPlans() {
   return cache;
 }
 
-ReorderPlan makeReorder(const memory::desc& from, const memory::desc& to) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::reorder::primitive_desc pd(cpuEngine(), from, cpuEngine(), to, attr);
-  return {dnnl::reorder(pd), from, to, pd.scratchpad_desc()};
-}
-
-void runReorder(const ReorderPlan& r, const void* from, void* to) {
-  memory fromMem(r.from, cpuEngine(), const_cast<void*>(from));
-  memory toMem(r.to, cpuEngine(), to);
-  std::unordered_map<int, memory> args{{DNNL_ARG_FROM, fromMem}, {DNNL_ARG_TO, toMem}};
-  if (const size_t bytes = r.scratchMd.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 memory(r.scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
-  r.prim.execute(threadStream(), args);
-}
-
 memory::desc activationMd(int64_t n, int64_t c, int64_t h, int64_t w, bool channelsLast) {
   return memory::desc({n, c, h, w}, memory::data_type::f32, channelsLast ? Tag::nhwc : Tag::nchw);
 }
@@ -80,10 +58,6 @@ memory::desc activationMd(int64_t n, int64_t c, int64_t h, int64_t w, bool chann
 memory::dims weightDims(const ConvGeometry& g) {
   if (g.group == 1) return {g.m, g.c, g.kh, g.kw};
   return {g.group, g.mPerGroup(), g.cPerGroup(), g.kh, g.kw};
-}
-
-bool isReferenceImpl(const dnnl::primitive_desc_base& pd) {
-  return std::string_view(pd.impl_info_str()).starts_with("ref");
 }
 
 std::string planKey(const ConvGeometry& g, ConvAlgo algo, bool channelsLast, bool bias,

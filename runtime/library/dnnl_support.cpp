@@ -109,4 +109,21 @@ dnnl::primitive_attr makeAttr(const dnnl::post_ops& postOps) {
   return attr;
 }
 
+ReorderPlan makeReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::reorder::primitive_desc pd(cpuEngine(), from, cpuEngine(), to, attr);
+  return {dnnl::reorder(pd), from, to, pd.scratchpad_desc()};
+}
+
+void runReorder(const ReorderPlan& r, const void* from, void* to) {
+  dnnl::memory fromMem(r.from, cpuEngine(), const_cast<void*>(from));
+  dnnl::memory toMem(r.to, cpuEngine(), to);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, fromMem}, {DNNL_ARG_TO, toMem}};
+  if (const size_t bytes = r.scratchMd.get_size(); bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(r.scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
+  r.prim.execute(threadStream(), args);
+}
+
 }  // namespace kiln::runtime::lib

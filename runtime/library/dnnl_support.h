@@ -124,6 +124,20 @@ void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumFo
 // primitive never share scratch memory) and the given post-ops.
 dnnl::primitive_attr makeAttr(const dnnl::post_ops& postOps);
 
+// A reorder between two memory formats, with user-managed scratchpad.
+struct ReorderPlan {
+  dnnl::reorder prim;
+  dnnl::memory::desc from, to, scratchMd;
+};
+ReorderPlan makeReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+// Copies `from` (in r.from's format) into `to` (r.to's) on this thread's stream.
+void runReorder(const ReorderPlan& r, const void* from, void* to);
+
+// Whether oneDNN picked its reference implementation (slower than kiln's own kernels).
+inline bool isReferenceImpl(const dnnl::primitive_desc_base& pd) {
+  return std::string_view(pd.impl_info_str()).starts_with("ref");
+}
+
 // dims of a memory descriptor from a kiln shape.
 inline dnnl::memory::dims dimsOf(std::span<const int64_t> shape) {
   return dnnl::memory::dims(shape.begin(), shape.end());
