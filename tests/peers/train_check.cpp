@@ -25,6 +25,7 @@
 #include "compiler/train.h"
 #include "frontends/npy/npy.h"
 #include "models/zoo.h"
+#include "peer_util.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -33,24 +34,6 @@ namespace {
 
 constexpr double kTolerance = 1e-3;        // Of the tensor's max.
 constexpr double kUpdateTolerance = 1e-3;  // Of the largest parameter update.
-constexpr int kSkip = 77;
-
-int fail(const std::string& what, const Status& st) {
-  std::fprintf(stderr, "peer: %s: %s\n", what.c_str(), st.message().c_str());
-  return 1;
-}
-
-double relativeError(const ir::TensorData& got, const ir::TensorData& ref) {
-  if (got.shape() != ref.shape() || got.dtype() != ir::DType::kF32 ||
-      ref.dtype() != ir::DType::kF32)
-    return INFINITY;
-  double diff = 0, mag = 0;
-  for (int64_t i = 0; i < ref.numElements(); ++i) {
-    diff = std::max(diff, std::fabs(double(got.as<float>()[i]) - ref.as<float>()[i]));
-    mag = std::max(mag, std::fabs(double(ref.as<float>()[i])));
-  }
-  return diff / std::max(mag, 1e-30);
-}
 
 }  // namespace
 
@@ -60,11 +43,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string name = argv[1];
-  fs::path root = argc == 3 ? fs::path(argv[2]) : fs::path();
-  if (root.empty()) {
-    const char* env = std::getenv("KILN_PEERS_DIR");
-    root = env && *env ? fs::path(env) : fs::path(KILN_PEERS_DEFAULT_DIR);
-  }
+  const fs::path root = peers::peersRoot(argc, argv);
   const fs::path dir = root / ("train_" + name);
   if (!fs::exists(dir / "meta.json")) {
     std::printf(
@@ -72,13 +51,13 @@ int main(int argc, char** argv) {
         "tools/peers/setup.sh (a Python venv with PyTorch from PyPI); set KILN_PEERS_DIR if they "
         "live elsewhere than %s.\n",
         (dir / "meta.json").c_str(), root.c_str());
-    return kSkip;
+    return peers::kSkip;
   }
   nlohmann::json meta;
   try {
     std::ifstream(dir / "meta.json") >> meta;
   } catch (const std::exception& e) {
-    return fail((dir / "meta.json").string(), invalidArgument(e.what()));
+    return peers::fail((dir / "meta.json").string(), invalidArgument(e.what()));
   }
   const int steps = meta.value("steps", 0);
   models::ModelOptions mo{.batch = meta.value("batch", 1), .seed = 0};
@@ -88,12 +67,12 @@ int main(int argc, char** argv) {
   for (const bool eager : {true, false}) {
     const char* mode = eager ? "eager" : "compiled";
     auto model = models::buildModel(name, mo);
-    if (!model) return fail("model", model.status());
+    if (!model) return peers::fail("model", model.status());
     for (ir::Value* p : model->parameters()) {
       auto init = frontends::readNpy((dir / "init" / (p->name() + ".npy")).string());
-      if (!init) return fail("initial " + p->name(), init.status());
+      if (!init) return peers::fail("initial " + p->name(), init.status());
       if (init->shape() != p->type().shape)
-        return fail(p->name(), invalidArgument("PyTorch's shape differs from kiln's"));
+        return peers::fail(p->name(), invalidArgument("PyTorch's shape differs from kiln's"));
       p->setData(*init);
     }
     compiler::TrainOptions o;
@@ -101,14 +80,14 @@ int main(int argc, char** argv) {
     o.sgd = {.lr = meta.value("lr", 0.0), .momentum = meta.value("momentum", 0.0)};
     o.mode.dropout = false;  // PyTorch's dropout masks cannot be matched: off in both.
     auto step = compiler::TrainingStep::create(std::move(*model), o);
-    if (!step) return fail(mode, step.status());
+    if (!step) return peers::fail(mode, step.status());
     for (int i = 0; i < steps; ++i) {
       auto x = frontends::readNpy((dir / ("x" + std::to_string(i) + ".npy")).string());
       auto y = frontends::readNpy((dir / ("y" + std::to_string(i) + ".npy")).string());
-      if (!x) return fail("batch", x.status());
-      if (!y) return fail("labels", y.status());
+      if (!x) return peers::fail("batch", x.status());
+      if (!y) return peers::fail("labels", y.status());
       auto r = (**step)(runtime::Tensor::fromData(*x), runtime::Tensor::fromData(*y));
-      if (!r) return fail(std::string(mode) + " step", r.status());
+      if (!r) return peers::fail(std::string(mode) + " step", r.status());
       const double torchLoss = meta["losses"][i].get<double>();
       std::printf("peer: train %s %s: step %d loss %.6f, PyTorch %.6f\n", name.c_str(), mode, i,
                   r->loss, torchLoss);
@@ -120,9 +99,9 @@ int main(int argc, char** argv) {
       const fs::path f = dir / "final" / (p->name() + ".npy");
       if (!fs::exists(f)) continue;  // Constants and optimizer state the step added.
       auto ref = frontends::readNpy(f.string());
-      if (!ref) return fail("final " + p->name(), ref.status());
+      if (!ref) return peers::fail("final " + p->name(), ref.status());
       auto init = frontends::readNpy((dir / "init" / (p->name() + ".npy")).string());
-      if (!init) return fail("initial " + p->name(), init.status());
+      if (!init) return peers::fail("initial " + p->name(), init.status());
       // Parameters only: the running statistics move by far more than any weight.
       for (int64_t i = 0; i < ref->numElements() && ref->shape() == init->shape() && p->trainable();
            ++i)
@@ -133,7 +112,7 @@ int main(int argc, char** argv) {
     std::string worstName;
     int compared = 0;
     for (const auto& [p, ref] : finals) {
-      const double e = relativeError(p->data(), ref);
+      const double e = peers::relativeError(p->data(), ref);
       double mag = 0;
       for (int64_t i = 0; i < ref.numElements(); ++i)
         mag = std::max(mag, std::fabs(double(ref.as<float>()[i])));
