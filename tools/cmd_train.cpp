@@ -62,6 +62,47 @@ models::SyntheticBatch datasetBatch(const NpyDataset& d, const ir::Shape& inputS
   return b;
 }
 
+// Where one profiled step's time went, to stderr: totals per kind (generated kernels, each op
+// run as a library or reference call), then the slowest steps (eager: ops, aggregated).
+void printProfile(const compiler::TrainingStep& step) {
+  struct Row {
+    double ms;
+    std::string name, kind;
+  };
+  std::vector<Row> rows;
+  if (const compiler::CompiledModel* cm = step.compiled()) {
+    const auto& ms = cm->lastStats().stepMs;
+    const auto& steps = cm->plan().steps;
+    for (size_t i = 0; i < ms.size() && i < steps.size(); ++i) {
+      const runtime::PlanStep& s = steps[i];
+      rows.push_back({ms[i], s.name,
+                      s.kind == runtime::PlanStep::Kind::kKernel ? "generated kernels"
+                      : s.kind == runtime::PlanStep::Kind::kCopy ? "copies"
+                                                                 : std::string(ir::opName(s.op))});
+    }
+  } else {
+    for (const auto& [op, t] : step.eager()->lastStats().ops)
+      rows.push_back({t.ms, op + " x" + std::to_string(t.count), op});
+  }
+  double total = 0;
+  std::map<std::string, double> kinds;
+  for (const Row& row : rows) {
+    total += row.ms;
+    kinds[row.kind] += row.ms;
+  }
+  std::vector<std::pair<double, std::string>> byKind;
+  for (const auto& [k, ms] : kinds) byKind.emplace_back(ms, k);
+  std::sort(byKind.begin(), byKind.end(), std::greater<>());
+  std::sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.ms > y.ms; });
+  std::fprintf(stderr, "profile of one step (%.1f ms):\n", total);
+  for (const auto& [ms, k] : byKind)
+    std::fprintf(stderr, "  %9.2f ms %5.1f%%  %s\n", ms, 100 * ms / total, k.c_str());
+  std::fprintf(stderr, "slowest steps:\n");
+  for (size_t i = 0; i < rows.size() && i < 15; ++i)
+    std::fprintf(stderr, "  %9.2f ms %5.1f%%  %s\n", rows[i].ms, 100 * rows[i].ms / total,
+                 rows[i].name.c_str());
+}
+
 }  // namespace
 
 int runTrain(const Args& args) {
@@ -169,46 +210,12 @@ int runTrain(const Args& args) {
     }
   }
   if (args.flag("profile")) {
-    // One more step with per-step times: the compiled plan's steps (kernels, library and
-    // reference ops), or eager's ops aggregated by kind.
+    // One more step, timed step by step.
     (*step)->setProfiling(true);
     models::SyntheticBatch b = models::syntheticBatch(inputShape, classes, 0, 0);
     auto r = (**step)(runtime::Tensor::fromData(b.x), runtime::Tensor::fromData(b.labels));
     if (!r) return reportError("train", r.status());
-    std::vector<std::pair<double, std::string>> rows;
-    double total = 0;
-    if (const compiler::CompiledModel* cm = (*step)->compiled()) {
-      const auto& ms = cm->lastStats().stepMs;
-      const auto& steps = cm->plan().steps;
-      for (size_t i = 0; i < ms.size() && i < steps.size(); ++i) {
-        rows.emplace_back(ms[i], steps[i].name);
-        total += ms[i];
-      }
-    } else {
-      for (const auto& [op, t] : (*step)->eager()->lastStats().ops) {
-        rows.emplace_back(t.ms, op + " x" + std::to_string(t.count));
-        total += t.ms;
-      }
-    }
-    // Totals per kind: generated kernels, and each op that ran as a library or reference call.
-    std::map<std::string, double> kinds;
-    for (const auto& [ms, name] : rows) {
-      const size_t open = name.rfind('('), arrow = name.rfind(" -> ");
-      kinds[open != std::string::npos && arrow != std::string::npos && arrow > open
-                ? name.substr(open + 1, arrow - open - 1)
-                : "generated kernels"] += ms;
-    }
-    std::vector<std::pair<double, std::string>> byKind;
-    for (const auto& [k, ms] : kinds) byKind.emplace_back(ms, k);
-    std::sort(byKind.begin(), byKind.end(), std::greater<>());
-    std::sort(rows.begin(), rows.end(), std::greater<>());
-    std::fprintf(stderr, "profile of one step (%.1f ms):\n", total);
-    for (const auto& [ms, k] : byKind)
-      std::fprintf(stderr, "  %9.2f ms %5.1f%%  %s\n", ms, 100 * ms / total, k.c_str());
-    std::fprintf(stderr, "slowest steps:\n");
-    for (size_t i = 0; i < rows.size() && i < 15; ++i)
-      std::fprintf(stderr, "  %9.2f ms %5.1f%%  %s\n", rows[i].first, 100 * rows[i].first / total,
-                   rows[i].second.c_str());
+    printProfile(**step);
   }
   // Throughput from the median step, leaving out the first (it pays first-touch costs).
   std::vector<double> steady(stepMs.size() > 1 ? stepMs.begin() + 1 : stepMs.begin(), stepMs.end());
