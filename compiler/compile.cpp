@@ -419,25 +419,19 @@ class Driver {
     return v;
   }
 
-  // Whether the step producing `v` may write it over parameter `p`: same type, p has data, no
-  // later step and no graph output reads p (or a view of it), and the producing step reads p,
-  // if at all, only as a generated kernel reading each element where it writes its outputs.
-  bool canWriteOver(const ir::Value* v, const ir::Value* p) const {
+  // Whether step `writer`, which produces `v`, may write it over parameter `p`: same type, p has
+  // data, no later step and no graph output reads p (or a view of it), and the producing step reads
+  // p, if at all, only as a generated kernel reading each element where it writes its outputs.
+  bool canWriteOver(const ir::Value* v, int writer, const ir::Value* p) const {
     if (v->type().dtype != p->type().dtype || v->type().shape != p->type().shape ||
         p->data().byteSize() != v->type().byteSize())
       return false;
     for (const ir::Value* o : graph_.outputs())
       if (root(o) == p) return false;
-    int writer = -1;
-    for (size_t si = 0; si < steps_.size(); ++si)
-      for (const ir::Value* o : steps_[si].outputs)
-        if (o == v) writer = static_cast<int>(si);
-    if (writer < 0) return false;
-    for (size_t si = 0; si < steps_.size(); ++si) {
+    for (size_t si = static_cast<size_t>(writer); si < steps_.size(); ++si) {
       const StepDraft& s = steps_[si];
       for (size_t a = 0; a < s.inputs.size(); ++a) {
         if (root(s.inputs[a]) != p) continue;
-        if (static_cast<int>(si) < writer) continue;
         if (static_cast<int>(si) > writer) return false;
         // The writer itself: each element of p is loaded in the iteration that stores that
         // element of every output (a fused SGD or Adam update stores a parameter and its state
@@ -477,9 +471,9 @@ class Driver {
     // Graph outputs produced by a step are written straight into the result tensors; any
     // other output (an input, a parameter, a reshape, a repeated output) is copied at the end.
     std::vector<const ir::Value*> copyToOutput(graph_.outputs().size(), nullptr);
-    std::unordered_set<const ir::Value*> producedByStep;
-    for (const auto& s : steps_)
-      for (const ir::Value* v : s.outputs) producedByStep.insert(v);
+    std::unordered_map<const ir::Value*, int> producedByStep;  // Value -> its step.
+    for (size_t si = 0; si < steps_.size(); ++si)
+      for (const ir::Value* v : steps_[si].outputs) producedByStep[v] = static_cast<int>(si);
     std::unordered_map<size_t, const ir::Value*> inPlaceTarget;  // Output -> its parameter.
     for (const auto& [index, name] : opts_.inPlaceOutputs)
       for (const ir::Value* p : graph_.parameters())
@@ -490,7 +484,8 @@ class Driver {
       plan->outputs.push_back(v->type());
       if (producedByStep.count(v) && !storageOf.count(v)) {
         auto target = inPlaceTarget.find(i);
-        if (target != inPlaceTarget.end() && canWriteOver(v, target->second)) {
+        if (target != inPlaceTarget.end() &&
+            canWriteOver(v, producedByStep.at(v), target->second)) {
           storageOf[v] = storageOf.at(target->second);
           plan->outputParameter[i] = storages[storageOf[v]].index;
           continue;
