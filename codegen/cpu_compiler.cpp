@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/X86TargetParser.h>
 
 #ifndef KILN_CLANG_EXECUTABLE
 #error "KILN_CLANG_EXECUTABLE must name clang 16's binary (set by codegen/CMakeLists.txt)"
@@ -91,12 +93,53 @@ std::string trimTrailingNewlines(std::string s) {
   return s;
 }
 
+bool isKnownCpu(std::string_view cpu) {
+  return llvm::X86::parseArchX86(llvm::StringRef(cpu.data(), cpu.size()), /*Only64Bit=*/true) !=
+         llvm::X86::CK_None;
+}
+
+std::string knownCpusHint() {
+  llvm::SmallVector<llvm::StringRef, 64> names;
+  llvm::X86::fillValidCPUArchList(names, /*Only64Bit=*/true);
+  std::string list;
+  for (llvm::StringRef n : names) list += (list.empty() ? "" : ", ") + n.str();
+  return "use 'native' or one of: " + list;
+}
+
+std::string joinSorted(std::vector<std::string> list) {
+  // By feature name, not by sign, so that the string is stable.
+  std::sort(list.begin(), list.end(),
+            [](const std::string& a, const std::string& b) { return a.substr(1) < b.substr(1); });
+  std::string joined;
+  for (const std::string& f : list) joined += (joined.empty() ? "" : ",") + f;
+  return joined;
+}
+
+// The names of the features a CPU implies, closed under LLVM's implications (x86-64-v3 lists
+// avx2, which implies avx, sse4.2, ...).
+std::vector<std::string> impliedFeatureNames(std::string_view cpu) {
+  llvm::SmallVector<llvm::StringRef, 64> key;
+  llvm::X86::getFeaturesForCPU(llvm::StringRef(cpu.data(), cpu.size()), key);
+  llvm::StringMap<bool> all;
+  for (llvm::StringRef f : key) {
+    all[f] = true;
+    llvm::X86::updateImpliedFeatures(f, true, all);
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : all)
+    if (entry.second) names.push_back(entry.first().str());
+  return names;
+}
+
 Status validateOptions(const CpuCompileOptions& options) {
   if (options.optLevel < 0 || options.optLevel > 3) {
     return invalidArgument("CPU compile: optLevel " + std::to_string(options.optLevel) +
                            " is out of range; use 0, 1, 2 or 3");
   }
-  if (options.cpu.empty()) return invalidArgument("CPU compile: empty CPU name; use hostCpuName()");
+  if (options.cpu.empty()) return invalidArgument("CPU compile: empty CPU name; use hostTarget()");
+  if (!isKnownCpu(options.cpu))
+    return invalidArgument("CPU compile: Clang 16 does not know the target CPU '" + options.cpu +
+                           "'; " + knownCpusHint());
   for (const std::string& f : splitFeatures(options.features)) {
     if (f.size() < 2 || (f[0] != '+' && f[0] != '-')) {
       return invalidArgument("CPU compile: feature '" + f +
@@ -109,8 +152,73 @@ Status validateOptions(const CpuCompileOptions& options) {
 }  // namespace
 
 const std::string& hostCpuName() {
-  static const std::string name = llvm::sys::getHostCPUName().str();
+  static const std::string name = [] {
+    const char* simulated = std::getenv("KILN_SIMULATE_HOST_CPU");
+    return simulated && *simulated ? std::string(simulated) : llvm::sys::getHostCPUName().str();
+  }();
   return name;
+}
+
+std::string cpuImpliedFeatures(std::string_view cpu) {
+  if (!isKnownCpu(cpu)) return {};
+  std::vector<std::string> list;
+  for (std::string& f : impliedFeatureNames(cpu)) list.push_back("+" + std::move(f));
+  return joinSorted(std::move(list));
+}
+
+const CpuTarget& hostTarget() {
+  static const CpuTarget target = [] {
+    CpuTarget t;
+    t.features = hostCpuFeatures();
+    if (isKnownCpu(hostCpuName())) {
+      t.cpu = t.tuneCpu = hostCpuName();
+      t.note = "host CPU '" + t.cpu + "'";
+      return t;
+    }
+    // LLVM does not know this CPU (it reports "generic", which Clang refuses as a target): take
+    // the highest microarchitecture level the host's features cover as the base and add every
+    // host feature on top, so no instruction the machine has is given up.
+    llvm::StringMap<bool> host;
+    const bool listed = llvm::sys::getHostCPUFeatures(host);
+    t.cpu = "x86-64";
+    for (const char* level : {"x86-64-v4", "x86-64-v3", "x86-64-v2"}) {
+      bool covered = listed;
+      for (const std::string& f : impliedFeatureNames(level)) {
+        auto it = host.find(f);
+        // Features LLVM does not report per host (x87, 64bit) are in every x86-64 CPU.
+        if (it != host.end() && !it->second) covered = false;
+      }
+      if (covered) {
+        t.cpu = level;
+        break;
+      }
+    }
+    t.tuneCpu = "generic";
+    t.note = "host CPU '" + hostCpuName() + "' is unknown to LLVM 16: compiling for " + t.cpu +
+             " with every feature of this CPU";
+    return t;
+  }();
+  return target;
+}
+
+Expected<CpuTarget> resolveCpuTarget(std::string_view name) {
+  std::string n(name);
+  if (n.empty()) {
+    const char* env = std::getenv("KILN_TARGET_CPU");
+    n = env && *env ? env : "native";
+  }
+  if (n == "native" || n == "host") return hostTarget();
+  if (!isKnownCpu(n))
+    return invalidArgument("unknown target CPU '" + n + "' (from " +
+                           (name.empty() ? "KILN_TARGET_CPU" : "--target-cpu") + "); " +
+                           knownCpusHint());
+  CpuTarget t;
+  t.cpu = n;
+  // The microarchitecture levels (x86-64-v3) name feature sets, not CPUs to tune for.
+  t.tuneCpu = llvm::X86::parseTuneCPU(n, /*Only64Bit=*/true) != llvm::X86::CK_None ? n : "generic";
+  t.features = cpuImpliedFeatures(n);
+  t.note = "target CPU '" + n + "' (portable: exactly the features it implies)";
+  return t;
 }
 
 const std::string& hostTriple() {
@@ -124,12 +232,8 @@ const std::string& hostCpuFeatures() {
     if (!llvm::sys::getHostCPUFeatures(map)) return std::string();
     std::vector<std::string> list;
     for (const auto& entry : map) list.push_back((entry.second ? "+" : "-") + entry.first().str());
-    // StringMap iterates in hash order; sort by name so the string is stable across runs.
-    std::sort(list.begin(), list.end(),
-              [](const std::string& a, const std::string& b) { return a.substr(1) < b.substr(1); });
-    std::string joined;
-    for (const std::string& f : list) joined += (joined.empty() ? "" : ",") + f;
-    return joined;
+    // StringMap iterates in hash order; sorted by name the string is stable across runs.
+    return joinSorted(std::move(list));
   }();
   return features;
 }
@@ -195,7 +299,7 @@ Expected<CpuObject> compileCpp(std::string_view source, std::string_view moduleN
   invocation->getCodeGenOpts().DisableFree = false;
   clang::TargetOptions& target = invocation->getTargetOpts();
   target.CPU = options.cpu;
-  target.TuneCPU = options.cpu;
+  target.TuneCPU = options.tuneCpu.empty() ? options.cpu : options.tuneCpu;
   target.FeaturesAsWritten = splitFeatures(options.features);
   // The source never touches the disk: the file name resolves to this buffer. The source
   // manager takes ownership of the buffer.
@@ -269,6 +373,7 @@ std::string compilerIdentity(const CpuCompileOptions& options) {
   std::string id = clang::getClangFullVersion();
   id += "|triple=" + llvm::sys::getDefaultTargetTriple();
   id += "|cpu=" + options.cpu;
+  id += "|tune=" + (options.tuneCpu.empty() ? options.cpu : options.tuneCpu);
   id += "|features=" + options.features;
   id += "|flags=";
   for (const std::string& f : driverFlags(options)) id += f + " ";

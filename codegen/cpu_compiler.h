@@ -13,18 +13,49 @@
 namespace kiln::codegen {
 
 // LLVM's name for the CPU of this machine ("rocketlake") and its feature list as LLVM writes
-// it ("+avx2,+avx512f,...,-amx-tile"), sorted so that it is stable for cache keys.
+// it ("+avx2,+avx512f,...,-amx-tile"), sorted so that it is stable for cache keys. The name is
+// what LLVM reports: "generic" for a CPU that LLVM 16 does not know (a newer generation), which
+// Clang refuses as a target; hostTarget() is what code is compiled for. The environment
+// variable KILN_SIMULATE_HOST_CPU replaces the name (tests simulate an unknown CPU with it).
 const std::string& hostCpuName();
 const std::string& hostCpuFeatures();
 // LLVM's target triple for this machine ("x86_64-pc-linux-gnu"), which compiled objects target.
 const std::string& hostTriple();
 
+// What generated code is compiled for: a CPU name Clang accepts, the features on top of its
+// defaults, and the CPU to tune for.
+struct CpuTarget {
+  std::string cpu;       // e.g. "znver4", "x86-64-v3"
+  std::string features;  // "+f,-g" list, sorted; for a named CPU every feature it implies.
+  std::string tuneCpu;   // Usually `cpu`; "generic" for a host LLVM does not know.
+  // How the target was chosen, for logs ("host CPU 'generic' is unknown to LLVM 16: ...").
+  std::string note;
+};
+
+// The target for this machine. Where LLVM knows the host CPU, its name and the host's feature
+// list; otherwise the highest x86-64 microarchitecture level (x86-64-v4, -v3, -v2, x86-64)
+// whose features the host has, plus every host feature, tuned for "generic": the code uses
+// every instruction the machine has even when LLVM cannot name it.
+const CpuTarget& hostTarget();
+
+// The target a user names: "" takes $KILN_TARGET_CPU, else "native"; "native" (or "host") is
+// hostTarget(); any other name must be a CPU Clang 16 knows for x86-64 ("x86-64-v3",
+// "skylake-avx512", "znver3", ...) and gives exactly the features that CPU implies, so that
+// the code runs on every machine that has them (e.g. one x86-64-v3 artifact for all AVX2
+// machines). An unknown name is kInvalidArgument listing the accepted ones.
+Expected<CpuTarget> resolveCpuTarget(std::string_view name);
+
+// The full "+f,..." list implied by a CPU name Clang knows (sorted), or empty for an unknown
+// name.
+std::string cpuImpliedFeatures(std::string_view cpu);
+
 struct CpuCompileOptions {
-  // LLVM CPU name; code is tuned for it and may use every instruction it has.
-  std::string cpu = hostCpuName();
+  // LLVM CPU name; code is tuned for `tuneCpu` and may use every instruction `cpu` has.
+  std::string cpu = hostTarget().cpu;
   // Comma-separated "+feature"/"-feature" list applied on top of the CPU's defaults; empty
   // means the CPU's defaults. The host list includes "-" entries for what this machine lacks.
-  std::string features = hostCpuFeatures();
+  std::string features = hostTarget().features;
+  std::string tuneCpu = hostTarget().tuneCpu;  // Empty: `cpu`.
   int optLevel = 3;  // 0..3, as -O0..-O3.
   // Fuse a*b+c into one FMA instruction. Off by default so that generated kernels round
   // exactly as the reference kernels do (compiled without FMA); turn on for compute-bound

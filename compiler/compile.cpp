@@ -329,7 +329,13 @@ class Driver {
     const auto t = Clock::now();
     report_.generatedKernels = static_cast<int>(kernels_.size());
     if (kernels_.empty()) return Status::ok();
+    KILN_ASSIGN_OR_RETURN(const codegen::CpuTarget target,
+                          codegen::resolveCpuTarget(opts_.targetCpu));
+    if (target.cpu != codegen::hostCpuName()) report_.remarks.push_back(target.note);
     codegen::CpuCompileOptions copts;
+    copts.cpu = target.cpu;
+    copts.features = target.features;
+    copts.tuneCpu = target.tuneCpu;
     const std::string identity = codegen::compilerIdentity(copts);
     codegen::KernelCache& cache = kernelCache();
     const int per = std::max(1, opts_.kernelsPerModule);
@@ -640,6 +646,10 @@ class Driver {
 };
 
 }  // namespace
+
+Status checkTargetCpu(std::string_view name) {
+  return codegen::resolveCpuTarget(name).status();
+}
 
 CompiledModel::CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileReport report,
                              int threads, std::shared_ptr<const CompiledCode> code,

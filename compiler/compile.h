@@ -45,6 +45,10 @@ struct CompileOptions {
   int kernelsPerModule = 12;  // Kernels per translation unit (compiled in parallel).
   int compileThreads = 0;     // 0: one per core.
   int runThreads = 0;         // 0: OpenMP's default.
+  // The CPU generated kernels are compiled for (codegen::resolveCpuTarget): empty takes
+  // $KILN_TARGET_CPU, else "native"; a named CPU ("x86-64-v3") makes code that runs on every
+  // machine with its features (portable artifacts).
+  std::string targetCpu;
   // Also render every kernel as CUDA C and compile it with NVRTC for sm_80 and sm_90 (a
   // check on machines without a GPU; the PTX is kept in the report).
   bool cudaCheck = false;
@@ -116,5 +120,9 @@ class CompiledModel {
 
 Expected<std::unique_ptr<CompiledModel>> compile(const ir::Graph& graph,
                                                  const CompileOptions& options = {});
+
+// Whether CompileOptions::targetCpu names a target (see codegen::resolveCpuTarget); the error
+// lists the accepted names.
+Status checkTargetCpu(std::string_view name);
 
 }  // namespace kiln::compiler

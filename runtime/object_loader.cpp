@@ -12,6 +12,7 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/Triple.h>
+#include <llvm/TargetParser/X86TargetParser.h>
 
 namespace kiln::runtime {
 namespace {
@@ -41,6 +42,13 @@ Status checkHostCompatible(std::string_view triple, std::string_view features) {
   llvm::StringMap<bool> hostFeatures;
   // Where LLVM cannot list the host's features there is nothing to check against.
   if (!llvm::sys::getHostCPUFeatures(hostFeatures)) return Status::ok();
+  if (host.getArch() == llvm::Triple::x86_64) {
+    // LLVM does not report the baseline every x86-64 CPU has (x87, ...) as host features;
+    // a portable target ("x86-64-v3") lists it.
+    llvm::SmallVector<llvm::StringRef, 8> baseline;
+    llvm::X86::getFeaturesForCPU("x86-64", baseline);
+    for (llvm::StringRef f : baseline) hostFeatures.try_emplace(f, true);
+  }
   std::string missing;
   size_t start = 0;
   while (start < features.size()) {

@@ -58,6 +58,9 @@ std::vector<OptionSpec> compileOptionSpecs() {
           {"no-cache", false, "do not read or write the kernel cache"},
           {"cache-dir", true, "kernel cache directory (default $KILN_CACHE_DIR or ~/.cache/kiln)"},
           {"threads", true, "threads for kernels (default: all cores)"},
+          {"target-cpu", true,
+           "CPU for generated code: native (default, or $KILN_TARGET_CPU) or an LLVM CPU name, "
+           "e.g. x86-64-v3 for an artifact that runs on every AVX2 machine"},
           {"autotune", false, "time each convolution's algorithms (the default for compile)"},
           {"no-autotune", false, "pick convolution algorithms by heuristic"}};
 }
@@ -74,6 +77,12 @@ Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
   o.runThreads = static_cast<int>(threads);
   if (threads > 0) runtime::setNumThreads(static_cast<int>(threads));
   o.autotune = args.flag("autotune") && !args.flag("no-autotune");
+  if (auto t = args.value("target-cpu")) {
+    if (t->empty()) return invalidArgument("--target-cpu needs a CPU name (or 'native')");
+    o.targetCpu = *t;
+  }
+  // Checked here so that a bad name is a usage error before any work.
+  KILN_TRY(compiler::checkTargetCpu(o.targetCpu));
   o.log = &std::cerr;
   return o;
 }
@@ -167,7 +176,8 @@ int runCompile(const Args& args) {
                      {"cuda_kernels_checked", r.cudaKernelsChecked},
                      {"layout_conversions", r.layoutConversions},
                      {"conv_algorithms", r.algorithmChoices},
-                     {"cuda_errors", r.cudaErrors}};
+                     {"cuda_errors", r.cudaErrors},
+                     {"target_cpu", (*cm)->code().cpu}};
     if (artifact) j["artifact"] = *artifact;
     std::cout << j.dump(2) << "\n";
   } else {
@@ -185,8 +195,9 @@ int runCompile(const Args& args) {
                 static_cast<double>(r.arenaBytes) / 1e6,
                 static_cast<double>(r.arenaLowerBound) / 1e6, r.inplaceReuses,
                 static_cast<double>(r.parameterBytes) / 1e6);
-    std::printf("kernel cache: %d hits, %d misses; %d layout conversions\n", r.cacheHits,
-                r.cacheMisses, r.layoutConversions);
+    std::printf("kernel cache: %d hits, %d misses; %d layout conversions; code for CPU %s\n",
+                r.cacheHits, r.cacheMisses, r.layoutConversions,
+                (*cm)->code().cpu.empty() ? "(no kernels)" : (*cm)->code().cpu.c_str());
     if (r.cudaKernelsChecked)
       std::printf("CUDA: %d kernels compiled by NVRTC for sm_80 and sm_90, %zu errors\n",
                   r.cudaKernelsChecked, r.cudaErrors.size());

@@ -154,6 +154,17 @@ head -c 5000 mnist.kiln >cut.kiln
 check "truncated artifact" 2 "truncated" -- "$KILN" run cut.kiln
 check "not an artifact" 2 "not a kiln artifact" -- "$KILN" inspect y.npy
 check "artifact --eager" 2 "needs the model" -- "$KILN" run mnist.kiln --eager
+check "compile --target-cpu x86-64-v3" 0 "wrote v3\.kiln" -- \
+  "$KILN" compile mnist_cnn --target-cpu x86-64-v3 -o v3.kiln --cache-dir cache
+check "inspect portable artifact" 0 "x86-64-v3" -- "$KILN" inspect v3.kiln
+check "run portable artifact" 0 "ran v3\.kiln from the artifact" -- "$KILN" run v3.kiln
+check "KILN_TARGET_CPU" 0 "code for CPU x86-64-v2" -- \
+  env KILN_TARGET_CPU=x86-64-v2 "$KILN" compile mnist_cnn --cache-dir cache
+check "unknown --target-cpu" 2 "unknown target CPU 'pentium-9000'.*x86-64-v3" -- \
+  "$KILN" compile mlp --target-cpu pentium-9000 -o bad.kiln
+absent "no artifact for an unknown target" bad.kiln
+check "unknown host CPU still compiles" 0 "code for CPU x86-64" -- \
+  env KILN_SIMULATE_HOST_CPU=generic "$KILN" compile mnist_cnn --cache-dir cache
 
 
 # ---- Training.

@@ -4,6 +4,7 @@
 
 #include <malloc.h>
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "codegen/cpu_compiler.h"
 #include "codegen/kernel_cache.h"
 #include "runtime/object_loader.h"
+#include "x86_levels.h"
 
 using kiln::ErrorCode;
 using kiln::codegen::compileCpp;
@@ -64,7 +66,7 @@ TEST_CASE("cpu compiler: a kernel compiles, loads through the runtime and comput
   CpuObject object = compileOrFail(kAffineKernel, "affine");
   CHECK(object.bytes.size() > 100);
   CHECK(object.triple.find("x86_64") != std::string::npos);
-  CHECK(object.cpu == kiln::codegen::hostCpuName());
+  CHECK(object.cpu == kiln::codegen::hostTarget().cpu);
   CHECK(object.warnings.empty());
 
   LoadedObjects objects;
@@ -221,7 +223,7 @@ TEST_CASE("cpu compiler: code for a portable CPU runs too, and the identity tell
   CHECK(host == compilerIdentity());  // Stable within a process.
   CHECK(host != compilerIdentity(portable));
   CHECK(host.find("clang version 16") != std::string::npos);
-  CHECK(host.find(kiln::codegen::hostCpuName()) != std::string::npos);
+  CHECK(host.find(kiln::codegen::hostTarget().cpu) != std::string::npos);
   CHECK(host.find("-O3") != std::string::npos);
 }
 
@@ -394,4 +396,75 @@ TEST_CASE("cpu compiler + kernel cache: a cached object loads and runs without r
   CpuObject again = compileOrFail(kAffineKernel, "affine", options);
   CHECK(again.bytes == object.bytes);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cpu target: the host is a CPU Clang accepts, even when LLVM cannot name it") {
+  const auto& host = kiln::codegen::hostTarget();
+  CHECK(host.cpu != "generic");
+  CHECK_FALSE(host.features.empty());
+  if (kiln::codegen::hostCpuName() == "generic" || std::getenv("KILN_SIMULATE_HOST_CPU")) {
+    // An unknown CPU: a microarchitecture level as the base, every host feature on top.
+    CHECK(host.cpu.rfind("x86-64", 0) == 0);
+    CHECK(host.tuneCpu == "generic");
+    CHECK(host.note.find("unknown to LLVM") != std::string::npos);
+    CHECK(host.features == kiln::codegen::hostCpuFeatures());
+  } else {
+    CHECK(host.cpu == kiln::codegen::hostCpuName());
+  }
+  // The host target compiles and runs (the test above compiled with it as the default too).
+  CpuObject object = compileOrFail(kAffineKernel, "host_target");
+  CHECK(object.cpu == host.cpu);
+  LoadedObjects objects;
+  REQUIRE(objects.add(object.bytes, "host_target").isOk());
+  auto* k = lookupOrFail<UnaryKernel>(objects, "k");
+  std::vector<float> a = ramp(40), b(40);
+  k(a.data(), b.data(), 40);
+  CHECK(b[39] == a[39] * 2.0f + 1.0f);
+}
+
+TEST_CASE("cpu target: a named level gives exactly the features it guarantees") {
+  auto v3 = kiln::codegen::resolveCpuTarget("x86-64-v3");
+  INFO(v3.status().message());
+  REQUIRE(v3.hasValue());
+  CHECK(v3->cpu == "x86-64-v3");
+  CHECK(v3->tuneCpu == "generic");  // Clang takes levels as -march only, never as -mtune.
+  CHECK(kiln::test::beyondX86_64V3(v3->features).empty());
+  CHECK(v3->features.find('-') == std::string::npos);  // Nothing is switched off either.
+  for (const char* needed : {"+avx2,", "+fma,", "+avx,", "+sse4.2,"})
+    CHECK((v3->features + ",").find(needed) != std::string::npos);
+
+  // Code for it compiles and runs here (every machine of these tests has AVX2).
+  CpuCompileOptions options;
+  options.cpu = v3->cpu;
+  options.features = v3->features;
+  options.tuneCpu = v3->tuneCpu;
+  CpuObject object = compileOrFail(kAffineKernel, "v3", options);
+  LoadedObjects objects;
+  REQUIRE(objects.add(object.bytes, "v3").isOk());
+  auto* k = lookupOrFail<UnaryKernel>(objects, "k");
+  std::vector<float> a = ramp(40), b(40);
+  k(a.data(), b.data(), 40);
+  CHECK(b[3] == a[3] * 2.0f + 1.0f);
+  CHECK(compilerIdentity(options) != compilerIdentity());
+
+  // "native" and "host" are this machine; a CPU Clang knows keeps its own name for tuning.
+  CHECK(kiln::codegen::resolveCpuTarget("native")->cpu == kiln::codegen::hostTarget().cpu);
+  CHECK(kiln::codegen::resolveCpuTarget("host")->cpu == kiln::codegen::hostTarget().cpu);
+  CHECK(kiln::codegen::resolveCpuTarget("haswell")->tuneCpu == "haswell");
+}
+
+TEST_CASE("cpu target: an unknown name is an error that lists the valid ones") {
+  for (const char* bad : {"generic", "pentium-9000", "x86-64-v9"}) {
+    auto t = kiln::codegen::resolveCpuTarget(bad);
+    REQUIRE_FALSE(t.hasValue());
+    CHECK(t.status().code() == ErrorCode::kInvalidArgument);
+    CHECK(t.status().message().find(std::string("'") + bad + "'") != std::string::npos);
+    CHECK(t.status().message().find("x86-64-v3") != std::string::npos);
+  }
+  CpuCompileOptions options;
+  options.cpu = "generic";
+  auto object = compileCpp(kAffineKernel, "k", options);
+  REQUIRE_FALSE(object.hasValue());
+  CHECK(object.status().message().find("does not know the target CPU 'generic'") !=
+        std::string::npos);
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "compiler/artifact.h"
 #include "models/zoo.h"
+#include "x86_levels.h"
 
 using namespace kiln;
 using Catch::Contains;
@@ -223,6 +225,41 @@ TEST_CASE("artifact: code for a CPU feature this one lacks is refused, or rebuil
   CHECK((*loaded)->recompiled());
   CHECK_THAT(log.str(), Contains("recompiling its kernels from the embedded sources"));
   checkSameOutputs(*cm, **loaded, 3);
+}
+
+TEST_CASE("artifact: an x86-64-v3 artifact records only x86-64-v3's features and loads as is") {
+  TempDir dir;
+  auto opts = options(dir);
+  opts.targetCpu = "x86-64-v3";
+  auto cm = compileZoo("mnist_cnn", 2, opts);
+  REQUIRE(cm->report().generatedKernels > 0);
+  const std::string path = dir.file("portable.kiln");
+  REQUIRE(compiler::saveArtifact(*cm, path, "mnist_cnn").isOk());
+  auto info = runtime::inspectArtifact(path);
+  REQUIRE(info.hasValue());
+  CHECK(info->cpu == "x86-64-v3");
+  INFO(info->features);
+  CHECK(kiln::test::beyondX86_64V3(info->features).empty());
+  CHECK_THAT(info->features, Contains("+avx2"));
+  // No recompiler given: the load must take the object code as it is.
+  auto loaded = kiln::load(path);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  CHECK_FALSE((*loaded)->recompiled());
+  checkSameOutputs(*cm, **loaded, 5);
+  // The same model for this machine's own CPU agrees (no FMA contraction in either; a
+  // reduction's vector width may change the order of its sums).
+  auto nativeOpts = options(dir);
+  nativeOpts.targetCpu = "native";
+  auto native = compileZoo("mnist_cnn", 2, nativeOpts);
+  const auto inputs = randomInputs(cm->plan(), 9);
+  auto a = cm->run(inputs);
+  auto b = native->run(inputs);
+  REQUIRE(a.hasValue());
+  REQUIRE(b.hasValue());
+  const float* x = (*a)[0].data<float>();
+  const float* y = (*b)[0].data<float>();
+  for (int64_t i = 0; i < (*a)[0].numElements(); ++i) CHECK(std::fabs(x[i] - y[i]) <= 1e-5f);
 }
 
 TEST_CASE("artifact: inspect lists version, target, signature, kernels and sections") {
