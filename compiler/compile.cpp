@@ -660,8 +660,9 @@ CompiledModel::CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileR
       optimized_(optimized ? std::move(optimized) : std::make_shared<const ir::Graph>()),
       exec_(plan, threads) {}
 
-Expected<std::vector<runtime::Tensor>> CompiledModel::run(std::span<const runtime::Tensor> inputs) {
-  return exec_.run(inputs);
+Expected<std::vector<runtime::Tensor>> CompiledModel::run(std::span<const runtime::Tensor> inputs,
+                                                          runtime::PlanRunStats* stats) {
+  return exec_.run(inputs, stats);
 }
 
 Expected<std::unique_ptr<CompiledModel>> compile(const ir::Graph& graph,

@@ -94,18 +94,27 @@ struct CompiledCode {
   std::vector<std::pair<std::string, std::string>> ptx;  // ("sm_80", PTX) when cudaCheck.
 };
 
+// A compiled model. Thread-safe: run() may be called from many threads at once (each call
+// has its own scratch arena and statistics; see runtime::PlanExecutor), except that a model
+// whose plan writes its parameters in place (a training step) runs one call at a time.
 class CompiledModel {
  public:
   CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileReport report, int threads,
                 std::shared_ptr<const CompiledCode> code = {},
                 std::shared_ptr<const ir::Graph> optimized = {});
-  Expected<std::vector<runtime::Tensor>> run(std::span<const runtime::Tensor> inputs);
+  // `stats`, when given, receives this call's statistics.
+  Expected<std::vector<runtime::Tensor>> run(std::span<const runtime::Tensor> inputs,
+                                             runtime::PlanRunStats* stats = nullptr);
   const CompileReport& report() const { return report_; }
   const runtime::Plan& plan() const { return *plan_; }
-  const runtime::PlanRunStats& lastStats() const { return exec_.lastStats(); }
+  // The statistics of the call that finished last (a copy; any thread's call).
+  runtime::PlanRunStats lastStats() const { return exec_.lastStats(); }
   void setProfiling(bool on) { exec_.setProfiling(on); }
-  // After the parameters' bytes changed in place (training): forget reordered weights.
+  // After the parameters' bytes changed in place (training): forget reordered weights. Waits
+  // for calls in progress.
   void parametersChanged() { exec_.clearLibraryCache(); }
+  // Scratch arenas held: the most calls that ever ran at once (each plan().arenaBytes).
+  size_t arenasAllocated() const { return exec_.arenasAllocated(); }
   const CompiledCode& code() const { return *code_; }
   // The graph after the pass pipeline, as the plan runs it.
   const ir::Graph& optimizedGraph() const { return *optimized_; }

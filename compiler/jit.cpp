@@ -1,5 +1,6 @@
 #include "compiler/jit.h"
 
+#include <condition_variable>
 #include <unordered_map>
 
 namespace kiln::compiler {
@@ -84,6 +85,14 @@ std::string signatureOf(std::span<const runtime::Tensor> inputs) {
 }
 }  // namespace
 
+struct JitModule::Entry {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status error;  // When the compile failed.
+  std::unique_ptr<CompiledModel> model;
+};
+
 JitModule::JitModule(const ir::Graph& graph, CompileOptions options, int recompileLimit,
                      ir::GraphSpecializer specializer)
     : graph_(graph.clone()),
@@ -91,55 +100,99 @@ JitModule::JitModule(const ir::Graph& graph, CompileOptions options, int recompi
       specializer_(std::move(specializer)),
       limit_(recompileLimit) {}
 
+JitModule::~JitModule() = default;
+
+int JitModule::compiles() const {
+  std::lock_guard lock(mu_);
+  return compiles_;
+}
+
+std::vector<std::string> JitModule::log() const {
+  std::lock_guard lock(mu_);
+  return log_;
+}
+
 Expected<std::vector<runtime::Tensor>> JitModule::operator()(
-    std::span<const runtime::Tensor> inputs) {
+    std::span<const runtime::Tensor> inputs, runtime::PlanRunStats* stats) {
   const std::string sig = signatureOf(inputs);
-  auto it = bySignature_.find(sig);
-  if (it == bySignature_.end()) {
-    std::string why = "first call";
-    if (!lastTypes_.empty()) {
-      for (size_t i = 0; i < inputs.size() && i < lastTypes_.size(); ++i)
-        if (inputs[i].type() != lastTypes_[i]) {
-          why = "guard failed: input '" + graph_.inputs()[i]->name() + "' is " +
-                inputs[i].describe() + ", compiled for " + lastTypes_[i].toString();
-          break;
-        }
-    }
-    if (compiles_ > limit_)
-      return invalidArgument(
-          "recompile limit (" + std::to_string(limit_) + ") reached: " + why +
-          "; the model has been compiled for " + std::to_string(compiles_) +
-          " input signatures. Pad inputs to a few fixed shapes, or raise the limit");
-    std::vector<ir::TensorType> types;
-    for (const auto& t : inputs) types.push_back(t.type());
-    KILN_TRY(checkSignature(graph_, types));
-    bool same = types.size() == graph_.inputs().size();
-    for (size_t i = 0; same && i < types.size(); ++i)
-      same = types[i].dtype == graph_.inputs()[i]->type().dtype &&
-             types[i].shape == graph_.inputs()[i]->type().shape;
-    std::unique_ptr<CompiledModel> cm;
-    if (same) {
-      KILN_ASSIGN_OR_RETURN(cm, compile(graph_, options_));
+  std::vector<ir::TensorType> types;
+  for (const auto& t : inputs) types.push_back(t.type());
+  std::shared_ptr<Entry> entry;
+  bool mine = false;  // This call compiles the signature.
+  std::string why = "first call";
+  {
+    std::lock_guard lock(mu_);
+    auto it = bySignature_.find(sig);
+    if (it != bySignature_.end()) {
+      entry = it->second;
     } else {
-      KILN_ASSIGN_OR_RETURN(ir::Graph specialized,
-                            specializer_ ? specializer_(types) : respecialize(graph_, types));
-      for (size_t i = 0; i < types.size(); ++i)
-        if (i >= specialized.inputs().size() ||
-            specialized.inputs()[i]->type().shape != types[i].shape ||
-            specialized.inputs()[i]->type().dtype != types[i].dtype)
-          return internalError("the graph specializer did not make input " + std::to_string(i) +
-                               " " + types[i].toString());
-      KILN_ASSIGN_OR_RETURN(cm, compile(specialized, options_));
+      if (!lastTypes_.empty()) {
+        for (size_t i = 0; i < inputs.size() && i < lastTypes_.size(); ++i)
+          if (inputs[i].type() != lastTypes_[i]) {
+            why = "guard failed: input '" + graph_.inputs()[i]->name() + "' is " +
+                  inputs[i].describe() + ", compiled for " + lastTypes_[i].toString();
+            break;
+          }
+      }
+      // Compiles in flight count too: their entries are in the table.
+      if (static_cast<int>(bySignature_.size()) > limit_)
+        return invalidArgument(
+            "recompile limit (" + std::to_string(limit_) + ") reached: " + why +
+            "; the model has been compiled for " + std::to_string(compiles_) +
+            " input signatures. Pad inputs to a few fixed shapes, or raise the limit");
+      KILN_TRY(checkSignature(graph_, types));
+      entry = std::make_shared<Entry>();
+      bySignature_.emplace(sig, entry);
+      mine = true;
     }
-    ++compiles_;
-    log_.push_back("compile " + std::to_string(compiles_) + " for " + sig + ": " + why);
-    if (options_.log) *options_.log << "kiln jit: " << log_.back() << "\n";
-    it = bySignature_.emplace(sig, std::move(cm)).first;
+    lastTypes_ = types;
   }
-  lastTypes_.clear();
-  for (const auto& t : inputs) lastTypes_.push_back(t.type());
-  last_ = it->second.get();
-  return last_->run(inputs);
+  if (mine) {
+    // Compiled outside the module's lock: other signatures compile and run meanwhile, and
+    // callers of this one wait on the entry.
+    Expected<std::unique_ptr<CompiledModel>> compiled = compileFor(types);
+    {
+      std::lock_guard lock(mu_);
+      if (compiled) {
+        ++compiles_;
+        log_.push_back("compile " + std::to_string(compiles_) + " for " + sig + ": " + why);
+        if (options_.log) *options_.log << "kiln jit: " << log_.back() << "\n";
+      } else {
+        bySignature_.erase(sig);  // A later call tries again.
+      }
+    }
+    std::lock_guard lock(entry->mu);
+    if (compiled)
+      entry->model = std::move(*compiled);
+    else
+      entry->error = compiled.status();
+    entry->done = true;
+    entry->cv.notify_all();
+  } else {
+    std::unique_lock lock(entry->mu);
+    entry->cv.wait(lock, [&] { return entry->done; });
+  }
+  if (!entry->error.isOk()) return entry->error;
+  last_.store(entry->model.get(), std::memory_order_release);
+  return entry->model->run(inputs, stats);
+}
+
+Expected<std::unique_ptr<CompiledModel>> JitModule::compileFor(
+    const std::vector<ir::TensorType>& types) const {
+  bool same = types.size() == graph_.inputs().size();
+  for (size_t i = 0; same && i < types.size(); ++i)
+    same = types[i].dtype == graph_.inputs()[i]->type().dtype &&
+           types[i].shape == graph_.inputs()[i]->type().shape;
+  if (same) return compile(graph_, options_);
+  KILN_ASSIGN_OR_RETURN(ir::Graph specialized,
+                        specializer_ ? specializer_(types) : respecialize(graph_, types));
+  for (size_t i = 0; i < types.size(); ++i)
+    if (i >= specialized.inputs().size() ||
+        specialized.inputs()[i]->type().shape != types[i].shape ||
+        specialized.inputs()[i]->type().dtype != types[i].dtype)
+      return internalError("the graph specializer did not make input " + std::to_string(i) + " " +
+                           types[i].toString());
+  return compile(specialized, options_);
 }
 
 }  // namespace kiln::compiler

@@ -70,6 +70,7 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
 
 Expected<TrainingStep::Result> TrainingStep::operator()(const runtime::Tensor& x,
                                                         const runtime::Tensor& target) {
+  std::lock_guard lock(mu_);
   const std::vector<runtime::Tensor> inputs{x, target};
   auto outs = compiled_ ? compiled_->run(inputs) : eager_->run(inputs);
   if (!outs) return outs.status();

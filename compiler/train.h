@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 
 #include "compiler/compile.h"
 #include "passes/optimizer.h"
@@ -39,7 +40,9 @@ class TrainingStep {
     int64_t correct = 0;  // Cross-entropy: examples whose largest logit is their label, before
                           // the update.
   };
-  // One step on a batch (x, target).
+  // One step on a batch (x, target). Calls from several threads are serialized: each step
+  // updates the parameters in place, so steps run one at a time, in the order they get the
+  // step's lock.
   Expected<Result> operator()(const runtime::Tensor& x, const runtime::Tensor& target);
 
   // The step's graph: its parameters hold the current weights and optimizer state.
@@ -56,6 +59,7 @@ class TrainingStep {
   const runtime::EagerExecutor* eager() const { return eager_.get(); }
 
  private:
+  std::mutex mu_;  // One step at a time.
   std::unique_ptr<ir::Graph> graph_;
   std::vector<passes::StateWrite> writes_;
   bool crossEntropy_ = true;

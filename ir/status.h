@@ -15,6 +15,7 @@ enum class ErrorCode {
   kNotFound,         // A file, model or name the user named does not exist.
   kUnimplemented,    // A valid request kiln does not support (yet).
   kIo,               // Reading or writing a file failed.
+  kResourceExhausted,  // A limit is exceeded: the user's (--max-memory) or the machine's memory.
   kInternal,         // A bug in kiln.
 };
 
@@ -32,7 +33,8 @@ class [[nodiscard]] Status {
   // True when the error is the user's to fix (exit code 2 in the CLI).
   bool isUserError() const {
     return code_ == ErrorCode::kInvalidArgument || code_ == ErrorCode::kNotFound ||
-           code_ == ErrorCode::kUnimplemented || code_ == ErrorCode::kIo;
+           code_ == ErrorCode::kUnimplemented || code_ == ErrorCode::kIo ||
+           code_ == ErrorCode::kResourceExhausted;
   }
 
   // Prefixes context ("while reading model.json: ...") and keeps the code.
@@ -57,6 +59,9 @@ inline Status unimplemented(std::string msg) {
 }
 inline Status ioError(std::string msg) {
   return {ErrorCode::kIo, std::move(msg)};
+}
+inline Status resourceExhausted(std::string msg) {
+  return {ErrorCode::kResourceExhausted, std::move(msg)};
 }
 inline Status internalError(std::string msg) {
   return {ErrorCode::kInternal, std::move(msg)};

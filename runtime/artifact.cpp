@@ -732,8 +732,9 @@ LoadedModel::LoadedModel(std::shared_ptr<const Plan> plan, ArtifactInfo info, in
       loadMs_(loadMs),
       recompiled_(recompiled) {}
 
-Expected<std::vector<Tensor>> LoadedModel::run(std::span<const Tensor> inputs) {
-  return exec_.run(inputs);
+Expected<std::vector<Tensor>> LoadedModel::run(std::span<const Tensor> inputs,
+                                               PlanRunStats* stats) {
+  return exec_.run(inputs, stats);
 }
 
 Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,

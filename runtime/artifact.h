@@ -81,17 +81,21 @@ struct LoadOptions {
 };
 
 // A model loaded from an artifact: its plan with code and weights mapped, ready to run.
+// Thread-safe: run() may be called from many threads at once (each call has its own scratch
+// arena and statistics; the mapped weights and code are shared read-only; see PlanExecutor).
 class LoadedModel {
  public:
   LoadedModel(std::shared_ptr<const Plan> plan, ArtifactInfo info, int threads, double loadMs,
               bool recompiled);
   // Checks the inputs against the compiled signature (count, dtype, shape; errors name the
-  // input, expected vs actual) and runs the plan.
-  Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs);
+  // input, expected vs actual) and runs the plan. `stats`, when given, receives this call's.
+  Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs, PlanRunStats* stats = nullptr);
   Expected<std::vector<Tensor>> operator()(std::span<const Tensor> inputs) { return run(inputs); }
   const ArtifactInfo& info() const { return info_; }
   const Plan& plan() const { return *plan_; }
-  const PlanRunStats& lastStats() const { return exec_.lastStats(); }
+  // The statistics of the call that finished last (a copy; any thread's call).
+  PlanRunStats lastStats() const { return exec_.lastStats(); }
+  size_t arenasAllocated() const { return exec_.arenasAllocated(); }
   double loadMs() const { return loadMs_; }        // Open, verify, map, link.
   bool recompiled() const { return recompiled_; }  // Object code rebuilt from the sources.
 

@@ -2,8 +2,11 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <new>
 
 #include "runtime/reference/kernels.h"
 
@@ -14,21 +17,178 @@ namespace {
 constexpr int64_t kParallelThreshold = 1 << 15;
 }  // namespace
 
+namespace {
+
+// The ComputeThreads budget. `total` starts as OpenMP's default and changes only through
+// setNumThreads.
+struct Budget {
+  std::mutex mu;
+  std::condition_variable cv;
+  int total = 0;
+  int inUse = 0;
+  int callers = 0;  // Runs holding threads or waiting for them.
+  int peak = 0;
+};
+
+Budget& budget() {
+  static Budget* b = [] {
+    auto* p = new Budget;  // Never destroyed: runs may still release during exit.
+    p->total = std::max(1, omp_get_max_threads());
+    return p;
+  }();
+  return *b;
+}
+
+double msBetween(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Holds granted compute threads for one run and sets them as the calling thread's OpenMP
+// count (a per-thread setting in libgomp), restoring the old count afterwards.
+class ThreadGrant {
+ public:
+  explicit ThreadGrant(int wanted)
+      : previous_(omp_get_max_threads()), granted_(ComputeThreads::acquire(wanted)) {
+    omp_set_num_threads(granted_);
+  }
+  ~ThreadGrant() {
+    omp_set_num_threads(previous_);
+    ComputeThreads::release(granted_);
+  }
+  ThreadGrant(const ThreadGrant&) = delete;
+  ThreadGrant& operator=(const ThreadGrant&) = delete;
+  int threads() const { return granted_; }
+
+ private:
+  int previous_;
+  int granted_;
+};
+
+}  // namespace
+
 void setNumThreads(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
+  if (threads <= 0) return;
+  omp_set_num_threads(threads);
+  Budget& b = budget();
+  std::lock_guard lock(b.mu);
+  b.total = threads;
+  b.cv.notify_all();
 }
+
 int numThreads() {
-  return omp_get_max_threads();
+  Budget& b = budget();
+  std::lock_guard lock(b.mu);
+  return b.total;
 }
+
+int ComputeThreads::acquire(int wanted) {
+  Budget& b = budget();
+  std::unique_lock lock(b.mu);
+  ++b.callers;
+  int granted = 0;
+  b.cv.wait(lock, [&] {
+    // Alone: up to the whole budget, once every thread is free. With company: one thread.
+    const int want = b.callers == 1 ? std::clamp(wanted, 1, b.total) : 1;
+    if (b.total - b.inUse < want) return false;
+    granted = want;
+    return true;
+  });
+  b.inUse += granted;
+  b.peak = std::max(b.peak, b.inUse);
+  return granted;
+}
+
+void ComputeThreads::release(int threads) {
+  Budget& b = budget();
+  {
+    std::lock_guard lock(b.mu);
+    b.inUse -= threads;
+    --b.callers;
+  }
+  b.cv.notify_all();
+}
+
+int ComputeThreads::peakInUse() {
+  Budget& b = budget();
+  std::lock_guard lock(b.mu);
+  return b.peak;
+}
+
+bool Plan::writesParameters() const {
+  for (int p : outputParameter)
+    if (p >= 0) return true;
+  for (const PlanStep& s : steps)
+    for (const BufferRef& b : s.outputs)
+      if (b.kind == BufferRef::Kind::kParameter) return true;
+  return false;
+}
+
+// Scratch arenas, one per call in progress, reused across calls.
+struct PlanExecutor::Arenas {
+  struct Arena {
+    std::unique_ptr<std::byte[]> storage;  // Uninitialized: pages commit when first written.
+    std::byte* base = nullptr;             // 64-byte aligned.
+  };
+  explicit Arenas(int64_t bytes) : bytes(bytes) {}
+
+  Expected<Arena> take() {
+    {
+      std::lock_guard lock(mu);
+      if (!free.empty()) {
+        Arena a = std::move(free.back());
+        free.pop_back();
+        return a;
+      }
+    }
+    Arena a;
+    a.storage.reset(new (std::nothrow) std::byte[static_cast<size_t>(bytes) + 64]);
+    if (!a.storage)
+      return resourceExhausted("cannot allocate the plan's " + std::to_string(bytes) +
+                               "-byte scratch arena: out of memory");
+    const auto addr = reinterpret_cast<uintptr_t>(a.storage.get());
+    a.base = a.storage.get() + ((64 - addr % 64) % 64);
+    std::lock_guard lock(mu);
+    ++allocated;
+    return a;
+  }
+  void give(Arena a) {
+    std::lock_guard lock(mu);
+    free.push_back(std::move(a));
+  }
+
+  const int64_t bytes;
+  std::mutex mu;
+  std::vector<Arena> free;
+  size_t allocated = 0;
+};
 
 PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
-    : plan_(std::move(plan)), threads_(threads), cache_(std::make_unique<LibraryCache>()) {
-  arenaStorage_.reset(new std::byte[static_cast<size_t>(plan_->arenaBytes) + 64]);
-  auto addr = reinterpret_cast<uintptr_t>(arenaStorage_.get());
-  arena_ = arenaStorage_.get() + ((64 - addr % 64) % 64);
+    : plan_(std::move(plan)),
+      threads_(threads),
+      serialized_(plan_->writesParameters()),
+      cache_(std::make_unique<LibraryCache>()),
+      arenas_(std::make_unique<Arenas>(plan_->arenaBytes)) {}
+
+PlanExecutor::~PlanExecutor() = default;
+
+PlanRunStats PlanExecutor::lastStats() const {
+  std::lock_guard lock(statsMu_);
+  return lastStats_;
 }
 
-Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) {
+void PlanExecutor::clearLibraryCache() {
+  std::unique_lock lock(runMu_);
+  cache_->clear();
+}
+
+size_t PlanExecutor::arenasAllocated() const {
+  std::lock_guard lock(arenas_->mu);
+  return arenas_->allocated;
+}
+
+Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
+                                                PlanRunStats* statsOut) {
+  const auto tWait = std::chrono::steady_clock::now();
   const Plan& p = *plan_;
   if (inputs.size() != p.inputs.size())
     return invalidArgument("the compiled model takes " + std::to_string(p.inputs.size()) +
@@ -43,6 +203,23 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
     KILN_ASSIGN_OR_RETURN(Tensor c, inputs[i].contiguous());
     ins.push_back(std::move(c));
   }
+  // A serialized plan (in-place parameter writes) runs alone; clearLibraryCache waits for
+  // every run.
+  std::shared_lock<std::shared_mutex> shared(runMu_, std::defer_lock);
+  std::unique_lock<std::shared_mutex> exclusive(runMu_, std::defer_lock);
+  if (serialized_)
+    exclusive.lock();
+  else
+    shared.lock();
+  const ThreadGrant grant(threads_ > 0 ? threads_ : numThreads());
+  KILN_ASSIGN_OR_RETURN(Arenas::Arena arena, arenas_->take());
+  struct GiveBack {
+    Arenas& pool;
+    Arenas::Arena& arena;
+    ~GiveBack() { pool.give(std::move(arena)); }
+  } giveBack{*arenas_, arena};
+  std::byte* const arenaBase = arena.base;
+
   std::vector<Tensor> outs;
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     const auto& t = p.outputs[i];
@@ -62,7 +239,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
       case BufferRef::Kind::kParameter:
         return const_cast<std::byte*>(p.parameters[b.index].data());
       case BufferRef::Kind::kArena:
-        return arena_ + b.offset;
+        return arenaBase + b.offset;
       case BufferRef::Kind::kOutput:
         return outs[b.index].rawData();
     }
@@ -73,13 +250,16 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
     return Tensor::wrap(address(b), b.type.dtype, b.type.shape);
   };
 
-  stats_ = PlanRunStats{};
+  const bool profiling = profiling_.load(std::memory_order_relaxed);
+  PlanRunStats stats;
+  stats.threads = grant.threads();
   const auto t0 = std::chrono::steady_clock::now();
+  stats.waitMs = msBetween(tWait, t0);
   std::vector<void*> args;
   std::vector<Tensor> tin, tout;
   for (const PlanStep& s : p.steps) {
     const auto ts =
-        profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     switch (s.kind) {
       case PlanStep::Kind::kKernel: {
         args.clear();
@@ -87,7 +267,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
         for (const auto& b : s.outputs) args.push_back(address(b));
         void* const* a = args.data();
         const int64_t units = s.units;
-        const int threads = threads_ > 0 ? threads_ : omp_get_max_threads();
+        const int threads = grant.threads();
         const int nt = s.elements < kParallelThreshold
                            ? 1
                            : static_cast<int>(std::min<int64_t>(threads, units));
@@ -97,7 +277,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
 #pragma omp parallel for num_threads(nt) schedule(static, 1)
           for (int t = 0; t < nt; ++t) s.fn(a, units * t / nt, units * (t + 1) / nt);
         }
-        ++stats_.kernelSteps;
+        ++stats.kernelSteps;
         break;
       }
       case PlanStep::Kind::kOp: {
@@ -120,19 +300,21 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs) 
           st = k(ir::AttrView(ir::opInfo(s.op), s.attrs), tin, tout);
         }
         if (!st.isOk()) return st.withContext(s.name);
-        ++stats_.opSteps;
+        ++stats.opSteps;
         break;
       }
       case PlanStep::Kind::kCopy:
         std::memcpy(address(s.outputs[0]), address(s.inputs[0]), s.outputs[0].type.byteSize());
         break;
     }
-    if (profiling_)
-      stats_.stepMs.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ts).count());
+    if (profiling) stats.stepMs.push_back(msBetween(ts, std::chrono::steady_clock::now()));
   }
-  stats_.totalMs =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats.totalMs = msBetween(t0, std::chrono::steady_clock::now());
+  {
+    std::lock_guard lock(statsMu_);
+    lastStats_ = stats;
+  }
+  if (statsOut) *statsOut = std::move(stats);
   return outs;
 }
 

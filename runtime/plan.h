@@ -4,7 +4,10 @@
 // later, loaded from artifacts; executing one needs only the runtime.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,9 +20,27 @@ namespace kiln::runtime {
 
 class LoadedObjects;
 
-// The process's one thread count: kiln's kernels, oneDNN and OpenBLAS share an OpenMP pool.
+// The process's compute threads: kiln's kernels, oneDNN and OpenBLAS run on OpenMP. This is
+// the budget every plan run draws from, whatever the number of threads calling (libgomp gives
+// each calling thread a team of its own, so without a budget N callers would run N teams).
+// setNumThreads(T) sets it to T (and the calling thread's OpenMP count); call it before runs
+// start. The default is OpenMP's (OMP_NUM_THREADS, else all cores).
 void setNumThreads(int threads);
 int numThreads();
+
+// How the budget is shared: a run that is alone in the process takes up to all of it; while
+// other runs are in progress or waiting, each takes one thread. A run waits until its threads
+// are free, so at most numThreads() compute threads are busy at any time, and at most one run
+// is multi-threaded (OpenBLAS's OpenMP build frees its per-thread buffers when two callers ask
+// for different counts, so two multi-threaded callers must not overlap).
+class ComputeThreads {
+ public:
+  // Blocks until threads are free; returns the number granted (1..wanted).
+  static int acquire(int wanted);
+  static void release(int threads);
+  // The largest number of threads held at once since the process started (tests).
+  static int peakInUse();
+};
 
 // Where a value lives while a plan runs.
 struct BufferRef {
@@ -53,6 +74,10 @@ struct PlanStep {
 };
 
 struct Plan {
+  // Whether a step writes a parameter (a training step's in-place updates): such a plan runs
+  // one call at a time.
+  bool writesParameters() const;
+
   std::vector<ir::TensorType> inputs;
   std::vector<std::string> inputNames;
   std::vector<ir::TensorType> outputs;
@@ -65,36 +90,55 @@ struct Plan {
 };
 
 struct PlanRunStats {
-  double totalMs = 0;
+  double totalMs = 0;          // The run itself, after its threads were granted.
+  double waitMs = 0;           // Waiting for compute threads (or for a serialized plan).
+  int threads = 0;             // Compute threads the run was granted.
   int64_t kernelSteps = 0;     // Generated kernels.
   int64_t opSteps = 0;         // Library and reference calls.
   std::vector<double> stepMs;  // Per step, when profiling.
 };
 
+// Runs a plan. Thread safety: run() may be called from many threads at once on one executor.
+// Each call takes a scratch arena of its own from a pool (arenas are reused: the pool holds
+// as many as calls ever ran at once), reads the weights shared and read-only, shares the
+// reordered-weight cache (thread-safe), draws its threads from ComputeThreads and returns its
+// statistics through its own `stats`. A plan that writes its parameters in place
+// (Plan::writesParameters, a training step) serializes its callers: one call at a time, the
+// others wait. Outputs are new tensors per call, except outputs written over a parameter,
+// which are views of it (such plans are serialized).
 class PlanExecutor {
  public:
-  // `threads` <= 0: OpenMP's default (OMP_NUM_THREADS or all cores).
+  // `threads` <= 0: up to the whole ComputeThreads budget; else at most that many per call.
   explicit PlanExecutor(std::shared_ptr<const Plan> plan, int threads = 0);
+  ~PlanExecutor();
 
   // Checks inputs against the plan (count, dtype, shape; errors name the input) and runs it.
-  Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs);
-  const PlanRunStats& lastStats() const { return stats_; }
+  // `stats`, when given, receives this call's statistics.
+  Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs, PlanRunStats* stats = nullptr);
+  // A copy of the statistics of the call that finished last (any thread's).
+  PlanRunStats lastStats() const;
   const Plan& plan() const { return *plan_; }
-  // Records each step's wall time in lastStats().stepMs (the profiler).
-  void setProfiling(bool on) { profiling_ = on; }
+  // Records each step's wall time in the stats' stepMs (the profiler). Thread-safe.
+  void setProfiling(bool on) { profiling_.store(on, std::memory_order_relaxed); }
   // Drops the weights reordered for library kernels: call it after changing parameters in
-  // place (a training step's write-back).
-  void clearLibraryCache() { cache_->clear(); }
+  // place (a training step's write-back). Waits for calls in progress to finish.
+  void clearLibraryCache();
+  // Scratch arenas the pool holds (the most calls that ever ran at once), for tests and memory
+  // reports: each is plan().arenaBytes.
+  size_t arenasAllocated() const;
 
  private:
+  struct Arenas;
   std::shared_ptr<const Plan> plan_;
   int threads_;
+  bool serialized_;
   std::unique_ptr<LibraryCache> cache_;  // Reordered constant weights, for this plan only.
-  // Uninitialized: pages are committed when steps first write them, not at construction.
-  std::unique_ptr<std::byte[]> arenaStorage_;
-  std::byte* arena_ = nullptr;
-  PlanRunStats stats_;
-  bool profiling_ = false;
+  std::unique_ptr<Arenas> arenas_;
+  // run() holds it shared (exclusively for a serialized plan); clearLibraryCache exclusively.
+  mutable std::shared_mutex runMu_;
+  mutable std::mutex statsMu_;
+  PlanRunStats lastStats_;
+  std::atomic<bool> profiling_{false};
 };
 
 }  // namespace kiln::runtime
