@@ -1,5 +1,6 @@
 #include "compiler/train.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "passes/autodiff.h"
@@ -9,6 +10,7 @@ namespace kiln::compiler {
 Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
                                                              const TrainOptions& options) {
   auto step = std::unique_ptr<TrainingStep>(new TrainingStep());
+  step->allowNonFinite_ = options.allowNonFinite;
   step->graph_ = std::make_unique<ir::Graph>(std::move(model));
   ir::Graph& g = *step->graph_;
   if (g.inputs().size() != 1 || g.outputs().size() != 1)
@@ -91,6 +93,13 @@ Expected<TrainingStep::Result> TrainingStep::operator()(const runtime::Tensor& x
   const runtime::Tensor& l = (*outs)[0];
   r.loss =
       l.dtype() == ir::DType::kF64 ? l.data<double>()[0] : static_cast<double>(l.data<float>()[0]);
+  ++steps_;
+  if (!std::isfinite(r.loss) && !allowNonFinite_)
+    return invalidArgument(
+        "training step " + std::to_string(steps_) + ": the loss is " + std::to_string(r.loss) +
+        ": the batch holds NaN or infinite values, or training diverged (try a lower learning "
+        "rate). This step's update has been applied, so the parameters may now hold NaN too. "
+        "Allow it with TrainOptions::allowNonFinite (kiln train --allow-nonfinite)");
   const runtime::Tensor& logits = (*outs)[1];
   if (!crossEntropy_ || logits.dtype() != ir::DType::kF32) return r;
   const int64_t n = logits.shape()[0], c = logits.shape()[1];

@@ -24,6 +24,9 @@ struct TrainOptions {
   passes::SgdOptions sgd;
   passes::AdamOptions adam;
   bool eager = false;      // Run the step op by op instead of compiled.
+  // A NaN or infinite loss is an error (the step is not counted) unless this is set: training
+  // on data holding NaN, or a diverged run, must not look healthy.
+  bool allowNonFinite = false;
   CompileOptions compile;  // `inference` is forced off.
 };
 
@@ -60,6 +63,8 @@ class TrainingStep {
 
  private:
   std::mutex mu_;  // One step at a time.
+  bool allowNonFinite_ = false;
+  int64_t steps_ = 0;  // Steps run.
   std::unique_ptr<ir::Graph> graph_;
   std::vector<passes::StateWrite> writes_;
   bool crossEntropy_ = true;

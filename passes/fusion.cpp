@@ -136,6 +136,11 @@ bool isPostOpCandidate(const ir::Node& n) {
   }
 }
 
+bool acceptsLibraryEpilogue(ir::OpKind head) {
+  return head == ir::OpKind::kConv2d || head == ir::OpKind::kLinear ||
+         head == ir::OpKind::kGemm || head == ir::OpKind::kMatMul;
+}
+
 namespace {
 
 enum class Level : uint8_t { kElement, kRow, kView };
@@ -534,10 +539,7 @@ class Planner {
       const int pg = groupOfConst(p);
       GroupState& s = groups_[pg];
       if (s.group.kind != GroupKind::kLibrary || s.group.nodes.back() != p) continue;
-      const ir::OpKind head = s.group.nodes.front()->op();
-      if (head != ir::OpKind::kConv2d && head != ir::OpKind::kLinear && head != ir::OpKind::kGemm &&
-          head != ir::OpKind::kMatMul)
-        continue;
+      if (!acceptsLibraryEpilogue(s.group.nodes.front()->op())) continue;
       if (s.group.nodes.front()->output()->type().dtype != ir::DType::kF32) continue;
       if (in->users().size() != 1 || graphOutputs_.count(in)) {
         reject(p, n, "the library result is also read elsewhere");

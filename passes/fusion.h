@@ -48,6 +48,8 @@ struct FusionOptions {
 // The pointwise ops a library call can apply as a post-op (the add needs a same-shape
 // operand, checked by the planner).
 bool isPostOpCandidate(const ir::Node& n);
+// The library ops that take post-ops (in f32): the heads of epilogue groups.
+bool acceptsLibraryEpilogue(ir::OpKind head);
 
 struct FusionPlan {
   std::vector<FusionGroup> groups;  // Topological order of groups.

@@ -140,6 +140,7 @@ int runTrain(const Args& args) {
   }
   o.eager = args.flag("eager");
   o.mode.dropout = !args.flag("no-dropout");
+  o.allowNonFinite = args.flag("allow-nonfinite");
   auto copts = compileOptionsFromArgs(args);
   if (!copts) return reportError("train", copts.status());
   copts->log = nullptr;

@@ -77,6 +77,8 @@ std::vector<Command> commands() {
                          {"optimizer", true, "sgd (momentum 0.9) or adam (default sgd)"},
                          {"eager", false, "run each step op by op instead of compiled"},
                          {"no-dropout", false, "dropout stays the identity while training"},
+                         {"allow-nonfinite", false,
+                          "go on when the loss is NaN or infinite (default: stop with an error)"},
                          {"profile", false, "per-step times of one more step (to stderr)"},
                          {"data", true, "training inputs, f32 [M, ...] .npy"},
                          {"labels", true, "class indices, i64 or i32 [M] .npy"}})),

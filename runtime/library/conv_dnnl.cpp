@@ -11,11 +11,12 @@
 // Weights are OIHW (goihw with groups) and reordered into the primitive's format, through
 // the caller's LibraryCache when there is one.
 //
-// Post-ops. Activations become eltwise post-ops; the first kAdd becomes a sum post-op (dst
-// is prefilled with the residual: brgconv keeps its fast path, which a binary post-op with a
-// plain NCHW addend loses) and later kAdds binary adds. When the primitive cannot fuse the
-// chain (winograd fuses only relu and sum), or fusing would fall back to oneDNN's reference
-// implementation, the primitive runs without post-ops and kiln's epilogue pass applies them.
+// Post-ops. The leading kAdds go into the primitive (nanExactPostOpPrefix: activations run
+// in kiln's epilogue, which keeps NaN as the reference does): the first becomes a sum post-op
+// (dst is prefilled with the residual: brgconv keeps its fast path, which a binary post-op with
+// a plain NCHW addend loses) and later ones binary adds. When the primitive cannot fuse them,
+// or fusing would fall back to oneDNN's reference implementation, the primitive runs without
+// post-ops. kiln's epilogue pass applies whatever the primitive did not.
 #include <algorithm>
 #include <mutex>
 #include <optional>
@@ -41,7 +42,7 @@ struct ConvPlan {
   memory::desc userSrcMd, userWeightsMd, userDstMd;  // What the caller holds.
   memory::desc scratchMd;
   std::optional<ReorderPlan> srcIn, weightsIn, dstIn, dstOut;
-  bool fused = false;            // Post-ops are in the primitive, else the epilogue runs them.
+  size_t fusedPostOps = 0;       // Leading post-ops in the primitive; the epilogue runs the rest.
   int sumPostOp = -1;            // The post-op index done as a sum (dst prefilled with it).
   std::vector<int> binaryIndex;  // Per post-op: its binary post-op position, or -1.
 };
@@ -106,19 +107,21 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
   };
 
   std::optional<dnnl::convolution_forward::primitive_desc> pd;
-  if (!post.empty()) {
+  if (const size_t exact = nanExactPostOpPrefix(post); exact > 0) {
     dnnl::post_ops ops;
-    appendPostOps(ops, post, /*sumForFirstAdd=*/true, plan->userDstMd, plan->binaryIndex);
+    appendPostOps(ops, post.first(exact), /*sumForFirstAdd=*/true, plan->userDstMd,
+                  plan->binaryIndex);
     const dnnl::primitive_attr fusedAttr = makeAttr(ops);
     for (const auto& fmt : formats) {
       pd = tryCreate(fmt, fusedAttr);
       if (pd && !isReferenceImpl(*pd)) break;
       pd.reset();
     }
-    plan->fused = pd.has_value();
+    plan->fusedPostOps = pd ? exact : 0;
   }
+  plan->binaryIndex.resize(plan->fusedPostOps);
+  plan->binaryIndex.resize(post.size(), -1);  // The epilogue's post-ops read their addends.
   if (!pd) {
-    plan->binaryIndex.assign(post.size(), -1);
     const dnnl::primitive_attr plainAttr = makeAttr(dnnl::post_ops());
     for (const auto& fmt : formats)
       if ((pd = tryCreate(fmt, plainAttr))) break;
@@ -126,8 +129,8 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
   if (!pd)
     return unimplemented(std::string("oneDNN has no ") + std::string(convAlgoName(algo)) +
                          " convolution for this shape");
-  if (plan->fused) {
-    for (size_t i = 0; i < post.size(); ++i) {
+  {
+    for (size_t i = 0; i < plan->fusedPostOps; ++i) {
       if (post[i].kind == PostOp::Kind::kAdd && plan->binaryIndex[i] < 0) {
         plan->sumPostOp = static_cast<int>(i);
         break;
@@ -243,10 +246,11 @@ Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
   plan->prim.execute(threadStream(), args);
   if (plan->dstOut) runReorder(*plan->dstOut, dst, y);
 
-  if (!plan->fused && !call.post.empty()) {
+  if (plan->fusedPostOps < call.post.size()) {
     const auto post = resolvePostOps(call.post, extra);
     const int64_t cols = g.oh * g.ow;
-    applyEpilogue(y, call.out.numElements() / cols, cols, cols, Addend{}, post);
+    applyEpilogue(y, call.out.numElements() / cols, cols, cols, Addend{},
+                  std::span(post).subspan(plan->fusedPostOps));
   }
   return Status::ok();
 }

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "runtime/library/library_cache.h"
 
@@ -49,39 +50,15 @@ CacheKey& CacheKey::add(std::span<const PostOp> post) {
   add(static_cast<int64_t>(post.size()));
   for (const PostOp& p : post) {
     add(static_cast<int64_t>(p.kind));
-    if (p.kind != PostOp::Kind::kAdd) {
-      // Only the values oneDNN receives (floats) matter.
-      const Eltwise e = eltwiseFor(p);
-      add(static_cast<double>(e.alpha)).add(static_cast<double>(e.beta));
-    }
+    if (p.kind != PostOp::Kind::kAdd) add(p.alpha).add(p.beta);
   }
   return *this;
 }
 
-Eltwise eltwiseFor(const PostOp& op) {
-  using A = dnnl::algorithm;
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  switch (op.kind) {
-    case PostOp::Kind::kRelu:
-      return {A::eltwise_relu, 0.f, 0.f};
-    case PostOp::Kind::kLeakyRelu:
-      return {A::eltwise_relu, static_cast<float>(op.alpha), 0.f};
-    case PostOp::Kind::kClip:
-      // As the clip op: a NaN bound means no bound.
-      return {A::eltwise_clip, std::isnan(op.alpha) ? -kInf : static_cast<float>(op.alpha),
-              std::isnan(op.beta) ? kInf : static_cast<float>(op.beta)};
-    case PostOp::Kind::kSigmoid:
-      return {A::eltwise_logistic, 0.f, 0.f};
-    case PostOp::Kind::kTanh:
-      return {A::eltwise_tanh, 0.f, 0.f};
-    case PostOp::Kind::kGeluErf:
-      return {A::eltwise_gelu_erf, 0.f, 0.f};
-    case PostOp::Kind::kGeluTanh:
-      return {A::eltwise_gelu_tanh, 0.f, 0.f};
-    case PostOp::Kind::kAdd:
-      break;
-  }
-  return {A::undef, 0.f, 0.f};
+size_t nanExactPostOpPrefix(std::span<const PostOp> post) {
+  size_t n = 0;
+  while (n < post.size() && post[n].kind == PostOp::Kind::kAdd) ++n;
+  return n;
 }
 
 void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumForFirstAdd,
@@ -90,8 +67,7 @@ void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumFo
   bool sumUsed = !sumForFirstAdd;
   for (size_t i = 0; i < post.size(); ++i) {
     if (post[i].kind != PostOp::Kind::kAdd) {
-      const Eltwise e = eltwiseFor(post[i]);
-      ops.append_eltwise(1.f, e.alg, e.alpha, e.beta);
+      throw std::logic_error("appendPostOps: only kAdd post-ops go into oneDNN primitives");
     } else if (!sumUsed) {
       ops.append_sum(1.f);
       sumUsed = true;

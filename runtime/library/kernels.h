@@ -15,11 +15,9 @@
 namespace kiln::runtime {
 
 // An epilogue applied to a library op's output before it is stored: y = post(y). Formulas are
-// the reference kernels' (ops.def). Known difference, NaN only: where oneDNN fuses them,
-// relu maps NaN to 0 and clip maps NaN to its min (oneDNN computes max/min), while the
-// reference lets NaN through; kiln's own epilogue (OpenBLAS, im2col, pooling, unfused
-// chains) lets NaN through as the reference does. Likewise oneDNN max pooling lets NaN
-// lose where the reference propagates it.
+// the reference kernels' (ops.def), NaN and infinities included: a oneDNN primitive runs only
+// the leading residual adds, kiln's own epilogue pass the activations (oneDNN's relu and clip
+// turn NaN into a number; dnnl_support.h). Max pooling propagates NaN as the reference does.
 struct PostOp {
   enum class Kind : uint8_t {
     kRelu,

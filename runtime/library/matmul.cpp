@@ -73,7 +73,7 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alph
 struct MatMulPlan {
   dnnl::matmul prim;
   memory::desc scratchMd;
-  bool fused = false;            // Post-ops are in the primitive, else the epilogue runs them.
+  size_t fusedPostOps = 0;       // Leading post-ops in the primitive; the epilogue runs the rest.
   std::vector<int> binaryIndex;  // Per post-op: its binary post-op position, or -1.
 };
 
@@ -104,9 +104,12 @@ Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
     try {
       dnnl::post_ops ops;
       if (!p.c.is_zero()) ops.append_binary(dnnl::algorithm::binary_add, p.c);
-      std::vector<int> index(post.size(), -1);
-      // kAdds read the caller's tensors directly: binary adds, no sum prefill.
-      if (withPost) appendPostOps(ops, post, /*sumForFirstAdd=*/false, p.dst, index);
+      // kAdds read the caller's tensors directly: binary adds, no sum prefill. Activations run
+      // in kiln's epilogue (nanExactPostOpPrefix).
+      const size_t exact = withPost ? nanExactPostOpPrefix(post) : 0;
+      std::vector<int> index;
+      appendPostOps(ops, post.first(exact), /*sumForFirstAdd=*/false, p.dst, index);
+      index.resize(post.size(), -1);
       dnnl::primitive_attr attr = makeAttr(ops);
       if (p.alpha != 1.f) attr.set_output_scales(0, {p.alpha});
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.bias, p.dst), attr,
@@ -120,8 +123,8 @@ Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
     }
   };
   std::optional<dnnl::matmul::primitive_desc> pd;
-  if (!post.empty()) pd = tryCreate(true);
-  plan->fused = pd.has_value();
+  if (nanExactPostOpPrefix(post) > 0) pd = tryCreate(true);
+  plan->fusedPostOps = pd ? nanExactPostOpPrefix(post) : 0;
   if (!pd) pd = tryCreate(false);
   if (!pd) return unimplemented("oneDNN matmul cannot run this problem");
   plan->prim = dnnl::matmul(*pd);
@@ -155,10 +158,11 @@ Status runDnnl(const Call& call, const DnnlProblem& p, const void* a, const void
   if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD, mem(plan->scratchMd, scratch(Scratch::kPrimitive, bytes)));
   plan->prim.execute(threadStream(), args);
-  if (!plan->fused && !call.post.empty()) {
+  if (plan->fusedPostOps < call.post.size()) {
     const auto post = resolvePostOps(call.post, call.extra);
     const int64_t cols = call.out.rank() == 0 ? 1 : call.out.shape().back();
-    applyEpilogue(y, cols == 0 ? 0 : call.out.numElements() / cols, cols, cols, Addend{}, post);
+    applyEpilogue(y, cols == 0 ? 0 : call.out.numElements() / cols, cols, cols, Addend{},
+                  std::span(post).subspan(plan->fusedPostOps));
   }
   return Status::ok();
 }

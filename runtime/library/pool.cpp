@@ -10,8 +10,10 @@
 //
 // Dilated max windows whose taps all land in the padding are set to -inf, as the reference.
 //
-// Known difference: oneDNN's max pooling lets a NaN input lose (comparisons are false), while
-// the reference (as PyTorch) propagates it; checking for NaN would cost a second pass.
+// NaN: oneDNN's max pooling lets a NaN input lose (its comparisons are false), while the
+// reference (as PyTorch) propagates it. A vectorized scan of the input for NaN (one read of
+// it, parallel) finds the rare inputs that hold any, and only then the outputs whose windows
+// hold one are set to NaN, so max pooling is exact at the cost of that scan.
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -178,6 +180,52 @@ void fixEmptyMaxWindows(const Tensor& x, Tensor& y, const PoolGeometry& g, bool 
                });
 }
 
+bool anyNaN(const float* x, int64_t n) {
+  constexpr int64_t kBlock = 1 << 14;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  bool found = false;
+#pragma omp parallel for schedule(static) reduction(|| : found) if (blocks > 4)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t end = std::min(n, (b + 1) * kBlock);
+    bool nan = false;
+    for (int64_t i = b * kBlock; i < end; ++i) nan |= x[i] != x[i];  // Vectorizes; no branch.
+    found = found || nan;
+  }
+  return found;
+}
+
+// The output positions along one dim whose window takes input position `i`.
+template <class F>
+void windowsTaking(int64_t i, int64_t stride, int64_t padBegin, int64_t kernel, int64_t dil,
+                   int64_t out, F&& f) {
+  for (int64_t t = 0; t < kernel; ++t) {
+    const int64_t num = i + padBegin - t * dil;
+    if (num >= 0 && num % stride == 0 && num / stride < out) f(num / stride);
+  }
+}
+
+// Sets every max-pooling output whose window holds a NaN input to NaN (see the file comment).
+void propagateMaxNaN(const Tensor& x, Tensor& y, const PoolGeometry& g, bool channelsLast) {
+  const float* in = x.data<float>();
+  if (!anyNaN(in, x.numElements())) return;
+  float* out = y.data<float>();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t h = 0; h < g.h; ++h)
+        for (int64_t w = 0; w < g.w; ++w) {
+          const int64_t xi = channelsLast ? ((n * g.h + h) * g.w + w) * g.c + c
+                                          : ((n * g.c + c) * g.h + h) * g.w + w;
+          if (in[xi] == in[xi]) continue;
+          windowsTaking(h, g.strideH, g.padTop, g.kh, g.dilH, g.oh, [&](int64_t oh) {
+            windowsTaking(w, g.strideW, g.padLeft, g.kw, g.dilW, g.ow, [&](int64_t ow) {
+              out[channelsLast ? ((n * g.oh + oh) * g.ow + ow) * g.c + c
+                               : ((n * g.c + c) * g.oh + oh) * g.ow + ow] = nan;
+            });
+          });
+        }
+}
+
 }  // namespace
 
 Status runPool2d(const Call& call) {
@@ -211,6 +259,7 @@ Status runPool2d(const Call& call) {
     fixCeilBorder(call.in[0], call.out, g, channelsLast);
   if (isMax && (g.dilH > 1 || g.dilW > 1))
     fixEmptyMaxWindows(call.in[0], call.out, g, channelsLast);
+  if (isMax) propagateMaxNaN(call.in[0], call.out, g, channelsLast);
   if (!call.post.empty()) {
     const auto post = resolvePostOps(call.post, call.extra);
     const int64_t cols = g.oh * g.ow;

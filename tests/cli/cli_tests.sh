@@ -173,6 +173,22 @@ check "train --json" 0 '"samples_per_s"' -- "$KILN" train mlp --steps 3 --batch 
 check "train --no-dropout --profile" 0 "profile of one step" -- "$KILN" train mnist_cnn --steps 2 --batch 8 --eager --no-dropout --profile
 check "train bad optimizer" 2 "--optimizer must be sgd or adam" -- "$KILN" train mlp --optimizer rmsprop
 check "train non-classifier" 2 "trains classifiers.*f32\[1,128,768\]" -- "$KILN" train bert_layer --steps 1 --batch 1
+# A batch of NaN: the loss is NaN, an error unless allowed.
+npy_header() {
+  local header="{'descr': '$2', 'fortran_order': False, 'shape': ($3), }"
+  header=$(printf '%-117s' "$header")
+  { printf '\x93NUMPY\x01\x00\x76\x00'; printf '%s\n' "$header"; } >"$1"
+}
+npy_header xnan.npy '<f4' "8, 784"
+printf '\x00\x00\xc0\x7f%.0s' $(seq $((8 * 784))) >>xnan.npy
+npy_header ynan.npy '<i8' "8,"
+head -c 64 /dev/zero >>ynan.npy
+check "train on NaN data stops" 2 "training step 1: the loss is nan.*--allow-nonfinite" -- \
+  "$KILN" train mlp --steps 3 --batch 8 --data xnan.npy --labels ynan.npy --cache-dir cache
+check "train --allow-nonfinite" 0 "loss nan" -- "$KILN" train mlp --steps 3 --batch 8 \
+  --data xnan.npy --labels ynan.npy --allow-nonfinite --cache-dir cache
+check "train eager on NaN data stops" 2 "the loss is nan" -- \
+  "$KILN" train mlp --steps 3 --batch 8 --data xnan.npy --labels ynan.npy --eager
 check "train labels without data" 2 "--data and --labels go together" -- "$KILN" train mlp --labels y.npy
 
 leftovers=$(ls -A | grep -E '\.tmp|~$' || true)

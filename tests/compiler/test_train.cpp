@@ -315,3 +315,32 @@ TEST_CASE("training: dropout masks are seeded, change every step, and --no-dropo
   CHECK(a[0] != a[1]);
   CHECK(c[0] == c[1]);
 }
+
+TEST_CASE("training: a non-finite loss is an error unless allowed, compiled and eager") {
+  for (bool eager : {false, true}) {
+    for (bool allow : {false, true}) {
+      INFO((eager ? "eager" : "compiled") << (allow ? ", allowed" : ""));
+      compiler::TrainOptions o;
+      o.eager = eager;
+      o.allowNonFinite = allow;
+      auto step = compiler::TrainingStep::create(zoo("mlp", {4, 1}), o);
+      REQUIRE(step.hasValue());
+      Tensor x = *Tensor::empty(ir::DType::kF32, {4, 784});
+      for (int64_t i = 0; i < x.numElements(); ++i) x.data<float>()[i] = 0.01f;
+      Tensor y = *Tensor::empty(ir::DType::kI64, {4});
+      for (int i = 0; i < 4; ++i) y.data<int64_t>()[i] = i;
+      REQUIRE((**step)(x, y).hasValue());  // A finite step first.
+      x.data<float>()[5] = std::nanf("");
+      auto r = (**step)(x, y);
+      if (allow) {
+        REQUIRE(r.hasValue());
+        CHECK(std::isnan(r->loss));
+      } else {
+        REQUIRE_FALSE(r.hasValue());
+        CHECK(r.status().isUserError());
+        CHECK_THAT(r.status().message(), Catch::Contains("training step 2: the loss is nan") &&
+                                             Catch::Contains("allowNonFinite"));
+      }
+    }
+  }
+}

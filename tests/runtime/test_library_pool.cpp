@@ -87,6 +87,31 @@ TEST_CASE("library max_pool2d matches the reference in both layouts", "[library]
   }
 }
 
+TEST_CASE("library max_pool2d propagates NaN as the reference does, in both layouts",
+          "[library][pool]") {
+  uint32_t seed = 30;
+  for (const PoolCase& c : poolCases()) {
+    const ir::AttrMap attrs = maxAttrs(c);
+    Tensor x = randomTensor(c.x, seed++);
+    // NaN in a corner, on an edge and inside, and one +inf.
+    float* p = x.data<float>();
+    const int64_t n = x.numElements();
+    for (int64_t i : {int64_t{0}, n / 3, n / 2 + 1, n - 1}) p[i] = std::nanf("");
+    p[n / 5] = std::numeric_limits<float>::infinity();
+    const std::vector<Tensor> in{x};
+    const Tensor want = runRef(OpKind::kMaxPool2d, in, attrs);
+    int64_t nans = 0;
+    for (int64_t i = 0; i < want.numElements(); ++i) nans += std::isnan(want.data<float>()[i]);
+    CHECK(nans > 0);
+    for (bool nhwc : {false, true}) {
+      INFO(c.name << (nhwc ? ", NHWC" : ", NCHW"));
+      LibraryOptions options;
+      options.channelsLast = nhwc;
+      checkRelClose(runLib(OpKind::kMaxPool2d, in, attrs, {}, {}, options), want, 0);
+    }
+  }
+}
+
 TEST_CASE("library avg_pool2d matches the reference, count_include_pad both ways",
           "[library][pool]") {
   uint32_t seed = 50;

@@ -149,8 +149,10 @@ inline void checkRelClose(const Tensor& got, const Tensor& want, double tol) {
   double maxRef = 0, maxErr = 0;
   int64_t worst = -1, nanMismatch = -1;
   for (int64_t i = 0; i < want.numElements(); ++i) {
-    if (std::isnan(w[i]) || std::isnan(g[i])) {
-      if (std::isnan(w[i]) != std::isnan(g[i]) && nanMismatch < 0) nanMismatch = i;
+    if (std::isnan(w[i]) || std::isnan(g[i]) || std::isinf(w[i]) || std::isinf(g[i])) {
+      // NaN where the reference has NaN, the same infinities.
+      const bool same = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i];
+      if (!same && nanMismatch < 0) nanMismatch = i;
       continue;
     }
     maxRef = std::max(maxRef, std::fabs(static_cast<double>(w[i])));
@@ -164,6 +166,7 @@ inline void checkRelClose(const Tensor& got, const Tensor& want, double tol) {
                     << (worst >= 0 ? " (got " + std::to_string(g[worst]) + ", want " +
                                          std::to_string(w[worst]) + ")"
                                    : std::string()));
+  INFO("first NaN/inf mismatch at " << nanMismatch);
   CHECK(nanMismatch == -1);
   CHECK(maxErr <= tol * std::max(maxRef, 1e-30));
 }
