@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include <fcntl.h>
@@ -54,8 +55,10 @@ std::string errnoText() {
 }
 
 // Reads a whole file. Returns false with `error` set on failure; ENOENT leaves `error` empty.
+// Opens without blocking (a FIFO put in place of an entry would otherwise block the open
+// until a writer appears) and reads only regular files.
 bool readFile(const std::filesystem::path& path, std::vector<uint8_t>& out, std::string& error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     if (errno != ENOENT) error = errnoText();
     return false;
@@ -63,6 +66,13 @@ bool readFile(const std::filesystem::path& path, std::vector<uint8_t>& out, std:
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     error = errnoText();
+    ::close(fd);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    error = S_ISDIR(st.st_mode)   ? "a directory, not a cache entry"
+            : S_ISFIFO(st.st_mode) ? "a FIFO, not a cache entry"
+                                   : "not a regular file";
     ::close(fd);
     return false;
   }
@@ -389,6 +399,13 @@ Status KernelCache::store(const CacheKey& key, std::span<const std::byte> payloa
   ++stats_.stores;
   stats_.bytesWritten += static_cast<int64_t>(payload.size());
   return Status::ok();
+}
+
+bool KernelCache::firstFailure(const std::filesystem::path& directory) {
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard lock(mu);
+  return warned.insert(directory.lexically_normal().string()).second;
 }
 
 CacheStats KernelCache::stats() const {

@@ -122,6 +122,10 @@ class KernelCache {
 
   CacheStats stats() const;
 
+  // True the first time in this process that it is called for `directory`: callers warn once
+  // that a cache directory cannot be used (read-only, not a directory), not once per kernel.
+  static bool firstFailure(const std::filesystem::path& directory);
+
  private:
   CacheLookup miss(CacheMissReason reason, std::string detail);
 

@@ -1,6 +1,7 @@
 #include "compiler/compile.h"
 
 #include <chrono>
+#include <iostream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -177,8 +178,19 @@ class Driver {
         best = std::string(runtime::convAlgoName(algo));
       }
     }
-    (void)cache.store(key, best + "|" + explanation);  // The cache only saves time.
+    cacheStored(cache, cache.store(key, best + "|" + explanation));
     return passes::AlgorithmChoice{best, "timed: " + explanation};
+  }
+
+  // The cache only saves time: a failed store is a remark, and a warning once per process and
+  // directory (a read-only or non-directory cache would otherwise recompile every kernel in
+  // every process without a word).
+  void cacheStored(const codegen::KernelCache& cache, const Status& st) {
+    if (st.isOk()) return;
+    report_.remarks.push_back(st.message());
+    if (codegen::KernelCache::firstFailure(cache.directory()))
+      (opts_.log ? *opts_.log : std::cerr)
+          << "kiln: warning: " << st.message() << "; kernels are compiled again in every process\n";
   }
 
   codegen::KernelCache& kernelCache() {
@@ -377,8 +389,7 @@ class Driver {
       for (size_t j = 0; j < results.size(); ++j) {
         if (!results[j]) return results[j].status().withContext("compiling generated kernels");
         objects[missIndex[j]] = std::move(results[j]->bytes);
-        Status st = cache.store(keys[missIndex[j]], objects[missIndex[j]]);
-        if (!st.isOk()) report_.remarks.push_back("kernel cache: " + st.message());
+        cacheStored(cache, cache.store(keys[missIndex[j]], objects[missIndex[j]]));
       }
     }
     auto code = std::make_shared<runtime::LoadedObjects>();

@@ -68,6 +68,43 @@ Expected<InputFile> openInputFile(const std::string& path, const std::string& ki
   return f;
 }
 
+Expected<std::string> resolveInsideDirectory(const std::string& directory,
+                                             const std::string& relative, const std::string& what,
+                                             const std::string& place) {
+  const fs::path rel(relative);
+  if (relative.empty()) return invalidArgument(what + ": the file name is empty");
+  if (rel.is_absolute())
+    return invalidArgument(what + ": '" + relative + "' must be relative to " + place);
+  for (const auto& part : rel)
+    if (part == "..")
+      return invalidArgument(what + ": '" + relative +
+                             "' must stay inside " + place + " (no '..')");
+  const fs::path joined = (directory.empty() ? fs::path(".") : fs::path(directory)) / rel;
+  std::error_code ec;
+  const fs::path dir = fs::canonical(directory.empty() ? fs::path(".") : fs::path(directory), ec);
+  if (ec) return ioError(what + ": cannot resolve " + place + " '" + directory + "': " +
+                         ec.message());
+  const fs::path target = fs::canonical(joined, ec);
+  if (ec) {
+    if (ec == std::errc::no_such_file_or_directory)
+      return notFound(what + ": '" + joined.string() + "' does not exist" +
+                      (fs::is_symlink(fs::symlink_status(joined)) ? " (a dangling symlink)" : ""));
+    return invalidArgument(what + ": cannot resolve '" + joined.string() + "': " + ec.message());
+  }
+  const fs::path inside = target.lexically_relative(dir);
+  if (inside.empty() || *inside.begin() == "..")
+    return invalidArgument(what + ": '" + joined.string() + "' resolves to '" + target.string() +
+                           "', outside " + place + " '" + dir.string() +
+                           "' (through a symlink); copy the file into the directory");
+  const fs::file_status st = fs::status(target, ec);
+  if (ec) return ioError(what + ": cannot read '" + joined.string() + "': " + ec.message());
+  if (!fs::is_regular_file(st))
+    return invalidArgument(what + ": '" + joined.string() + "' is " +
+                           (fs::is_directory(st) ? "a directory" : "not a regular file") +
+                           ", not a data file");
+  return target.string();
+}
+
 Status writeFilesAtomically(const std::vector<OutputFile>& files) {
   struct Temp {
     fs::path target;

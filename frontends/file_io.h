@@ -33,6 +33,17 @@ struct InputFile {
 };
 Expected<InputFile> openInputFile(const std::string& path, const std::string& kind);
 
+// The path of a file that a model file names (ONNX external data, a JSON graph's weights):
+// `relative` must be a relative path without '..', and what it names, with every symlink
+// resolved, must be a regular file inside `directory` (resolved too), so that a model can never
+// make kiln read a file elsewhere on the machine (a symlink to /etc/passwd), a FIFO or a
+// device. `what` starts every error ("external data of initializer 'w'"), `place` names the
+// directory in them ("the model's directory"). Returns the resolved path; not found is
+// kNotFound, anything else kInvalidArgument.
+Expected<std::string> resolveInsideDirectory(const std::string& directory,
+                                             const std::string& relative, const std::string& what,
+                                             const std::string& place = "the model's directory");
+
 // Bytes of a dense tensor with `dims` of `elementSize` bytes each, or nullopt when it exceeds
 // INT64_MAX (the dims then cannot be an ir::Shape). The product of the non-zero dims is what
 // is bounded, so a later ir::numElements cannot overflow whatever the order of the dims.

@@ -417,17 +417,22 @@ class GraphLoader {
   Status loadWeights(const Json& weights) {
     if (!weights.is_string() || weights.get_ref<const std::string&>().empty())
       return fail("", "\"weights\" must be the weights file's name, got " + shown(weights));
-    const fs::path relative(weights.get<std::string>());
-    if (relative.is_absolute())
-      return fail(
-          "", "\"weights\" must be relative to the JSON file's directory, got " + shown(weights));
-    // Inside that directory, as for ONNX external data: a model file never names files
-    // elsewhere on the machine.
-    for (const fs::path& part : relative)
-      if (part == "..")
-        return fail("", "\"weights\" must stay inside the JSON file's directory (no '..'), got " +
-                            shown(weights));
-    weightsPath_ = (fs::path(path_).parent_path() / relative).string();
+    // Inside the JSON file's directory, symlinks resolved, as for ONNX external data: a model
+    // file never names files elsewhere on the machine.
+    auto resolved = resolveInsideDirectory(fs::path(path_).parent_path().string(),
+                                           weights.get<std::string>(), "\"weights\"",
+                                           "the JSON file's directory");
+    if (!resolved) {
+      if (resolved.status().code() == ErrorCode::kNotFound)
+        return fail("",
+                    "the weights file '" +
+                        (fs::path(path_).parent_path() / weights.get<std::string>()).string() +
+                        "' does not exist (\"weights\": " + shown(weights) +
+                        ", relative to the JSON file's directory)",
+                    ErrorCode::kNotFound);
+      return fail("", resolved.status().message());
+    }
+    weightsPath_ = *resolved;
     auto contents = readSafetensorsFile(weightsPath_);
     if (!contents) {
       if (contents.status().code() == ErrorCode::kNotFound)

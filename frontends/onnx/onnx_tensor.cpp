@@ -100,17 +100,10 @@ Status resolveExternalData(TensorProto& tensor, const std::string& modelDir,
   const std::string* location = externalEntry(tensor, "location");
   if (!location || location->empty())
     return invalidArgument(what + " is stored externally but has no 'location' entry");
-  const fs::path rel(*location);
-  if (rel.is_absolute())
-    return invalidArgument(what + ": external data location '" + *location +
-                           "' must be relative to the model's directory");
-  for (const auto& part : rel)
-    if (part == "..")
-      return invalidArgument(what + ": external data location '" + *location +
-                             "' must stay inside the model's directory (no '..')");
+  KILN_ASSIGN_OR_RETURN(const std::string path,
+                        resolveInsideDirectory(modelDir, *location, what + ": external data"));
   KILN_ASSIGN_OR_RETURN(ir::DType dtype, tensorDType(tensor, what));
   KILN_ASSIGN_OR_RETURN(uint64_t want, expectedBytes(tensor, dtype, what));
-  const std::string path = (fs::path(modelDir) / rel).string();
   KILN_ASSIGN_OR_RETURN(InputFile file, openInputFile(path, "external data file of " + what));
   uint64_t offset = 0, length = 0;
   if (const std::string* s = externalEntry(tensor, "offset"); s && !parseSize(*s, offset))

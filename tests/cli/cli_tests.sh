@@ -167,6 +167,16 @@ check "unknown host CPU still compiles" 0 "code for CPU x86-64" -- \
   env KILN_SIMULATE_HOST_CPU=generic "$KILN" compile mnist_cnn --cache-dir cache
 
 
+# ---- An unusable kernel cache directory: compiled anyway, one warning.
+echo x >notadir
+out=$("$KILN" compile resnet18 --autotune --cache-dir notadir 2>&1)
+rc=$?
+warnings=$(grep -c "warning: kernel cache" <<<"$out")
+if [ "$rc" -eq 0 ] && [ "$warnings" -eq 1 ]; then pass=$((pass + 1)); else
+  echo "FAIL: unusable cache dir: exit $rc, $warnings warnings (want 0, 1)"; echo "$out" | head -5
+  fail=$((fail + 1))
+fi
+
 # ---- Training.
 check "train mlp" 0 "loss 2\.[0-9]+ -> 0\." -- "$KILN" train mlp --steps 30 --batch 32 --cache-dir cache
 check "train --json" 0 '"samples_per_s"' -- "$KILN" train mlp --steps 3 --batch 8 --eager --json

@@ -2,6 +2,7 @@
 // miss with its reason, deleted, and rebuilt. Each test uses its own KILN_CACHE_DIR.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
@@ -301,4 +302,40 @@ TEST_CASE("kernel cache: an unwritable directory is an I/O error, not a crash") 
   CHECK(status.code() == kiln::ErrorCode::kIo);
   CHECK(status.message().find("KILN_CACHE_DIR") != std::string::npos);
   CHECK(cache.lookup(key).reason != CacheMissReason::kNone);
+}
+
+TEST_CASE("kernel cache: a FIFO, directory or device in an entry's place is a miss, never a hang") {
+  TempCacheDir dir;
+  KernelCache cache(dir.path(), true);
+  int n = 0;
+  for (const char* kind : {"fifo", "directory", "device"}) {
+    INFO(kind);
+    const CacheKey key = keyFor(std::string("odd entry ") + kind);
+    const fs::path entry = cache.entryPath(key);
+    fs::create_directories(entry.parent_path());
+    if (std::string(kind) == "fifo") {
+      REQUIRE(::mkfifo(entry.c_str(), 0600) == 0);  // A blocking open would wait forever.
+    } else if (std::string(kind) == "directory") {
+      fs::create_directory(entry);
+    } else {
+      fs::create_symlink("/dev/zero", entry);  // Endless bytes if it were read.
+    }
+    const auto lookup = cache.lookup(key);
+    CHECK_FALSE(lookup.hit);
+    CHECK(lookup.reason == CacheMissReason::kIo);
+    CHECK(lookup.detail.find("not") != std::string::npos);
+    ++n;
+  }
+  CHECK(n == 3);
+}
+
+TEST_CASE("kernel cache: an unusable directory is reported once per process and directory") {
+  TempCacheDir dir;
+  const fs::path a = dir.path() / "a-file", b = dir.path() / "another-file";
+  std::ofstream(a) << "x";
+  std::ofstream(b) << "x";
+  CHECK(KernelCache::firstFailure(a));
+  CHECK_FALSE(KernelCache::firstFailure(a));
+  CHECK_FALSE(KernelCache::firstFailure(dir.path() / "." / "a-file"));
+  CHECK(KernelCache::firstFailure(b));
 }

@@ -587,7 +587,24 @@ TEST_CASE("graph JSON: the weights file", "[graph_json]") {
   SECTION("weights path must be relative") {
     CHECK_THAT(
         loadError(replaced(kBase, "\"model.safetensors\"", "\"/tmp/model.safetensors\"")).message(),
-        Contains("\"weights\" must be relative"));
+        Contains("must be relative to the JSON file's directory"));
+  }
+  SECTION("a weights symlink out of the JSON file's directory is refused, one inside followed") {
+    TempDir dir, other;
+    KILN_REQUIRE_OK(writeSafetensors(other.file("x.st"), baseWeights()));
+    std::filesystem::create_symlink(other.file("x.st"), dir.file("link.st"));
+    writeBytes(dir.file("model.json"), replaced(kBase, "\"model.safetensors\"", "\"link.st\""));
+    Status st = errorOf(loadGraphJson(dir.file("model.json")));
+    CHECK(st.isUserError());
+    CHECK_THAT(st.message(), Contains("outside the JSON file's directory") && Contains("link.st"));
+    std::filesystem::create_symlink("/etc/passwd", dir.file("passwd"));
+    writeBytes(dir.file("model.json"), replaced(kBase, "\"model.safetensors\"", "\"passwd\""));
+    CHECK_THAT(errorOf(loadGraphJson(dir.file("model.json"))).message(),
+               Contains("outside the JSON file's directory"));
+    KILN_REQUIRE_OK(writeSafetensors(dir.file("real.st"), baseWeights()));
+    std::filesystem::create_symlink("real.st", dir.file("alias.st"));
+    writeBytes(dir.file("model.json"), replaced(kBase, "\"model.safetensors\"", "\"alias.st\""));
+    KILN_REQUIRE_OK(loadGraphJson(dir.file("model.json")));
   }
   SECTION("weights in a subdirectory") {
     TempDir dir;

@@ -1,6 +1,8 @@
 // The ONNX importer as a whole: files and external data, symbolic dims, the one error that lists
 // every unsupported node, and malformed models (each an error, never a crash or a huge
 // allocation).
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include "frontends/test_files.h"
@@ -216,6 +218,39 @@ TEST_CASE("onnx: external data is read relative to the model and checked against
     CHECK_THAT(loadError(path).message(), Catch::Contains("must stay inside"));
     writeBytes(path, model("/etc/passwd", "", "").bytes());
     CHECK_THAT(loadError(path).message(), Catch::Contains("must be relative"));
+  }
+  SECTION("symlinks: resolved, and refused when they leave the model's directory") {
+    // Outside: a symlink in the model's directory to a file elsewhere (/etc/passwd in the
+    // report that found it; here a file of the right size next to the directory).
+    TempDir other;
+    writeBytes(other.file("secret.bin"), std::string(24, 's'));
+    std::filesystem::create_symlink(other.file("secret.bin"), dir.file("link.bin"));
+    writeBytes(path, model("link.bin", "", "").bytes());
+    Status st = loadError(path);
+    CHECK(st.isUserError());
+    CHECK_THAT(st.message(), Catch::Contains("outside the model's directory") &&
+                                 Catch::Contains("link.bin"));
+    std::filesystem::create_symlink("/etc/passwd", dir.file("passwd"));
+    writeBytes(path, model("passwd", "", "").bytes());
+    CHECK_THAT(loadError(path).message(), Catch::Contains("outside the model's directory"));
+    // A directory symlink out of the model's directory.
+    std::filesystem::create_directory_symlink(other.path(), dir.file("sub"));
+    writeBytes(path, model("sub/secret.bin", "", "").bytes());
+    CHECK_THAT(loadError(path).message(), Catch::Contains("outside the model's directory"));
+    // Inside: a symlink to a file in the same directory is followed.
+    std::filesystem::create_symlink("weights.bin", dir.file("alias.bin"));
+    writeBytes(path, model("alias.bin", "16", "24").bytes());
+    auto g = loadOnnx(path);
+    INFO(g.status().message());
+    CHECK(g.hasValue());
+  }
+  SECTION("a FIFO, a directory") {
+    REQUIRE(::mkfifo(dir.file("fifo.bin").c_str(), 0600) == 0);
+    writeBytes(path, model("fifo.bin", "", "").bytes());
+    CHECK_THAT(loadError(path).message(), Catch::Contains("not a regular file"));
+    std::filesystem::create_directory(dir.file("d.bin"));
+    writeBytes(path, model("d.bin", "", "").bytes());
+    CHECK_THAT(loadError(path).message(), Catch::Contains("is a directory"));
   }
   SECTION("a missing file, a bad number") {
     writeBytes(path, model("nothere.bin", "", "").bytes());
