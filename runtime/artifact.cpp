@@ -1,6 +1,7 @@
 #include "runtime/artifact.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,11 +9,14 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <random>
+#include <utility>
 
 #include "ir/op_table.h"
 #include "runtime/object_loader.h"
@@ -325,6 +329,103 @@ std::vector<std::byte> planSection(const ArtifactContents& c,
   return std::move(w.out());
 }
 
+// The temporary file an artifact is written to before it is renamed into place: beside the
+// target, named ".NAME.tmp.PID.RANDOM" (not guessable, so another user cannot plant a symlink
+// there; created exclusively, so an existing file is never followed or truncated), synced
+// before the rename so that a crash never leaves a renamed but empty artifact, and removed on
+// every way out. Temporaries of processes that no longer exist (a compile killed with SIGKILL)
+// are removed by the next write into that directory.
+class TempFile {
+ public:
+  static Expected<TempFile> create(const std::string& target) {
+    const fs::path t(target);
+    const fs::path dir = t.parent_path().empty() ? fs::path(".") : t.parent_path();
+    removeStale(dir);
+    std::random_device random;
+    const uint64_t tag = (uint64_t{random()} << 32) ^ random();
+    TempFile f;
+    f.target_ = target;
+    f.path_ = (dir / ("." + t.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
+                      std::to_string(tag)))
+                  .string();
+    f.fd_ = ::open(f.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (f.fd_ < 0)
+      return ioError("cannot write '" + target + "': creating a temporary file in '" +
+                     dir.string() + "' failed: " + std::strerror(errno) +
+                     " (is the directory writable?)");
+    return f;
+  }
+
+  TempFile() = default;
+  TempFile(TempFile&& o) noexcept
+      : target_(std::move(o.target_)), path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}
+  ~TempFile() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink(path_.c_str());
+    }
+  }
+
+  Status write(std::span<const std::byte> bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0)
+        return ioError("writing '" + target_ + "' failed: " + std::strerror(errno) +
+                       (errno == ENOSPC ? " (the disk is full)" : ""));
+      done += static_cast<size_t>(n);
+    }
+    return Status::ok();
+  }
+
+  // fsync, close, rename onto the target. On error the temporary is removed.
+  Status commit() {
+    if (::fsync(fd_) != 0)
+      return ioError("writing '" + target_ + "' failed: syncing: " + std::strerror(errno));
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) {
+      ::unlink(path_.c_str());
+      return ioError("writing '" + target_ + "' failed: " + std::strerror(errno));
+    }
+    if (::rename(path_.c_str(), target_.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(path_.c_str());
+      return ioError("cannot move the artifact into place at '" + target_ +
+                     "': " + std::strerror(err));
+    }
+    return Status::ok();
+  }
+
+ private:
+  // Removes the artifact temporaries in `dir` (".X.kiln.tmp.PID.N", and "X.kiln.tmpPID" of
+  // older kilns) whose process is gone, whatever artifact they were for.
+  static void removeStale(const fs::path& dir) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string f = it->path().filename().string();
+      std::string pid;
+      if (const size_t at = f.find(".kiln.tmp."); f[0] == '.' && at != std::string::npos)
+        pid = f.substr(at + 10, f.find('.', at + 10) - (at + 10));
+      else if (const size_t old = f.find(".kiln.tmp"); old != std::string::npos)
+        pid = f.substr(old + 9);
+      else
+        continue;
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      const long id = std::strtol(pid.c_str(), nullptr, 10);
+      if (id <= 0 || id == ::getpid()) continue;
+      if (::kill(static_cast<pid_t>(id), 0) != 0 && errno == ESRCH) {
+        std::error_code rm;
+        fs::remove(it->path(), rm);
+      }
+    }
+  }
+
+  std::string target_;
+  std::string path_;
+  int fd_ = -1;
+};
+
 Status writeFileAtomically(const std::string& path, const std::vector<Section>& sections) {
   // Layout: header, table, then each section aligned.
   std::vector<ArtifactSection> table;
@@ -355,37 +456,20 @@ Status writeFileAtomically(const std::string& path, const std::vector<Section>& 
   header.padTo(kHeaderChecksumAt);
   header.u64(checksum(header.out()));
 
-  const std::string temp = path + ".tmp" + std::to_string(::getpid());
+  KILN_ASSIGN_OR_RETURN(TempFile temp, TempFile::create(path));
   {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) return ioError("cannot write '" + path + "' (is its directory writable?)");
-    auto put = [&](std::span<const std::byte> b) {
-      out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-    };
-    put(header.out());
-    put(tableBytes.out());
+    auto put = [&](std::span<const std::byte> b) { return temp.write(b); };
+    KILN_TRY(put(header.out()));
+    KILN_TRY(put(tableBytes.out()));
     uint64_t at = header.size() + tableBytes.size();
     const std::vector<std::byte> zeros(kWeightsAlign);
     for (size_t i = 0; i < sections.size(); ++i) {
-      put(std::span(zeros).first(table[i].offset - at));
-      put(sections[i].bytes);
+      KILN_TRY(put(std::span(zeros).first(table[i].offset - at)));
+      KILN_TRY(put(sections[i].bytes));
       at = table[i].offset + table[i].size;
     }
-    out.flush();
-    if (!out) {
-      out.close();
-      std::error_code ec;
-      fs::remove(temp, ec);
-      return ioError("writing '" + path + "' failed (disk full?)");
-    }
   }
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  if (ec) {
-    fs::remove(temp, ec);
-    return ioError("cannot move the artifact into place at '" + path + "': " + ec.message());
-  }
-  return Status::ok();
+  return temp.commit();
 }
 
 // ---- Reading.
@@ -440,10 +524,14 @@ Expected<Opened> openArtifact(const std::string& path) {
   const std::span<const std::byte> file(o.map->data, o.map->size);
   o.info.path = path;
   o.info.fileBytes = file.size();
-  if (file.size() < kHeaderBytes || std::memcmp(file.data(), kArtifactMagic, 8) != 0)
+  if (file.size() < sizeof(kArtifactMagic) ||
+      std::memcmp(file.data(), kArtifactMagic, sizeof(kArtifactMagic)) != 0)
     return bad(path,
                "not a kiln artifact (no KILNAOT header; make one with `kiln compile MODEL "
                "-o FILE.kiln`)");
+  if (file.size() < kHeaderBytes)
+    return bad(path, "truncated: " + std::to_string(file.size()) + " bytes, fewer than its " +
+                         std::to_string(kHeaderBytes) + "-byte header");
   ByteReader h(file.first(kHeaderBytes), "header");
   h.u64();  // Magic.
   const uint32_t version = h.u32();
@@ -717,6 +805,32 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
   }
   sections.push_back({"weights", std::move(weights.out()), kWeightsAlign});
   return writeFileAtomically(path, sections);
+}
+
+Status resealArtifact(std::span<std::byte> image) {
+  if (image.size() < kHeaderBytes || std::memcmp(image.data(), kArtifactMagic, 8) != 0)
+    return invalidArgument("not an artifact image");
+  uint32_t numSections = 0;
+  uint64_t tableAt = 0;
+  std::memcpy(&numSections, image.data() + 12, 4);
+  std::memcpy(&tableAt, image.data() + 24, 8);
+  if (numSections > kMaxSections || tableAt > image.size() ||
+      image.size() - tableAt < uint64_t{numSections} * kSectionEntryBytes)
+    return invalidArgument("the artifact image's section table lies outside it");
+  for (uint32_t i = 0; i < numSections; ++i) {
+    std::byte* entry = image.data() + tableAt + i * kSectionEntryBytes;
+    uint64_t offset = 0, size = 0;
+    std::memcpy(&offset, entry + kSectionNameBytes, 8);
+    std::memcpy(&size, entry + kSectionNameBytes + 8, 8);
+    if (offset > image.size() || size > image.size() - offset) continue;  // Left broken.
+    const uint64_t sum = checksum(image.subspan(offset, size));
+    std::memcpy(entry + kSectionNameBytes + 16, &sum, 8);
+  }
+  const uint64_t tableSum = checksum(image.subspan(tableAt, numSections * kSectionEntryBytes));
+  std::memcpy(image.data() + 32, &tableSum, 8);
+  const uint64_t headerSum = checksum(image.first(kHeaderChecksumAt));
+  std::memcpy(image.data() + kHeaderChecksumAt, &headerSum, 8);
+  return Status::ok();
 }
 
 Expected<ArtifactInfo> inspectArtifact(const std::string& path) {

@@ -107,6 +107,13 @@ class LoadedModel {
   bool recompiled_;
 };
 
+// Recomputes every checksum of an artifact image in memory (each section's, the table's, the
+// header's) so that it verifies again after its bytes were changed. For tests and the artifact
+// fuzz target, and a statement of the trust model: the checksums detect damage, not
+// tampering; anyone who can write the file can reseal it (docs/artifact-format.md).
+// kInvalidArgument when the image has no readable header or table.
+Status resealArtifact(std::span<std::byte> image);
+
 // Reads the header, section table and metadata, verifying every section's checksum. Errors
 // (kInvalidArgument, naming the file): not an artifact, an unsupported format version, a
 // truncated file, a checksum mismatch (naming the section), a malformed section.

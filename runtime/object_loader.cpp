@@ -14,6 +14,8 @@
 #include <llvm/TargetParser/Triple.h>
 #include <llvm/TargetParser/X86TargetParser.h>
 
+#include "runtime/object_check.h"
+
 namespace kiln::runtime {
 namespace {
 
@@ -128,8 +130,9 @@ Status LoadedObjects::add(std::span<const std::byte> object, std::string name) {
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
       llvm::StringRef(reinterpret_cast<const char*>(object.data()), object.size()), name);
 
-  // Parse before handing the bytes to the JIT: its linker trusts its input, and a truncated
-  // or foreign object must be an error, not a crash.
+  // Check before handing the bytes to the JIT: its linker trusts its input, and a truncated,
+  // foreign or malformed object must be an error, not a crash or an abort inside LLVM.
+  KILN_TRY(checkKernelObject(object, name));
   auto parsed = llvm::object::ObjectFile::createObjectFile(buffer->getMemBufferRef());
   if (!parsed) {
     return invalidArgument("object '" + name + "' (" + std::to_string(object.size()) +

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end tests of the `kiln` tool: results, exit codes, error messages and files left
-# behind. Usage: cli_tests.sh KILN_BINARY TESTS_DIR (the source tree's tests/)
+# behind. Usage: cli_tests.sh KILN_BINARY TESTS_DIR (the source tree's tests/) TAMPER_ARTIFACT
 set -u
 KILN=$1
 TESTS_DIR=$(cd "$2" && pwd)
+TAMPER=$3
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
@@ -154,6 +155,29 @@ head -c 5000 mnist.kiln >cut.kiln
 check "truncated artifact" 2 "truncated" -- "$KILN" run cut.kiln
 check "not an artifact" 2 "not a kiln artifact" -- "$KILN" inspect y.npy
 check "artifact --eager" 2 "needs the model" -- "$KILN" run mnist.kiln --eager
+# Tampered and resealed (the checksums are not signatures): the object check refuses it.
+check "tamper a resealed artifact" 0 "" -- "$TAMPER" mnist.kiln tampered.kiln
+check "a malformed object in a resealed artifact" 2 "object 'kiln_module0' is malformed.*relocation" -- \
+  "$KILN" run tampered.kiln --no-recompile
+check "a malformed object, inspected" 0 "format version" -- "$KILN" inspect tampered.kiln
+# A compile killed with SIGKILL leaves its temporary; the next write into the directory
+# removes it (its process is gone).
+mkdir -p killed
+"$KILN" compile resnet50 -o killed/r.kiln --cache-dir cache >/dev/null 2>&1 &
+victim=$!
+for _ in $(seq 200); do ls -A killed | grep -q tmp && break; sleep 0.05; done
+kill -9 $victim 2>/dev/null; wait $victim 2>/dev/null
+stale=$(ls -A killed | grep -c tmp)
+check "compile -o after a killed compile" 0 "wrote killed/m\.kiln" -- \
+  "$KILN" compile mnist_cnn -o killed/m.kiln --cache-dir cache
+leftover=$(ls -A killed | grep -c tmp)
+if [ "$stale" -ge 1 ] && [ "$leftover" -eq 0 ]; then pass=$((pass + 1)); else
+  echo "FAIL: stale temporary files: $stale after the kill, $leftover after the next compile"
+  fail=$((fail + 1))
+fi
+head -c 40 mnist.kiln >short.kiln
+check "artifact cut inside its header" 2 "truncated: 40 bytes, fewer than its 64-byte header" -- \
+  "$KILN" inspect short.kiln
 check "compile --target-cpu x86-64-v3" 0 "wrote v3\.kiln" -- \
   "$KILN" compile mnist_cnn --target-cpu x86-64-v3 -o v3.kiln --cache-dir cache
 check "inspect portable artifact" 0 "x86-64-v3" -- "$KILN" inspect v3.kiln

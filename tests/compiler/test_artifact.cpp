@@ -12,6 +12,7 @@
 
 #include "compiler/artifact.h"
 #include "models/zoo.h"
+#include "artifact_tamper.h"
 #include "x86_levels.h"
 
 using namespace kiln;
@@ -225,6 +226,30 @@ TEST_CASE("artifact: code for a CPU feature this one lacks is refused, or rebuil
   CHECK((*loaded)->recompiled());
   CHECK_THAT(log.str(), Contains("recompiling its kernels from the embedded sources"));
   checkSameOutputs(*cm, **loaded, 3);
+}
+
+TEST_CASE("artifact: a malformed object in a resealed artifact is an error, not a crash") {
+  TempDir dir;
+  auto cm = compileZoo("mnist_cnn", 1, options(dir));
+  const std::string path = dir.file("m.kiln");
+  REQUIRE(compiler::saveArtifact(*cm, path, "mnist_cnn").isOk());
+  const std::string bytes = readFile(path);
+  std::vector<std::byte> image(bytes.size());
+  std::memcpy(image.data(), bytes.data(), bytes.size());
+  REQUIRE(kiln::test::corruptFirstRelocation(image));
+  // Unsealed, the checksum catches the change; resealed, the object check does.
+  writeFile(path, std::string(reinterpret_cast<const char*>(image.data()), image.size()));
+  CHECK_THAT(loadError(path), Contains("checksum"));
+  REQUIRE(runtime::resealArtifact(image).isOk());
+  writeFile(path, std::string(reinterpret_cast<const char*>(image.data()), image.size()));
+  REQUIRE(runtime::inspectArtifact(path).hasValue());
+  CHECK_THAT(loadError(path), Contains("object 'kiln_module0' is malformed") &&
+                                  Contains("not one of the types kiln's kernels use"));
+  // A header cut short is reported as such (12 to 63 bytes once said "no KILNAOT header").
+  for (size_t cut : {size_t{8}, size_t{12}, size_t{40}, size_t{63}}) {
+    writeFile(path, bytes.substr(0, cut));
+    CHECK_THAT(loadError(path), Contains("truncated: " + std::to_string(cut) + " bytes"));
+  }
 }
 
 TEST_CASE("artifact: an x86-64-v3 artifact records only x86-64-v3's features and loads as is") {
