@@ -826,6 +826,8 @@ Status resealArtifact(std::span<std::byte> image) {
     const uint64_t sum = checksum(image.subspan(offset, size));
     std::memcpy(entry + kSectionNameBytes + 16, &sum, 8);
   }
+  const uint64_t fileBytes = image.size();
+  std::memcpy(image.data() + 16, &fileBytes, 8);
   const uint64_t tableSum = checksum(image.subspan(tableAt, numSections * kSectionEntryBytes));
   std::memcpy(image.data() + 32, &tableSum, 8);
   const uint64_t headerSum = checksum(image.first(kHeaderChecksumAt));
