@@ -161,6 +161,7 @@ void Sha256::compress(const uint8_t* block) {
 void Sha256::update(std::span<const std::byte> data) {
   const auto* p = reinterpret_cast<const uint8_t*>(data.data());
   size_t n = data.size();
+  if (n == 0) return;  // An empty span's data() may be null, which memcpy must not get.
   totalBytes_ += n;
   if (buffered_ > 0) {
     const size_t take = std::min(n, 64 - buffered_);

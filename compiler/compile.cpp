@@ -86,9 +86,11 @@ class Driver {
     KILN_TRY(buildPlan());
     report_.planMs = msSince(tp);
     report_.totalMs = msSince(t0);
-    return std::make_unique<CompiledModel>(plan_, std::move(report_), opts_.runThreads,
-                                           std::move(code_info_),
-                                           std::make_shared<const ir::Graph>(std::move(graph_)));
+    auto model = std::make_unique<CompiledModel>(
+        plan_, std::move(report_), opts_.runThreads, std::move(code_info_),
+        std::make_shared<const ir::Graph>(std::move(graph_)));
+    KILN_TRY(model->limitMemory(opts_.maxMemoryBytes));
+    return model;
   }
 
  private:

@@ -49,6 +49,10 @@ struct CompileOptions {
   // $KILN_TARGET_CPU, else "native"; a named CPU ("x86-64-v3") makes code that runs on every
   // machine with its features (portable artifacts).
   std::string targetCpu;
+  // Bound on the model's memory (weights, and per call its arena and outputs), 0 for none:
+  // compile fails before any arena is allocated when one call does not fit, naming the
+  // amounts; concurrent calls beyond what fits wait (runtime::PlanExecutor::limitMemory).
+  int64_t maxMemoryBytes = 0;
   // Also render every kernel as CUDA C and compile it with NVRTC for sm_80 and sm_90 (a
   // check on machines without a GPU; the PTX is kept in the report).
   bool cudaCheck = false;
@@ -115,6 +119,7 @@ class CompiledModel {
   void parametersChanged() { exec_.clearLibraryCache(); }
   // Scratch arenas held: the most calls that ever ran at once (each plan().arenaBytes).
   size_t arenasAllocated() const { return exec_.arenasAllocated(); }
+  Status limitMemory(int64_t limitBytes) { return exec_.limitMemory(limitBytes); }
   const CompiledCode& code() const { return *code_; }
   // The graph after the pass pipeline, as the plan runs it.
   const ir::Graph& optimizedGraph() const { return *optimized_; }

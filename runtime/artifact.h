@@ -78,6 +78,7 @@ struct LoadOptions {
   std::function<Expected<std::vector<std::byte>>(const ArtifactModule&)> recompile;
   std::ostream* log = nullptr;  // Notices (e.g. "recompiling ...") go here.
   int threads = 0;              // Kernel threads; 0: OpenMP's default.
+  int64_t maxMemoryBytes = 0;   // PlanExecutor::limitMemory; 0: no bound.
 };
 
 // A model loaded from an artifact: its plan with code and weights mapped, ready to run.
@@ -96,6 +97,7 @@ class LoadedModel {
   // The statistics of the call that finished last (a copy; any thread's call).
   PlanRunStats lastStats() const { return exec_.lastStats(); }
   size_t arenasAllocated() const { return exec_.arenasAllocated(); }
+  Status limitMemory(int64_t limitBytes) { return exec_.limitMemory(limitBytes); }
   double loadMs() const { return loadMs_; }        // Open, verify, map, link.
   bool recompiled() const { return recompiled_; }  // Object code rebuilt from the sources.
 

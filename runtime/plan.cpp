@@ -1,12 +1,17 @@
 #include "runtime/plan.h"
 
+#include <fcntl.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string_view>
 
 #include "runtime/reference/kernels.h"
 
@@ -28,15 +33,55 @@ struct Budget {
   int inUse = 0;
   int callers = 0;  // Runs holding threads or waiting for them.
   int peak = 0;
+  std::atomic<bool> loadAware{true};
+  // /proc/loadavg's runnable count, and when it was read.
+  int runnable = 0;
+  std::chrono::steady_clock::time_point readAt{};
 };
 
 Budget& budget() {
   static Budget* b = [] {
     auto* p = new Budget;  // Never destroyed: runs may still release during exit.
     p->total = std::max(1, omp_get_max_threads());
+    const char* env = std::getenv("KILN_LOAD_AWARE");
+    p->loadAware = !(env && std::string_view(env) == "0");
     return p;
   }();
   return *b;
+}
+
+// Threads runnable on the whole machine now (the 4th field of /proc/loadavg, "3/150"), or -1.
+int runnableThreads() {
+  const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[128];
+  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  const char* slash = std::strchr(text, '/');
+  if (!slash) return -1;
+  const char* start = slash;
+  while (start > text && start[-1] >= '0' && start[-1] <= '9') --start;
+  return start == slash ? -1 : std::atoi(start);
+}
+
+// Cores the other processes leave free, with b.mu held.
+int freeCoresLocked(Budget& b) {
+  static const int online = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  const auto now = std::chrono::steady_clock::now();
+  if (now - b.readAt > std::chrono::milliseconds(10)) {
+    b.runnable = runnableThreads();
+    b.readAt = now;
+  }
+  if (b.runnable < 0) return online;
+  // This process's own runnable threads: the caller and its OpenMP team, whose threads spin
+  // for a while after every parallel region (eager runs and other libraries' regions use the
+  // same team), and the other callers. Counting the team when it already sleeps can only keep
+  // threads under a partial load.
+  const int own = b.total + (b.callers - 1);
+  const int others = std::max(0, b.runnable - own);
+  return std::max(1, online - others);
 }
 
 double msBetween(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -87,8 +132,11 @@ int ComputeThreads::acquire(int wanted) {
   ++b.callers;
   int granted = 0;
   b.cv.wait(lock, [&] {
-    // Alone: up to the whole budget, once every thread is free. With company: one thread.
-    const int want = b.callers == 1 ? std::clamp(wanted, 1, b.total) : 1;
+    // Alone: up to the whole budget (and the free cores), once every thread is free. With
+    // company: one thread.
+    int want = b.callers == 1 ? std::clamp(wanted, 1, b.total) : 1;
+    if (want > 1 && b.loadAware.load(std::memory_order_relaxed))
+      want = std::min(want, freeCoresLocked(b));
     if (b.total - b.inUse < want) return false;
     granted = want;
     return true;
@@ -108,6 +156,16 @@ void ComputeThreads::release(int threads) {
   b.cv.notify_all();
 }
 
+void ComputeThreads::setLoadAware(bool on) {
+  budget().loadAware = on;
+}
+
+int ComputeThreads::freeCores() {
+  Budget& b = budget();
+  std::lock_guard lock(b.mu);
+  return freeCoresLocked(b);
+}
+
 int ComputeThreads::peakInUse() {
   Budget& b = budget();
   std::lock_guard lock(b.mu);
@@ -123,6 +181,20 @@ bool Plan::writesParameters() const {
   return false;
 }
 
+int64_t Plan::parameterBytes() const {
+  int64_t b = 0;
+  for (const ir::TensorData& d : parameters) b += static_cast<int64_t>(d.byteSize());
+  return b;
+}
+
+int64_t Plan::bytesPerCall() const {
+  int64_t b = arenaBytes;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (i >= outputParameter.size() || outputParameter[i] < 0)
+      b += static_cast<int64_t>(outputs[i].byteSize());
+  return b;
+}
+
 // Scratch arenas, one per call in progress, reused across calls.
 struct PlanExecutor::Arenas {
   struct Arena {
@@ -133,33 +205,45 @@ struct PlanExecutor::Arenas {
 
   Expected<Arena> take() {
     {
-      std::lock_guard lock(mu);
+      std::unique_lock lock(mu);
+      // Under a memory limit, a call waits for an arena once `max` exist.
+      cv.wait(lock, [&] { return !free.empty() || max == 0 || allocated < max; });
       if (!free.empty()) {
         Arena a = std::move(free.back());
         free.pop_back();
         return a;
       }
+      ++allocated;  // Reserved now, so that concurrent calls respect `max`.
     }
     Arena a;
     a.storage.reset(new (std::nothrow) std::byte[static_cast<size_t>(bytes) + 64]);
-    if (!a.storage)
+    if (!a.storage) {
+      {
+        std::lock_guard lock(mu);
+        --allocated;
+      }
+      cv.notify_one();
       return resourceExhausted("cannot allocate the plan's " + std::to_string(bytes) +
                                "-byte scratch arena: out of memory");
+    }
     const auto addr = reinterpret_cast<uintptr_t>(a.storage.get());
     a.base = a.storage.get() + ((64 - addr % 64) % 64);
-    std::lock_guard lock(mu);
-    ++allocated;
     return a;
   }
   void give(Arena a) {
-    std::lock_guard lock(mu);
-    free.push_back(std::move(a));
+    {
+      std::lock_guard lock(mu);
+      free.push_back(std::move(a));
+    }
+    cv.notify_one();
   }
 
   const int64_t bytes;
   std::mutex mu;
+  std::condition_variable cv;
   std::vector<Arena> free;
   size_t allocated = 0;
+  size_t max = 0;  // 0: no bound.
 };
 
 PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
@@ -179,6 +263,26 @@ PlanRunStats PlanExecutor::lastStats() const {
 void PlanExecutor::clearLibraryCache() {
   std::unique_lock lock(runMu_);
   cache_->clear();
+}
+
+Status PlanExecutor::limitMemory(int64_t limitBytes) {
+  if (limitBytes <= 0) return Status::ok();
+  const Plan& p = *plan_;
+  const int64_t weights = p.parameterBytes(), perCall = p.bytesPerCall();
+  auto mb = [](int64_t b) {
+    char s[32];
+    std::snprintf(s, sizeof(s), "%.1f MB", static_cast<double>(b) / 1e6);
+    return std::string(s);
+  };
+  if (weights + perCall > limitBytes)
+    return resourceExhausted(
+        "the model needs " + mb(weights + perCall) + " (weights " + mb(weights) +
+        ", activations arena " + mb(p.arenaBytes) + ", outputs " + mb(perCall - p.arenaBytes) +
+        "), more than the memory limit of " + mb(limitBytes) +
+        "; raise the limit (--max-memory), or use a smaller batch");
+  std::lock_guard lock(arenas_->mu);
+  arenas_->max = perCall > 0 ? static_cast<size_t>((limitBytes - weights) / perCall) : 0;
+  return Status::ok();
 }
 
 size_t PlanExecutor::arenasAllocated() const {
@@ -211,7 +315,8 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     exclusive.lock();
   else
     shared.lock();
-  const ThreadGrant grant(threads_ > 0 ? threads_ : numThreads());
+  // The arena first, then the threads: a call never holds compute threads while it waits for
+  // memory (under limitMemory).
   KILN_ASSIGN_OR_RETURN(Arenas::Arena arena, arenas_->take());
   struct GiveBack {
     Arenas& pool;
@@ -219,6 +324,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     ~GiveBack() { pool.give(std::move(arena)); }
   } giveBack{*arenas_, arena};
   std::byte* const arenaBase = arena.base;
+  const ThreadGrant grant(threads_ > 0 ? threads_ : numThreads());
 
   std::vector<Tensor> outs;
   for (size_t i = 0; i < p.outputs.size(); ++i) {

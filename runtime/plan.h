@@ -33,6 +33,13 @@ int numThreads();
 // are free, so at most numThreads() compute threads are busy at any time, and at most one run
 // is multi-threaded (OpenBLAS's OpenMP build frees its per-thread buffers when two callers ask
 // for different counts, so two multi-threaded callers must not overlap).
+//
+// Load awareness (on by default; KILN_LOAD_AWARE=0 or setLoadAware(false) turns it off): a run
+// alone takes no more threads than the machine has cores that other processes leave free
+// (online CPUs minus the other runnable threads, from /proc/loadavg, read at most every 10 ms).
+// A team whose threads must wait for cores that other processes hold pays a scheduler time
+// slice at every barrier: mnist_cnn at batch 1 took 64 ms on 2 threads against 1.0 ms on one,
+// with two busy processes on the two cores (docs/serving.md).
 class ComputeThreads {
  public:
   // Blocks until threads are free; returns the number granted (1..wanted).
@@ -40,6 +47,9 @@ class ComputeThreads {
   static void release(int threads);
   // The largest number of threads held at once since the process started (tests).
   static int peakInUse();
+  static void setLoadAware(bool on);
+  // Cores other processes leave free now (at least 1), as the load-aware grant sees them.
+  static int freeCores();
 };
 
 // Where a value lives while a plan runs.
@@ -77,6 +87,10 @@ struct Plan {
   // Whether a step writes a parameter (a training step's in-place updates): such a plan runs
   // one call at a time.
   bool writesParameters() const;
+  // Bytes of the weights (shared by every call), and what each call allocates: its arena and
+  // its output tensors (outputs written over parameters excluded).
+  int64_t parameterBytes() const;
+  int64_t bytesPerCall() const;
 
   std::vector<ir::TensorType> inputs;
   std::vector<std::string> inputNames;
@@ -126,6 +140,10 @@ class PlanExecutor {
   // Scratch arenas the pool holds (the most calls that ever ran at once), for tests and memory
   // reports: each is plan().arenaBytes.
   size_t arenasAllocated() const;
+  // Bounds the memory of this model to `limitBytes` (0: no bound): kResourceExhausted, naming
+  // the amounts, when the weights and one call do not fit; otherwise at most as many calls run
+  // at once as fit, and the others wait for a free arena. Call it before the first run.
+  Status limitMemory(int64_t limitBytes);
 
  private:
   struct Arenas;

@@ -3,9 +3,34 @@
 # KILN_FUZZ_SECONDS is set (CI sets 60), every fuzz target for that many seconds each
 # (scripts/fuzz.sh). The `peer` tests run when tools/peers/setup.sh has made the peer exports,
 # and are skipped otherwise. Exits non-zero on any failure.
+#   scripts/test.sh [ctest args...]
+#   scripts/test.sh --sanitize address|thread [ctest args...]
+# --sanitize builds the test binaries the ctest label `sanitize` needs with ASan+UBSan
+# (build-asan/) or TSan (build-tsan/) and runs that label: the fast unit tests and the
+# concurrency tests (tests/CMakeLists.txt; suppressions in tests/sanitizers/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+
+if [ "${1:-}" = --sanitize ]; then
+  mode=${2:-}
+  shift 2 || true
+  case $mode in
+    address) dir=build-asan; targets=(test_ir test_runtime test_codegen test_compiler) ;;
+    thread) dir=build-tsan; targets=(test_codegen test_compiler) ;;
+    *) echo "usage: scripts/test.sh --sanitize address|thread [ctest args...]" >&2; exit 2 ;;
+  esac
+  export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  if [ ! -f "$dir/build.ninja" ]; then
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON \
+      -DKILN_SANITIZE="$mode" >/dev/null
+  fi
+  cmake --build "$dir" -j"$(nproc)" --target "${targets[@]}"
+  (cd "$dir" && ctest --output-on-failure -j"$(nproc)" -L sanitize "$@")
+  exit 0
+fi
+
 scripts/build.sh
 (cd "${KILN_BUILD_DIR:-build}" && ctest --output-on-failure -j"$(nproc)" "$@")
 fuzz_seconds=${KILN_FUZZ_SECONDS:-0}

@@ -6,6 +6,7 @@
 
 #include "compiler/artifact.h"
 #include "tools/cli.h"
+#include "tools/serve_bench.h"
 
 namespace kiln::cli {
 
@@ -122,6 +123,9 @@ int benchArtifact(const Args& args) {
   if (!threads) return reportError("bench", threads.status());
   if (*threads > 0) runtime::setNumThreads(static_cast<int>(*threads));
   runtime::LoadOptions options;
+  auto limit = memoryLimit(args);
+  if (!limit) return reportError("bench", limit.status());
+  options.maxMemoryBytes = *limit;
   if (!args.flag("no-recompile")) options.recompile = compiler::recompileForHost;
   options.log = &std::cerr;
   options.threads = static_cast<int>(*threads);
@@ -133,6 +137,13 @@ int benchArtifact(const Args& args) {
   if (!model) return reportError("bench", model.status());
   auto inputs = seededInputs((*model)->info());
   if (!inputs) return reportError("bench", inputs.status());
+  if (args.value("concurrency")) {
+    const auto& in = (*model)->info().inputs;
+    const int64_t batch = in.empty() || in[0].shape.empty() ? 1 : in[0].shape[0];
+    runtime::LoadedModel& loaded = **model;
+    return runServeBench(args, args.positional[0], batch,
+                         [&] { return loaded.run(*inputs).status(); });
+  }
   // The first run pays for first touches: weight pages, arena pages, oneDNN primitives and
   // reordered weights.
   start = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@
 #include "frontends/onnx/onnx_import.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
+#include "tools/serve_bench.h"
 
 namespace kiln::cli {
 
@@ -50,6 +51,23 @@ Status writeKernels(const compiler::CompileReport& r, const std::string& dir) {
 
 }  // namespace
 
+Expected<int64_t> memoryLimit(const Args& args) {
+  const auto v = args.value("max-memory");
+  if (!v) return int64_t{0};
+  char* end = nullptr;
+  const double n = std::strtod(v->c_str(), &end);
+  const std::string suffix(end);
+  const double scale = suffix.empty() || suffix == "B" ? 1
+                       : suffix == "K" || suffix == "KB" ? 1e3
+                       : suffix == "M" || suffix == "MB" ? 1e6
+                       : suffix == "G" || suffix == "GB" ? 1e9
+                                                          : 0;
+  if (v->empty() || end == v->c_str() || scale == 0 || !(n > 0) || n * scale > 1e18)
+    return invalidArgument("--max-memory expects a size such as 512M, 2G or 1000000, got '" +
+                           *v + "'");
+  return static_cast<int64_t>(n * scale);
+}
+
 std::vector<OptionSpec> compileOptionSpecs() {
   return {{"disable-pass", true, "skip a pass (repeatable, or comma-separated)", true},
           {"dump-after", true, "print the IR after a pass, or 'all' (to stderr)", true},
@@ -58,6 +76,9 @@ std::vector<OptionSpec> compileOptionSpecs() {
           {"no-cache", false, "do not read or write the kernel cache"},
           {"cache-dir", true, "kernel cache directory (default $KILN_CACHE_DIR or ~/.cache/kiln)"},
           {"threads", true, "threads for kernels (default: all cores)"},
+          {"max-memory", true,
+           "fail before allocating when the compiled model needs more: bytes, or with K, M, G "
+           "(powers of 1000); concurrent calls beyond it wait"},
           {"target-cpu", true,
            "CPU for generated code: native (default, or $KILN_TARGET_CPU) or an LLVM CPU name, "
            "e.g. x86-64-v3 for an artifact that runs on every AVX2 machine"},
@@ -77,6 +98,7 @@ Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
   o.runThreads = static_cast<int>(threads);
   if (threads > 0) runtime::setNumThreads(static_cast<int>(threads));
   o.autotune = args.flag("autotune") && !args.flag("no-autotune");
+  KILN_ASSIGN_OR_RETURN(o.maxMemoryBytes, memoryLimit(args));
   if (auto t = args.value("target-cpu")) {
     if (t->empty()) return invalidArgument("--target-cpu needs a CPU name (or 'native')");
     o.targetCpu = *t;
@@ -88,6 +110,23 @@ Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
 }
 
 namespace {
+
+// Seeded random f32 inputs for `g` (bench measures speed, not values).
+Expected<std::vector<runtime::Tensor>> randomInputs(const ir::Graph& g) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<runtime::Tensor> inputs;
+  for (const ir::Value* v : g.inputs()) {
+    if (v->type().dtype != ir::DType::kF32)
+      return unimplemented("bench makes random f32 inputs; input '" + v->name() + "' is " +
+                           v->type().toString());
+    KILN_ASSIGN_OR_RETURN(runtime::Tensor t,
+                          runtime::Tensor::empty(v->type().dtype, v->type().shape));
+    for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = dist(rng);
+    inputs.push_back(t);
+  }
+  return inputs;
+}
 
 // --shapes name=1x3x224x224,other=2x8: the graph specialized for those input shapes (symbolic
 // dims of ONNX models re-imported; static dims checked as kiln::jit does).
@@ -213,6 +252,24 @@ int runCompile(const Args& args) {
   return r.cudaErrors.empty() ? kExitOk : kExitInternal;
 }
 
+namespace {
+
+// kiln bench MODEL --concurrency ...: the compiled model served from client threads.
+int serveCompiled(const Args& args, const ir::Graph& g, const compiler::CompileOptions& opts) {
+  auto cm = compiler::compile(g, opts);
+  if (!cm) return reportError("bench", cm.status());
+  auto inputs = randomInputs(g);
+  if (!inputs) return reportError("bench", inputs.status());
+  compiler::CompiledModel& model = **cm;
+  const int64_t batch = g.inputs().empty() || g.inputs()[0]->type().shape.empty()
+                            ? 1
+                            : g.inputs()[0]->type().shape[0];
+  return runServeBench(args, args.positional[0] + " compiled", batch,
+                       [&] { return model.run(*inputs).status(); });
+}
+
+}  // namespace
+
 int runBench(const Args& args) {
   if (!args.positional.empty() && isArtifactPath(args.positional[0])) return benchArtifact(args);
   auto g = loadModelFromArgs(args);
@@ -224,6 +281,7 @@ int runBench(const Args& args) {
   auto warmup = args.intValue("warmup", 2, 0, 1000);
   if (!warmup) return reportError("bench", warmup.status());
   opts->log = args.flag("json") ? nullptr : &std::cerr;
+  if (args.value("concurrency")) return serveCompiled(args, *g, *opts);
 
   // Compile cold (a fresh, empty cache directory) and warm (the same directory again).
   const auto tmp = std::filesystem::temp_directory_path() /
@@ -245,17 +303,9 @@ int runBench(const Args& args) {
   std::filesystem::remove_all(tmp);
   if (!cm) return reportError("bench", cm.status());
 
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<runtime::Tensor> inputs;
-  for (const ir::Value* v : g->inputs()) {
-    if (v->type().dtype != ir::DType::kF32)
-      return reportError("bench", unimplemented("bench makes random f32 inputs; input '" +
-                                                v->name() + "' is " + v->type().toString()));
-    runtime::Tensor t = *runtime::Tensor::empty(v->type().dtype, v->type().shape);
-    for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = dist(rng);
-    inputs.push_back(t);
-  }
+  auto randomIns = randomInputs(*g);
+  if (!randomIns) return reportError("bench", randomIns.status());
+  const std::vector<runtime::Tensor>& inputs = *randomIns;
   runtime::EagerExecutor eager(*g);
   std::vector<double> eagerMs, compiledMs;
   int64_t eagerPeak = 0;

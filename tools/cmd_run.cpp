@@ -207,6 +207,9 @@ int runArtifact(const Args& args) {
                                               " is a compiled artifact; --eager needs the model "
                                               "(a zoo name, .json or .onnx)"));
   runtime::LoadOptions options;
+  auto limit = memoryLimit(args);
+  if (!limit) return reportError("run", limit.status());
+  options.maxMemoryBytes = *limit;
   if (!args.flag("no-recompile")) options.recompile = compiler::recompileForHost;
   options.log = &std::cerr;
   auto threads = args.intValue("threads", 0, 0, 1024);

@@ -1,7 +1,9 @@
 // kiln: the command-line tool. `kiln COMMAND --help` describes each command.
+#include <algorithm>
 #include <iostream>
 
 #include "tools/cli.h"
+#include "tools/serve_bench.h"
 
 namespace kiln::cli {
 namespace {
@@ -49,9 +51,12 @@ std::vector<Command> commands() {
                    {"input", true, "an input .npy file, in graph input order, or NAME=FILE", true},
                    {"output", true, "save an output as .npy, in graph output order", true}})),
        &runRun},
-      {"bench", "kiln bench MODEL [--batch N] [--threads T] [--runs R] [--json]",
-       "Run eager and compiled side by side: latency, throughput, peak memory, compile time.",
-       withModel(concat(compileOptionSpecs(),
+      {"bench",
+       "kiln bench MODEL [--batch N] [--threads T] [--runs R] [--concurrency 1,2,4] [--json]",
+       "Run eager and compiled side by side: latency, throughput, peak memory, compile time. "
+       "With --concurrency: serve the compiled model (or artifact) from that many client "
+       "threads and report throughput and p50/p90/p99 latency per request.",
+       withModel(concat(concat(compileOptionSpecs(), serveOptionSpecs()),
                         {{"runs", true, "timed runs of each (default 10)"},
                          {"no-recompile", false, "artifacts: refuse code this CPU cannot run"},
                          {"profile", false, "print per-step times of one more run of each"},
@@ -97,9 +102,11 @@ std::vector<Command> commands() {
 
 void printUsage(std::ostream& os) {
   os << "usage: kiln COMMAND [options]\n\ncommands:\n";
+  size_t width = 0;
+  for (const auto& c : commands()) width = std::max(width, c.name.size());
   for (const auto& c : commands()) {
     std::string name = "  " + c.name;
-    name.resize(12, ' ');
+    name.resize(width + 4, ' ');
     os << name << c.summary << "\n";
   }
   os << "\nMODEL is a zoo name (mlp, mnist_cnn, resnet18, resnet50, bert_layer), a .json kiln "

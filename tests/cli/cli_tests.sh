@@ -40,6 +40,7 @@ absent() {
 
 # ---- Happy paths.
 check "help" 0 "usage: kiln COMMAND" -- "$KILN" --help
+check "help keeps long command names whole" 0 "  bench-kernels +Bandwidth" -- "$KILN" --help
 check "info resnet50 --json" 0 '"parameters": 25557032' -- "$KILN" info resnet50 --json
 check "info resnet50 GMAC" 0 '"gmacs_per_sample": 4\.0[89]' -- "$KILN" info resnet50 --json
 check "info mnist_cnn" 0 "1,199,882 trainable" -- "$KILN" info mnist_cnn
@@ -190,6 +191,23 @@ absent "no artifact for an unknown target" bad.kiln
 check "unknown host CPU still compiles" 0 "code for CPU x86-64" -- \
   env KILN_SIMULATE_HOST_CPU=generic "$KILN" compile mnist_cnn --cache-dir cache
 
+
+# ---- Serving and resource limits.
+check "bench --concurrency" 0 "p99 ms" -- \
+  "$KILN" bench mnist_cnn --concurrency 1,2 --duration 0.3 --cache-dir cache
+check "bench artifact --concurrency --json" 0 '"p99_ms"' -- \
+  "$KILN" bench mnist.kiln --concurrency 3 --duration 0.3 --json
+check "bad --concurrency" 2 "--concurrency expects client counts" -- \
+  "$KILN" bench mlp --concurrency 0
+check "bad --duration" 2 "--duration expects seconds" -- \
+  "$KILN" bench mlp --concurrency 1 --duration soon
+check "--max-memory too small" 2 "the model needs .*weights 4\.8 MB.*more than the memory limit of 1\.0 MB" -- \
+  "$KILN" run mnist_cnn --max-memory 1M --cache-dir cache
+check "--max-memory on an artifact" 2 "more than the memory limit of 2\.0 MB" -- \
+  "$KILN" run mnist.kiln --max-memory 2M
+check "--max-memory enough" 0 "ran mnist_cnn compiled" -- \
+  "$KILN" run mnist_cnn --max-memory 1G --cache-dir cache
+check "bad --max-memory" 2 "--max-memory expects a size" -- "$KILN" run mlp --max-memory lots
 
 # ---- An unusable kernel cache directory: compiled anyway, one warning.
 echo x >notadir
