@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
@@ -16,18 +17,50 @@ namespace kiln::cli {
 
 namespace {
 
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
-  return sorted[i];
-}
+// Latencies in constant memory: log-spaced buckets 1% wide from 1 us to about 3 hours, so that
+// a long run's record does not grow (RSS over a serving run measures kiln, not the benchmark).
+class Histogram {
+ public:
+  void add(double ms) {
+    const double x = std::max(ms, kMinMs);
+    const auto i = static_cast<size_t>(std::log(x / kMinMs) / std::log(kRatio));
+    ++counts_[std::min(i, counts_.size() - 1)];
+    ++total_;
+    max_ = std::max(max_, ms);
+  }
+  void merge(const Histogram& o) {
+    for (size_t i = 0; i < counts_.size(); ++i) counts_[i] += o.counts_[i];
+    total_ += o.total_;
+    max_ = std::max(max_, o.max_);
+  }
+  // The upper edge of the bucket holding the p-quantile (within 1%).
+  double quantile(double p) const {
+    const auto target = static_cast<int64_t>(std::ceil(p * static_cast<double>(total_)));
+    int64_t seen = 0;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      seen += counts_[i];
+      if (seen >= std::max<int64_t>(target, 1))
+        return std::min(max_, kMinMs * std::pow(kRatio, static_cast<double>(i + 1)));
+    }
+    return max_;
+  }
+  int64_t total() const { return total_; }
+  double max() const { return max_; }
+
+ private:
+  static constexpr double kMinMs = 1e-3;
+  static constexpr double kRatio = 1.01;
+  std::vector<int64_t> counts_ = std::vector<int64_t>(2200, 0);
+  int64_t total_ = 0;
+  double max_ = 0;
+};
 
 }  // namespace
 
 Expected<ServeResult> serveBench(const std::function<Status()>& request, int concurrency,
                                  double seconds) {
   using Clock = std::chrono::steady_clock;
-  std::vector<std::vector<double>> latencies(static_cast<size_t>(concurrency));
+  std::vector<Histogram> latencies(static_cast<size_t>(concurrency));
   std::atomic<bool> stop{false};
   std::mutex errorMu;
   Status error;
@@ -42,7 +75,7 @@ Expected<ServeResult> serveBench(const std::function<Status()>& request, int con
         while (!stop.load(std::memory_order_relaxed) && Clock::now() < deadline) {
           const auto t0 = Clock::now();
           Status st = request();
-          mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          mine.add(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
           if (!st.isOk()) {
             std::lock_guard lock(errorMu);
             if (error.isOk()) error = st;
@@ -55,15 +88,14 @@ Expected<ServeResult> serveBench(const std::function<Status()>& request, int con
   ServeResult r;
   r.concurrency = concurrency;
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::vector<double> all;
-  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
-  r.requests = static_cast<int64_t>(all.size());
+  Histogram all;
+  for (const auto& l : latencies) all.merge(l);
+  r.requests = all.total();
   r.throughputPerS = static_cast<double>(r.requests) / r.seconds;
-  r.p50Ms = percentile(all, 0.50);
-  r.p90Ms = percentile(all, 0.90);
-  r.p99Ms = percentile(all, 0.99);
-  r.maxMs = all.empty() ? 0 : all.back();
+  r.p50Ms = all.quantile(0.50);
+  r.p90Ms = all.quantile(0.90);
+  r.p99Ms = all.quantile(0.99);
+  r.maxMs = all.max();
   return r;
 }
 

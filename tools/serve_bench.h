@@ -1,7 +1,7 @@
 // `kiln bench MODEL --concurrency 1,2,4 [--duration S]`: a serving benchmark. N client
 // threads call one compiled model (or a loaded artifact) back to back for S seconds each;
 // reported per concurrency: requests per second and the latency of each request (p50, p90,
-// p99, max), which includes waiting for compute threads (runtime::ComputeThreads).
+// p99 within 1%, max), which includes waiting for compute threads (runtime::ComputeThreads).
 #pragma once
 
 #include <functional>
