@@ -56,7 +56,7 @@ struct CpuCompileOptions {
   // means the CPU's defaults. The host list includes "-" entries for what this machine lacks.
   std::string features = hostTarget().features;
   std::string tuneCpu = hostTarget().tuneCpu;  // Empty: `cpu`.
-  int optLevel = 3;  // 0..3, as -O0..-O3.
+  int optLevel = 3;                            // 0..3, as -O0..-O3.
   // Fuse a*b+c into one FMA instruction. Off by default so that generated kernels round
   // exactly as the reference kernels do (compiled without FMA); turn on for compute-bound
   // kernels where the last bit does not matter.

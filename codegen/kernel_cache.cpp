@@ -70,7 +70,7 @@ bool readFile(const std::filesystem::path& path, std::vector<uint8_t>& out, std:
     return false;
   }
   if (!S_ISREG(st.st_mode)) {
-    error = S_ISDIR(st.st_mode)   ? "a directory, not a cache entry"
+    error = S_ISDIR(st.st_mode)    ? "a directory, not a cache entry"
             : S_ISFIFO(st.st_mode) ? "a FIFO, not a cache entry"
                                    : "not a regular file";
     ::close(fd);

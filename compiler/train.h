@@ -23,7 +23,7 @@ struct TrainOptions {
   passes::TrainingModeOptions mode;  // BatchNorm statistics, dropout.
   passes::SgdOptions sgd;
   passes::AdamOptions adam;
-  bool eager = false;      // Run the step op by op instead of compiled.
+  bool eager = false;  // Run the step op by op instead of compiled.
   // A NaN or infinite loss is an error (the step is not counted) unless this is set: training
   // on data holding NaN, or a diverged run, must not look healthy.
   bool allowNonFinite = false;

@@ -77,13 +77,13 @@ Expected<std::string> resolveInsideDirectory(const std::string& directory,
     return invalidArgument(what + ": '" + relative + "' must be relative to " + place);
   for (const auto& part : rel)
     if (part == "..")
-      return invalidArgument(what + ": '" + relative +
-                             "' must stay inside " + place + " (no '..')");
+      return invalidArgument(what + ": '" + relative + "' must stay inside " + place +
+                             " (no '..')");
   const fs::path joined = (directory.empty() ? fs::path(".") : fs::path(directory)) / rel;
   std::error_code ec;
   const fs::path dir = fs::canonical(directory.empty() ? fs::path(".") : fs::path(directory), ec);
-  if (ec) return ioError(what + ": cannot resolve " + place + " '" + directory + "': " +
-                         ec.message());
+  if (ec)
+    return ioError(what + ": cannot resolve " + place + " '" + directory + "': " + ec.message());
   const fs::path target = fs::canonical(joined, ec);
   if (ec) {
     if (ec == std::errc::no_such_file_or_directory)

@@ -11,12 +11,12 @@ namespace kiln {
 
 enum class ErrorCode {
   kOk = 0,
-  kInvalidArgument,  // The user's input (file, graph, tensor, flag) is wrong.
-  kNotFound,         // A file, model or name the user named does not exist.
-  kUnimplemented,    // A valid request kiln does not support (yet).
-  kIo,               // Reading or writing a file failed.
+  kInvalidArgument,    // The user's input (file, graph, tensor, flag) is wrong.
+  kNotFound,           // A file, model or name the user named does not exist.
+  kUnimplemented,      // A valid request kiln does not support (yet).
+  kIo,                 // Reading or writing a file failed.
   kResourceExhausted,  // A limit is exceeded: the user's (--max-memory) or the machine's memory.
-  kInternal,         // A bug in kiln.
+  kInternal,           // A bug in kiln.
 };
 
 class [[nodiscard]] Status {

@@ -137,8 +137,8 @@ bool isPostOpCandidate(const ir::Node& n) {
 }
 
 bool acceptsLibraryEpilogue(ir::OpKind head) {
-  return head == ir::OpKind::kConv2d || head == ir::OpKind::kLinear ||
-         head == ir::OpKind::kGemm || head == ir::OpKind::kMatMul;
+  return head == ir::OpKind::kConv2d || head == ir::OpKind::kLinear || head == ir::OpKind::kGemm ||
+         head == ir::OpKind::kMatMul;
 }
 
 namespace {

@@ -911,7 +911,7 @@ Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
   plan.code = std::move(code);
   const double ms = msSince(start);
   auto model = std::make_unique<LoadedModel>(std::move(parsed.plan), std::move(info),
-                                              options.threads, ms, recompiled);
+                                             options.threads, ms, recompiled);
   KILN_TRY(model->limitMemory(options.maxMemoryBytes).withContext("artifact '" + path + "'"));
   return model;
 }

@@ -110,9 +110,9 @@ class LoadedModel {
 };
 
 // Recomputes every checksum of an artifact image in memory (each section's, the table's, the
-// header's) and its size field, so that it verifies again after its bytes were changed. For tests and the artifact
-// fuzz target, and a statement of the trust model: the checksums detect damage, not
-// tampering; anyone who can write the file can reseal it (docs/artifact-format.md).
+// header's) and its size field, so that it verifies again after its bytes were changed. For tests
+// and the artifact fuzz target, and a statement of the trust model: the checksums detect damage,
+// not tampering; anyone who can write the file can reseal it (docs/artifact-format.md).
 // kInvalidArgument when the image has no readable header or table.
 Status resealArtifact(std::span<std::byte> image);
 

@@ -31,10 +31,10 @@ std::optional<T> readAt(std::span<const std::byte> bytes, uint64_t offset) {
 // Bytes a relocation type writes, or 0 for a type kiln does not emit.
 int relocationWidth(uint32_t type) {
   switch (type) {
-    case R_X86_64_PC32:           // Constants in .rodata, .eh_frame.
-    case R_X86_64_PLT32:          // Calls to libm/libc (expf, memset).
-    case R_X86_64_GOTPCREL:       // -fPIC references to data outside the object,
-    case R_X86_64_GOTPCRELX:      // and their linker-relaxable forms.
+    case R_X86_64_PC32:       // Constants in .rodata, .eh_frame.
+    case R_X86_64_PLT32:      // Calls to libm/libc (expf, memset).
+    case R_X86_64_GOTPCREL:   // -fPIC references to data outside the object,
+    case R_X86_64_GOTPCRELX:  // and their linker-relaxable forms.
     case R_X86_64_REX_GOTPCRELX:
       return 4;
     case R_X86_64_64:  // Absolute addresses in data (tables of pointers).
@@ -54,10 +54,10 @@ class Checker {
       return bad("not an ELF file (" + std::to_string(b_.size()) + " bytes)");
     if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB)
       return bad("not a little-endian 64-bit ELF file");
-    if (eh->e_type != ET_REL) return bad("not a relocatable object (ELF type " +
-                                         std::to_string(eh->e_type) + ")");
-    if (eh->e_machine != EM_X86_64) return bad("not an x86-64 object (machine " +
-                                               std::to_string(eh->e_machine) + ")");
+    if (eh->e_type != ET_REL)
+      return bad("not a relocatable object (ELF type " + std::to_string(eh->e_type) + ")");
+    if (eh->e_machine != EM_X86_64)
+      return bad("not an x86-64 object (machine " + std::to_string(eh->e_machine) + ")");
     if (eh->e_phnum != 0) return bad("a relocatable object with program headers");
     if (eh->e_shentsize != sizeof(Elf64_Shdr))
       return bad("section header size " + std::to_string(eh->e_shentsize));
@@ -166,7 +166,8 @@ class Checker {
       const uint16_t sec = sym.st_shndx;
       if (sec == SHN_UNDEF || sec == SHN_ABS) continue;
       if (sec >= shdr_.size())
-        return bad(what + " is defined in section " + std::to_string(sec) + ", which does not exist");
+        return bad(what + " is defined in section " + std::to_string(sec) +
+                   ", which does not exist");
       const Elf64_Shdr& in = shdr_[sec];
       if (type == STT_FUNC && (in.sh_type != SHT_PROGBITS || (in.sh_flags & SHF_ALLOC) == 0 ||
                                (in.sh_flags & SHF_EXECINSTR) == 0))

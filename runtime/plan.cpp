@@ -284,11 +284,11 @@ Status PlanExecutor::limitMemory(int64_t limitBytes) {
     return std::string(s);
   };
   if (weights + perCall > limitBytes)
-    return resourceExhausted(
-        "the model needs " + mb(weights + perCall) + " (weights " + mb(weights) +
-        ", activations arena " + mb(p.arenaBytes) + ", outputs " + mb(perCall - p.arenaBytes) +
-        "), more than the memory limit of " + mb(limitBytes) +
-        "; raise the limit (--max-memory), or use a smaller batch");
+    return resourceExhausted("the model needs " + mb(weights + perCall) + " (weights " +
+                             mb(weights) + ", activations arena " + mb(p.arenaBytes) +
+                             ", outputs " + mb(perCall - p.arenaBytes) +
+                             "), more than the memory limit of " + mb(limitBytes) +
+                             "; raise the limit (--max-memory), or use a smaller batch");
   std::lock_guard lock(arenas_->mu);
   arenas_->max = perCall > 0 ? static_cast<size_t>((limitBytes - weights) / perCall) : 0;
   return Status::ok();

@@ -57,14 +57,14 @@ Expected<int64_t> memoryLimit(const Args& args) {
   char* end = nullptr;
   const double n = std::strtod(v->c_str(), &end);
   const std::string suffix(end);
-  const double scale = suffix.empty() || suffix == "B" ? 1
+  const double scale = suffix.empty() || suffix == "B"   ? 1
                        : suffix == "K" || suffix == "KB" ? 1e3
                        : suffix == "M" || suffix == "MB" ? 1e6
                        : suffix == "G" || suffix == "GB" ? 1e9
-                                                          : 0;
+                                                         : 0;
   if (v->empty() || end == v->c_str() || scale == 0 || !(n > 0) || n * scale > 1e18)
-    return invalidArgument("--max-memory expects a size such as 512M, 2G or 1000000, got '" +
-                           *v + "'");
+    return invalidArgument("--max-memory expects a size such as 512M, 2G or 1000000, got '" + *v +
+                           "'");
   return static_cast<int64_t>(n * scale);
 }
 

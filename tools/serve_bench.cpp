@@ -65,8 +65,8 @@ Expected<ServeResult> serveBench(const std::function<Status()>& request, int con
   std::mutex errorMu;
   Status error;
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(seconds));
+  const auto deadline =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   {
     std::vector<std::jthread> clients;
     for (int c = 0; c < concurrency; ++c)
@@ -115,8 +115,10 @@ Expected<std::vector<int>> concurrencyLevels(const Args& args) {
     char* end = nullptr;
     const long n = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || n < 1 || n > 256)
-      return invalidArgument("--concurrency expects client counts from 1 to 256 separated by "
-                             "commas (e.g. 1,2,4), got '" + *v + "'");
+      return invalidArgument(
+          "--concurrency expects client counts from 1 to 256 separated by "
+          "commas (e.g. 1,2,4), got '" +
+          *v + "'");
     levels.push_back(static_cast<int>(n));
   }
   if (levels.empty()) return invalidArgument("--concurrency needs at least one client count");
@@ -143,8 +145,8 @@ int runServeBench(const Args& args, const std::string& what, int64_t batch,
   if (Status st = request(); !st) return reportError("bench", st);
   const bool json = args.flag("json");
   if (!json)
-    std::printf("serving %s (batch %lld) on %d compute threads, %.1f s per level\n",
-                what.c_str(), static_cast<long long>(batch), runtime::numThreads(), *seconds);
+    std::printf("serving %s (batch %lld) on %d compute threads, %.1f s per level\n", what.c_str(),
+                static_cast<long long>(batch), runtime::numThreads(), *seconds);
   nlohmann::json rows = nlohmann::json::array();
   if (!json)
     std::printf("%12s %10s %12s %14s %10s %10s %10s %10s\n", "concurrency", "requests",

@@ -419,9 +419,9 @@ class GraphLoader {
       return fail("", "\"weights\" must be the weights file's name, got " + shown(weights));
     // Inside the JSON file's directory, symlinks resolved, as for ONNX external data: a model
     // file never names files elsewhere on the machine.
-    auto resolved = resolveInsideDirectory(fs::path(path_).parent_path().string(),
-                                           weights.get<std::string>(), "\"weights\"",
-                                           "the JSON file's directory");
+    auto resolved =
+        resolveInsideDirectory(fs::path(path_).parent_path().string(), weights.get<std::string>(),
+                               "\"weights\"", "the JSON file's directory");
     if (!resolved) {
       if (resolved.status().code() == ErrorCode::kNotFound)
         return fail("",

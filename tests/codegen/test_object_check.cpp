@@ -134,8 +134,8 @@ TEST_CASE("object check: each kind of damage is a named error") {
        }},
       {"a symbol in a missing section", "which does not exist",
        [&](auto& b) {
-         const uint64_t at = symHdr.sh_offset + sizeof(Elf64_Sym) * (symHdr.sh_size /
-                                                                     sizeof(Elf64_Sym) - 1);
+         const uint64_t at =
+             symHdr.sh_offset + sizeof(Elf64_Sym) * (symHdr.sh_size / sizeof(Elf64_Sym) - 1);
          auto sym = get<Elf64_Sym>(b, at);
          sym.st_shndx = 900;
          put(b, at, sym);

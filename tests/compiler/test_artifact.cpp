@@ -10,9 +10,9 @@
 #include <fstream>
 #include <random>
 
+#include "artifact_tamper.h"
 #include "compiler/artifact.h"
 #include "models/zoo.h"
-#include "artifact_tamper.h"
 #include "x86_levels.h"
 
 using namespace kiln;

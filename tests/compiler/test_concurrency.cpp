@@ -32,7 +32,8 @@ int callsPerThread() {
 }
 
 struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("kiln_test_concurrency_" + std::to_string(::getpid()));
+  fs::path path =
+      fs::temp_directory_path() / ("kiln_test_concurrency_" + std::to_string(::getpid()));
   TempDir() { fs::create_directories(path); }
   ~TempDir() {
     std::error_code ec;
@@ -181,8 +182,7 @@ TEST_CASE("concurrency: one loaded artifact from 8 threads is bitwise single-thr
   INFO(loaded.status().message());
   REQUIRE(loaded.hasValue());
   runtime::LoadedModel& model = **loaded;
-  checkHammer([&](const std::vector<Tensor>& in) { return model.run(in); },
-              model.plan().inputs[0]);
+  checkHammer([&](const std::vector<Tensor>& in) { return model.run(in); }, model.plan().inputs[0]);
 }
 
 TEST_CASE("concurrency: JitModule from 8 threads compiles each signature once") {
@@ -206,7 +206,8 @@ TEST_CASE("concurrency: JitModule from 8 threads compiles each signature once") 
     REQUIRE(ref.hasValue());
     const auto expected =
         singleThreaded([&](const std::vector<Tensor>& in) { return (*ref)->run(in); }, inputs);
-    const Outcome o = hammer([&](const std::vector<Tensor>& in) { return m(in); }, inputs, expected);
+    const Outcome o =
+        hammer([&](const std::vector<Tensor>& in) { return m(in); }, inputs, expected);
     INFO(o.firstError);
     CHECK(o.mismatches == 0);
     CHECK(m.compiles() == 1);
@@ -224,7 +225,8 @@ TEST_CASE("concurrency: JitModule from 8 threads compiles each signature once") 
       REQUIRE(r.hasValue());
       expected.push_back(std::move(*r));
     }
-    const Outcome o = hammer([&](const std::vector<Tensor>& in) { return m(in); }, inputs, expected);
+    const Outcome o =
+        hammer([&](const std::vector<Tensor>& in) { return m(in); }, inputs, expected);
     INFO(o.firstError);
     CHECK(o.mismatches == 0);
     CHECK(m.compiles() == 2);
@@ -301,7 +303,6 @@ TEST_CASE("memory limit: a model that does not fit fails before allocating; call
   INFO(limited.status().message());
   REQUIRE(limited.hasValue());
   CHECK((*limited)->arenasAllocated() == 0);  // Nothing allocated before the first call.
-  checkHammer([&](const std::vector<Tensor>& in) { return (*limited)->run(in); },
-              plan.inputs[0]);
+  checkHammer([&](const std::vector<Tensor>& in) { return (*limited)->run(in); }, plan.inputs[0]);
   CHECK((*limited)->arenasAllocated() == 1);
 }

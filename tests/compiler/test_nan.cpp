@@ -33,8 +33,8 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 struct CacheDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("kiln_test_nan_" + std::to_string(::getpid()));
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("kiln_test_nan_" + std::to_string(::getpid()));
   ~CacheDir() {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
@@ -85,9 +85,8 @@ void checkSameSpecials(const Tensor& compiled, const Tensor& eager, double tol, 
     }
     if (!ok && bad++ == 0) firstBad = i;
   }
-  INFO("first difference at " << firstBad << ": compiled "
-                              << (firstBad >= 0 ? a[firstBad] : 0.f) << ", eager "
-                              << (firstBad >= 0 ? b[firstBad] : 0.f));
+  INFO("first difference at " << firstBad << ": compiled " << (firstBad >= 0 ? a[firstBad] : 0.f)
+                              << ", eager " << (firstBad >= 0 ? b[firstBad] : 0.f));
   CHECK(bad == 0);
 }
 
@@ -172,8 +171,7 @@ std::optional<Head> makeHead(ir::OpKind op) {
 
 // Attribute variants worth running for an epilogue op (defaults plus bounds that bite).
 std::vector<ir::AttrMap> attrVariants(ir::OpKind op) {
-  if (op == ir::OpKind::kClip)
-    return {{}, {{"min", 0.0}, {"max", 6.0}}, {{"min", -1.0}}};
+  if (op == ir::OpKind::kClip) return {{}, {{"min", 0.0}, {"max", 6.0}}, {{"min", -1.0}}};
   if (op == ir::OpKind::kGelu) return {{}, {{"approximate", std::string("tanh")}}};
   if (op == ir::OpKind::kLeakyRelu) return {{}, {{"alpha", 0.2}}};
   return {{}};
@@ -269,8 +267,8 @@ TEST_CASE("nan: chains of epilogues (residual add then activation, and the rever
 TEST_CASE("nan: every pointwise op as a generated kernel keeps NaN and infinities") {
   CacheDir cache;
   // Every pair of these values is an input (binary ops see each special against each other).
-  const std::vector<float> values = {kNaN, kInf,  -kInf, 0.f,    -0.f,  1.f,   -1.f,  0.5f,
-                                     -0.5f, 3.f, -3.f,  1e30f,  -1e30f, 1e-30f, 88.f, -88.f};
+  const std::vector<float> values = {kNaN,  kInf, -kInf, 0.f,   -0.f,   1.f,    -1.f, 0.5f,
+                                     -0.5f, 3.f,  -3.f,  1e30f, -1e30f, 1e-30f, 88.f, -88.f};
   const int64_t k = static_cast<int64_t>(values.size());
   int ops = 0, kernels = 0;
   for (int e = 0; e < ir::kNumOps; ++e) {

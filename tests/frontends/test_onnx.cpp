@@ -228,8 +228,8 @@ TEST_CASE("onnx: external data is read relative to the model and checked against
     writeBytes(path, model("link.bin", "", "").bytes());
     Status st = loadError(path);
     CHECK(st.isUserError());
-    CHECK_THAT(st.message(), Catch::Contains("outside the model's directory") &&
-                                 Catch::Contains("link.bin"));
+    CHECK_THAT(st.message(),
+               Catch::Contains("outside the model's directory") && Catch::Contains("link.bin"));
     std::filesystem::create_symlink("/etc/passwd", dir.file("passwd"));
     writeBytes(path, model("passwd", "", "").bytes());
     CHECK_THAT(loadError(path).message(), Catch::Contains("outside the model's directory"));

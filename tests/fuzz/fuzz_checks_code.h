@@ -33,8 +33,9 @@ inline Outcome checkArtifact(std::string_view bytes) {
   auto info = runtime::inspectArtifact(path);
   auto loaded = runtime::loadArtifact(path);
   if (!loaded) return rejected(loaded.status());
-  if (!info) return violated("loadArtifact accepted what inspectArtifact refused: " +
-                             info.status().message());
+  if (!info)
+    return violated("loadArtifact accepted what inspectArtifact refused: " +
+                    info.status().message());
   return {true, std::nullopt};
 }
 

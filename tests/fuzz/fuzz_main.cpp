@@ -27,8 +27,8 @@ static_assert(kTarget >= 0,
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const kiln::fuzz::Outcome outcome = kTable[kTarget].check(
-      std::string_view(reinterpret_cast<const char*>(data), size));
+  const kiln::fuzz::Outcome outcome =
+      kTable[kTarget].check(std::string_view(reinterpret_cast<const char*>(data), size));
   if (outcome.violation) {
     // A broken property is a bug like a crash: abort, so that libFuzzer saves the input.
     std::fprintf(stderr, "fuzz_%s: %s\n", KILN_FUZZ_TARGET, outcome.violation->c_str());
