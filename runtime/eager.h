@@ -35,6 +35,8 @@ struct EagerStats {
   std::map<std::string, EagerOpTiming> ops;  // Aggregated by op name.
 };
 
+// Not thread-safe: one run at a time per executor (its statistics and environment are
+// members). Threads that run a graph eagerly at once each make their own executor.
 class EagerExecutor {
  public:
   // The graph must outlive the executor and stay unchanged; it should pass ir::verify.

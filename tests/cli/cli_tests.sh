@@ -56,6 +56,14 @@ check "run exported json" 0 "ran mlp.json eagerly" -- "$KILN" run mlp.json --eag
 "$KILN" run mlp.json --eager --seed 3 --output got.npy >/dev/null 2>&1
 check "exported model matches zoo model" 0 "" -- cmp ref.npy got.npy
 
+# A model file may not reach outside its directory through a symlink.
+mkdir -p linked outside
+cp mlp.safetensors outside/w.safetensors
+sed 's/"mlp.safetensors"/"w.safetensors"/' mlp.json >linked/model.json
+ln -s "$PWD/outside/w.safetensors" linked/w.safetensors
+check "symlinked weights outside the model's directory" 2 "outside the JSON file's directory" -- \
+  "$KILN" run linked/model.json --eager
+
 # ---- Bad input: exit code 2, a message naming the culprit, no partial output.
 check "unknown command" 2 "unknown command 'frobnicate'" -- "$KILN" frobnicate
 check "unknown option" 2 "unknown option --bogus" -- "$KILN" info mlp --bogus
