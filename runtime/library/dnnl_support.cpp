@@ -32,6 +32,11 @@ void syncBlasThreads() {
   // count there would race with the other threads of the region.
   if (omp_in_parallel()) return;
   const int n = omp_get_max_threads();
+  // A one-thread caller needs no change: OpenBLAS's OpenMP build runs single-threaded when
+  // omp_get_max_threads() is 1 without reading its count. Setting the count would free the
+  // per-thread buffers that a multi-threaded call of another caller may be using
+  // (runtime::ComputeThreads lets one-thread runs overlap one multi-threaded run).
+  if (n <= 1) return;
   if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
 }
 
