@@ -1,6 +1,8 @@
 #include "compiler/jit.h"
 
 #include <condition_variable>
+#include <exception>
+#include <new>
 #include <unordered_map>
 
 namespace kiln::compiler {
@@ -150,7 +152,16 @@ Expected<std::vector<runtime::Tensor>> JitModule::operator()(
   if (mine) {
     // Compiled outside the module's lock: other signatures compile and run meanwhile, and
     // callers of this one wait on the entry.
-    Expected<std::unique_ptr<CompiledModel>> compiled = compileFor(types);
+    // Whatever happens, the entry ends done: a compile that throws (out of memory inside
+    // LLVM) must not leave the callers waiting on it forever.
+    Expected<std::unique_ptr<CompiledModel>> compiled = internalError("unset");
+    try {
+      compiled = compileFor(types);
+    } catch (const std::bad_alloc&) {
+      compiled = resourceExhausted("out of memory while compiling for " + sig);
+    } catch (const std::exception& e) {
+      compiled = internalError(std::string("compiling for ") + sig + " threw: " + e.what());
+    }
     {
       std::lock_guard lock(mu_);
       if (compiled) {

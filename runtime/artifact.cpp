@@ -345,8 +345,8 @@ class TempFile {
     const uint64_t tag = (uint64_t{random()} << 32) ^ random();
     TempFile f;
     f.target_ = target;
-    f.path_ = (dir / ("." + t.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                      std::to_string(tag)))
+    f.path_ = (dir / ("." + t.filename().string() + ".tmp." + hostTag() + "." +
+                      std::to_string(::getpid()) + "." + std::to_string(tag)))
                   .string();
     f.fd_ = ::open(f.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (f.fd_ < 0)
@@ -398,16 +398,37 @@ class TempFile {
   }
 
  private:
-  // Removes the artifact temporaries in `dir` (".X.kiln.tmp.PID.N", and "X.kiln.tmpPID" of
-  // older kilns) whose process is gone, whatever artifact they were for.
+  // This machine and boot, so that a temporary written by a process in another PID namespace
+  // or on another host sharing the directory (whose PID means nothing here) is never judged
+  // stale: the host name and the boot id, hashed.
+  static const std::string& hostTag() {
+    static const std::string tag = [] {
+      char host[256] = {};
+      ::gethostname(host, sizeof(host) - 1);
+      std::string id = host;
+      std::ifstream boot("/proc/sys/kernel/random/boot_id");
+      std::string bootId;
+      std::getline(boot, bootId);
+      id += "|" + bootId;
+      char hex[17];
+      std::snprintf(hex, sizeof(hex), "%016llx",
+                    static_cast<unsigned long long>(XXH3_64bits(id.data(), id.size())));
+      return std::string(hex);
+    }();
+    return tag;
+  }
+
+  // Removes the artifact temporaries in `dir` (".X.kiln.tmp.HOST.PID.N" of this host and boot,
+  // and "X.kiln.tmpPID" of older kilns) whose process is gone, whatever artifact they were for.
   static void removeStale(const fs::path& dir) {
     std::error_code ec;
+    const std::string mine = ".kiln.tmp." + hostTag() + ".";
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string f = it->path().filename().string();
       std::string pid;
-      if (const size_t at = f.find(".kiln.tmp."); f[0] == '.' && at != std::string::npos)
-        pid = f.substr(at + 10, f.find('.', at + 10) - (at + 10));
-      else if (const size_t old = f.find(".kiln.tmp"); old != std::string::npos)
+      if (const size_t at = f.find(mine); f[0] == '.' && at != std::string::npos)
+        pid = f.substr(at + mine.size(), f.find('.', at + mine.size()) - (at + mine.size()));
+      else if (const size_t old = f.find(".kiln.tmp"); f[0] != '.' && old != std::string::npos)
         pid = f.substr(old + 9);
       else
         continue;

@@ -2,6 +2,7 @@
 
 #include <elf.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -18,7 +19,9 @@ constexpr uint32_t kShtLlvmAddrsig = 0x6fff4c03;   // .llvm_addrsig.
 // would otherwise allocate it.
 constexpr uint64_t kMaxNobits = uint64_t{1} << 30;
 constexpr uint64_t kMaxAlign = 4096;
-constexpr uint64_t kMaxSections = 1u << 16;
+constexpr uint64_t kMaxSections = 4096;
+// All loaded sections together (the linker allocates and zero-fills or copies each one).
+constexpr uint64_t kMaxLoadedBytes = uint64_t{256} << 20;
 
 template <class T>
 std::optional<T> readAt(std::span<const std::byte> bytes, uint64_t offset) {
@@ -71,6 +74,14 @@ class Checker {
       return bad("section name table index " + std::to_string(eh->e_shstrndx));
 
     for (size_t i = 0; i < shdr_.size(); ++i) KILN_TRY(checkSection(i));
+    uint64_t loaded = 0;
+    for (const Elf64_Shdr& sh : shdr_)
+      if (sh.sh_flags & SHF_ALLOC) {
+        loaded += sh.sh_size;  // Each at most 1 GiB (checked above), so no overflow.
+        if (loaded > kMaxLoadedBytes)
+          return bad("its sections would take more than " + std::to_string(kMaxLoadedBytes) +
+                     " bytes of memory");
+      }
     KILN_TRY(checkStringTable(eh->e_shstrndx));
     for (size_t i = 0; i < shdr_.size(); ++i)
       if (!nameAt(eh->e_shstrndx, shdr_[i].sh_name))
@@ -79,6 +90,8 @@ class Checker {
       if (shdr_[i].sh_type == SHT_SYMTAB) KILN_TRY(checkSymbols(i));
     for (size_t i = 0; i < shdr_.size(); ++i)
       if (shdr_[i].sh_type == SHT_RELA) KILN_TRY(checkRelocations(i));
+    for (size_t i = 0; i < shdr_.size(); ++i)
+      if (shdr_[i].sh_type == kShtX86_64Unwind) KILN_TRY(checkUnwindTable(i));
     return Status::ok();
   }
 
@@ -164,6 +177,8 @@ class Checker {
         return bad(what + " has type " + std::to_string(type) +
                    " (thread-local or indirect symbols are never in kiln's kernels)");
       const uint16_t sec = sym.st_shndx;
+      if (type == STT_SECTION && (sec == SHN_UNDEF || sec >= shdr_.size()))
+        return bad(what + " is a section symbol without a section");
       if (sec == SHN_UNDEF || sec == SHN_ABS) continue;
       if (sec >= shdr_.size())
         return bad(what + " is defined in section " + std::to_string(sec) +
@@ -183,6 +198,7 @@ class Checker {
       }
     }
     symbolCount_[i] = count;
+    symbolTable_[i] = s.sh_offset;
     return Status::ok();
   }
 
@@ -211,9 +227,19 @@ class Checker {
       if (width == 0)
         return bad(what + " has type " + std::to_string(type) +
                    ", not one of the types kiln's kernels use");
-      if (ELF64_R_SYM(r.r_info) >= symbols)
-        return bad(what + " names symbol " + std::to_string(ELF64_R_SYM(r.r_info)) + " of " +
+      const uint64_t symIndex = ELF64_R_SYM(r.r_info);
+      if (symIndex == 0 || symIndex >= symbols)
+        return bad(what + " names symbol " + std::to_string(symIndex) + " of " +
                    std::to_string(symbols));
+      // LLVM's linker aborts on relocations against file symbols and section symbols without
+      // a section (checkSymbols refuses the latter).
+      const Elf64_Sym sym =
+          *readAt<Elf64_Sym>(b_, symbolTable_.at(s.sh_link) + symIndex * sizeof(Elf64_Sym));
+      const unsigned symType = ELF64_ST_TYPE(sym.st_info);
+      if (symType != STT_NOTYPE && symType != STT_OBJECT && symType != STT_FUNC &&
+          symType != STT_SECTION)
+        return bad(what + " refers to symbol " + std::to_string(symIndex) + " of type " +
+                   std::to_string(symType));
       if (r.r_offset > target.sh_size || static_cast<uint64_t>(width) > target.sh_size - r.r_offset)
         return bad(what + " writes " + std::to_string(width) + " bytes at " +
                    std::to_string(r.r_offset) + ", outside its section of " +
@@ -225,7 +251,55 @@ class Checker {
   std::span<const std::byte> b_;
   const std::string& name_;
   std::vector<Elf64_Shdr> shdr_;
+  // The unwind table (.eh_frame), which the loader registers with the C++ runtime: libgcc
+  // walks it at the next exception anywhere in the process, trusting every length and offset.
+  // Its records must tile the section: 32-bit lengths, each CIE with a NUL-terminated
+  // augmentation string of the letters compilers write and version 1 or 3, each FDE pointing
+  // back at the start of a CIE before it, and nothing after a zero terminator.
+  Status checkUnwindTable(size_t i) const {
+    const Elf64_Shdr& s = shdr_[i];
+    const std::string what = where(i) + " (unwind table)";
+    std::vector<uint64_t> cies;
+    uint64_t at = 0;
+    while (at < s.sh_size) {
+      if (s.sh_size - at < 4) return bad(what + ": a record header is cut short");
+      const uint32_t length = *readAt<uint32_t>(b_, s.sh_offset + at);
+      if (length == 0) break;  // The terminator.
+      if (length == 0xffffffffu) return bad(what + ": 64-bit record lengths are never written");
+      if (length < 4 || length > s.sh_size - at - 4)
+        return bad(what + ": a record of " + std::to_string(length) + " bytes at " +
+                   std::to_string(at) + " runs past the section");
+      const uint64_t body = at + 4;
+      const uint32_t id = *readAt<uint32_t>(b_, s.sh_offset + body);
+      if (id == 0) {
+        // A CIE: id, version, augmentation string, then code/data alignment and more.
+        if (length < 6) return bad(what + ": a CIE of " + std::to_string(length) + " bytes");
+        const auto version = static_cast<uint8_t>(b_[s.sh_offset + body + 4]);
+        if (version != 1 && version != 3)
+          return bad(what + ": CIE version " + std::to_string(version));
+        uint64_t k = body + 5;
+        const uint64_t end = body + length;
+        for (; k < end && b_[s.sh_offset + k] != std::byte{0}; ++k) {
+          const char c = static_cast<char>(b_[s.sh_offset + k]);
+          if (c != 'z' && c != 'R' && c != 'P' && c != 'L' && c != 'S')
+            return bad(what + ": CIE augmentation letter " + std::to_string(c));
+        }
+        if (k >= end) return bad(what + ": a CIE augmentation string without its NUL");
+        cies.push_back(at);
+      } else {
+        // An FDE: its CIE pointer counts back from the pointer's own position.
+        if (id > body || std::find(cies.begin(), cies.end(), body - id) == cies.end())
+          return bad(what + ": an FDE at " + std::to_string(at) + " points at no CIE");
+        // CIE pointer, and the start and size of the code (4 bytes each, pc-relative).
+        if (length < 12) return bad(what + ": an FDE of " + std::to_string(length) + " bytes");
+      }
+      at = body + length;
+    }
+    return Status::ok();
+  }
+
   std::map<size_t, uint64_t> symbolCount_;  // Per symbol table section.
+  std::map<size_t, uint64_t> symbolTable_;  // Per symbol table section: its file offset.
 };
 
 }  // namespace

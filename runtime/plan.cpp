@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,7 +71,15 @@ int runnableThreads() {
 
 // Cores the other processes leave free, with b.mu held.
 int freeCoresLocked(Budget& b) {
-  static const int online = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  static const int online = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  static const int usable = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : online;
+  }();
+  // On a subset of the CPUs (a container's cpuset), the machine-wide runnable count says
+  // nothing about the cores this process may use: no load is subtracted.
+  if (usable < online) return usable;
   const auto now = std::chrono::steady_clock::now();
   if (now - b.readAt > std::chrono::milliseconds(10)) {
     b.runnable = runnableThreads();

@@ -62,7 +62,7 @@ Expected<int64_t> memoryLimit(const Args& args) {
                        : suffix == "M" || suffix == "MB" ? 1e6
                        : suffix == "G" || suffix == "GB" ? 1e9
                                                          : 0;
-  if (v->empty() || end == v->c_str() || scale == 0 || !(n > 0) || n * scale > 1e18)
+  if (v->empty() || end == v->c_str() || scale == 0 || !(n * scale >= 1) || n * scale > 1e18)
     return invalidArgument("--max-memory expects a size such as 512M, 2G or 1000000, got '" + *v +
                            "'");
   return static_cast<int64_t>(n * scale);

@@ -17,7 +17,7 @@ namespace kiln::cli {
 
 namespace {
 
-// Latencies in constant memory: log-spaced buckets 1% wide from 1 us to about 3 hours, so that
+// Latencies in constant memory: log-spaced buckets 1% wide from 1 us to about two days, so that
 // a long run's record does not grow (RSS over a serving run measures kiln, not the benchmark).
 class Histogram {
  public:
@@ -50,7 +50,7 @@ class Histogram {
  private:
   static constexpr double kMinMs = 1e-3;
   static constexpr double kRatio = 1.01;
-  std::vector<int64_t> counts_ = std::vector<int64_t>(2200, 0);
+  std::vector<int64_t> counts_ = std::vector<int64_t>(2600, 0);
   int64_t total_ = 0;
   double max_ = 0;
 };

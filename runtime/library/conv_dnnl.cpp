@@ -36,7 +36,11 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 
 struct ConvPlan {
-  std::string key;  // Also keys the reordered weights in a LibraryCache.
+  std::string key;
+  // Keys the reordered weights in a LibraryCache: the format they are reordered into, not the
+  // plan (whose key holds the thread count), so that runs granted different thread counts
+  // share one copy when the primitives take the same format.
+  std::string weightsKey;
   dnnl::convolution_forward prim;
   memory::desc srcMd, weightsMd, dstMd;              // What the primitive reads and writes.
   memory::desc userSrcMd, userWeightsMd, userDstMd;  // What the caller holds.
@@ -140,6 +144,7 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
   plan->prim = dnnl::convolution_forward(*pd);
   plan->srcMd = pd->src_desc();
   plan->weightsMd = pd->weights_desc();
+  plan->weightsKey = "conv-weights:" + describeMd(plan->weightsMd);
   plan->dstMd = pd->dst_desc();
   plan->scratchMd = pd->scratchpad_desc();
   if (plan->srcMd != plan->userSrcMd) plan->srcIn = makeReorder(plan->userSrcMd, plan->srcMd);
@@ -208,7 +213,8 @@ Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
     auto fill = [&](std::byte* to) { runReorder(*plan->weightsIn, w.rawData(), to); };
     if (call.options.cache) {
       cached =
-          call.options.cache->impl().getOrCreate(plan->key, w, plan->weightsMd.get_size(), fill);
+          call.options.cache->impl().getOrCreate(plan->weightsKey, w, plan->weightsMd.get_size(),
+                                              fill);
       weights = cached->data();
     } else {
       std::byte* tmp = scratch(Scratch::kWeights, plan->weightsMd.get_size());

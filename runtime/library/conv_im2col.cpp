@@ -173,7 +173,7 @@ Status runConvIm2col(const Call& call, const ConvGeometry& g) {
   const int64_t k = g.cPerGroup() * g.kh * g.kw, p = g.oh * g.ow;
   for (int64_t v : {k, g.n * p, g.m, g.c, p * g.m})
     if (v > INT_MAX) return unimplemented("conv2d is too large for im2col with 32-bit BLAS");
-  syncBlasThreads();
+  const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   const auto post = resolvePostOps(call.post, call.extra);
   if (call.options.channelsLast)
     runNhwc(call, g, post);

@@ -27,17 +27,21 @@ int maxThreads() {
   return omp_get_max_threads();
 }
 
-void syncBlasThreads() {
-  // Inside a parallel region OpenBLAS runs single-threaded by itself; changing its global
-  // count there would race with the other threads of the region.
+BlasThreads::BlasThreads() {
+  // Inside a parallel region OpenBLAS runs single-threaded by itself, reading no count.
   if (omp_in_parallel()) return;
+  static std::shared_mutex mu;
   const int n = omp_get_max_threads();
-  // A one-thread caller needs no change: OpenBLAS's OpenMP build runs single-threaded when
-  // omp_get_max_threads() is 1 without reading its count. Setting the count would free the
-  // per-thread buffers that a multi-threaded call of another caller may be using
-  // (runtime::ComputeThreads lets one-thread runs overlap one multi-threaded run).
-  if (n <= 1) return;
-  if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
+  for (;;) {
+    std::shared_lock shared(mu);
+    if (openblas_get_num_threads() == n) {
+      lock_ = std::move(shared);
+      return;
+    }
+    shared.unlock();
+    std::unique_lock exclusive(mu);  // No OpenBLAS call is in flight while this is held.
+    if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
+  }
 }
 
 std::byte* scratch(Scratch slot, size_t bytes) {
@@ -81,6 +85,21 @@ void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumFo
       ops.append_binary(dnnl::algorithm::binary_add, addMd);
     }
   }
+}
+
+std::string describeMd(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  std::string s = "md" + std::to_string(d.ndims) + ":" + std::to_string(d.data_type) + ":" +
+                  std::to_string(d.format_kind) + ":" + std::to_string(d.extra.flags);
+  for (int i = 0; i < d.ndims; ++i)
+    s += "," + std::to_string(d.dims[i]) + "/" + std::to_string(d.padded_dims[i]);
+  if (d.format_kind == dnnl_blocked) {
+    const auto& b = d.format_desc.blocking;
+    for (int i = 0; i < d.ndims; ++i) s += ";" + std::to_string(b.strides[i]);
+    for (int i = 0; i < b.inner_nblks; ++i)
+      s += "|" + std::to_string(b.inner_idxs[i]) + "x" + std::to_string(b.inner_blks[i]);
+  }
+  return s;
 }
 
 dnnl::primitive_attr makeAttr(const dnnl::post_ops& postOps) {

@@ -9,6 +9,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,9 +26,23 @@ dnnl::stream& threadStream();
 
 // omp_get_max_threads(): oneDNN and OpenBLAS run on this many OpenMP threads.
 int maxThreads();
-// Makes OpenBLAS use maxThreads() threads. OpenBLAS keeps its own count, which sticks at 1
-// when the process started with OMP_NUM_THREADS=1, so it does not always follow OpenMP's.
-void syncBlasThreads();
+// Held around OpenBLAS calls: makes OpenBLAS's thread count this caller's maxThreads() and
+// keeps it there until the scope ends. OpenBLAS keeps one count for the process (which sticks
+// at 1 when the process started with OMP_NUM_THREADS=1), and every change of it frees the
+// per-thread buffers of threads above the new count (0.3.21's adjust_thread_buffers), also from
+// inside sgemm when the count differs from omp_get_max_threads(). So callers with the same
+// count share the scope, and a caller that needs another count changes it only when no OpenBLAS
+// call is in flight (runtime::ComputeThreads runs several one-thread calls at once, and a
+// multi-threaded one alone).
+class BlasThreads {
+ public:
+  BlasThreads();
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+
+ private:
+  std::shared_lock<std::shared_mutex> lock_;
+};
 
 // Thread-local, grow-only scratch memory, one slot per purpose, so that repeated calls do
 // not allocate (and page-fault) every time. A pointer stays valid until the same thread asks
@@ -120,6 +135,10 @@ size_t nanExactPostOpPrefix(std::span<const PostOp> post);
 // `ops` when it is a binary add, else -1.
 void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumForFirstAdd,
                    const dnnl::memory::desc& addMd, std::vector<int>& binaryIndex);
+
+// A memory descriptor's layout as text (dims, data type, strides and inner blocks), for keys
+// that must tell two formats apart and nothing else.
+std::string describeMd(const dnnl::memory::desc& md);
 
 // A primitive attribute with user-managed scratchpad (so concurrent calls of one cached
 // primitive never share scratch memory) and the given post-ops.

@@ -250,7 +250,7 @@ Status runMatMul(const Call& call) {
 
   if (!fitsBlas({batchCount * m, n, k}))
     return unimplemented("matmul is too large for 32-bit BLAS");
-  syncBlasThreads();
+  const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   if (foldBatch) {
     sgemm(false, false, batchCount * m, n, k, 1.f, a, k, b, n, y, n);
   } else {
@@ -294,7 +294,7 @@ Status runGemm(const Call& call) {
   }
 
   if (!fitsBlas({m, n, k})) return unimplemented("gemm is too large for 32-bit BLAS");
-  syncBlasThreads();
+  const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   if (k == 0)
     std::fill(y, y + m * n, 0.f);
   else
@@ -326,7 +326,7 @@ Status runLinear(const Call& call) {
   }
 
   if (!fitsBlas({rows, outF, inF})) return unimplemented("linear is too large for 32-bit BLAS");
-  syncBlasThreads();
+  const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   if (inF == 0)
     std::fill(y, y + rows * outF, 0.f);
   else

@@ -158,6 +158,51 @@ TEST_CASE("object check: each kind of damage is a named error") {
          sym.st_info = ELF64_ST_INFO(ELF64_ST_BIND(sym.st_info), STT_TLS);
          put(b, at, sym);
        }},
+      {"a relocation against the file symbol", "refers to symbol",
+       [&](auto& b) {
+         // Symbol 1 is the STT_FILE symbol Clang writes first.
+         REQUIRE(ELF64_ST_TYPE(get<Elf64_Sym>(b, symHdr.sh_offset + sizeof(Elf64_Sym)).st_info) ==
+                 STT_FILE);
+         auto r = get<Elf64_Rela>(b, relaHdr.sh_offset);
+         r.r_info = ELF64_R_INFO(1, ELF64_R_TYPE(r.r_info));
+         put(b, relaHdr.sh_offset, r);
+       }},
+      {"a section symbol without a section", "section symbol without a section",
+       [&](auto& b) {
+         for (uint64_t at = symHdr.sh_offset; at < symHdr.sh_offset + symHdr.sh_size;
+              at += sizeof(Elf64_Sym)) {
+           auto sym = get<Elf64_Sym>(b, at);
+           if (ELF64_ST_TYPE(sym.st_info) != STT_SECTION) continue;
+           sym.st_shndx = SHN_UNDEF;
+           put(b, at, sym);
+           return;
+         }
+       }},
+      {"sections that would take gigabytes", "bytes of memory",
+       [&](auto& b) {
+         // Every section loaded and as large as the rules for one section allow.
+         const auto eh = get<Elf64_Ehdr>(b, 0);
+         for (size_t i = 1; i < eh.e_shnum; ++i) {
+           auto sh = get<Elf64_Shdr>(b, sectionHeaderAt(b, i));
+           if (sh.sh_type != SHT_PROGBITS) continue;
+           sh.sh_type = SHT_NOBITS;
+           sh.sh_flags |= SHF_ALLOC;
+           sh.sh_size = uint64_t{1} << 30;
+           put(b, sectionHeaderAt(b, i), sh);
+         }
+       }},
+      {"an unwind record longer than its table", "runs past the section",
+       [&](auto& b) {
+         const size_t eh = findSection(b, 0x70000001);
+         REQUIRE(eh != 0);
+         put<uint32_t>(b, section(b, eh).sh_offset, 0x7ffffff0u);
+       }},
+      {"an unwind FDE that points at no CIE", "points at no CIE",
+       [&](auto& b) {
+         const auto sh = section(b, findSection(b, 0x70000001));
+         const uint32_t cieLength = get<uint32_t>(b, sh.sh_offset);
+         put<uint32_t>(b, sh.sh_offset + 4 + cieLength + 4, 3);  // The FDE's CIE pointer.
+       }},
       {"a symbol name past its string table", "name lies outside",
        [&](auto& b) {
          const uint64_t at = symHdr.sh_offset + sizeof(Elf64_Sym);

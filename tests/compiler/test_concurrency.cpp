@@ -306,3 +306,30 @@ TEST_CASE("memory limit: a model that does not fit fails before allocating; call
   checkHammer([&](const std::vector<Tensor>& in) { return (*limited)->run(in); }, plan.inputs[0]);
   CHECK((*limited)->arenasAllocated() == 1);
 }
+
+TEST_CASE("concurrency: a JIT compile that throws is an error for every waiting caller") {
+  TempDir dir;
+  auto g = models::buildModel("mlp", {2, 0});
+  REQUIRE(g.hasValue());
+  // A specializer that throws, as an allocation inside LLVM might: callers of the new shape get
+  // an error instead of waiting forever on a compile that never finishes.
+  compiler::JitModule m(*g, options(dir), 8,
+                        [](std::span<const ir::TensorType>) -> Expected<ir::Graph> {
+                          throw std::runtime_error("specializer exploded");
+                        });
+  ir::TensorType t = g->inputs()[0]->type();
+  t.shape[0] = 3;
+  const std::vector<Tensor> in = randomInput(t, 1);
+  std::atomic<int> errors{0};
+  {
+    std::vector<std::jthread> pool;
+    for (int i = 0; i < kThreads; ++i)
+      pool.emplace_back([&] {
+        auto r = m(in);
+        errors += !r.hasValue() && r.status().message().find("specializer exploded") !=
+                                       std::string::npos;
+      });
+  }
+  CHECK(errors == kThreads);
+  CHECK(m.compiles() == 0);
+}
