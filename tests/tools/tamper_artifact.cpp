@@ -1,24 +1,28 @@
-// tamper_artifact IN OUT: writes IN with the first relocation of its first kernel object damaged
-// and every checksum recomputed (tests/artifact_tamper.h), for the CLI tests: `kiln run OUT` must
-// refuse it with exit 2, not crash inside LLVM's linker.
+// tamper_artifact IN OUT [--reseal-only]: writes IN with the first relocation of its first
+// kernel object damaged and every checksum recomputed (tests/artifact_tamper.h), for the CLI
+// tests: `kiln run OUT` must refuse it with exit 2, not crash inside LLVM's linker. With
+// --reseal-only the bytes stay as they are and only the checksums are recomputed (to replay a
+// fuzz input of the artifact target, which reseals every input, through `kiln run`).
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "artifact_tamper.h"
 #include "runtime/artifact.h"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: tamper_artifact IN OUT\n");
+  const bool resealOnly = argc == 4 && std::string(argv[3]) == "--reseal-only";
+  if (argc != 3 && !resealOnly) {
+    std::fprintf(stderr, "usage: tamper_artifact IN OUT [--reseal-only]\n");
     return 2;
   }
   std::ifstream in(argv[1], std::ios::binary);
   std::vector<char> chars((std::istreambuf_iterator<char>(in)), {});
   std::vector<std::byte> image(chars.size());
   std::memcpy(image.data(), chars.data(), chars.size());
-  if (!kiln::test::corruptFirstRelocation(image)) {
+  if (!resealOnly && !kiln::test::corruptFirstRelocation(image)) {
     std::fprintf(stderr, "tamper_artifact: %s holds no kernel object with a relocation\n", argv[1]);
     return 1;
   }
