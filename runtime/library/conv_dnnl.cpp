@@ -212,9 +212,8 @@ Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
   if (plan->weightsIn) {
     auto fill = [&](std::byte* to) { runReorder(*plan->weightsIn, w.rawData(), to); };
     if (call.options.cache) {
-      cached =
-          call.options.cache->impl().getOrCreate(plan->weightsKey, w, plan->weightsMd.get_size(),
-                                              fill);
+      cached = call.options.cache->impl().getOrCreate(plan->weightsKey, w,
+                                                      plan->weightsMd.get_size(), fill);
       weights = cached->data();
     } else {
       std::byte* tmp = scratch(Scratch::kWeights, plan->weightsMd.get_size());

@@ -326,8 +326,8 @@ TEST_CASE("concurrency: a JIT compile that throws is an error for every waiting 
     for (int i = 0; i < kThreads; ++i)
       pool.emplace_back([&] {
         auto r = m(in);
-        errors += !r.hasValue() && r.status().message().find("specializer exploded") !=
-                                       std::string::npos;
+        errors +=
+            !r.hasValue() && r.status().message().find("specializer exploded") != std::string::npos;
       });
   }
   CHECK(errors == kThreads);
