@@ -11,6 +11,7 @@ CachingAllocator::~CachingAllocator() {
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t size = roundSize(bytes);
   std::lock_guard lock(mu_);
+  if (limit_ > 0 && stats_.bytesInUse + static_cast<int64_t>(size) > limit_) return nullptr;
   ++stats_.numAllocations;
   void* p = nullptr;
   // Reuse a cached block of exactly this rounded size. Eager runs repeat the same sizes, so
@@ -19,6 +20,9 @@ void* CachingAllocator::allocate(size_t bytes) {
     p = it->second;
     free_.erase(it);
   } else {
+    // Under a limit, cached blocks give way before the reserved bytes pass it.
+    if (limit_ > 0 && stats_.bytesReserved + static_cast<int64_t>(size) > limit_)
+      emptyCacheLocked();
     p = ::operator new(size, std::align_val_t(64), std::nothrow);
     if (!p) {
       emptyCacheLocked();
@@ -68,6 +72,16 @@ CachingAllocator& cpuAllocator() {
   static CachingAllocator* a =
       new CachingAllocator();  // Never destroyed: tensors may outlive main.
   return *a;
+}
+
+void CachingAllocator::setLimit(int64_t bytes) {
+  std::lock_guard lock(mu_);
+  limit_ = bytes > 0 ? bytes : 0;
+}
+
+int64_t CachingAllocator::limit() const {
+  std::lock_guard lock(mu_);
+  return limit_;
 }
 
 }  // namespace kiln::runtime

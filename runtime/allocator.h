@@ -27,6 +27,8 @@ class Allocator {
   virtual void deallocate(void* p, size_t bytes) = 0;
   virtual AllocatorStats stats() const = 0;
   virtual void resetPeak() = 0;
+  // Bytes in use this allocator refuses to exceed (0: none). Optional.
+  virtual int64_t limit() const { return 0; }
 };
 
 class CachingAllocator final : public Allocator {
@@ -40,6 +42,10 @@ class CachingAllocator final : public Allocator {
   void resetPeak() override;
   // Returns cached free blocks to the system.
   void emptyCache();
+  // Refuses (allocate returns nullptr) what would take the bytes in use past `bytes`, and keeps
+  // the cached blocks within it too; 0 removes the limit. Eager runs under --max-memory.
+  void setLimit(int64_t bytes);
+  int64_t limit() const override;
   static size_t roundSize(size_t bytes) {
     return bytes == 0 ? kRound : (bytes + kRound - 1) / kRound * kRound;
   }
@@ -49,6 +55,7 @@ class CachingAllocator final : public Allocator {
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;  // Rounded size -> block.
   AllocatorStats stats_;
+  int64_t limit_ = 0;
 };
 
 // The process-wide CPU allocator used for eager execution and tensors created by the user.

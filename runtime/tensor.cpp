@@ -28,10 +28,17 @@ Expected<Tensor> Tensor::empty(DType dtype, Shape shape, Allocator* alloc) {
   t.strides_ = ir::contiguousStrides(shape);
   t.shape_ = std::move(shape);
   const size_t bytes = t.byteSize();
-  t.storage_ = std::make_shared<Storage>(alloc ? alloc : &cpuAllocator(), bytes);
-  if (!t.storage_->data())
+  Allocator* a = alloc ? alloc : &cpuAllocator();
+  t.storage_ = std::make_shared<Storage>(a, bytes);
+  if (!t.storage_->data()) {
+    if (const int64_t limit = a->limit(); limit > 0)
+      return resourceExhausted(
+          "allocating " + std::to_string(bytes) + " bytes for " + t.describe() +
+          " would take the memory in use (" + std::to_string(a->stats().bytesInUse) +
+          " bytes) past the limit of " + std::to_string(limit) + " bytes; raise --max-memory");
     return Status(ErrorCode::kInvalidArgument, "out of memory allocating " + std::to_string(bytes) +
                                                    " bytes for " + t.describe());
+  }
   return t;
 }
 

@@ -179,6 +179,20 @@ int runRun(const Args& args) {
   for (const ir::Value* o : g->outputs()) r.outputNames.push_back(o->name());
   r.mode = eager ? "eager" : "compiled";
   if (eager) {
+    // --max-memory: the weights first, then every tensor the run allocates.
+    auto limit = memoryLimit(args);
+    if (!limit) return reportError("run", limit.status());
+    if (*limit > 0) {
+      int64_t weights = 0;
+      for (const ir::Value* p : g->parameters())
+        weights += static_cast<int64_t>(p->data().byteSize());
+      if (weights >= *limit)
+        return reportError(
+            "run", resourceExhausted("the model's weights (" + std::to_string(weights) +
+                                     " bytes) alone exceed the memory limit of " +
+                                     std::to_string(*limit) + " bytes; raise --max-memory"));
+      runtime::cpuAllocator().setLimit(*limit - weights);
+    }
     runtime::EagerExecutor exec(*g);
     auto outputs = exec.run(*inputs);
     if (!outputs) return reportError("run", outputs.status());

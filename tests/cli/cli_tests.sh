@@ -216,6 +216,12 @@ check "--max-memory on an artifact" 2 "more than the memory limit of 2\.0 MB" --
 check "--max-memory enough" 0 "ran mnist_cnn compiled" -- \
   "$KILN" run mnist_cnn --max-memory 1G --cache-dir cache
 check "bad --max-memory" 2 "--max-memory expects a size" -- "$KILN" run mlp --max-memory lots
+check "--max-memory eager, activations" 2 "node 'conv2'.*past the limit of" -- \
+  "$KILN" run mnist_cnn --eager --max-memory 5M
+check "--max-memory eager, weights" 2 "weights \(4799528 bytes\) alone exceed the memory limit" -- \
+  "$KILN" run mnist_cnn --eager --max-memory 4M
+check "--max-memory eager, enough" 0 "ran mnist_cnn eagerly" -- \
+  "$KILN" run mnist_cnn --eager --max-memory 20M
 
 # ---- An unusable kernel cache directory: compiled anyway, one warning.
 echo x >notadir

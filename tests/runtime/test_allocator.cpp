@@ -64,3 +64,23 @@ TEST_CASE("an impossible allocation is an error, not a crash") {
   REQUIRE_FALSE(t.hasValue());
   CHECK_THAT(t.status().message(), Catch::Contains("out of memory"));
 }
+
+TEST_CASE("caching allocator: a limit refuses what would pass it, and the error says so") {
+  kiln::runtime::CachingAllocator alloc;
+  alloc.setLimit(4096);
+  void* a = alloc.allocate(2048);
+  REQUIRE(a != nullptr);
+  CHECK(alloc.allocate(4096) == nullptr);  // 2048 + 4096 in use would pass 4096.
+  auto t = kiln::runtime::Tensor::empty(kiln::ir::DType::kF32, {1024}, &alloc);
+  REQUIRE_FALSE(t.hasValue());
+  CHECK(t.status().code() == kiln::ErrorCode::kResourceExhausted);
+  CHECK(t.status().message().find("past the limit of 4096 bytes") != std::string::npos);
+  alloc.deallocate(a, 2048);
+  void* b = alloc.allocate(4096);  // Fits once the first block is given back.
+  CHECK(b != nullptr);
+  alloc.deallocate(b, 4096);
+  alloc.setLimit(0);
+  void* c = alloc.allocate(1 << 20);
+  CHECK(c != nullptr);
+  alloc.deallocate(c, 1 << 20);
+}
