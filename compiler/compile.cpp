@@ -57,9 +57,7 @@ struct Storage {
 
 bool isAliasGroup(const passes::FusionGroup& g) {
   for (const ir::Node* n : g.nodes)
-    if (n->op() != ir::OpKind::kReshape && n->op() != ir::OpKind::kFlatten &&
-        n->op() != ir::OpKind::kSqueeze && n->op() != ir::OpKind::kUnsqueeze)
-      return false;
+    if (!n->info().has(ir::kReshapeLike)) return false;
   return true;
 }
 
@@ -210,10 +208,7 @@ class Driver {
     StepDraft s(runtime::PlanStep::Kind::kOp, head->describe(), head);
     s.inputs.assign(head->inputs().begin(), head->inputs().end());
     const bool f32 = head->output()->type().dtype == ir::DType::kF32;
-    const bool libraryOp = op == ir::OpKind::kConv2d || op == ir::OpKind::kLinear ||
-                           op == ir::OpKind::kGemm || op == ir::OpKind::kMatMul ||
-                           op == ir::OpKind::kMaxPool2d || op == ir::OpKind::kAvgPool2d;
-    s.library = f32 && libraryOp;
+    s.library = f32 && head->info().has(ir::kLibrary);
     const ir::Value* current = head->output();
     for (size_t i = 1; i < g.nodes.size(); ++i) {
       const ir::Node* n = g.nodes[i];

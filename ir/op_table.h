@@ -31,6 +31,17 @@ enum OpTrait : uint32_t {
   kMovement = 1u << 3,        // Rearranges data, no arithmetic.
   kInplaceOk = 1u << 4,       // Output may reuse the first input's buffer when it dies.
   kDifferentiable = 1u << 5,  // Has a gradient builder (autodiff).
+  // The output is the input's bytes under another shape: a view, never a copy (reshape,
+  // flatten, squeeze, unsqueeze). Implies kMovement.
+  kReshapeLike = 1u << 6,
+  // A strided view of the input (transpose, expand, slice): generated kernels read it through
+  // strides instead of copying it. Implies kMovement.
+  kStridedView = 1u << 7,
+  // A library op that applies epilogues (post-ops) to its f32 output before storing it.
+  kEpilogueHead = 1u << 8,
+  // A pointwise op an epilogue can apply after a kEpilogueHead op (in f32; an add needs a
+  // same-shape operand): the compile driver maps each to a runtime::PostOp.
+  kEpilogue = 1u << 9,
 };
 
 class AttrView;

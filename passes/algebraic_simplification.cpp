@@ -41,8 +41,7 @@ bool isConstantEqualTo(const ir::Value* v, double x, const PassContext& ctx) {
 }
 
 bool isShapeOnly(ir::OpKind k) {
-  return k == ir::OpKind::kReshape || k == ir::OpKind::kFlatten || k == ir::OpKind::kSqueeze ||
-         k == ir::OpKind::kUnsqueeze;
+  return ir::hasTrait(k, ir::kReshapeLike);
 }
 
 // The value `n`'s output can be replaced by, or nullptr when no identity rule applies.

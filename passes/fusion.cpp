@@ -31,19 +31,15 @@ int FusionPlan::numKernels(GroupKind k) const {
 namespace {
 
 bool isReshapeLike(ir::OpKind k) {
-  return k == ir::OpKind::kReshape || k == ir::OpKind::kFlatten || k == ir::OpKind::kSqueeze ||
-         k == ir::OpKind::kUnsqueeze;
+  return ir::hasTrait(k, ir::kReshapeLike);
 }
 
 bool isStridedView(ir::OpKind k) {
-  return k == ir::OpKind::kTranspose || k == ir::OpKind::kExpand || k == ir::OpKind::kSlice;
+  return ir::hasTrait(k, ir::kStridedView);
 }
 
 bool isFusableReductionOp(ir::OpKind k) {
-  return k == ir::OpKind::kReduceMax || k == ir::OpKind::kReduceSum ||
-         k == ir::OpKind::kReduceMean || k == ir::OpKind::kSoftmax ||
-         k == ir::OpKind::kLogSoftmax || k == ir::OpKind::kLayerNorm ||
-         k == ir::OpKind::kGlobalAvgPool;
+  return ir::hasTrait(k, ir::kReduction);
 }
 
 }  // namespace
@@ -122,23 +118,11 @@ bool isViewOp(const ir::Node& n) {
 }
 
 bool isPostOpCandidate(const ir::Node& n) {
-  switch (n.op()) {
-    case ir::OpKind::kRelu:
-    case ir::OpKind::kLeakyRelu:
-    case ir::OpKind::kClip:
-    case ir::OpKind::kSigmoid:
-    case ir::OpKind::kTanh:
-    case ir::OpKind::kGelu:
-    case ir::OpKind::kAdd:
-      return n.output()->type().dtype == ir::DType::kF32;
-    default:
-      return false;
-  }
+  return n.info().has(ir::kEpilogue) && n.output()->type().dtype == ir::DType::kF32;
 }
 
 bool acceptsLibraryEpilogue(ir::OpKind head) {
-  return head == ir::OpKind::kConv2d || head == ir::OpKind::kLinear || head == ir::OpKind::kGemm ||
-         head == ir::OpKind::kMatMul;
+  return ir::hasTrait(head, ir::kEpilogueHead);
 }
 
 namespace {

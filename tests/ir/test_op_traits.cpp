@@ -1,0 +1,34 @@
+// The op table's traits are consistent with each other: the traits passes read instead of lists
+// of op names (views, reductions, epilogues) imply the broader traits they refine.
+#include <catch2/catch.hpp>
+
+#include "ir/op_table.h"
+
+using namespace kiln::ir;
+
+TEST_CASE("op traits: refinements imply what they refine") {
+  int views = 0, epilogues = 0, heads = 0;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo& op = opInfo(static_cast<OpKind>(i));
+    INFO(op.name);
+    if (op.has(kReshapeLike) || op.has(kStridedView)) {
+      ++views;
+      CHECK(op.has(kMovement));
+      CHECK_FALSE((op.has(kReshapeLike) && op.has(kStridedView)));
+      CHECK(op.numOutputs == 1);
+    }
+    if (op.has(kEpilogue)) {
+      ++epilogues;
+      CHECK(op.has(kPointwise));
+      CHECK(op.numOutputs == 1);
+    }
+    if (op.has(kEpilogueHead)) {
+      ++heads;
+      CHECK(op.has(kLibrary));
+    }
+    CHECK_FALSE((op.has(kPointwise) && op.has(kReduction)));
+  }
+  CHECK(views == 7);      // reshape, flatten, squeeze, unsqueeze; transpose, expand, slice.
+  CHECK(epilogues == 7);  // relu, leaky_relu, clip, sigmoid, tanh, gelu, add.
+  CHECK(heads == 4);      // conv2d, linear, gemm, matmul.
+}
