@@ -29,7 +29,6 @@ enum OpTrait : uint32_t {
   kReduction = 1u << 1,       // Reduces over one or more dims (fusable with its neighbours).
   kLibrary = 1u << 2,         // Runs as a library call (oneDNN, BLAS, cuDNN, cuBLAS).
   kMovement = 1u << 3,        // Rearranges data, no arithmetic.
-  kInplaceOk = 1u << 4,       // Output may reuse the first input's buffer when it dies.
   kDifferentiable = 1u << 5,  // Has a gradient builder (autodiff).
   // The output is the input's bytes under another shape: a view, never a copy (reshape,
   // flatten, squeeze, unsqueeze). Implies kMovement.
