@@ -12,6 +12,7 @@
 #include "codegen/render.h"
 #include "compiler/memory_plan.h"
 #include "ir/printer.h"
+#include "ir/timing.h"
 #include "passes/pipeline.h"
 #include "runtime/library/kernels.h"
 #include "runtime/library_info.h"
@@ -23,9 +24,6 @@ namespace kiln::compiler {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 // One step of the schedule before buffers are assigned.
 struct StepDraft {

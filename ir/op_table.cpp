@@ -1,8 +1,11 @@
 #include "ir/op_table.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
+#include <vector>
 
 #include "ir/infer.h"
 
@@ -118,6 +121,23 @@ Expected<std::vector<TensorType>> inferTypes(OpKind k, std::span<const TensorTyp
   auto out = op.infer(inputs, AttrView(op, attrs));
   if (!out) return out.status().withContext(std::string(op.name));
   return out;
+}
+
+size_t nameDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                        std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
 }
 
 }  // namespace kiln::ir

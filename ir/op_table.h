@@ -64,6 +64,8 @@ struct OpInfo {
 const OpInfo& opInfo(OpKind k);
 std::string_view opName(OpKind k);
 const OpInfo* findOp(std::string_view name);  // nullptr when unknown.
+// Case-insensitive edit distance between two names, for "did you mean" hints on op names.
+size_t nameDistance(std::string_view a, std::string_view b);
 inline bool hasTrait(OpKind k, OpTrait t) {
   return opInfo(k).has(t);
 }

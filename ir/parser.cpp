@@ -203,24 +203,6 @@ std::string decodeString(std::string_view quoted) {
   return out;
 }
 
-// Edit distance, for "did you mean" hints on op names.
-size_t editDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                        std::tolower(static_cast<unsigned char>(b[j - 1]));
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 std::string suggestOp(std::string_view original) {
   if (original.size() > 64) return "";
   std::string name(original);
@@ -229,7 +211,7 @@ std::string suggestOp(std::string_view original) {
   size_t bestDist = std::max<size_t>(1, name.size() / 3) + 1;
   for (int k = 0; k < kNumOps; ++k) {
     const std::string_view candidate = opName(static_cast<OpKind>(k));
-    size_t d = editDistance(name, candidate);
+    size_t d = nameDistance(name, candidate);
     // "conv" for "conv2d", "softmax" for "log_softmax": a prefix or suffix is close too.
     if (name.size() >= 3 && (candidate.starts_with(name) || candidate.ends_with(name))) d = 1;
     if (d < bestDist) {

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "ir/op_table.h"
+#include "ir/timing.h"
 #include "runtime/object_loader.h"
 
 namespace kiln::runtime {
@@ -784,10 +785,6 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
   }
   if (planOut) *planOut = std::move(*plan);
   return info;
-}
-
-double msSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace

@@ -2,16 +2,11 @@
 
 #include <chrono>
 
+#include "ir/timing.h"
 #include "runtime/library/kernels.h"
 #include "runtime/reference/kernels.h"
 
 namespace kiln::runtime {
-
-namespace {
-double msSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 Status checkInputs(const ir::Graph& graph, std::span<const Tensor> inputs) {
   const auto& want = graph.inputs();

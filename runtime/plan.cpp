@@ -14,6 +14,7 @@
 #include <new>
 #include <string_view>
 
+#include "ir/timing.h"
 #include "runtime/reference/kernels.h"
 
 namespace kiln::runtime {
@@ -93,10 +94,6 @@ int freeCoresLocked(Budget& b) {
   const int own = b.total + (b.callers - 1);
   const int others = std::max(0, b.runnable - own);
   return std::max(1, online - others);
-}
-
-double msBetween(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
 // Holds granted compute threads for one run and sets them as the calling thread's OpenMP

@@ -137,10 +137,6 @@ Timing summarize(std::vector<double> ms) {
   return t;
 }
 
-double msSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
 bool isArtifactPath(const std::string& model) {
   return std::filesystem::path(model).extension() == ".kiln";
 }

@@ -10,6 +10,7 @@
 
 #include "compiler/compile.h"
 #include "ir/graph.h"
+#include "ir/timing.h"
 
 namespace kiln::cli {
 
@@ -61,7 +62,7 @@ struct Timing {
   double median = 0, min = 0, max = 0;
 };
 Timing summarize(std::vector<double> ms);  // `ms` must not be empty.
-double msSince(std::chrono::steady_clock::time_point t0);
+using kiln::msSince;                       // ir/timing.h
 
 // AOT artifacts (`kiln compile -o model.kiln`): run, bench and inspect take them as MODEL.
 bool isArtifactPath(const std::string& model);

@@ -263,27 +263,12 @@ Expected<std::string> graphToText(const ir::Graph& g, const std::string& weights
 
 // ---- Loading.
 
-size_t editDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // The few known op names closest to `name`, for "did you mean" messages.
 std::string closestOps(std::string_view name) {
   std::vector<std::pair<size_t, std::string>> ranked;
   for (int k = 0; k < ir::kNumOps; ++k) {
     const std::string_view op = ir::opName(static_cast<ir::OpKind>(k));
-    ranked.emplace_back(editDistance(name, op), std::string(op));
+    ranked.emplace_back(ir::nameDistance(name, op), std::string(op));
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
