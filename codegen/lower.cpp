@@ -25,7 +25,7 @@ bool isContiguous(const View& v) {
 
 class Lowerer {
  public:
-  Lowerer(const passes::FusionGroup& g, const std::unordered_set<const ir::Value*>& outs,
+  Lowerer(const ir::FusionGroup& g, const std::unordered_set<const ir::Value*>& outs,
           std::string name)
       : group_(g), graphOutputs_(outs) {
     kernel_.name = std::move(name);
@@ -35,11 +35,11 @@ class Lowerer {
   Expected<Kernel> run() {
     KILN_TRY(setUpDomain());
     for (const ir::Node* n : group_.nodes) {
-      if (passes::isViewOp(*n) && group_.kind != passes::GroupKind::kView) continue;
-      if (group_.kind == passes::GroupKind::kView) break;
+      if (ir::isViewOp(*n) && group_.kind != ir::GroupKind::kView) continue;
+      if (group_.kind == ir::GroupKind::kView) break;
       KILN_TRY(lowerNode(*n));
     }
-    if (group_.kind == passes::GroupKind::kView) {
+    if (group_.kind == ir::GroupKind::kView) {
       // A copy kernel: load the chain's end through its strides, store it contiguously.
       const ir::Value* out = group_.nodes.back()->output();
       KILN_ASSIGN_OR_RETURN(View v, viewOf(out));
@@ -47,7 +47,7 @@ class Lowerer {
       KILN_TRY(addStore(out, e, false));
     } else {
       for (const ir::Node* n : group_.nodes) {
-        if (passes::isViewOp(*n)) continue;
+        if (ir::isViewOp(*n)) continue;
         const ir::Value* v = n->output();
         bool needed = graphOutputs_.count(v) > 0;
         for (const ir::Node* u : v->users()) needed = needed || !inGroup_.count(u);
@@ -62,7 +62,7 @@ class Lowerer {
   Status setUpDomain() {
     if (group_.anchor) {
       domain_ = group_.anchor->input(0)->type().shape;
-      std::tie(ra_, rb_) = passes::reducedRange(*group_.anchor);
+      std::tie(ra_, rb_) = ir::reducedRange(*group_.anchor);
       const OpKind k = group_.anchor->op();
       rowAnchor_ = k != OpKind::kSoftmax && k != OpKind::kLogSoftmax && k != OpKind::kLayerNorm;
       if (rowAnchor_) rowShape_ = group_.anchor->output()->type().shape;
@@ -92,7 +92,7 @@ class Lowerer {
   // The view through which the group reads `v`: a chain of in-group views over a buffer.
   Expected<View> viewOf(const ir::Value* v) {
     const ir::Node* p = v->producer();
-    if (!p || !inGroup_.count(p) || !passes::isViewOp(*p)) {
+    if (!p || !inGroup_.count(p) || !ir::isViewOp(*p)) {
       View b;
       KILN_TRY(scalarTypeOf(v->type().dtype).status());
       b.arg = argFor(v, v->type().dtype, false);
@@ -244,7 +244,7 @@ class Lowerer {
   Expected<int> operand(const ir::Node& n, size_t i, bool row) {
     const ir::Value* v = n.input(i);
     const ir::Node* p = v->producer();
-    if (p && inGroup_.count(p) && !passes::isViewOp(*p)) return exprOf_.at(v);
+    if (p && inGroup_.count(p) && !ir::isViewOp(*p)) return exprOf_.at(v);
     KILN_ASSIGN_OR_RETURN(View view, viewOf(v));
     if ((n.op() == OpKind::kBatchNorm || n.op() == OpKind::kBatchNormTrain) && i > 0) {
       // Per-channel parameters [C] broadcast along dim 1 of [N,C,...]: view them as [C,1,..].
@@ -280,7 +280,7 @@ class Lowerer {
     bool anyRow = false;
     for (const ir::Value* v : n.inputs()) {
       const ir::Node* p = v->producer();
-      if (!p || !inGroup_.count(p) || passes::isViewOp(*p)) continue;
+      if (!p || !inGroup_.count(p) || ir::isViewOp(*p)) continue;
       if (!rowLevel_.count(p)) return false;
       anyRow = true;
     }
@@ -488,7 +488,7 @@ class Lowerer {
     return Status::ok();
   }
 
-  const passes::FusionGroup& group_;
+  const ir::FusionGroup& group_;
   const std::unordered_set<const ir::Value*>& graphOutputs_;
   Kernel kernel_;
   ir::Shape domain_, rowShape_;
@@ -503,13 +503,13 @@ class Lowerer {
 
 }  // namespace
 
-Expected<Kernel> lowerGroup(const passes::FusionGroup& group,
+Expected<Kernel> lowerGroup(const ir::FusionGroup& group,
                             const std::unordered_set<const ir::Value*>& graphOutputs,
                             std::string name) {
-  if (group.kind != passes::GroupKind::kPointwise && group.kind != passes::GroupKind::kReduction &&
-      group.kind != passes::GroupKind::kView)
+  if (group.kind != ir::GroupKind::kPointwise && group.kind != ir::GroupKind::kReduction &&
+      group.kind != ir::GroupKind::kView)
     return internalError("lowerGroup: group " + std::to_string(group.id) + " is a " +
-                         std::string(passes::groupKindName(group.kind)) + " group");
+                         std::string(ir::groupKindName(group.kind)) + " group");
   return Lowerer(group, graphOutputs, std::move(name)).run();
 }
 

@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "codegen/kernel_ir.h"
-#include "passes/fusion.h"
+#include "ir/fusion_group.h"
 
 namespace kiln::codegen {
 
@@ -15,7 +15,7 @@ namespace kiln::codegen {
 // group (the graph's outputs). Fails (kUnimplemented) for groups a kernel cannot express,
 // e.g. a reduction whose reduced dims do not coalesce; the compiler then runs the group's
 // nodes one by one.
-Expected<Kernel> lowerGroup(const passes::FusionGroup& group,
+Expected<Kernel> lowerGroup(const ir::FusionGroup& group,
                             const std::unordered_set<const ir::Value*>& graphOutputs,
                             std::string name);
 

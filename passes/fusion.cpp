@@ -7,22 +7,6 @@
 
 namespace kiln::passes {
 
-std::string_view groupKindName(GroupKind k) {
-  switch (k) {
-    case GroupKind::kPointwise:
-      return "pointwise";
-    case GroupKind::kReduction:
-      return "reduction";
-    case GroupKind::kView:
-      return "view";
-    case GroupKind::kLibrary:
-      return "library";
-    case GroupKind::kOther:
-      return "other";
-  }
-  return "?";
-}
-
 int FusionPlan::numKernels(GroupKind k) const {
   return static_cast<int>(std::count_if(groups.begin(), groups.end(),
                                         [&](const FusionGroup& g) { return g.kind == k; }));
@@ -43,36 +27,6 @@ bool isFusableReductionOp(ir::OpKind k) {
 }
 
 }  // namespace
-
-std::pair<int, int> reducedRange(const ir::Node& n) {
-  const int rank = n.input(0)->type().rank();
-  auto norm = [&](int64_t ax) { return static_cast<int>(ax < 0 ? ax + rank : ax); };
-  switch (n.op()) {
-    case ir::OpKind::kSoftmax:
-    case ir::OpKind::kLogSoftmax: {
-      const int a = norm(n.attr().getInt("axis"));
-      return {a, a + 1};
-    }
-    case ir::OpKind::kLayerNorm:
-      return {norm(n.attr().getInt("axis")), rank};
-    case ir::OpKind::kGlobalAvgPool:
-      return {2, 4};
-    case ir::OpKind::kReduceSum:
-    case ir::OpKind::kReduceMean:
-    case ir::OpKind::kReduceMax: {
-      std::set<int> axes;
-      for (int64_t a : n.attr().getInts("axes")) axes.insert(norm(a));
-      if (axes.empty())
-        for (int i = 0; i < rank; ++i) axes.insert(i);
-      if (axes.empty()) return {-1, -1};
-      const int lo = *axes.begin(), hi = *axes.rbegin() + 1;
-      if (hi - lo != static_cast<int>(axes.size())) return {-1, -1};  // Not contiguous.
-      return {lo, hi};
-    }
-    default:
-      return {-1, -1};
-  }
-}
 
 std::string notFusableReason(const ir::Node& n) {
   auto badType = [](const ir::Value* v) {
@@ -111,10 +65,6 @@ bool isElementwise(const ir::Node& n) {
 bool isFusableReduction(const ir::Node& n) {
   return isFusableReductionOp(n.op()) && reducedRange(n).first >= 0 &&
          ir::isFloat(n.input(0)->type().dtype);
-}
-
-bool isViewOp(const ir::Node& n) {
-  return isReshapeLike(n.op()) || isStridedView(n.op());
 }
 
 bool isPostOpCandidate(const ir::Node& n) {

@@ -11,25 +11,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ir/fusion_group.h"
 #include "ir/graph.h"
 
 namespace kiln::passes {
 
-enum class GroupKind : uint8_t {
-  kPointwise,  // Elementwise ops (and views feeding them) over one iteration domain.
-  kReduction,  // One reduction-like anchor with its pointwise prologue and epilogue.
-  kView,       // Only views: runs as a strided copy, or as an alias when it is contiguous.
-  kLibrary,    // A library op (conv, matmul, gemm, linear, pooling), then its post-ops.
-  kOther,      // Runs alone on its reference kernel (gather, concat, losses, ...).
-};
-std::string_view groupKindName(GroupKind k);
-
-struct FusionGroup {
-  int id = 0;
-  GroupKind kind = GroupKind::kOther;
-  std::vector<ir::Node*> nodes;  // Topological order.
-  ir::Node* anchor = nullptr;    // The reduction of a kReduction group.
-};
+// The group type is ir's (ir/fusion_group.h), so that codegen does not depend on passes/.
+using ir::FusionGroup;
+using ir::GroupKind;
+using ir::groupKindName;
 
 struct FusionRejection {
   const ir::Node* producer;
@@ -64,13 +54,12 @@ struct FusionPlan {
 std::string notFusableReason(const ir::Node& n);
 // True for ops that are a strided view of their input (transpose, expand, slice, squeeze,
 // unsqueeze, reshape, flatten); reshape and flatten only when their input is contiguous.
-bool isViewOp(const ir::Node& n);
+using ir::isViewOp;
 // True for the reduction-like ops a kernel can anchor on, with the reduced dims contiguous.
 bool isFusableReduction(const ir::Node& n);
 // True for elementwise-like ops: the Pointwise trait, plus inference batch_norm.
 bool isElementwise(const ir::Node& n);
-// The dims [a, b) a fusable reduction reduces over its data input (input 0), or {-1, -1}.
-std::pair<int, int> reducedRange(const ir::Node& n);
+using ir::reducedRange;
 
 FusionPlan planFusion(const ir::Graph& g, const FusionOptions& options = {});
 
