@@ -123,7 +123,7 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
     }
     plan->fusedPostOps = pd ? exact : 0;
   }
-  plan->binaryIndex.resize(plan->fusedPostOps);
+  if (plan->fusedPostOps == 0) plan->binaryIndex.clear();
   plan->binaryIndex.resize(post.size(), -1);  // The epilogue's post-ops read their addends.
   if (!pd) {
     const dnnl::primitive_attr plainAttr = makeAttr(dnnl::post_ops());

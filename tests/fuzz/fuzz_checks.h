@@ -4,12 +4,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "frontends/json/graph_json.h"
 #include "frontends/json/safetensors.h"
@@ -54,6 +56,31 @@ inline std::string scratchFile(std::string_view name) {
 inline void writeFile(const std::string& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Removes a directory and everything in it when it goes out of scope.
+struct RemoveOnExit {
+  const std::filesystem::path& dir;
+  ~RemoveOnExit() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+// The inputs in `dir` (a target's seeds or regressions), sorted; none when it does not exist.
+// Dot files (.gitkeep) are skipped. For the replays of the normal build.
+inline std::vector<std::filesystem::path> inputsIn(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  if (!std::filesystem::is_directory(dir)) return files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_regular_file() && e.path().filename().string()[0] != '.') files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+inline std::string readInput(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // A reader's error: fine unless it says kiln itself is at fault.
@@ -122,13 +149,7 @@ inline Outcome checkJsonGraph(std::string_view bytes) {
   // can never name a file an earlier input left behind.
   const std::filesystem::path roundTripDir = scratchDir() / "round-trip";
   std::filesystem::create_directories(roundTripDir);
-  struct Remove {
-    const std::filesystem::path& dir;
-    ~Remove() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } remove{roundTripDir};
+  const RemoveOnExit remove{roundTripDir};
   const std::string savedPath = (roundTripDir / "saved.json").string();
   if (Status st = frontends::saveGraphJson(*g, savedPath); !st)
     return violated("a loaded graph does not save: " + st.message());

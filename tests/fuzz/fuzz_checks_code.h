@@ -49,13 +49,7 @@ inline Outcome checkKernelCacheEntry(std::string_view bytes) {
   const bool raw = (static_cast<uint8_t>(bytes[0]) & 1) != 0;
   const std::string_view rest = bytes.substr(1);
   const std::filesystem::path dir = scratchDir() / "cache";
-  struct Remove {
-    const std::filesystem::path& dir;
-    ~Remove() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } remove{dir};
+  const RemoveOnExit remove{dir};
   codegen::KernelCache cache(dir, true);
   const codegen::CacheKey key = codegen::CacheKeyBuilder().add("fuzz").finish();
   if (raw) {
