@@ -16,7 +16,6 @@
 #include "passes/pipeline.h"
 #include "runtime/library/kernels.h"
 #include "runtime/library_info.h"
-#include "runtime/object_loader.h"
 #include "runtime/reference/kernels.h"
 
 namespace kiln::compiler {
@@ -61,7 +60,10 @@ bool isAliasGroup(const passes::FusionGroup& g) {
 
 class Driver {
  public:
-  Driver(const CompileOptions& o) : opts_(o) {}
+  Driver(const CompileOptions& o)
+      : opts_(o),
+        backend_(o.backend ? o.backend : runtime::defaultBackend()),
+        libraryFusion_(o.libraryFusion && backend_->caps().libraryEpilogues) {}
 
   Expected<std::unique_ptr<CompiledModel>> run(const ir::Graph& input) {
     const auto t0 = Clock::now();
@@ -70,7 +72,7 @@ class Driver {
     KILN_TRY(runPasses());
     auto tf = Clock::now();
     passes::FusionOptions fo = opts_.fusion;
-    fo.libraryEpilogues = opts_.libraryFusion;
+    fo.libraryEpilogues = libraryFusion_;
     fusion_ = passes::planFusion(graph_, fo);
     report_.fusionExplanation = passes::explainFusion(fusion_);
     report_.fusionMs = msSince(tf);
@@ -100,7 +102,10 @@ class Driver {
     ctx.timePasses = opts_.timePasses;
     ctx.verifyAfterEach = opts_.verifyEachPass;
     ctx.log = opts_.log;
-    ctx.channelsLast = opts_.libraryFusion;
+    ctx.channelsLast = libraryFusion_;
+    ctx.hasLibraryKernel = [b = backend_](ir::OpKind op, ir::DType dtype, ir::Layout layout) {
+      return b->hasLibraryKernel(op, dtype, layout);
+    };
     ctx.chooseConvAlgorithm = [this](const ir::Node& n) { return chooseConvAlgorithm(n); };
     KILN_TRY(passes::Pipeline::standard().run(graph_, ctx));
     report_.remarks = ctx.remarks;
@@ -116,8 +121,12 @@ class Driver {
   Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n) {
     const ir::Shape& xs = n.input(0)->type().shape;
     const ir::Shape& ws = n.input(1)->type().shape;
+    const ir::TensorType& yt = n.output()->type();
+    if (!backend_->hasLibraryKernel(n.op(), yt.dtype, yt.layout))
+      return passes::AlgorithmChoice{
+          "auto", "backend '" + std::string(backend_->name()) + "' has no library convolution"};
     const auto candidates = runtime::convAlgorithms(n.attr(), xs, ws);
-    if (!opts_.autotune || candidates.size() < 2 || n.output()->type().dtype != ir::DType::kF32)
+    if (!opts_.autotune || candidates.size() < 2 || yt.dtype != ir::DType::kF32)
       return passes::AlgorithmChoice{"auto", "heuristic: the library's default"};
     const bool nhwc = n.input(0)->type().layout == ir::Layout::kNHWC;
     std::string attrs;
@@ -205,8 +214,8 @@ class Driver {
     const ir::OpKind op = head->op();
     StepDraft s(runtime::PlanStep::Kind::kOp, head->describe(), head);
     s.inputs.assign(head->inputs().begin(), head->inputs().end());
-    const bool f32 = head->output()->type().dtype == ir::DType::kF32;
-    s.library = f32 && head->info().has(ir::kLibrary);
+    const ir::TensorType& yt = head->output()->type();
+    s.library = backend_->hasLibraryKernel(op, yt.dtype, yt.layout);
     const ir::Value* current = head->output();
     for (size_t i = 1; i < g.nodes.size(); ++i) {
       const ir::Node* n = g.nodes[i];
@@ -300,6 +309,10 @@ class Driver {
           [[fallthrough]];
         case passes::GroupKind::kPointwise:
         case passes::GroupKind::kReduction: {
+          if (backend_->caps().kernelCode.empty()) {
+            KILN_TRY(addReferenceSteps(g));  // The backend runs no generated code.
+            break;
+          }
           const std::string name = "kiln_k" + std::to_string(kernels_.size());
           auto k = codegen::lowerGroup(g, graphOutputs_, name);
           if (!k) {
@@ -336,6 +349,10 @@ class Driver {
     const auto t = Clock::now();
     report_.generatedKernels = static_cast<int>(kernels_.size());
     if (kernels_.empty()) return Status::ok();
+    if (backend_->caps().kernelCode != "host-object")
+      return unimplemented("backend '" + std::string(backend_->name()) + "' runs kernels as '" +
+                           backend_->caps().kernelCode +
+                           "' code; kiln compiles generated kernels to host objects only");
     KILN_ASSIGN_OR_RETURN(const codegen::CpuTarget target,
                           codegen::resolveCpuTarget(opts_.targetCpu));
     if (target.cpu != codegen::hostCpuName()) report_.remarks.push_back(target.note);
@@ -387,9 +404,10 @@ class Driver {
         cacheStored(cache, cache.store(keys[missIndex[j]], objects[missIndex[j]]));
       }
     }
-    auto code = std::make_shared<runtime::LoadedObjects>();
+    std::vector<runtime::KernelObject> loadable;
     for (size_t i = 0; i < objects.size(); ++i)
-      KILN_TRY(code->add(objects[i], sources[i].moduleName));
+      loadable.push_back({sources[i].moduleName, objects[i]});
+    KILN_ASSIGN_OR_RETURN(code_, backend_->loadKernels(loadable));
     code_info_->triple = codegen::hostTriple();
     code_info_->cpu = copts.cpu;
     code_info_->features = copts.features;
@@ -397,11 +415,9 @@ class Driver {
       code_info_->modules.push_back(
           {sources[i].moduleName, std::move(sources[i].source), std::move(objects[i])});
     for (size_t i = 0; i < kernels_.size(); ++i) {
-      KILN_ASSIGN_OR_RETURN(auto fn, code->lookupFunction<void(void* const*, long long, long long)>(
-                                         kernels_[i].name));
-      kernelFns_.push_back(fn);
+      KILN_ASSIGN_OR_RETURN(const void* entry, code_->entry(kernels_[i].name));
+      kernelEntries_.push_back(entry);
     }
-    code_ = std::move(code);
     if (opts_.cudaCheck) KILN_TRY(checkCuda());
     report_.compileMs = msSince(t);
     return Status::ok();
@@ -601,7 +617,7 @@ class Driver {
       for (const ir::Value* v : d.inputs) s.inputs.push_back(ref(v));
       for (const ir::Value* v : d.outputs) s.outputs.push_back(ref(v));
       if (d.kind == runtime::PlanStep::Kind::kKernel) {
-        s.fn = kernelFns_[d.kernel];
+        s.kernel = kernelEntries_[d.kernel];
         s.units = kernels_[d.kernel].numUnits();
         s.elements = kernels_[d.kernel].numElements();
       } else {
@@ -630,12 +646,15 @@ class Driver {
       plan->steps.push_back(std::move(s));
       ++report_.copySteps;
     }
+    plan->backend = backend_;
     plan->code = code_;
     plan_ = std::move(plan);
     return Status::ok();
   }
 
   const CompileOptions& opts_;
+  std::shared_ptr<runtime::Backend> backend_;
+  bool libraryFusion_;  // Library epilogues and channels-last: asked for and supported.
   CompileReport report_;
   ir::Graph graph_;
   passes::FusionPlan fusion_;
@@ -644,8 +663,8 @@ class Driver {
   std::vector<StepDraft> steps_;
   std::vector<codegen::Kernel> kernels_;
   std::vector<std::string> kernelGroup_;
-  std::vector<runtime::KernelFn> kernelFns_;
-  std::shared_ptr<runtime::LoadedObjects> code_;
+  std::vector<const void*> kernelEntries_;
+  std::shared_ptr<runtime::KernelModule> code_;
   std::shared_ptr<CompiledCode> code_info_ = std::make_shared<CompiledCode>();
   std::shared_ptr<runtime::Plan> plan_;
   std::unique_ptr<codegen::KernelCache> cache_;

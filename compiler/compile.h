@@ -53,6 +53,11 @@ struct CompileOptions {
   // compile fails before any arena is allocated when one call does not fit, naming the
   // amounts; concurrent calls beyond what fits wait (runtime::PlanExecutor::limitMemory).
   int64_t maxMemoryBytes = 0;
+  // The backend the plan runs on (runtime::findBackend); null: runtime::defaultBackend(), the
+  // CPU. Its capabilities decide what the plan builder emits: generated kernels where it
+  // loads their code, library calls (with post-ops and channels-last activations) where its
+  // library registry has them, reference op calls otherwise.
+  std::shared_ptr<runtime::Backend> backend;
   // Also render every kernel as CUDA C and compile it with NVRTC for sm_80 and sm_90 (a
   // check on machines without a GPU; the PTX is kept in the report).
   bool cudaCheck = false;

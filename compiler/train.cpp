@@ -54,7 +54,8 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   g.setOutputs(outs);
 
   if (options.eager) {
-    step->eager_ = std::make_unique<runtime::EagerExecutor>(g);
+    step->eager_ = std::make_unique<runtime::EagerExecutor>(
+        g, options.compile.backend ? options.compile.backend : runtime::defaultBackend());
   } else {
     CompileOptions co = options.compile;
     for (size_t i = 0; i < step->writes_.size(); ++i)

@@ -41,6 +41,9 @@ enum OpTrait : uint32_t {
   // A pointwise op an epilogue can apply after a kEpilogueHead op (in f32; an add needs a
   // same-shape operand): the compile driver maps each to a runtime::PostOp.
   kEpilogue = 1u << 9,
+  // A 4-D NCHW library op whose library kernel also reads and writes channels-last (NHWC)
+  // activations: layout selection may keep its input and output NHWC.
+  kChannelsLast = 1u << 10,
 };
 
 class AttrView;

@@ -12,12 +12,6 @@ namespace kiln::passes {
 
 namespace {
 
-bool isChannelsLastLibraryOp(const ir::Node& n) {
-  return (n.op() == ir::OpKind::kConv2d || n.op() == ir::OpKind::kMaxPool2d ||
-          n.op() == ir::OpKind::kAvgPool2d) &&
-         n.output()->type().dtype == ir::DType::kF32;
-}
-
 bool isElementwiseOp(const ir::Node& n) {
   return n.info().has(ir::kPointwise) && n.op() != ir::OpKind::kRelayout;
 }
@@ -89,7 +83,8 @@ class Selector {
   void visit(ir::Node* n) {
     if (n->op() == ir::OpKind::kRelayout) return;
     const ir::Shape& outShape = n->output()->type().shape;
-    if (isChannelsLastLibraryOp(*n) && outShape.size() == 4) {
+    if (ctx_.hasLibraryKernel(n->op(), n->output()->type().dtype, ir::Layout::kNHWC) &&
+        outShape.size() == 4) {
       if (n->op() == ir::OpKind::kConv2d || isNhwc(n->input(0))) {
         if (!isNhwc(n->input(0))) n->replaceInput(0, converted(n->input(0), ir::Layout::kNHWC, n));
         setLayout(n->output(), ir::Layout::kNHWC);
@@ -133,7 +128,7 @@ class Selector {
 }  // namespace
 
 bool LayoutSelection::run(ir::Graph& g, PassContext& ctx) {
-  if (!ctx.channelsLast) return false;
+  if (!ctx.channelsLast || !ctx.hasLibraryKernel) return false;
   return Selector(g, ctx).run();
 }
 

@@ -41,8 +41,11 @@ struct PassContext {
   bool inference = true;
   ConstantEvaluator evaluate;         // Constant folding is a no-op without one.
   int64_t maxFoldedBytes = 64 << 20;  // Larger constants stay computed at run time.
-  // The backend runs f32 conv2d and pooling on channels-last (NHWC) activations.
-  bool channelsLast = false;
+  // The target backend's library registry (runtime::Backend::hasLibraryKernel): whether its
+  // library runs an op at an output dtype and activation layout. Layout selection keeps NHWC
+  // where it says so; without one (or with channels-last off) layouts stay plain.
+  std::function<bool(ir::OpKind, ir::DType, ir::Layout)> hasLibraryKernel;
+  bool channelsLast = false;                  // Layout selection may choose NHWC at all.
   int layoutConversions = 0;                  // Relayouts inserted by layout selection.
   ConvAlgorithmChooser chooseConvAlgorithm;   // conv-algorithm-selection is a no-op without one.
   std::vector<std::string> algorithmChoices;  // One line per conv: --explain-algos.

@@ -68,6 +68,16 @@ void CachingAllocator::emptyCacheLocked() {
   free_.clear();
 }
 
+Status allocationFailure(const Allocator& a, size_t bytes, const std::string& what) {
+  if (const int64_t limit = a.limit(); limit > 0)
+    return resourceExhausted("allocating " + std::to_string(bytes) + " bytes for " + what +
+                             " would take the memory in use (" +
+                             std::to_string(a.stats().bytesInUse) + " bytes) past the limit of " +
+                             std::to_string(limit) + " bytes; raise --max-memory");
+  return resourceExhausted("out of memory allocating " + std::to_string(bytes) + " bytes for " +
+                           what);
+}
+
 CachingAllocator& cpuAllocator() {
   static CachingAllocator* a =
       new CachingAllocator();  // Never destroyed: tensors may outlive main.

@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include "ir/status.h"
 
 namespace kiln::runtime {
 
@@ -57,6 +60,10 @@ class CachingAllocator final : public Allocator {
   AllocatorStats stats_;
   int64_t limit_ = 0;
 };
+
+// Why `alloc` returned nullptr for `bytes` (for `what`, e.g. a tensor type): past its limit
+// (kResourceExhausted, naming the amounts and --max-memory) or out of system memory.
+Status allocationFailure(const Allocator& alloc, size_t bytes, const std::string& what);
 
 // The process-wide CPU allocator used for eager execution and tensors created by the user.
 CachingAllocator& cpuAllocator();

@@ -914,19 +914,25 @@ Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
       recompiled = true;
     }
   }
-  auto code = std::make_shared<LoadedObjects>();
-  for (size_t i = 0; i < objects.size(); ++i) {
-    const std::span<const std::byte> object =
-        recompiled ? std::span<const std::byte>(rebuilt[i]) : objects[i].second;
-    KILN_TRY(code->add(object, objects[i].first).withContext("artifact '" + path + "'"));
-  }
+  std::shared_ptr<Backend> backend = options.backend ? options.backend : defaultBackend();
+  if (!objects.empty() && backend->caps().kernelCode != "host-object")
+    return invalidArgument("artifact '" + path + "' holds host-object kernels; backend '" +
+                           std::string(backend->name()) + "' cannot run them");
+  std::vector<KernelObject> loadable;
+  for (size_t i = 0; i < objects.size(); ++i)
+    loadable.push_back({objects[i].first,
+                        recompiled ? std::span<const std::byte>(rebuilt[i]) : objects[i].second});
+  auto code = backend->loadKernels(loadable);
+  if (!code) return code.status().withContext("artifact '" + path + "'");
   for (PlanStep& s : plan.steps) {
     if (s.kind != PlanStep::Kind::kKernel) continue;
-    auto fn = code->lookupFunction<void(void* const*, long long, long long)>(s.name);
-    if (!fn) return fn.status().withContext("artifact '" + path + "': kernel '" + s.name + "'");
-    s.fn = *fn;
+    auto entry = (*code)->entry(s.name);
+    if (!entry)
+      return entry.status().withContext("artifact '" + path + "': kernel '" + s.name + "'");
+    s.kernel = *entry;
   }
-  plan.code = std::move(code);
+  plan.backend = std::move(backend);
+  plan.code = std::move(*code);
   const double ms = msSince(start);
   auto model = std::make_unique<LoadedModel>(std::move(parsed.plan), std::move(info),
                                              options.threads, ms, recompiled);

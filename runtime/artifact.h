@@ -79,6 +79,8 @@ struct LoadOptions {
   std::ostream* log = nullptr;  // Notices (e.g. "recompiling ...") go here.
   int threads = 0;              // Kernel threads; 0: OpenMP's default.
   int64_t maxMemoryBytes = 0;   // PlanExecutor::limitMemory; 0: no bound.
+  // The backend to run on (it must load host-object code); null: defaultBackend().
+  std::shared_ptr<Backend> backend;
 };
 
 // A model loaded from an artifact: its plan with code and weights mapped, ready to run.

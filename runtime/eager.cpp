@@ -3,8 +3,7 @@
 #include <chrono>
 
 #include "ir/timing.h"
-#include "runtime/library/kernels.h"
-#include "runtime/reference/kernels.h"
+#include "runtime/cpu/cpu_backend.h"
 
 namespace kiln::runtime {
 
@@ -27,12 +26,12 @@ Status checkInputs(const ir::Graph& graph, std::span<const Tensor> inputs) {
 }
 
 EagerExecutor::EagerExecutor(const ir::Graph& graph, CachingAllocator* alloc)
-    : graph_(graph), alloc_(alloc) {
+    : EagerExecutor(graph, makeCpuBackend(alloc)) {}
+
+EagerExecutor::EagerExecutor(const ir::Graph& graph, std::shared_ptr<Backend> backend)
+    : graph_(graph), backend_(std::move(backend)) {
   for (const ir::Value* v : graph.inputs()) slot_.emplace(v, slot_.size());
-  for (const ir::Value* p : graph.parameters()) {
-    slot_.emplace(p, slot_.size());
-    params_.push_back(Tensor::fromData(p->data()));
-  }
+  for (const ir::Value* p : graph.parameters()) slot_.emplace(p, slot_.size());
   const auto nodes = graph.nodes();
   for (const ir::Node* n : nodes)
     for (const ir::Value* o : n->outputs()) slot_.emplace(o, slot_.size());
@@ -58,43 +57,66 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
       return invalidArgument("parameter '" + p->name() + "' has no data (load its weights)");
 
   stats_ = EagerStats{};
-  const AllocatorStats before = alloc_->stats();
-  alloc_->resetPeak();
+  Backend& be = *backend_;
+  Allocator& hostAlloc = be.hostAllocator();
+  const AllocatorStats before = be.memoryStats();
+  be.resetPeakMemory();
   const auto t0 = std::chrono::steady_clock::now();
 
-  std::vector<Tensor> env(slot_.size());
-  size_t s = 0;
-  for (const Tensor& t : inputs) {
-    KILN_ASSIGN_OR_RETURN(env[s], t.contiguous(alloc_));
-    ++s;
+  // Every value's bytes on the backend (owned, or a mapping of host bytes), by slot; graph
+  // outputs are host tensors mapped onto the backend.
+  std::vector<DeviceBuffer> env(slot_.size());
+  std::vector<Tensor> host(slot_.size());
+  std::unordered_map<const ir::Value*, bool> isOutput;
+  for (const ir::Value* o : graph_.outputs()) isOutput[o] = true;
+  auto mapped = [&](size_t slot, Tensor t) -> Status {
+    KILN_ASSIGN_OR_RETURN(env[slot], be.mapHost(t.rawData(), t.byteSize()));
+    host[slot] = std::move(t);
+    return Status::ok();
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(Tensor c, inputs[i].contiguous(&hostAlloc));
+    KILN_TRY(mapped(slot_.at(graph_.inputs()[i]), std::move(c)));
   }
-  for (const Tensor& p : params_) env[s++] = p;
-
+  for (const ir::Value* p : graph_.parameters())
+    KILN_TRY(mapped(slot_.at(p), Tensor::fromData(p->data())));
   const auto nodes = graph_.nodes();
-  std::vector<Tensor> ins, outs;
+  // Declared after the buffers it uses: destroying a stream waits for its work.
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, be.openStream(0));
+  auto upload = [&](const ir::Value* v) {
+    const size_t s = slot_.at(v);
+    return stream->upload(env[s].address(), host[s].rawData(), host[s].byteSize());
+  };
+  for (const ir::Value* v : graph_.inputs()) KILN_TRY(upload(v));
+  for (const ir::Value* v : graph_.parameters()) KILN_TRY(upload(v));
+
+  std::vector<DeviceTensor> ins, outs;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const ir::Node* n = nodes[i];
     const auto tn = std::chrono::steady_clock::now();
-    // Library kernels (oneDNN, OpenBLAS) where they exist, as PyTorch eager does; the
-    // reference kernel otherwise.
-    RefKernel kernel = libraryKernel(n->op(), n->output()->type().dtype);
-    if (!kernel) kernel = referenceKernel(n->op());
-    if (!kernel)
-      return unimplemented(n->describe() + ": op '" + std::string(ir::opName(n->op())) +
-                           "' has no CPU kernel");
     ins.clear();
     outs.clear();
-    for (const ir::Value* v : n->inputs()) ins.push_back(env[slot_.at(v)]);
+    for (const ir::Value* v : n->inputs()) ins.push_back({env[slot_.at(v)].address(), v->type()});
     for (const ir::Value* o : n->outputs()) {
-      auto t = Tensor::empty(o->type().dtype, o->type().shape, alloc_);
-      if (!t) return t.status().withContext(n->describe());
-      outs.push_back(std::move(*t));
+      const size_t s = slot_.at(o);
+      if (isOutput.count(o)) {
+        auto t = Tensor::empty(o->type().dtype, o->type().shape, &hostAlloc);
+        if (!t) return t.status().withContext(n->describe());
+        KILN_TRY(mapped(s, std::move(*t)).withContext(n->describe()));
+      } else {
+        auto b = be.allocate(o->type().byteSize());
+        if (!b) return b.status().withContext(n->describe());
+        env[s] = std::move(*b);
+      }
+      outs.push_back({env[s].address(), o->type()});
     }
-    Status st = kernel(n->attr(), ins, outs);
-    if (!st.isOk()) return st.withContext(n->describe());
-    for (size_t k = 0; k < outs.size(); ++k) env[slot_.at(n->output(k))] = std::move(outs[k]);
-    ins.clear();
-    for (size_t dead : freeAfter_[i]) env[dead] = Tensor();
+    OpCall call;
+    const std::string name = n->describe();
+    call.name = name;
+    call.op = n->op();
+    call.attrs = &n->attrs();
+    KILN_TRY(stream->run(call, ins, outs).withContext(name));
+    for (size_t dead : freeAfter_[i]) stream->free(std::move(env[dead]));
     const double ms = msSince(tn);
     stats_.nodes.push_back({n, ms});
     auto& agg = stats_.ops[std::string(ir::opName(n->op()))];
@@ -103,9 +125,21 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
   }
 
   std::vector<Tensor> results;
-  for (const ir::Value* o : graph_.outputs()) results.push_back(env[slot_.at(o)]);
+  for (const ir::Value* o : graph_.outputs()) {
+    const size_t s = slot_.at(o);
+    if (!o->producer()) {
+      // An input or parameter returned as is: a copy of its host bytes.
+      KILN_ASSIGN_OR_RETURN(Tensor c, Tensor::empty(o->type().dtype, o->type().shape, &hostAlloc));
+      KILN_TRY(c.copyFrom(host[s]));
+      results.push_back(std::move(c));
+      continue;
+    }
+    KILN_TRY(stream->download(host[s].rawData(), env[s].address(), host[s].byteSize()));
+    results.push_back(host[s]);
+  }
+  KILN_TRY(stream->synchronize());
   stats_.totalMs = msSince(t0);
-  const AllocatorStats after = alloc_->stats();
+  const AllocatorStats after = be.memoryStats();
   stats_.peakActivationBytes = after.peakBytesInUse - before.bytesInUse;
   stats_.numAllocations = after.numAllocations - before.numAllocations;
   return results;

@@ -1,23 +1,25 @@
-// The eager interpreter: runs a Graph op by op through the kernels, allocating each output
-// from the allocator and freeing each intermediate right after its last use, as PyTorch eager
-// does. It is the baseline of every eager-vs-compiled comparison and records per-op wall
-// time and peak bytes.
+// The eager interpreter: runs a Graph op by op through a backend's kernels (library kernels
+// where it has them, reference kernels otherwise), allocating each output from the backend
+// and freeing each intermediate right after its last use, as PyTorch eager does. It is the
+// baseline of every eager-vs-compiled comparison and records per-op wall time and peak bytes.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/backend.h"
 #include "runtime/tensor.h"
 
 namespace kiln::runtime {
 
 struct EagerNodeTiming {
   const ir::Node* node;
-  double ms;
+  double ms;  // On a backend with an asynchronous queue: the time to enqueue it.
 };
 
 struct EagerOpTiming {
@@ -27,8 +29,8 @@ struct EagerOpTiming {
 
 struct EagerStats {
   double totalMs = 0;
-  // Highest allocator bytes in use during the run above what was in use when it started:
-  // intermediates and outputs (weights are views of the graph's parameter data).
+  // Highest backend bytes in use during the run above what was in use when it started:
+  // intermediates and outputs (weights are views of the graph's parameter data on the CPU).
   int64_t peakActivationBytes = 0;
   int64_t numAllocations = 0;
   std::vector<EagerNodeTiming> nodes;        // In execution order.
@@ -39,8 +41,13 @@ struct EagerStats {
 // members). Threads that run a graph eagerly at once each make their own executor.
 class EagerExecutor {
  public:
-  // The graph must outlive the executor and stay unchanged; it should pass ir::verify.
-  explicit EagerExecutor(const ir::Graph& graph, CachingAllocator* alloc = &cpuAllocator());
+  // The graph must outlive the executor and stay unchanged; it should pass ir::verify. A
+  // backend whose memory is not the host's receives the inputs and the graph's current
+  // parameter bytes at every run, and returns the outputs to host tensors.
+  explicit EagerExecutor(const ir::Graph& graph,
+                         std::shared_ptr<Backend> backend = defaultBackend());
+  // On a CPU backend allocating from `alloc` (tests, memory-limited sessions).
+  EagerExecutor(const ir::Graph& graph, CachingAllocator* alloc);
 
   // Checks inputs against the graph's input types (count, dtype, shape) and runs the graph.
   Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs);
@@ -48,10 +55,9 @@ class EagerExecutor {
 
  private:
   const ir::Graph& graph_;
-  CachingAllocator* alloc_;
+  std::shared_ptr<Backend> backend_;
   std::unordered_map<const ir::Value*, size_t> slot_;  // Value -> index into the environment.
   std::vector<std::vector<size_t>> freeAfter_;         // Per node: slots that die after it.
-  std::vector<Tensor> params_;                         // Views of parameter data.
   EagerStats stats_;
 };
 

@@ -1,191 +1,12 @@
 #include "runtime/plan.h"
 
-#include <fcntl.h>
-#include <omp.h>
-#include <sched.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <new>
-#include <string_view>
 
 #include "ir/timing.h"
-#include "runtime/reference/kernels.h"
 
 namespace kiln::runtime {
-
-namespace {
-// Below this many elements a kernel runs on the calling thread: waking the pool costs more.
-constexpr int64_t kParallelThreshold = 1 << 15;
-}  // namespace
-
-namespace {
-
-// The ComputeThreads budget. `total` starts as OpenMP's default and changes only through
-// setNumThreads.
-struct Budget {
-  std::mutex mu;
-  std::condition_variable cv;
-  int total = 0;
-  int inUse = 0;
-  int callers = 0;  // Runs holding threads or waiting for them.
-  int peak = 0;
-  uint64_t nextTicket = 0;  // Tickets of acquire() calls, in arrival order.
-  uint64_t nowServing = 0;  // The ticket that may take threads next.
-  std::atomic<bool> loadAware{true};
-  // /proc/loadavg's runnable count, and when it was read.
-  int runnable = 0;
-  std::chrono::steady_clock::time_point readAt{};
-};
-
-Budget& budget() {
-  static Budget* b = [] {
-    auto* p = new Budget;  // Never destroyed: runs may still release during exit.
-    p->total = std::max(1, omp_get_max_threads());
-    const char* env = std::getenv("KILN_LOAD_AWARE");
-    p->loadAware = !(env && std::string_view(env) == "0");
-    return p;
-  }();
-  return *b;
-}
-
-// Threads runnable on the whole machine now (the 4th field of /proc/loadavg, "3/150"), or -1.
-int runnableThreads() {
-  const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  char text[128];
-  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
-  ::close(fd);
-  if (n <= 0) return -1;
-  text[n] = '\0';
-  const char* slash = std::strchr(text, '/');
-  if (!slash) return -1;
-  const char* start = slash;
-  while (start > text && start[-1] >= '0' && start[-1] <= '9') --start;
-  return start == slash ? -1 : std::atoi(start);
-}
-
-// Cores the other processes leave free, with b.mu held.
-int freeCoresLocked(Budget& b) {
-  static const int online = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-  static const int usable = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    return ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : online;
-  }();
-  // On a subset of the CPUs (a container's cpuset), the machine-wide runnable count says
-  // nothing about the cores this process may use: no load is subtracted.
-  if (usable < online) return usable;
-  const auto now = std::chrono::steady_clock::now();
-  if (now - b.readAt > std::chrono::milliseconds(10)) {
-    b.runnable = runnableThreads();
-    b.readAt = now;
-  }
-  if (b.runnable < 0) return online;
-  // This process's own runnable threads: the caller and its OpenMP team, whose threads spin
-  // for a while after every parallel region (eager runs and other libraries' regions use the
-  // same team), and the other callers. Counting the team when it already sleeps can only keep
-  // threads under a partial load.
-  const int own = b.total + (b.callers - 1);
-  const int others = std::max(0, b.runnable - own);
-  return std::max(1, online - others);
-}
-
-// Holds granted compute threads for one run and sets them as the calling thread's OpenMP
-// count (a per-thread setting in libgomp), restoring the old count afterwards.
-class ThreadGrant {
- public:
-  explicit ThreadGrant(int wanted)
-      : previous_(omp_get_max_threads()), granted_(ComputeThreads::acquire(wanted)) {
-    omp_set_num_threads(granted_);
-  }
-  ~ThreadGrant() {
-    omp_set_num_threads(previous_);
-    ComputeThreads::release(granted_);
-  }
-  ThreadGrant(const ThreadGrant&) = delete;
-  ThreadGrant& operator=(const ThreadGrant&) = delete;
-  int threads() const { return granted_; }
-
- private:
-  int previous_;
-  int granted_;
-};
-
-}  // namespace
-
-void setNumThreads(int threads) {
-  if (threads <= 0) return;
-  omp_set_num_threads(threads);
-  Budget& b = budget();
-  std::lock_guard lock(b.mu);
-  b.total = threads;
-  b.cv.notify_all();
-}
-
-int numThreads() {
-  Budget& b = budget();
-  std::lock_guard lock(b.mu);
-  return b.total;
-}
-
-int ComputeThreads::acquire(int wanted) {
-  Budget& b = budget();
-  std::unique_lock lock(b.mu);
-  ++b.callers;
-  // First come, first served: a run is granted threads only at the head of the queue, so that
-  // under many callers none waits much longer than the others (the p99 of a serving load).
-  const uint64_t ticket = b.nextTicket++;
-  int granted = 0;
-  b.cv.wait(lock, [&] {
-    if (b.nowServing != ticket) return false;
-    // Alone: up to the whole budget (and the free cores), once every thread is free. With
-    // company: one thread.
-    int want = b.callers == 1 ? std::clamp(wanted, 1, b.total) : 1;
-    if (want > 1 && b.loadAware.load(std::memory_order_relaxed))
-      want = std::min(want, freeCoresLocked(b));
-    if (b.total - b.inUse < want) return false;
-    granted = want;
-    return true;
-  });
-  b.inUse += granted;
-  b.peak = std::max(b.peak, b.inUse);
-  ++b.nowServing;
-  lock.unlock();
-  b.cv.notify_all();  // The next in the queue may fit in what is left.
-  return granted;
-}
-
-void ComputeThreads::release(int threads) {
-  Budget& b = budget();
-  {
-    std::lock_guard lock(b.mu);
-    b.inUse -= threads;
-    --b.callers;
-  }
-  b.cv.notify_all();
-}
-
-void ComputeThreads::setLoadAware(bool on) {
-  budget().loadAware = on;
-}
-
-int ComputeThreads::freeCores() {
-  Budget& b = budget();
-  std::lock_guard lock(b.mu);
-  return freeCoresLocked(b);
-}
-
-int ComputeThreads::peakInUse() {
-  Budget& b = budget();
-  std::lock_guard lock(b.mu);
-  return b.peak;
-}
 
 bool Plan::writesParameters() const {
   for (int p : outputParameter)
@@ -212,40 +33,32 @@ int64_t Plan::bytesPerCall() const {
 
 // Scratch arenas, one per call in progress, reused across calls.
 struct PlanExecutor::Arenas {
-  struct Arena {
-    std::unique_ptr<std::byte[]> storage;  // Uninitialized: pages commit when first written.
-    std::byte* base = nullptr;             // 64-byte aligned.
-  };
-  explicit Arenas(int64_t bytes) : bytes(bytes) {}
+  Arenas(Backend& backend, int64_t bytes) : backend(backend), bytes(bytes) {}
 
-  Expected<Arena> take() {
+  Expected<DeviceBuffer> take() {
     {
       std::unique_lock lock(mu);
       // Under a memory limit, a call waits for an arena once `max` exist.
       cv.wait(lock, [&] { return !free.empty() || max == 0 || allocated < max; });
       if (!free.empty()) {
-        Arena a = std::move(free.back());
+        DeviceBuffer a = std::move(free.back());
         free.pop_back();
         return a;
       }
       ++allocated;  // Reserved now, so that concurrent calls respect `max`.
     }
-    Arena a;
-    a.storage.reset(new (std::nothrow) std::byte[static_cast<size_t>(bytes) + 64]);
-    if (!a.storage) {
+    Expected<DeviceBuffer> a = backend.allocate(static_cast<size_t>(bytes));
+    if (!a) {
       {
         std::lock_guard lock(mu);
         --allocated;
       }
       cv.notify_one();
-      return resourceExhausted("cannot allocate the plan's " + std::to_string(bytes) +
-                               "-byte scratch arena: out of memory");
+      return a.status().withContext("the plan's " + std::to_string(bytes) + "-byte scratch arena");
     }
-    const auto addr = reinterpret_cast<uintptr_t>(a.storage.get());
-    a.base = a.storage.get() + ((64 - addr % 64) % 64);
     return a;
   }
-  void give(Arena a) {
+  void give(DeviceBuffer a) {
     {
       std::lock_guard lock(mu);
       free.push_back(std::move(a));
@@ -253,20 +66,29 @@ struct PlanExecutor::Arenas {
     cv.notify_one();
   }
 
+  Backend& backend;
   const int64_t bytes;
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<Arena> free;
+  std::vector<DeviceBuffer> free;
   size_t allocated = 0;
   size_t max = 0;  // 0: no bound.
 };
 
 PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
     : plan_(std::move(plan)),
+      backend_(plan_->backend ? plan_->backend : defaultBackend()),
       threads_(threads),
       serialized_(plan_->writesParameters()),
       cache_(std::make_unique<LibraryCache>()),
-      arenas_(std::make_unique<Arenas>(plan_->arenaBytes)) {}
+      arenas_(std::make_unique<Arenas>(*backend_, plan_->arenaBytes)) {
+  std::vector<bool> written(plan_->parameters.size(), false);
+  for (const PlanStep& s : plan_->steps)
+    for (const BufferRef& b : s.outputs)
+      if (b.kind == BufferRef::Kind::kParameter) written[static_cast<size_t>(b.index)] = true;
+  for (size_t i = 0; i < written.size(); ++i)
+    if (written[i]) writtenParameters_.push_back(static_cast<int>(i));
+}
 
 PlanExecutor::~PlanExecutor() = default;
 
@@ -278,6 +100,24 @@ PlanRunStats PlanExecutor::lastStats() const {
 void PlanExecutor::clearLibraryCache() {
   std::unique_lock lock(runMu_);
   cache_->clear();
+  std::lock_guard params(paramsMu_);
+  paramsMapped_ = false;
+}
+
+Status PlanExecutor::mapParameters(Stream& stream) {
+  std::lock_guard lock(paramsMu_);
+  if (paramsMapped_) return Status::ok();
+  params_.clear();
+  for (const ir::TensorData& d : plan_->parameters) {
+    auto* bytes = const_cast<std::byte*>(d.data());
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->mapHost(bytes, d.byteSize()));
+    KILN_TRY(stream.upload(b.address(), bytes, d.byteSize()));
+    params_.push_back(std::move(b));
+  }
+  KILN_TRY(stream.synchronize().withContext("copying the parameters to " +
+                                            std::string(backend_->name())));
+  paramsMapped_ = true;
+  return Status::ok();
 }
 
 Status PlanExecutor::limitMemory(int64_t limitBytes) {
@@ -332,52 +172,61 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     shared.lock();
   // The arena first, then the threads: a call never holds compute threads while it waits for
   // memory (under limitMemory).
-  KILN_ASSIGN_OR_RETURN(Arenas::Arena arena, arenas_->take());
+  KILN_ASSIGN_OR_RETURN(DeviceBuffer arenaBuffer, arenas_->take());
   struct GiveBack {
     Arenas& pool;
-    Arenas::Arena& arena;
+    DeviceBuffer& arena;
     ~GiveBack() { pool.give(std::move(arena)); }
-  } giveBack{*arenas_, arena};
-  std::byte* const arenaBase = arena.base;
-  const ThreadGrant grant(threads_ > 0 ? threads_ : numThreads());
+  } giveBack{*arenas_, arenaBuffer};
+  const DeviceAddress arena = arenaBuffer.address();
 
   std::vector<Tensor> outs;
+  std::vector<DeviceBuffer> inBufs, outBufs;
+  for (const Tensor& t : ins) {
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->mapHost(t.rawData(), t.byteSize()));
+    inBufs.push_back(std::move(b));
+  }
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     const auto& t = p.outputs[i];
     if (i < p.outputParameter.size() && p.outputParameter[i] >= 0) {
       // Written over its parameter in place: the result is a view of it.
       const ir::TensorData& d = p.parameters[static_cast<size_t>(p.outputParameter[i])];
       outs.push_back(Tensor::wrap(const_cast<std::byte*>(d.data()), t.dtype, t.shape));
+      outBufs.emplace_back();
       continue;
     }
-    KILN_ASSIGN_OR_RETURN(Tensor o, Tensor::empty(t.dtype, t.shape));
+    KILN_ASSIGN_OR_RETURN(Tensor o, Tensor::empty(t.dtype, t.shape, &backend_->hostAllocator()));
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->mapHost(o.rawData(), o.byteSize()));
     outs.push_back(std::move(o));
+    outBufs.push_back(std::move(b));
   }
-  auto address = [&](const BufferRef& b) -> std::byte* {
+  // Declared after every buffer it uses: destroying a stream waits for its work.
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, backend_->openStream(threads_));
+  KILN_TRY(mapParameters(*stream));
+  auto address = [&](const BufferRef& b) -> DeviceAddress {
     switch (b.kind) {
       case BufferRef::Kind::kInput:
-        return ins[b.index].rawData();
+        return inBufs[b.index].address();
       case BufferRef::Kind::kParameter:
-        return const_cast<std::byte*>(p.parameters[b.index].data());
+        return params_[b.index].address();
       case BufferRef::Kind::kArena:
-        return arenaBase + b.offset;
+        return arena.at(b.offset);
       case BufferRef::Kind::kOutput:
-        return outs[b.index].rawData();
+        return outBufs[b.index].address();
     }
-    return nullptr;
+    return {};
   };
-  // A tensor view of a buffer, for reference kernels.
-  auto view = [&](const BufferRef& b) {
-    return Tensor::wrap(address(b), b.type.dtype, b.type.shape);
-  };
+  auto tensor = [&](const BufferRef& b) { return DeviceTensor{address(b), b.type}; };
 
   const bool profiling = profiling_.load(std::memory_order_relaxed);
   PlanRunStats stats;
-  stats.threads = grant.threads();
+  stats.threads = stream->threads();
   const auto t0 = std::chrono::steady_clock::now();
   stats.waitMs = msBetween(tWait, t0);
-  std::vector<void*> args;
-  std::vector<Tensor> tin, tout;
+  for (size_t i = 0; i < ins.size(); ++i)
+    KILN_TRY(stream->upload(inBufs[i].address(), ins[i].rawData(), ins[i].byteSize()));
+  std::vector<DeviceAddress> args;
+  std::vector<DeviceTensor> tin, tout;
   for (const PlanStep& s : p.steps) {
     const auto ts =
         profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
@@ -386,50 +235,46 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
         args.clear();
         for (const auto& b : s.inputs) args.push_back(address(b));
         for (const auto& b : s.outputs) args.push_back(address(b));
-        void* const* a = args.data();
-        const int64_t units = s.units;
-        const int threads = grant.threads();
-        const int nt = s.elements < kParallelThreshold
-                           ? 1
-                           : static_cast<int>(std::min<int64_t>(threads, units));
-        if (nt <= 1) {
-          s.fn(a, 0, units);
-        } else {
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
-          for (int t = 0; t < nt; ++t) s.fn(a, units * t / nt, units * (t + 1) / nt);
-        }
+        KILN_TRY(stream->launch({s.name, s.kernel, s.units, s.elements}, args).withContext(s.name));
         ++stats.kernelSteps;
         break;
       }
       case PlanStep::Kind::kOp: {
         tin.clear();
         tout.clear();
-        for (const auto& b : s.inputs) tin.push_back(view(b));
-        for (const auto& b : s.outputs) tout.push_back(view(b));
-        Status st;
-        if (s.library) {
-          const size_t main = tin.size() - static_cast<size_t>(s.numExtra);
-          LibraryOptions o = s.libraryOptions;
-          o.cache = cache_.get();
-          st = runLibraryWithPostOps(s.op, ir::AttrView(ir::opInfo(s.op), s.attrs),
-                                     std::span<const Tensor>(tin.data(), main), s.postOps,
-                                     std::span<const Tensor>(tin.data() + main, s.numExtra),
-                                     tout[0], o);
-        } else {
-          RefKernel k = libraryKernel(s.op, s.outputs[0].type.dtype);
-          if (!k) k = referenceKernel(s.op);
-          st = k(ir::AttrView(ir::opInfo(s.op), s.attrs), tin, tout);
-        }
-        if (!st.isOk()) return st.withContext(s.name);
+        for (const auto& b : s.inputs) tin.push_back(tensor(b));
+        for (const auto& b : s.outputs) tout.push_back(tensor(b));
+        OpCall call;
+        call.name = s.name;
+        call.op = s.op;
+        call.attrs = &s.attrs;
+        call.library = s.library;
+        call.postOps = s.postOps;
+        call.numExtra = s.numExtra;
+        call.options = s.libraryOptions;
+        call.options.cache = cache_.get();
+        KILN_TRY(stream->run(call, tin, tout).withContext(s.name));
         ++stats.opSteps;
         break;
       }
       case PlanStep::Kind::kCopy:
-        std::memcpy(address(s.outputs[0]), address(s.inputs[0]), s.outputs[0].type.byteSize());
+        KILN_TRY(stream->copy(address(s.outputs[0]), address(s.inputs[0]),
+                              s.outputs[0].type.byteSize()));
         break;
     }
     if (profiling) stats.stepMs.push_back(msBetween(ts, std::chrono::steady_clock::now()));
   }
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (outBufs[i].defined())
+      KILN_TRY(stream->download(outs[i].rawData(), outBufs[i].address(), outs[i].byteSize()));
+  // Parameters the steps wrote (a training step's updates) return to the plan's bytes, so that
+  // the host sees them wherever the backend's memory is.
+  for (int pi : writtenParameters_) {
+    const ir::TensorData& d = p.parameters[static_cast<size_t>(pi)];
+    KILN_TRY(
+        stream->download(const_cast<std::byte*>(d.data()), params_[pi].address(), d.byteSize()));
+  }
+  KILN_TRY(stream->synchronize());
   stats.totalMs = msBetween(t0, std::chrono::steady_clock::now());
   {
     std::lock_guard lock(statsMu_);

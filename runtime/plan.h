@@ -13,44 +13,12 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/backend.h"
+#include "runtime/cpu/compute_threads.h"
 #include "runtime/library/kernels.h"
 #include "runtime/tensor.h"
 
 namespace kiln::runtime {
-
-class LoadedObjects;
-
-// The process's compute threads: kiln's kernels, oneDNN and OpenBLAS run on OpenMP. This is
-// the budget every plan run draws from, whatever the number of threads calling (libgomp gives
-// each calling thread a team of its own, so without a budget N callers would run N teams).
-// setNumThreads(T) sets it to T (and the calling thread's OpenMP count); call it before runs
-// start. The default is OpenMP's (OMP_NUM_THREADS, else all cores).
-void setNumThreads(int threads);
-int numThreads();
-
-// How the budget is shared: a run that is alone in the process takes up to all of it; while
-// other runs are in progress or waiting, each takes one thread. A run waits until its threads
-// are free, so at most numThreads() compute threads are busy at any time, and at most one run
-// is multi-threaded (OpenBLAS's OpenMP build frees its per-thread buffers when two callers ask
-// for different counts, so two multi-threaded callers must not overlap).
-//
-// Load awareness (on by default; KILN_LOAD_AWARE=0 or setLoadAware(false) turns it off): a run
-// alone takes no more threads than the machine has cores that other processes leave free
-// (online CPUs minus the other runnable threads, from /proc/loadavg, read at most every 10 ms).
-// A team whose threads must wait for cores that other processes hold pays a scheduler time
-// slice at every barrier: mnist_cnn at batch 1 took 64 ms on 2 threads against 1.0 ms on one,
-// with two busy processes on the two cores (docs/serving.md).
-class ComputeThreads {
- public:
-  // Blocks until threads are free; returns the number granted (1..wanted).
-  static int acquire(int wanted);
-  static void release(int threads);
-  // The largest number of threads held at once since the process started (tests).
-  static int peakInUse();
-  static void setLoadAware(bool on);
-  // Cores other processes leave free now (at least 1), as the load-aware grant sees them.
-  static int freeCores();
-};
 
 // Where a value lives while a plan runs.
 struct BufferRef {
@@ -61,17 +29,15 @@ struct BufferRef {
   ir::TensorType type;
 };
 
-// The CPU kernel ABI (codegen/render.h): work units [begin, end) of `units`.
-using KernelFn = void (*)(void* const* args, long long begin, long long end);
-
 struct PlanStep {
   enum class Kind : uint8_t { kKernel, kOp, kCopy };
   Kind kind = Kind::kOp;
   std::string name;  // Kernel symbol, or the node's description.
   std::vector<BufferRef> inputs;
   std::vector<BufferRef> outputs;
-  // kKernel:
-  KernelFn fn = nullptr;
+  // kKernel: an entry point of the plan's KernelModule (on the CPU, the kernel ABI of
+  // codegen/render.h: work units [begin, end) of `units`).
+  const void* kernel = nullptr;
   int64_t units = 0;
   int64_t elements = 0;  // Work size, to decide whether threads pay off.
   // kOp: one op on its library kernel (with post-ops and options) or its reference kernel.
@@ -100,7 +66,9 @@ struct Plan {
   std::vector<ir::TensorData> parameters;
   std::vector<PlanStep> steps;
   int64_t arenaBytes = 0;
-  std::shared_ptr<LoadedObjects> code;  // Keeps the kernels' machine code alive.
+  // The backend the plan runs on (its kernels are loaded there); null: defaultBackend().
+  std::shared_ptr<Backend> backend;
+  std::shared_ptr<KernelModule> code;  // Keeps the kernels' code loaded.
 };
 
 struct PlanRunStats {
@@ -134,8 +102,9 @@ class PlanExecutor {
   const Plan& plan() const { return *plan_; }
   // Records each step's wall time in the stats' stepMs (the profiler). Thread-safe.
   void setProfiling(bool on) { profiling_.store(on, std::memory_order_relaxed); }
-  // Drops the weights reordered for library kernels: call it after changing parameters in
-  // place (a training step's write-back). Waits for calls in progress to finish.
+  // Drops the weights reordered for library kernels, and the backend's copy of the parameters
+  // where its memory is not the host's: call it after changing parameters in place (a training
+  // step's write-back). Waits for calls in progress to finish.
   void clearLibraryCache();
   // Scratch arenas the pool holds (the most calls that ever ran at once), for tests and memory
   // reports: each is plan().arenaBytes.
@@ -148,8 +117,17 @@ class PlanExecutor {
  private:
   struct Arenas;
   std::shared_ptr<const Plan> plan_;
+  Status mapParameters(Stream& stream);
+
+  std::shared_ptr<Backend> backend_;
   int threads_;
   bool serialized_;
+  std::vector<int> writtenParameters_;  // Parameters steps write: copied back after each run.
+  // The parameters in the backend's memory (views of the plan's bytes where it is the host's),
+  // mapped by the first run and again after clearLibraryCache().
+  std::mutex paramsMu_;
+  bool paramsMapped_ = false;
+  std::vector<DeviceBuffer> params_;
   std::unique_ptr<LibraryCache> cache_;  // Reordered constant weights, for this plan only.
   std::unique_ptr<Arenas> arenas_;
   // run() holds it shared (exclusively for a serialized plan); clearLibraryCache exclusively.

@@ -30,15 +30,7 @@ Expected<Tensor> Tensor::empty(DType dtype, Shape shape, Allocator* alloc) {
   const size_t bytes = t.byteSize();
   Allocator* a = alloc ? alloc : &cpuAllocator();
   t.storage_ = std::make_shared<Storage>(a, bytes);
-  if (!t.storage_->data()) {
-    if (const int64_t limit = a->limit(); limit > 0)
-      return resourceExhausted(
-          "allocating " + std::to_string(bytes) + " bytes for " + t.describe() +
-          " would take the memory in use (" + std::to_string(a->stats().bytesInUse) +
-          " bytes) past the limit of " + std::to_string(limit) + " bytes; raise --max-memory");
-    return Status(ErrorCode::kInvalidArgument, "out of memory allocating " + std::to_string(bytes) +
-                                                   " bytes for " + t.describe());
-  }
+  if (!t.storage_->data()) return allocationFailure(*a, bytes, t.describe());
   return t;
 }
 

@@ -7,7 +7,7 @@
 using namespace kiln::ir;
 
 TEST_CASE("op traits: refinements imply what they refine") {
-  int views = 0, epilogues = 0, heads = 0;
+  int views = 0, epilogues = 0, heads = 0, channelsLast = 0;
   for (int i = 0; i < kNumOps; ++i) {
     const OpInfo& op = opInfo(static_cast<OpKind>(i));
     INFO(op.name);
@@ -26,9 +26,14 @@ TEST_CASE("op traits: refinements imply what they refine") {
       ++heads;
       CHECK(op.has(kLibrary));
     }
+    if (op.has(kChannelsLast)) {
+      ++channelsLast;
+      CHECK(op.has(kLibrary));
+    }
     CHECK_FALSE((op.has(kPointwise) && op.has(kReduction)));
   }
   CHECK(views == 7);      // reshape, flatten, squeeze, unsqueeze; transpose, expand, slice.
   CHECK(epilogues == 7);  // relu, leaky_relu, clip, sigmoid, tanh, gelu, add.
   CHECK(heads == 4);      // conv2d, linear, gemm, matmul.
+  CHECK(channelsLast == 3);  // conv2d, max_pool2d, avg_pool2d.
 }

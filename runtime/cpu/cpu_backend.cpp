@@ -1,0 +1,171 @@
+#include "runtime/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/cpu/compute_threads.h"
+#include "runtime/object_loader.h"
+#include "runtime/reference/kernels.h"
+
+namespace kiln::runtime {
+
+namespace {
+
+// Below this many elements a kernel runs on the calling thread: waking the pool costs more.
+constexpr int64_t kParallelThreshold = 1 << 15;
+
+// The CPU kernel ABI (codegen/render.h): work units [begin, end) of `units`.
+using KernelFn = void (*)(void* const* args, long long begin, long long end);
+
+std::byte* host(DeviceAddress a) {
+  return static_cast<std::byte*>(a.handle) + a.offset;
+}
+
+Tensor hostTensor(const DeviceTensor& t) {
+  return Tensor::wrap(host(t.address), t.type.dtype, t.type.shape);
+}
+
+// Runs every call at once on the calling thread, with the compute threads granted for the run.
+class CpuStream final : public Stream {
+ public:
+  explicit CpuStream(int threadsWanted)
+      : grant_(threadsWanted > 0 ? threadsWanted : numThreads()) {}
+
+  int threads() const override { return grant_.threads(); }
+
+  Status upload(DeviceAddress dst, const std::byte* src, size_t bytes) override {
+    if (host(dst) != src) std::memcpy(host(dst), src, bytes);
+    return Status::ok();
+  }
+  Status download(std::byte* dst, DeviceAddress src, size_t bytes) override {
+    if (host(src) != dst) std::memcpy(dst, host(src), bytes);
+    return Status::ok();
+  }
+  Status copy(DeviceAddress dst, DeviceAddress src, size_t bytes) override {
+    if (host(dst) != host(src)) std::memmove(host(dst), host(src), bytes);
+    return Status::ok();
+  }
+
+  Status launch(const KernelLaunch& k, std::span<const DeviceAddress> args) override {
+    args_.clear();
+    for (const DeviceAddress& a : args) args_.push_back(host(a));
+    const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(k.entry));
+    void* const* a = args_.data();
+    const int64_t units = k.units;
+    const int nt = k.elements < kParallelThreshold
+                       ? 1
+                       : static_cast<int>(std::min<int64_t>(grant_.threads(), units));
+    if (nt <= 1) {
+      fn(a, 0, units);
+    } else {
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+      for (int t = 0; t < nt; ++t) fn(a, units * t / nt, units * (t + 1) / nt);
+    }
+    return Status::ok();
+  }
+
+  Status run(const OpCall& c, std::span<const DeviceTensor> inputs,
+             std::span<const DeviceTensor> outputs) override {
+    in_.clear();
+    out_.clear();
+    for (const DeviceTensor& t : inputs) in_.push_back(hostTensor(t));
+    for (const DeviceTensor& t : outputs) out_.push_back(hostTensor(t));
+    const ir::AttrView attrs(ir::opInfo(c.op), c.attrs ? *c.attrs : noAttrs_);
+    if (c.library) {
+      const size_t main = in_.size() - static_cast<size_t>(c.numExtra);
+      return runLibraryWithPostOps(
+          c.op, attrs, std::span<const Tensor>(in_.data(), main), c.postOps,
+          std::span<const Tensor>(in_.data() + main, c.numExtra), out_[0], c.options);
+    }
+    // Library kernels (oneDNN, OpenBLAS) where they exist, as PyTorch eager does; the
+    // reference kernel otherwise.
+    RefKernel k = libraryKernel(c.op, outputs[0].type.dtype);
+    if (!k) k = referenceKernel(c.op);
+    if (!k)
+      return unimplemented(std::string(c.name) + ": op '" + std::string(ir::opName(c.op)) +
+                           "' has no CPU kernel");
+    return k(attrs, in_, out_);
+  }
+
+  void free(DeviceBuffer buffer) override {
+    buffer.reset();
+  }  // Its work is done already.
+  Status synchronize() override {
+    return Status::ok();
+  }
+
+ private:
+  ThreadGrant grant_;
+  std::vector<void*> args_;
+  std::vector<Tensor> in_, out_;
+  const ir::AttrMap noAttrs_;
+};
+
+class CpuModule final : public KernelModule {
+ public:
+  LoadedObjects objects;
+  Expected<const void*> entry(std::string_view name) override {
+    KILN_ASSIGN_OR_RETURN(void* p, objects.lookup(name));
+    return static_cast<const void*>(p);
+  }
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(CachingAllocator* alloc) : alloc_(alloc) {
+    caps_.kernelCode = "host-object";
+    caps_.libraryEpilogues = true;
+    caps_.hostAddressable = true;
+  }
+  std::string_view name() const override { return "cpu"; }
+  const BackendCaps& caps() const override { return caps_; }
+
+  Expected<DeviceBuffer> allocate(size_t bytes) override {
+    void* p = alloc_->allocate(bytes);
+    if (!p) return allocationFailure(*alloc_, bytes, "CPU memory");
+    return DeviceBuffer(this, p, bytes);
+  }
+  Expected<DeviceBuffer> mapHost(std::byte* hostBytes, size_t bytes) override {
+    return DeviceBuffer(nullptr, hostBytes, bytes);  // A view: the host's bytes are the CPU's.
+  }
+  Allocator& hostAllocator() override { return *alloc_; }
+  AllocatorStats memoryStats() const override { return alloc_->stats(); }
+  void resetPeakMemory() override { alloc_->resetPeak(); }
+
+  Expected<std::unique_ptr<Stream>> openStream(int threadsWanted) override {
+    return std::unique_ptr<Stream>(std::make_unique<CpuStream>(threadsWanted));
+  }
+
+  Expected<std::shared_ptr<KernelModule>> loadKernels(
+      std::span<const KernelObject> objects) override {
+    auto m = std::make_shared<CpuModule>();
+    for (const KernelObject& o : objects) KILN_TRY(m->objects.add(o.bytes, o.name));
+    return std::shared_ptr<KernelModule>(std::move(m));
+  }
+
+  // oneDNN/OpenBLAS take f32 library ops (ops.def's kLibrary); those marked kChannelsLast
+  // also take NHWC activations.
+  bool hasLibraryKernel(ir::OpKind op, ir::DType dtype, ir::Layout layout) const override {
+    const ir::OpInfo& info = ir::opInfo(op);
+    if (!info.has(ir::kLibrary) || dtype != ir::DType::kF32) return false;
+    return layout == ir::Layout::kPlain ||
+           (layout == ir::Layout::kNHWC && info.has(ir::kChannelsLast));
+  }
+
+ protected:
+  void release(void* handle, size_t bytes) noexcept override { alloc_->deallocate(handle, bytes); }
+
+ private:
+  CachingAllocator* alloc_;
+  BackendCaps caps_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> makeCpuBackend(CachingAllocator* alloc) {
+  return std::make_shared<CpuBackend>(alloc);
+}
+
+}  // namespace kiln::runtime
