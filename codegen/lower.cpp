@@ -292,36 +292,11 @@ class Lowerer {
     auto unary = [&](const char* fn) { return call(fn, {in[0]}, t); };
     auto binary = [&](const char* fn) { return call(fn, {in[0], in[1]}, t); };
     switch (n.op()) {
-      case OpKind::kNeg:
-        return unary("kiln_neg");
-      case OpKind::kAbs:
-        return unary("kiln_abs");
-      case OpKind::kRelu:
-        return unary("kiln_relu");
-      case OpKind::kSigmoid:
-        return unary("kiln_sigmoid");
-      case OpKind::kTanh:
-        return unary("kiln_tanh");
-      case OpKind::kSilu:
-        return unary("kiln_silu");
-      case OpKind::kExp:
-        return unary("kiln_exp");
-      case OpKind::kLog:
-        return unary("kiln_log");
-      case OpKind::kSqrt:
-        return unary("kiln_sqrt");
-      case OpKind::kRsqrt:
-        return unary("kiln_rsqrt");
       case OpKind::kDropout:
       case OpKind::kRelayout:  // Layouts live in the accesses' strides.
         return in[0];
-      case OpKind::kLeakyRelu:
-        return call("kiln_leaky_relu", {in[0], constant(a.getFloat("alpha"), t)}, t);
       case OpKind::kGelu:
         return unary(a.getString("approximate") == "tanh" ? "kiln_gelu_tanh" : "kiln_gelu");
-      case OpKind::kClip:
-        return call("kiln_clip",
-                    {in[0], constant(a.getFloat("min"), t), constant(a.getFloat("max"), t)}, t);
       case OpKind::kCast: {
         Expr e;
         e.kind = ExprKind::kCast;
@@ -330,35 +305,6 @@ class Lowerer {
         e.row = kernel_.exprs[in[0]].row;
         return push(e);
       }
-      case OpKind::kAdd:
-        return binary("kiln_add");
-      case OpKind::kSub:
-        return binary("kiln_sub");
-      case OpKind::kMul:
-        return binary("kiln_mul");
-      case OpKind::kDiv:
-        return binary("kiln_div");
-      case OpKind::kPow:
-        return binary("kiln_pow");
-      case OpKind::kMaximum:
-        return binary("kiln_maximum");
-      case OpKind::kMinimum:
-        return binary("kiln_minimum");
-      case OpKind::kReluBackward:
-        return binary("kiln_relu_backward");
-      case OpKind::kMaximumBackward:
-        return call("kiln_maximum_backward", {in[0], in[1], in[2]}, t);
-      case OpKind::kMinimumBackward:
-        return call("kiln_minimum_backward", {in[0], in[1], in[2]}, t);
-      case OpKind::kAbsBackward:
-        return binary("kiln_abs_backward");
-      case OpKind::kLeakyReluBackward:
-        return call("kiln_leaky_relu_backward", {in[0], in[1], constant(a.getFloat("alpha"), t)},
-                    t);
-      case OpKind::kClipBackward:
-        return call("kiln_clip_backward",
-                    {in[0], in[1], constant(a.getFloat("min"), t), constant(a.getFloat("max"), t)},
-                    t);
       case OpKind::kGeluBackward:
         return binary(a.getString("approximate") == "tanh" ? "kiln_gelu_tanh_backward"
                                                            : "kiln_gelu_backward");
@@ -407,8 +353,21 @@ class Lowerer {
                     {stage(in[0], ReduceOp::kSum), constant(static_cast<double>(reduceCount_), t)},
                     t);
       default:
-        return unimplemented("op '" + std::string(ir::opName(n.op())) + "' has no kernel form");
+        break;
     }
+    if (!n.info().has(ir::kPointwise))
+      return unimplemented("op '" + std::string(ir::opName(n.op())) + "' has no kernel form");
+    // Every other pointwise op is the prelude's function named after it (codegen/prelude.cpp:
+    // kiln_<op name>), called with the op's inputs and then its float attributes in schema
+    // order: relu -> kiln_relu(x), clip -> kiln_clip(x, min, max).
+    std::vector<int> args = in;
+    for (const ir::AttrSpec& spec : n.info().attrs) {
+      if (spec.kind != ir::AttrKind::kFloat)
+        return internalError("op '" + std::string(ir::opName(n.op())) + "': attribute '" +
+                             spec.name + "' is not a float; lower it in buildOp");
+      args.push_back(constant(a.getFloat(spec.name), t));
+    }
+    return call("kiln_" + std::string(ir::opName(n.op())), std::move(args), t);
   }
 
   Status addStore(const ir::Value* v, int expr, bool row) {

@@ -104,6 +104,10 @@ template <class T> KILN_FN T kiln_relu(T x) { return x < T(0) ? T(0) : x; }
 template <class T> KILN_FN T kiln_leaky_relu(T x, T a) { return x >= T(0) ? x : a * x; }
 template <class T> KILN_FN T kiln_sigmoid(T x) { return T(1) / (T(1) + kiln_m_exp(-x)); }
 template <class T> KILN_FN T kiln_silu(T x) { return x * kiln_sigmoid(x); }
+// x tanh(softplus(x)); softplus's exp overflows to inf for large x, where tanh gives 1.
+template <class T> KILN_FN T kiln_mish(T x) {
+  return x * kiln_m_tanh(kiln_m_log(T(1) + kiln_m_exp(x)));
+}
 template <class T> KILN_FN T kiln_tanh(T x) { return kiln_m_tanh(x); }
 template <class T> KILN_FN T kiln_exp(T x) { return kiln_m_exp(x); }
 template <class T> KILN_FN T kiln_log(T x) { return kiln_m_log(x); }

@@ -126,6 +126,23 @@ Expected<Grads> gradSilu(Emitter& e, Value* g) {  // g s (1 + x (1 - s)), s = si
   KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kMul, {g, d}));
   return Grads{dx};
 }
+// g (t + x s (1 - t^2)), t = tanh(softplus(x)), s = sigmoid(x) (softplus' = sigmoid)
+Expected<Grads> gradMish(Emitter& e, Value* g) {
+  Value* x = e.in(0);
+  KILN_ASSIGN_OR_RETURN(Value * one, e.scalar(x->type().dtype, 1.0));
+  KILN_ASSIGN_OR_RETURN(Value * ex, e.op(OpKind::kExp, {x}));
+  KILN_ASSIGN_OR_RETURN(Value * onePlus, e.op(OpKind::kAdd, {one, ex}));
+  KILN_ASSIGN_OR_RETURN(Value * sp, e.op(OpKind::kLog, {onePlus}));
+  KILN_ASSIGN_OR_RETURN(Value * t, e.op(OpKind::kTanh, {sp}));
+  KILN_ASSIGN_OR_RETURN(Value * s, e.op(OpKind::kSigmoid, {x}));
+  KILN_ASSIGN_OR_RETURN(Value * tt, e.op(OpKind::kMul, {t, t}));
+  KILN_ASSIGN_OR_RETURN(Value * c, e.op(OpKind::kSub, {one, tt}));
+  KILN_ASSIGN_OR_RETURN(Value * xs, e.op(OpKind::kMul, {x, s}));
+  KILN_ASSIGN_OR_RETURN(Value * xsc, e.op(OpKind::kMul, {xs, c}));
+  KILN_ASSIGN_OR_RETURN(Value * d, e.op(OpKind::kAdd, {t, xsc}));
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kMul, {g, d}));
+  return Grads{dx};
+}
 Expected<Grads> gradCast(Emitter& e, Value* g) {
   if (!ir::isFloat(e.in(0)->type().dtype)) return Grads{nullptr};
   KILN_ASSIGN_OR_RETURN(
@@ -648,6 +665,7 @@ const std::array<GradFn, ir::kNumOps>& builders() {
     set(OpKind::kSigmoid, gradSigmoid);
     set(OpKind::kTanh, gradTanh);
     set(OpKind::kSilu, gradSilu);
+    set(OpKind::kMish, gradMish);
     set(OpKind::kExp, gradExp);
     set(OpKind::kLog, gradLog);
     set(OpKind::kSqrt, gradSqrt);

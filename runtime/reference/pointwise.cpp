@@ -50,11 +50,17 @@ template <class T>
 T siluOf(T x) {
   return x * sigmoidOf(x);
 }
+// x tanh(softplus(x)), softplus(x) = log(1 + e^x)
+template <class T>
+T mishOf(T x) {
+  return x * std::tanh(std::log1p(std::exp(x)));
+}
 
 KILN_UNARY_KERNEL(negKernel, kNumeric, ref::negWrap(x))
 KILN_UNARY_KERNEL(sigmoidKernel, kFloat, sigmoidOf(x))
 KILN_UNARY_KERNEL(tanhKernel, kFloat, std::tanh(x))
 KILN_UNARY_KERNEL(siluKernel, kFloat, siluOf(x))
+KILN_UNARY_KERNEL(mishKernel, kFloat, mishOf(x))
 KILN_UNARY_KERNEL(expKernel, kFloat, std::exp(x))
 KILN_UNARY_KERNEL(logKernel, kFloat, std::log(x))
 KILN_UNARY_KERNEL(sqrtKernel, kFloat, std::sqrt(x))
@@ -420,6 +426,7 @@ void registerPointwiseKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kTanh, tanhKernel);
   ref::setKernel(t, OpKind::kGelu, geluKernel);
   ref::setKernel(t, OpKind::kSilu, siluKernel);
+  ref::setKernel(t, OpKind::kMish, mishKernel);
   ref::setKernel(t, OpKind::kExp, expKernel);
   ref::setKernel(t, OpKind::kLog, logKernel);
   ref::setKernel(t, OpKind::kSqrt, sqrtKernel);

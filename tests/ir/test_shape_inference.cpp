@@ -63,6 +63,8 @@ const std::vector<InferCase>& cases() {
     // ---- Unary, floating point only.
     {OpKind::kSigmoid, {"f64[3]"}, {}, "f64[3]"},
     {OpKind::kSigmoid, {"i32[3]"}, {}, "error: sigmoid: input must be a floating-point tensor, got i32[3]"},
+    {OpKind::kMish, {"f32[2,3]"}, {}, "f32[2,3]"},
+    {OpKind::kMish, {"i64[3]"}, {}, "error: mish: input must be a floating-point tensor, got i64[3]"},
     {OpKind::kTanh, {"f16[1,2]@nchw"}, {}, "f16[1,2]@nchw"},
     {OpKind::kTanh, {"u8[1]"}, {}, "error: floating-point"},
     {OpKind::kSilu, {"bf16[8]"}, {}, "bf16[8]"},

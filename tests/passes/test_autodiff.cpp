@@ -137,7 +137,7 @@ TEST_CASE("autodiff: the kDifferentiable trait is exactly the ops with a gradien
 
 TEST_CASE("autodiff: gradient check of every unary op, f64 central differences") {
   const std::string x = "%x : f64[2,3,4]";
-  for (const char* op : {"neg", "relu", "sigmoid", "tanh", "silu", "exp", "dropout"})
+  for (const char* op : {"neg", "relu", "sigmoid", "tanh", "silu", "mish", "exp", "dropout"})
     checkGradients({op, graph(x, std::string("  %y = ") + op + "(%x)"), {Range::kAny}});
   for (const char* op : {"log", "sqrt", "rsqrt"})
     checkGradients({op, graph(x, std::string("  %y = ") + op + "(%x)"), {Range::kPositive}});
@@ -287,9 +287,8 @@ TEST_CASE("autodiff: gradient check of reductions, softmax and pooling") {
                   {Range::kAny}});
   checkGradients(
       {"reduce_mean keep", graph(x, "  %y = reduce_mean(%x) {axes = [2]}"), {Range::kAny}});
-  checkGradients({"reduce_max",
-                  graph(x, "  %y = reduce_max(%x) {axes = [1], keepdims = 0}"),
-                  {Range::kAny}});
+  checkGradients(
+      {"reduce_max", graph(x, "  %y = reduce_max(%x) {axes = [1], keepdims = 0}"), {Range::kAny}});
   checkGradients({"reduce_max all, keepdims", graph(x, "  %y = reduce_max(%x)"), {Range::kAny}});
   checkGradients({"softmax", graph(x, "  %y = softmax(%x) {axis = 1}"), {Range::kAny}});
   checkGradients({"log_softmax", graph(x, "  %y = log_softmax(%x) {axis = -1}"), {Range::kAny}});
@@ -378,9 +377,9 @@ TEST_CASE("autodiff: gradient check of the MSE loss") {
 }
 
 TEST_CASE("autodiff: errors name the node; unused parameters get zero gradients") {
-  auto g = ir::parseGraph(
-      graph("%x : f64[2,3], %z : f64[2,3]",
-            "  %m = batch_norm_stats(%x)\n  %y = reduce_sum(%m) {keepdims = 0}"));
+  auto g =
+      ir::parseGraph(graph("%x : f64[2,3], %z : f64[2,3]",
+                           "  %m = batch_norm_stats(%x)\n  %y = reduce_sum(%m) {keepdims = 0}"));
   REQUIRE(g.hasValue());
   ir::Value* wrt[] = {g->inputs()[0]};
   auto r = passes::appendBackward(*g, g->outputs()[0], wrt);

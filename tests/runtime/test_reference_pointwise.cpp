@@ -36,6 +36,9 @@ TEMPLATE_TEST_CASE("reference unary float ops", "[reference][pointwise]", float,
   checkClose<TestType>(run(OpKind::kSilu, {x}), {2, 3},
                        {-0.2384058440442351, -0.1887703343990727, 0, 0.3112296656009273,
                         0.7310585786300049, 2.8577223804673});
+  checkClose<TestType>(run(OpKind::kMish, {x}), {2, 3},
+                       {-0.2525014826957089, -0.22074377465173, 0, 0.3752452113048951,
+                        0.8650983882673103, 2.9865350049679575});
   checkClose<TestType>(run(OpKind::kExp, {x}), {2, 3},
                        {0.1353352832366127, 0.6065306597126334, 1, 1.6487212707001282,
                         2.718281828459045, 20.085536923187668});
@@ -54,11 +57,12 @@ TEMPLATE_TEST_CASE("reference unary float ops", "[reference][pointwise]", float,
   checkClose<TestType>(run(OpKind::kRelu, {edge}), {3}, {0, 0, kNaN});
 }
 
-TEMPLATE_TEST_CASE("reference sigmoid and silu saturate without overflow", "[reference][pointwise]",
-                   float, double) {
+TEMPLATE_TEST_CASE("reference sigmoid, silu and mish saturate without overflow",
+                   "[reference][pointwise]", float, double) {
   const Tensor x = make<TestType>({2}, std::vector<double>{-1000, 1000});
   checkClose<TestType>(run(OpKind::kSigmoid, {x}), {2}, {0, 1});
   checkClose<TestType>(run(OpKind::kSilu, {x}), {2}, {0, 1000});
+  checkClose<TestType>(run(OpKind::kMish, {x}), {2}, {0, 1000});
 }
 
 TEMPLATE_TEST_CASE("reference clip", "[reference][pointwise]", float, double) {
