@@ -1,0 +1,259 @@
+#include "compiler/plan_builder.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/memory_plan.h"
+
+namespace kiln::compiler {
+
+namespace {
+
+// Where a value's bytes live: a storage id, shared by a reshape and its input.
+struct Storage {
+  runtime::BufferRef::Kind kind;
+  int index = 0;  // Input/parameter/output number, or the arena request.
+  int firstStep = 0;
+  int lastStep = 0;
+  int64_t bytes = 0;
+};
+
+class PlanBuilder {
+ public:
+  PlanBuilder(const PlanBuildInputs& in, CompileReport& report)
+      : graph_(in.graph),
+        s_(in.schedule),
+        entries_(in.kernelEntries),
+        code_(in.code),
+        backend_(in.backend),
+        inPlaceOutputs_(in.inPlaceOutputs),
+        report_(report) {}
+
+  const ir::Value* root(const ir::Value* v) const {
+    for (auto it = s_.aliasOf.find(v); it != s_.aliasOf.end(); it = s_.aliasOf.find(v))
+      v = it->second;
+    return v;
+  }
+
+  // Whether step `writer`, which produces `v`, may write it over parameter `p`: same type, p has
+  // data, no later step and no graph output reads p (or a view of it), and the producing step reads
+  // p, if at all, only as a generated kernel reading each element where it writes its outputs.
+  bool canWriteOver(const ir::Value* v, int writer, const ir::Value* p) const {
+    if (v->type().dtype != p->type().dtype || v->type().shape != p->type().shape ||
+        p->data().byteSize() != v->type().byteSize())
+      return false;
+    for (const ir::Value* o : graph_.outputs())
+      if (root(o) == p) return false;
+    for (size_t si = static_cast<size_t>(writer); si < s_.steps.size(); ++si) {
+      const StepDraft& s = s_.steps[si];
+      for (size_t a = 0; a < s.inputs.size(); ++a) {
+        if (root(s.inputs[a]) != p) continue;
+        if (static_cast<int>(si) > writer) return false;
+        // The writer itself: each element of p is loaded in the iteration that stores that
+        // element of every output (a fused SGD or Adam update stores a parameter and its state
+        // together).
+        if (s.kind != runtime::PlanStep::Kind::kKernel || s.inputs[a] != p) return false;
+        const codegen::Kernel& k = s_.kernels[s.kernel];
+        for (const auto& l : k.loads)
+          for (const auto& st : k.stores)
+            if (l.arg == static_cast<int>(a) &&
+                (l.offset != st.access.offset || l.strides != st.access.strides))
+              return false;
+      }
+    }
+    return true;
+  }
+
+  Expected<std::shared_ptr<runtime::Plan>> build() {
+    auto plan = std::make_shared<runtime::Plan>();
+    for (const ir::Value* v : graph_.inputs()) {
+      plan->inputs.push_back(v->type());
+      plan->inputNames.push_back(v->name());
+    }
+    std::unordered_map<const ir::Value*, int> storageOf;
+    std::vector<Storage> storages;
+    auto addStorage = [&](const ir::Value* v, runtime::BufferRef::Kind kind, int index, int step) {
+      storageOf[v] = static_cast<int>(storages.size());
+      storages.push_back({kind, index, step, step, static_cast<int64_t>(v->type().byteSize())});
+    };
+    for (size_t i = 0; i < graph_.inputs().size(); ++i)
+      addStorage(graph_.inputs()[i], runtime::BufferRef::Kind::kInput, static_cast<int>(i), -1);
+    for (size_t i = 0; i < graph_.parameters().size(); ++i) {
+      addStorage(graph_.parameters()[i], runtime::BufferRef::Kind::kParameter, static_cast<int>(i),
+                 -1);
+      plan->parameters.push_back(graph_.parameters()[i]->data());
+      report_.parameterBytes += static_cast<int64_t>(graph_.parameters()[i]->data().byteSize());
+    }
+    // Graph outputs produced by a step are written straight into the result tensors; any
+    // other output (an input, a parameter, a reshape, a repeated output) is copied at the end.
+    std::vector<const ir::Value*> copyToOutput(graph_.outputs().size(), nullptr);
+    std::unordered_map<const ir::Value*, int> producedByStep;  // Value -> its step.
+    for (size_t si = 0; si < s_.steps.size(); ++si)
+      for (const ir::Value* v : s_.steps[si].outputs) producedByStep[v] = static_cast<int>(si);
+    std::unordered_map<size_t, const ir::Value*> inPlaceTarget;  // Output -> its parameter.
+    for (const auto& [index, name] : inPlaceOutputs_)
+      for (const ir::Value* p : graph_.parameters())
+        if (p->name() == name && index < graph_.outputs().size()) inPlaceTarget[index] = p;
+    plan->outputParameter.assign(graph_.outputs().size(), -1);
+    for (size_t i = 0; i < graph_.outputs().size(); ++i) {
+      const ir::Value* v = graph_.outputs()[i];
+      plan->outputs.push_back(v->type());
+      if (producedByStep.count(v) && !storageOf.count(v)) {
+        auto target = inPlaceTarget.find(i);
+        if (target != inPlaceTarget.end() &&
+            canWriteOver(v, producedByStep.at(v), target->second)) {
+          storageOf[v] = storageOf.at(target->second);
+          plan->outputParameter[i] = storages[storageOf[v]].index;
+          continue;
+        }
+        addStorage(v, runtime::BufferRef::Kind::kOutput, static_cast<int>(i), 0);
+      } else {
+        copyToOutput[i] = v;
+      }
+    }
+    const int numSteps = static_cast<int>(s_.steps.size());
+    for (int si = 0; si < numSteps; ++si)
+      for (const ir::Value* v : s_.steps[si].outputs)
+        if (!storageOf.count(v)) addStorage(v, runtime::BufferRef::Kind::kArena, 0, si);
+    auto storageFor = [&](const ir::Value* v) { return storageOf.at(root(v)); };
+    {
+      // The schedule must be topological: every step reads what earlier steps produced.
+      std::unordered_set<const ir::Value*> ready;
+      for (const ir::Value* v : graph_.inputs()) ready.insert(v);
+      for (const ir::Value* v : graph_.parameters()) ready.insert(v);
+      for (const auto& s : s_.steps) {
+        for (const ir::Value* v : s.inputs)
+          if (!ready.count(root(v)))
+            return internalError("step '" + s.name + "' reads %" + v->name() +
+                                 " before any step produces it");
+        for (const ir::Value* v : s.outputs) ready.insert(v);
+      }
+    }
+    for (int si = 0; si < numSteps; ++si)
+      for (const ir::Value* v : s_.steps[si].inputs) {
+        Storage& s = storages[storageFor(v)];
+        s.lastStep = std::max(s.lastStep, si);
+      }
+    for (const ir::Value* v : copyToOutput) {
+      if (!v) continue;
+      if (!storageOf.count(root(v)))
+        return internalError("graph output %" + v->name() + " is not produced by any step");
+      storages[storageFor(v)].lastStep = numSteps;
+    }
+
+    // Arena requests, with in-place hints for kernels that read and write one index map.
+    std::vector<BufferRequest> requests;
+    std::vector<int> requestOf(storages.size(), -1);
+    for (size_t i = 0; i < storages.size(); ++i)
+      if (storages[i].kind == runtime::BufferRef::Kind::kArena) {
+        requestOf[i] = static_cast<int>(requests.size());
+        requests.push_back({storages[i].bytes, storages[i].firstStep, storages[i].lastStep, -1});
+      }
+    for (int si = 0; si < numSteps; ++si) {
+      const StepDraft& s = s_.steps[si];
+      if (s.kind != runtime::PlanStep::Kind::kKernel || s.outputs.size() != 1) continue;
+      const codegen::Kernel& k = s_.kernels[s.kernel];
+      // Reduction kernels too: they read a row in every stage before their element loop writes
+      // it. (They once ran 3.5x slower in place: LLVM's run-time overlap check sent the loop
+      // to its scalar version; the renderer's assume_safety pragma removed that.)
+      const int out = requestOf[storageFor(s.outputs[0])];
+      if (out < 0 || k.stores.size() != 1) continue;
+      for (size_t a = 0; a < s.inputs.size(); ++a) {
+        const int in = requestOf[storageFor(s.inputs[a])];
+        if (in < 0 || requests[in].lastStep != si || requests[in].bytes != requests[out].bytes)
+          continue;
+        if (root(s.inputs[a]) != s.inputs[a]) continue;  // Shared with a reshape: keep it.
+        bool shared = false;  // Another argument reading the same bytes would see the writes.
+        for (size_t b = 0; b < s.inputs.size(); ++b)
+          shared = shared || (b != a && storageFor(s.inputs[b]) == storageFor(s.inputs[a]));
+        if (shared) continue;
+        int loadsOfArg = 0;
+        bool sameMap = false;
+        for (const auto& l : k.loads)
+          if (l.arg == static_cast<int>(a)) {
+            ++loadsOfArg;
+            sameMap =
+                l.offset == k.stores[0].access.offset && l.strides == k.stores[0].access.strides;
+          }
+        if (loadsOfArg == 1 && sameMap) {
+          requests[out].inplaceOf = in;
+          break;
+        }
+      }
+    }
+    MemoryPlan mp = planMemory(requests);
+    KILN_TRY(checkMemoryPlan(requests, mp).withContext("internal memory plan check"));
+    plan->arenaBytes = mp.arenaBytes;
+    report_.arenaBytes = mp.arenaBytes;
+    report_.arenaLowerBound = mp.lowerBound;
+    report_.inplaceReuses = mp.inplaceReuses;
+
+    auto ref = [&](const ir::Value* v) {
+      const Storage& s = storages[storageFor(v)];
+      runtime::BufferRef b;
+      b.kind = s.kind;
+      b.index = s.index;
+      if (s.kind == runtime::BufferRef::Kind::kArena)
+        b.offset = mp.offsets[requestOf[storageFor(v)]];
+      b.type = v->type();
+      return b;
+    };
+    for (const auto& d : s_.steps) {
+      runtime::PlanStep s;
+      s.kind = d.kind;
+      s.name = d.name;
+      for (const ir::Value* v : d.inputs) s.inputs.push_back(ref(v));
+      for (const ir::Value* v : d.outputs) s.outputs.push_back(ref(v));
+      if (d.kind == runtime::PlanStep::Kind::kKernel) {
+        s.kernel = entries_[d.kernel];
+        s.units = s_.kernels[d.kernel].numUnits();
+        s.elements = s_.kernels[d.kernel].numElements();
+      } else {
+        s.op = d.node->op();
+        s.attrs = d.node->attrs();
+        s.library = d.library;
+        s.postOps = d.postOps;
+        s.numExtra = d.numExtra;
+        s.libraryOptions.algo = d.algo;
+        s.libraryOptions.channelsLast = d.channelsLast;
+        ++report_.referenceSteps;
+      }
+      plan->steps.push_back(std::move(s));
+    }
+    for (size_t i = 0; i < copyToOutput.size(); ++i) {
+      if (!copyToOutput[i]) continue;
+      runtime::PlanStep s;
+      s.kind = runtime::PlanStep::Kind::kCopy;
+      s.name = "copy to output " + std::to_string(i);
+      s.inputs.push_back(ref(copyToOutput[i]));
+      runtime::BufferRef o;
+      o.kind = runtime::BufferRef::Kind::kOutput;
+      o.index = static_cast<int>(i);
+      o.type = graph_.outputs()[i]->type();
+      s.outputs.push_back(o);
+      plan->steps.push_back(std::move(s));
+      ++report_.copySteps;
+    }
+    plan->backend = std::move(backend_);
+    plan->code = std::move(code_);
+    return plan;
+  }
+
+ private:
+  const ir::Graph& graph_;
+  const Schedule& s_;
+  std::span<const void* const> entries_;
+  std::shared_ptr<runtime::KernelModule> code_;
+  std::shared_ptr<runtime::Backend> backend_;
+  const std::vector<std::pair<size_t, std::string>>& inPlaceOutputs_;
+  CompileReport& report_;
+};
+
+}  // namespace
+
+Expected<std::shared_ptr<runtime::Plan>> buildPlan(const PlanBuildInputs& in,
+                                                   CompileReport& report) {
+  return PlanBuilder(in, report).build();
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,179 @@
+#include "compiler/schedule.h"
+
+#include "codegen/lower.h"
+
+namespace kiln::compiler {
+
+namespace {
+
+bool isAliasGroup(const ir::FusionGroup& g) {
+  for (const ir::Node* n : g.nodes)
+    if (!n->info().has(ir::kReshapeLike)) return false;
+  return true;
+}
+
+class Scheduler {
+ public:
+  Scheduler(const ir::Graph& graph, const std::vector<ir::FusionGroup>& groups,
+            runtime::Backend& backend)
+      : graph_(graph), groups_(groups), backend_(backend) {}
+
+  Expected<Schedule> run() {
+    KILN_TRY(buildSteps());
+    return std::move(s_);
+  }
+
+ private:
+  // One library call: the group's first node, with the rest of the group as post-ops.
+  Status addLibraryStep(const ir::FusionGroup& g) {
+    const ir::Node* head = g.nodes.front();
+    const ir::OpKind op = head->op();
+    StepDraft s(runtime::PlanStep::Kind::kOp, head->describe(), head);
+    s.inputs.assign(head->inputs().begin(), head->inputs().end());
+    const ir::TensorType& yt = head->output()->type();
+    s.library = backend_.hasLibraryKernel(op, yt.dtype, yt.layout);
+    const ir::Value* current = head->output();
+    for (size_t i = 1; i < g.nodes.size(); ++i) {
+      const ir::Node* n = g.nodes[i];
+      runtime::PostOp p;
+      switch (n->op()) {
+        case ir::OpKind::kRelu:
+          p.kind = runtime::PostOp::Kind::kRelu;
+          break;
+        case ir::OpKind::kLeakyRelu:
+          p.kind = runtime::PostOp::Kind::kLeakyRelu;
+          p.alpha = n->attr().getFloat("alpha");
+          break;
+        case ir::OpKind::kClip:
+          p.kind = runtime::PostOp::Kind::kClip;
+          p.alpha = n->attr().getFloat("min");
+          p.beta = n->attr().getFloat("max");
+          break;
+        case ir::OpKind::kSigmoid:
+          p.kind = runtime::PostOp::Kind::kSigmoid;
+          break;
+        case ir::OpKind::kTanh:
+          p.kind = runtime::PostOp::Kind::kTanh;
+          break;
+        case ir::OpKind::kGelu:
+          p.kind = n->attr().getString("approximate") == "tanh" ? runtime::PostOp::Kind::kGeluTanh
+                                                                : runtime::PostOp::Kind::kGeluErf;
+          break;
+        case ir::OpKind::kAdd:
+          p.kind = runtime::PostOp::Kind::kAdd;
+          p.input = s.numExtra++;
+          s.extra.push_back(n->input(0) == current ? n->input(1) : n->input(0));
+          break;
+        default:
+          return internalError("group " + std::to_string(g.id) + ": " + n->describe() +
+                               " is not a post-op");
+      }
+      s.postOps.push_back(p);
+      current = n->output();
+    }
+    if (!s.library && !s.postOps.empty())
+      return internalError(head->describe() + " has post-ops but no library kernel");
+    for (const ir::Value* e : s.extra) s.inputs.push_back(e);
+    s.outputs.push_back(current);
+    s.channelsLast = head->output()->type().layout == ir::Layout::kNHWC;
+    if (s.channelsLast && !s.library)
+      return internalError(head->describe() + " is channels-last but has no library kernel");
+    if (op == ir::OpKind::kConv2d) {
+      const std::string& algo = head->attr().getString("algo");
+      for (auto a : {runtime::ConvAlgo::kDirect, runtime::ConvAlgo::kWinograd,
+                     runtime::ConvAlgo::kIm2colGemm})
+        if (runtime::convAlgoName(a) == algo) s.algo = a;
+    }
+    s_.steps.push_back(std::move(s));
+    return Status::ok();
+  }
+
+  Status addReferenceSteps(const ir::FusionGroup& g) {
+    for (const ir::Node* n : g.nodes) {
+      for (const ir::Value* v : n->inputs())
+        if (v->type().layout == ir::Layout::kNHWC)
+          return internalError(n->describe() +
+                               " would run on a reference kernel with a channels-last input");
+      for (const ir::Value* v : n->outputs())
+        if (v->type().layout == ir::Layout::kNHWC)
+          return internalError(n->describe() +
+                               " would run on a reference kernel with a channels-last output");
+      StepDraft s(runtime::PlanStep::Kind::kOp, n->describe(), n);
+      s.inputs.assign(n->inputs().begin(), n->inputs().end());
+      s.outputs.assign(n->outputs().begin(), n->outputs().end());
+      s_.steps.push_back(std::move(s));
+    }
+    return Status::ok();
+  }
+
+  Status buildSteps() {
+    for (const ir::Value* v : graph_.outputs()) graphOutputs_.insert(v);
+    for (const auto& g : groups_) {
+      switch (g.kind) {
+        case ir::GroupKind::kLibrary:
+          KILN_TRY(addLibraryStep(g));
+          break;
+        case ir::GroupKind::kOther:
+          KILN_TRY(addReferenceSteps(g));
+          break;
+        case ir::GroupKind::kView:
+          if (isAliasGroup(g)) {
+            for (const ir::Node* n : g.nodes) s_.aliasOf[n->output()] = n->input(0);
+            s_.aliases += static_cast<int>(g.nodes.size());
+            break;
+          }
+          [[fallthrough]];
+        case ir::GroupKind::kPointwise:
+        case ir::GroupKind::kReduction: {
+          if (backend_.caps().kernelCode.empty()) {
+            KILN_TRY(addReferenceSteps(g));  // The backend runs no generated code.
+            break;
+          }
+          const std::string name = "kiln_k" + std::to_string(s_.kernels.size());
+          auto k = codegen::lowerGroup(g, graphOutputs_, name);
+          if (!k) {
+            s_.remarks.push_back("group " + std::to_string(g.id) +
+                                 " runs op by op: " + k.status().message());
+            KILN_TRY(addReferenceSteps(g));
+            break;
+          }
+          StepDraft s(runtime::PlanStep::Kind::kKernel, name);
+          s.kernel = static_cast<int>(s_.kernels.size());
+          bool sawOutput = false;
+          for (const auto& a : k->args) {
+            const ir::Value* v = graph_.findValue(a.value);
+            if (!v) return internalError("kernel " + name + " names unknown value " + a.value);
+            if (a.output) {
+              s.outputs.push_back(v);
+              sawOutput = true;
+            } else {
+              if (sawOutput) return internalError("kernel " + name + ": inputs after outputs");
+              s.inputs.push_back(v);
+            }
+          }
+          s_.kernelGroup.push_back(std::string(ir::groupKindName(g.kind)));
+          s_.kernels.push_back(std::move(*k));
+          s_.steps.push_back(std::move(s));
+          break;
+        }
+      }
+    }
+    return Status::ok();
+  }
+
+  const ir::Graph& graph_;
+  const std::vector<ir::FusionGroup>& groups_;
+  runtime::Backend& backend_;
+  std::unordered_set<const ir::Value*> graphOutputs_;
+  Schedule s_;
+};
+
+}  // namespace
+
+Expected<Schedule> scheduleGroups(const ir::Graph& graph,
+                                  const std::vector<ir::FusionGroup>& groups,
+                                  runtime::Backend& backend) {
+  return Scheduler(graph, groups, backend).run();
+}
+
+}  // namespace kiln::compiler

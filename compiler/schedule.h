@@ -1,0 +1,54 @@
+// The schedule of a compile: each fusion group becomes steps in order — a generated kernel
+// (lowered to kernel IR), a library call with its post-ops, reference op calls, or nothing (a
+// reshape that is a view of its input). What the target backend runs decides which: kernels
+// only where it loads generated code, library calls only where its registry has the op.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "codegen/kernel_ir.h"
+#include "ir/fusion_group.h"
+#include "ir/graph.h"
+#include "runtime/backend.h"
+#include "runtime/plan.h"
+
+namespace kiln::compiler {
+
+// One step of the schedule before buffers are assigned.
+struct StepDraft {
+  StepDraft(runtime::PlanStep::Kind k, std::string n, const ir::Node* nd = nullptr)
+      : kind(k), name(std::move(n)), node(nd) {}
+  runtime::PlanStep::Kind kind;
+  std::string name;
+  std::vector<const ir::Value*> inputs;  // For a library call: its inputs, then `extra`.
+  std::vector<const ir::Value*> outputs;
+  int kernel = -1;  // Index into kernels.
+  const ir::Node* node = nullptr;
+  // Library calls:
+  bool library = false;
+  std::vector<runtime::PostOp> postOps;
+  std::vector<const ir::Value*> extra;
+  int numExtra = 0;
+  bool channelsLast = false;
+  runtime::ConvAlgo algo = runtime::ConvAlgo::kAuto;
+};
+
+struct Schedule {
+  std::vector<StepDraft> steps;
+  std::vector<codegen::Kernel> kernels;  // StepDraft::kernel indexes them.
+  std::vector<std::string> kernelGroup;  // Per kernel: its group kind's name.
+  // Reshapes that are views of their input (no step): value -> the value it views.
+  std::unordered_map<const ir::Value*, const ir::Value*> aliasOf;
+  int aliases = 0;
+  std::vector<std::string> remarks;  // Groups that run op by op, and why.
+};
+
+// Schedules `groups` (ir::FusionPlan's, in order) of `graph` for `backend`.
+Expected<Schedule> scheduleGroups(const ir::Graph& graph,
+                                  const std::vector<ir::FusionGroup>& groups,
+                                  runtime::Backend& backend);
+
+}  // namespace kiln::compiler
