@@ -158,8 +158,87 @@ class Planner {
     return id;
   }
 
-  void reject(const ir::Node* producer, const ir::Node* consumer, std::string why) {
-    rejections_.push_back({producer, consumer, std::move(why)});
+  void reject(const ir::Node* producer, const ir::Node* consumer, FusionDecision d) {
+    std::string why = d.explain();
+    rejections_.push_back({producer, consumer, std::move(d), std::move(why)});
+  }
+
+  // How a consumer would join a producer's group.
+  enum class Role : uint8_t {
+    kElementwise,  // An elementwise node into a pointwise or reduction kernel.
+    kReduction,    // A reduction anchoring a kernel whose pointwise producer is its prologue.
+    kEpilogue,     // A post-op of a library call (conv2d, linear, gemm, matmul).
+    kViewLoad,     // A view group (`other`) read as strided loads of kernel `pg`.
+  };
+
+  // The one fusion decision: may `n` join group `pg`, which produces its input `via`, as
+  // `role`? Legality (correctness) first, then profit. kElementwise: `merged` are the groups n
+  // joins already and `target` the one they merge into; kViewLoad: `other` is the view group.
+  FusionDecision decide(int pg, const ir::Node& n, const ir::Value* via, Role role,
+                        const std::set<int>& merged = {}, int target = -1, int other = -1) {
+    const GroupState& p = groups_[pg];
+    std::string why;
+    switch (role) {
+      case Role::kElementwise: {
+        if (!canFuse(p, n, &why)) return FusionDecision::illegal(why);
+        if (target >= 0) {  // Both groups must be mergeable with each other too.
+          const GroupState& t = groups_[target];
+          if (t.group.anchor && p.group.anchor)
+            return FusionDecision::illegal("both producers already hold a reduction");
+          if (t.domain != p.domain)
+            return FusionDecision::illegal("the producers have different domains");
+        }
+        std::set<int> inside = merged;
+        inside.insert(pg);
+        for (int g : inside)
+          for (int h : inside)
+            if (g != h && reachesThroughOutside(g, h, inside))
+              return FusionDecision::illegal("fusing would create a cycle through another kernel");
+        if (!worthFusing(p, n, &why)) return FusionDecision::unprofitable(why);
+        return FusionDecision::fuse();
+      }
+      case Role::kReduction: {
+        if (p.group.kind != GroupKind::kPointwise)
+          return FusionDecision::illegal("the producer is a " +
+                                         std::string(groupKindName(p.group.kind)) + " step");
+        if (p.domain != via->type().shape)
+          return FusionDecision::illegal("the producer's domain " + ir::shapeToString(p.domain) +
+                                         " is not the input shape");
+        for (size_t i = 1; i < n.inputs().size(); ++i) {
+          const ir::Value* in = n.input(i);
+          if (in->producer() && groupOfConst(in->producer()) != pg &&
+              reachesThroughOutside(groupOfConst(in->producer()), pg, {pg}))
+            return FusionDecision::illegal("fusing would create a cycle");
+        }
+        if (!worthFusing(p, n, &why)) return FusionDecision::unprofitable(why);
+        return FusionDecision::fuse();
+      }
+      case Role::kEpilogue: {
+        if (via->users().size() != 1 || graphOutputs_.count(via))
+          return FusionDecision::illegal("the library result is also read elsewhere");
+        if (n.output()->type().shape != via->type().shape)
+          return FusionDecision::illegal("the epilogue would broadcast the library result");
+        if (n.op() == ir::OpKind::kAdd) {
+          const ir::Value* added = n.input(n.input(0) == via ? 1 : 0);
+          if (added->type().shape != via->type().shape)
+            return FusionDecision::illegal("the added operand " + added->type().toString() +
+                                           " has another shape");
+          if (added->producer() && groupOfConst(added->producer()) == pg)
+            return FusionDecision::illegal("the added operand is computed by the library call");
+          if (added->producer() && reachesThroughOutside(groupOfConst(added->producer()), pg, {}))
+            return FusionDecision::illegal("the added operand depends on the library call");
+        }
+        return FusionDecision::fuse();
+      }
+      case Role::kViewLoad: {
+        if (via->producer() && groupOfConst(via->producer()) == pg)
+          return FusionDecision::illegal("a view of a value computed in the same kernel");
+        if (reachesThroughOutside(other, pg, {pg, other}))
+          return FusionDecision::illegal("fusing would create a cycle");
+        return FusionDecision::fuse();
+      }
+    }
+    return FusionDecision::illegal("unknown fusion role");
   }
 
   // The level at which `n` would sit in group `s`, or an error reason.
@@ -294,36 +373,8 @@ class Planner {
       }
       const int pg = groupOfConst(in->producer());
       if (merged.count(pg)) continue;
-      std::string why;
-      if (!canFuse(groups_[pg], *n, &why)) {
-        reject(in->producer(), n, why);
-        continue;
-      }
-      if (!worthFusing(groups_[pg], *n, &why)) {
-        reject(in->producer(), n, "not profitable: " + why);
-        continue;
-      }
-      if (target >= 0) {
-        // Both groups must be mergeable with each other too.
-        const GroupState& t = groups_[target];
-        const GroupState& p = groups_[pg];
-        if (t.group.anchor && p.group.anchor) {
-          reject(in->producer(), n, "both producers already hold a reduction");
-          continue;
-        }
-        if (t.domain != p.domain) {
-          reject(in->producer(), n, "the producers have different domains");
-          continue;
-        }
-      }
-      std::set<int> inside = merged;
-      inside.insert(pg);
-      bool cycle = false;
-      for (int g : inside)
-        for (int h : inside)
-          if (g != h && reachesThroughOutside(g, h, inside)) cycle = true;
-      if (cycle) {
-        reject(in->producer(), n, "fusing would create a cycle through another kernel");
+      if (FusionDecision d = decide(pg, *n, in, Role::kElementwise, merged, target); !d) {
+        reject(in->producer(), n, std::move(d));
         continue;
       }
       merged.insert(pg);
@@ -339,7 +390,8 @@ class Planner {
         if (merged.count(h)) continue;
         for (int g : merged) {
           if (!reachesThroughOutside(h, g, {})) continue;
-          reject(in->producer(), n, "fusing would create a cycle through another kernel");
+          reject(in->producer(), n,
+                 FusionDecision::illegal("fusing would create a cycle through another kernel"));
           merged.erase(g);
           if (g == target) target = merged.empty() ? -1 : *merged.begin();
           dropped = true;
@@ -371,14 +423,13 @@ class Planner {
   // Views become the loads of `target` unless they read a value `target` computes itself
   // (that would need the value at another index) or the merge would create a cycle.
   void absorbView(int target, int vg) {
-    const ir::Value* source = groups_[vg].group.nodes.front()->input(0);
-    if (source->producer() && groupOfConst(source->producer()) == target) {
-      reject(source->producer(), groups_[vg].group.nodes.front(),
-             "a view of a value computed in the same kernel");
-      return;
-    }
-    if (reachesThroughOutside(vg, target, {target, vg})) {
-      reject(groups_[vg].group.nodes.back(), consumer_, "fusing would create a cycle");
+    const ir::Node* first = groups_[vg].group.nodes.front();
+    const ir::Value* source = first->input(0);
+    if (FusionDecision d = decide(target, *first, source, Role::kViewLoad, {}, -1, vg); !d) {
+      if (source->producer() && groupOfConst(source->producer()) == target)
+        reject(source->producer(), first, std::move(d));
+      else
+        reject(groups_[vg].group.nodes.back(), consumer_, std::move(d));
       return;
     }
     for (ir::Node* vn : groups_[vg].group.nodes) level_[vn] = Level::kView;
@@ -407,31 +458,14 @@ class Planner {
         return;
       }
       const int pg = groupOfConst(data->producer());
-      GroupState& p = groups_[pg];
-      std::string why;
-      if (p.group.kind != GroupKind::kPointwise) {
-        why = "the producer is a " + std::string(groupKindName(p.group.kind)) + " step";
-      } else if (p.domain != data->type().shape) {
-        why = "the producer's domain " + ir::shapeToString(p.domain) + " is not the input shape";
-      } else if (!worthFusing(p, *n, &why)) {
-        why = "not profitable: " + why;
-      }
-      bool otherInputsOk = true;
-      for (size_t i = 1; i < n->inputs().size(); ++i) {
-        const ir::Value* in = n->input(i);
-        if (in->producer() && groupOfConst(in->producer()) != pg) {
-          std::set<int> inside{pg};
-          if (reachesThroughOutside(groupOfConst(in->producer()), pg, inside))
-            otherInputsOk = false;
-        }
-      }
-      if (why.empty() && otherInputsOk) {
+      FusionDecision d = decide(pg, *n, data, Role::kReduction);
+      if (d) {
         const int id = make();
         merge(pg, id);
         nodeGroup_[n] = pg;
         return;
       }
-      reject(data->producer(), n, why.empty() ? "fusing would create a cycle" : why);
+      reject(data->producer(), n, std::move(d));
     }
     make();
   }
@@ -439,7 +473,8 @@ class Planner {
   void place(ir::Node* n) {
     if (std::string why = notFusableReason(*n); !why.empty()) {
       newGroup(n, n->info().has(ir::kLibrary) ? GroupKind::kLibrary : GroupKind::kOther);
-      if (n->info().has(ir::kPointwise) || isFusableReduction(*n)) reject(nullptr, n, why);
+      if (n->info().has(ir::kPointwise) || isFusableReduction(*n))
+        reject(nullptr, n, FusionDecision::illegal(why));
       return;
     }
     if (n->info().has(ir::kLibrary)) {
@@ -475,25 +510,9 @@ class Planner {
       if (s.group.kind != GroupKind::kLibrary || s.group.nodes.back() != p) continue;
       if (!acceptsLibraryEpilogue(s.group.nodes.front()->op())) continue;
       if (s.group.nodes.front()->output()->type().dtype != ir::DType::kF32) continue;
-      if (in->users().size() != 1 || graphOutputs_.count(in)) {
-        reject(p, n, "the library result is also read elsewhere");
+      if (FusionDecision d = decide(pg, *n, in, Role::kEpilogue); !d) {
+        reject(p, n, std::move(d));
         continue;
-      }
-      if (n->output()->type().shape != in->type().shape) {
-        reject(p, n, "the epilogue would broadcast the library result");
-        continue;
-      }
-      if (n->op() == ir::OpKind::kAdd) {
-        const ir::Value* other = n->input(1 - i);
-        if (other->type().shape != in->type().shape) {
-          reject(p, n, "the added operand " + other->type().toString() + " has another shape");
-          continue;
-        }
-        if (other->producer() && groupOfConst(other->producer()) == pg) continue;
-        if (other->producer() && reachesThroughOutside(groupOfConst(other->producer()), pg, {})) {
-          reject(p, n, "the added operand depends on the library call");
-          continue;
-        }
       }
       s.group.nodes.push_back(n);
       nodeGroup_[n] = pg;

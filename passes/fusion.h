@@ -2,9 +2,9 @@
 // Chains and DAGs of pointwise ops (with broadcasting, casts, where) fuse with each other and
 // with one reduction-like op (softmax, log_softmax, layer_norm, reduce_*, global_avg_pool) as
 // its prologue and epilogue; strided views (transpose, expand, slice, squeeze, unsqueeze, and
-// reshape of contiguous data) fuse as the loads of a group. Legality (canFuse: correctness
-// only) is separate from the score (performance only); every rejection keeps its reason for
-// `kiln compile --explain-fusion`.
+// reshape of contiguous data) fuse as the loads of a group. Every join is one FusionDecision
+// made by one function (the planner's decide()): legality (correctness) before profit
+// (performance), each refusal kept with its reason for `kiln compile --explain-fusion`.
 #pragma once
 
 #include <string>
@@ -21,10 +21,31 @@ using ir::FusionGroup;
 using ir::GroupKind;
 using ir::groupKindName;
 
+// One fusion decision: fuse, or not and why (XLA's FusionDecision, Inductor's WhyNoFuse).
+// The planner makes every decision in one function (legality first: correctness; then profit)
+// and acts on it; `kiln compile --explain-fusion` prints the reasons of the refusals.
+struct FusionDecision {
+  enum class Verdict : uint8_t { kFuse, kIllegal, kUnprofitable };
+  Verdict verdict = Verdict::kFuse;
+  std::string reason;  // Empty when it fuses.
+
+  static FusionDecision fuse() { return {}; }
+  static FusionDecision illegal(std::string why) { return {Verdict::kIllegal, std::move(why)}; }
+  static FusionDecision unprofitable(std::string why) {
+    return {Verdict::kUnprofitable, std::move(why)};
+  }
+  explicit operator bool() const { return verdict == Verdict::kFuse; }
+  // The reason as --explain-fusion prints it ("not profitable: ..." for unprofitable ones).
+  std::string explain() const {
+    return verdict == Verdict::kUnprofitable ? "not profitable: " + reason : reason;
+  }
+};
+
 struct FusionRejection {
-  const ir::Node* producer;
+  const ir::Node* producer;  // Null: the consumer can never be part of a generated kernel.
   const ir::Node* consumer;
-  std::string reason;
+  FusionDecision decision;
+  std::string reason;  // decision.explain().
 };
 
 struct FusionOptions {

@@ -67,6 +67,8 @@ graph g(%x : f32[4,8]) {
   auto plan = passes::planFusion(g);
   CHECK(groups(plan) == "reduction:reduce_mean,sub | reduction:reduce_mean,relu");
   CHECK_THAT(passes::explainFusion(plan), Catch::Contains("the producer is a reduction step"));
+  REQUIRE(plan.rejections.size() == 1);
+  CHECK(plan.rejections[0].decision.verdict == passes::FusionDecision::Verdict::kIllegal);
 }
 
 TEST_CASE("fusion: a join that would create a cycle through a library call is rejected") {
@@ -170,4 +172,33 @@ graph g(%x : f32[1,2,3,3]) {
   }
   passes::PassContext ctx;
   CHECK_FALSE(passes::createPass("batchnorm-folding")->run(g, ctx));
+}
+
+TEST_CASE("fusion: every refusal is a decision that says illegal or unprofitable, and why") {
+  ir::Graph g = parse(R"(
+graph g(%x : f32[4,8], %w : f32[8,8]) {
+  %a : f32[4,8] = relu(%x)
+  %b : f32[4,8] = exp(%a)
+  %c : f32[4,8] = neg(%b)
+  %m : f32[4,1] = reduce_sum(%c) {axes=[1]}
+  %y : f32[4,8] = linear(%c, %w)
+  %z : f32[4,8] = add(%y, %x)
+  return %m, %z
+})");
+  passes::FusionOptions small;
+  small.maxNodesPerGroup = 2;  // relu and exp fill the kernel: neg is not worth it.
+  small.libraryEpilogues = true;
+  auto plan = passes::planFusion(g, small);
+  int unprofitable = 0;
+  for (const auto& r : plan.rejections) {
+    INFO(r.reason);
+    CHECK_FALSE(static_cast<bool>(r.decision));
+    CHECK(r.reason == r.decision.explain());
+    if (r.decision.verdict == passes::FusionDecision::Verdict::kUnprofitable) {
+      ++unprofitable;
+      CHECK_THAT(r.reason, Catch::StartsWith("not profitable: the kernel already has 2 nodes"));
+    }
+  }
+  CHECK(unprofitable >= 1);
+  CHECK_THAT(passes::explainFusion(plan), Catch::Contains("not profitable"));
 }
