@@ -45,6 +45,9 @@ EagerExecutor::EagerExecutor(const ir::Graph& graph, std::shared_ptr<Backend> ba
     for (const ir::Value* o : nodes[i]->outputs())
       if (!lastUse.count(o)) lastUse[o] = i;  // Never read: free right after it is made.
   for (const ir::Value* o : graph.outputs()) lastUse.erase(o);
+  isOutput_.assign(slot_.size(), false);
+  for (const ir::Value* o : graph.outputs()) isOutput_[slot_.at(o)] = true;
+  for (const ir::Node* n : nodes) names_.push_back(n->describe());
   freeAfter_.resize(nodes.size());
   for (const auto& [v, i] : lastUse)
     if (v->producer()) freeAfter_[i].push_back(slot_.at(v));
@@ -67,8 +70,6 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
   // outputs are host tensors mapped onto the backend.
   std::vector<DeviceBuffer> env(slot_.size());
   std::vector<Tensor> host(slot_.size());
-  std::unordered_map<const ir::Value*, bool> isOutput;
-  for (const ir::Value* o : graph_.outputs()) isOutput[o] = true;
   auto mapped = [&](size_t slot, Tensor t) -> Status {
     KILN_ASSIGN_OR_RETURN(env[slot], be.mapHost(t.rawData(), t.byteSize()));
     host[slot] = std::move(t);
@@ -99,7 +100,7 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
     for (const ir::Value* v : n->inputs()) ins.push_back({env[slot_.at(v)].address(), v->type()});
     for (const ir::Value* o : n->outputs()) {
       const size_t s = slot_.at(o);
-      if (isOutput.count(o)) {
+      if (isOutput_[s]) {
         auto t = Tensor::empty(o->type().dtype, o->type().shape, &hostAlloc);
         if (!t) return t.status().withContext(n->describe());
         KILN_TRY(mapped(s, std::move(*t)).withContext(n->describe()));
@@ -111,11 +112,10 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
       outs.push_back({env[s].address(), o->type()});
     }
     OpCall call;
-    const std::string name = n->describe();
-    call.name = name;
+    call.name = names_[i];
     call.op = n->op();
     call.attrs = &n->attrs();
-    KILN_TRY(stream->run(call, ins, outs).withContext(name));
+    KILN_TRY(stream->run(call, ins, outs).withContext(names_[i]));
     for (size_t dead : freeAfter_[i]) stream->free(std::move(env[dead]));
     const double ms = msSince(tn);
     stats_.nodes.push_back({n, ms});

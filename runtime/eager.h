@@ -58,6 +58,8 @@ class EagerExecutor {
   std::shared_ptr<Backend> backend_;
   std::unordered_map<const ir::Value*, size_t> slot_;  // Value -> index into the environment.
   std::vector<std::vector<size_t>> freeAfter_;         // Per node: slots that die after it.
+  std::vector<bool> isOutput_;                         // Per slot: a graph output.
+  std::vector<std::string> names_;                     // Per node: its description, for errors.
   EagerStats stats_;
 };
 

@@ -14,7 +14,6 @@
 
 #include "ir/graph.h"
 #include "runtime/backend.h"
-#include "runtime/cpu/compute_threads.h"
 #include "runtime/library/kernels.h"
 #include "runtime/tensor.h"
 
@@ -83,14 +82,15 @@ struct PlanRunStats {
 // Runs a plan. Thread safety: run() may be called from many threads at once on one executor.
 // Each call takes a scratch arena of its own from a pool (arenas are reused: the pool holds
 // as many as calls ever ran at once), reads the weights shared and read-only, shares the
-// reordered-weight cache (thread-safe), draws its threads from ComputeThreads and returns its
-// statistics through its own `stats`. A plan that writes its parameters in place
-// (Plan::writesParameters, a training step) serializes its callers: one call at a time, the
-// others wait. Outputs are new tensors per call, except outputs written over a parameter,
-// which are views of it (such plans are serialized).
+// reordered-weight cache (thread-safe), draws its threads through the backend's stream (the CPU's
+// ComputeThreads) and returns its statistics through its own `stats`. A plan that writes its
+// parameters in place (Plan::writesParameters, a training step) serializes its callers: one call at
+// a time, the others wait. Outputs are new tensors per call, except outputs written over a
+// parameter, which are views of it (such plans are serialized).
 class PlanExecutor {
  public:
-  // `threads` <= 0: up to the whole ComputeThreads budget; else at most that many per call.
+  // `threads` <= 0: the backend's default (the CPU: up to the whole ComputeThreads budget);
+  // else at most that many per call.
   explicit PlanExecutor(std::shared_ptr<const Plan> plan, int threads = 0);
   ~PlanExecutor();
 

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "compiler/artifact.h"
+#include "runtime/cpu/compute_threads.h"
 #include "tools/cli.h"
 #include "tools/serve_bench.h"
 

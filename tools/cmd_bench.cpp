@@ -8,6 +8,7 @@
 #include <random>
 
 #include "compiler/compile.h"
+#include "runtime/cpu/compute_threads.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
 #include "tools/serve_bench.h"

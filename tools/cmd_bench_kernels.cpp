@@ -9,6 +9,7 @@
 
 #include "compiler/compile.h"
 #include "ir/parser.h"
+#include "runtime/cpu/compute_threads.h"
 #include "tools/cli.h"
 
 namespace kiln::cli {

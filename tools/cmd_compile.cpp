@@ -12,6 +12,7 @@
 #include "compiler/compile.h"
 #include "compiler/jit.h"
 #include "frontends/onnx/onnx_import.h"
+#include "runtime/cpu/compute_threads.h"
 #include "tools/cli.h"
 
 namespace kiln::cli {

@@ -11,6 +11,7 @@
 #include "compiler/train.h"
 #include "frontends/npy/npy.h"
 #include "models/synthetic.h"
+#include "runtime/cpu/compute_threads.h"
 #include "tools/cli.h"
 
 namespace kiln::cli {

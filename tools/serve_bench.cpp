@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/cpu/compute_threads.h"
 #include "runtime/plan.h"
 
 namespace kiln::cli {

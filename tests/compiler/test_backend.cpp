@@ -21,6 +21,7 @@
 #include "compiler/compile.h"
 #include "compiler/train.h"
 #include "models/zoo.h"
+#include "random_inputs.h"
 #include "runtime/backend.h"
 #include "runtime/eager.h"
 #include "runtime/reference/kernels.h"
@@ -266,18 +267,6 @@ std::shared_ptr<OpaqueBackend> backend(bool kernels) {
   return kernels ? withKernels : opsOnly;
 }
 
-std::vector<Tensor> randomInputs(const ir::Graph& g, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-2, 2);
-  std::vector<Tensor> ins;
-  for (const ir::Value* v : g.inputs()) {
-    Tensor x = *Tensor::empty(v->type().dtype, v->type().shape);
-    for (int64_t i = 0; i < x.numElements(); ++i) x.data<float>()[i] = dist(rng);
-    ins.push_back(x);
-  }
-  return ins;
-}
-
 // max |a - b| / max |b|.
 double relError(const Tensor& a, const Tensor& b) {
   REQUIRE(a.shape() == b.shape());
@@ -313,7 +302,7 @@ TEST_CASE(
   INFO(name << (kernels ? " (generated kernels)" : " (op by op)"));
   auto g = models::buildModel(name, {1, 5});
   REQUIRE(g.hasValue());
-  const std::vector<Tensor> ins = randomInputs(*g, 9);
+  const std::vector<Tensor> ins = testing::randomInputs(*g, 9);
   auto want = runtime::EagerExecutor(*g).run(ins);  // The CPU backend: library kernels.
   REQUIRE(want.hasValue());
 

@@ -16,6 +16,7 @@
 #include "compiler/train.h"
 #include "frontends/test_files.h"
 #include "models/zoo.h"
+#include "runtime/cpu/compute_threads.h"
 
 using namespace kiln;
 using runtime::Tensor;

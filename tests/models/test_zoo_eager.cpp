@@ -12,6 +12,7 @@
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "models/zoo.h"
+#include "random_inputs.h"
 #include "runtime/eager.h"
 
 using namespace kiln;
@@ -20,17 +21,7 @@ using runtime::Tensor;
 namespace {
 const std::vector<std::string> kZoo = {"mlp", "mnist_cnn", "resnet18", "resnet50", "bert_layer"};
 
-std::vector<Tensor> randomInputs(const ir::Graph& g, uint64_t seed) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<Tensor> ins;
-  for (const ir::Value* v : g.inputs()) {
-    Tensor t = *Tensor::empty(v->type().dtype, v->type().shape);
-    for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = dist(rng);
-    ins.push_back(t);
-  }
-  return ins;
-}
+using testing::randomInputs;
 }  // namespace
 
 TEST_CASE("every zoo model runs eagerly to finite outputs of the right shape") {
