@@ -63,8 +63,7 @@ class Lowerer {
     if (group_.anchor) {
       domain_ = group_.anchor->input(0)->type().shape;
       std::tie(ra_, rb_) = ir::reducedRange(*group_.anchor);
-      const OpKind k = group_.anchor->op();
-      rowAnchor_ = k != OpKind::kSoftmax && k != OpKind::kLogSoftmax && k != OpKind::kLayerNorm;
+      rowAnchor_ = !group_.anchor->info().has(ir::kRowBroadcast);
       if (rowAnchor_) rowShape_ = group_.anchor->output()->type().shape;
       int64_t r = 1;
       for (int d = ra_; d < rb_; ++d) r *= domain_[d];
@@ -246,7 +245,7 @@ class Lowerer {
     const ir::Node* p = v->producer();
     if (p && inGroup_.count(p) && !ir::isViewOp(*p)) return exprOf_.at(v);
     KILN_ASSIGN_OR_RETURN(View view, viewOf(v));
-    if ((n.op() == OpKind::kBatchNorm || n.op() == OpKind::kBatchNormTrain) && i > 0) {
+    if (n.info().has(ir::kChannelwise) && i > 0) {
       // Per-channel parameters [C] broadcast along dim 1 of [N,C,...]: view them as [C,1,..].
       const size_t trailing = n.input(0)->type().shape.size() - 2;
       for (size_t t = 0; t < trailing; ++t) {

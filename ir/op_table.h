@@ -44,6 +44,13 @@ enum OpTrait : uint32_t {
   // A 4-D NCHW library op whose library kernel also reads and writes channels-last (NHWC)
   // activations: layout selection may keep its input and output NHWC.
   kChannelsLast = 1u << 10,
+  // Elementwise over input 0 [N,C,...] with per-channel [C] operands broadcast along dim 1
+  // (batch_norm): fuses as a pointwise op; its other inputs are read as [C,1,...].
+  kChannelwise = 1u << 11,
+  // A kReduction whose output has its input's shape: it reduces each row and applies the
+  // result back to every element of the row (softmax, layer_norm). Other reductions output the
+  // reduced row.
+  kRowBroadcast = 1u << 12,
 };
 
 class AttrView;

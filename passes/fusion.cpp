@@ -58,8 +58,7 @@ std::string notFusableReason(const ir::Node& n) {
 }
 
 bool isElementwise(const ir::Node& n) {
-  return n.info().has(ir::kPointwise) || n.op() == ir::OpKind::kBatchNorm ||
-         n.op() == ir::OpKind::kBatchNormTrain;
+  return n.info().has(ir::kPointwise) || n.info().has(ir::kChannelwise);
 }
 
 bool isFusableReduction(const ir::Node& n) {
@@ -444,9 +443,7 @@ class Planner {
       GroupState& s = groups_[id];
       s.group.anchor = n;
       s.domain = data->type().shape;
-      const bool rowAnchor = n->op() != ir::OpKind::kSoftmax &&
-                             n->op() != ir::OpKind::kLogSoftmax &&
-                             n->op() != ir::OpKind::kLayerNorm;
+      const bool rowAnchor = !n->info().has(ir::kRowBroadcast);
       s.hasRowAnchor = rowAnchor;
       if (rowAnchor) s.rowShape = n->output()->type().shape;
       level_[n] = rowAnchor ? Level::kRow : Level::kElement;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "ir/fusion_group.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
@@ -14,22 +15,6 @@ namespace {
 
 bool isElementwiseOp(const ir::Node& n) {
   return n.info().has(ir::kPointwise) && n.op() != ir::OpKind::kRelayout;
-}
-
-// Whether a reduce_* node's axes are consecutive logical dims (all other reductions are).
-bool reducesOneRun(const ir::Node& n) {
-  if (n.op() != ir::OpKind::kReduceSum && n.op() != ir::OpKind::kReduceMean &&
-      n.op() != ir::OpKind::kReduceMax)
-    return true;
-  const int64_t rank = static_cast<int64_t>(n.input(0)->type().rank());
-  std::vector<int64_t> axes = ir::AttrView(n.info(), n.attrs()).getInts("axes");
-  if (axes.empty()) return true;
-  for (int64_t& a : axes)
-    if (a < 0) a += rank;
-  std::sort(axes.begin(), axes.end());
-  for (size_t i = 1; i < axes.size(); ++i)
-    if (axes[i] != axes[i - 1] + 1) return false;
-  return true;
 }
 
 bool isNhwc(const ir::Value* v) {
@@ -110,7 +95,7 @@ class Selector {
     // and write plain, when their reduced dims are one contiguous run that a generated kernel
     // can walk; others run on reference kernels, which read plain memory).
     const bool stridedReader =
-        (n->info().has(ir::kReduction) && reducesOneRun(*n)) || isElementwiseOp(*n);
+        (n->info().has(ir::kReduction) && ir::reducedRange(*n).first >= 0) || isElementwiseOp(*n);
     for (size_t i = 0; i < n->inputs().size(); ++i)
       if (isNhwc(n->input(i)) && !stridedReader)
         n->replaceInput(i, converted(n->input(i), ir::Layout::kPlain, n));
