@@ -1,5 +1,6 @@
 #include "codegen/render.h"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -11,24 +12,98 @@ namespace kiln::codegen {
 
 namespace {
 
+// What a dialect prints, as data: the two renderers share one printer (as tinygrad's
+// CStyleLanguage does) and differ only in these tables.
+struct DialectTable {
+  // Scalar types, indexed by ScalarType.
+  std::array<std::string_view, 7> types;
+  // Before the kernel's name.
+  std::string_view kernelPrefix;
+  // true: the CPU ABI (one void* const* argument array, a range of work units); false: one
+  // typed pointer parameter per argument.
+  bool argArray;
+  // Qualifies each argument pointer: no-alias promises.
+  std::string_view pointerQualifier;
+  // Before an elementwise inner loop whose iterations are independent.
+  std::string_view independentLoopPragma;
+  // Pointwise kernels: loop over chunked work units with a vectorizable inner loop (true), or
+  // one grid-stride loop over every element (false).
+  bool chunkedPointwise;
+  // The loop over elements of a grid-stride kernel, "{n}" being the element count.
+  std::string_view elementLoop;
+  // The loop over the rows of a reduction, "{n}" being the row count.
+  std::string_view rowLoop;
+  // The first index and the step of a loop along the reduced dim.
+  std::string_view reducedBegin, reducedStep;
+  // Reductions fold into kLanes partial results per thread (true), or into one per thread then
+  // a block reduction through shared memory (false).
+  bool laneReduction;
+  std::string_view sharedPrefix;  // Declares a block-shared array.
+  std::string_view leaderGuard;   // Only one thread stores a row value.
+  std::string_view barrier;       // Ends a row: the shared scratch is reused by the next.
+};
+
+constexpr std::array<std::string_view, 7> kCTypes = {
+    "float", "double", "long long", "int", "signed char", "unsigned char", "bool"};
+
+constexpr DialectTable kCpuTable = {
+    .types = kCTypes,
+    .kernelPrefix = "extern \"C\" void ",
+    .argArray = true,
+    // __restrict lets loops vectorize without runtime overlap checks. An output may share an
+    // input's memory only in place (the memory plan's in-place reuse), where the kernel reads
+    // every element of that input at the store's own index before storing it, so no read ever
+    // sees a store of another element.
+    .pointerQualifier = "__restrict ",
+    // The arguments are restrict-qualified locals, which LLVM does not take as a no-alias
+    // promise: without the pragma it checks at run time whether the output overlaps an input
+    // and, for an in-place step (the memory planner's reuse of a dying input, same index map),
+    // falls back to the scalar loop, 6x slower. Each element is independent, so this is safe.
+    .independentLoopPragma = "#pragma clang loop vectorize(assume_safety)",
+    .chunkedPointwise = true,
+    .elementLoop = "",
+    .rowLoop = "for (long long kiln_u = kiln_begin; kiln_u < kiln_end; ++kiln_u) {",
+    .reducedBegin = "0",
+    .reducedStep = "++r",
+    .laneReduction = true,
+    .sharedPrefix = "",
+    .leaderGuard = "",
+    .barrier = "",
+};
+
+constexpr DialectTable kCudaTable = {
+    .types = kCTypes,
+    .kernelPrefix = "extern \"C\" __global__ void ",
+    .argArray = false,
+    .pointerQualifier = "",
+    .independentLoopPragma = "",
+    .chunkedPointwise = false,
+    .elementLoop =
+        "for (long long kiln_t = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+        "kiln_t < {n}LL; kiln_t += (long long)gridDim.x * blockDim.x) {",
+    .rowLoop = "for (long long kiln_u = blockIdx.x; kiln_u < {n}LL; kiln_u += gridDim.x) {",
+    .reducedBegin = "(long long)threadIdx.x",
+    .reducedStep = "r += blockDim.x",
+    .laneReduction = false,
+    .sharedPrefix = "__shared__ ",
+    .leaderGuard = "if (threadIdx.x == 0)",
+    .barrier = "__syncthreads();",
+};
+
+const DialectTable& tableOf(Dialect d) {
+  return d == Dialect::kCuda ? kCudaTable : kCpuTable;
+}
+
+// `pattern` with "{n}" replaced by `n`.
+std::string withCount(std::string_view pattern, int64_t n) {
+  std::string s(pattern);
+  if (size_t at = s.find("{n}"); at != std::string::npos) s.replace(at, 3, std::to_string(n));
+  return s;
+}
+
+// C types are the same in both dialects; literals use them.
 std::string_view cType(ScalarType t) {
-  switch (t) {
-    case ScalarType::kF32:
-      return "float";
-    case ScalarType::kF64:
-      return "double";
-    case ScalarType::kI64:
-      return "long long";
-    case ScalarType::kI32:
-      return "int";
-    case ScalarType::kI8:
-      return "signed char";
-    case ScalarType::kU8:
-      return "unsigned char";
-    case ScalarType::kBool:
-      return "bool";
-  }
-  return "?";
+  return kCTypes[static_cast<size_t>(t)];
 }
 
 std::string literal(double v, ScalarType t) {
@@ -53,7 +128,7 @@ class Printer {
  public:
   static constexpr int kLanes = 16;  // Partial results per CPU reduction.
 
-  Printer(const Kernel& k, Dialect d) : k_(k), d_(d) {
+  Printer(const Kernel& k, Dialect d) : k_(k), t_(tableOf(d)) {
     // The highest stage each expression depends on (-1: none).
     stageDep_.resize(k.exprs.size(), -1);
     for (size_t i = 0; i < k.exprs.size(); ++i) {
@@ -79,27 +154,24 @@ class Printer {
 
   std::string arg(int i) const { return "a" + std::to_string(i); }
 
+  std::string type(ScalarType t) const { return std::string(t_.types[static_cast<size_t>(t)]); }
+
   void signature() {
-    const bool cuda = d_ == Dialect::kCuda;
-    out_ << (cuda ? "extern \"C\" __global__ void " : "extern \"C\" void ") << k_.name << "(";
-    if (cuda) {
+    out_ << t_.kernelPrefix << k_.name << "(";
+    auto pointee = [&](size_t i) {
+      return std::string(k_.args[i].output ? "" : "const ") + type(k_.args[i].type);
+    };
+    if (!t_.argArray) {
       for (size_t i = 0; i < k_.args.size(); ++i)
-        out_ << (i ? ", " : "") << (k_.args[i].output ? "" : "const ") << cType(k_.args[i].type)
-             << "* " << arg(static_cast<int>(i));
+        out_ << (i ? ", " : "") << pointee(i) << "* " << t_.pointerQualifier
+             << arg(static_cast<int>(i));
       out_ << ") {\n";
-    } else {
-      out_ << "void* const* kiln_args, long long kiln_begin, long long kiln_end) {\n";
-      for (size_t i = 0; i < k_.args.size(); ++i) {
-        const std::string t =
-            std::string(k_.args[i].output ? "" : "const ") + std::string(cType(k_.args[i].type));
-        // __restrict lets loops vectorize without runtime overlap checks. An output may share
-        // an input's memory only in place (the memory plan's in-place reuse), where the kernel
-        // reads every element of that input at the store's own index before storing it, so
-        // no read ever sees a store of another element.
-        line(1, t + "* __restrict " + arg(static_cast<int>(i)) + " = (" + t + "*)kiln_args[" +
-                    std::to_string(i) + "];");
-      }
+      return;
     }
+    out_ << "void* const* kiln_args, long long kiln_begin, long long kiln_end) {\n";
+    for (size_t i = 0; i < k_.args.size(); ++i)
+      line(1, pointee(i) + "* " + std::string(t_.pointerQualifier) + arg(static_cast<int>(i)) +
+                  " = (" + pointee(i) + "*)kiln_args[" + std::to_string(i) + "];");
   }
 
   // Declares the index of every dim in `dims` from the flat unit index `var` (innermost
@@ -159,7 +231,7 @@ class Printer {
       case ExprKind::kSelect:
         return "(" + ref(e.args[0]) + " ? " + ref(e.args[1]) + " : " + ref(e.args[2]) + ")";
       case ExprKind::kCast:
-        return "(" + std::string(cType(e.type)) + ")" + ref(e.args[0]);
+        return "(" + type(e.type) + ")" + ref(e.args[0]);
       case ExprKind::kStage:
         return "kiln_s" + std::to_string(e.stage);
     }
@@ -167,8 +239,8 @@ class Printer {
   }
 
   void emitExpr(int indent, int i, const std::string& loopVar, int loopDim) {
-    line(indent, "const " + std::string(cType(k_.exprs[i].type)) + " e" + std::to_string(i) +
-                     " = " + exprText(i, loopVar, loopDim) + ";");
+    line(indent, "const " + type(k_.exprs[i].type) + " e" + std::to_string(i) + " = " +
+                     exprText(i, loopVar, loopDim) + ";");
   }
 
   // Emits, in order, the element-level expressions that `roots` need and that are not
@@ -200,12 +272,9 @@ class Printer {
     std::vector<int> all;
     std::vector<int> roots;
     for (const auto& s : k_.stores) roots.push_back(s.value);
-    if (d_ == Dialect::kCuda) {
+    if (!t_.chunkedPointwise) {
       for (int d = 0; d < rank; ++d) all.push_back(d);
-      line(1,
-           "for (long long kiln_t = (long long)blockIdx.x * blockDim.x + threadIdx.x; kiln_t < " +
-               std::to_string(k_.numElements()) +
-               "LL; kiln_t += (long long)gridDim.x * blockDim.x) {");
+      line(1, withCount(t_.elementLoop, k_.numElements()));
       decompose(2, "kiln_t", all);
       bases(2, all);
       emitNeeded(2, roots, {}, "", -1);
@@ -245,11 +314,7 @@ class Printer {
         hoisted.insert(static_cast<int>(i));
       }
     }
-    // The arguments are restrict-qualified locals, which LLVM does not take as a no-alias
-    // promise: without the pragma it checks at run time whether the output overlaps an input
-    // and, for an in-place step (the memory planner's reuse of a dying input, same index map),
-    // falls back to the scalar loop, 6x slower. Each element is independent, so this is safe.
-    if (d_ == Dialect::kCpu) line(2, "#pragma clang loop vectorize(assume_safety)");
+    independentLoop(2);
     line(2, "for (long long j = kiln_jb; j < kiln_je; ++j) {");
     emitNeeded(3, roots, hoisted, "j", inner);
     for (size_t i = 0; i < k_.stores.size(); ++i) store(3, k_.stores[i], i, "j", inner);
@@ -257,28 +322,29 @@ class Printer {
     line(1, "}");
   }
 
+  void independentLoop(int indent) {
+    if (!t_.independentLoopPragma.empty()) line(indent, std::string(t_.independentLoopPragma));
+  }
+
   void reductionBody() {
-    const bool cuda = d_ == Dialect::kCuda;
+    const bool lanes = t_.laneReduction;
     const int rd = k_.reduceDim;
     const std::string R = std::to_string(k_.domain[rd]) + "LL";
     std::vector<int> rowDims;
     for (int d = 0; d < static_cast<int>(k_.domain.size()); ++d)
       if (d != rd) rowDims.push_back(d);
-    if (cuda) {
+    if (!lanes) {
+      // Block reductions combine one partial result per warp (at most 32) in shared memory.
       std::set<ScalarType> types;
       for (const Stage& s : k_.stages) types.insert(k_.exprs[s.value].type);
       for (ScalarType t : types)
-        line(1, "__shared__ " + std::string(cType(t)) + " kiln_smem_" +
+        line(1, std::string(t_.sharedPrefix) + type(t) + " kiln_smem_" +
                     std::string(scalarTypeName(t)) + "[32];");
-      line(1, "for (long long kiln_u = blockIdx.x; kiln_u < " + std::to_string(k_.numUnits()) +
-                  "LL; kiln_u += gridDim.x) {");
-    } else {
-      line(1, "for (long long kiln_u = kiln_begin; kiln_u < kiln_end; ++kiln_u) {");
     }
+    line(1, withCount(t_.rowLoop, k_.numUnits()));
     if (!rowDims.empty()) decompose(2, "kiln_u", rowDims);
     bases(2, rowDims);
-    const std::string rBegin = cuda ? "(long long)threadIdx.x" : "0";
-    const std::string rStep = cuda ? "r += blockDim.x" : "++r";
+    const std::string rBegin(t_.reducedBegin), rStep(t_.reducedStep);
     std::set<int> emitted;  // Row expressions emitted at the unit level.
     auto emitRowExprs = [&](int maxStage) {
       for (size_t i = 0; i < k_.exprs.size(); ++i)
@@ -297,9 +363,9 @@ class Printer {
               : "(-" + std::string(t == ScalarType::kF32 ? "kiln_inf_f32()" : "kiln_inf_f64()") +
                     ")";
       const std::string acc = "kiln_s" + std::to_string(s);
-      if (cuda) line(2, std::string(cType(t)) + " " + acc + " = " + init + ";");
       const std::string v = "e" + std::to_string(st.value);
-      if (cuda) {
+      if (!lanes) {
+        line(2, type(t) + " " + acc + " = " + init + ";");
         line(2, "for (long long r = " + rBegin + "; r < " + R + "; " + rStep + ") {");
         emitNeeded(3, {st.value}, emitted, "r", rd);
         if (st.op == ReduceOp::kSum)
@@ -311,7 +377,7 @@ class Printer {
         // On the CPU, kLanes independent partial results (a tree of partial sums, as BLAS
         // libraries sum) let the loop vectorize; max keeps NaN in a flag, since a vector
         // max drops it.
-        const std::string T(cType(t));
+        const std::string T = type(t);
         const std::string lanes = std::to_string(kLanes);
         line(2, T + " " + acc + "_v[" + lanes + "];");
         line(2, "bool " + acc + "_nan[" + lanes + "];");
@@ -351,7 +417,7 @@ class Printer {
           line(2, "if (" + acc + "_isnan) " + acc + " = kiln_nan_" +
                       std::string(scalarTypeName(t)) + "();");
       }
-      if (cuda)
+      if (!lanes)
         line(2, acc + " = kiln_block_reduce(" + acc + ", " + init + ", " +
                     (st.op == ReduceOp::kSum ? "kiln_sum_op()" : "kiln_max_op()") + ", kiln_smem_" +
                     std::string(scalarTypeName(t)) + ");");
@@ -363,7 +429,7 @@ class Printer {
       std::vector<int> roots;
       for (const Store& s : k_.stores)
         if (!s.row) roots.push_back(s.value);
-      if (!cuda) line(2, "#pragma clang loop vectorize(assume_safety)");  // As pointwiseBody.
+      independentLoop(2);
       line(2, "for (long long r = " + rBegin + "; r < " + R + "; " + rStep + ") {");
       emitNeeded(3, roots, emitted, "r", rd);
       for (size_t i = 0; i < k_.stores.size(); ++i)
@@ -372,15 +438,16 @@ class Printer {
     }
     for (size_t i = 0; i < k_.stores.size(); ++i) {
       if (!k_.stores[i].row) continue;
-      if (cuda) line(2, "if (threadIdx.x == 0)");
-      store(cuda ? 3 : 2, k_.stores[i], i, "", -1);
+      const bool guarded = !t_.leaderGuard.empty();
+      if (guarded) line(2, std::string(t_.leaderGuard));
+      store(guarded ? 3 : 2, k_.stores[i], i, "", -1);
     }
-    if (cuda) line(2, "__syncthreads();");
+    if (!t_.barrier.empty()) line(2, std::string(t_.barrier));
     line(1, "}");
   }
 
   const Kernel& k_;
-  Dialect d_;
+  const DialectTable& t_;
   std::vector<int> stageDep_;
   std::ostringstream out_;
 };

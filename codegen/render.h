@@ -1,7 +1,9 @@
 // Renderers: kernel IR -> source. One C-family printer with two dialects, C++ for the CPU
 // (a plain function over a range of work units; the runtime splits units across threads)
 // and CUDA C (grid-stride loops, one block per row with block reductions). The dialects
-// differ in a small table (types, signature, loop skeleton); expressions print the same.
+// differ only in data, a DialectTable in render.cpp (types, kernel prefix, argument passing,
+// pointer qualifiers, loop pragmas, element and row loops, reduction strategy, shared memory,
+// barriers); expressions print the same. Golden tests: tests/codegen/test_codegen_golden.cpp.
 #pragma once
 
 #include <span>
