@@ -1,7 +1,7 @@
 // Import-time evaluation of small constant tensors: the shape arithmetic ONNX exporters emit
 // (Shape -> Gather -> Concat -> Reshape, masks from Equal/Where, ConstantOfShape, Range) is
 // folded so that kiln graphs get static attributes. kiln's frontends may not call the runtime's
-// reference kernels (DESIGN.md layering), so this is a small evaluator of its own.
+// reference kernels (docs/design.md layering), so this is a small evaluator of its own.
 #pragma once
 
 #include <cstdint>
