@@ -19,9 +19,8 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
   if (!be.hasLibraryKernel(n.op(), yt.dtype, yt.layout))
     return passes::AlgorithmChoice{
         "auto", "backend '" + std::string(be.name()) + "' has no library convolution"};
-  // The candidates are the CPU library's (oneDNN direct/winograd, im2col + OpenBLAS), the only
-  // library convolution a backend has today.
-  const auto candidates = runtime::convAlgorithms(n.attr(), xs, ws);
+  const ir::Shape shapes[] = {xs, ws};
+  const auto candidates = be.libraryAlgorithms(n.op(), n.attr(), shapes);
   if (!t.autotune || candidates.size() < 2 || yt.dtype != ir::DType::kF32)
     return passes::AlgorithmChoice{"auto", "heuristic: the library's default"};
   const bool nhwc = n.input(0)->type().layout == ir::Layout::kNHWC;

@@ -167,6 +167,15 @@ class Backend {
   // runs `op` with this output dtype and activation layout.
   virtual bool hasLibraryKernel(ir::OpKind op, ir::DType dtype, ir::Layout layout) const = 0;
 
+  // The algorithms the library kernel of `op` can run for these attributes and input shapes
+  // (OpCall::options.algo), the library's usual pick first: the candidates compile-time
+  // autotuning times. Empty: one implementation, or the library chooses alone.
+  virtual std::vector<ConvAlgo> libraryAlgorithms(ir::OpKind op, const ir::AttrView& attrs,
+                                                  std::span<const ir::Shape> inputs) const {
+    (void)op, (void)attrs, (void)inputs;
+    return {};
+  }
+
  protected:
   friend class DeviceBuffer;
   virtual void release(void* handle, size_t bytes) noexcept = 0;

@@ -154,6 +154,13 @@ class CpuBackend final : public Backend {
            (layout == ir::Layout::kNHWC && info.has(ir::kChannelsLast));
   }
 
+  // Convolutions: oneDNN direct, oneDNN Winograd where it applies, im2col + OpenBLAS sgemm.
+  std::vector<ConvAlgo> libraryAlgorithms(ir::OpKind op, const ir::AttrView& attrs,
+                                          std::span<const ir::Shape> inputs) const override {
+    if (op != ir::OpKind::kConv2d || inputs.size() < 2) return {};
+    return convAlgorithms(attrs, inputs[0], inputs[1]);
+  }
+
  protected:
   void release(void* handle, size_t bytes) noexcept override { alloc_->deallocate(handle, bytes); }
 
