@@ -105,4 +105,25 @@ inline std::vector<ir::DType> allDTypes() {
   return all;
 }
 
+// Corrupts each byte of the file at `path` in turn (four bit masks each) and reads it back
+// with `read(path)`: a failed read must name the file, and nothing may crash. Returns how many
+// reads failed (a format with no check at all would return 0).
+template <class Read>
+int corruptEveryByte(const std::string& path, Read read) {
+  const std::string bytes = readBytes(path);
+  int errors = 0;
+  for (size_t i = 0; i < bytes.size(); ++i)
+    for (unsigned char mask : {0x01, 0x20, 0x80, 0xff}) {
+      std::string corrupt = bytes;
+      corrupt[i] = static_cast<char>(corrupt[i] ^ mask);
+      writeBytes(path, corrupt);
+      auto result = read(path);
+      if (!result) {
+        ++errors;
+        CHECK_THAT(result.status().message(), Catch::Matchers::Contains(path));
+      }
+    }
+  return errors;
+}
+
 }  // namespace kiln::test
