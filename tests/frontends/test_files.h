@@ -105,6 +105,18 @@ inline std::vector<ir::DType> allDTypes() {
   return all;
 }
 
+// Writes `bytes` to `name` in `dir`, reads it with `read(path)` and returns the error, failing
+// when the read succeeds or its message does not name the file.
+template <class Read>
+Status readErrorOf(const TempDir& dir, const std::string& name, const std::string& bytes,
+                   Read read) {
+  const std::string path = dir.file(name);
+  writeBytes(path, bytes);
+  Status st = errorOf(read(path));
+  CHECK_THAT(st.message(), Catch::Matchers::Contains(path));
+  return st;
+}
+
 // Corrupts each byte of the file at `path` in turn (four bit masks each) and reads it back
 // with `read(path)`: a failed read must name the file, and nothing may crash. Returns how many
 // reads failed (a format with no check at all would return 0).

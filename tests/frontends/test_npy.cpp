@@ -34,11 +34,8 @@ std::string rawNpy(const std::string& header, const std::string& data, int major
 }
 
 Status readError(const TempDir& dir, const std::string& bytes) {
-  const std::string path = dir.file("bad.npy");
-  writeBytes(path, bytes);
-  Status st = errorOf(readNpy(path));
-  CHECK_THAT(st.message(), Contains(path));
-  return st;
+  return kiln::test::readErrorOf(dir, "bad.npy", bytes,
+                                 [](const std::string& p) { return readNpy(p); });
 }
 
 std::string floatBytes(std::initializer_list<float> values) {

@@ -37,11 +37,8 @@ std::string rawFile(const std::string& header, const std::string& data = "") {
 
 // Reads `bytes` written to a file and returns the error, failing when the read succeeds.
 Status readError(const TempDir& dir, const std::string& bytes) {
-  const std::string path = dir.file("bad.safetensors");
-  writeBytes(path, bytes);
-  Status st = errorOf(readSafetensors(path));
-  CHECK_THAT(st.message(), Contains(path));
-  return st;
+  return kiln::test::readErrorOf(dir, "bad.safetensors", bytes,
+                                 [](const std::string& p) { return readSafetensors(p); });
 }
 
 TensorMap smallTensors() {
