@@ -78,7 +78,7 @@ class Scheduler {
     s.channelsLast = head->output()->type().layout == ir::Layout::kNHWC;
     if (s.channelsLast && !s.library)
       return internalError(head->describe() + " is channels-last but has no library kernel");
-    if (op == ir::OpKind::kConv2d) {
+    if (head->info().findAttr("algo")) {  // A library op with a choice of algorithms.
       const std::string& algo = head->attr().getString("algo");
       for (auto a : {runtime::ConvAlgo::kDirect, runtime::ConvAlgo::kWinograd,
                      runtime::ConvAlgo::kIm2colGemm})
