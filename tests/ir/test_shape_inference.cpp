@@ -6,27 +6,16 @@
 #include <map>
 #include <set>
 
+#include "ir/attr_values.h"
 #include "ir/op_table.h"
 #include "ir/parser.h"
 
 using namespace kiln;
 using namespace kiln::ir;
 using Catch::Matchers::Contains;
+using namespace kiln::ir::testing;
 
 namespace {
-
-AttrValue I(int64_t v) {
-  return AttrValue(v);
-}
-AttrValue F(double v) {
-  return AttrValue(v);
-}
-AttrValue S(std::string v) {
-  return AttrValue(std::move(v));
-}
-AttrValue Is(std::vector<int64_t> v) {
-  return AttrValue(std::move(v));
-}
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();

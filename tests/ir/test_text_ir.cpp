@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "ir/attr_values.h"
 #include "ir/graph.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -13,24 +14,9 @@
 using namespace kiln;
 using namespace kiln::ir;
 using Catch::Matchers::Contains;
+using namespace kiln::ir::testing;
 
 namespace {
-
-AttrValue I(int64_t v) {
-  return AttrValue(v);
-}
-AttrValue F(double v) {
-  return AttrValue(v);
-}
-AttrValue S(std::string v) {
-  return AttrValue(std::move(v));
-}
-AttrValue Is(std::vector<int64_t> v) {
-  return AttrValue(std::move(v));
-}
-AttrValue Fs(std::vector<double> v) {
-  return AttrValue(std::move(v));
-}
 
 TensorType T(DType d, Shape s, Layout l = Layout::kPlain) {
   return {d, std::move(s), l};
