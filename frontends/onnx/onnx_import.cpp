@@ -33,11 +33,26 @@ std::string joinLines(const std::vector<std::string>& items) {
   return s;
 }
 
-Status checkOpsets(const ::onnx::ModelProto& model) {
-  bool hasDefault = false;
+// The IR versions kiln reads: 3 (the first with opset imports) to 14 (onnx 1.23); newer
+// fields that kiln does not read are skipped by the protobuf parser.
+constexpr int64_t kMinIrVersion = 3;
+constexpr int64_t kMaxIrVersion = 14;
+
+// The model's opset of the default domain, checked against the range kiln reads.
+Expected<int> checkOpsets(const ::onnx::ModelProto& model) {
+  if (model.ir_version() < kMinIrVersion)
+    return unimplemented("the model's IR version is " + std::to_string(model.ir_version()) +
+                         "; kiln reads IR versions " + std::to_string(kMinIrVersion) + " to " +
+                         std::to_string(kMaxIrVersion) + " (re-export it with a current exporter)");
+  if (model.ir_version() > kMaxIrVersion)
+    return unimplemented("the model's IR version is " + std::to_string(model.ir_version()) +
+                         ", newer than the " + std::to_string(kMaxIrVersion) +
+                         " kiln knows (onnx " + "1.23); re-export it for IR version " +
+                         std::to_string(kMaxIrVersion) + " or older");
+  int opset = -1;
   for (const auto& imp : model.opset_import()) {
     if (!imp.domain().empty() && imp.domain() != "ai.onnx") continue;
-    hasDefault = true;
+    if (opset >= 0) return invalidArgument("the model imports the default ONNX domain twice");
     const int64_t v = imp.version();
     if (v < kMinOnnxOpset)
       return unimplemented("the model uses ONNX opset " + std::to_string(v) + "; kiln imports " +
@@ -48,10 +63,38 @@ Status checkOpsets(const ::onnx::ModelProto& model) {
     if (v > kMaxOnnxOpset)
       return unimplemented("the model uses ONNX opset " + std::to_string(v) + ", newer than the " +
                            std::to_string(kMaxOnnxOpset) +
-                           " this build's libonnx 1.12 knows (re-export with opset_version=" +
-                           std::to_string(kMaxOnnxOpset) + ")");
+                           " kiln knows (re-export with opset_version=" +
+                           std::to_string(kMaxOnnxOpset) + " or lower)");
+    opset = static_cast<int>(v);
   }
-  if (!hasDefault) return invalidArgument("the model imports no opset of the default ONNX domain");
+  if (opset < 0) return invalidArgument("the model imports no opset of the default ONNX domain");
+  return opset;
+}
+
+// What the ONNX checker would catch and the importer relies on, for models outside libonnx
+// 1.12's range: every value is defined once (SSA), by a graph input, an initializer or one
+// node output; nodes name their op. (Inputs defined later or never are caught per node.)
+Status checkGraphStructure(const ::onnx::GraphProto& g) {
+  std::unordered_map<std::string, std::string> definedBy;
+  auto define = [&](const std::string& name, const std::string& by) -> Status {
+    if (name.empty()) return Status::ok();
+    auto [it, fresh] = definedBy.emplace(name, by);
+    // An initializer may also be listed as a graph input (its default value), as IR < 4 requires.
+    if (!fresh && !(it->second == "a graph input" && by == "an initializer"))
+      return invalidArgument("value '" + name + "' is defined twice: by " + it->second +
+                             " and by " + by + " (ONNX values are assigned once)");
+    return Status::ok();
+  };
+  for (const auto& in : g.input()) KILN_TRY(define(in.name(), "a graph input"));
+  for (const auto& init : g.initializer()) KILN_TRY(define(init.name(), "an initializer"));
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& node = g.node(i);
+    const std::string by = "node " + std::to_string(i) +
+                           (node.name().empty() ? "" : " '" + node.name() + "'") + " (" +
+                           (node.op_type().empty() ? "no op type" : node.op_type()) + ")";
+    if (node.op_type().empty()) return invalidArgument(by + " has no op type");
+    for (const auto& out : node.output()) KILN_TRY(define(out, by));
+  }
   return Status::ok();
 }
 
@@ -258,12 +301,23 @@ Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions&
                            "file truncated or of another format?)");
   if (!model.has_graph())
     return invalidArgument(name + " has no graph (an empty or non-ONNX protobuf?)");
-  KILN_TRY(checkOpsets(model).withContext(name));
+  auto opset = checkOpsets(model);
+  if (!opset) return opset.status().withContext(name);
   KILN_TRY(checkAllTensorData(model, modelDir).withContext(name));
   auto dimNames = specializeInputDims(*model.mutable_graph(), options);
   if (!dimNames) return dimNames.status().withContext(name);
-  KILN_TRY(checkAndInferShapes(model).withContext(name));
-  return Importer(model, name, std::move(*dimNames)).run();
+  // libonnx 1.12's checker and shape inference know opsets up to 17 and IR versions up to 8;
+  // newer models are validated by kiln alone: the structure here, each node by its mapper and
+  // kiln's shape inference, and the types the model declares against kiln's.
+  const bool libonnxKnows =
+      *opset <= kLibOnnxMaxOpset && model.ir_version() <= kLibOnnxMaxIrVersion;
+  if (libonnxKnows) {
+    KILN_TRY(checkAndInferShapes(model).withContext(name));
+  } else {
+    KILN_TRY(checkGraphStructure(model.graph()).withContext(name));
+    KILN_TRY(prepareWindowAttributes(*model.mutable_graph()).withContext(name));
+  }
+  return Importer(model, name, std::move(*dimNames), libonnxKnows).run();
 }
 
 }  // namespace

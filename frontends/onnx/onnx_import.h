@@ -1,5 +1,7 @@
-// The ONNX importer: reads a ModelProto (opsets 11-17, through Debian's libonnx 1.12), checks
-// it with the ONNX checker and shape inference, and maps its nodes onto kiln's primitive ops.
+// The ONNX importer: reads a ModelProto (IR versions 3 and up, opsets 7-28 of the default
+// domain), checks it (with libonnx 1.12's checker and shape inference where they know the
+// model's opset and IR version, else with kiln's own validation), and maps its nodes onto
+// kiln's primitive ops, each by the version of its definition at the model's opset.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +14,14 @@
 
 namespace kiln::frontends {
 
-// The ONNX opsets of the default domain this importer reads (libonnx 1.12 knows up to 17).
-inline constexpr int kMinOnnxOpset = 11;
-inline constexpr int kMaxOnnxOpset = 17;
+// The ONNX opsets of the default domain this importer reads: 7 (ONNX 1.2) to the newest the
+// specification defines (onnx_op_versions.inc, generated from the pinned onnx package).
+inline constexpr int kMinOnnxOpset = 7;
+inline constexpr int kMaxOnnxOpset = 28;
+// The newest opset and IR version libonnx 1.12 (Debian's) knows: its checker and shape
+// inference run only on models within both.
+inline constexpr int kLibOnnxMaxOpset = 17;
+inline constexpr int kLibOnnxMaxIrVersion = 8;
 
 struct OnnxImportOptions {
   // Values for symbolic dims (`dim_param`) of graph inputs, by name. The graph is specialized

@@ -39,10 +39,13 @@ using InputDimNames = std::map<std::string, std::vector<std::string>>;
 
 class Importer {
  public:
-  Importer(::onnx::ModelProto& model, std::string displayName, InputDimNames dimNames = {});
+  // `onnxInferred`: the model passed libonnx's checker and shape inference (opsets and IR
+  // versions libonnx knows), so the value types it holds are ONNX's, not only the file's.
+  Importer(::onnx::ModelProto& model, std::string displayName, InputDimNames dimNames = {},
+           bool onnxInferred = true);
 
-  // Builds the kiln graph from a model that passed the ONNX checker and shape inference and
-  // whose graph inputs have static shapes.
+  // Builds the kiln graph from a model whose graph inputs have static shapes and that passed
+  // the ONNX checker and shape inference, or kiln's structural checks (onnxInferred false).
   Expected<ir::Graph> run();
 
   // ---- Used by NodeContext.
@@ -73,6 +76,7 @@ class Importer {
   ::onnx::ModelProto& model_;
   std::string displayName_;
   InputDimNames dimNames_;
+  bool onnxInferred_;
   ir::Graph graph_;
   std::unordered_map<std::string, int> opsets_;  // Domain ("" for ai.onnx) -> version.
   std::unordered_map<std::string, OnnxValue> values_;
@@ -90,11 +94,14 @@ class Importer {
 // constants, and ways to emit kiln nodes and define the node's outputs.
 class NodeContext {
  public:
-  NodeContext(Importer& importer, const ::onnx::NodeProto& node, int opset);
+  NodeContext(Importer& importer, const ::onnx::NodeProto& node, int opset, int version);
 
   const ::onnx::NodeProto& proto() const { return node_; }
   const std::string& opType() const { return node_.op_type(); }
   int opset() const { return opset_; }
+  // The version of the op's definition at that opset (its ONNX since_version): what mappers
+  // branch on when the definition changed (e.g. ReduceMean's axes became an input in 18).
+  int version() const { return version_; }
 
   // ---- Attributes. `def` is the ONNX default; without one the attribute is required.
   bool hasAttr(std::string_view name) const;
@@ -161,16 +168,42 @@ class NodeContext {
   Importer& imp_;
   const ::onnx::NodeProto& node_;
   int opset_;
+  int version_;
 };
 
 // An op mapper: defines every output of the node, or returns the reason it cannot.
 using OpMapper = Status (*)(NodeContext& ctx);
 struct MapperEntry {
   std::string_view opType;
+  // The versions of the op's definition (ONNX since_version, onnx_op_versions.inc) the mapper
+  // implements, each reviewed against the specification: a model whose opset selects another
+  // version is refused by name rather than mapped by a guess.
+  std::vector<int> versions;
   OpMapper map;
 };
-// The mapper of an op type in a domain ("" is ai.onnx), or nullptr when kiln has none.
-OpMapper findMapper(std::string_view domain, std::string_view opType);
+
+// The version of `opType` (default domain) in effect at `opset`: its newest since_version not
+// above the opset; 0 when the op is not defined there (unknown, introduced later, deprecated).
+int onnxOpVersion(std::string_view opType, int opset);
+// Every since_version of the op in the specification (negative: deprecated from there).
+std::vector<int> onnxOpHistory(std::string_view opType);
+
+struct MapperLookup {
+  OpMapper map = nullptr;  // Null: `problem` says why.
+  int version = 0;         // The op's version at the model's opset (default domain).
+  std::string problem;
+  bool invalid = false;  // The node is not valid ONNX at its opset (else: kiln lacks it).
+};
+// The mapper for a node of `opType` in `domain` ("" is ai.onnx) at the domain's `opset`.
+MapperLookup findMapper(std::string_view domain, std::string_view opType, int opset);
+
+// Every mapped op of the default domain with the versions it handles, by name: the source of
+// docs/onnx.md's op table.
+struct MappedOp {
+  std::string opType;
+  std::vector<int> versions;
+};
+std::vector<MappedOp> mappedOps();
 
 // The families (onnx_map_*.cpp).
 std::vector<MapperEntry> pointwiseMappers();

@@ -42,7 +42,7 @@ Status mapShape(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   const auto rank = static_cast<int64_t>(t.shape.size());
   int64_t start = 0, end = rank;
-  if (ctx.opset() >= 15) {
+  if (ctx.version() >= 15) {
     KILN_ASSIGN_OR_RETURN(start, ctx.attrInt("start", 0));
     KILN_ASSIGN_OR_RETURN(end, ctx.attrInt("end", rank));
   }
@@ -145,10 +145,15 @@ Status mapRange(NodeContext& ctx) {
 }  // namespace
 
 std::vector<MapperEntry> constantMappers() {
+  // Versions: Constant 11 adds sparse values (refused), 12 the value_* attributes; Shape 15
+  // adds start and end; Range 27's stash_type only concerns float16/bfloat16 (not folded by
+  // kiln). The rest only add element types.
   return {
-      {"Constant", mapConstant}, {"Shape", mapShape},
-      {"Size", mapSize},         {"ConstantOfShape", mapConstantOfShape},
-      {"Range", mapRange},
+      {"Constant", {1, 9, 11, 12, 13, 19, 21, 23, 24, 25}, mapConstant},
+      {"Shape", {1, 13, 15, 19, 21, 23, 24, 25}, mapShape},
+      {"Size", {1, 13, 19, 21, 23, 24, 25}, mapSize},
+      {"ConstantOfShape", {9, 20, 21, 23, 24, 25}, mapConstantOfShape},
+      {"Range", {11, 27}, mapRange},
   };
 }
 

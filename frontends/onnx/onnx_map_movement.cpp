@@ -1,6 +1,8 @@
 // ONNX data-movement ops onto kiln's: Reshape, Flatten, Transpose, Concat, Slice, Split (as
 // slices), Squeeze, Unsqueeze, Expand and Gather. Their shape-like inputs (shape, axes, starts,
 // ...) must be known at import; on constant data they are evaluated at import.
+#include <algorithm>
+
 #include "frontends/onnx/onnx_map_util.h"
 
 namespace kiln::frontends::onnx_import {
@@ -12,7 +14,7 @@ using ir::OpKind;
 Status mapReshape(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(auto shape, ctx.constInts(1, "shape"));
   bool allowZero = false;
-  if (ctx.opset() >= 14) {
+  if (ctx.version() >= 14) {
     KILN_ASSIGN_OR_RETURN(allowZero, ctx.attrBool("allowzero", false));
   }
   return foldOrEmit(ctx, OpKind::kReshape, {0},
@@ -39,6 +41,15 @@ Status mapConcat(NodeContext& ctx) {
 
 Status mapSlice(NodeContext& ctx) {
   ir::AttrMap attrs;
+  if (ctx.version() < 10) {
+    // Version 1: starts, ends and axes are attributes; no steps.
+    KILN_ASSIGN_OR_RETURN(attrs["starts"], ctx.attrInts("starts"));
+    KILN_ASSIGN_OR_RETURN(attrs["ends"], ctx.attrInts("ends"));
+    if (ctx.hasAttr("axes")) {
+      KILN_ASSIGN_OR_RETURN(attrs["axes"], ctx.attrInts("axes"));
+    }
+    return foldOrEmit(ctx, OpKind::kSlice, {0}, std::move(attrs));
+  }
   KILN_ASSIGN_OR_RETURN(attrs["starts"], ctx.constInts(1, "starts"));
   KILN_ASSIGN_OR_RETURN(attrs["ends"], ctx.constInts(2, "ends"));
   if (ctx.hasInput(3)) {
@@ -58,10 +69,24 @@ Status mapSplit(NodeContext& ctx) {
   const int64_t dim = xt.shape[static_cast<size_t>(a)];
   const auto n = static_cast<int64_t>(ctx.numOutputs());
   std::vector<int64_t> sizes;
-  if (ctx.opset() >= 13 && ctx.hasInput(1)) {
+  if (ctx.version() >= 13 && ctx.hasInput(1)) {
     KILN_ASSIGN_OR_RETURN(sizes, ctx.constInts(1, "split"));
-  } else if (ctx.opset() < 13) {
+  } else if (ctx.version() < 13) {
     KILN_ASSIGN_OR_RETURN(sizes, ctx.attrInts("split", std::vector<int64_t>{}));
+  }
+  if (sizes.empty() && ctx.version() >= 18) {
+    // Version 18: without split sizes, num_outputs (required then) parts of ceil(dim / n),
+    // the last one smaller when the dim does not divide evenly.
+    if (!ctx.hasAttr("num_outputs"))
+      return ctx.invalid("Split needs the split input or the num_outputs attribute");
+    KILN_ASSIGN_OR_RETURN(int64_t parts, ctx.attrInt("num_outputs"));
+    if (parts != n)
+      return ctx.invalid("num_outputs is " + std::to_string(parts) + " but the node has " +
+                         std::to_string(n) + " outputs");
+    if (n < 1) return ctx.invalid("num_outputs must be >= 1");
+    const int64_t chunk = dim / n + (dim % n != 0);
+    for (int64_t k = 0, left = dim; k < n; ++k, left -= chunk)
+      sizes.push_back(std::max<int64_t>(0, std::min(chunk, left)));
   }
   if (sizes.empty()) {
     if (dim % n != 0)
@@ -90,7 +115,7 @@ Status mapSplit(NodeContext& ctx) {
 
 Status mapSqueeze(NodeContext& ctx) {
   std::vector<int64_t> axes;
-  if (ctx.opset() >= 13) {
+  if (ctx.version() >= 13) {
     if (ctx.hasInput(1)) {
       KILN_ASSIGN_OR_RETURN(axes, ctx.constInts(1, "axes"));
     }
@@ -102,7 +127,7 @@ Status mapSqueeze(NodeContext& ctx) {
 
 Status mapUnsqueeze(NodeContext& ctx) {
   std::vector<int64_t> axes;
-  if (ctx.opset() >= 13) {
+  if (ctx.version() >= 13) {
     KILN_ASSIGN_OR_RETURN(axes, ctx.constInts(1, "axes"));
   } else {
     KILN_ASSIGN_OR_RETURN(axes, ctx.attrInts("axes"));
@@ -122,12 +147,22 @@ Status mapGather(NodeContext& ctx) {
 
 }  // namespace
 
+// Versions, checked against the specification (the others only add element types): Reshape
+// 14 adds allowzero; Slice 10 moves starts/ends/axes to inputs and adds steps; Split 13 moves
+// split to an input and 18 adds num_outputs (uneven last part); Squeeze and Unsqueeze 13 move
+// axes to an input.
 std::vector<MapperEntry> movementMappers() {
   return {
-      {"Reshape", mapReshape}, {"Flatten", mapFlatten},     {"Transpose", mapTranspose},
-      {"Concat", mapConcat},   {"Slice", mapSlice},         {"Split", mapSplit},
-      {"Squeeze", mapSqueeze}, {"Unsqueeze", mapUnsqueeze}, {"Expand", mapExpand},
-      {"Gather", mapGather},
+      {"Reshape", {5, 13, 14, 19, 21, 23, 24, 25}, mapReshape},
+      {"Flatten", {1, 9, 11, 13, 21, 23, 24, 25}, mapFlatten},
+      {"Transpose", {1, 13, 21, 23, 24, 25}, mapTranspose},
+      {"Concat", {4, 11, 13}, mapConcat},
+      {"Slice", {1, 10, 11, 13}, mapSlice},
+      {"Split", {2, 11, 13, 18}, mapSplit},
+      {"Squeeze", {1, 11, 13, 21, 23, 24, 25}, mapSqueeze},
+      {"Unsqueeze", {1, 11, 13, 21, 23, 24, 25}, mapUnsqueeze},
+      {"Expand", {8, 13}, mapExpand},
+      {"Gather", {1, 11, 13}, mapGather},
   };
 }
 

@@ -49,16 +49,12 @@ struct Window {
   std::vector<int64_t> pads;  // All begins, then all ends (ONNX and kiln order).
 };
 
-Expected<Window> readWindow(NodeContext& ctx, const ir::Shape& x, std::vector<int64_t> kernel,
-                            bool hasDilations) {
+Expected<Window> readWindow(NodeContext& ctx, const ir::Shape& x, std::vector<int64_t> kernel) {
   const size_t spatial = x.size() - 2;
   Window w;
   w.kernel = std::move(kernel);
   KILN_ASSIGN_OR_RETURN(w.strides, ctx.attrInts("strides", std::vector<int64_t>(spatial, 1)));
-  w.dilations.assign(spatial, 1);
-  if (hasDilations) {
-    KILN_ASSIGN_OR_RETURN(w.dilations, ctx.attrInts("dilations", w.dilations));
-  }
+  KILN_ASSIGN_OR_RETURN(w.dilations, ctx.attrInts("dilations", std::vector<int64_t>(spatial, 1)));
   KILN_ASSIGN_OR_RETURN(w.pads, ctx.attrInts("pads", std::vector<int64_t>(2 * spatial, 0)));
   KILN_ASSIGN_OR_RETURN(std::string autoPad, ctx.attrString("auto_pad", "NOTSET"));
   if (w.kernel.size() != spatial || w.strides.size() != spatial || w.dilations.size() != spatial ||
@@ -164,7 +160,7 @@ Status mapConv(NodeContext& ctx) {
   const size_t spatial = xt.shape.size() - 2;
   if (!folded.empty())
     for (size_t i = 0; i < spatial; ++i) paddedX[i + 2] += folded[i] + folded[i + spatial];
-  KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, paddedX, kernel, true));
+  KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, paddedX, kernel));
   if (!folded.empty())
     for (size_t i = 0; i < w.pads.size(); ++i) w.pads[i] += folded[i];
   KILN_ASSIGN_OR_RETURN(int64_t group, ctx.attrInt("group", 1));
@@ -206,7 +202,11 @@ Status mapPool(NodeContext& ctx) {
   const bool isMax = kOp == OpKind::kMaxPool2d;
   if (isMax) KILN_TRY(requireUnused(ctx, 1, "indices"));
   KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
-  KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel, isMax));
+  KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel));
+  if (!isMax &&
+      std::any_of(w.dilations.begin(), w.dilations.end(), [](int64_t d) { return d != 1; }))
+    return ctx.unsupported("AveragePool with dilations " + list(w.dilations) +
+                           " (kiln's avg_pool2d has none)");
   KILN_ASSIGN_OR_RETURN(bool ceil, ctx.attrBool("ceil_mode", false));
   ir::AttrMap attrs = windowAttrs2d(w, true, isMax);
   attrs["ceil_mode"] = int64_t{ceil};
@@ -242,7 +242,12 @@ Status mapGlobalPool(NodeContext& ctx, OpKind reduce) {
 }
 
 Status mapBatchNorm(NodeContext& ctx) {
-  if (ctx.opset() >= 14) {
+  if (ctx.version() < 9) {
+    // Version 7: spatial=0 normalizes per element of [C, spatial...], not per channel.
+    KILN_ASSIGN_OR_RETURN(bool spatial, ctx.attrBool("spatial", true));
+    if (!spatial) return ctx.unsupported("spatial=0 (kiln normalizes per channel)");
+  }
+  if (ctx.version() >= 14) {
     KILN_ASSIGN_OR_RETURN(bool training, ctx.attrBool("training_mode", false));
     if (training) return ctx.unsupported("training_mode=1 (kiln imports inference graphs)");
   }
@@ -285,14 +290,14 @@ Status mapLayerNorm(NodeContext& ctx) {
 template <OpKind kOp>
 Status mapSoftmax(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
-  KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", ctx.opset() < 13 ? 1 : -1));
+  KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", ctx.version() < 13 ? 1 : -1));
   KILN_ASSIGN_OR_RETURN(int a, ir::normalizeAxis(axis, xt.shape.size(), "axis"));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   int64_t inner = 1;
   for (size_t d = static_cast<size_t>(a) + 1; d < xt.shape.size(); ++d) inner *= xt.shape[d];
-  if (ctx.opset() >= 13 || inner == 1)
+  if (ctx.version() >= 13 || inner == 1)
     return ctx.emit(kOp, {x}, {{"axis", int64_t{a}}}, 0).status();
-  // Opsets 11-12 normalize over all dims from `axis` on together, as one row of the input
+  // Versions 1 and 11 normalize over all dims from `axis` on together, as one row of the input
   // flattened to 2-D at `axis`.
   KILN_ASSIGN_OR_RETURN(ir::Value * flat, ctx.emit(OpKind::kFlatten, {x}, {{"axis", int64_t{a}}}));
   KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(kOp, {flat}, {{"axis", int64_t{1}}}));
@@ -303,9 +308,9 @@ template <OpKind kOp, bool kNegate = false>
 Status mapReduce(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(bool keepdims, ctx.attrBool("keepdims", true));
   std::vector<int64_t> axes;
-  // ReduceSum takes its axes as an input from opset 13; the others, in opsets <= 17, as an
-  // attribute.
-  const bool axesInput = ctx.opType() == "ReduceSum" && ctx.opset() >= 13;
+  // Axes are an input from version 13 of ReduceSum and version 18 of the others, an attribute
+  // before.
+  const bool axesInput = ctx.version() >= (ctx.opType() == "ReduceSum" ? 13 : 18);
   if (axesInput) {
     if (ctx.hasInput(1)) {
       KILN_ASSIGN_OR_RETURN(axes, ctx.constInts(1, "axes"));
@@ -329,23 +334,33 @@ Status mapReduce(NodeContext& ctx) {
 
 }  // namespace
 
+// Versions, checked against the specification (later versions that only add element types
+// are listed without comment): MaxPool 8 adds the Indices output (refused when read), 10
+// dilations and ceil_mode; AveragePool 19 adds dilations (refused unless 1: kiln's avg_pool2d
+// has none); BatchNormalization 7's `spatial` must be 1; Softmax before 13 normalizes over
+// the input flattened at `axis`; the Reduce ops take their axes as an input from 13 (ReduceSum)
+// or 18 (the others).
 std::vector<MapperEntry> nnMappers() {
   return {
-      {"MatMul", mapMatMul},
-      {"Gemm", mapGemm},
-      {"Conv", mapConv},
-      {"MaxPool", mapPool<OpKind::kMaxPool2d>},
-      {"AveragePool", mapPool<OpKind::kAvgPool2d>},
-      {"GlobalAveragePool", [](NodeContext& c) { return mapGlobalPool(c, OpKind::kReduceMean); }},
-      {"GlobalMaxPool", [](NodeContext& c) { return mapGlobalPool(c, OpKind::kReduceMax); }},
-      {"BatchNormalization", mapBatchNorm},
-      {"LayerNormalization", mapLayerNorm},
-      {"Softmax", mapSoftmax<OpKind::kSoftmax>},
-      {"LogSoftmax", mapSoftmax<OpKind::kLogSoftmax>},
-      {"ReduceSum", mapReduce<OpKind::kReduceSum>},
-      {"ReduceMean", mapReduce<OpKind::kReduceMean>},
-      {"ReduceMax", mapReduce<OpKind::kReduceMax>},
-      {"ReduceMin", mapReduce<OpKind::kReduceMax, true>},
+      {"MatMul", {1, 9, 13}, mapMatMul},
+      {"Gemm", {7, 9, 11, 13}, mapGemm},
+      {"Conv", {1, 11, 22}, mapConv},
+      {"MaxPool", {1, 8, 10, 11, 12, 22}, mapPool<OpKind::kMaxPool2d>},
+      {"AveragePool", {7, 10, 11, 19, 22}, mapPool<OpKind::kAvgPool2d>},
+      {"GlobalAveragePool",
+       {1, 22},
+       [](NodeContext& c) { return mapGlobalPool(c, OpKind::kReduceMean); }},
+      {"GlobalMaxPool",
+       {1, 22},
+       [](NodeContext& c) { return mapGlobalPool(c, OpKind::kReduceMax); }},
+      {"BatchNormalization", {7, 9, 14, 15}, mapBatchNorm},
+      {"LayerNormalization", {17}, mapLayerNorm},
+      {"Softmax", {1, 11, 13}, mapSoftmax<OpKind::kSoftmax>},
+      {"LogSoftmax", {1, 11, 13}, mapSoftmax<OpKind::kLogSoftmax>},
+      {"ReduceSum", {1, 11, 13}, mapReduce<OpKind::kReduceSum>},
+      {"ReduceMean", {1, 11, 13, 18}, mapReduce<OpKind::kReduceMean>},
+      {"ReduceMax", {1, 11, 12, 13, 18, 20}, mapReduce<OpKind::kReduceMax>},
+      {"ReduceMin", {1, 11, 12, 13, 18, 20}, mapReduce<OpKind::kReduceMax, true>},
   };
 }
 

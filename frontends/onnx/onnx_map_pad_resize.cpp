@@ -41,14 +41,39 @@ Status mapPad(NodeContext& ctx) {
     return ctx.unsupported("mode '" + mode + "' (kiln maps constant, reflect and edge)");
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
   const int r = xt.rank();
-  KILN_ASSIGN_OR_RETURN(auto pads, ctx.constInts(1, "pads"));
+  std::vector<int64_t> pads;
+  double value = 0;
+  if (ctx.version() < 11) {
+    // Version 2: pads and value are attributes.
+    KILN_ASSIGN_OR_RETURN(pads, ctx.attrInts("pads"));
+    KILN_ASSIGN_OR_RETURN(value, ctx.attrFloat("value", 0.0));
+  } else {
+    KILN_ASSIGN_OR_RETURN(pads, ctx.constInts(1, "pads"));
+    if (ctx.hasInput(2)) {
+      KILN_ASSIGN_OR_RETURN(value, ctx.constScalar(2, "constant_value"));
+    }
+  }
+  if (ctx.version() >= 18 && ctx.hasInput(3)) {
+    // Version 18: pads for the listed axes only (begins, then ends); the others get none.
+    KILN_ASSIGN_OR_RETURN(auto axes, ctx.constInts(3, "axes"));
+    if (pads.size() != 2 * axes.size())
+      return ctx.invalid("pads " + ir::shapeToString(pads) + " must have 2 values per axis of " +
+                         ir::shapeToString(axes));
+    std::vector<int64_t> full(static_cast<size_t>(2 * r), 0);
+    std::vector<bool> seen(static_cast<size_t>(r), false);
+    for (size_t k = 0; k < axes.size(); ++k) {
+      KILN_ASSIGN_OR_RETURN(int a, ir::normalizeAxis(axes[k], static_cast<size_t>(r), "axes"));
+      if (seen[static_cast<size_t>(a)])
+        return ctx.invalid("axes " + ir::shapeToString(axes) + " repeat an axis");
+      seen[static_cast<size_t>(a)] = true;
+      full[static_cast<size_t>(a)] = pads[k];
+      full[static_cast<size_t>(a + r)] = pads[k + axes.size()];
+    }
+    pads = std::move(full);
+  }
   if (static_cast<int>(pads.size()) != 2 * r)
     return ctx.invalid("pads " + ir::shapeToString(pads) + " must have " + std::to_string(2 * r) +
                        " values for a rank-" + std::to_string(r) + " input");
-  double value = 0;
-  if (ctx.hasInput(2)) {
-    KILN_ASSIGN_OR_RETURN(value, ctx.constScalar(2, "constant_value"));
-  }
   if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) return alias(ctx, 0);
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* xc, ctx.constant(0));
   if (!xc && foldsIntoConvs(ctx, pads, r, value, mode)) {
@@ -150,6 +175,17 @@ int64_t roundNearest(const std::string& mode, double x) {
 }
 
 Status mapResize(NodeContext& ctx) {
+  if (ctx.version() >= 18) {
+    // Version 18's additions, each refused unless it leaves the result as version 13 has it.
+    KILN_ASSIGN_OR_RETURN(bool antialias, ctx.attrBool("antialias", false));
+    if (antialias) return ctx.unsupported("antialias=1 (kiln resizes without an antialias filter)");
+    if (ctx.hasAttr("axes"))
+      return ctx.unsupported("the axes attribute (give scales or sizes for every dim)");
+    KILN_ASSIGN_OR_RETURN(std::string policy,
+                          ctx.attrString("keep_aspect_ratio_policy", "stretch"));
+    if (policy != "stretch")
+      return ctx.unsupported("keep_aspect_ratio_policy '" + policy + "' (kiln maps stretch)");
+  }
   KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrString("mode", "nearest"));
   KILN_ASSIGN_OR_RETURN(std::string coord,
                         ctx.attrString("coordinate_transformation_mode", "half_pixel"));
@@ -260,8 +296,14 @@ Status mapResize(NodeContext& ctx) {
 
 }  // namespace
 
+// Versions: Pad 2 takes pads and value as attributes, 11 as inputs, 18 adds the axes input, 19
+// the wrap mode (refused with the other unknown modes); Resize 11 is the first with roi,
+// scales and sizes inputs (Resize 10 is not mapped), 18 adds antialias, axes and
+// keep_aspect_ratio_policy (refused unless they change nothing), 19 the half_pixel_symmetric
+// mode (refused with the other unknown modes). The rest only add element types.
 std::vector<MapperEntry> padResizeMappers() {
-  return {{"Pad", mapPad}, {"Resize", mapResize}};
+  return {{"Pad", {2, 11, 13, 18, 19, 21, 23, 24, 25}, mapPad},
+          {"Resize", {11, 13, 18, 19}, mapResize}};
 }
 
 }  // namespace kiln::frontends::onnx_import

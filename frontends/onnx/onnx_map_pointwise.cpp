@@ -107,9 +107,14 @@ Status mapCast(NodeContext& ctx) {
 }
 
 Status mapClip(NodeContext& ctx) {
-  // Opset 11+: min and max are optional scalar inputs (earlier opsets are not imported).
   double lo = -std::numeric_limits<double>::infinity();
   double hi = std::numeric_limits<double>::infinity();
+  if (ctx.version() < 11) {
+    // Version 6: min and max are attributes (defaults: the float range's ends).
+    KILN_ASSIGN_OR_RETURN(lo, ctx.attrFloat("min", -std::numeric_limits<float>::max()));
+    KILN_ASSIGN_OR_RETURN(hi, ctx.attrFloat("max", std::numeric_limits<float>::max()));
+  }
+  // Version 11 on: min and max are optional scalar inputs.
   if (ctx.hasInput(1)) {
     KILN_ASSIGN_OR_RETURN(lo, ctx.constScalar(1, "min"));
   }
@@ -156,6 +161,17 @@ Status mapNot(NodeContext& ctx) {
   return Status::ok();
 }
 
+// Gelu (opset 20): approximate "none" (erf) or "tanh".
+Status mapOnnxGelu(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(std::string approximate, ctx.attrString("approximate", "none"));
+  if (approximate != "none" && approximate != "tanh")
+    return ctx.invalid("approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  if (!ir::isFloat(t.dtype)) return ctx.invalid("Gelu of " + t.toString() + " (it takes floats)");
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  return ctx.emit(OpKind::kGelu, {x}, {{"approximate", approximate}}, 0).status();
+}
+
 Status mapMod(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(bool fmod, ctx.attrBool("fmod", false));
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
@@ -180,44 +196,53 @@ Status mapGelu(NodeContext& ctx) {
   return ctx.emit(OpKind::kGelu, {v}, {}, 0).status();
 }
 
+// Versions: each since_version from opset 7 on (and the one in effect at opset 7), checked
+// against the specification. Most later versions only add element types (bfloat16, int8,
+// float8, int4, ...), which kiln checks itself; the ones that change behaviour are handled in
+// the mapper (Clip 11: min/max became inputs; Dropout 12: ratio and training_mode inputs;
+// Cast 19/24: saturate and round_mode only concern float8 types, which kiln refuses).
 std::vector<MapperEntry> pointwiseMappers() {
   return {
-      {"Neg", mapUnary<OpKind::kNeg>},
-      {"Abs", mapUnary<OpKind::kAbs>},
-      {"Relu", mapUnary<OpKind::kRelu>},
-      {"Sigmoid", mapUnary<OpKind::kSigmoid>},
-      {"Tanh", mapUnary<OpKind::kTanh>},
-      {"Exp", mapUnary<OpKind::kExp>},
-      {"Log", mapUnary<OpKind::kLog>},
-      {"Sqrt", mapUnary<OpKind::kSqrt>},
-      {"LeakyRelu", mapLeakyRelu},
-      {"Reciprocal", mapReciprocal},
-      {"Add", mapBinary<OpKind::kAdd>},
-      {"Sub", mapBinary<OpKind::kSub>},
-      {"Mul", mapBinary<OpKind::kMul>},
-      {"Div", mapBinary<OpKind::kDiv>},
-      {"Pow", mapPow},
-      {"Max", mapVariadic<OpKind::kMaximum>},
-      {"Min", mapVariadic<OpKind::kMinimum>},
-      {"Sum", mapVariadic<OpKind::kAdd>},
+      {"Neg", {6, 13}, mapUnary<OpKind::kNeg>},
+      {"Abs", {6, 13}, mapUnary<OpKind::kAbs>},
+      {"Relu", {6, 13, 14}, mapUnary<OpKind::kRelu>},
+      {"Sigmoid", {6, 13}, mapUnary<OpKind::kSigmoid>},
+      {"Tanh", {6, 13}, mapUnary<OpKind::kTanh>},
+      {"Exp", {6, 13}, mapUnary<OpKind::kExp>},
+      {"Log", {6, 13}, mapUnary<OpKind::kLog>},
+      {"Sqrt", {6, 13}, mapUnary<OpKind::kSqrt>},
+      {"Mish", {18, 22}, mapUnary<OpKind::kMish>},
+      {"LeakyRelu", {6, 16}, mapLeakyRelu},
+      {"Reciprocal", {6, 13}, mapReciprocal},
+      {"Gelu", {20}, mapOnnxGelu},
+      {"Add", {7, 13, 14}, mapBinary<OpKind::kAdd>},
+      {"Sub", {7, 13, 14}, mapBinary<OpKind::kSub>},
+      {"Mul", {7, 13, 14}, mapBinary<OpKind::kMul>},
+      {"Div", {7, 13, 14}, mapBinary<OpKind::kDiv>},
+      {"Pow", {7, 12, 13, 15}, mapPow},
+      // Version 6 takes same-shape inputs; 8 broadcasts, which kiln's chain does for both.
+      {"Max", {6, 8, 12, 13}, mapVariadic<OpKind::kMaximum>},
+      {"Min", {6, 8, 12, 13}, mapVariadic<OpKind::kMinimum>},
+      {"Sum", {6, 8, 13}, mapVariadic<OpKind::kAdd>},
       {"Where",
+       {9, 16},
        [](NodeContext& ctx) {
          return foldOrEmit(ctx, OpKind::kWhere, {0, 1, 2});
        }},
-      {"Cast", mapCast},
-      {"Clip", mapClip},
-      {"Identity", mapIdentity},
-      {"Dropout", mapDropout},
-      {"Equal", mapCompare<Compare::kEqual>},
-      {"Less", mapCompare<Compare::kLess>},
-      {"Greater", mapCompare<Compare::kGreater>},
-      {"LessOrEqual", mapCompare<Compare::kLessOrEqual>},
-      {"GreaterOrEqual", mapCompare<Compare::kGreaterOrEqual>},
-      {"And", mapCompare<Compare::kAnd>},
-      {"Or", mapCompare<Compare::kOr>},
-      {"Xor", mapCompare<Compare::kXor>},
-      {"Not", mapNot},
-      {"Mod", mapMod},
+      {"Cast", {6, 9, 13, 19, 21, 23, 24, 25, 28}, mapCast},
+      {"Clip", {6, 11, 12, 13}, mapClip},
+      {"Identity", {1, 13, 14, 16, 19, 21, 23, 24, 25}, mapIdentity},
+      {"Dropout", {7, 10, 12, 13, 22}, mapDropout},
+      {"Equal", {7, 11, 13, 19}, mapCompare<Compare::kEqual>},
+      {"Less", {7, 9, 13}, mapCompare<Compare::kLess>},
+      {"Greater", {7, 9, 13}, mapCompare<Compare::kGreater>},
+      {"LessOrEqual", {12, 16}, mapCompare<Compare::kLessOrEqual>},
+      {"GreaterOrEqual", {12, 16}, mapCompare<Compare::kGreaterOrEqual>},
+      {"And", {7}, mapCompare<Compare::kAnd>},
+      {"Or", {7}, mapCompare<Compare::kOr>},
+      {"Xor", {7}, mapCompare<Compare::kXor>},
+      {"Not", {1}, mapNot},
+      {"Mod", {10, 13, 28}, mapMod},
   };
 }
 

@@ -5,8 +5,8 @@
 
 namespace kiln::frontends::onnx_import {
 
-NodeContext::NodeContext(Importer& importer, const ::onnx::NodeProto& node, int opset)
-    : imp_(importer), node_(node), opset_(opset) {}
+NodeContext::NodeContext(Importer& importer, const ::onnx::NodeProto& node, int opset, int version)
+    : imp_(importer), node_(node), opset_(opset), version_(version) {}
 
 namespace {
 const ::onnx::AttributeProto* findAttr(const ::onnx::NodeProto& node, std::string_view name) {

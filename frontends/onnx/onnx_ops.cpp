@@ -1,23 +1,121 @@
-// The table of ONNX op mappers, gathered from the families in onnx_map_*.cpp.
+// The registry of ONNX op mappers with the operator versions each handles, gathered from the
+// families in onnx_map_*.cpp, and the operator history of the ONNX specification
+// (onnx_op_versions.inc) that tells which version of an op a model's opset means.
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 
+#include "frontends/onnx/onnx_import.h"
 #include "frontends/onnx/onnx_importer.h"
 
 namespace kiln::frontends::onnx_import {
 
-OpMapper findMapper(std::string_view domain, std::string_view opType) {
-  static const std::unordered_map<std::string, OpMapper> kTable = [] {
-    std::unordered_map<std::string, OpMapper> t;
-    for (auto family :
-         {pointwiseMappers, nnMappers, movementMappers, constantMappers, padResizeMappers})
-      for (const MapperEntry& e : family()) t.emplace(std::string(e.opType), e.map);
+namespace {
+
+struct OpHistory {
+  std::vector<int> versions;  // since_version of each definition; negative: deprecated there.
+};
+
+const std::unordered_map<std::string_view, OpHistory>& history() {
+  static const auto* table = [] {
+    auto* t = new std::unordered_map<std::string_view, OpHistory>;
+#define KILN_ONNX_OP(name, ...) t->emplace(name, OpHistory{{__VA_ARGS__}});
+#include "frontends/onnx/onnx_op_versions.inc"
+#undef KILN_ONNX_OP
     return t;
   }();
-  if (domain == "com.microsoft") return opType == "Gelu" ? mapGelu : nullptr;
-  if (!domain.empty()) return nullptr;
-  auto it = kTable.find(std::string(opType));
-  return it == kTable.end() ? nullptr : it->second;
+  return *table;
+}
+
+static_assert(KILN_ONNX_NEWEST_OPSET == kMaxOnnxOpset,
+              "onnx_op_versions.inc and kMaxOnnxOpset disagree on the newest opset");
+
+std::string joinVersions(const std::vector<int>& vs) {
+  std::string s;
+  for (int v : vs) s += (s.empty() ? "" : ", ") + std::to_string(v);
+  return s;
+}
+
+const std::unordered_map<std::string, MapperEntry>& registry() {
+  static const auto* table = [] {
+    auto* t = new std::unordered_map<std::string, MapperEntry>;
+    for (auto family :
+         {pointwiseMappers, nnMappers, movementMappers, constantMappers, padResizeMappers})
+      for (MapperEntry& e : family()) t->emplace(std::string(e.opType), std::move(e));
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace
+
+int onnxOpVersion(std::string_view opType, int opset) {
+  const auto it = history().find(opType);
+  if (it == history().end()) return 0;
+  int version = 0;
+  for (int v : it->second.versions)
+    if (std::abs(v) <= opset) version = v;
+  return std::max(version, 0);  // A deprecated definition: not defined at this opset.
+}
+
+std::vector<int> onnxOpHistory(std::string_view opType) {
+  const auto it = history().find(opType);
+  return it == history().end() ? std::vector<int>{} : it->second.versions;
+}
+
+MapperLookup findMapper(std::string_view domain, std::string_view opType, int opset) {
+  MapperLookup r;
+  if (domain == "com.microsoft") {
+    if (opType == "Gelu")
+      r.map = mapGelu;
+    else
+      r.problem = "kiln maps only the default ONNX domain (and com.microsoft.Gelu)";
+    return r;
+  }
+  if (!domain.empty()) {
+    r.problem = "kiln maps only the default ONNX domain (and com.microsoft.Gelu)";
+    return r;
+  }
+  const std::vector<int> hist = onnxOpHistory(opType);
+  r.version = onnxOpVersion(opType, opset);
+  if (r.version == 0) {
+    if (hist.empty()) {
+      r.problem = "'" + std::string(opType) + "' is not an operator of the ONNX specification " +
+                  "(as of opset " + std::to_string(kMaxOnnxOpset) + ")";
+    } else if (std::abs(hist.front()) > opset) {
+      r.problem = std::string(opType) + " is not defined at opset " + std::to_string(opset) +
+                  "; ONNX introduced it in opset " + std::to_string(std::abs(hist.front())) +
+                  " (raise the model's opset_import)";
+    } else {
+      r.problem = std::string(opType) + " is deprecated at opset " + std::to_string(opset) +
+                  " (the ONNX specification removed it; convert the model with " +
+                  "onnx.version_converter)";
+    }
+    r.invalid = true;
+    return r;
+  }
+  const auto it = registry().find(std::string(opType));
+  if (it == registry().end()) {
+    r.problem = "kiln has no mapping for this op";
+    return r;
+  }
+  const std::vector<int>& handled = it->second.versions;
+  if (std::find(handled.begin(), handled.end(), r.version) == handled.end()) {
+    r.problem = "kiln does not map version " + std::to_string(r.version) + " of " +
+                std::string(opType) + " (the definition in effect at opset " +
+                std::to_string(opset) + "); it maps versions " + joinVersions(handled);
+    return r;
+  }
+  r.map = it->second.map;
+  return r;
+}
+
+std::vector<MappedOp> mappedOps() {
+  std::vector<MappedOp> ops;
+  for (const auto& [name, e] : registry()) ops.push_back({name, e.versions});
+  std::sort(ops.begin(), ops.end(),
+            [](const MappedOp& a, const MappedOp& b) { return a.opType < b.opType; });
+  return ops;
 }
 
 }  // namespace kiln::frontends::onnx_import

@@ -104,6 +104,11 @@ class Model {
     proto_.mutable_graph()->set_name("test");
   }
 
+  Model& irVersion(int64_t v) {
+    proto_.set_ir_version(v);
+    return *this;
+  }
+
   Model& input(const std::string& name, const std::vector<Dim>& dims, int32_t type = kFloat) {
     addValueInfo(proto_.mutable_graph()->add_input(), name, type, &dims);
     return *this;

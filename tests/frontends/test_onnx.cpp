@@ -153,18 +153,6 @@ TEST_CASE("onnx: one error lists every unsupported node, and no graph is returne
   CHECK_THAT(s.message(), !Catch::Contains("relu_after_erf") && !Catch::Contains("'supported'"));
 }
 
-TEST_CASE("onnx: opsets outside 11-17 are rejected with the way out") {
-  for (int opset : {9, 18}) {
-    Model m(opset);
-    m.input("x", {int64_t{2}}).node("Relu", {"x"}, {"y"}).output("y");
-    const Status s = importError(m);
-    CHECK(s.code() == ErrorCode::kUnimplemented);
-    CHECK_THAT(s.message(),
-               Catch::Contains("opset " + std::to_string(opset)) &&
-                   Catch::Contains(opset < 11 ? "version_converter" : "opset_version=17"));
-  }
-}
-
 TEST_CASE("onnx: external data is read relative to the model and checked against the file") {
   TempDir dir;
   const auto w = randomValues(6, 7);

@@ -1,0 +1,238 @@
+// ONNX versions: opsets 7-28 and IR versions 3-14, each op mapped by the version of its
+// definition at the model's opset (onnx_op_versions.inc), and models outside libonnx 1.12's
+// range validated by kiln itself.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "frontends/onnx/onnx_import.h"
+#include "frontends/onnx/onnx_importer.h"
+#include "frontends/test_onnx_model.h"
+
+using namespace kiln::onnxtest;
+using kiln::ErrorCode;
+using kiln::Status;
+namespace onnx_import = kiln::frontends::onnx_import;
+
+TEST_CASE("onnx versions: every mapped version is one of ONNX's, and the gaps are listed") {
+  // Versions a mapper does not implement although its op is mapped at other opsets of 7-28,
+  // each with its reason. A new gap (a new ONNX version, a version dropped from a mapper) or a
+  // closed one fails here.
+  const std::set<std::string> expectedGaps = {
+      "Resize-10",  // Resize 10 (X, scales) has Upsample's semantics; re-export at opset 11+.
+  };
+  std::set<std::string> gaps;
+  for (const onnx_import::MappedOp& op : onnx_import::mappedOps()) {
+    INFO(op.opType);
+    const std::vector<int> history = onnx_import::onnxOpHistory(op.opType);
+    REQUIRE_FALSE(history.empty());
+    for (int v : op.versions) CHECK(std::find(history.begin(), history.end(), v) != history.end());
+    for (int opset = kiln::frontends::kMinOnnxOpset; opset <= kiln::frontends::kMaxOnnxOpset;
+         ++opset) {
+      const int v = onnx_import::onnxOpVersion(op.opType, opset);
+      if (v != 0 && std::find(op.versions.begin(), op.versions.end(), v) == op.versions.end())
+        gaps.insert(op.opType + "-" + std::to_string(v));
+    }
+  }
+  CHECK(gaps == expectedGaps);
+  CHECK(onnx_import::mappedOps().size() >= 60);
+}
+
+TEST_CASE("onnx versions: the version in effect at an opset") {
+  CHECK(onnx_import::onnxOpVersion("Relu", 7) == 6);
+  CHECK(onnx_import::onnxOpVersion("Relu", 13) == 13);
+  CHECK(onnx_import::onnxOpVersion("Relu", 28) == 14);
+  CHECK(onnx_import::onnxOpVersion("ReduceMean", 17) == 13);
+  CHECK(onnx_import::onnxOpVersion("ReduceMean", 18) == 18);
+  CHECK(onnx_import::onnxOpVersion("Gelu", 19) == 0);  // Introduced in 20.
+  CHECK(onnx_import::onnxOpVersion("Gelu", 20) == 20);
+  CHECK(onnx_import::onnxOpVersion("Upsample", 9) == 9);
+  CHECK(onnx_import::onnxOpVersion("Upsample", 10) == 0);  // Deprecated in 10.
+  CHECK(onnx_import::onnxOpVersion("NoSuchOp", 17) == 0);
+}
+
+TEST_CASE(
+    "onnx versions: opsets and IR versions outside kiln's range are refused with the way out") {
+  auto relu = [](int opset) {
+    Model m(opset);
+    m.input("x", {int64_t{2}}).node("Relu", {"x"}, {"y"}).output("y");
+    return m;
+  };
+  Status s = importError(relu(6));
+  CHECK(s.code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(s.message(), Catch::Contains("opset 6") && Catch::Contains("version_converter"));
+  s = importError(relu(29));
+  CHECK(s.code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(s.message(), Catch::Contains("opset 29, newer than the 28"));
+  s = importError(relu(20).irVersion(15));
+  CHECK_THAT(s.message(), Catch::Contains("IR version is 15, newer than the 14"));
+  s = importError(relu(9).irVersion(2));
+  CHECK_THAT(s.message(), Catch::Contains("IR version is 2"));
+}
+
+TEST_CASE("onnx versions: a model of opset 20 and IR version 10 imports without libonnx") {
+  // Version-18+ forms: ReduceMean's axes input, Split's num_outputs with an uneven last part,
+  // Pad's axes input, Gelu (20) and Mish (18).
+  Model m(20);
+  m.irVersion(10);
+  m.input("x", {int64_t{2}, int64_t{7}});
+  m.initI64("axes1", {1}, {1});
+  m.node("ReduceMean", {"x", "axes1"}, {"mean"}, {attrInt("keepdims", 1)}, "mean");
+  m.node("Split", {"x"}, {"s0", "s1", "s2"}, {attrInt("axis", 1), attrInt("num_outputs", 3)},
+         "split");
+  m.initI64("pads", {2}, {1, 2});
+  m.node("Pad", {"s2", "pads", "", "axes1"}, {"padded"}, {}, "pad");
+  m.node("Gelu", {"x"}, {"g"}, {attrString("approximate", "tanh")}, "gelu");
+  m.node("Mish", {"x"}, {"mish"}, {}, "mish");
+  m.output("mean").output("s0").output("s2").output("padded").output("g").output("mish");
+  const auto x = randomValues(14, 3);
+  const auto y = run(m, {makeF32({2, 7}, x)});
+  REQUIRE(y.size() == 6);
+  for (int r = 0; r < 2; ++r) {
+    double sum = 0;
+    for (int c = 0; c < 7; ++c) sum += x[r * 7 + c];
+    CHECK(floats(y[0])[r] == Approx(sum / 7).epsilon(1e-5));
+  }
+  CHECK(y[1].shape() == kiln::ir::Shape{2, 3});  // ceil(7 / 3) = 3, 3, then 1.
+  CHECK(y[2].shape() == kiln::ir::Shape{2, 1});
+  checkClose(y[3], {2, 4}, {0, x[6], 0, 0, 0, x[13], 0, 0});
+  std::vector<float> gelu, mish;
+  for (float v : x) {
+    const double t = std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v));
+    gelu.push_back(static_cast<float>(0.5 * v * (1 + t)));
+    mish.push_back(static_cast<float>(v * std::tanh(std::log1p(std::exp(v)))));
+  }
+  checkClose(y[4], {2, 7}, gelu);
+  checkClose(y[5], {2, 7}, mish);
+}
+
+TEST_CASE("onnx versions: an op not defined at the model's opset is invalid, named") {
+  // Opsets past libonnx's (17): kiln's own message. (Within them the ONNX checker says it.)
+  Model m(19);
+  m.input("x", {int64_t{2}}).node("Gelu", {"x"}, {"y"}, {}, "gelu").output("y");
+  Status s = importError(m);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("Gelu (opset 19) node 'gelu': Gelu is not defined at "
+                                          "opset 19; ONNX introduced it in opset 20"));
+  Model u(18);
+  u.input("x", {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+  u.init("scales", {4}, {1, 1, 2, 2});
+  u.node("Upsample", {"x", "scales"}, {"y"}, {}, "up").output("y");
+  s = importError(u);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("Upsample is deprecated at opset 18"));
+  Model k(12);
+  k.input("x", {int64_t{2}}).node("Gelu", {"x"}, {"y"}, {}, "gelu").output("y");
+  CHECK_THAT(importError(k).message(), Catch::Contains("No Op registered for Gelu"));
+}
+
+TEST_CASE("onnx versions: a version kiln does not map is named with those it does") {
+  Model m(10);
+  m.input("x", {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}});
+  m.init("scales", {4}, {1, 1, 2, 2});
+  m.node("Resize", {"x", "scales"}, {"y"}, {}, "resize").output("y");
+  const Status s = importError(m);
+  CHECK(s.code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(s.message(),
+             Catch::Contains("kiln does not map version 10 of Resize (the definition "
+                             "in effect at opset 10); it maps versions 11, 13, 18, 19"));
+}
+
+TEST_CASE("onnx versions: opsets 7-10 forms (attributes that later became inputs)") {
+  const auto x = randomValues(6, 5, -3, 3);
+  SECTION("Clip 6: min and max attributes") {
+    Model m(7);
+    m.input("x", {int64_t{2}, int64_t{3}});
+    m.node("Clip", {"x"}, {"y"}, {attrFloat("min", -0.5f), attrFloat("max", 1.f)}).output("y");
+    std::vector<float> want;
+    for (float v : x) want.push_back(std::clamp(v, -0.5f, 1.f));
+    checkClose(run(m, {makeF32({2, 3}, x)})[0], {2, 3}, want);
+  }
+  SECTION("Slice 1: starts, ends and axes attributes") {
+    Model m(9);
+    m.input("x", {int64_t{2}, int64_t{3}});
+    m.node("Slice", {"x"}, {"y"},
+           {attrInts("starts", {1}), attrInts("ends", {3}), attrInts("axes", {1})})
+        .output("y");
+    checkClose(run(m, {makeF32({2, 3}, x)})[0], {2, 2}, {x[1], x[2], x[4], x[5]});
+  }
+  SECTION("Pad 2: pads and value attributes") {
+    Model m(10);
+    m.input("x", {int64_t{2}, int64_t{3}});
+    m.node("Pad", {"x"}, {"y"}, {attrInts("pads", {0, 1, 0, 0}), attrFloat("value", 7.f)})
+        .output("y");
+    checkClose(run(m, {makeF32({2, 3}, x)})[0], {2, 4}, {7, x[0], x[1], x[2], 7, x[3], x[4], x[5]});
+  }
+  SECTION("BatchNormalization 7 with spatial=0 is refused") {
+    Model m(7);
+    m.input("x", {int64_t{1}, int64_t{2}, int64_t{2}, int64_t{2}});
+    for (const char* p : {"s", "b", "mu", "var"}) m.init(p, {2}, {1, 1});
+    m.node("BatchNormalization", {"x", "s", "b", "mu", "var"}, {"y"}, {attrInt("spatial", 0)}, "bn")
+        .output("y");
+    CHECK_THAT(importError(m).message(), Catch::Contains("spatial=0"));
+  }
+}
+
+TEST_CASE("onnx versions: without libonnx, malformed graphs are still clear errors") {
+  SECTION("a value defined twice") {
+    Model m(20);
+    m.input("x", {int64_t{2}});
+    m.node("Relu", {"x"}, {"y"}).node("Neg", {"x"}, {"y"}).output("y");
+    const Status s = importError(m);
+    CHECK(s.code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains("value 'y' is defined twice"));
+  }
+  SECTION("an input nothing defines") {
+    Model m(20);
+    m.input("x", {int64_t{2}});
+    m.node("Add", {"x", "nowhere"}, {"y"}, {}, "add").output("y");
+    const Status s = importError(m);
+    CHECK(s.code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains("input 'nowhere' is not a graph input"));
+  }
+  SECTION("a declared output type the node does not compute") {
+    Model m(20);
+    m.input("x", {int64_t{2}, int64_t{3}});
+    m.node("Relu", {"x"}, {"y"}, {}, "relu").output("y", {int64_t{3}, int64_t{2}});
+    const Status s = importError(m);
+    CHECK(s.code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains("the model declares f32[3,2] for output 'y'"));
+  }
+  SECTION("AveragePool 19 with dilations is refused, not ignored") {
+    Model m(19);
+    m.input("x", {int64_t{1}, int64_t{1}, int64_t{5}, int64_t{5}});
+    m.node("AveragePool", {"x"}, {"y"},
+           {attrInts("kernel_shape", {2, 2}), attrInts("dilations", {2, 2})}, "pool")
+        .output("y");
+    CHECK_THAT(importError(m).message(), Catch::Contains("AveragePool with dilations [2,2]"));
+  }
+}
+
+TEST_CASE("onnx versions: docs/onnx.md's version table is the registry's") {
+  std::string table = "\n| ONNX op | versions kiln maps |\n|---|---|\n";
+  for (const onnx_import::MappedOp& op : onnx_import::mappedOps()) {
+    std::string vs;
+    for (int v : op.versions) vs += (vs.empty() ? "" : ", ") + std::to_string(v);
+    table += "| " + op.opType + " | " + vs + " |\n";
+  }
+  const std::filesystem::path path =
+      (std::filesystem::path(KILN_TEST_DATA_DIR) / "../../docs/onnx.md").lexically_normal();
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string begin = "<!-- onnx-versions:begin -->", end = "<!-- onnx-versions:end -->";
+  const size_t b = doc.find(begin), e = doc.find(end);
+  REQUIRE(b != std::string::npos);
+  REQUIRE(e != std::string::npos);
+  const size_t from = b + begin.size();
+  if (std::getenv("KILN_UPDATE_DOCS")) {
+    doc.replace(from, e - from, table);
+    std::ofstream(path) << doc;
+    return;
+  }
+  INFO("docs/onnx.md is stale: rerun with KILN_UPDATE_DOCS=1");
+  CHECK(doc.substr(from, e - from) == table);
+}

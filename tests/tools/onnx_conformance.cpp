@@ -1,0 +1,312 @@
+// kiln_onnx_conformance CASES [--expected FILE] [--write-expected FILE] [--only NAME]
+//                       [--modes eager,compiled] [--verbose]
+//
+// Runs the ONNX backend node tests that tools/onnx/gen_node_tests.py wrote to CASES through kiln:
+// each case's model is imported, run eagerly and compiled on every data set, and each output is
+// compared with the expected one at the case's rtol/atol (|got - want| <= atol + rtol * |want|,
+// NaN matching NaN, as numpy.testing.assert_allclose). A case passes when every mode matches.
+// A case that fails does so with a clear error (kiln refused it: an import, compile or run
+// error naming the node) or with a wrong answer, which is always a defect.
+//
+// With --expected FILE ("<case> <reason>" per line, # comments): exits 1 when a case fails
+// that the file does not list, when a listed case passes (remove it), or when any case gives a
+// wrong answer or an internal error; prints the counts either way. --write-expected writes
+// every case that fails with a clear error, its reason the first line of kiln's message.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "frontends/onnx/onnx_import.h"
+#include "frontends/onnx/onnx_proto.h"
+#include "frontends/onnx/onnx_tensor.h"
+#include "runtime/eager.h"
+#include "runtime/reference/helpers.h"
+
+namespace fs = std::filesystem;
+using namespace kiln;
+
+namespace {
+
+struct Options {
+  fs::path cases;
+  std::string expected, writeExpected, only;
+  bool eager = true, compiled = true, verbose = false;
+};
+
+enum class Outcome { kPass, kError, kWrong, kInternal };
+
+struct Result {
+  Outcome outcome = Outcome::kPass;
+  std::string detail;  // The first line of the error, or what differs.
+};
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string firstLine(std::string s) {
+  // kiln's import errors list nodes on the lines after the first: keep the first node's line.
+  const size_t nl = s.find('\n');
+  if (nl != std::string::npos) {
+    const size_t next = s.find('\n', nl + 1);
+    s = s.substr(0, nl) + " " + s.substr(nl + 1, next == std::string::npos ? next : next - nl - 1);
+  }
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  if (s.size() > 300) s = s.substr(0, 297) + "...";
+  return s;
+}
+
+Result fromStatus(const std::string& stage, const Status& st) {
+  Result r;
+  r.outcome = st.code() == ErrorCode::kInternal ? Outcome::kInternal : Outcome::kError;
+  r.detail = stage + ": " + firstLine(st.message());
+  return r;
+}
+
+Expected<ir::TensorData> readTensor(const fs::path& p) {
+  ::onnx::TensorProto t;
+  const std::string bytes = readFile(p);
+  if (!t.ParseFromString(bytes)) return invalidArgument(p.string() + " is not a TensorProto");
+  return frontends::onnx_import::tensorFromProto(t, p.filename().string());
+}
+
+double valueAt(const runtime::Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case ir::DType::kF32:
+      return t.data<float>()[i];
+    case ir::DType::kF64:
+      return t.data<double>()[i];
+    case ir::DType::kF16:
+      return runtime::ref::f16BitsToDouble(t.data<uint16_t>()[i]);
+    case ir::DType::kBF16:
+      return runtime::ref::bf16BitsToDouble(t.data<uint16_t>()[i]);
+    case ir::DType::kI64:
+      return static_cast<double>(t.data<int64_t>()[i]);
+    case ir::DType::kI32:
+      return t.data<int32_t>()[i];
+    case ir::DType::kI8:
+      return t.data<int8_t>()[i];
+    case ir::DType::kU8:
+      return t.data<uint8_t>()[i];
+    case ir::DType::kBool:
+      return t.data<uint8_t>()[i] != 0;
+    default:
+      return std::nan("");
+  }
+}
+
+// What differs between `got` and `want`, or "" when they match within rtol/atol.
+std::string compare(const runtime::Tensor& got, const runtime::Tensor& want, double rtol,
+                    double atol) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape())
+    return "output is " + ir::TensorType{got.dtype(), got.shape()}.toString() + ", expected " +
+           ir::TensorType{want.dtype(), want.shape()}.toString();
+  auto gc = got.contiguous();
+  auto wc = want.contiguous();
+  if (!gc || !wc) return "cannot read the output: " + (gc ? wc : gc).status().message();
+  const runtime::Tensor &g = *gc, &w = *wc;
+  const bool exact = !ir::isFloat(got.dtype());
+  for (int64_t i = 0; i < g.numElements(); ++i) {
+    const double a = valueAt(g, i), b = valueAt(w, i);
+    const bool ok = exact ? a == b
+                          : (std::isnan(a) && std::isnan(b)) || a == b ||
+                                std::abs(a - b) <= atol + rtol * std::abs(b);
+    if (!ok)
+      return "element " + std::to_string(i) + " is " + std::to_string(a) + ", expected " +
+             std::to_string(b);
+  }
+  return "";
+}
+
+Result runCase(const fs::path& dir, const Options& o) {
+  const std::string name = dir.filename().string();
+  double rtol = 1e-3, atol = 1e-7;
+  std::istringstream(readFile(dir / "tolerance.txt")) >> rtol >> atol;
+  auto graph = frontends::loadOnnxFromBytes(readFile(dir / "model.onnx"), {}, dir.string(), name);
+  if (!graph) return fromStatus("import", graph.status());
+  std::unique_ptr<compiler::CompiledModel> model;
+  if (o.compiled) {
+    compiler::CompileOptions co;
+    co.autotune = false;
+    auto m = compiler::compile(*graph, co);
+    if (!m) return fromStatus("compile", m.status());
+    model = std::move(*m);
+  }
+  for (int k = 0;; ++k) {
+    const fs::path set = dir / ("test_data_set_" + std::to_string(k));
+    if (!fs::exists(set)) break;
+    std::vector<runtime::Tensor> inputs, expected;
+    for (int i = 0; fs::exists(set / ("input_" + std::to_string(i) + ".pb")); ++i) {
+      auto t = readTensor(set / ("input_" + std::to_string(i) + ".pb"));
+      if (!t) return fromStatus("input", t.status());
+      inputs.push_back(runtime::Tensor::fromData(std::move(*t)));
+    }
+    for (int i = 0; fs::exists(set / ("output_" + std::to_string(i) + ".pb")); ++i) {
+      auto t = readTensor(set / ("output_" + std::to_string(i) + ".pb"));
+      if (!t) return fromStatus("expected output", t.status());
+      expected.push_back(runtime::Tensor::fromData(std::move(*t)));
+    }
+    auto check = [&](const std::string& mode, const std::vector<runtime::Tensor>& got) {
+      Result r;
+      if (got.size() != expected.size()) {
+        r.outcome = Outcome::kWrong;
+        r.detail = mode + ": " + std::to_string(got.size()) + " outputs, expected " +
+                   std::to_string(expected.size());
+        return r;
+      }
+      for (size_t i = 0; i < got.size(); ++i)
+        if (std::string d = compare(got[i], expected[i], rtol, atol); !d.empty()) {
+          r.outcome = Outcome::kWrong;
+          r.detail = mode + " output " + std::to_string(i) + ": " + d;
+          return r;
+        }
+      return r;
+    };
+    if (o.eager) {
+      runtime::EagerExecutor eager(*graph);
+      auto out = eager.run(inputs);
+      if (!out) return fromStatus("eager run", out.status());
+      if (Result r = check("eager", *out); r.outcome != Outcome::kPass) return r;
+    }
+    if (model) {
+      auto out = model->run(inputs);
+      if (!out) return fromStatus("compiled run", out.status());
+      if (Result r = check("compiled", *out); r.outcome != Outcome::kPass) return r;
+    }
+  }
+  return {};
+}
+
+std::map<std::string, std::string> readExpected(const std::string& path) {
+  std::map<std::string, std::string> m;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.find(' ');
+    m[line.substr(0, sp)] = sp == std::string::npos ? "" : line.substr(sp + 1);
+  }
+  return m;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: kiln_onnx_conformance CASES [--expected FILE] [--write-expected FILE] "
+               "[--only NAME] [--modes eager,compiled] [--verbose]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--expected")
+      o.expected = value();
+    else if (a == "--write-expected")
+      o.writeExpected = value();
+    else if (a == "--only")
+      o.only = value();
+    else if (a == "--verbose")
+      o.verbose = true;
+    else if (a == "--modes") {
+      const std::string m = value();
+      o.eager = m.find("eager") != std::string::npos;
+      o.compiled = m.find("compiled") != std::string::npos;
+    } else if (!a.empty() && a[0] == '-')
+      return usage();
+    else
+      o.cases = a;
+  }
+  if (o.cases.empty() || !fs::exists(o.cases / "cases.txt")) {
+    std::fprintf(stderr,
+                 "kiln_onnx_conformance: %s has no cases.txt (write the cases with "
+                 "tools/onnx/gen_node_tests.py)\n",
+                 o.cases.string().c_str());
+    return 2;
+  }
+  std::vector<std::string> names;
+  {
+    std::ifstream in(o.cases / "cases.txt");
+    for (std::string n; std::getline(in, n);)
+      if (!n.empty() && (o.only.empty() || n == o.only)) names.push_back(n);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::map<std::string, Result> results;
+  int pass = 0, error = 0, wrong = 0, internal = 0;
+  for (const std::string& n : names) {
+    const Result r = runCase(o.cases / n, o);
+    results[n] = r;
+    switch (r.outcome) {
+      case Outcome::kPass:
+        ++pass;
+        break;
+      case Outcome::kError:
+        ++error;
+        break;
+      case Outcome::kWrong:
+        ++wrong;
+        break;
+      case Outcome::kInternal:
+        ++internal;
+        break;
+    }
+    if (o.verbose || r.outcome == Outcome::kWrong || r.outcome == Outcome::kInternal)
+      std::printf("%-60s %s %s\n", n.c_str(),
+                  r.outcome == Outcome::kPass    ? "pass"
+                  : r.outcome == Outcome::kError ? "error"
+                  : r.outcome == Outcome::kWrong ? "WRONG"
+                                                 : "INTERNAL",
+                  r.detail.c_str());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "onnx conformance (%s%s): %d of %zu cases pass; %d fail with a clear error, %d "
+      "with a wrong answer, %d with an internal error (%.0f s)\n",
+      o.eager ? "eager" : "",
+      o.eager && o.compiled ? " and compiled"
+      : o.compiled          ? "compiled"
+                            : "",
+      pass, names.size(), error, wrong, internal, secs);
+  if (!o.writeExpected.empty()) {
+    std::ofstream out(o.writeExpected);
+    out << "# ONNX backend node tests kiln fails, each with a clear error (the first line of\n"
+           "# kiln's message). Written by kiln_onnx_conformance --write-expected; a case that\n"
+           "# starts passing must be removed, a new failure fails the conformance test.\n";
+    for (const auto& [n, r] : results)
+      if (r.outcome == Outcome::kError) out << n << " " << r.detail << "\n";
+  }
+  int rc = wrong || internal ? 1 : 0;
+  if (!o.expected.empty()) {
+    const auto listed = readExpected(o.expected);
+    for (const auto& [n, r] : results) {
+      const bool isListed = listed.count(n) > 0;
+      if (r.outcome == Outcome::kPass && isListed) {
+        std::printf("now passes, remove it from %s: %s\n", o.expected.c_str(), n.c_str());
+        rc = 1;
+      } else if (r.outcome != Outcome::kPass && !isListed) {
+        std::printf("new failure (not in %s): %s %s\n", o.expected.c_str(), n.c_str(),
+                    r.detail.c_str());
+        rc = 1;
+      }
+    }
+    if (o.only.empty())
+      for (const auto& [n, reason] : listed)
+        if (!results.count(n)) {
+          std::printf("listed but not a case any more: %s\n", n.c_str());
+          rc = 1;
+        }
+  }
+  return rc;
+}
