@@ -104,7 +104,8 @@ Status geluKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::sp
     });
   }
   return mapUnary(kFloat, attrs, in, out, []<class T>(T x) -> T {
-    return x * T(0.5) * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
+    // erfc(-z) rather than 1 + erf(z): exact to the last bits on the negative tail too.
+    return x * T(0.5) * std::erfc(-x / std::numbers::sqrt2_v<T>);
   });
 }
 
@@ -354,7 +355,7 @@ Status geluBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
   }
   return binaryKernel(kFloat, attrs, in, out, []<class T>(T g, T x) -> T {
     // Phi(x) + x phi(x).
-    const T cdf = T(0.5) * (T(1) + std::erf(x / std::numbers::sqrt2_v<T>));
+    const T cdf = T(0.5) * std::erfc(-x / std::numbers::sqrt2_v<T>);
     const T pdf =
         std::exp(T(-0.5) * x * x) * std::numbers::inv_sqrtpi_v<T> / std::numbers::sqrt2_v<T>;
     return g * (cdf + x * pdf);
