@@ -104,7 +104,9 @@ Status geluKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::sp
     });
   }
   return mapUnary(kFloat, attrs, in, out, []<class T>(T x) -> T {
-    // erfc(-z) rather than 1 + erf(z): exact to the last bits on the negative tail too.
+    // erfc(-z), not 1 + erf(z), which cancels on the negative tail (to 0 below x = -5.9).
+    // glibc's erfcf costs about 1.6x its erff: eager gelu on bert_layer's [128, 3072] takes
+    // 3.0 ms instead of 1.9 (2 threads); a branch between the two, or double, is slower still.
     return x * T(0.5) * std::erfc(-x / std::numbers::sqrt2_v<T>);
   });
 }
