@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <vector>
 
 #include "frontends/file_io.h"
@@ -39,6 +40,12 @@ std::optional<ir::DType> dtypeFromOnnx(int32_t elemType) {
 std::string onnxTypeName(int32_t elemType) {
   if (TensorProto::DataType_IsValid(elemType))
     return TensorProto::DataType_Name(static_cast<TensorProto::DataType>(elemType));
+  // Types newer than libonnx 1.12's onnx.proto (IR versions 9 to 13).
+  static constexpr const char* kNewer[] = {
+      "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",
+      "INT4",         "FLOAT4E2M1",     "FLOAT8E8M0", "UINT2",          "INT2"};
+  if (elemType >= 17 && elemType < 17 + static_cast<int32_t>(std::size(kNewer)))
+    return kNewer[elemType - 17];
   return "unknown element type " + std::to_string(elemType);
 }
 

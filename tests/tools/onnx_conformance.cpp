@@ -54,22 +54,26 @@ std::string readFile(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-std::string firstLine(std::string s) {
-  // kiln's import errors list nodes on the lines after the first: keep the first node's line.
-  const size_t nl = s.find('\n');
-  if (nl != std::string::npos) {
-    const size_t next = s.find('\n', nl + 1);
-    s = s.substr(0, nl) + " " + s.substr(nl + 1, next == std::string::npos ? next : next - nl - 1);
+// A one-line reason from kiln's message: an import error lists its nodes on the lines after
+// the first, and the first node's line says what is missing; otherwise the first line, without
+// the model's name.
+std::string reasonOf(const std::string& name, const std::string& message) {
+  std::string s = message;
+  if (const size_t nl = s.find("\n  "); nl != std::string::npos) {
+    const size_t next = s.find('\n', nl + 3);
+    s = s.substr(nl + 3, next == std::string::npos ? next : next - nl - 3);
+  } else {
+    if (s.rfind(name + ": ", 0) == 0) s = s.substr(name.size() + 2);
+    s = s.substr(0, s.find('\n'));
   }
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  if (s.size() > 300) s = s.substr(0, 297) + "...";
+  if (s.size() > 240) s = s.substr(0, 237) + "...";
   return s;
 }
 
-Result fromStatus(const std::string& stage, const Status& st) {
+Result fromStatus(const std::string& name, const std::string& stage, const Status& st) {
   Result r;
   r.outcome = st.code() == ErrorCode::kInternal ? Outcome::kInternal : Outcome::kError;
-  r.detail = stage + ": " + firstLine(st.message());
+  r.detail = stage + ": " + reasonOf(name, st.message());
   return r;
 }
 
@@ -133,13 +137,13 @@ Result runCase(const fs::path& dir, const Options& o) {
   double rtol = 1e-3, atol = 1e-7;
   std::istringstream(readFile(dir / "tolerance.txt")) >> rtol >> atol;
   auto graph = frontends::loadOnnxFromBytes(readFile(dir / "model.onnx"), {}, dir.string(), name);
-  if (!graph) return fromStatus("import", graph.status());
+  if (!graph) return fromStatus(name, "import", graph.status());
   std::unique_ptr<compiler::CompiledModel> model;
   if (o.compiled) {
     compiler::CompileOptions co;
     co.autotune = false;
     auto m = compiler::compile(*graph, co);
-    if (!m) return fromStatus("compile", m.status());
+    if (!m) return fromStatus(name, "compile", m.status());
     model = std::move(*m);
   }
   for (int k = 0;; ++k) {
@@ -148,12 +152,12 @@ Result runCase(const fs::path& dir, const Options& o) {
     std::vector<runtime::Tensor> inputs, expected;
     for (int i = 0; fs::exists(set / ("input_" + std::to_string(i) + ".pb")); ++i) {
       auto t = readTensor(set / ("input_" + std::to_string(i) + ".pb"));
-      if (!t) return fromStatus("input", t.status());
+      if (!t) return fromStatus(name, "input", t.status());
       inputs.push_back(runtime::Tensor::fromData(std::move(*t)));
     }
     for (int i = 0; fs::exists(set / ("output_" + std::to_string(i) + ".pb")); ++i) {
       auto t = readTensor(set / ("output_" + std::to_string(i) + ".pb"));
-      if (!t) return fromStatus("expected output", t.status());
+      if (!t) return fromStatus(name, "expected output", t.status());
       expected.push_back(runtime::Tensor::fromData(std::move(*t)));
     }
     auto check = [&](const std::string& mode, const std::vector<runtime::Tensor>& got) {
@@ -175,12 +179,12 @@ Result runCase(const fs::path& dir, const Options& o) {
     if (o.eager) {
       runtime::EagerExecutor eager(*graph);
       auto out = eager.run(inputs);
-      if (!out) return fromStatus("eager run", out.status());
+      if (!out) return fromStatus(name, "eager run", out.status());
       if (Result r = check("eager", *out); r.outcome != Outcome::kPass) return r;
     }
     if (model) {
       auto out = model->run(inputs);
-      if (!out) return fromStatus("compiled run", out.status());
+      if (!out) return fromStatus(name, "compiled run", out.status());
       if (Result r = check("compiled", *out); r.outcome != Outcome::kPass) return r;
     }
   }
