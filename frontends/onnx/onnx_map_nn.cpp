@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_map_util.h"
 
 namespace kiln::frontends::onnx_import {
@@ -263,9 +264,29 @@ Status mapBatchNorm(NodeContext& ctx) {
   return ctx.emit(OpKind::kBatchNorm, std::move(ins), {{"epsilon", eps}}, 0).status();
 }
 
+// LayerNormalization's Mean and InvStdDev outputs (when read): the statistics over [axis, rank)
+// with those dims kept as 1, composed from kiln's reductions (the output itself is layer_norm).
+Status layerNormStatistics(NodeContext& ctx, int axis, double eps) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  if (xt.dtype != ir::DType::kF32 && xt.dtype != ir::DType::kF64)
+    return ctx.unsupported("the Mean and InvStdDev outputs of " + xt.toString() +
+                           " (kiln composes them for f32 and f64)");
+  std::vector<int64_t> axes;
+  for (int d = axis; d < xt.rank(); ++d) axes.push_back(d);
+  const ir::AttrMap keep{{"axes", axes}, {"keepdims", int64_t{1}}};
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * mean,
+                        ctx.emit(OpKind::kReduceMean, {x}, keep, ctx.outputUsed(1) ? 1 : -1));
+  if (!ctx.outputUsed(2)) return Status::ok();
+  KILN_ASSIGN_OR_RETURN(ir::Value * c, ctx.emit(OpKind::kSub, {x, mean}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * c2, ctx.emit(OpKind::kMul, {c, c}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * var, ctx.emit(OpKind::kReduceMean, {c2}, keep));
+  KILN_ASSIGN_OR_RETURN(ir::Value * e, ctx.constantValue(filledTensor(xt.dtype, {}, eps)));
+  KILN_ASSIGN_OR_RETURN(ir::Value * ve, ctx.emit(OpKind::kAdd, {var, e}));
+  return ctx.emit(OpKind::kRsqrt, {ve}, {}, 2).status();
+}
+
 Status mapLayerNorm(NodeContext& ctx) {
-  KILN_TRY(requireUnused(ctx, 1, "mean"));
-  KILN_TRY(requireUnused(ctx, 2, "inverse standard deviation"));
   KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", -1));
   KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
@@ -283,8 +304,10 @@ Status mapLayerNorm(NodeContext& ctx) {
     }
     ins.push_back(v);
   }
-  return ctx.emit(OpKind::kLayerNorm, std::move(ins), {{"axis", int64_t{a}}, {"epsilon", eps}}, 0)
-      .status();
+  KILN_TRY(ctx.emit(OpKind::kLayerNorm, std::move(ins), {{"axis", int64_t{a}}, {"epsilon", eps}}, 0)
+               .status());
+  if (ctx.outputUsed(1) || ctx.outputUsed(2)) return layerNormStatistics(ctx, a, eps);
+  return Status::ok();
 }
 
 template <OpKind kOp>
@@ -307,19 +330,10 @@ Status mapSoftmax(NodeContext& ctx) {
 template <OpKind kOp, bool kNegate = false>
 Status mapReduce(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(bool keepdims, ctx.attrBool("keepdims", true));
-  std::vector<int64_t> axes;
-  // Axes are an input from version 13 of ReduceSum and version 18 of the others, an attribute
-  // before.
-  const bool axesInput = ctx.version() >= (ctx.opType() == "ReduceSum" ? 13 : 18);
-  if (axesInput) {
-    if (ctx.hasInput(1)) {
-      KILN_ASSIGN_OR_RETURN(axes, ctx.constInts(1, "axes"));
-    }
-    KILN_ASSIGN_OR_RETURN(bool noop, ctx.attrBool("noop_with_empty_axes", false));
-    if (axes.empty() && noop) return alias(ctx, 0);
-  } else {
-    KILN_ASSIGN_OR_RETURN(axes, ctx.attrInts("axes", std::vector<int64_t>{}));
-  }
+  // Axes are an input from version 13 of ReduceSum and version 18 of the others.
+  KILN_ASSIGN_OR_RETURN(auto maybeAxes, reduceAxes(ctx, ctx.opType() == "ReduceSum" ? 13 : 18));
+  if (!maybeAxes) return alias(ctx, 0);
+  const std::vector<int64_t>& axes = *maybeAxes;
   const ir::AttrMap attrs{{"axes", axes}, {"keepdims", int64_t{keepdims}}};
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   if (!kNegate) return ctx.emit(kOp, {x}, attrs, 0).status();

@@ -55,4 +55,18 @@ Expected<int> inputRank(NodeContext& ctx, size_t i) {
   return t.rank();
 }
 
+Expected<std::optional<std::vector<int64_t>>> reduceAxes(NodeContext& ctx, int inputFrom) {
+  std::vector<int64_t> axes;
+  if (ctx.version() >= inputFrom) {
+    if (ctx.hasInput(1)) {
+      KILN_ASSIGN_OR_RETURN(axes, ctx.constInts(1, "axes"));
+    }
+    KILN_ASSIGN_OR_RETURN(bool noop, ctx.attrBool("noop_with_empty_axes", false));
+    if (axes.empty() && noop) return std::optional<std::vector<int64_t>>();
+  } else {
+    KILN_ASSIGN_OR_RETURN(axes, ctx.attrInts("axes", std::vector<int64_t>{}));
+  }
+  return std::optional<std::vector<int64_t>>(std::move(axes));
+}
+
 }  // namespace kiln::frontends::onnx_import

@@ -2,6 +2,7 @@
 // kiln does not compute.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,10 @@ Status alias(NodeContext& ctx, size_t i, size_t k = 0);
 Status requireUnused(NodeContext& ctx, size_t k, const std::string& what);
 // The rank of input i.
 Expected<int> inputRank(NodeContext& ctx, size_t i);
+
+// The axes of a Reduce* node: an attribute before version `inputFrom` of the op, input 1 (known
+// at import) from it on. Empty: every axis. nullopt: no axes with noop_with_empty_axes=1, the
+// node is the identity.
+Expected<std::optional<std::vector<int64_t>>> reduceAxes(NodeContext& ctx, int inputFrom);
 
 }  // namespace kiln::frontends::onnx_import

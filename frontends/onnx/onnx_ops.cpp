@@ -39,8 +39,8 @@ std::string joinVersions(const std::vector<int>& vs) {
 const std::unordered_map<std::string, MapperEntry>& registry() {
   static const auto* table = [] {
     auto* t = new std::unordered_map<std::string, MapperEntry>;
-    for (auto family :
-         {pointwiseMappers, nnMappers, movementMappers, constantMappers, padResizeMappers})
+    for (auto family : {pointwiseMappers, nnMappers, movementMappers, constantMappers,
+                        padResizeMappers, compositeMappers})
       for (MapperEntry& e : family()) t->emplace(std::string(e.opType), std::move(e));
     return t;
   }();

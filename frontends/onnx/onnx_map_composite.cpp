@@ -1,0 +1,298 @@
+// ONNX ops that kiln has no op of its own for but composes exactly from its ops: CastLike,
+// Trilu (a where with a mask known at import), RMSNormalization, the derived reductions
+// (ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp), activations (HardSigmoid,
+// HardSwish, Softsign, PRelu, Swish), Mean, and the losses (NegativeLogLikelihoodLoss,
+// SoftmaxCrossEntropyLoss) on kiln's nll_loss and log_softmax.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "frontends/onnx/onnx_fold.h"
+#include "frontends/onnx/onnx_map_util.h"
+
+namespace kiln::frontends::onnx_import {
+
+namespace {
+
+using ir::OpKind;
+
+// A scalar constant of `dtype` (f32 or f64: the float ops below).
+Expected<ir::Value*> scalar(NodeContext& ctx, ir::DType dtype, double v) {
+  return ctx.constantValue(filledTensor(dtype, {}, v));
+}
+
+// Input 0's type, which must be f32 or f64 (the dtypes kiln's float ops and constants take).
+Expected<ir::TensorType> floatInput(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  if (t.dtype != ir::DType::kF32 && t.dtype != ir::DType::kF64)
+    return ctx.unsupported(ctx.opType() + " of " + t.toString() +
+                           " (kiln composes it for f32 and f64)");
+  return t;
+}
+
+Status mapCastLike(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType like, ctx.inputType(1));
+  if (t.dtype == like.dtype) return alias(ctx, 0);
+  return foldOrEmit(ctx, OpKind::kCast, {0}, {{"to", std::string(ir::dtypeName(like.dtype))}});
+}
+
+// Trilu: where(mask, x, 0), the mask over the last two dims known at import.
+Status mapTrilu(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  if (t.rank() < 2) return ctx.invalid("input " + t.toString() + " must have rank 2 or more");
+  KILN_ASSIGN_OR_RETURN(bool upper, ctx.attrBool("upper", true));
+  int64_t k = 0;
+  if (ctx.hasInput(1)) {
+    KILN_ASSIGN_OR_RETURN(double kv, ctx.constScalar(1, "k"));
+    k = static_cast<int64_t>(kv);
+  }
+  const int64_t n = t.shape[t.shape.size() - 2], m = t.shape.back();
+  ir::TensorData mask(ir::DType::kBool, {n, m});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j)
+      mask.as<uint8_t>()[i * m + j] = upper ? (j - i >= k) : (j - i <= k);
+  KILN_ASSIGN_OR_RETURN(ir::Value * maskValue, ctx.constantValue(std::move(mask)));
+  ir::TensorData zero(t.dtype, {});
+  std::memset(zero.as<std::byte>(), 0, ir::dtypeSize(t.dtype));  // Zero in every dtype.
+  KILN_ASSIGN_OR_RETURN(ir::Value * zeroValue, ctx.constantValue(std::move(zero)));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  return ctx.emit(OpKind::kWhere, {maskValue, x, zeroValue}, {}, 0).status();
+}
+
+// The axes [axis, rank) of a normalization.
+Expected<std::vector<int64_t>> trailingAxes(NodeContext& ctx, const ir::TensorType& t) {
+  KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", -1));
+  KILN_ASSIGN_OR_RETURN(int a, ir::normalizeAxis(axis, t.shape.size(), "axis"));
+  std::vector<int64_t> axes;
+  for (int d = a; d < t.rank(); ++d) axes.push_back(d);
+  return axes;
+}
+
+// RMSNormalization (23): x / sqrt(mean(x^2 over [axis, rank)) + epsilon) * scale.
+Status mapRmsNorm(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
+  KILN_ASSIGN_OR_RETURN(auto axes, trailingAxes(ctx, t));
+  KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * scale, ctx.value(1));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sq, ctx.emit(OpKind::kMul, {x, x}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * ms, ctx.emit(OpKind::kReduceMean, {sq},
+                                                 {{"axes", axes}, {"keepdims", int64_t{1}}}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * e, scalar(ctx, t.dtype, eps));
+  KILN_ASSIGN_OR_RETURN(ir::Value * d, ctx.emit(OpKind::kAdd, {ms, e}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * r, ctx.emit(OpKind::kRsqrt, {d}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kMul, {x, r}));
+  return ctx.emit(OpKind::kMul, {y, scale}, {}, 0).status();
+}
+
+enum class Derived { kSumSquare, kL1, kL2, kLogSum, kLogSumExp };
+
+// The reductions ONNX derives from a sum: composed from reduce_sum (and reduce_max for a stable
+// log-sum-exp) over kiln's pointwise ops.
+template <Derived kKind>
+Status mapDerivedReduce(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(bool keepdims, ctx.attrBool("keepdims", true));
+  KILN_ASSIGN_OR_RETURN(auto maybeAxes, reduceAxes(ctx, 18));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  if (!maybeAxes) {
+    // The identity reduction still applies the element function (ONNX's reference does).
+    switch (kKind) {
+      case Derived::kSumSquare:
+        return ctx.emit(OpKind::kMul, {x, x}, {}, 0).status();
+      case Derived::kL1:
+      case Derived::kL2:
+        return ctx.emit(OpKind::kAbs, {x}, {}, 0).status();
+      case Derived::kLogSum:
+        return ctx.emit(OpKind::kLog, {x}, {}, 0).status();
+      case Derived::kLogSumExp:
+        return alias(ctx, 0);
+    }
+  }
+  const ir::AttrMap keep{{"axes", *maybeAxes}, {"keepdims", int64_t{1}}};
+  const ir::AttrMap attrs{{"axes", *maybeAxes}, {"keepdims", int64_t{keepdims}}};
+  switch (kKind) {
+    case Derived::kSumSquare: {
+      KILN_ASSIGN_OR_RETURN(ir::Value * sq, ctx.emit(OpKind::kMul, {x, x}));
+      return ctx.emit(OpKind::kReduceSum, {sq}, attrs, 0).status();
+    }
+    case Derived::kL1: {
+      KILN_ASSIGN_OR_RETURN(ir::Value * a, ctx.emit(OpKind::kAbs, {x}));
+      return ctx.emit(OpKind::kReduceSum, {a}, attrs, 0).status();
+    }
+    case Derived::kL2: {
+      if (!ir::isFloat(t.dtype))
+        return ctx.unsupported("ReduceL2 of " + t.toString() + " (kiln's sqrt takes floats)");
+      KILN_ASSIGN_OR_RETURN(ir::Value * sq, ctx.emit(OpKind::kMul, {x, x}));
+      KILN_ASSIGN_OR_RETURN(ir::Value * s, ctx.emit(OpKind::kReduceSum, {sq}, attrs));
+      return ctx.emit(OpKind::kSqrt, {s}, {}, 0).status();
+    }
+    case Derived::kLogSum: {
+      KILN_ASSIGN_OR_RETURN(ir::Value * s, ctx.emit(OpKind::kReduceSum, {x}, attrs));
+      return ctx.emit(OpKind::kLog, {s}, {}, 0).status();
+    }
+    case Derived::kLogSumExp: {
+      // max + log(sum(exp(x - max))), the max kept finite so that -inf rows stay -inf.
+      KILN_ASSIGN_OR_RETURN(ir::TensorType ft, floatInput(ctx));
+      KILN_ASSIGN_OR_RETURN(ir::Value * m, ctx.emit(OpKind::kReduceMax, {x}, keep));
+      KILN_ASSIGN_OR_RETURN(ir::Value * lo,
+                            scalar(ctx, ft.dtype, -std::numeric_limits<double>::max()));
+      KILN_ASSIGN_OR_RETURN(ir::Value * hi,
+                            scalar(ctx, ft.dtype, std::numeric_limits<double>::max()));
+      KILN_ASSIGN_OR_RETURN(ir::Value * mc, ctx.emit(OpKind::kMaximum, {m, lo}));
+      KILN_ASSIGN_OR_RETURN(mc, ctx.emit(OpKind::kMinimum, {mc, hi}));
+      KILN_ASSIGN_OR_RETURN(ir::Value * d, ctx.emit(OpKind::kSub, {x, mc}));
+      KILN_ASSIGN_OR_RETURN(ir::Value * e, ctx.emit(OpKind::kExp, {d}));
+      KILN_ASSIGN_OR_RETURN(ir::Value * s, ctx.emit(OpKind::kReduceSum, {e}, keep));
+      KILN_ASSIGN_OR_RETURN(ir::Value * l, ctx.emit(OpKind::kLog, {s}));
+      if (keepdims) return ctx.emit(OpKind::kAdd, {l, mc}, {}, 0).status();
+      // Without keepdims: the kept-dims result reshaped without the reduced dims.
+      std::vector<bool> reduced(t.shape.size(), maybeAxes->empty());
+      for (int64_t ax : *maybeAxes) {
+        KILN_ASSIGN_OR_RETURN(int a, ir::normalizeAxis(ax, t.shape.size(), "axes"));
+        reduced[static_cast<size_t>(a)] = true;
+      }
+      ir::Shape shape;
+      for (size_t d = 0; d < t.shape.size(); ++d)
+        if (!reduced[d]) shape.push_back(t.shape[d]);
+      KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kAdd, {l, mc}));
+      return ctx.emit(OpKind::kReshape, {y}, {{"shape", shape}}, 0).status();
+    }
+  }
+  return internalError("unhandled reduction");
+}
+
+// HardSigmoid: clip(alpha x + beta, 0, 1); HardSwish: x HardSigmoid(x) with 1/6 and 1/2.
+Expected<ir::Value*> hardSigmoid(NodeContext& ctx, ir::Value* x, ir::DType dtype, double alpha,
+                                 double beta, int output) {
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, scalar(ctx, dtype, alpha));
+  KILN_ASSIGN_OR_RETURN(ir::Value * b, scalar(ctx, dtype, beta));
+  KILN_ASSIGN_OR_RETURN(ir::Value * ax, ctx.emit(OpKind::kMul, {x, a}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * axb, ctx.emit(OpKind::kAdd, {ax, b}));
+  return ctx.emit(OpKind::kClip, {axb}, {{"min", 0.0}, {"max", 1.0}}, output);
+}
+
+Status mapHardSigmoid(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
+  KILN_ASSIGN_OR_RETURN(double alpha, ctx.attrFloat("alpha", 0.2));
+  KILN_ASSIGN_OR_RETURN(double beta, ctx.attrFloat("beta", 0.5));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  return hardSigmoid(ctx, x, t.dtype, alpha, beta, 0).status();
+}
+
+Status mapHardSwish(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * h, hardSigmoid(ctx, x, t.dtype, 1.0 / 6.0, 0.5, -1));
+  return ctx.emit(OpKind::kMul, {x, h}, {}, 0).status();
+}
+
+// Softsign: x / (1 + |x|).
+Status mapSoftsign(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * one, scalar(ctx, t.dtype, 1.0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, ctx.emit(OpKind::kAbs, {x}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * d, ctx.emit(OpKind::kAdd, {one, a}));
+  return ctx.emit(OpKind::kDiv, {x, d}, {}, 0).status();
+}
+
+// PRelu: x >= 0 ? x : slope x, as relu(x) - slope relu(-x) (slope broadcasts to x).
+Status mapPRelu(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * slope, ctx.value(1));
+  if (slope->type().dtype != t.dtype)
+    return ctx.invalid("slope " + slope->type().toString() + " must have the input's dtype");
+  KILN_ASSIGN_OR_RETURN(ir::Value * pos, ctx.emit(OpKind::kRelu, {x}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * nx, ctx.emit(OpKind::kNeg, {x}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * neg, ctx.emit(OpKind::kRelu, {nx}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sn, ctx.emit(OpKind::kMul, {slope, neg}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kSub, {pos, sn}));
+  if (y->type().shape != t.shape)
+    return ctx.invalid("slope " + slope->type().toString() + " must broadcast to the input " +
+                       t.toString());
+  ctx.setOutput(0, y);
+  return Status::ok();
+}
+
+// Swish (24): x sigmoid(alpha x).
+Status mapSwish(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
+  KILN_ASSIGN_OR_RETURN(double alpha, ctx.attrFloat("alpha", 1.0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  if (alpha == 1.0) return ctx.emit(OpKind::kSilu, {x}, {}, 0).status();
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, scalar(ctx, t.dtype, alpha));
+  KILN_ASSIGN_OR_RETURN(ir::Value * ax, ctx.emit(OpKind::kMul, {x, a}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * s, ctx.emit(OpKind::kSigmoid, {ax}));
+  return ctx.emit(OpKind::kMul, {x, s}, {}, 0).status();
+}
+
+// Mean: the sum of the inputs (broadcast) divided by their count.
+Status mapMean(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::Value * acc, ctx.value(0));
+  if (ctx.numInputs() == 1) return alias(ctx, 0);
+  for (size_t i = 1; i < ctx.numInputs(); ++i) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i));
+    KILN_ASSIGN_OR_RETURN(acc, ctx.emit(OpKind::kAdd, {acc, v}));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * n, scalar(ctx, t.dtype, static_cast<double>(ctx.numInputs())));
+  return ctx.emit(OpKind::kDiv, {acc, n}, {}, 0).status();
+}
+
+// The attributes kiln's nll_loss takes from an ONNX loss node. Without ignore_index nothing is
+// ignored: the smallest int64, which no class index equals.
+Expected<ir::AttrMap> lossAttrs(NodeContext& ctx) {
+  if (ctx.hasInput(2))
+    return ctx.unsupported("class weights (input 2); kiln's losses weigh every class 1");
+  KILN_ASSIGN_OR_RETURN(std::string reduction, ctx.attrString("reduction", "mean"));
+  KILN_ASSIGN_OR_RETURN(int64_t ignore,
+                        ctx.attrInt("ignore_index", std::numeric_limits<int64_t>::min()));
+  return ir::AttrMap{{"reduction", reduction}, {"ignore_index", ignore}};
+}
+
+Status mapNllLoss(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::AttrMap attrs, lossAttrs(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * target, ctx.value(1, /*trainable=*/false));
+  return ctx.emit(OpKind::kNllLoss, {x, target}, std::move(attrs), 0).status();
+}
+
+// SoftmaxCrossEntropyLoss: log_softmax over dim 1 (output 1, log_prob), then nll_loss.
+Status mapSoftmaxCrossEntropy(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::AttrMap attrs, lossAttrs(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * target, ctx.value(1, /*trainable=*/false));
+  KILN_ASSIGN_OR_RETURN(ir::Value * logp, ctx.emit(OpKind::kLogSoftmax, {x}, {{"axis", int64_t{1}}},
+                                                   ctx.outputUsed(1) ? 1 : -1));
+  return ctx.emit(OpKind::kNllLoss, {logp, target}, std::move(attrs), 0).status();
+}
+
+}  // namespace
+
+// Versions: every since_version from opset 7 on; the later ones only add element types, except
+// Reduce*'s axes input (18), handled as in the Reduce ops.
+std::vector<MapperEntry> compositeMappers() {
+  return {
+      {"CastLike", {15, 19, 21, 23, 24, 25}, mapCastLike},
+      {"Trilu", {14}, mapTrilu},
+      {"RMSNormalization", {23}, mapRmsNorm},
+      {"ReduceSumSquare", {1, 11, 13, 18}, mapDerivedReduce<Derived::kSumSquare>},
+      {"ReduceL1", {1, 11, 13, 18}, mapDerivedReduce<Derived::kL1>},
+      {"ReduceL2", {1, 11, 13, 18}, mapDerivedReduce<Derived::kL2>},
+      {"ReduceLogSum", {1, 11, 13, 18, 28}, mapDerivedReduce<Derived::kLogSum>},
+      {"ReduceLogSumExp", {1, 11, 13, 18, 28}, mapDerivedReduce<Derived::kLogSumExp>},
+      {"HardSigmoid", {6, 22}, mapHardSigmoid},
+      {"HardSwish", {14, 22}, mapHardSwish},
+      {"Softsign", {1, 22}, mapSoftsign},
+      {"PRelu", {7, 9, 16}, mapPRelu},
+      {"Swish", {24}, mapSwish},
+      {"Mean", {6, 8, 13}, mapMean},
+      {"NegativeLogLikelihoodLoss", {12, 13, 22}, mapNllLoss},
+      {"SoftmaxCrossEntropyLoss", {12, 13}, mapSoftmaxCrossEntropy},
+  };
+}
+
+}  // namespace kiln::frontends::onnx_import
