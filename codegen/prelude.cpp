@@ -170,6 +170,16 @@ template <class T> KILN_FN T kiln_mul(T a, T b) { return a * b; }
 template <class T> KILN_FN T kiln_div(T a, T b) { return a / b; }
 template <class T> KILN_FN T kiln_pow(T a, T b) { return kiln_m_pow(a, b); }
 // maximum and minimum propagate NaN, as torch.maximum does.
+// Comparisons (bool results; NaN compares unequal and unordered) and logic on bools.
+template <class T> KILN_FN bool kiln_equal(T a, T b) { return a == b; }
+template <class T> KILN_FN bool kiln_less(T a, T b) { return a < b; }
+template <class T> KILN_FN bool kiln_less_equal(T a, T b) { return a <= b; }
+template <class T> KILN_FN bool kiln_greater(T a, T b) { return a > b; }
+template <class T> KILN_FN bool kiln_greater_equal(T a, T b) { return a >= b; }
+KILN_FN bool kiln_logical_and(bool a, bool b) { return a && b; }
+KILN_FN bool kiln_logical_or(bool a, bool b) { return a || b; }
+KILN_FN bool kiln_logical_xor(bool a, bool b) { return a != b; }
+KILN_FN bool kiln_logical_not(bool a) { return !a; }
 template <class T> KILN_FN T kiln_relu_backward(T g, T x) { return x > T(0) ? g : T(0); }
 template <class T> KILN_FN T kiln_abs_backward(T g, T x) { return x > T(0) ? g : (x < T(0) ? -g : T(0)); }
 template <class T> KILN_FN T kiln_leaky_relu_backward(T g, T x, T a) { return x > T(0) ? g : g * a; }

@@ -102,6 +102,25 @@ Expected<std::vector<TensorType>> inferBinaryFloat(std::span<const TensorType> i
   return one(t);
 }
 
+Expected<std::vector<TensorType>> inferCompare(std::span<const TensorType> in, const AttrView&) {
+  KILN_TRY(requireNumeric(in[0], "first input"));
+  KILN_ASSIGN_OR_RETURN(TensorType t, broadcastBinary(in[0], in[1]));
+  t.dtype = DType::kBool;
+  t.layout = Layout::kPlain;
+  return one(t);
+}
+
+Expected<std::vector<TensorType>> inferLogical(std::span<const TensorType> in, const AttrView&) {
+  for (const TensorType& t : in)
+    if (t.dtype != DType::kBool) return invalidArgument("inputs must be bool, got " + t.toString());
+  TensorType t = in[0];
+  if (in.size() == 2) {
+    KILN_ASSIGN_OR_RETURN(t, broadcastBinary(in[0], in[1]));
+  }
+  t.layout = Layout::kPlain;
+  return one(t);
+}
+
 Expected<std::vector<TensorType>> inferWhere(std::span<const TensorType> in, const AttrView&) {
   if (in[0].dtype != DType::kBool)
     return invalidArgument("condition must be bool, got " + in[0].toString());

@@ -139,26 +139,58 @@ Status mapDropout(NodeContext& ctx) {
   return alias(ctx, 0);
 }
 
+// kiln's op for an ONNX comparison or logic op.
+OpKind kilnCompare(Compare op) {
+  switch (op) {
+    case Compare::kEqual:
+      return OpKind::kEqual;
+    case Compare::kLess:
+      return OpKind::kLess;
+    case Compare::kGreater:
+      return OpKind::kGreater;
+    case Compare::kLessOrEqual:
+      return OpKind::kLessEqual;
+    case Compare::kGreaterOrEqual:
+      return OpKind::kGreaterEqual;
+    case Compare::kAnd:
+      return OpKind::kLogicalAnd;
+    case Compare::kOr:
+      return OpKind::kLogicalOr;
+    case Compare::kXor:
+      return OpKind::kLogicalXor;
+  }
+  return OpKind::kEqual;
+}
+
+// Folded at import when both inputs are known (shape arithmetic), else kiln's op; Equal of
+// bools is not(xor).
 template <Compare kOp>
 Status mapCompare(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* b, ctx.constant(1));
-  if (!a || !b)
-    return ctx.unsupported("kiln has no comparison or logic ops; they are imported only when " +
-                           std::string("their inputs are known at import (shape arithmetic)"));
-  KILN_ASSIGN_OR_RETURN(ir::TensorData r, evaluateCompare(kOp, *a, *b));
-  ctx.setConstantOutput(0, std::move(r));
-  return Status::ok();
+  if (a && b) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorData r, evaluateCompare(kOp, *a, *b));
+    ctx.setConstantOutput(0, std::move(r));
+    return Status::ok();
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0, false));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.value(1, false));
+  if (kOp == Compare::kEqual && x->type().dtype == ir::DType::kBool) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * ne, ctx.emit(OpKind::kLogicalXor, {x, y}));
+    return ctx.emit(OpKind::kLogicalNot, {ne}, {}, 0).status();
+  }
+  return ctx.emit(kilnCompare(kOp), {x, y}, {}, 0).status();
 }
 
 Status mapNot(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
-  if (!a)
-    return ctx.unsupported("kiln has no logic ops; Not is imported only when its input is " +
-                           std::string("known at import"));
-  KILN_ASSIGN_OR_RETURN(ir::TensorData r, evaluateNot(*a));
-  ctx.setConstantOutput(0, std::move(r));
-  return Status::ok();
+  if (a) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorData r, evaluateNot(*a));
+    ctx.setConstantOutput(0, std::move(r));
+    return Status::ok();
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0, false));
+  return ctx.emit(OpKind::kLogicalNot, {x}, {}, 0).status();
 }
 
 // Gelu (opset 20): approximate "none" (erf) or "tanh".

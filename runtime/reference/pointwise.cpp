@@ -320,6 +320,71 @@ Status whereKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Te
   });
 }
 
+// Comparisons: numeric inputs of one dtype (broadcast), bool output (1 or 0 per byte).
+template <class F>
+Status compareKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out,
+                     F f) {
+  return kNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    const T* y = in[1].data<T>();
+    uint8_t* z = out[0].data<uint8_t>();
+    const ir::Shape& shape = out[0].shape();
+    ref::forEachStrided<2>(
+        shape,
+        {ref::broadcastStrides(in[0].shape(), shape), ref::broadcastStrides(in[1].shape(), shape)},
+        {0, 0}, [&](int64_t i, const std::array<int64_t, 2>& off) {
+          z[i] = f(x[off[0]], y[off[1]]) ? 1 : 0;
+        });
+    return Status::ok();
+  });
+}
+
+Status equalKernel(const ir::AttrView& a, std::span<const Tensor> in, std::span<Tensor> out) {
+  return compareKernel(a, in, out, []<class T>(T x, T y) { return x == y; });
+}
+Status lessKernel(const ir::AttrView& a, std::span<const Tensor> in, std::span<Tensor> out) {
+  return compareKernel(a, in, out, []<class T>(T x, T y) { return x < y; });
+}
+Status lessEqualKernel(const ir::AttrView& a, std::span<const Tensor> in, std::span<Tensor> out) {
+  return compareKernel(a, in, out, []<class T>(T x, T y) { return x <= y; });
+}
+Status greaterKernel(const ir::AttrView& a, std::span<const Tensor> in, std::span<Tensor> out) {
+  return compareKernel(a, in, out, []<class T>(T x, T y) { return x > y; });
+}
+Status greaterEqualKernel(const ir::AttrView& a, std::span<const Tensor> in,
+                          std::span<Tensor> out) {
+  return compareKernel(a, in, out, []<class T>(T x, T y) { return x >= y; });
+}
+
+// Logic on bools: any non-zero byte is true; outputs are 1 or 0.
+template <class F>
+Status logicalKernel(std::span<const Tensor> in, std::span<Tensor> out, F f) {
+  const uint8_t* x = in[0].data<uint8_t>();
+  const uint8_t* y = in.size() > 1 ? in[1].data<uint8_t>() : x;
+  uint8_t* z = out[0].data<uint8_t>();
+  const ir::Shape& shape = out[0].shape();
+  ref::forEachStrided<2>(shape,
+                         {ref::broadcastStrides(in[0].shape(), shape),
+                          ref::broadcastStrides(in[in.size() > 1 ? 1 : 0].shape(), shape)},
+                         {0, 0}, [&](int64_t i, const std::array<int64_t, 2>& off) {
+                           z[i] = f(x[off[0]] != 0, y[off[1]] != 0) ? 1 : 0;
+                         });
+  return Status::ok();
+}
+
+Status logicalAndKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Tensor> out) {
+  return logicalKernel(in, out, [](bool a, bool b) { return a && b; });
+}
+Status logicalOrKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Tensor> out) {
+  return logicalKernel(in, out, [](bool a, bool b) { return a || b; });
+}
+Status logicalXorKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Tensor> out) {
+  return logicalKernel(in, out, [](bool a, bool b) { return a != b; });
+}
+Status logicalNotKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Tensor> out) {
+  return logicalKernel(in, out, [](bool a, bool) { return !a; });
+}
+
 Status reluBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                           std::span<Tensor> out) {
   return binaryKernel(kFloat, attrs, in, out,
@@ -445,6 +510,15 @@ void registerPointwiseKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kMaximum, maximumKernel);
   ref::setKernel(t, OpKind::kMinimum, minimumKernel);
   ref::setKernel(t, OpKind::kWhere, whereKernel);
+  ref::setKernel(t, OpKind::kEqual, equalKernel);
+  ref::setKernel(t, OpKind::kLess, lessKernel);
+  ref::setKernel(t, OpKind::kLessEqual, lessEqualKernel);
+  ref::setKernel(t, OpKind::kGreater, greaterKernel);
+  ref::setKernel(t, OpKind::kGreaterEqual, greaterEqualKernel);
+  ref::setKernel(t, OpKind::kLogicalAnd, logicalAndKernel);
+  ref::setKernel(t, OpKind::kLogicalOr, logicalOrKernel);
+  ref::setKernel(t, OpKind::kLogicalXor, logicalXorKernel);
+  ref::setKernel(t, OpKind::kLogicalNot, logicalNotKernel);
   ref::setKernel(t, OpKind::kReluBackward, reluBackwardKernel);
   ref::setKernel(t, OpKind::kAbsBackward, absBackwardKernel);
   ref::setKernel(t, OpKind::kLeakyReluBackward, leakyReluBackwardKernel);

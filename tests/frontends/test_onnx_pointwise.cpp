@@ -292,11 +292,24 @@ TEST_CASE("onnx: comparisons and logic fold when their inputs are known, else ar
   CHECK(y[1].data<uint8_t>()[0] == 1);
   CHECK(y[1].data<uint8_t>()[1] == 1);
 
-  Model runtimeCompare;
-  runtimeCompare.input("a", {int64_t{3}}).input("b", {int64_t{3}});
-  runtimeCompare.node("Less", {"a", "b"}, {"c"}, {}, "less").output("c", kBool);
-  CHECK_THAT(importError(runtimeCompare).message(),
-             Catch::Contains("Less (opset 17) node 'less': kiln has no comparison"));
+  // At run time they are kiln's comparison and logic ops (bool outputs; NaN compares false).
+  Model rt;
+  rt.input("a", {int64_t{4}}).input("b", {int64_t{4}});
+  rt.node("Less", {"a", "b"}, {"lt"}).node("Equal", {"a", "b"}, {"eq"});
+  rt.node("GreaterOrEqual", {"a", "b"}, {"ge"}).node("Or", {"lt", "eq"}, {"le"});
+  rt.node("Not", {"le"}, {"gt"}).node("Equal", {"lt", "ge"}, {"never"});
+  rt.output("lt", kBool).output("le", kBool).output("gt", kBool).output("never", kBool);
+  const float nan = std::nanf("");
+  auto r = run(rt, {makeF32({4}, {1, 2, 3, nan}), makeF32({4}, {2, 2, 1, 0})});
+  auto bools = [](const Tensor& t) {
+    std::vector<int> v;
+    for (int64_t i = 0; i < t.numElements(); ++i) v.push_back(t.data<uint8_t>()[i]);
+    return v;
+  };
+  CHECK(bools(r[0]) == std::vector<int>{1, 0, 0, 0});
+  CHECK(bools(r[1]) == std::vector<int>{1, 1, 0, 0});
+  CHECK(bools(r[2]) == std::vector<int>{0, 0, 1, 1});  // not(NaN <= 0) is true.
+  CHECK(bools(r[3]) == std::vector<int>{0, 0, 0, 1});  // lt == ge only where both are false: NaN.
 }
 
 TEST_CASE("onnx: Mod folds at import with either sign rule; at run time it is unsupported") {
