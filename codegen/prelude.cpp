@@ -23,6 +23,36 @@ KILN_FN float kiln_m_erf(float x) { return erff(x); }
 KILN_FN double kiln_m_erf(double x) { return erf(x); }
 KILN_FN float kiln_m_erfc(float x) { return erfcf(x); }
 KILN_FN double kiln_m_erfc(double x) { return erfc(x); }
+KILN_FN float kiln_m_floor(float x) { return floorf(x); }
+KILN_FN double kiln_m_floor(double x) { return floor(x); }
+KILN_FN float kiln_m_ceil(float x) { return ceilf(x); }
+KILN_FN double kiln_m_ceil(double x) { return ceil(x); }
+KILN_FN float kiln_m_rint(float x) { return rintf(x); }
+KILN_FN double kiln_m_rint(double x) { return rint(x); }
+KILN_FN float kiln_m_sin(float x) { return sinf(x); }
+KILN_FN double kiln_m_sin(double x) { return sin(x); }
+KILN_FN float kiln_m_cos(float x) { return cosf(x); }
+KILN_FN double kiln_m_cos(double x) { return cos(x); }
+KILN_FN float kiln_m_tan(float x) { return tanf(x); }
+KILN_FN double kiln_m_tan(double x) { return tan(x); }
+KILN_FN float kiln_m_asin(float x) { return asinf(x); }
+KILN_FN double kiln_m_asin(double x) { return asin(x); }
+KILN_FN float kiln_m_acos(float x) { return acosf(x); }
+KILN_FN double kiln_m_acos(double x) { return acos(x); }
+KILN_FN float kiln_m_atan(float x) { return atanf(x); }
+KILN_FN double kiln_m_atan(double x) { return atan(x); }
+KILN_FN float kiln_m_sinh(float x) { return sinhf(x); }
+KILN_FN double kiln_m_sinh(double x) { return sinh(x); }
+KILN_FN float kiln_m_cosh(float x) { return coshf(x); }
+KILN_FN double kiln_m_cosh(double x) { return cosh(x); }
+KILN_FN float kiln_m_asinh(float x) { return asinhf(x); }
+KILN_FN double kiln_m_asinh(double x) { return asinh(x); }
+KILN_FN float kiln_m_acosh(float x) { return acoshf(x); }
+KILN_FN double kiln_m_acosh(double x) { return acosh(x); }
+KILN_FN float kiln_m_atanh(float x) { return atanhf(x); }
+KILN_FN double kiln_m_atanh(double x) { return atanh(x); }
+KILN_FN float kiln_m_expm1(float x) { return expm1f(x); }
+KILN_FN double kiln_m_expm1(double x) { return expm1(x); }
 KILN_FN float kiln_m_pow(float x, float y) { return powf(x, y); }
 KILN_FN double kiln_m_pow(double x, double y) { return pow(x, y); }
 KILN_FN float kiln_m_fabs(float x) { return fabsf(x); }
@@ -126,6 +156,37 @@ KILN_FN float kiln_m_erf(float x) { return kiln_verf(x); }
 KILN_FN double kiln_m_erf(double x) { return __builtin_erf(x); }
 KILN_FN float kiln_m_erfc(float x) { return kiln_verfc(x); }
 KILN_FN double kiln_m_erfc(double x) { return __builtin_erfc(x); }
+// Libm calls (not vectorized): the rarer math ops.
+KILN_FN float kiln_m_floor(float x) { return __builtin_floorf(x); }
+KILN_FN double kiln_m_floor(double x) { return __builtin_floor(x); }
+KILN_FN float kiln_m_ceil(float x) { return __builtin_ceilf(x); }
+KILN_FN double kiln_m_ceil(double x) { return __builtin_ceil(x); }
+KILN_FN float kiln_m_rint(float x) { return __builtin_rintf(x); }
+KILN_FN double kiln_m_rint(double x) { return __builtin_rint(x); }
+KILN_FN float kiln_m_sin(float x) { return __builtin_sinf(x); }
+KILN_FN double kiln_m_sin(double x) { return __builtin_sin(x); }
+KILN_FN float kiln_m_cos(float x) { return __builtin_cosf(x); }
+KILN_FN double kiln_m_cos(double x) { return __builtin_cos(x); }
+KILN_FN float kiln_m_tan(float x) { return __builtin_tanf(x); }
+KILN_FN double kiln_m_tan(double x) { return __builtin_tan(x); }
+KILN_FN float kiln_m_asin(float x) { return __builtin_asinf(x); }
+KILN_FN double kiln_m_asin(double x) { return __builtin_asin(x); }
+KILN_FN float kiln_m_acos(float x) { return __builtin_acosf(x); }
+KILN_FN double kiln_m_acos(double x) { return __builtin_acos(x); }
+KILN_FN float kiln_m_atan(float x) { return __builtin_atanf(x); }
+KILN_FN double kiln_m_atan(double x) { return __builtin_atan(x); }
+KILN_FN float kiln_m_sinh(float x) { return __builtin_sinhf(x); }
+KILN_FN double kiln_m_sinh(double x) { return __builtin_sinh(x); }
+KILN_FN float kiln_m_cosh(float x) { return __builtin_coshf(x); }
+KILN_FN double kiln_m_cosh(double x) { return __builtin_cosh(x); }
+KILN_FN float kiln_m_asinh(float x) { return __builtin_asinhf(x); }
+KILN_FN double kiln_m_asinh(double x) { return __builtin_asinh(x); }
+KILN_FN float kiln_m_acosh(float x) { return __builtin_acoshf(x); }
+KILN_FN double kiln_m_acosh(double x) { return __builtin_acosh(x); }
+KILN_FN float kiln_m_atanh(float x) { return __builtin_atanhf(x); }
+KILN_FN double kiln_m_atanh(double x) { return __builtin_atanh(x); }
+KILN_FN float kiln_m_expm1(float x) { return __builtin_expm1f(x); }
+KILN_FN double kiln_m_expm1(double x) { return __builtin_expm1(x); }
 KILN_FN float kiln_m_pow(float x, float y) { return __builtin_powf(x, y); }
 KILN_FN double kiln_m_pow(double x, double y) { return __builtin_pow(x, y); }
 KILN_FN float kiln_m_fabs(float x) { return __builtin_fabsf(x); }
@@ -170,6 +231,29 @@ template <class T> KILN_FN T kiln_mul(T a, T b) { return a * b; }
 template <class T> KILN_FN T kiln_div(T a, T b) { return a / b; }
 template <class T> KILN_FN T kiln_pow(T a, T b) { return kiln_m_pow(a, b); }
 // maximum and minimum propagate NaN, as torch.maximum does.
+// The rarer unary math ops (libm through kiln_m_*); softplus as x + log1p(e^-x) above 20.
+template <class T> KILN_FN T kiln_floor(T x) { return kiln_m_floor(x); }
+template <class T> KILN_FN T kiln_ceil(T x) { return kiln_m_ceil(x); }
+template <class T> KILN_FN T kiln_round(T x) { return kiln_m_rint(x); }
+template <class T> KILN_FN T kiln_sign(T x) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x); }
+template <class T> KILN_FN T kiln_erf(T x) { return kiln_m_erf(x); }
+template <class T> KILN_FN T kiln_sin(T x) { return kiln_m_sin(x); }
+template <class T> KILN_FN T kiln_cos(T x) { return kiln_m_cos(x); }
+template <class T> KILN_FN T kiln_tan(T x) { return kiln_m_tan(x); }
+template <class T> KILN_FN T kiln_asin(T x) { return kiln_m_asin(x); }
+template <class T> KILN_FN T kiln_acos(T x) { return kiln_m_acos(x); }
+template <class T> KILN_FN T kiln_atan(T x) { return kiln_m_atan(x); }
+template <class T> KILN_FN T kiln_sinh(T x) { return kiln_m_sinh(x); }
+template <class T> KILN_FN T kiln_cosh(T x) { return kiln_m_cosh(x); }
+template <class T> KILN_FN T kiln_asinh(T x) { return kiln_m_asinh(x); }
+template <class T> KILN_FN T kiln_acosh(T x) { return kiln_m_acosh(x); }
+template <class T> KILN_FN T kiln_atanh(T x) { return kiln_m_atanh(x); }
+template <class T> KILN_FN T kiln_softplus(T x) { return x > T(20) ? x + kiln_m_log1p(kiln_m_exp(-x)) : kiln_m_log1p(kiln_m_exp(x)); }
+// elu, selu, celu with expm1 (small negative inputs keep their digits); thresholded_relu.
+template <class T> KILN_FN T kiln_elu(T x, T a) { return x > T(0) ? x : a * kiln_m_expm1(x); }
+template <class T> KILN_FN T kiln_selu(T x, T a, T g) { return g * (x > T(0) ? x : a * kiln_m_expm1(x)); }
+template <class T> KILN_FN T kiln_celu(T x, T a) { return x > T(0) ? x : a * kiln_m_expm1(x / a); }
+template <class T> KILN_FN T kiln_thresholded_relu(T x, T a) { return x > a ? x : T(0); }
 // Comparisons (bool results; NaN compares unequal and unordered) and logic on bools.
 template <class T> KILN_FN bool kiln_equal(T a, T b) { return a == b; }
 template <class T> KILN_FN bool kiln_less(T a, T b) { return a < b; }

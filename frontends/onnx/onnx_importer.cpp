@@ -201,12 +201,7 @@ Status Importer::importNode(const ::onnx::NodeProto& node) {
   MapperLookup found = findMapper(domain, node.op_type(), opset);
   if (gelu != geluOf_.end()) found = {mapGelu, found.version, "", false};
   if (!found.map) {
-    std::string reason = found.problem;
-    if (domain.empty() && node.op_type() == "Erf" && !found.invalid)
-      reason =
-          "kiln has no erf op; Erf is imported only as part of the GELU pattern "
-          "x * 0.5 * (1 + Erf(x / sqrt(2)))";
-    problems_.push_back({describe, reason,
+    problems_.push_back({describe, found.problem,
                          found.invalid ? ErrorCode::kInvalidArgument : ErrorCode::kUnimplemented});
     poison();
     return Status::ok();

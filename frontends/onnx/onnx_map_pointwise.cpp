@@ -193,6 +193,17 @@ Status mapNot(NodeContext& ctx) {
   return ctx.emit(OpKind::kLogicalNot, {x}, {}, 0).status();
 }
 
+// A unary op with float attributes, each with its ONNX default.
+template <OpKind kOp>
+Status mapUnaryWithAttrs(NodeContext& ctx,
+                         std::initializer_list<std::pair<const char*, double>> attrs) {
+  ir::AttrMap a;
+  for (const auto& [name, def] : attrs) {
+    KILN_ASSIGN_OR_RETURN(a[name], ctx.attrFloat(name, def));
+  }
+  return foldOrEmit(ctx, kOp, {0}, std::move(a));
+}
+
 // Gelu (opset 20): approximate "none" (erf) or "tanh".
 Status mapOnnxGelu(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::string approximate, ctx.attrString("approximate", "none"));
@@ -247,6 +258,44 @@ std::vector<MapperEntry> pointwiseMappers() {
       {"LeakyRelu", {6, 16}, mapLeakyRelu},
       {"Reciprocal", {6, 13}, mapReciprocal},
       {"Gelu", {20}, mapOnnxGelu},
+      {"Erf", {9, 13}, mapUnary<OpKind::kErf>},
+      {"Floor", {6, 13}, mapUnary<OpKind::kFloor>},
+      {"Ceil", {6, 13}, mapUnary<OpKind::kCeil>},
+      {"Round", {11, 22}, mapUnary<OpKind::kRound>},
+      {"Sign", {9, 13}, mapUnary<OpKind::kSign>},
+      {"Sin", {7, 22}, mapUnary<OpKind::kSin>},
+      {"Cos", {7, 22}, mapUnary<OpKind::kCos>},
+      {"Tan", {7, 22}, mapUnary<OpKind::kTan>},
+      {"Asin", {7, 22}, mapUnary<OpKind::kAsin>},
+      {"Acos", {7, 22}, mapUnary<OpKind::kAcos>},
+      {"Atan", {7, 22}, mapUnary<OpKind::kAtan>},
+      {"Sinh", {9, 22}, mapUnary<OpKind::kSinh>},
+      {"Cosh", {9, 22}, mapUnary<OpKind::kCosh>},
+      {"Asinh", {9, 22}, mapUnary<OpKind::kAsinh>},
+      {"Acosh", {9, 22}, mapUnary<OpKind::kAcosh>},
+      {"Atanh", {9, 22}, mapUnary<OpKind::kAtanh>},
+      {"Softplus", {1, 22}, mapUnary<OpKind::kSoftplus>},
+      {"Elu",
+       {6, 22},
+       [](NodeContext& c) {
+         return mapUnaryWithAttrs<OpKind::kElu>(c, {{"alpha", 1.0}});
+       }},
+      {"Selu",
+       {6, 22},
+       [](NodeContext& c) {
+         return mapUnaryWithAttrs<OpKind::kSelu>(
+             c, {{"alpha", 1.67326319217681884765625}, {"gamma", 1.05070102214813232421875}});
+       }},
+      {"Celu",
+       {12, 28},
+       [](NodeContext& c) {
+         return mapUnaryWithAttrs<OpKind::kCelu>(c, {{"alpha", 1.0}});
+       }},
+      {"ThresholdedRelu",
+       {10, 22},
+       [](NodeContext& c) {
+         return mapUnaryWithAttrs<OpKind::kThresholdedRelu>(c, {{"alpha", 1.0}});
+       }},
       {"Add", {7, 13, 14}, mapBinary<OpKind::kAdd>},
       {"Sub", {7, 13, 14}, mapBinary<OpKind::kSub>},
       {"Mul", {7, 13, 14}, mapBinary<OpKind::kMul>},

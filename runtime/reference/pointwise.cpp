@@ -65,6 +65,25 @@ KILN_UNARY_KERNEL(expKernel, kFloat, std::exp(x))
 KILN_UNARY_KERNEL(logKernel, kFloat, std::log(x))
 KILN_UNARY_KERNEL(sqrtKernel, kFloat, std::sqrt(x))
 KILN_UNARY_KERNEL(rsqrtKernel, kFloat, T(1) / std::sqrt(x))
+// The rarer unary math ops; softplus as x + log1p(e^-x) above 20, where e^x overflows.
+KILN_UNARY_KERNEL(floorKernel, kFloat, std::floor(x))
+KILN_UNARY_KERNEL(ceilKernel, kFloat, std::ceil(x))
+KILN_UNARY_KERNEL(roundKernel, kFloat, std::nearbyint(x))
+KILN_UNARY_KERNEL(signKernel, kFloat, x > T(0) ? T(1) : (x < T(0) ? T(-1) : x))
+KILN_UNARY_KERNEL(erfKernel, kFloat, std::erf(x))
+KILN_UNARY_KERNEL(sinKernel, kFloat, std::sin(x))
+KILN_UNARY_KERNEL(cosKernel, kFloat, std::cos(x))
+KILN_UNARY_KERNEL(tanKernel, kFloat, std::tan(x))
+KILN_UNARY_KERNEL(asinKernel, kFloat, std::asin(x))
+KILN_UNARY_KERNEL(acosKernel, kFloat, std::acos(x))
+KILN_UNARY_KERNEL(atanKernel, kFloat, std::atan(x))
+KILN_UNARY_KERNEL(sinhKernel, kFloat, std::sinh(x))
+KILN_UNARY_KERNEL(coshKernel, kFloat, std::cosh(x))
+KILN_UNARY_KERNEL(asinhKernel, kFloat, std::asinh(x))
+KILN_UNARY_KERNEL(acoshKernel, kFloat, std::acosh(x))
+KILN_UNARY_KERNEL(atanhKernel, kFloat, std::atanh(x))
+KILN_UNARY_KERNEL(softplusKernel, kFloat,
+                  x > T(20) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
 #undef KILN_UNARY_KERNEL
 
 Status absKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
@@ -86,6 +105,33 @@ Status reluKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::sp
     else
       return x < T(0) ? T(0) : x;
   });
+}
+
+// elu, selu, celu and thresholded_relu, with expm1 so that small negative inputs keep their digits.
+Status eluKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const double alpha = attrs.getFloat("alpha");
+  return mapUnary(kFloat, attrs, in, out, [alpha]<class T>(T x) -> T {
+    return x > T(0) ? x : static_cast<T>(alpha) * std::expm1(x);
+  });
+}
+Status seluKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const double alpha = attrs.getFloat("alpha"), gamma = attrs.getFloat("gamma");
+  return mapUnary(kFloat, attrs, in, out, [alpha, gamma]<class T>(T x) -> T {
+    return static_cast<T>(gamma) * (x > T(0) ? x : static_cast<T>(alpha) * std::expm1(x));
+  });
+}
+Status celuKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const double alpha = attrs.getFloat("alpha");
+  return mapUnary(kFloat, attrs, in, out, [alpha]<class T>(T x) -> T {
+    const T a = static_cast<T>(alpha);
+    return x > T(0) ? x : a * std::expm1(x / a);
+  });
+}
+Status thresholdedReluKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                             std::span<Tensor> out) {
+  const double alpha = attrs.getFloat("alpha");
+  return mapUnary(kFloat, attrs, in, out,
+                  [alpha]<class T>(T x) -> T { return x > static_cast<T>(alpha) ? x : T(0); });
 }
 
 Status leakyReluKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
@@ -495,6 +541,27 @@ void registerPointwiseKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kGelu, geluKernel);
   ref::setKernel(t, OpKind::kSilu, siluKernel);
   ref::setKernel(t, OpKind::kMish, mishKernel);
+  ref::setKernel(t, OpKind::kFloor, floorKernel);
+  ref::setKernel(t, OpKind::kCeil, ceilKernel);
+  ref::setKernel(t, OpKind::kRound, roundKernel);
+  ref::setKernel(t, OpKind::kSign, signKernel);
+  ref::setKernel(t, OpKind::kErf, erfKernel);
+  ref::setKernel(t, OpKind::kSin, sinKernel);
+  ref::setKernel(t, OpKind::kCos, cosKernel);
+  ref::setKernel(t, OpKind::kTan, tanKernel);
+  ref::setKernel(t, OpKind::kAsin, asinKernel);
+  ref::setKernel(t, OpKind::kAcos, acosKernel);
+  ref::setKernel(t, OpKind::kAtan, atanKernel);
+  ref::setKernel(t, OpKind::kSinh, sinhKernel);
+  ref::setKernel(t, OpKind::kCosh, coshKernel);
+  ref::setKernel(t, OpKind::kAsinh, asinhKernel);
+  ref::setKernel(t, OpKind::kAcosh, acoshKernel);
+  ref::setKernel(t, OpKind::kAtanh, atanhKernel);
+  ref::setKernel(t, OpKind::kSoftplus, softplusKernel);
+  ref::setKernel(t, OpKind::kElu, eluKernel);
+  ref::setKernel(t, OpKind::kSelu, seluKernel);
+  ref::setKernel(t, OpKind::kCelu, celuKernel);
+  ref::setKernel(t, OpKind::kThresholdedRelu, thresholdedReluKernel);
   ref::setKernel(t, OpKind::kExp, expKernel);
   ref::setKernel(t, OpKind::kLog, logKernel);
   ref::setKernel(t, OpKind::kSqrt, sqrtKernel);

@@ -133,9 +133,9 @@ TEST_CASE("onnx: one error lists every unsupported node, and no graph is returne
   Model m;
   m.opsetImport("custom.domain", 1);
   m.input("x", {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{4}});
-  m.node("Erf", {"x"}, {"e"}, {}, "lone_erf");
+  m.node("Hardmax", {"x"}, {"e"}, {}, "hardmax");
   m.node("Relu", {"e"}, {"after_erf"}, {}, "relu_after_erf");  // Unreachable: not listed.
-  m.node("Softplus", {"x"}, {"sp"}, {}, "softplus");
+  m.node("Einsum", {"x"}, {"sp"}, {attrString("equation", "ijkl->lkji")}, "einsum");
   m.node("MyOp", {"x"}, {"mine"}, {}, "custom", "custom.domain");
   m.init("scales", {4}, {1, 1, 2, 2});
   m.node("Resize", {"x", "", "scales"}, {"up"}, {attrString("mode", "cubic")}, "resize");
@@ -145,8 +145,9 @@ TEST_CASE("onnx: one error lists every unsupported node, and no graph is returne
   CHECK(s.code() == ErrorCode::kUnimplemented);
   CHECK(s.isUserError());
   CHECK_THAT(s.message(), Catch::Contains("cannot import 4 nodes of 6"));
-  CHECK_THAT(s.message(), Catch::Contains("Erf (opset 17) node 'lone_erf': kiln has no erf op"));
-  CHECK_THAT(s.message(), Catch::Contains("Softplus (opset 17) node 'softplus': kiln has no "
+  CHECK_THAT(s.message(),
+             Catch::Contains("Hardmax (opset 17) node 'hardmax': kiln has no mapping"));
+  CHECK_THAT(s.message(), Catch::Contains("Einsum (opset 17) node 'einsum': kiln has no "
                                           "mapping for this op"));
   CHECK_THAT(s.message(), Catch::Contains("custom.domain.MyOp (opset 1) node 'custom'"));
   CHECK_THAT(s.message(), Catch::Contains("Resize (opset 17) node 'resize': mode 'cubic'"));
