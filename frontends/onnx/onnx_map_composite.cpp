@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_map_util.h"
@@ -242,32 +244,86 @@ Status mapMean(NodeContext& ctx) {
   return ctx.emit(OpKind::kDiv, {acc, n}, {}, 0).status();
 }
 
-// The attributes kiln's nll_loss takes from an ONNX loss node. Without ignore_index nothing is
-// ignored: the smallest int64, which no class index equals.
-Expected<ir::AttrMap> lossAttrs(NodeContext& ctx) {
-  if (ctx.hasInput(2))
-    return ctx.unsupported("class weights (input 2); kiln's losses weigh every class 1");
-  KILN_ASSIGN_OR_RETURN(std::string reduction, ctx.attrString("reduction", "mean"));
-  KILN_ASSIGN_OR_RETURN(int64_t ignore,
-                        ctx.attrInt("ignore_index", std::numeric_limits<int64_t>::min()));
-  return ir::AttrMap{{"reduction", reduction}, {"ignore_index", ignore}};
+struct LossAttrs {
+  std::string reduction;
+  std::optional<int64_t> ignore;
+};
+
+Expected<LossAttrs> lossAttrs(NodeContext& ctx) {
+  LossAttrs a;
+  KILN_ASSIGN_OR_RETURN(a.reduction, ctx.attrString("reduction", "mean"));
+  if (a.reduction != "mean" && a.reduction != "sum" && a.reduction != "none")
+    return ctx.invalid("reduction must be mean, sum or none, got '" + a.reduction + "'");
+  if (ctx.hasAttr("ignore_index")) {
+    KILN_ASSIGN_OR_RETURN(int64_t v, ctx.attrInt("ignore_index"));
+    a.ignore = v;
+  }
+  return a;
+}
+
+// The negative log-likelihood of `logp` (log-probabilities [N, C, ...]) at input 1's targets,
+// with ONNX's class weights (input 2) when given: each element's loss times its target class's
+// weight, a mean dividing by the sum of those weights. Ignored targets weigh 0. Without
+// ignore_index nothing is ignored (kiln's nll_loss then ignores the smallest int64, which no
+// class index equals).
+Status emitNll(NodeContext& ctx, ir::Value* logp, const LossAttrs& a) {
+  KILN_ASSIGN_OR_RETURN(ir::Value * target, ctx.value(1, /*trainable=*/false));
+  const int64_t ignore = a.ignore.value_or(std::numeric_limits<int64_t>::min());
+  if (!ctx.hasInput(2))
+    return ctx
+        .emit(OpKind::kNllLoss, {logp, target},
+              {{"reduction", a.reduction}, {"ignore_index", ignore}}, 0)
+        .status();
+  KILN_ASSIGN_OR_RETURN(ir::Value * weight, ctx.value(2, /*trainable=*/false));
+  ir::Value* safeTarget = target;
+  ir::Value* keep = nullptr;
+  if (a.ignore) {
+    // Ignored targets may be out of the weights' range: gather at class 0 and zero them.
+    KILN_ASSIGN_OR_RETURN(ir::Value * ig, ctx.constantValue(intTensor({ignore}, {})));
+    if (target->type().dtype != ir::DType::kI64) {
+      KILN_ASSIGN_OR_RETURN(ig,
+                            ctx.emit(OpKind::kCast, {ig},
+                                     {{"to", std::string(ir::dtypeName(target->type().dtype))}}));
+    }
+    KILN_ASSIGN_OR_RETURN(ir::Value * isIgnored, ctx.emit(OpKind::kEqual, {target, ig}));
+    KILN_ASSIGN_OR_RETURN(keep, ctx.emit(OpKind::kLogicalNot, {isIgnored}));
+    ir::TensorData zeroIndex(target->type().dtype, {});
+    std::memset(zeroIndex.as<std::byte>(), 0, ir::dtypeSize(target->type().dtype));
+    KILN_ASSIGN_OR_RETURN(ir::Value * z, ctx.constantValue(std::move(zeroIndex)));
+    KILN_ASSIGN_OR_RETURN(safeTarget, ctx.emit(OpKind::kWhere, {keep, target, z}));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * w,
+                        ctx.emit(OpKind::kGather, {weight, safeTarget}, {{"axis", int64_t{0}}}));
+  if (keep) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * zero, scalar(ctx, w->type().dtype, 0.0));
+    KILN_ASSIGN_OR_RETURN(w, ctx.emit(OpKind::kWhere, {keep, w, zero}));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * l,
+                        ctx.emit(OpKind::kNllLoss, {logp, target},
+                                 {{"reduction", std::string("none")}, {"ignore_index", ignore}}));
+  const bool last = a.reduction == "none";
+  KILN_ASSIGN_OR_RETURN(ir::Value * lw, ctx.emit(OpKind::kMul, {l, w}, {}, last ? 0 : -1));
+  if (last) return Status::ok();
+  const ir::AttrMap all{{"axes", std::vector<int64_t>{}}, {"keepdims", int64_t{0}}};
+  if (a.reduction == "sum") return ctx.emit(OpKind::kReduceSum, {lw}, all, 0).status();
+  KILN_ASSIGN_OR_RETURN(ir::Value * num, ctx.emit(OpKind::kReduceSum, {lw}, all));
+  KILN_ASSIGN_OR_RETURN(ir::Value * den, ctx.emit(OpKind::kReduceSum, {w}, all));
+  return ctx.emit(OpKind::kDiv, {num, den}, {}, 0).status();
 }
 
 Status mapNllLoss(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::AttrMap attrs, lossAttrs(ctx));
+  KILN_ASSIGN_OR_RETURN(LossAttrs a, lossAttrs(ctx));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
-  KILN_ASSIGN_OR_RETURN(ir::Value * target, ctx.value(1, /*trainable=*/false));
-  return ctx.emit(OpKind::kNllLoss, {x, target}, std::move(attrs), 0).status();
+  return emitNll(ctx, x, a);
 }
 
-// SoftmaxCrossEntropyLoss: log_softmax over dim 1 (output 1, log_prob), then nll_loss.
+// SoftmaxCrossEntropyLoss: log_softmax over dim 1 (output 1, log_prob), then the NLL.
 Status mapSoftmaxCrossEntropy(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::AttrMap attrs, lossAttrs(ctx));
+  KILN_ASSIGN_OR_RETURN(LossAttrs a, lossAttrs(ctx));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
-  KILN_ASSIGN_OR_RETURN(ir::Value * target, ctx.value(1, /*trainable=*/false));
   KILN_ASSIGN_OR_RETURN(ir::Value * logp, ctx.emit(OpKind::kLogSoftmax, {x}, {{"axis", int64_t{1}}},
                                                    ctx.outputUsed(1) ? 1 : -1));
-  return ctx.emit(OpKind::kNllLoss, {logp, target}, std::move(attrs), 0).status();
+  return emitNll(ctx, logp, a);
 }
 
 }  // namespace
