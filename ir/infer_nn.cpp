@@ -277,6 +277,23 @@ Expected<std::vector<TensorType>> inferLayerNorm(std::span<const TensorType> in,
   return one(in[0]);
 }
 
+Expected<std::vector<TensorType>> inferArgReduce(std::span<const TensorType> in,
+                                                 const AttrView& a) {
+  KILN_TRY(requireNumeric(in[0], "input"));
+  if (in[0].rank() < 1)
+    return invalidArgument("input must have rank >= 1, got " + in[0].toString());
+  KILN_ASSIGN_OR_RETURN(int axis, normalizeAxis(a.getInt("axis"), in[0].shape.size(), "axis"));
+  if (in[0].shape[static_cast<size_t>(axis)] == 0)
+    return invalidArgument("axis " + std::to_string(axis) + " of " + in[0].toString() +
+                           " is empty: there is no element to index");
+  Shape out = in[0].shape;
+  if (a.getInt("keepdims") != 0)
+    out[static_cast<size_t>(axis)] = 1;
+  else
+    out.erase(out.begin() + axis);
+  return one({DType::kI64, out, Layout::kPlain});
+}
+
 Expected<std::vector<TensorType>> inferReduce(std::span<const TensorType> in, const AttrView& a) {
   KILN_TRY(requireNumeric(in[0], "input"));
   const auto& axes = a.getInts("axes");

@@ -327,6 +327,16 @@ Status mapSoftmax(NodeContext& ctx) {
   return ctx.emit(OpKind::kReshape, {y}, {{"shape", xt.shape}}, 0).status();
 }
 
+template <OpKind kOp>
+Status mapArgReduce(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", 0));
+  KILN_ASSIGN_OR_RETURN(bool keepdims, ctx.attrBool("keepdims", true));
+  KILN_ASSIGN_OR_RETURN(bool last, ctx.attrBool("select_last_index", false));
+  return foldOrEmit(
+      ctx, kOp, {0},
+      {{"axis", axis}, {"keepdims", int64_t{keepdims}}, {"select_last_index", int64_t{last}}});
+}
+
 template <OpKind kOp, bool kNegate = false>
 Status mapReduce(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(bool keepdims, ctx.attrBool("keepdims", true));
@@ -375,6 +385,9 @@ std::vector<MapperEntry> nnMappers() {
       {"ReduceMean", {1, 11, 13, 18}, mapReduce<OpKind::kReduceMean>},
       {"ReduceMax", {1, 11, 12, 13, 18, 20}, mapReduce<OpKind::kReduceMax>},
       {"ReduceMin", {1, 11, 12, 13, 18, 20}, mapReduce<OpKind::kReduceMax, true>},
+      // ArgMax/ArgMin 12 add select_last_index; 11 negative axes; 13 bfloat16.
+      {"ArgMax", {1, 11, 12, 13}, mapArgReduce<OpKind::kArgMax>},
+      {"ArgMin", {1, 11, 12, 13}, mapArgReduce<OpKind::kArgMin>},
   };
 }
 

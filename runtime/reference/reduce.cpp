@@ -124,7 +124,38 @@ Status reduceMaxBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
 
 }  // namespace
 
+// argmax / argmin along one axis: i64 indices, NaN winning over every number.
+template <bool kMax>
+Status argReduceKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  const int axis =
+      static_cast<int>(attrs.getInt("axis") < 0 ? attrs.getInt("axis") + in[0].shape().size()
+                                                : attrs.getInt("axis"));
+  const bool last = attrs.getInt("select_last_index") != 0;
+  const ref::AxisSplit s = ref::splitAt(in[0].shape(), axis);
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    int64_t* y = out[0].data<int64_t>();
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t i = 0; i < s.inner; ++i) {
+        const T* row = x + o * s.dim * s.inner + i;
+        int64_t best = 0;
+        for (int64_t k = 1; k < s.dim; ++k) {
+          const T v = row[k * s.inner], b = row[best * s.inner];
+          const bool vn = ref::isNaN(v), bn = ref::isNaN(b);
+          const bool better = !bn && (vn || (kMax ? v > b : v < b));
+          const bool tie = (vn && bn) || (!vn && !bn && v == b);
+          if (better || (last && tie)) best = k;
+        }
+        y[o * s.inner + i] = best;
+      }
+    return Status::ok();
+  });
+}
+
 void registerReduceKernels(RefKernelTable& t) {
+  ref::setKernel(t, ir::OpKind::kArgMax, argReduceKernel<true>);
+  ref::setKernel(t, ir::OpKind::kArgMin, argReduceKernel<false>);
   ref::setKernel(t, ir::OpKind::kReduceSum, reduceSumKernel);
   ref::setKernel(t, ir::OpKind::kReduceMaxBackward, reduceMaxBackwardKernel);
   ref::setKernel(t, ir::OpKind::kReduceMean, reduceMeanKernel);
