@@ -198,6 +198,21 @@ Expected<std::vector<TensorType>> inferGather(std::span<const TensorType> in, co
   return one({in[0].dtype, out, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferGatherElements(std::span<const TensorType> in,
+                                                      const AttrView& a) {
+  if (in[1].dtype != DType::kI64 && in[1].dtype != DType::kI32)
+    return invalidArgument("indices must be i64 or i32, got " + in[1].toString());
+  if (in[0].rank() < 1 || in[1].rank() != in[0].rank())
+    return invalidArgument("indices " + in[1].toString() + " must have the rank of data " +
+                           in[0].toString() + " (at least 1)");
+  KILN_ASSIGN_OR_RETURN(int axis, normalizeAxis(a.getInt("axis"), in[0].shape.size(), "axis"));
+  for (int d = 0; d < in[0].rank(); ++d)
+    if (d != axis && in[1].shape[static_cast<size_t>(d)] > in[0].shape[static_cast<size_t>(d)])
+      return invalidArgument("indices " + in[1].toString() + " exceed data " + in[0].toString() +
+                             " in dim " + std::to_string(d));
+  return one({in[0].dtype, in[1].shape, Layout::kPlain});
+}
+
 Expected<std::vector<TensorType>> inferGatherBackward(std::span<const TensorType> in,
                                                       const AttrView& a) {
   const TensorType forward[] = {in[2], in[1]};

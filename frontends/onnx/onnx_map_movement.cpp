@@ -163,6 +163,12 @@ std::vector<MapperEntry> movementMappers() {
       {"Unsqueeze", {1, 11, 13, 21, 23, 24, 25}, mapUnsqueeze},
       {"Expand", {8, 13}, mapExpand},
       {"Gather", {1, 11, 13}, mapGather},
+      {"GatherElements",
+       {11, 13},
+       [](NodeContext& ctx) {
+         KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", 0));
+         return foldOrEmit(ctx, ir::OpKind::kGatherElements, {0, 1}, {{"axis", axis}});
+       }},
   };
 }
 

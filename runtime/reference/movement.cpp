@@ -116,6 +116,53 @@ Status gatherKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::
   return ref::unsupportedDType("gather (indices)", idx.dtype());
 }
 
+// gather_elements: each output element reads data at its own position, the axis coordinate
+// replaced by its index.
+template <class I>
+Status gatherElementsTyped(const ir::AttrView& attrs, const Tensor& data, const Tensor& indices,
+                           Tensor& out) {
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(attrs.getInt("axis"), data.shape().size(), "axis"));
+  const ir::Shape& shape = out.shape();
+  const std::vector<int64_t> dataStrides = ir::contiguousStrides(data.shape());
+  std::vector<int64_t> base = dataStrides;
+  base[static_cast<size_t>(axis)] = 0;
+  const int64_t dim = data.shape()[static_cast<size_t>(axis)];
+  const int64_t axisStride = dataStrides[static_cast<size_t>(axis)];
+  const I* idx = indices.data<I>();
+  Status st = Status::ok();
+  KILN_TRY(ref::dispatchBySize(data.dtype(), [&]<class U>(ref::Tag<U>) {
+    const U* x = data.data<U>();
+    U* y = out.data<U>();
+    ref::forEachStrided<2>(
+        shape, {ir::contiguousStrides(shape), base}, {0, 0},
+        [&](int64_t i, const std::array<int64_t, 2>& off) {
+          int64_t k = static_cast<int64_t>(idx[off[0]]);
+          if (k < 0) k += dim;
+          if (k < 0 || k >= dim) {
+            if (st.isOk())
+              st = invalidArgument("gather_elements: index " +
+                                   std::to_string(static_cast<int64_t>(idx[off[0]])) +
+                                   " is out of range for dim " + std::to_string(axis) +
+                                   " of size " + std::to_string(dim));
+            return;
+          }
+          y[i] = x[off[1] + k * axisStride];
+        });
+    return Status::ok();
+  }));
+  return st;
+}
+
+Status gatherElementsKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                            std::span<Tensor> out) {
+  if (in[1].dtype() == ir::DType::kI64)
+    return gatherElementsTyped<int64_t>(attrs, in[0], in[1], out[0]);
+  if (in[1].dtype() == ir::DType::kI32)
+    return gatherElementsTyped<int32_t>(attrs, in[0], in[1], out[0]);
+  return ref::unsupportedDType("gather_elements (indices)", in[1].dtype());
+}
+
 // gather_backward(grad, indices, data): zeros shaped like data, each grad row added at its
 // index (in index order, so repeated indices accumulate deterministically).
 template <class I>
@@ -197,6 +244,7 @@ void registerMovementKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kConcat, concatKernel);
   ref::setKernel(t, OpKind::kGatherBackward, gatherBackwardKernel);
   ref::setKernel(t, OpKind::kGather, gatherKernel);
+  ref::setKernel(t, OpKind::kGatherElements, gatherElementsKernel);
   ref::setKernel(t, OpKind::kRelayout, relayoutKernel);
 }
 
