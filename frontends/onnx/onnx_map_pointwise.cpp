@@ -219,12 +219,20 @@ Status mapMod(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(bool fmod, ctx.attrBool("fmod", false));
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* b, ctx.constant(1));
-  if (!a || !b)
-    return ctx.unsupported("kiln has no remainder op; Mod is imported only when its inputs are " +
-                           std::string("known at import (shape arithmetic)"));
-  KILN_ASSIGN_OR_RETURN(ir::TensorData r, evaluateMod(*a, *b, fmod));
-  ctx.setConstantOutput(0, std::move(r));
-  return Status::ok();
+  if (a && b) {
+    auto r = evaluateMod(*a, *b, fmod);
+    if (r) {
+      ctx.setConstantOutput(0, std::move(*r));
+      return Status::ok();
+    }
+    if (r.status().code() != ErrorCode::kUnimplemented) return r.status();
+  }
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  if (ir::isFloat(t.dtype) && !fmod)
+    return ctx.invalid("Mod of " + t.toString() + " needs fmod=1 (the ONNX spec)");
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0, false));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.value(1, false));
+  return ctx.emit(OpKind::kMod, {x, y}, {{"fmod", int64_t{fmod}}}, 0).status();
 }
 
 }  // namespace

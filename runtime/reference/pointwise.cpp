@@ -347,6 +347,34 @@ Status divKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
   });
 }
 
+Status modKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const bool fmod = attrs.getInt("fmod") != 0;
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    if constexpr (std::is_integral_v<T>) {
+      const T* d = in[1].data<T>();
+      for (int64_t i = 0; i < in[1].numElements(); ++i)
+        if (d[i] == 0)
+          return invalidArgument("mod: integer division by zero (divisor " + in[1].describe() +
+                                 " is 0 at flat index " + std::to_string(i) + ")");
+      mapBinary<T>(in[0], in[1], out[0], [fmod](T a, T b) -> T {
+        if constexpr (std::is_signed_v<T>)
+          if (b == T(-1)) return T(0);  // INT_MIN % -1 overflows; the remainder is 0.
+        T r = static_cast<T>(a % b);
+        if constexpr (std::is_signed_v<T>)
+          if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+        return r;
+      });
+      return Status::ok();
+    } else {
+      if (!fmod)
+        return invalidArgument("mod: floating-point operands need fmod=1 (the ONNX spec), got " +
+                               in[0].describe());
+      mapBinary<T>(in[0], in[1], out[0], [](T a, T b) -> T { return std::fmod(a, b); });
+      return Status::ok();
+    }
+  });
+}
+
 Status whereKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Tensor> out) {
   // Selection moves elements only, so it works for every dtype by element size.
   return ref::dispatchBySize(out[0].dtype(), [&]<class U>(Tag<U>) {
@@ -577,6 +605,7 @@ void registerPointwiseKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kMaximum, maximumKernel);
   ref::setKernel(t, OpKind::kMinimum, minimumKernel);
   ref::setKernel(t, OpKind::kWhere, whereKernel);
+  ref::setKernel(t, OpKind::kMod, modKernel);
   ref::setKernel(t, OpKind::kEqual, equalKernel);
   ref::setKernel(t, OpKind::kLess, lessKernel);
   ref::setKernel(t, OpKind::kLessEqual, lessEqualKernel);

@@ -314,7 +314,7 @@ TEST_CASE("onnx: comparisons and logic fold when their inputs are known, else ar
   CHECK(bools(r[3]) == std::vector<int>{0, 0, 0, 1});  // lt == ge only where both are false: NaN.
 }
 
-TEST_CASE("onnx: Mod folds at import with either sign rule; at run time it is unsupported") {
+TEST_CASE("onnx: Mod folds at import or runs as kiln's mod, with either sign rule") {
   // Python-style (fmod=0) takes the divisor's sign, C-style (fmod=1) the dividend's.
   Model m;
   m.input("x", {int64_t{4}});
@@ -333,9 +333,21 @@ TEST_CASE("onnx: Mod folds at import with either sign rule; at run time it is un
   zero.node("Mod", {"a", "b"}, {"r"}, {}, "mod").output("r", kInt64);
   CHECK_THAT(importError(zero).message(), Catch::Contains("Mod by zero"));
 
-  Model runtime;
-  runtime.input("a", {int64_t{3}}).input("b", {int64_t{3}});
-  runtime.node("Mod", {"a", "b"}, {"c"}, {attrInt("fmod", 1)}, "mod").output("c");
-  CHECK_THAT(importError(runtime).message(),
-             Catch::Contains("Mod (opset 17) node 'mod': kiln has no remainder op"));
+  // At run time: the same rules (integers), fmod for floats; fmod=0 on floats is invalid.
+  Model rt;
+  rt.input("a", {int64_t{4}}, kInt64).input("b", {int64_t{4}}, kInt64);
+  rt.node("Mod", {"a", "b"}, {"py"}).node("Mod", {"a", "b"}, {"c"}, {attrInt("fmod", 1)});
+  rt.output("py", kInt64).output("c", kInt64);
+  auto r = run(rt, {makeI64({4}, {7, -7, 7, -7}), makeI64({4}, {3, 3, -3, -3})});
+  CHECK(int64s(r[0]) == std::vector<int64_t>{1, 2, -2, -1});
+  CHECK(int64s(r[1]) == std::vector<int64_t>{1, -1, 1, -1});
+  Model fl;
+  fl.input("a", {int64_t{2}}).input("b", {int64_t{2}});
+  fl.node("Mod", {"a", "b"}, {"c"}, {attrInt("fmod", 1)}).output("c");
+  checkClose(run(fl, {makeF32({2}, {5.5f, -5.5f}), makeF32({2}, {2.f, 2.f})})[0], {2},
+             {1.5f, -1.5f});
+  Model bad;
+  bad.input("a", {int64_t{2}}).input("b", {int64_t{2}});
+  bad.node("Mod", {"a", "b"}, {"c"}, {}, "mod").output("c");
+  CHECK_THAT(importError(bad).message(), Catch::Contains("needs fmod=1"));
 }

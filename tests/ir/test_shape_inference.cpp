@@ -101,6 +101,8 @@ const std::vector<InferCase>& cases() {
     {OpKind::kArgMin, {"bool[2]"}, {}, "error: argmin: input must be numeric"},
     {OpKind::kGatherElements, {"f32[3,4]", "i64[2,4]"}, {}, "f32[2,4]"},
     {OpKind::kGatherElements, {"f32[3,4]", "i64[3,5]"}, {}, "error: gather_elements: indices i64[3,5] exceed data f32[3,4] in dim 1"},
+    {OpKind::kMod, {"i64[2,3]", "i64[3]"}, {{"fmod", int64_t{0}}}, "i64[2,3]"},
+    {OpKind::kMod, {"i64[2]", "i32[2]"}, {}, "error: mod: inputs must have the same dtype"},
     {OpKind::kEqual, {"f32[2,3]", "f32[3]"}, {}, "bool[2,3]"},
     {OpKind::kEqual, {"bool[3]", "bool[3]"}, {}, "error: equal: first input must be numeric, got bool[3]"},
     {OpKind::kLess, {"i64[4,1]", "i64[3]"}, {}, "bool[4,3]"},
