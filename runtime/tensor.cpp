@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "runtime/reference/helpers.h"
+
 namespace kiln::runtime {
 
 Storage::Storage(Allocator* alloc, size_t bytes) : bytes_(bytes), alloc_(alloc) {
@@ -111,6 +113,30 @@ ir::TensorData Tensor::toData() const {
   Tensor view = fromData(d);
   (void)view.copyFrom(*this);  // Same dtype and shape by construction.
   return d;
+}
+
+double Tensor::elementAsDouble(int64_t i) const {
+  switch (dtype_) {
+    case ir::DType::kF32:
+      return data<float>()[i];
+    case ir::DType::kF64:
+      return data<double>()[i];
+    case ir::DType::kF16:
+      return ref::f16BitsToDouble(data<uint16_t>()[i]);
+    case ir::DType::kBF16:
+      return ref::bf16BitsToDouble(data<uint16_t>()[i]);
+    case ir::DType::kI64:
+      return static_cast<double>(data<int64_t>()[i]);
+    case ir::DType::kI32:
+      return data<int32_t>()[i];
+    case ir::DType::kI8:
+      return data<int8_t>()[i];
+    case ir::DType::kU8:
+      return data<uint8_t>()[i];
+    case ir::DType::kBool:
+      return data<uint8_t>()[i] != 0 ? 1 : 0;
+  }
+  return 0;
 }
 
 }  // namespace kiln::runtime

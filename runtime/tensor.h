@@ -65,6 +65,10 @@ class Tensor {
     return reinterpret_cast<T*>(rawData());
   }
 
+  // Element i of a contiguous tensor (row-major) as a double, for every dtype (f16 and bf16
+  // converted exactly, bool as 0 or 1): summaries and comparisons.
+  double elementAsDouble(int64_t i) const;
+
   // A view with another shape over the same contiguous bytes (element counts must match).
   Expected<Tensor> reshaped(Shape shape) const;
   // A contiguous copy (or this tensor when it already is contiguous).

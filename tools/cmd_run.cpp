@@ -20,27 +20,6 @@ namespace {
 
 using runtime::Tensor;
 
-double elementAsDouble(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case ir::DType::kF32:
-      return t.data<float>()[i];
-    case ir::DType::kF64:
-      return t.data<double>()[i];
-    case ir::DType::kI64:
-      return static_cast<double>(t.data<int64_t>()[i]);
-    case ir::DType::kI32:
-      return t.data<int32_t>()[i];
-    case ir::DType::kI8:
-      return t.data<int8_t>()[i];
-    case ir::DType::kU8:
-      return t.data<uint8_t>()[i];
-    case ir::DType::kBool:
-      return t.data<uint8_t>()[i] ? 1 : 0;
-    default:
-      return std::nan("");  // f16/bf16 outputs are summarized as NaN.
-  }
-}
-
 // Uniform [-1, 1) for float inputs and zeros for integer ones (class indices 0), from `seed`.
 Expected<Tensor> randomInput(const ir::TensorType& type, uint64_t seed) {
   KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(type.dtype, type.shape));
@@ -136,7 +115,7 @@ nlohmann::json summarize(const std::string& name, const Tensor& t) {
   bool finite = true;
   std::vector<double> head;
   for (int64_t i = 0; i < n; ++i) {
-    const double v = elementAsDouble(t, i);
+    const double v = t.elementAsDouble(i);
     finite = finite && std::isfinite(v);
     mn = std::min(mn, v);
     mx = std::max(mx, v);

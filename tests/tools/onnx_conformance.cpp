@@ -29,7 +29,6 @@
 #include "frontends/onnx/onnx_proto.h"
 #include "frontends/onnx/onnx_tensor.h"
 #include "runtime/eager.h"
-#include "runtime/reference/helpers.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -84,31 +83,6 @@ Expected<ir::TensorData> readTensor(const fs::path& p) {
   return frontends::onnx_import::tensorFromProto(t, p.filename().string());
 }
 
-double valueAt(const runtime::Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case ir::DType::kF32:
-      return t.data<float>()[i];
-    case ir::DType::kF64:
-      return t.data<double>()[i];
-    case ir::DType::kF16:
-      return runtime::ref::f16BitsToDouble(t.data<uint16_t>()[i]);
-    case ir::DType::kBF16:
-      return runtime::ref::bf16BitsToDouble(t.data<uint16_t>()[i]);
-    case ir::DType::kI64:
-      return static_cast<double>(t.data<int64_t>()[i]);
-    case ir::DType::kI32:
-      return t.data<int32_t>()[i];
-    case ir::DType::kI8:
-      return t.data<int8_t>()[i];
-    case ir::DType::kU8:
-      return t.data<uint8_t>()[i];
-    case ir::DType::kBool:
-      return t.data<uint8_t>()[i] != 0;
-    default:
-      return std::nan("");
-  }
-}
-
 // What differs between `got` and `want`, or "" when they match within rtol/atol.
 std::string compare(const runtime::Tensor& got, const runtime::Tensor& want, double rtol,
                     double atol) {
@@ -121,7 +95,7 @@ std::string compare(const runtime::Tensor& got, const runtime::Tensor& want, dou
   const runtime::Tensor &g = *gc, &w = *wc;
   const bool exact = !ir::isFloat(got.dtype());
   for (int64_t i = 0; i < g.numElements(); ++i) {
-    const double a = valueAt(g, i), b = valueAt(w, i);
+    const double a = g.elementAsDouble(i), b = w.elementAsDouble(i);
     const bool ok = exact ? a == b
                           : (std::isnan(a) && std::isnan(b)) || a == b ||
                                 std::abs(a - b) <= atol + rtol * std::abs(b);
