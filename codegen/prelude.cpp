@@ -224,7 +224,8 @@ template <class T> KILN_FN T kiln_gelu_tanh(T x) {
   return T(0.5) * x * (T(1) + kiln_m_tanh(k * (x + T(0.044715) * x * x * x)));
 }
 // NaN passes through; NaN bounds never clamp.
-template <class T> KILN_FN T kiln_clip(T x, T lo, T hi) { return x < lo ? lo : (hi < x ? hi : x); }
+// min(max(x, lo), hi) as the reference kernel (hi wins when lo > hi); NaN x stays NaN.
+template <class T> KILN_FN T kiln_clip(T x, T lo, T hi) { const T y = x < lo ? lo : x; return hi < y ? hi : y; }
 template <class T> KILN_FN T kiln_add(T a, T b) { return a + b; }
 template <class T> KILN_FN T kiln_sub(T a, T b) { return a - b; }
 template <class T> KILN_FN T kiln_mul(T a, T b) { return a * b; }

@@ -197,6 +197,12 @@ struct MapperLookup {
 // The mapper for a node of `opType` in `domain` ("" is ai.onnx) at the domain's `opset`.
 MapperLookup findMapper(std::string_view domain, std::string_view opType, int opset);
 
+// Checks a default-domain node against the definition of its op's `version` in the ONNX
+// specification (onnx_op_versions.inc): its attribute names and its input and output counts.
+// This is what keeps a node written for another opset (ReduceMean 18 with an `axes` attribute)
+// from being mapped by a guess where libonnx's checker does not run.
+Status checkNodeSchema(const ::onnx::NodeProto& node, int version);
+
 // Every mapped op of the default domain with the versions it handles, by name: the source of
 // docs/onnx.md's op table.
 struct MappedOp {

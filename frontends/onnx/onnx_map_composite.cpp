@@ -3,6 +3,7 @@
 // (ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp), activations (HardSigmoid,
 // HardSwish, Softsign, PRelu, Swish), Mean, and the losses (NegativeLogLikelihoodLoss,
 // SoftmaxCrossEntropyLoss) on kiln's nll_loss and log_softmax.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +12,7 @@
 
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_map_util.h"
+#include "frontends/onnx/onnx_tensor.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -21,6 +23,18 @@ using ir::OpKind;
 // A scalar constant of `dtype` (f32 or f64: the float ops below).
 Expected<ir::Value*> scalar(NodeContext& ctx, ir::DType dtype, double v) {
   return ctx.constantValue(filledTensor(dtype, {}, v));
+}
+
+// stash_type (the precision of the statistics; default FLOAT) must be x's own dtype: kiln
+// computes them in x's dtype.
+Status requireStashType(NodeContext& ctx, ir::DType x) {
+  KILN_ASSIGN_OR_RETURN(int64_t stash, ctx.attrInt("stash_type", 1));
+  const auto dtype = dtypeFromOnnx(static_cast<int32_t>(stash));
+  if (!dtype || *dtype != x)
+    return ctx.unsupported("stash_type " + onnxTypeName(static_cast<int32_t>(stash)) + " with " +
+                           std::string(ir::dtypeName(x)) +
+                           " input (kiln computes the statistics in the input's dtype)");
+  return Status::ok();
 }
 
 // Input 0's type, which must be f32 or f64 (the dtypes kiln's float ops and constants take).
@@ -44,12 +58,14 @@ Status mapTrilu(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   if (t.rank() < 2) return ctx.invalid("input " + t.toString() + " must have rank 2 or more");
   KILN_ASSIGN_OR_RETURN(bool upper, ctx.attrBool("upper", true));
+  const int64_t n = t.shape[t.shape.size() - 2], m = t.shape.back();
   int64_t k = 0;
   if (ctx.hasInput(1)) {
-    KILN_ASSIGN_OR_RETURN(double kv, ctx.constScalar(1, "k"));
-    k = static_cast<int64_t>(kv);
+    KILN_ASSIGN_OR_RETURN(auto ks, ctx.constInts(1, "k"));
+    if (ks.size() != 1) return ctx.invalid("k must hold one value, got " + ir::shapeToString(ks));
+    // Diagonals beyond the matrix select all or nothing; clamping keeps j - i from overflowing.
+    k = std::clamp<int64_t>(ks[0], -n - 1, m + 1);
   }
-  const int64_t n = t.shape[t.shape.size() - 2], m = t.shape.back();
   ir::TensorData mask(ir::DType::kBool, {n, m});
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < m; ++j)
@@ -71,9 +87,11 @@ Expected<std::vector<int64_t>> trailingAxes(NodeContext& ctx, const ir::TensorTy
   return axes;
 }
 
-// RMSNormalization (23): x / sqrt(mean(x^2 over [axis, rank)) + epsilon) * scale.
+// RMSNormalization (23): x / sqrt(mean(x^2 over [axis, rank)) + epsilon) * scale, computed in
+// x's dtype, which stash_type must name.
 Status mapRmsNorm(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
+  KILN_TRY(requireStashType(ctx, t.dtype));
   KILN_ASSIGN_OR_RETURN(auto axes, trailingAxes(ctx, t));
   KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
@@ -159,7 +177,8 @@ Status mapDerivedReduce(NodeContext& ctx) {
       for (size_t d = 0; d < t.shape.size(); ++d)
         if (!reduced[d]) shape.push_back(t.shape[d]);
       KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kAdd, {l, mc}));
-      return ctx.emit(OpKind::kReshape, {y}, {{"shape", shape}}, 0).status();
+      return ctx.emit(OpKind::kReshape, {y}, {{"shape", shape}, {"allowzero", int64_t{1}}}, 0)
+          .status();
     }
   }
   return internalError("unhandled reduction");
@@ -200,18 +219,17 @@ Status mapSoftsign(NodeContext& ctx) {
   return ctx.emit(OpKind::kDiv, {x, d}, {}, 0).status();
 }
 
-// PRelu: x >= 0 ? x : slope x, as relu(x) - slope relu(-x) (slope broadcasts to x).
+// PRelu: x < 0 ? slope x : x (slope broadcasts to x).
 Status mapPRelu(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   KILN_ASSIGN_OR_RETURN(ir::Value * slope, ctx.value(1));
   if (slope->type().dtype != t.dtype)
     return ctx.invalid("slope " + slope->type().toString() + " must have the input's dtype");
-  KILN_ASSIGN_OR_RETURN(ir::Value * pos, ctx.emit(OpKind::kRelu, {x}));
-  KILN_ASSIGN_OR_RETURN(ir::Value * nx, ctx.emit(OpKind::kNeg, {x}));
-  KILN_ASSIGN_OR_RETURN(ir::Value * neg, ctx.emit(OpKind::kRelu, {nx}));
-  KILN_ASSIGN_OR_RETURN(ir::Value * sn, ctx.emit(OpKind::kMul, {slope, neg}));
-  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kSub, {pos, sn}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * zero, scalar(ctx, t.dtype, 0.0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * negative, ctx.emit(OpKind::kLess, {x, zero}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sx, ctx.emit(OpKind::kMul, {slope, x}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kWhere, {negative, sx, x}));
   if (y->type().shape != t.shape)
     return ctx.invalid("slope " + slope->type().toString() + " must broadcast to the input " +
                        t.toString());
@@ -275,17 +293,21 @@ Status emitNll(NodeContext& ctx, ir::Value* logp, const LossAttrs& a) {
               {{"reduction", a.reduction}, {"ignore_index", ignore}}, 0)
         .status();
   KILN_ASSIGN_OR_RETURN(ir::Value * weight, ctx.value(2, /*trainable=*/false));
+  const ir::Shape& xs = logp->type().shape;
+  if (xs.size() < 2 || weight->type().shape != ir::Shape{xs[1]})
+    return ctx.invalid("weight " + weight->type().toString() + " must be [C] for input " +
+                       logp->type().toString());
   ir::Value* safeTarget = target;
   ir::Value* keep = nullptr;
   if (a.ignore) {
-    // Ignored targets may be out of the weights' range: gather at class 0 and zero them.
+    // Ignored targets may be out of the weights' range: gather at class 0 and zero them. The
+    // comparison is in i64, as nll_loss compares (an i32 target is widened, not the index cut).
     KILN_ASSIGN_OR_RETURN(ir::Value * ig, ctx.constantValue(intTensor({ignore}, {})));
+    ir::Value* wide = target;
     if (target->type().dtype != ir::DType::kI64) {
-      KILN_ASSIGN_OR_RETURN(ig,
-                            ctx.emit(OpKind::kCast, {ig},
-                                     {{"to", std::string(ir::dtypeName(target->type().dtype))}}));
+      KILN_ASSIGN_OR_RETURN(wide, ctx.emit(OpKind::kCast, {target}, {{"to", std::string("i64")}}));
     }
-    KILN_ASSIGN_OR_RETURN(ir::Value * isIgnored, ctx.emit(OpKind::kEqual, {target, ig}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * isIgnored, ctx.emit(OpKind::kEqual, {wide, ig}));
     KILN_ASSIGN_OR_RETURN(keep, ctx.emit(OpKind::kLogicalNot, {isIgnored}));
     ir::TensorData zeroIndex(target->type().dtype, {});
     std::memset(zeroIndex.as<std::byte>(), 0, ir::dtypeSize(target->type().dtype));

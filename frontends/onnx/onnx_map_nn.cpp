@@ -6,6 +6,7 @@
 
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_map_util.h"
+#include "frontends/onnx/onnx_tensor.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -271,6 +272,12 @@ Status layerNormStatistics(NodeContext& ctx, int axis, double eps) {
   if (xt.dtype != ir::DType::kF32 && xt.dtype != ir::DType::kF64)
     return ctx.unsupported("the Mean and InvStdDev outputs of " + xt.toString() +
                            " (kiln composes them for f32 and f64)");
+  // They have stash_type's dtype (default FLOAT); kiln computes them in x's.
+  KILN_ASSIGN_OR_RETURN(int64_t stash, ctx.attrInt("stash_type", 1));
+  if (dtypeFromOnnx(static_cast<int32_t>(stash)) != xt.dtype)
+    return ctx.unsupported("the Mean and InvStdDev outputs with stash_type " +
+                           onnxTypeName(static_cast<int32_t>(stash)) + " for " + xt.toString() +
+                           " (kiln computes them in the input's dtype)");
   std::vector<int64_t> axes;
   for (int d = axis; d < xt.rank(); ++d) axes.push_back(d);
   const ir::AttrMap keep{{"axes", axes}, {"keepdims", int64_t{1}}};
@@ -348,9 +355,11 @@ Status mapReduce(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   if (!kNegate) return ctx.emit(kOp, {x}, attrs, 0).status();
   // ReduceMin(x) = -ReduceMax(-x).
-  if (x->type().dtype == ir::DType::kU8 || x->type().dtype == ir::DType::kBool)
+  // Exact only for floats: an integer's minimum has no negation (INT_MIN), and an empty integer
+  // reduction must give the type's maximum.
+  if (!ir::isFloat(x->type().dtype))
     return ctx.unsupported("ReduceMin of " + x->type().toString() +
-                           " (kiln computes it as -max(-x))");
+                           " (kiln computes it as -max(-x), exact for floats only)");
   KILN_ASSIGN_OR_RETURN(ir::Value * neg, ctx.emit(OpKind::kNeg, {x}));
   KILN_ASSIGN_OR_RETURN(ir::Value * m, ctx.emit(kOp, {neg}, attrs));
   return ctx.emit(OpKind::kNeg, {m}, {}, 0).status();

@@ -169,9 +169,12 @@ Status mapCompare(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* b, ctx.constant(1));
   if (a && b) {
-    KILN_ASSIGN_OR_RETURN(ir::TensorData r, evaluateCompare(kOp, *a, *b));
-    ctx.setConstantOutput(0, std::move(r));
-    return Status::ok();
+    auto r = evaluateCompare(kOp, *a, *b);
+    if (r) {
+      ctx.setConstantOutput(0, std::move(*r));
+      return Status::ok();
+    }
+    if (r.status().code() != ErrorCode::kUnimplemented) return r.status();
   }
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0, false));
   KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.value(1, false));
@@ -219,7 +222,12 @@ Status mapMod(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(bool fmod, ctx.attrBool("fmod", false));
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* b, ctx.constant(1));
-  if (a && b) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  // Version 28 defines fmod=0 for floats (a - floor(a / b) b, the divisor's sign); before, it
+  // was invalid.
+  if (ir::isFloat(t.dtype) && !fmod && ctx.version() < 28)
+    return ctx.invalid("Mod of " + t.toString() + " needs fmod=1 before version 28");
+  if (a && b && !(ir::isFloat(t.dtype) && !fmod)) {
     auto r = evaluateMod(*a, *b, fmod);
     if (r) {
       ctx.setConstantOutput(0, std::move(*r));
@@ -227,9 +235,6 @@ Status mapMod(NodeContext& ctx) {
     }
     if (r.status().code() != ErrorCode::kUnimplemented) return r.status();
   }
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
-  if (ir::isFloat(t.dtype) && !fmod)
-    return ctx.invalid("Mod of " + t.toString() + " needs fmod=1 (the ONNX spec)");
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0, false));
   KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.value(1, false));
   return ctx.emit(OpKind::kMod, {x, y}, {{"fmod", int64_t{fmod}}}, 0).status();

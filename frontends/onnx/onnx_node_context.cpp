@@ -105,7 +105,7 @@ OnnxValue& NodeContext::input(size_t i) {
 }
 
 Expected<ir::TensorType> NodeContext::inputType(size_t i) {
-  if (!hasInput(i)) return internalError("input " + std::to_string(i) + " is absent");
+  if (!hasInput(i)) return invalidArgument("input " + std::to_string(i) + " is absent");
   OnnxValue& v = input(i);
   if (v.value) return v.value->type();
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* data,
@@ -182,12 +182,17 @@ int NodeContext::outputConsumerCount(size_t k) const {
 
 Expected<ir::Value*> NodeContext::emit(ir::OpKind op, std::vector<ir::Value*> inputs,
                                        ir::AttrMap attrs, int output) {
+  // importNode refuses nodes without outputs; a mapper naming an output the node lacks is a
+  // malformed node (no checker may have run).
+  if (output >= node_.output_size())
+    return invalidArgument("the node has " + std::to_string(node_.output_size()) +
+                           " outputs; output " + std::to_string(output) + " is missing");
   const std::string want =
       output >= 0 ? node_.output(output) : node_.output(0) + "/" + std::string(ir::opName(op));
   auto node =
       imp_.graph().addNode(op, std::move(inputs), std::move(attrs), {imp_.uniqueName(want)});
-  // The ONNX model passed ONNX's checker and shape inference, so kiln rejecting the node
-  // means kiln cannot express it.
+  // The node passed ONNX's checker or kiln's schema checks, so kiln rejecting it means kiln
+  // cannot express it.
   if (!node)
     return unimplemented("kiln's " + std::string(ir::opName(op)) +
                          " cannot express it: " + node.status().message());
@@ -202,6 +207,7 @@ Expected<ir::Value*> NodeContext::constantValue(ir::TensorData data) {
 }
 
 void NodeContext::setOutput(size_t k, ir::Value* v) {
+  if (k >= numOutputs()) return;  // Not an output of this node: nothing reads it.
   const std::string& name = node_.output(static_cast<int>(k));
   if (name.empty()) return;
   OnnxValue& out = imp_.define(name);
@@ -210,6 +216,7 @@ void NodeContext::setOutput(size_t k, ir::Value* v) {
 }
 
 void NodeContext::setConstantOutput(size_t k, ir::TensorData data, bool trainable) {
+  if (k >= numOutputs()) return;
   const std::string& name = node_.output(static_cast<int>(k));
   if (name.empty()) return;
   OnnxValue& out = imp_.define(name);
@@ -219,6 +226,7 @@ void NodeContext::setConstantOutput(size_t k, ir::TensorData data, bool trainabl
 }
 
 void NodeContext::setPaddedOutput(size_t k, ir::Value* unpadded, std::vector<int64_t> pads) {
+  if (k >= numOutputs()) return;
   const std::string& name = node_.output(static_cast<int>(k));
   OnnxValue& out = imp_.define(name);
   out = OnnxValue{};

@@ -2,6 +2,9 @@
 // families in onnx_map_*.cpp, and the operator history of the ONNX specification
 // (onnx_op_versions.inc) that tells which version of an op a model's opset means.
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 
@@ -22,6 +25,27 @@ const std::unordered_map<std::string_view, OpHistory>& history() {
 #define KILN_ONNX_OP(name, ...) t->emplace(name, OpHistory{{__VA_ARGS__}});
 #include "frontends/onnx/onnx_op_versions.inc"
 #undef KILN_ONNX_OP
+#undef KILN_ONNX_SCHEMA
+    return t;
+  }();
+  return *table;
+}
+
+// What one version of an op accepts.
+struct SchemaFacts {
+  int minInputs, maxInputs, minOutputs, maxOutputs;
+  std::string_view attributes;  // Comma-separated names.
+};
+
+const std::map<std::pair<std::string_view, int>, SchemaFacts>& schemas() {
+  static const auto* table = [] {
+    auto* t = new std::map<std::pair<std::string_view, int>, SchemaFacts>;
+#define KILN_ONNX_SCHEMA(name, version, minIn, maxIn, minOut, maxOut, attrs) \
+  t->emplace(std::make_pair(std::string_view(name), version),                \
+             SchemaFacts{minIn, maxIn, minOut, maxOut, attrs});
+#include "frontends/onnx/onnx_op_versions.inc"
+#undef KILN_ONNX_OP
+#undef KILN_ONNX_SCHEMA
     return t;
   }();
   return *table;
@@ -108,6 +132,41 @@ MapperLookup findMapper(std::string_view domain, std::string_view opType, int op
   }
   r.map = it->second.map;
   return r;
+}
+
+Status checkNodeSchema(const ::onnx::NodeProto& node, int version) {
+  const auto it = schemas().find({node.op_type(), version});
+  if (it == schemas().end()) return Status::ok();  // Not a default-domain op version.
+  const SchemaFacts& f = it->second;
+  const std::string what = node.op_type() + " version " + std::to_string(version);
+  const int in = node.input_size(), out = node.output_size();
+  if (in < f.minInputs || in > f.maxInputs)
+    return invalidArgument(what + " takes " + std::to_string(f.minInputs) +
+                           (f.maxInputs == f.minInputs ? ""
+                            : f.maxInputs == INT32_MAX ? " or more"
+                                                       : " to " + std::to_string(f.maxInputs)) +
+                           " inputs, the node has " + std::to_string(in));
+  if (out < f.minOutputs || out > f.maxOutputs)
+    return invalidArgument(what + " has " + std::to_string(f.minOutputs) +
+                           (f.maxOutputs == f.minOutputs ? ""
+                            : f.maxOutputs == INT32_MAX  ? " or more"
+                                                         : " to " + std::to_string(f.maxOutputs)) +
+                           " outputs, the node has " + std::to_string(out));
+  for (const auto& a : node.attribute()) {
+    bool known = false;
+    for (size_t b = 0; b <= f.attributes.size() && !known;) {
+      const size_t e = std::min(f.attributes.find(',', b), f.attributes.size());
+      known = f.attributes.substr(b, e - b) == a.name();
+      b = e + 1;
+    }
+    if (!known)
+      return invalidArgument(what + " has no attribute '" + a.name() + "'" +
+                             (f.attributes.empty()
+                                  ? std::string(" (it has none)")
+                                  : " (it has " + std::string(f.attributes) + ")") +
+                             "; the node may be written for another opset");
+  }
+  return Status::ok();
 }
 
 std::vector<MappedOp> mappedOps() {

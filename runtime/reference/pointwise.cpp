@@ -366,10 +366,15 @@ Status modKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
       });
       return Status::ok();
     } else {
-      if (!fmod)
-        return invalidArgument("mod: floating-point operands need fmod=1 (the ONNX spec), got " +
-                               in[0].describe());
-      mapBinary<T>(in[0], in[1], out[0], [](T a, T b) -> T { return std::fmod(a, b); });
+      // fmod=0: the divisor's sign (ONNX Mod 28, Python's %); a zero remainder takes it too.
+      mapBinary<T>(in[0], in[1], out[0], [fmod](T a, T b) -> T {
+        T r = std::fmod(a, b);
+        if (!fmod) {
+          if (r != T(0) && std::signbit(r) != std::signbit(b)) r += b;
+          if (r == T(0)) r = std::copysign(T(0), b);
+        }
+        return r;
+      });
       return Status::ok();
     }
   });

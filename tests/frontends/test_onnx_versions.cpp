@@ -236,3 +236,28 @@ TEST_CASE("onnx versions: docs/onnx.md's version table is the registry's") {
   INFO("docs/onnx.md is stale: rerun with KILN_UPDATE_DOCS=1");
   CHECK(doc.substr(from, e - from) == table);
 }
+
+TEST_CASE("onnx versions: a node written for another version is refused, not guessed") {
+  // Without libonnx's checker (opset 18+), kiln checks each node against its version's
+  // definition: ReduceMean 18 takes axes as an input, so an axes attribute is invalid (it would
+  // otherwise reduce every axis); Clip 13 has no min/max attributes.
+  Model r(18);
+  r.input("x", {int64_t{2}, int64_t{3}});
+  r.node("ReduceMean", {"x"}, {"y"}, {attrInts("axes", {1})}, "mean").output("y");
+  Status s = importError(r);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("ReduceMean version 18 has no attribute 'axes'"));
+  Model c(20);
+  c.input("x", {int64_t{3}});
+  c.node("Clip", {"x"}, {"y"}, {attrFloat("min", 0.f)}, "clip").output("y");
+  CHECK_THAT(importError(c).message(), Catch::Contains("Clip version 13 has no attribute 'min'"));
+  Model n(20);
+  n.input("x", {int64_t{3}});
+  n.node("Relu", {"x"}, {"y"}, {}, "relu").node("Relu", {"x", "x"}, {"z"}, {}, "two").output("y");
+  CHECK_THAT(importError(n).message(),
+             Catch::Contains("Relu version 14 takes 1 inputs, the node has 2"));
+  Model none(20);
+  none.input("x", {int64_t{3}});
+  none.node("Relu", {"x"}, {"y"}).node("Neg", {"x"}, {}, {}, "no_outputs").output("y");
+  CHECK_THAT(importError(none).message(), Catch::Contains("the node has no outputs"));
+}

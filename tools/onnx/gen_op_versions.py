@@ -18,12 +18,14 @@ from onnx import defs
 
 def main() -> None:
     versions = collections.defaultdict(set)
+    schemas = []
     for schema in defs.get_all_schemas_with_history():
         if schema.domain not in ("", "ai.onnx"):
             continue
         # A deprecated schema removes the op from its since_version on: written negative.
         v = schema.since_version
         versions[schema.name].add(-v if schema.deprecated else v)
+        schemas.append(schema)
     newest = defs.onnx_opset_version()
     out = pathlib.Path(__file__).resolve().parents[2] / "frontends" / "onnx" / "onnx_op_versions.inc"
     lines = [
@@ -31,11 +33,23 @@ def main() -> None:
         "// KILN_ONNX_OP(name, since_version...) for every operator of the default domain, and the",
         "// newest opset that onnx release defines. A negative version -v: from opset v on the op is",
         "// deprecated (no longer defined).",
+        "// KILN_ONNX_SCHEMA(name, since_version, min inputs, max inputs, min outputs, max outputs,",
+        "// \"attribute,names\"): what each version of each op accepts (max 2147483647: variadic).",
+        "#ifndef KILN_ONNX_OP",
+        "#define KILN_ONNX_OP(name, ...)",
+        "#endif",
+        "#ifndef KILN_ONNX_SCHEMA",
+        "#define KILN_ONNX_SCHEMA(name, version, minIn, maxIn, minOut, maxOut, attrs)",
+        "#endif",
         f"#define KILN_ONNX_NEWEST_OPSET {newest}",
     ]
     for name in sorted(versions):
         vs = ", ".join(str(v) for v in sorted(versions[name], key=abs))
         lines.append(f'KILN_ONNX_OP("{name}", {vs})')
+    for sc in sorted(schemas, key=lambda x: (x.name, x.since_version)):
+        attrs = ",".join(sorted(sc.attributes))
+        lines.append(f'KILN_ONNX_SCHEMA("{sc.name}", {sc.since_version}, {sc.min_input}, {sc.max_input}, '
+                     f'{sc.min_output}, {sc.max_output}, "{attrs}")')
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out} ({len(versions)} ops, newest opset {newest})")
 
