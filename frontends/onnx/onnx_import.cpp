@@ -73,8 +73,10 @@ Expected<int> checkOpsets(const ::onnx::ModelProto& model) {
 
 // What the ONNX checker would catch and the importer relies on, for models outside libonnx
 // 1.12's range: every value is defined once (SSA), by a graph input, an initializer or one
-// node output; nodes name their op. (Inputs defined later or never are caught per node.)
-Status checkGraphStructure(const ::onnx::GraphProto& g) {
+// node output; nodes name their op and have outputs; a default-domain node has the inputs,
+// outputs and attributes its op's version defines (pattern matching reads them before any
+// mapper runs). Inputs defined later or never are caught per node.
+Status checkGraphStructure(const ::onnx::GraphProto& g, int opset) {
   std::unordered_map<std::string, std::string> definedBy;
   auto define = [&](const std::string& name, const std::string& by) -> Status {
     if (name.empty()) return Status::ok();
@@ -93,6 +95,11 @@ Status checkGraphStructure(const ::onnx::GraphProto& g) {
                            (node.name().empty() ? "" : " '" + node.name() + "'") + " (" +
                            (node.op_type().empty() ? "no op type" : node.op_type()) + ")";
     if (node.op_type().empty()) return invalidArgument(by + " has no op type");
+    if (node.output_size() == 0) return invalidArgument(by + " has no outputs");
+    if (node.domain().empty() || node.domain() == "ai.onnx") {
+      if (const int v = onnx_import::onnxOpVersion(node.op_type(), opset); v > 0)
+        KILN_TRY(onnx_import::checkNodeSchema(node, v).withContext(by));
+    }
     for (const auto& out : node.output()) KILN_TRY(define(out, by));
   }
   return Status::ok();
@@ -314,7 +321,7 @@ Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions&
   if (libonnxKnows) {
     KILN_TRY(checkAndInferShapes(model).withContext(name));
   } else {
-    KILN_TRY(checkGraphStructure(model.graph()).withContext(name));
+    KILN_TRY(checkGraphStructure(model.graph(), *opset).withContext(name));
     KILN_TRY(prepareWindowAttributes(*model.mutable_graph()).withContext(name));
   }
   return Importer(model, name, std::move(*dimNames), libonnxKnows).run();
