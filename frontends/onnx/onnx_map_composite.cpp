@@ -25,18 +25,6 @@ Expected<ir::Value*> scalar(NodeContext& ctx, ir::DType dtype, double v) {
   return ctx.constantValue(filledTensor(dtype, {}, v));
 }
 
-// stash_type (the precision of the statistics; default FLOAT) must be x's own dtype: kiln
-// computes them in x's dtype.
-Status requireStashType(NodeContext& ctx, ir::DType x) {
-  KILN_ASSIGN_OR_RETURN(int64_t stash, ctx.attrInt("stash_type", 1));
-  const auto dtype = dtypeFromOnnx(static_cast<int32_t>(stash));
-  if (!dtype || *dtype != x)
-    return ctx.unsupported("stash_type " + onnxTypeName(static_cast<int32_t>(stash)) + " with " +
-                           std::string(ir::dtypeName(x)) +
-                           " input (kiln computes the statistics in the input's dtype)");
-  return Status::ok();
-}
-
 // Input 0's type, which must be f32 or f64 (the dtypes kiln's float ops and constants take).
 Expected<ir::TensorType> floatInput(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));

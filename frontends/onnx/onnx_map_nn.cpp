@@ -272,12 +272,7 @@ Status layerNormStatistics(NodeContext& ctx, int axis, double eps) {
   if (xt.dtype != ir::DType::kF32 && xt.dtype != ir::DType::kF64)
     return ctx.unsupported("the Mean and InvStdDev outputs of " + xt.toString() +
                            " (kiln composes them for f32 and f64)");
-  // They have stash_type's dtype (default FLOAT); kiln computes them in x's.
-  KILN_ASSIGN_OR_RETURN(int64_t stash, ctx.attrInt("stash_type", 1));
-  if (dtypeFromOnnx(static_cast<int32_t>(stash)) != xt.dtype)
-    return ctx.unsupported("the Mean and InvStdDev outputs with stash_type " +
-                           onnxTypeName(static_cast<int32_t>(stash)) + " for " + xt.toString() +
-                           " (kiln computes them in the input's dtype)");
+  KILN_TRY(requireStashType(ctx, xt.dtype));  // Mean and InvStdDev have stash_type's dtype.
   std::vector<int64_t> axes;
   for (int d = axis; d < xt.rank(); ++d) axes.push_back(d);
   const ir::AttrMap keep{{"axes", axes}, {"keepdims", int64_t{1}}};

@@ -139,32 +139,9 @@ Status mapDropout(NodeContext& ctx) {
   return alias(ctx, 0);
 }
 
-// kiln's op for an ONNX comparison or logic op.
-OpKind kilnCompare(Compare op) {
-  switch (op) {
-    case Compare::kEqual:
-      return OpKind::kEqual;
-    case Compare::kLess:
-      return OpKind::kLess;
-    case Compare::kGreater:
-      return OpKind::kGreater;
-    case Compare::kLessOrEqual:
-      return OpKind::kLessEqual;
-    case Compare::kGreaterOrEqual:
-      return OpKind::kGreaterEqual;
-    case Compare::kAnd:
-      return OpKind::kLogicalAnd;
-    case Compare::kOr:
-      return OpKind::kLogicalOr;
-    case Compare::kXor:
-      return OpKind::kLogicalXor;
-  }
-  return OpKind::kEqual;
-}
-
 // Folded at import when both inputs are known (shape arithmetic), else kiln's op; Equal of
 // bools is not(xor).
-template <Compare kOp>
+template <Compare kOp, OpKind kKiln>
 Status mapCompare(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* b, ctx.constant(1));
@@ -182,7 +159,7 @@ Status mapCompare(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(ir::Value * ne, ctx.emit(OpKind::kLogicalXor, {x, y}));
     return ctx.emit(OpKind::kLogicalNot, {ne}, {}, 0).status();
   }
-  return ctx.emit(kilnCompare(kOp), {x, y}, {}, 0).status();
+  return ctx.emit(kKiln, {x, y}, {}, 0).status();
 }
 
 Status mapNot(NodeContext& ctx) {
@@ -327,14 +304,14 @@ std::vector<MapperEntry> pointwiseMappers() {
       {"Clip", {6, 11, 12, 13}, mapClip},
       {"Identity", {1, 13, 14, 16, 19, 21, 23, 24, 25}, mapIdentity},
       {"Dropout", {7, 10, 12, 13, 22}, mapDropout},
-      {"Equal", {7, 11, 13, 19}, mapCompare<Compare::kEqual>},
-      {"Less", {7, 9, 13}, mapCompare<Compare::kLess>},
-      {"Greater", {7, 9, 13}, mapCompare<Compare::kGreater>},
-      {"LessOrEqual", {12, 16}, mapCompare<Compare::kLessOrEqual>},
-      {"GreaterOrEqual", {12, 16}, mapCompare<Compare::kGreaterOrEqual>},
-      {"And", {7}, mapCompare<Compare::kAnd>},
-      {"Or", {7}, mapCompare<Compare::kOr>},
-      {"Xor", {7}, mapCompare<Compare::kXor>},
+      {"Equal", {7, 11, 13, 19}, mapCompare<Compare::kEqual, OpKind::kEqual>},
+      {"Less", {7, 9, 13}, mapCompare<Compare::kLess, OpKind::kLess>},
+      {"Greater", {7, 9, 13}, mapCompare<Compare::kGreater, OpKind::kGreater>},
+      {"LessOrEqual", {12, 16}, mapCompare<Compare::kLessOrEqual, OpKind::kLessEqual>},
+      {"GreaterOrEqual", {12, 16}, mapCompare<Compare::kGreaterOrEqual, OpKind::kGreaterEqual>},
+      {"And", {7}, mapCompare<Compare::kAnd, OpKind::kLogicalAnd>},
+      {"Or", {7}, mapCompare<Compare::kOr, OpKind::kLogicalOr>},
+      {"Xor", {7}, mapCompare<Compare::kXor, OpKind::kLogicalXor>},
       {"Not", {1}, mapNot},
       {"Mod", {10, 13, 28}, mapMod},
   };

@@ -1,6 +1,7 @@
 #include "frontends/onnx/onnx_map_util.h"
 
 #include "frontends/onnx/onnx_fold.h"
+#include "frontends/onnx/onnx_tensor.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -67,6 +68,16 @@ Expected<std::optional<std::vector<int64_t>>> reduceAxes(NodeContext& ctx, int i
     KILN_ASSIGN_OR_RETURN(axes, ctx.attrInts("axes", std::vector<int64_t>{}));
   }
   return std::optional<std::vector<int64_t>>(std::move(axes));
+}
+
+Status requireStashType(NodeContext& ctx, ir::DType x) {
+  KILN_ASSIGN_OR_RETURN(int64_t stash, ctx.attrInt("stash_type", 1));
+  if (dtypeFromOnnx(static_cast<int32_t>(stash)) != x)
+    return ctx.unsupported(ctx.opType() + " with stash_type " +
+                           onnxTypeName(static_cast<int32_t>(stash)) + " and " +
+                           std::string(ir::dtypeName(x)) +
+                           " input (kiln computes the statistics in the input's dtype)");
+  return Status::ok();
 }
 
 }  // namespace kiln::frontends::onnx_import

@@ -22,6 +22,10 @@ Status requireUnused(NodeContext& ctx, size_t k, const std::string& what);
 // The rank of input i.
 Expected<int> inputRank(NodeContext& ctx, size_t i);
 
+// A normalization's stash_type (the precision of its statistics; default FLOAT) must be the
+// input's dtype `x`: kiln computes the statistics in the input's dtype.
+Status requireStashType(NodeContext& ctx, ir::DType x);
+
 // The axes of a Reduce* node: an attribute before version `inputFrom` of the op, input 1 (known
 // at import) from it on. Empty: every axis. nullopt: no axes with noop_with_empty_axes=1, the
 // node is the identity.

@@ -140,17 +140,17 @@ Status checkNodeSchema(const ::onnx::NodeProto& node, int version) {
   const SchemaFacts& f = it->second;
   const std::string what = node.op_type() + " version " + std::to_string(version);
   const int in = node.input_size(), out = node.output_size();
+  // "1", "1 to 3" or "1 or more" (a variadic maximum is INT32_MAX).
+  auto range = [](int lo, int hi) {
+    return std::to_string(lo) + (hi == lo          ? ""
+                                 : hi == INT32_MAX ? " or more"
+                                                   : " to " + std::to_string(hi));
+  };
   if (in < f.minInputs || in > f.maxInputs)
-    return invalidArgument(what + " takes " + std::to_string(f.minInputs) +
-                           (f.maxInputs == f.minInputs ? ""
-                            : f.maxInputs == INT32_MAX ? " or more"
-                                                       : " to " + std::to_string(f.maxInputs)) +
+    return invalidArgument(what + " takes " + range(f.minInputs, f.maxInputs) +
                            " inputs, the node has " + std::to_string(in));
   if (out < f.minOutputs || out > f.maxOutputs)
-    return invalidArgument(what + " has " + std::to_string(f.minOutputs) +
-                           (f.maxOutputs == f.minOutputs ? ""
-                            : f.maxOutputs == INT32_MAX  ? " or more"
-                                                         : " to " + std::to_string(f.maxOutputs)) +
+    return invalidArgument(what + " has " + range(f.minOutputs, f.maxOutputs) +
                            " outputs, the node has " + std::to_string(out));
   for (const auto& a : node.attribute()) {
     bool known = false;
