@@ -4,10 +4,12 @@
 
 #include <filesystem>
 #include <iostream>
+#include <random>
 
 #include "frontends/json/graph_json.h"
 #include "frontends/onnx/onnx_import.h"
 #include "models/zoo.h"
+#include "runtime/reference/helpers.h"
 
 namespace kiln::cli {
 
@@ -121,6 +123,104 @@ Expected<ir::Graph> loadModelFromArgs(const Args& args) {
   KILN_ASSIGN_OR_RETURN(int64_t batch, args.intValue("batch", 1, 1, 1 << 20));
   KILN_ASSIGN_OR_RETURN(int64_t seed, args.intValue("seed", 0, 0, INT64_MAX));
   return loadModel(args.positional[0], batch, static_cast<uint64_t>(seed));
+}
+
+OptionSpec intRangeOption() {
+  return {"int-range", true,
+          "random integer inputs uniform in [LO, HI) (LO:HI, default 0:10; floats are uniform in "
+          "[-1, 1), booleans even odds)"};
+}
+
+std::vector<ir::TensorType> inputTypes(const ir::Graph& g) {
+  std::vector<ir::TensorType> types;
+  for (const ir::Value* v : g.inputs()) types.push_back(v->type());
+  return types;
+}
+
+namespace {
+
+Expected<std::pair<int64_t, int64_t>> intRange(const Args& args) {
+  const std::optional<std::string> v = args.value("int-range");
+  if (!v) return std::pair<int64_t, int64_t>{0, 10};
+  const size_t colon = v->find(':');
+  int64_t lo = 0, hi = 0;
+  size_t used = 0;
+  bool ok = colon != std::string::npos;
+  try {
+    ok = ok && (lo = std::stoll(v->substr(0, colon), &used), used == colon);
+    ok = ok && (hi = std::stoll(v->substr(colon + 1), &used), used == v->size() - colon - 1);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  if (!ok || lo >= hi)
+    return invalidArgument(
+        "--int-range expects LO:HI with integers LO < HI (values in [LO, HI)), "
+        "got '" +
+        *v + "'");
+  return std::pair{lo, hi};
+}
+
+}  // namespace
+
+Expected<std::vector<runtime::Tensor>> randomInputs(const std::vector<ir::TensorType>& types,
+                                                    const Args& args) {
+  KILN_ASSIGN_OR_RETURN(int64_t seed, args.intValue("seed", 0, 0, INT64_MAX));
+  KILN_ASSIGN_OR_RETURN(auto range, intRange(args));
+  std::vector<runtime::Tensor> inputs;
+  for (size_t k = 0; k < types.size(); ++k) {
+    const ir::TensorType& type = types[k];
+    const ir::DType dt = type.dtype;
+    KILN_ASSIGN_OR_RETURN(runtime::Tensor t, runtime::Tensor::zeros(dt, type.shape));
+    std::mt19937_64 rng(static_cast<uint64_t>(seed) + 1000003 * (k + 1));
+    std::uniform_real_distribution<double> real(-1.0, 1.0);
+    std::uniform_int_distribution<int64_t> integer(range.first, range.second - 1);
+    auto fitsIn = [&](int64_t lo, int64_t hi) {
+      return range.first >= lo && range.second - 1 <= hi;
+    };
+    const bool fits = dt == ir::DType::kI8    ? fitsIn(INT8_MIN, INT8_MAX)
+                      : dt == ir::DType::kU8  ? fitsIn(0, UINT8_MAX)
+                      : dt == ir::DType::kI32 ? fitsIn(INT32_MIN, INT32_MAX)
+                                              : true;
+    if (!fits)
+      return invalidArgument("--int-range " + std::to_string(range.first) + ":" +
+                             std::to_string(range.second) + " does not fit input " +
+                             std::to_string(k) + "'s dtype " + std::string(ir::dtypeName(dt)));
+    for (int64_t i = 0; i < t.numElements(); ++i) switch (dt) {
+        case ir::DType::kF32:
+          t.data<float>()[i] = static_cast<float>(real(rng));
+          break;
+        case ir::DType::kF64:
+          t.data<double>()[i] = real(rng);
+          break;
+        case ir::DType::kF16:
+          t.data<uint16_t>()[i] = runtime::ref::doubleToF16Bits(real(rng));
+          break;
+        case ir::DType::kBF16:
+          t.data<uint16_t>()[i] = runtime::ref::doubleToBf16Bits(real(rng));
+          break;
+        case ir::DType::kI64:
+          t.data<int64_t>()[i] = integer(rng);
+          break;
+        case ir::DType::kI32:
+          t.data<int32_t>()[i] = static_cast<int32_t>(integer(rng));
+          break;
+        case ir::DType::kI8:
+          t.data<int8_t>()[i] = static_cast<int8_t>(integer(rng));
+          break;
+        case ir::DType::kU8:
+          t.data<uint8_t>()[i] = static_cast<uint8_t>(integer(rng));
+          break;
+        case ir::DType::kBool:
+          t.data<uint8_t>()[i] = static_cast<uint8_t>(rng() & 1);
+          break;
+      }
+    if (!ir::isFloat(dt) && dt != ir::DType::kBool && !args.flag("json"))
+      std::cerr << "note: random integer input " << k << " (" << type.toString() << ") drawn from ["
+                << range.first << ", " << range.second
+                << "); choose the range with --int-range LO:HI, or pass --input\n";
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
 }
 
 int reportError(const std::string& command, const Status& s) {

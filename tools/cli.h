@@ -11,6 +11,7 @@
 #include "compiler/compile.h"
 #include "ir/graph.h"
 #include "ir/timing.h"
+#include "runtime/tensor.h"
 
 namespace kiln::cli {
 
@@ -56,6 +57,16 @@ Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t 
 std::vector<OptionSpec> modelOptions();
 // Reads --batch and --seed and loads MODEL (the first positional argument).
 Expected<ir::Graph> loadModelFromArgs(const Args& args);
+
+// Seeded random inputs of these types, for kiln run, bench and artifacts without --input: floats
+// uniform in [-1, 1), integers uniform in [LO, HI) from --int-range LO:HI (default 0:10: token
+// ids or class indices below 10), booleans false or true with equal odds; --seed (default 0)
+// seeds them.
+Expected<std::vector<runtime::Tensor>> randomInputs(const std::vector<ir::TensorType>& types,
+                                                    const Args& args);
+std::vector<ir::TensorType> inputTypes(const ir::Graph& g);
+// The options randomInputs reads besides --seed.
+OptionSpec intRangeOption();
 
 // Medians of timed runs, and a stopwatch.
 struct Timing {

@@ -30,19 +30,6 @@ std::string megabytes(double bytes) {
   return buf;
 }
 
-Expected<std::vector<runtime::Tensor>> seededInputs(const runtime::ArtifactInfo& info) {
-  std::vector<runtime::Tensor> inputs;
-  std::mt19937_64 rng(1);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  for (const auto& t : info.inputs) {
-    KILN_ASSIGN_OR_RETURN(runtime::Tensor x, runtime::Tensor::zeros(t.dtype, t.shape));
-    if (t.dtype == ir::DType::kF32)
-      for (int64_t i = 0; i < x.numElements(); ++i) x.data<float>()[i] = dist(rng);
-    inputs.push_back(std::move(x));
-  }
-  return inputs;
-}
-
 }  // namespace
 
 std::vector<OptionSpec> artifactRunOptions() {
@@ -136,7 +123,7 @@ int benchArtifact(const Args& args) {
   auto model = kiln::load(args.positional[0], options);
   const double loadMs = msSince(start);
   if (!model) return reportError("bench", model.status());
-  auto inputs = seededInputs((*model)->info());
+  auto inputs = randomInputs((*model)->info().inputs, args);
   if (!inputs) return reportError("bench", inputs.status());
   if (args.value("concurrency")) {
     const auto& in = (*model)->info().inputs;

@@ -17,28 +17,11 @@ namespace kiln::cli {
 
 namespace {
 
-// Seeded random f32 inputs for `g` (bench measures speed, not values).
-Expected<std::vector<runtime::Tensor>> randomInputs(const ir::Graph& g) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<runtime::Tensor> inputs;
-  for (const ir::Value* v : g.inputs()) {
-    if (v->type().dtype != ir::DType::kF32)
-      return unimplemented("bench makes random f32 inputs; input '" + v->name() + "' is " +
-                           v->type().toString());
-    KILN_ASSIGN_OR_RETURN(runtime::Tensor t,
-                          runtime::Tensor::empty(v->type().dtype, v->type().shape));
-    for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = dist(rng);
-    inputs.push_back(t);
-  }
-  return inputs;
-}
-
 // kiln bench MODEL --concurrency ...: the compiled model served from client threads.
 int serveCompiled(const Args& args, const ir::Graph& g, const compiler::CompileOptions& opts) {
   auto cm = compiler::compile(g, opts);
   if (!cm) return reportError("bench", cm.status());
-  auto inputs = randomInputs(g);
+  auto inputs = randomInputs(inputTypes(g), args);
   if (!inputs) return reportError("bench", inputs.status());
   compiler::CompiledModel& model = **cm;
   const int64_t batch = g.inputs().empty() || g.inputs()[0]->type().shape.empty()
@@ -83,7 +66,7 @@ int runBench(const Args& args) {
   std::filesystem::remove_all(tmp);
   if (!cm) return reportError("bench", cm.status());
 
-  auto randomIns = randomInputs(*g);
+  auto randomIns = randomInputs(inputTypes(*g), args);
   if (!randomIns) return reportError("bench", randomIns.status());
   const std::vector<runtime::Tensor>& inputs = *randomIns;
   runtime::EagerExecutor eager(*g);

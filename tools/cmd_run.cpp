@@ -20,36 +20,14 @@ namespace {
 
 using runtime::Tensor;
 
-// Uniform [-1, 1) for float inputs and zeros for integer ones (class indices 0), from `seed`.
-Expected<Tensor> randomInput(const ir::TensorType& type, uint64_t seed) {
-  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(type.dtype, type.shape));
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(-1.0, 1.0);
-  const int64_t n = t.numElements();
-  if (type.dtype == ir::DType::kF32)
-    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = static_cast<float>(dist(rng));
-  else if (type.dtype == ir::DType::kF64)
-    for (int64_t i = 0; i < n; ++i) t.data<double>()[i] = dist(rng);
-  else if (ir::isFloat(type.dtype))
-    return unimplemented("random inputs of dtype " + std::string(ir::dtypeName(type.dtype)) +
-                         " are not supported; pass --input");
-  return t;
-}
-
 // The inputs: --input files (NAME=FILE or in order), else seeded random values. When the files'
 // shapes differ from the graph's only in its symbolic dims (Value::dimNames) and `specializer`
 // is set, `g` is made again for them first (an ONNX model is imported again).
-Expected<std::vector<Tensor>> gatherInputs(ir::Graph& g, const Args& args, uint64_t seed,
+Expected<std::vector<Tensor>> gatherInputs(ir::Graph& g, const Args& args,
                                            const ir::GraphSpecializer& specializer = {}) {
   const auto& files = args.all("input");
   std::vector<Tensor> inputs(g.inputs().size());
-  if (files.empty()) {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      KILN_ASSIGN_OR_RETURN(inputs[i],
-                            randomInput(g.inputs()[i]->type(), seed + 1000003 * (i + 1)));
-    }
-    return inputs;
-  }
+  if (files.empty()) return randomInputs(inputTypes(g), args);
   if (files.size() != inputs.size())
     return invalidArgument("the model has " + std::to_string(inputs.size()) + " inputs, got " +
                            std::to_string(files.size()) + " --input files");
@@ -142,15 +120,13 @@ int runRun(const Args& args) {
         "run",
         invalidArgument("the model has " + std::to_string(g->outputs().size()) + " outputs, got " +
                         std::to_string(outFiles.size()) + " --output files"));
-  auto seed = args.intValue("seed", 0, 0, INT64_MAX);
-  if (!seed) return reportError("run", seed.status());
   ir::GraphSpecializer specializer;
   if (std::filesystem::path(args.positional[0]).extension() == ".onnx") {
     auto made = frontends::onnxSpecializer(args.positional[0]);
     if (!made) return reportError("run", made.status());
     specializer = std::move(*made);
   }
-  auto inputs = gatherInputs(*g, args, static_cast<uint64_t>(*seed), specializer);
+  auto inputs = gatherInputs(*g, args, specializer);
   if (!inputs) return reportError("run", inputs.status());
 
   const bool eager = args.flag("eager");
@@ -223,9 +199,7 @@ int runArtifact(const Args& args) {
     auto in = signature.addInput(info.inputNames[i], info.inputs[i]);
     if (!in) return reportError("run", in.status());
   }
-  auto seed = args.intValue("seed", 0, 0, INT64_MAX);
-  if (!seed) return reportError("run", seed.status());
-  auto inputs = gatherInputs(signature, args, static_cast<uint64_t>(*seed));
+  auto inputs = gatherInputs(signature, args);
   if (!inputs) return reportError("run", inputs.status());
   auto outputs = (*model)->run(*inputs);
   if (!outputs) return reportError("run", outputs.status());

@@ -141,6 +141,16 @@ check "onnx run eager, symbolic batch" 0 "%p : f32\[3,3\]" -- "$KILN" run "$ONNX
 check "onnx run, static dim changed" 2 "dim 2 is fixed at 8 by the model, got 9" -- \
   "$KILN" run "$ONNX_CNN" --eager --input x3bad.npy
 check "onnx bench" 0 "speedup" -- "$KILN" bench "$ONNX_CNN" --runs 2 --warmup 0 --cache-dir cache
+# Integer and boolean graph inputs: random within --int-range (default [0, 10)), or .npy files.
+TOKENS=$TESTS_DIR/data/onnx/token_embedding.onnx
+check "run, random int64 and bool inputs" 0 "%y : f32\[2,3,4\]" -- \
+  "$KILN" run "$TOKENS"
+check "run eager, --int-range" 0 "input 0 \(i64\[2,3\]\) drawn from \[2, 4\)" -- \
+  "$KILN" run "$TOKENS" --eager --int-range 2:4
+check "run, --int-range past the table" 2 "index 1[0-9] .*out of range for dim 0 of size 10" -- \
+  "$KILN" run "$TOKENS" --int-range 10:20
+check "run, bad --int-range" 2 "--int-range expects LO:HI" -- "$KILN" run "$TOKENS" --int-range 3:3
+check "bench, integer inputs" 0 "speedup" -- "$KILN" bench "$TOKENS" --runs 2 --warmup 0 --cache-dir cache
 
 # ---- Ahead-of-time artifacts.
 check "compile -o artifact" 0 "wrote mnist\.kiln" -- "$KILN" compile mnist_cnn -o mnist.kiln --cache-dir cache

@@ -261,3 +261,26 @@ TEST_CASE("onnx versions: a node written for another version is refused, not gue
   none.node("Relu", {"x"}, {"y"}).node("Neg", {"x"}, {}, {}, "no_outputs").output("y");
   CHECK_THAT(importError(none).message(), Catch::Contains("(Neg) has no outputs"));
 }
+
+TEST_CASE("onnx versions: a model written by onnx 1.23's helper.make_model (IR 14) loads") {
+  // tests/data/onnx/make_model_ir14.onnx comes from tools/onnx/make_ir14_model.py: IR 14,
+  // opset 28, a node with metadata_props (a field libonnx 1.12 does not know).
+  const std::string path =
+      (std::filesystem::path(KILN_TEST_DATA_DIR) / "onnx" / "make_model_ir14.onnx").string();
+  auto g = kiln::frontends::loadOnnx(path);
+  INFO((g ? std::string() : g.status().message()));
+  REQUIRE(g.hasValue());
+  const std::vector<float> x = {1, -2, 0.5f, 0, 3, -1};
+  const float w[3][2] = {{0.5f, -1.0f}, {0.25f, 2.0f}, {-0.75f, 0.125f}};
+  const float b[2] = {0.1f, -0.2f};
+  std::vector<float> expected;
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 2; ++c) {
+      double pre = b[c];
+      for (int k = 0; k < 3; ++k) pre += x[r * 3 + k] * w[k][c];
+      expected.push_back(static_cast<float>(0.5 * pre * std::erfc(-pre / std::sqrt(2.0))));
+    }
+  const auto y = runGraph(*g, {makeF32({2, 3}, x)});
+  REQUIRE(y.size() == 1);
+  checkClose(y[0], {2, 2}, expected);
+}

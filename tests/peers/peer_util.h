@@ -15,11 +15,25 @@ namespace kiln::peers {
 
 inline constexpr int kSkip = 77;  // ctest's SKIP_RETURN_CODE.
 
-// PEERS_DIR from argv[2], else $KILN_PEERS_DIR, else the build's default (.peers/models).
-inline std::filesystem::path peersRoot(int argc, char** argv) {
-  if (argc == 3) return argv[2];
+// The exports' folder: $KILN_PEERS_DIR, which ctest sets through tools/peers/with-env.sh (the
+// folder is keyed by the peer pins, tools/peers/env.sh); empty when unset.
+inline std::filesystem::path peersRoot() {
   const char* env = std::getenv("KILN_PEERS_DIR");
-  return env && *env ? std::filesystem::path(env) : std::filesystem::path(KILN_PEERS_DEFAULT_DIR);
+  return env && *env ? std::filesystem::path(env) : std::filesystem::path();
+}
+
+// Why a check is skipped when a file it needs is absent.
+inline int skipMissing(const std::filesystem::path& root, const std::filesystem::path& file) {
+  if (root.empty())
+    std::printf(
+        "peer: skipped: KILN_PEERS_DIR is not set (run through ctest, or set it to the output "
+        "of tools/peers/setup.sh --print-dir)\n");
+  else
+    std::printf(
+        "peer: skipped: %s not found. The peer exports come from tools/peers/setup.sh (a "
+        "Python venv with PyTorch and ONNX Runtime from PyPI, under ~/.cache/kiln).\n",
+        file.c_str());
+  return kSkip;
 }
 
 inline int fail(const std::string& what, const Status& st) {

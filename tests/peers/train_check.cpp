@@ -40,21 +40,15 @@ constexpr double kUpdateTolerance = 1e-3;  // Of the largest parameter update.
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || argc > 3) {
-    std::fprintf(stderr, "usage: kiln_peer_train_check MODEL [PEERS_DIR]\n");
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: kiln_peer_train_check MODEL (exports in $KILN_PEERS_DIR)\n");
     return 2;
   }
   const std::string name = argv[1];
-  const fs::path root = peers::peersRoot(argc, argv);
+  const fs::path root = peers::peersRoot();
   const fs::path dir = root / ("train_" + name);
-  if (!fs::exists(dir / "meta.json")) {
-    std::printf(
-        "peer: skipped: %s not found. The training peer exports come from "
-        "tools/peers/setup.sh (a Python venv with PyTorch from PyPI); set KILN_PEERS_DIR if they "
-        "live elsewhere than %s.\n",
-        (dir / "meta.json").c_str(), root.c_str());
-    return peers::kSkip;
-  }
+  if (root.empty() || !fs::exists(dir / "meta.json"))
+    return peers::skipMissing(root, dir / "meta.json");
   nlohmann::json meta;
   try {
     std::ifstream(dir / "meta.json") >> meta;

@@ -7,7 +7,7 @@ The importer takes an op's version at a model's opset from this table (the newes
 since_version not above the opset) and refuses a node whose op is not defined at that opset,
 or whose version its mapper does not declare.
 
-  .peers/venv/bin/python tools/onnx/gen_op_versions.py
+  ~/.cache/kiln/peers-venv-*/bin/python tools/onnx/gen_op_versions.py
 """
 import collections
 import pathlib

@@ -3,7 +3,7 @@
 gen_node_tests.py), compared the same way (numpy.testing.assert_allclose at each case's
 rtol/atol): the peer figure for kiln's count. A benchmark-style comparison, not a test.
 
-  .peers/venv/bin/python tools/onnx/ort_conformance.py CASES
+  ~/.cache/kiln/peers-venv-*/bin/python tools/onnx/ort_conformance.py CASES
 """
 import pathlib
 import sys

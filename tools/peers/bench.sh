@@ -15,8 +15,9 @@ while [ $# -gt 0 ]; do
     *) echo "usage: tools/peers/bench.sh [--batch B] [--threads T] [--runs R] [--only a,b]" >&2; exit 2 ;;
   esac
 done
-models=${KILN_PEERS_DIR:-.peers/models}
-[ -x .peers/venv/bin/python ] && [ -d "$models" ] || {
+source tools/peers/env.sh
+models=$peers_dir
+[ -f "$peers_venv/.complete" ] && [ -d "$models" ] || {
   echo "peers: no peer environment; run tools/peers/setup.sh first" >&2; exit 2; }
 scripts/build.sh --target kiln >/dev/null
 KILN=${KILN_BUILD_DIR:-build}/tools/kiln
@@ -27,7 +28,7 @@ while read -r line; do
   name=$(echo "$line" | sed 's/.*"model": "\([^"]*\)".*/\1/')
   torch_ms[$name]=$(echo "$line" | sed 's/.*"torch_eager_ms": \([0-9.]*\).*/\1/')
   ort_ms[$name]=$(echo "$line" | sed 's/.*"onnxruntime_ms": \([0-9.]*\).*/\1/')
-done < <(.peers/venv/bin/python tools/peers/bench.py "$models" --threads "$threads" --runs "$runs" \
+done < <("$peers_venv/bin/python" tools/peers/bench.py "$models" --threads "$threads" --runs "$runs" \
   --batch "$batch" --only "$(echo $names | tr ' ' ,)")
 
 printf '%-20s %5s %10s %12s %8s %10s %10s %10s\n' model batch kiln_eager kiln_compiled speedup \

@@ -2,11 +2,16 @@
 ONNX Runtime compute on fixed inputs, for kiln's `peer` tests (tests/peers).
 
 For each model it writes OUT/<name>/:
-  model.onnx        opset 17, TorchScript exporter, the batch dim symbolic ("batch")
+  model.onnx, model.onnx.data
+                    PyTorch's default exporter (torch.onnx.export with dynamo=True, its default:
+                    torch.export, opset 20, IR 10, the weights as external data)
+  legacy.onnx       the legacy TorchScript exporter (dynamo=False), opset 17
+                    (both with the batch dim symbolic, "batch")
   input.npy         the input (float32, seeded)
   torch.npy         PyTorch eager's output on the CPU, in float32
-  onnxruntime.npy   ONNX Runtime's output (CPUExecutionProvider)
-  meta.json         shapes, versions, and the max |torch - onnxruntime| difference
+  onnxruntime.npy   ONNX Runtime's output on model.onnx (CPUExecutionProvider)
+  onnxruntime_legacy.npy   the same on legacy.onnx
+  meta.json         shapes, versions, opsets, and the max |torch - onnxruntime| differences
 
 Usage: python export.py OUT [--only name,name] [--force]
 """
@@ -15,6 +20,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 import onnx
@@ -26,13 +32,15 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 
-OPSET = 17  # The newest opset kiln reads (libonnx 1.12).
+LEGACY_OPSET = 17  # The newest the TorchScript exporter writes.
+
+
+# The inference fast path of nn.MultiheadAttention (one fused aten op with no ONNX symbolic) is
+# off, so that the exporters see the layers' real ops, as they do in training mode.
+torch.backends.mha.set_fastpath_enabled(False)
 
 
 def transformer_encoder():
-    # The inference fast path (one fused aten op with no ONNX symbolic) is off, so that the
-    # exporter sees the layer's real ops, as it does in training mode.
-    torch.backends.mha.set_fastpath_enabled(False)
     layer = nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024, dropout=0.1,
                                        batch_first=True)
     return nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
@@ -42,17 +50,31 @@ def vision(name):
     return lambda: getattr(torchvision.models, name)(weights=None)
 
 
+def vit_small():
+    # A small vision transformer (ViT-S/16's width, 4 of its 12 layers): torchvision's
+    # VisionTransformer, the architecture of vit_b_16.
+    model = torchvision.models.VisionTransformer(image_size=224, patch_size=16, num_layers=4,
+                                                 num_heads=6, hidden_dim=384, mlp_dim=1536)
+    # torchvision initializes the classifier head to zeros (for fine-tuning): every output
+    # would be 0 and the check empty.
+    nn.init.normal_(model.heads.head.weight, std=0.02)
+    nn.init.normal_(model.heads.head.bias, std=0.02)
+    return model
+
+
 # name -> (constructor, input shape). Batch 1; the batch dim is exported as symbolic.
 MODELS = {
     "resnet18": (vision("resnet18"), (1, 3, 224, 224)),
     "resnet50": (vision("resnet50"), (1, 3, 224, 224)),
     "mobilenet_v2": (vision("mobilenet_v2"), (1, 3, 224, 224)),
+    "mobilenet_v3_small": (vision("mobilenet_v3_small"), (1, 3, 224, 224)),
     "efficientnet_b0": (vision("efficientnet_b0"), (1, 3, 224, 224)),
     "squeezenet1_1": (vision("squeezenet1_1"), (1, 3, 224, 224)),
     "densenet121": (vision("densenet121"), (1, 3, 224, 224)),
     "mnist_cnn": (models.MnistCnn, (1, 1, 28, 28)),
     "bert_layer": (models.BertLayer, (1, 128, 768)),
     "transformer_encoder": (transformer_encoder, (1, 64, 256)),
+    "vit_small": (vit_small, (1, 3, 224, 224)),
 }
 
 
@@ -87,36 +109,40 @@ def export_one(name, out_dir):
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(2))
 
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "model.onnx")
+    names = {"input_names": ["input"], "output_names": ["output"],
+             "dynamic_axes": {"input": {0: "batch"}, "output": {0: "batch"}}}
     with torch.no_grad():
         expected = model(x)
-        torch.onnx.export(model, (x,), path, dynamo=False, opset_version=OPSET,
-                          input_names=["input"], output_names=["output"],
-                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
-    onnx.checker.check_model(path)
-
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    (got,) = session.run(None, {"input": x.numpy()})
-
-    np.save(os.path.join(out_dir, "input.npy"), x.numpy())
-    np.save(os.path.join(out_dir, "torch.npy"), expected.numpy())
-    np.save(os.path.join(out_dir, "onnxruntime.npy"), got)
+        # PyTorch's default exporter; only the names and the symbolic batch are chosen here
+        # (dynamic_axes, which it turns into torch.export dynamic shapes, with a warning).
+        warnings.filterwarnings("ignore", message=".*'dynamic_axes' is not recommended")
+        torch.onnx.export(model, (x,), os.path.join(out_dir, "model.onnx"), **names)
+        torch.onnx.export(model, (x,), os.path.join(out_dir, "legacy.onnx"), dynamo=False,
+                          opset_version=LEGACY_OPSET, **names)
     ref = expected.numpy()
-    scale = float(np.abs(ref).max())
-    diff = float(np.abs(ref - got).max())
+    np.save(os.path.join(out_dir, "input.npy"), x.numpy())
+    np.save(os.path.join(out_dir, "torch.npy"), ref)
     meta = {
         "model": name,
         "input_shape": list(shape),
         "output_shape": list(ref.shape),
-        "opset": OPSET,
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "onnx": onnx.__version__,
         "onnxruntime": ort.__version__,
-        "max_abs_output": scale,
-        "max_abs_diff_torch_onnxruntime": diff,
+        "max_abs_output": float(np.abs(ref).max()),
         "parameters": sum(p.numel() for p in model.parameters()),
     }
+    for file, suffix in (("model.onnx", ""), ("legacy.onnx", "_legacy")):
+        path = os.path.join(out_dir, file)
+        onnx.checker.check_model(path)
+        header = onnx.load(path, load_external_data=False)
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        (got,) = session.run(None, {"input": x.numpy()})
+        np.save(os.path.join(out_dir, f"onnxruntime{suffix}.npy"), got)
+        meta[f"opset{suffix}"] = next(o.version for o in header.opset_import if o.domain == "")
+        meta[f"ir_version{suffix}"] = header.ir_version
+        meta[f"max_abs_diff_torch_onnxruntime{suffix}"] = float(np.abs(ref - got).max())
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=2)
     return meta
@@ -142,9 +168,10 @@ def main():
             continue
         start = time.time()
         meta = export_one(name, out_dir)
-        print(f"peers: {name}: exported in {time.time() - start:.1f} s, output "
-              f"{meta['output_shape']}, max |torch - onnxruntime| "
-              f"{meta['max_abs_diff_torch_onnxruntime']:.3g} (max |out| "
+        print(f"peers: {name}: exported in {time.time() - start:.1f} s (opset {meta['opset']} "
+              f"and legacy {meta['opset_legacy']}), output {meta['output_shape']}, "
+              f"max |torch - onnxruntime| {meta['max_abs_diff_torch_onnxruntime']:.3g} "
+              f"(legacy {meta['max_abs_diff_torch_onnxruntime_legacy']:.3g}, max |out| "
               f"{meta['max_abs_output']:.3g})")
 
 

@@ -16,8 +16,9 @@ while [ $# -gt 0 ]; do
     *) echo "usage: tools/peers/serve_bench.sh [--models a,b] [--concurrency 1,2,4] [--duration S] [--threads T]" >&2; exit 2 ;;
   esac
 done
-dir=${KILN_PEERS_DIR:-.peers/models}
-[ -x .peers/venv/bin/python ] && [ -d "$dir" ] || {
+source tools/peers/env.sh
+dir=$peers_dir
+[ -f "$peers_venv/.complete" ] && [ -d "$dir" ] || {
   echo "peers: no peer environment; run tools/peers/setup.sh first" >&2; exit 2; }
 scripts/build.sh --target kiln >/dev/null
 KILN=${KILN_BUILD_DIR:-build}/tools/kiln
@@ -28,7 +29,7 @@ for m in ${models//,/ }; do
   for c in ${levels//,/ }; do
     k=$("$KILN" bench "$dir/$m/model.onnx" --threads "$threads" --concurrency "$c" \
       --duration "$duration" --json 2>/dev/null | field)
-    o=$(.peers/venv/bin/python tools/peers/serve_bench.py "$dir/$m/model.onnx" \
+    o=$("$peers_venv/bin/python" tools/peers/serve_bench.py "$dir/$m/model.onnx" \
       --concurrency "$c" --duration "$duration" --threads "$threads" | field)
     read -r kt k50 k90 k99 <<<"$k"
     read -r ot o50 o90 o99 <<<"$o"

@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
 # Creates the peer environment and the peer exports that kiln's `peer` tests compare against:
-# a Python virtual environment with PyTorch, torchvision, ONNX and ONNX Runtime from PyPI
-# (.peers/venv, about 6 GB with PyTorch's CUDA wheels; 5 minutes here), then every model in
-# tools/peers/models.txt exported to ONNX with PyTorch's and ONNX Runtime's outputs
-# (.peers/models/<name>/, see export.py). Idempotent: what exists is kept.
+# a Python virtual environment with PyTorch, torchvision, ONNX, onnxscript and ONNX Runtime from
+# PyPI (about 6 GB with PyTorch's CUDA wheels; 5 minutes here), then every model in
+# tools/peers/models.txt exported to ONNX twice — by PyTorch's default exporter (torch.export,
+# opset 20, weights as external data) and by the legacy TorchScript exporter (opset 17) — with
+# PyTorch's and ONNX Runtime's outputs (see export.py), and the training references
+# (train_export.py). Both live under ~/.cache/kiln, keyed by their pins (tools/peers/env.sh), so
+# that clones and CI runs reuse them. Idempotent: what exists is kept.
 #   tools/peers/setup.sh [--force] [--only name,name]
-# Afterwards `scripts/test.sh` (or `ctest -L peer` in build/) runs the peer tests.
-# KILN_PEERS_DIR moves .peers/models elsewhere (the tests read the same variable).
+#   tools/peers/setup.sh --print-dir     print the exports folder and exit
+# Afterwards `scripts/test.sh` (or `ctest -L peer` in build/) runs the peer tests; ctest runs
+# this script first (test "peer: setup"). Exits 77 (ctest: skipped) only when the environment
+# cannot be created (no PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-venv=.peers/venv
-out=${KILN_PEERS_DIR:-.peers/models}
+source tools/peers/env.sh
+if [ "${1:-}" = --print-dir ]; then echo "$peers_dir"; exit 0; fi
 
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, torchvision, onnx, onnxruntime' 2>/dev/null; then
-  echo "peers: creating $venv (PyTorch, torchvision, ONNX, ONNX Runtime from PyPI)"
-  python3 -m venv "$venv"
-  # The versions the committed notes were measured with.
-  "$venv/bin/pip" install --quiet --progress-bar off torch==2.15.0 torchvision==0.29.2 \
-    onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6
+if [ ! -f "$peers_venv/.complete" ]; then
+  echo "peers: creating $peers_venv ($peers_pins)"
+  rm -rf "$peers_venv"
+  mkdir -p "$(dirname "$peers_venv")"
+  # shellcheck disable=SC2086
+  if ! python3 -m venv "$peers_venv" ||
+     ! "$peers_venv/bin/python" -m pip install --quiet --progress-bar off $peers_pins; then
+    echo "peers: cannot create the Python environment (is PyPI reachable?); skipped" >&2
+    rm -rf "$peers_venv"
+    exit 77
+  fi
+  touch "$peers_venv/.complete"
 fi
-"$venv/bin/python" tools/peers/export.py "$out" "$@"
-"$venv/bin/python" tools/peers/train_export.py "$out" "$@"
+mkdir -p "$peers_dir"
+"$peers_venv/bin/python" tools/peers/export.py "$peers_dir" "$@"
+"$peers_venv/bin/python" tools/peers/train_export.py "$peers_dir" "$@"

@@ -18,8 +18,9 @@ while [ $# -gt 0 ]; do
 done
 scripts/build.sh --target kiln >/dev/null
 KILN=${KILN_BUILD_DIR:-build}/tools/kiln
+source tools/peers/env.sh
 have_torch=0
-[ -x .peers/venv/bin/python ] && have_torch=1
+[ -f "$peers_venv/.complete" ] && have_torch=1
 get() { echo "$2" | grep -m1 "\"$1\"" | sed 's/.*: //; s/,$//'; }
 printf '%-10s %5s %14s %14s %8s %14s %12s %12s %12s\n' model batch kiln_compiled kiln_eager ratio \
   torch_eager compiled_MB eager_MB torch_MB
@@ -33,7 +34,7 @@ for spec in mnist_cnn:64:28 resnet18:32:224; do
   cm=$(get peak_activation_bytes "$compiled") em=$(get peak_activation_bytes "$eager")
   t=- tm=-
   if [ $have_torch = 1 ]; then
-    torch=$(KILN_THREADS=$threads .peers/venv/bin/python tools/peers/train_export.py --bench "$name" \
+    torch=$(KILN_THREADS=$threads "$peers_venv/bin/python" tools/peers/train_export.py --bench "$name" \
       --batch "$batch" --image "$image" --steps "$n")
     t=$(echo "$torch" | sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/')
     t=$(awk -v v="$t" 'BEGIN { printf "%.1f", v }')

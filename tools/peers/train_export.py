@@ -169,7 +169,9 @@ def main():
         return
     if not a.out:
         p.error("OUT is required")
-    names = [n for n in a.only.split(",") if n] or list(MODELS)
+    # --only names the models of export.py too: those without a training reference are skipped.
+    only = [n for n in a.only.split(",") if n]
+    names = [n for n in only if n in MODELS] if only else list(MODELS)
     for n in names:
         export(n, a.out, a.force)
 
