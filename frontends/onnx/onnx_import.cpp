@@ -324,7 +324,22 @@ Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions&
     KILN_TRY(checkGraphStructure(model.graph(), *opset).withContext(name));
     KILN_TRY(prepareWindowAttributes(*model.mutable_graph()).withContext(name));
   }
-  return Importer(model, name, std::move(*dimNames), libonnxKnows).run();
+  // Nodes may need the values of graph inputs (shape, axes, pads ... given as inputs): import
+  // again with those bound when the caller gave them. A node after a failed one is not
+  // mapped, so each pass can reveal more; each adds at least one input.
+  std::map<std::string, ir::TensorData> bound;
+  for (;;) {
+    Importer importer(model, name, *dimNames, libonnxKnows, bound);
+    Expected<ir::Graph> graph = importer.run();
+    if (graph) return graph;
+    bool added = false;
+    for (const std::string& in : importer.neededInputs()) {
+      auto it = options.inputValues.find(in);
+      if (it == options.inputValues.end()) return graph;
+      added |= bound.emplace(in, it->second).second;
+    }
+    if (!added) return graph;
+  }
 }
 
 }  // namespace

@@ -31,6 +31,13 @@ struct OnnxImportOptions {
   // The value of a symbolic (or unknown) first dim of a graph input whose name is not in
   // dimValues: the batch size. Unset: such dims are an error like any other.
   std::optional<int64_t> defaultBatch;
+  // Values of graph inputs that a node needs to know at import: Reshape's shape, Reduce*'s
+  // axes, Pad's pads, Slice's starts, Clip's bounds, Range's limits ... given as graph inputs,
+  // as ONNX allows. kiln compiles for static shapes (as XLA does), so such an input is
+  // specialized on its value here and is no longer an input of the kiln graph; inputs listed
+  // here that no node needs as a constant stay inputs (their values are not used). Import
+  // again for other values. Without a value, such a model is refused, naming the input.
+  std::map<std::string, ir::TensorData> inputValues;
 };
 
 // Imports the ONNX model at `path`. External-data tensors are read relative to the model's

@@ -31,11 +31,12 @@ const std::vector<const ::onnx::NodeProto*> kNoNodes;
 }  // namespace
 
 Importer::Importer(::onnx::ModelProto& model, std::string displayName, InputDimNames dimNames,
-                   bool onnxInferred)
+                   bool onnxInferred, std::map<std::string, ir::TensorData> bound)
     : model_(model),
       displayName_(std::move(displayName)),
       dimNames_(std::move(dimNames)),
-      onnxInferred_(onnxInferred) {
+      onnxInferred_(onnxInferred),
+      bound_(std::move(bound)) {
   for (const auto& imp : model_.opset_import())
     opsets_[imp.domain() == "ai.onnx" ? "" : imp.domain()] = static_cast<int>(imp.version());
   const auto& g = model_.graph();
@@ -115,6 +116,10 @@ const ::onnx::TypeProto* Importer::onnxType(const std::string& name) const {
   return it == onnxTypes_.end() ? nullptr : it->second;
 }
 
+void Importer::noteNeededConstant(const std::string& name) {
+  if (graphInputs_.count(name)) neededInputs_.insert(name);
+}
+
 const std::string* Importer::geluInput(const ::onnx::NodeProto& node) const {
   auto it = geluOf_.find(&node);
   return it == geluOf_.end() ? nullptr : &it->second;
@@ -137,6 +142,17 @@ Status Importer::addGraphInputs() {
     if (!checkedByteSize(dims, ir::dtypeSize(*dtype)))
       return invalidArgument("graph input '" + in.name() + "' has dims " +
                              ir::shapeToString(shape) + " whose size does not fit in 64 bits");
+    if (auto b = bound_.find(in.name()); b != bound_.end()) {
+      // Specialized on its value (OnnxImportOptions::inputValues): a constant, not an input.
+      const ir::TensorType declared{*dtype, shape};
+      if (b->second.dtype() != *dtype || b->second.shape() != shape)
+        return invalidArgument("the value given for graph input '" + in.name() + "' is " +
+                               b->second.type().toString() + ", the model declares " +
+                               declared.toString());
+      values_[in.name()].constant = std::move(b->second);
+      continue;
+    }
+    graphInputs_.insert(in.name());
     KILN_ASSIGN_OR_RETURN(
         ir::Value * v, graph_.addInput(uniqueName(in.name()), {*dtype, shape, ir::Layout::kPlain}));
     if (auto it = dimNames_.find(in.name()); it != dimNames_.end())

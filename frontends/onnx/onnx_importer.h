@@ -4,6 +4,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,8 +42,9 @@ class Importer {
  public:
   // `onnxInferred`: the model passed libonnx's checker and shape inference (opsets and IR
   // versions libonnx knows), so the value types it holds are ONNX's, not only the file's.
+  // `bound`: graph inputs taken as constants (OnnxImportOptions::inputValues that a node needs).
   Importer(::onnx::ModelProto& model, std::string displayName, InputDimNames dimNames = {},
-           bool onnxInferred = true);
+           bool onnxInferred = true, std::map<std::string, ir::TensorData> bound = {});
 
   // Builds the kiln graph from a model whose graph inputs have static shapes and that passed
   // the ONNX checker and shape inference, or kiln's structural checks (onnxInferred false).
@@ -65,6 +67,10 @@ class Importer {
   const ::onnx::TypeProto* onnxType(const std::string& name) const;
   // For the last node of a matched GELU pattern, the ONNX name of the gelu's input.
   const std::string* geluInput(const ::onnx::NodeProto& node) const;
+  // A node needs `name`'s value at import and it is not known: when `name` is a graph input,
+  // it is recorded (neededInputs) so that importing again with its value can succeed.
+  void noteNeededConstant(const std::string& name);
+  const std::set<std::string>& neededInputs() const { return neededInputs_; }
 
  private:
   Status addGraphInputs();
@@ -88,6 +94,8 @@ class Importer {
   std::unordered_set<const ::onnx::NodeProto*> absorbed_;
   std::unordered_map<const ::onnx::NodeProto*, std::string> geluOf_;
   std::vector<NodeProblem> problems_;
+  std::map<std::string, ir::TensorData> bound_;
+  std::set<std::string> graphInputs_, neededInputs_;
 };
 
 // One ONNX node as an op mapper sees it: attributes with ONNX defaults, inputs as kiln values or
@@ -131,6 +139,9 @@ class NodeContext {
   Expected<ir::Value*> value(size_t i, bool trainable = true);
   // Input i's values, which must be known at import (shape, axes, pads ...).
   Expected<std::vector<int64_t>> constInts(size_t i, const std::string& what);
+  // constant(i) where the mapper cannot go on without it: when absent and input i is a graph
+  // input, the importer records that its value is needed (OnnxImportOptions::inputValues).
+  Expected<const ir::TensorData*> requireConstant(size_t i);
   Expected<double> constScalar(size_t i, const std::string& what);
   // Zero padding a folded Pad left on input i (see OnnxValue::pendingPads).
   const std::vector<int64_t>& pendingPads(size_t i);

@@ -91,9 +91,9 @@ Status mapConstantOfShape(NodeContext& ctx) {
 }
 
 Status mapRange(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* start, ctx.constant(0));
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* limit, ctx.constant(1));
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* delta, ctx.constant(2));
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* start, ctx.requireConstant(0));
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* limit, ctx.requireConstant(1));
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* delta, ctx.requireConstant(2));
   if (!start || !limit || !delta)
     return ctx.unsupported("start, limit and delta must be known at import (kiln has no range op)");
   for (const ir::TensorData* t : {start, limit, delta})

@@ -156,12 +156,14 @@ Status mapPad(NodeContext& ctx) {
 
 // The input coordinate of output index i along one dim (ONNX Resize,
 // coordinate_transformation_mode).
-double sourceCoordinate(const std::string& mode, int64_t i, double scale, int64_t in, int64_t out) {
+// The output length in these formulas is scale * in, unrounded (as ONNX's reference computes
+// it): with scales given, it need not be the integer output size.
+double sourceCoordinate(const std::string& mode, int64_t i, double scale, int64_t in) {
   const double x = static_cast<double>(i);
+  const double out = scale * static_cast<double>(in);
   if (mode == "half_pixel") return (x + 0.5) / scale - 0.5;
   if (mode == "pytorch_half_pixel") return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
-  if (mode == "align_corners")
-    return out == 1 ? 0.0 : x * static_cast<double>(in - 1) / static_cast<double>(out - 1);
+  if (mode == "align_corners") return out == 1 ? 0.0 : x * static_cast<double>(in - 1) / (out - 1);
   if (mode == "asymmetric") return x / scale;
   return (x + 0.5) / scale;  // tf_half_pixel_for_nearest
 }
@@ -205,7 +207,7 @@ Status mapResize(NodeContext& ctx) {
 
   std::vector<double> scales;
   std::vector<int64_t> sizes;
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* scalesData, ctx.constant(2));
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* scalesData, ctx.requireConstant(2));
   if (ctx.hasInput(2) && !scalesData) return ctx.unsupported("scales must be known at import");
   if (scalesData && scalesData->numElements() > 0) {
     if (scalesData->numElements() != static_cast<int64_t>(r) || !ir::isFloat(scalesData->dtype()))
@@ -251,7 +253,7 @@ Status mapResize(NodeContext& ctx) {
     std::vector<int64_t> lo(static_cast<size_t>(out)), hi(static_cast<size_t>(out));
     std::vector<double> wHi(static_cast<size_t>(out));
     for (int64_t i = 0; i < out; ++i) {
-      const double x = sourceCoordinate(coord, i, scales[d], in, out);
+      const double x = sourceCoordinate(coord, i, scales[d], in);
       const size_t k = static_cast<size_t>(i);
       if (mode == "nearest") {
         lo[k] = std::clamp<int64_t>(roundNearest(nearest, x), 0, in - 1);

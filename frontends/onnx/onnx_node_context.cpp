@@ -119,6 +119,12 @@ Expected<const ir::TensorData*> NodeContext::constant(size_t i) {
   return imp_.constantOf(node_.input(static_cast<int>(i)), input(i));
 }
 
+Expected<const ir::TensorData*> NodeContext::requireConstant(size_t i) {
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, constant(i));
+  if (!c && hasInput(i)) imp_.noteNeededConstant(node_.input(static_cast<int>(i)));
+  return c;
+}
+
 bool NodeContext::inputTrainable(size_t i) {
   return hasInput(i) && input(i).trainable;
 }
@@ -141,7 +147,7 @@ Expected<ir::Value*> NodeContext::value(size_t i, bool trainable) {
 }
 
 Expected<std::vector<int64_t>> NodeContext::constInts(size_t i, const std::string& what) {
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, constant(i));
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, requireConstant(i));
   if (!c)
     return unimplemented(what + " (input " + std::to_string(i) + ") must be known at import " +
                          "(a constant, an initializer, or computed from static shapes)");
@@ -149,7 +155,7 @@ Expected<std::vector<int64_t>> NodeContext::constInts(size_t i, const std::strin
 }
 
 Expected<double> NodeContext::constScalar(size_t i, const std::string& what) {
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, constant(i));
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, requireConstant(i));
   if (!c)
     return unimplemented(what + " (input " + std::to_string(i) + ") must be known at import " +
                          "(a constant or an initializer)");

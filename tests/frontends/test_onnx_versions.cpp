@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -283,4 +284,43 @@ TEST_CASE("onnx versions: a model written by onnx 1.23's helper.make_model (IR 1
   const auto y = runGraph(*g, {makeF32({2, 3}, x)});
   REQUIRE(y.size() == 1);
   checkClose(y[0], {2, 2}, expected);
+}
+
+TEST_CASE("onnx versions: shape-like graph inputs are specialized on values given at import") {
+  // Reshape's shape and ReduceSum's axes as graph inputs (ONNX allows it; kiln compiles for
+  // static shapes): refused without their values, naming the input; with them (inputValues)
+  // the importer binds exactly those two and keeps x an input, even when given x's value too.
+  Model m(18);
+  m.input("x", {int64_t{2}, int64_t{6}})
+      .input("shape", {int64_t{3}}, kInt64)
+      .input("axes", {int64_t{1}}, kInt64);
+  m.node("Reshape", {"x", "shape"}, {"r"}, {}, "reshape");
+  m.node("ReduceSum", {"r", "axes"}, {"y"}, {attrInt("keepdims", 0)}, "sum");
+  m.output("y");
+  Status s = importError(m);
+  CHECK(s.code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(s.message(), Catch::Contains("shape (input 1) must be known at import"));
+
+  auto i64 = [](kiln::ir::Shape shape, std::vector<int64_t> v) {
+    kiln::ir::TensorData t(kiln::ir::DType::kI64, shape);
+    std::memcpy(t.data(), v.data(), v.size() * sizeof(int64_t));
+    return t;
+  };
+  const auto x = randomValues(12, 5);
+  kiln::frontends::OnnxImportOptions options;
+  options.inputValues.emplace("shape", i64({3}, {2, 3, 2}));
+  options.inputValues.emplace("axes", i64({1}, {-1}));
+  options.inputValues.emplace("x", makeF32({2, 6}, x).toData());
+  const kiln::ir::Graph g = import(m, options);
+  REQUIRE(g.inputs().size() == 1);
+  CHECK(g.inputs()[0]->name() == "x");
+  const auto y = runGraph(g, {makeF32({2, 6}, x)});
+  std::vector<float> want;
+  for (int i = 0; i < 6; ++i) want.push_back(x[2 * i] + x[2 * i + 1]);
+  checkClose(y[0], {2, 3}, want);
+
+  options.inputValues.insert_or_assign("axes", i64({2}, {0, 1}));
+  s = importError(m, options);
+  CHECK_THAT(s.message(), Catch::Contains("the value given for graph input 'axes' is i64[2], the "
+                                          "model declares i64[1]"));
 }

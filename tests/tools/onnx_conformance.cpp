@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -110,8 +111,47 @@ Result runCase(const fs::path& dir, const Options& o) {
   const std::string name = dir.filename().string();
   double rtol = 1e-3, atol = 1e-7;
   std::istringstream(readFile(dir / "tolerance.txt")) >> rtol >> atol;
-  auto graph = frontends::loadOnnxFromBytes(readFile(dir / "model.onnx"), {}, dir.string(), name);
+  // The graph inputs (not initializers) in order: the data sets' input_<i>.pb.
+  const std::string bytes = readFile(dir / "model.onnx");
+  std::vector<std::string> inputNames;
+  {
+    ::onnx::ModelProto proto;
+    if (!proto.ParseFromString(bytes))
+      return fromStatus(name, "import", invalidArgument("bad model"));
+    std::set<std::string> inits;
+    for (const auto& t : proto.graph().initializer()) inits.insert(t.name());
+    for (const auto& in : proto.graph().input())
+      if (!inits.count(in.name())) inputNames.push_back(in.name());
+  }
+  auto readSet = [&](int k, std::vector<ir::TensorData>& out) -> Status {
+    const fs::path set = dir / ("test_data_set_" + std::to_string(k));
+    for (int i = 0; fs::exists(set / ("input_" + std::to_string(i) + ".pb")); ++i) {
+      KILN_ASSIGN_OR_RETURN(ir::TensorData t,
+                            readTensor(set / ("input_" + std::to_string(i) + ".pb")));
+      out.push_back(std::move(t));
+    }
+    return Status::ok();
+  };
+  // Shape-like inputs (Reshape's shape, Reduce*'s axes ...) that kiln must know at import are
+  // given their values from the first data set (OnnxImportOptions::inputValues); the importer
+  // specializes on those it needs and keeps the others as inputs.
+  frontends::OnnxImportOptions options;
+  std::vector<ir::TensorData> first;
+  if (Status st = readSet(0, first); !st) return fromStatus(name, "input", st);
+  for (size_t i = 0; i < first.size() && i < inputNames.size(); ++i)
+    options.inputValues.emplace(inputNames[i], first[i]);
+  auto graph = frontends::loadOnnxFromBytes(bytes, options, dir.string(), name);
   if (!graph) return fromStatus(name, "import", graph.status());
+  // Which of the data sets' inputs the kiln graph still takes (the rest were specialized on).
+  std::vector<bool> isInput(inputNames.size(), false);
+  {
+    size_t j = 0;
+    for (size_t i = 0; i < inputNames.size() && j < graph->inputs().size(); ++i)
+      if (graph->inputs()[j]->name() == inputNames[i]) isInput[i] = true, ++j;
+    if (j != graph->inputs().size())
+      return fromStatus(name, "import",
+                        internalError("kiln's graph inputs do not follow the model's"));
+  }
   std::unique_ptr<compiler::CompiledModel> model;
   if (o.compiled) {
     compiler::CompileOptions co;
@@ -124,10 +164,20 @@ Result runCase(const fs::path& dir, const Options& o) {
     const fs::path set = dir / ("test_data_set_" + std::to_string(k));
     if (!fs::exists(set)) break;
     std::vector<runtime::Tensor> inputs, expected;
-    for (int i = 0; fs::exists(set / ("input_" + std::to_string(i) + ".pb")); ++i) {
-      auto t = readTensor(set / ("input_" + std::to_string(i) + ".pb"));
-      if (!t) return fromStatus(name, "input", t.status());
-      inputs.push_back(runtime::Tensor::fromData(std::move(*t)));
+    std::vector<ir::TensorData> data;
+    if (Status st = readSet(k, data); !st) return fromStatus(name, "input", st);
+    for (size_t i = 0; i < data.size(); ++i) {
+      if (i >= isInput.size() || isInput[i]) {
+        inputs.push_back(runtime::Tensor::fromData(std::move(data[i])));
+        continue;
+      }
+      const ir::TensorData& bound = first[i];
+      if (data[i].type() != bound.type() ||
+          std::memcmp(data[i].data(), bound.data(), bound.byteSize()) != 0)
+        return fromStatus(
+            name, "input",
+            unimplemented("data set " + std::to_string(k) + " gives input '" + inputNames[i] +
+                          "' another value than the one kiln " + "specialized on"));
     }
     for (int i = 0; fs::exists(set / ("output_" + std::to_string(i) + ".pb")); ++i) {
       auto t = readTensor(set / ("output_" + std::to_string(i) + ".pb"));
