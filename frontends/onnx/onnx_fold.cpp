@@ -307,6 +307,10 @@ Status computeElements(OpKind op, std::span<const TensorData* const> in, TensorD
     if (!foldableDType(t->dtype()))
       return unimplemented("cannot evaluate " + std::string(ir::dtypeName(t->dtype())) +
                            " arithmetic at import");
+  // Nor write them (a Cast to f16 of a constant runs at run time).
+  if (!foldableDType(out.dtype()))
+    return unimplemented("cannot evaluate " + std::string(ir::dtypeName(out.dtype())) +
+                         " results at import");
   const int64_t n = out.numElements();
   const bool floatOut = ir::isFloat(out.dtype());
   switch (op) {

@@ -1,5 +1,7 @@
 #include "runtime/reference/kernels.h"
 
+#include "runtime/reference/helpers.h"
+
 namespace kiln::runtime {
 
 namespace {
@@ -19,8 +21,73 @@ const RefKernelTable& table() {
 }
 }  // namespace
 
+namespace {
+
+bool isHalf(ir::DType t) {
+  return t == ir::DType::kF16 || t == ir::DType::kBF16;
+}
+
+// f16/bf16 <-> f32, each value exact one way and rounded once (to nearest even) the other.
+Expected<Tensor> widen(const Tensor& t) {
+  KILN_ASSIGN_OR_RETURN(Tensor w, Tensor::empty(ir::DType::kF32, t.shape()));
+  const uint16_t* src = t.data<uint16_t>();
+  float* dst = w.data<float>();
+  const bool f16 = t.dtype() == ir::DType::kF16;
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    dst[i] = static_cast<float>(f16 ? ref::f16BitsToDouble(src[i]) : ref::bf16BitsToDouble(src[i]));
+  return w;
+}
+
+void narrow(const Tensor& wide, Tensor& out) {
+  const float* src = wide.data<float>();
+  uint16_t* dst = out.data<uint16_t>();
+  const bool f16 = out.dtype() == ir::DType::kF16;
+  for (int64_t i = 0; i < out.numElements(); ++i)
+    dst[i] = f16 ? ref::doubleToF16Bits(src[i]) : ref::doubleToBf16Bits(src[i]);
+}
+
+// Every reference kernel as the table gives it: a kernel that computes only f32/f64 (it
+// refuses f16 and bf16 with kUnimplemented) runs on f16/bf16 tensors widened to f32, its
+// results rounded once to the narrow type, as PyTorch's CPU kernels and NumPy compute half
+// precision. Movement, cast and where move f16/bf16 themselves.
+Status halfAwareKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  const RefKernel k = table()[static_cast<size_t>(attrs.op().kind)];
+  Status s = k(attrs, in, out);
+  if (s.code() != ErrorCode::kUnimplemented) return s;
+  bool anyHalf = false;
+  for (const Tensor& t : in) anyHalf |= isHalf(t.dtype());
+  for (const Tensor& t : out) anyHalf |= isHalf(t.dtype());
+  if (!anyHalf) return s;
+  std::vector<Tensor> wideIn, wideOut;
+  for (const Tensor& t : in) {
+    if (!isHalf(t.dtype())) {
+      wideIn.push_back(t);
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor w, widen(t));
+    wideIn.push_back(std::move(w));
+  }
+  for (const Tensor& t : out) {
+    if (!isHalf(t.dtype())) {
+      wideOut.push_back(t);
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor w, Tensor::empty(ir::DType::kF32, t.shape()));
+    wideOut.push_back(std::move(w));
+  }
+  // The attributes still say f16 where an op names its output dtype (a cast handles halves
+  // itself and never gets here).
+  if (Status wide = k(attrs, wideIn, wideOut); !wide) return s;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (isHalf(out[i].dtype())) narrow(wideOut[i], out[i]);
+  return Status::ok();
+}
+
+}  // namespace
+
 RefKernel referenceKernel(ir::OpKind op) {
-  return table()[static_cast<size_t>(op)];
+  return table()[static_cast<size_t>(op)] ? &halfAwareKernel : nullptr;
 }
 
 Expected<std::vector<Tensor>> runReferenceOp(ir::OpKind op, std::vector<Tensor> inputs,

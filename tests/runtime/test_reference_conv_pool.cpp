@@ -196,14 +196,6 @@ TEMPLATE_TEST_CASE("reference global_avg_pool", "[reference][pool]", float, doub
   checkClose<TestType>(run(OpKind::kGlobalAvgPool, {x}), {2, 2, 1, 1}, {1.5, 3, 0.375, 3});
 }
 
-TEST_CASE("reference conv and pool reject unsupported dtypes", "[reference][conv]") {
-  const Tensor h = makeBits(DType::kF16, {1, 1, 2, 2}, {0x3C00, 0x3C00, 0x3C00, 0x3C00});
-  CHECK(runError(OpKind::kConv2d, {h, h}).message() ==
-        "conv2d: dtype f16 is not supported by the reference kernel");
-  CHECK(runError(OpKind::kMaxPool2d, {h}, {{"kernel", attrInts({2, 2})}}).code() ==
-        ErrorCode::kUnimplemented);
-}
-
 TEMPLATE_TEST_CASE("reference max_pool2d_backward: ties go to the first maximum, NaN wins",
                    "[reference][pool]", float, double) {
   // 2x2 windows, stride 2 (interior windows) on a 4x4 plane, and 3x3 windows with padding

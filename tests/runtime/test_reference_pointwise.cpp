@@ -2,6 +2,7 @@
 // broadcasting binary ops, where, integer semantics and errors.
 #include <limits>
 
+#include "runtime/reference/helpers.h"
 #include "runtime/reference_test_util.h"
 
 using namespace kiln;
@@ -206,14 +207,25 @@ TEST_CASE("reference where moves any dtype", "[reference][pointwise]") {
   CHECK(values<uint8_t>(b) == std::vector<uint8_t>{0, 1});
 }
 
-TEST_CASE("reference pointwise kernels reject unsupported dtypes", "[reference][pointwise]") {
-  const Tensor h = makeBits(DType::kF16, {2}, {0x3C00, 0x4000});
-  Status st = runError(OpKind::kRelu, {h});
-  CHECK(st.code() == ErrorCode::kUnimplemented);
-  CHECK(st.message() == "relu: dtype f16 is not supported by the reference kernel");
-  st = runError(OpKind::kSigmoid, {makeBits(DType::kBF16, {1}, {0x3F80})});
-  CHECK(st.code() == ErrorCode::kUnimplemented);
-  CHECK(st.message() == "sigmoid: dtype bf16 is not supported by the reference kernel");
-  st = runError(OpKind::kAdd, {h, h});
-  CHECK(st.message() == "add: dtype f16 is not supported by the reference kernel");
+TEST_CASE("reference kernels compute f16 and bf16 in f32, each result rounded once",
+          "[reference][pointwise]") {
+  // Kernels that compute only f32/f64 run on widened halves and round their results once, as
+  // PyTorch's CPU kernels and NumPy do; movement ops and cast move halves themselves.
+  const Tensor h = makeBits(DType::kF16, {2}, {0x3C00, 0xC000});  // 1, -2
+  CHECK(values<uint16_t>(run(OpKind::kRelu, {h})) == std::vector<uint16_t>{0x3C00, 0x0000});
+  // 1 + 2^-11 is exact in f32 and halfway between two f16 values: ties to even gives 1.
+  const Tensor tiny = makeBits(DType::kF16, {2}, {0x1000, 0x3C00});  // 2^-11, 1
+  CHECK(values<uint16_t>(run(OpKind::kAdd, {h, tiny})) == std::vector<uint16_t>{0x3C00, 0xBC00});
+  const Tensor b = makeBits(DType::kBF16, {2}, {0x3F80, 0x4000});  // 1, 2
+  CHECK(values<uint16_t>(run(OpKind::kSigmoid, {b})) ==
+        std::vector<uint16_t>{
+            kiln::runtime::ref::doubleToBf16Bits(static_cast<float>(1 / (1 + std::exp(-1.0)))),
+            kiln::runtime::ref::doubleToBf16Bits(static_cast<float>(1 / (1 + std::exp(-2.0))))});
+  const Tensor soft = run(OpKind::kSoftmax, {b});
+  CHECK(soft.dtype() == DType::kBF16);
+  CHECK(values<uint16_t>(soft)[1] ==
+        kiln::runtime::ref::doubleToBf16Bits(1 / (1 + std::exp(-1.0))));
+  const Tensor ones = makeBits(DType::kF16, {2, 2}, {0x3C00, 0x3C00, 0x3C00, 0x3C00});
+  CHECK(values<uint16_t>(run(OpKind::kMatMul, {ones, ones})) ==
+        std::vector<uint16_t>(4, 0x4000));  // 2
 }
