@@ -2,6 +2,7 @@
 // pads) and concats with broadcast fill values, reflections or edges (or, zero padding read
 // only by Conv nodes, folded into their pads); Resize (nearest and linear) is a gather per
 // resized dim with indices computed at import, blended with static weights for linear.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -177,16 +178,14 @@ int64_t roundNearest(const std::string& mode, double x) {
 }
 
 Status mapResize(NodeContext& ctx) {
+  std::string policy = "stretch";
   if (ctx.version() >= 18) {
-    // Version 18's additions, each refused unless it leaves the result as version 13 has it.
+    // Version 18's additions: antialias (refused), axes and keep_aspect_ratio_policy (below).
     KILN_ASSIGN_OR_RETURN(bool antialias, ctx.attrBool("antialias", false));
     if (antialias) return ctx.unsupported("antialias=1 (kiln resizes without an antialias filter)");
-    if (ctx.hasAttr("axes"))
-      return ctx.unsupported("the axes attribute (give scales or sizes for every dim)");
-    KILN_ASSIGN_OR_RETURN(std::string policy,
-                          ctx.attrString("keep_aspect_ratio_policy", "stretch"));
-    if (policy != "stretch")
-      return ctx.unsupported("keep_aspect_ratio_policy '" + policy + "' (kiln maps stretch)");
+    KILN_ASSIGN_OR_RETURN(policy, ctx.attrString("keep_aspect_ratio_policy", "stretch"));
+    if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
+      return ctx.invalid("keep_aspect_ratio_policy '" + policy + "'");
   }
   KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrString("mode", "nearest"));
   KILN_ASSIGN_OR_RETURN(std::string coord,
@@ -205,35 +204,63 @@ Status mapResize(NodeContext& ctx) {
   if (mode == "linear" && (!ir::isFloat(xt.dtype) || !foldableDType(xt.dtype)))
     return ctx.unsupported("linear Resize of " + xt.toString() + " (kiln blends f32 and f64)");
 
-  std::vector<double> scales;
-  std::vector<int64_t> sizes;
+  // The axes that scales or sizes name (version 18's axes attribute; all dims by default).
+  std::vector<int> axes;
+  if (ctx.hasAttr("axes")) {
+    KILN_ASSIGN_OR_RETURN(auto given, ctx.attrInts("axes"));
+    for (int64_t a : given) {
+      KILN_ASSIGN_OR_RETURN(int n, ir::normalizeAxis(a, r, "axes"));
+      if (std::find(axes.begin(), axes.end(), n) != axes.end())
+        return ctx.invalid("axes " + ir::shapeToString(given) + " repeat an axis");
+      axes.push_back(n);
+    }
+  } else {
+    for (size_t d = 0; d < r; ++d) axes.push_back(static_cast<int>(d));
+  }
+  const size_t na = axes.size();
+  std::vector<double> scales(r, 1.0);
+  std::vector<int64_t> sizes(xt.shape.begin(), xt.shape.end());
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* scalesData, ctx.requireConstant(2));
   if (ctx.hasInput(2) && !scalesData) return ctx.unsupported("scales must be known at import");
   if (scalesData && scalesData->numElements() > 0) {
-    if (scalesData->numElements() != static_cast<int64_t>(r) || !ir::isFloat(scalesData->dtype()))
-      return ctx.invalid("scales must be " + std::to_string(r) + " floats, got " +
+    if (scalesData->numElements() != static_cast<int64_t>(na) || !ir::isFloat(scalesData->dtype()))
+      return ctx.invalid("scales must be " + std::to_string(na) + " floats, got " +
                          scalesData->type().toString());
-    for (size_t d = 0; d < r; ++d) {
-      const float s = static_cast<float>(elementAsDouble(*scalesData, static_cast<int64_t>(d)));
+    for (size_t i = 0; i < na; ++i) {
+      const size_t d = static_cast<size_t>(axes[i]);
+      const float s = static_cast<float>(elementAsDouble(*scalesData, static_cast<int64_t>(i)));
       if (!(s > 0) || !std::isfinite(s)) return ctx.invalid("scales must be positive");
       // As ONNX shape inference computes it, in float.
       const float size = std::floor(static_cast<float>(xt.shape[d]) * s);
       if (size > static_cast<float>(std::numeric_limits<int32_t>::max()))
         return ctx.invalid("scale " + std::to_string(s) + " makes dim " + std::to_string(d) +
                            " too large");
-      scales.push_back(s);
-      sizes.push_back(static_cast<int64_t>(size));
+      scales[d] = s;
+      sizes[d] = static_cast<int64_t>(size);
     }
   } else if (ctx.hasInput(3)) {
-    KILN_ASSIGN_OR_RETURN(sizes, ctx.constInts(3, "sizes"));
-    if (sizes.size() != r)
-      return ctx.invalid("sizes " + ir::shapeToString(sizes) + " must have " + std::to_string(r) +
-                         " values");
-    for (size_t d = 0; d < r; ++d) {
-      if (sizes[d] < 0 || sizes[d] > std::numeric_limits<int32_t>::max())
-        return ctx.invalid("sizes " + ir::shapeToString(sizes) + " are out of range");
-      scales.push_back(
-          xt.shape[d] ? static_cast<double>(sizes[d]) / static_cast<double>(xt.shape[d]) : 1.0);
+    KILN_ASSIGN_OR_RETURN(auto given, ctx.constInts(3, "sizes"));
+    if (given.size() != na)
+      return ctx.invalid("sizes " + ir::shapeToString(given) + " must have " +
+                         std::to_string(na) + " values");
+    for (size_t i = 0; i < na; ++i) {
+      const size_t d = static_cast<size_t>(axes[i]);
+      if (given[i] < 0 || given[i] > std::numeric_limits<int32_t>::max())
+        return ctx.invalid("sizes " + ir::shapeToString(given) + " are out of range");
+      sizes[d] = given[i];
+      scales[d] =
+          xt.shape[d] ? static_cast<double>(given[i]) / static_cast<double>(xt.shape[d]) : 1.0;
+    }
+    if (policy != "stretch") {
+      // One scale for every named axis, the smallest (not_larger) or the largest
+      // (not_smaller), and sizes rounded half up from it, as ONNX defines.
+      double one = policy == "not_larger" ? INFINITY : 0;
+      for (int d : axes)
+        one = policy == "not_larger" ? std::min(one, scales[d]) : std::max(one, scales[d]);
+      for (int d : axes) {
+        scales[d] = one;
+        sizes[d] = static_cast<int64_t>(one * static_cast<double>(xt.shape[d]) + 0.5);
+      }
     }
   } else {
     return ctx.invalid("Resize needs scales or sizes");

@@ -64,7 +64,7 @@ const std::unordered_map<std::string, MapperEntry>& registry() {
   static const auto* table = [] {
     auto* t = new std::unordered_map<std::string, MapperEntry>;
     for (auto family : {pointwiseMappers, nnMappers, movementMappers, constantMappers,
-                        padResizeMappers, compositeMappers, attentionMappers})
+                        padResizeMappers, compositeMappers, attentionMappers, derivedMappers})
       for (MapperEntry& e : family()) t->emplace(std::string(e.opType), std::move(e));
     return t;
   }();
