@@ -5,9 +5,12 @@
 // IsInf, EyeLike (a constant), Tile (expand between reshapes), Shrink, and the normalizations
 // InstanceNormalization, GroupNormalization and MeanVarianceNormalization (on layer_norm and
 // reductions) and LRN (shifted slices of the squares).
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "frontends/onnx/onnx_fold.h"
@@ -425,6 +428,296 @@ Status mapLrn(NodeContext& ctx) {
   return ctx.emit(OpKind::kDiv, {x, den}, {}, 0).status();
 }
 
+// CenterCropPad: each named axis cropped to or zero-padded to its target length, centered
+// (the extra element of an odd difference goes at the end).
+Status mapCenterCropPad(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(auto target, ctx.constInts(1, "shape"));
+  std::vector<int> axes;
+  if (ctx.hasAttr("axes")) {
+    KILN_ASSIGN_OR_RETURN(auto given, ctx.attrInts("axes"));
+    for (int64_t a : given) {
+      KILN_ASSIGN_OR_RETURN(int n, ir::normalizeAxis(a, t.shape.size(), "axes"));
+      axes.push_back(n);
+    }
+  } else {
+    for (int d = 0; d < t.rank(); ++d) axes.push_back(d);
+  }
+  if (target.size() != axes.size())
+    return ctx.invalid("shape " + ir::shapeToString(target) + " must have one length per axis (" +
+                       std::to_string(axes.size()) + ")");
+  if (!foldableDType(t.dtype)) return ctx.unsupported("CenterCropPad of " + t.toString());
+  KILN_ASSIGN_OR_RETURN(Value * y, ctx.value(0));
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int a = axes[i];
+    const int64_t dim = y->type().shape[static_cast<size_t>(a)], want = target[i];
+    if (want < 0) return ctx.invalid("shape must not be negative");
+    if (want == dim) continue;
+    if (want < dim) {
+      const int64_t start = (dim - want) / 2;
+      KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kSlice, {y},
+                                        {{"starts", std::vector<int64_t>{start}},
+                                         {"ends", std::vector<int64_t>{start + want}},
+                                         {"axes", std::vector<int64_t>{a}}}));
+      continue;
+    }
+    const int64_t before = (want - dim) / 2, after = want - dim - before;
+    std::vector<Value*> parts;
+    for (int64_t n : {before, int64_t{-1}, after}) {
+      if (n == -1) {
+        parts.push_back(y);
+        continue;
+      }
+      if (n == 0) continue;
+      Shape zs = y->type().shape;
+      zs[static_cast<size_t>(a)] = n;
+      KILN_ASSIGN_OR_RETURN(Value * z, ctx.constantValue(filledTensor(t.dtype, zs, 0)));
+      parts.push_back(z);
+    }
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kConcat, parts, {{"axis", int64_t{a}}}));
+  }
+  ctx.setOutput(0, y);
+  return Status::ok();
+}
+
+// RotaryEmbedding (23): the first rotary_embedding_dim features of each head rotated by the
+// cached angles of its position (halves, or even/odd pairs when interleaved).
+Status mapRotaryEmbedding(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  if (!ir::isFloat(t.dtype))
+    return ctx.invalid("input must be a float tensor, got " + t.toString());
+  if (t.rank() != 3 && t.rank() != 4)
+    return ctx.invalid("input must have rank 3 or 4, got " + t.toString());
+  KILN_ASSIGN_OR_RETURN(bool interleaved, ctx.attrBool("interleaved", false));
+  KILN_ASSIGN_OR_RETURN(int64_t rd, ctx.attrInt("rotary_embedding_dim", 0));
+  KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
+  const Shape orig = t.shape;
+  if (t.rank() == 4) {
+    KILN_ASSIGN_OR_RETURN(
+        x, ctx.emit(OpKind::kTranspose, {x}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
+  } else {
+    KILN_ASSIGN_OR_RETURN(int64_t heads, ctx.attrInt("num_heads", 0));
+    if (heads <= 0 || orig[2] % heads)
+      return ctx.invalid("3-D input needs num_heads dividing its hidden size " +
+                         std::to_string(orig[2]));
+    KILN_ASSIGN_OR_RETURN(x,
+                          ctx.emit(OpKind::kReshape, {x},
+                                   {{"shape", Shape{orig[0], orig[1], heads, orig[2] / heads}}}));
+  }
+  const Shape xs = x->type().shape;  // [B, S, H, D]
+  const int64_t hd = xs[3];
+  if (rd == 0) rd = hd;
+  if (rd < 2 || rd > hd || rd % 2)
+    return ctx.invalid("rotary_embedding_dim " + std::to_string(rd) + " must be even and at most " +
+                       "the head size " + std::to_string(hd));
+  auto slice = [&](Value* v, int64_t start, int64_t end, int64_t step) {
+    return ctx.emit(OpKind::kSlice, {v},
+                    {{"starts", std::vector<int64_t>{start}},
+                     {"ends", std::vector<int64_t>{end}},
+                     {"axes", std::vector<int64_t>{3}},
+                     {"steps", std::vector<int64_t>{step}}});
+  };
+  KILN_ASSIGN_OR_RETURN(Value * rot, rd == hd ? Expected<Value*>(x) : slice(x, 0, rd, 1));
+  KILN_ASSIGN_OR_RETURN(Value * cosv, ctx.value(1));
+  KILN_ASSIGN_OR_RETURN(Value * sinv, ctx.value(2));
+  if (ctx.hasInput(3)) {
+    KILN_ASSIGN_OR_RETURN(Value * pos, ctx.value(3));
+    KILN_ASSIGN_OR_RETURN(cosv, ctx.emit(OpKind::kGather, {cosv, pos}));
+    KILN_ASSIGN_OR_RETURN(sinv, ctx.emit(OpKind::kGather, {sinv, pos}));
+  }
+  if (cosv->type().shape.back() != rd / 2 || sinv->type().shape.back() != rd / 2)
+    return ctx.invalid("the cos and sin caches' last dim must be rotary_embedding_dim / 2 = " +
+                       std::to_string(rd / 2));
+  const ir::AttrMap at2{{"axes", std::vector<int64_t>{2}}};
+  KILN_ASSIGN_OR_RETURN(cosv, ctx.emit(OpKind::kUnsqueeze, {cosv}, at2));
+  KILN_ASSIGN_OR_RETURN(sinv, ctx.emit(OpKind::kUnsqueeze, {sinv}, at2));
+  KILN_ASSIGN_OR_RETURN(Value * x1, interleaved ? slice(rot, 0, rd, 2) : slice(rot, 0, rd / 2, 1));
+  KILN_ASSIGN_OR_RETURN(Value * x2, interleaved ? slice(rot, 1, rd, 2) : slice(rot, rd / 2, rd, 1));
+  KILN_ASSIGN_OR_RETURN(Value * c1, ctx.emit(OpKind::kMul, {cosv, x1}));
+  KILN_ASSIGN_OR_RETURN(Value * s2, ctx.emit(OpKind::kMul, {sinv, x2}));
+  KILN_ASSIGN_OR_RETURN(Value * s1, ctx.emit(OpKind::kMul, {sinv, x1}));
+  KILN_ASSIGN_OR_RETURN(Value * c2, ctx.emit(OpKind::kMul, {cosv, x2}));
+  KILN_ASSIGN_OR_RETURN(Value * re, ctx.emit(OpKind::kSub, {c1, s2}));
+  KILN_ASSIGN_OR_RETURN(Value * im, ctx.emit(OpKind::kAdd, {s1, c2}));
+  Value* rotated = nullptr;
+  if (interleaved) {
+    const ir::AttrMap last{{"axes", std::vector<int64_t>{4}}};
+    KILN_ASSIGN_OR_RETURN(Value * r5, ctx.emit(OpKind::kUnsqueeze, {re}, last));
+    KILN_ASSIGN_OR_RETURN(Value * i5, ctx.emit(OpKind::kUnsqueeze, {im}, last));
+    KILN_ASSIGN_OR_RETURN(Value * pairs,
+                          ctx.emit(OpKind::kConcat, {r5, i5}, {{"axis", int64_t{4}}}));
+    KILN_ASSIGN_OR_RETURN(
+        rotated, ctx.emit(OpKind::kReshape, {pairs}, {{"shape", Shape{xs[0], xs[1], xs[2], rd}}}));
+  } else {
+    KILN_ASSIGN_OR_RETURN(rotated, ctx.emit(OpKind::kConcat, {re, im}, {{"axis", int64_t{3}}}));
+  }
+  if (rd < hd) {
+    KILN_ASSIGN_OR_RETURN(Value * rest, slice(x, rd, hd, 1));
+    KILN_ASSIGN_OR_RETURN(rotated,
+                          ctx.emit(OpKind::kConcat, {rotated, rest}, {{"axis", int64_t{3}}}));
+  }
+  if (t.rank() == 4)
+    return ctx.emit(OpKind::kTranspose, {rotated}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}, 0)
+        .status();
+  return ctx.emit(OpKind::kReshape, {rotated}, {{"shape", orig}}, 0).status();
+}
+
+// Einsum: every operand aligned to the equation's letters (transpose, then unit dims for the
+// letters it lacks), multiplied with broadcasting, summed over the letters the output lacks,
+// and transposed to the output's order. f16/bf16 are computed in f32. An ellipsis stands for
+// the leading dims; a letter repeated within one operand (a diagonal) is refused.
+Status mapEinsum(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(std::string eq, ctx.attrString("equation"));
+  eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
+  const size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    const size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (terms.size() != ctx.numInputs())
+    return ctx.invalid("equation '" + eq + "' has " + std::to_string(terms.size()) +
+                       " operands, the node " + std::to_string(ctx.numInputs()) + " inputs");
+  // An ellipsis becomes capital letters, one per dim it covers (right-aligned, as broadcast).
+  std::vector<ir::TensorType> types;
+  size_t ellRank = 0;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType ti, ctx.inputType(i));
+    types.push_back(ti);
+    if (const size_t e = terms[i].find("..."); e != std::string::npos) {
+      const size_t named = terms[i].size() - 3;
+      if (static_cast<size_t>(ti.rank()) < named)
+        return ctx.invalid("operand " + std::to_string(i) + " " + ti.toString() +
+                           " has fewer dims " + "than '" + terms[i] + "' names");
+      ellRank = std::max(ellRank, static_cast<size_t>(ti.rank()) - named);
+    }
+  }
+  if (ellRank > 26) return ctx.unsupported("an ellipsis of more than 26 dims");
+  auto expand = [&](const std::string& term, size_t rank) {
+    const size_t e = term.find("...");
+    if (e == std::string::npos) return term;
+    std::string caps;
+    for (size_t k = ellRank - rank; k < ellRank; ++k) caps += static_cast<char>('A' + k);
+    return term.substr(0, e) + caps + term.substr(e + 3);
+  };
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const size_t named =
+        terms[i].find("...") == std::string::npos ? terms[i].size() : terms[i].size() - 3;
+    terms[i] = expand(
+        terms[i], static_cast<size_t>(types[i].rank()) - std::min<size_t>(named, types[i].rank()));
+    if (terms[i].size() != static_cast<size_t>(types[i].rank()))
+      return ctx.invalid("operand " + std::to_string(i) + " " + types[i].toString() + " does not " +
+                         "have one dim per letter of its term");
+  }
+  // Letters in order of first appearance; the output as written, or implicit (ellipsis dims,
+  // then the letters that appear once, sorted).
+  std::string letters;
+  std::map<char, int> count;
+  for (const std::string& term : terms)
+    for (char c : term) {
+      if (!std::isalpha(static_cast<unsigned char>(c)))
+        return ctx.invalid("equation '" + eq + "' has a '" + std::string(1, c) + "'");
+      if (letters.find(c) == std::string::npos) letters += c;
+      ++count[c];
+    }
+  for (const std::string& term : terms)
+    for (size_t k = 0; k < term.size(); ++k)
+      if (term.find(term[k], k + 1) != std::string::npos)
+        return ctx.unsupported("equation '" + eq + "': a letter repeated within one operand (a " +
+                               "diagonal)");
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = expand(eq.substr(arrow + 2), ellRank);
+  } else {
+    for (char c : letters)
+      if (std::isupper(static_cast<unsigned char>(c))) out += c;
+    std::string once;
+    for (char c : letters)
+      if (std::islower(static_cast<unsigned char>(c)) && count[c] == 1) once += c;
+    std::sort(once.begin(), once.end());
+    out += once;
+  }
+  for (char c : out)
+    if (letters.find(c) == std::string::npos)
+      return ctx.invalid("output letter '" + std::string(1, c) + "' is in no operand");
+  // Each letter's size, from the operands (1 broadcasts).
+  std::map<char, int64_t> size;
+  for (size_t i = 0; i < terms.size(); ++i)
+    for (size_t k = 0; k < terms[i].size(); ++k) {
+      const int64_t n = types[i].shape[k];
+      int64_t& s = size.try_emplace(terms[i][k], n).first->second;
+      if (s == 1)
+        s = n;
+      else if (n != 1 && n != s)
+        return ctx.invalid("letter '" + std::string(1, terms[i][k]) + "' has sizes " +
+                           std::to_string(s) + " and " + std::to_string(n));
+    }
+  const DType outType = types[0].dtype;
+  const bool half = outType == DType::kF16 || outType == DType::kBF16;
+  Value* acc = nullptr;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(Value * v, ctx.value(i));
+    if (half) {
+      KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kCast, {v}, {{"to", std::string("f32")}}));
+    }
+    std::vector<int64_t> perm;
+    Shape aligned;
+    for (char c : letters)
+      if (const size_t k = terms[i].find(c); k != std::string::npos) {
+        perm.push_back(static_cast<int64_t>(k));
+        aligned.push_back(types[i].shape[k]);
+      } else {
+        aligned.push_back(1);
+      }
+    bool identity = true;
+    for (size_t k = 0; k < perm.size(); ++k) identity &= perm[k] == static_cast<int64_t>(k);
+    if (!identity) {
+      KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kTranspose, {v}, {{"perm", perm}}));
+    }
+    if (aligned.size() != perm.size()) {
+      KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kReshape, {v}, {{"shape", aligned}}));
+    }
+    if (!acc) {
+      acc = v;
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(acc, ctx.emit(OpKind::kMul, {acc, v}));
+  }
+  // Broadcast to every letter's size (a letter of size 1 everywhere stays 1), then reduce.
+  Shape full;
+  for (char c : letters) full.push_back(size[c]);
+  if (acc->type().shape != full) {
+    KILN_ASSIGN_OR_RETURN(acc, ctx.emit(OpKind::kExpand, {acc}, {{"shape", full}}));
+  }
+  std::vector<int64_t> reduced;
+  std::string kept;
+  for (size_t k = 0; k < letters.size(); ++k)
+    if (out.find(letters[k]) == std::string::npos)
+      reduced.push_back(static_cast<int64_t>(k));
+    else
+      kept += letters[k];
+  if (!reduced.empty()) {
+    KILN_ASSIGN_OR_RETURN(
+        acc, ctx.emit(OpKind::kReduceSum, {acc}, {{"axes", reduced}, {"keepdims", int64_t{0}}}));
+  }
+  std::vector<int64_t> perm;
+  for (char c : out) perm.push_back(static_cast<int64_t>(kept.find(c)));
+  bool identity = true;
+  for (size_t k = 0; k < perm.size(); ++k) identity &= perm[k] == static_cast<int64_t>(k);
+  if (!identity) {
+    KILN_ASSIGN_OR_RETURN(acc, ctx.emit(OpKind::kTranspose, {acc}, {{"perm", perm}}));
+  }
+  if (half) {
+    KILN_ASSIGN_OR_RETURN(
+        acc, ctx.emit(OpKind::kCast, {acc}, {{"to", std::string(ir::dtypeName(outType))}}));
+  }
+  ctx.setOutput(0, acc);
+  return Status::ok();
+}
+
 }  // namespace
 
 std::vector<MapperEntry> derivedMappers() {
@@ -444,6 +737,9 @@ std::vector<MapperEntry> derivedMappers() {
       {"GroupNormalization", {21}, mapGroupNorm},
       {"MeanVarianceNormalization", {9, 13}, mapMeanVarianceNorm},
       {"LRN", {1, 13}, mapLrn},
+      {"CenterCropPad", {18}, mapCenterCropPad},
+      {"RotaryEmbedding", {23}, mapRotaryEmbedding},
+      {"Einsum", {12, 28}, mapEinsum},
   };
 }
 

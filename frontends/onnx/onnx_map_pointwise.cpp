@@ -25,8 +25,20 @@ Status mapBinary(NodeContext& ctx) {
 Status mapPow(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType base, ctx.inputType(0));
   KILN_ASSIGN_OR_RETURN(ir::TensorType exponent, ctx.inputType(1));
+  if (base.dtype == ir::DType::kI32 || base.dtype == ir::DType::kI64) {
+    // Integer powers through f64 (exact while the result stays below 2^53), the result
+    // converted back to the base's type as ONNX's reference does (numpy power, astype).
+    const ir::AttrMap wide{{"to", std::string("f64")}};
+    KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+    KILN_ASSIGN_OR_RETURN(ir::Value * e, ctx.value(1));
+    KILN_ASSIGN_OR_RETURN(ir::Value * xw, ctx.emit(OpKind::kCast, {x}, wide));
+    KILN_ASSIGN_OR_RETURN(ir::Value * ew, ctx.emit(OpKind::kCast, {e}, wide));
+    KILN_ASSIGN_OR_RETURN(ir::Value * p, ctx.emit(OpKind::kPow, {xw, ew}));
+    return ctx.emit(OpKind::kCast, {p}, {{"to", std::string(ir::dtypeName(base.dtype))}}, 0)
+        .status();
+  }
   if (!ir::isFloat(base.dtype))
-    return ctx.unsupported("Pow of " + base.toString() + ": kiln's pow takes floats");
+    return ctx.unsupported("Pow of " + base.toString() + ": kiln's pow takes floats, i32 and i64");
   if (exponent.dtype == base.dtype) return foldOrEmit(ctx, OpKind::kPow, {0, 1});
   // ONNX lets the exponent have another type (opset 12+); kiln's pow takes one dtype.
   const ir::AttrMap cast{{"to", std::string(ir::dtypeName(base.dtype))}};
