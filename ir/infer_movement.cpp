@@ -213,6 +213,56 @@ Expected<std::vector<TensorType>> inferGatherElements(std::span<const TensorType
   return one({in[0].dtype, in[1].shape, Layout::kPlain});
 }
 
+namespace {
+Status requireIndices(const TensorType& t) {
+  if (t.dtype != DType::kI64 && t.dtype != DType::kI32)
+    return invalidArgument("indices must be i64 or i32, got " + t.toString());
+  return Status::ok();
+}
+Status requireReduction(const AttrView& a) {
+  const std::string& r = a.getString("reduction");
+  if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min")
+    return invalidArgument("reduction must be none, add, mul, max or min, got '" + r + "'");
+  return Status::ok();
+}
+}  // namespace
+
+Expected<std::vector<TensorType>> inferScatterElements(std::span<const TensorType> in,
+                                                       const AttrView& a) {
+  KILN_TRY(requireIndices(in[1]));
+  KILN_TRY(requireReduction(a));
+  if (in[2].dtype != in[0].dtype)
+    return invalidArgument("updates " + in[2].toString() + " must have data's dtype " +
+                           std::string(dtypeName(in[0].dtype)));
+  if (in[0].rank() < 1 || in[1].rank() != in[0].rank() || in[2].shape != in[1].shape)
+    return invalidArgument("indices " + in[1].toString() + " and updates " + in[2].toString() +
+                           " must have one shape, of data " + in[0].toString() + "'s rank");
+  KILN_ASSIGN_OR_RETURN(int axis, normalizeAxis(a.getInt("axis"), in[0].shape.size(), "axis"));
+  for (int d = 0; d < in[0].rank(); ++d)
+    if (d != axis && in[1].shape[static_cast<size_t>(d)] > in[0].shape[static_cast<size_t>(d)])
+      return invalidArgument("indices " + in[1].toString() + " exceed data " + in[0].toString() +
+                             " in dim " + std::to_string(d));
+  return one({in[0].dtype, in[0].shape, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferScatterNd(std::span<const TensorType> in,
+                                                 const AttrView& a) {
+  KILN_TRY(requireIndices(in[1]));
+  KILN_TRY(requireReduction(a));
+  if (in[2].dtype != in[0].dtype)
+    return invalidArgument("updates " + in[2].toString() + " must have data's dtype " +
+                           std::string(dtypeName(in[0].dtype)));
+  if (in[1].rank() < 1 || in[1].shape.back() > in[0].rank() || in[1].shape.back() < 1)
+    return invalidArgument("indices " + in[1].toString() + " must end in a dim of 1 to data " +
+                           in[0].toString() + "'s rank");
+  Shape want(in[1].shape.begin(), in[1].shape.end() - 1);
+  want.insert(want.end(), in[0].shape.begin() + in[1].shape.back(), in[0].shape.end());
+  if (in[2].shape != want)
+    return invalidArgument("updates " + in[2].toString() + " must have shape " +
+                           shapeToString(want));
+  return one({in[0].dtype, in[0].shape, Layout::kPlain});
+}
+
 Expected<std::vector<TensorType>> inferGatherBackward(std::span<const TensorType> in,
                                                       const AttrView& a) {
   const TensorType forward[] = {in[2], in[1]};

@@ -294,6 +294,21 @@ Expected<std::vector<TensorType>> inferArgReduce(std::span<const TensorType> in,
   return one({DType::kI64, out, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferTopKIndices(std::span<const TensorType> in,
+                                                   const AttrView& a) {
+  KILN_TRY(requireNumeric(in[0], "input"));
+  if (in[0].rank() < 1)
+    return invalidArgument("input must have rank >= 1, got " + in[0].toString());
+  KILN_ASSIGN_OR_RETURN(int axis, normalizeAxis(a.getInt("axis"), in[0].shape.size(), "axis"));
+  const int64_t k = a.getInt("k");
+  if (k < 0 || k > in[0].shape[static_cast<size_t>(axis)])
+    return invalidArgument("k = " + std::to_string(k) + " must be 0 to the size of axis " +
+                           std::to_string(axis) + " of " + in[0].toString());
+  Shape out = in[0].shape;
+  out[static_cast<size_t>(axis)] = k;
+  return one({DType::kI64, out, Layout::kPlain});
+}
+
 Expected<std::vector<TensorType>> inferReduce(std::span<const TensorType> in, const AttrView& a) {
   KILN_TRY(requireNumeric(in[0], "input"));
   const auto& axes = a.getInts("axes");

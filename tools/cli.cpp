@@ -109,7 +109,7 @@ Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t 
   if (!looksLikeFile) return models::buildModel(model, {batch, seed});
   const std::string ext = fs::path(model).extension().string();
   if (ext == ".json") return frontends::loadGraphJson(model);
-  if (ext == ".onnx") return frontends::loadOnnx(model, {.dimValues = {}, .defaultBatch = batch});
+  if (ext == ".onnx") return frontends::loadOnnx(model, {.dimValues = {}, .defaultBatch = batch, .inputValues = {}});
   if (!fs::exists(model))
     return notFound("'" + model + "' is neither a zoo model nor an existing file");
   return invalidArgument(model + ": unknown model file type '" + ext +

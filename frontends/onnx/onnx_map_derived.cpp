@@ -718,6 +718,44 @@ Status mapEinsum(NodeContext& ctx) {
   return Status::ok();
 }
 
+// ScatterElements (and Scatter, its deprecated name) and ScatterND on kiln's scatter ops.
+template <OpKind kOp>
+Status mapScatter(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(std::string reduction, ctx.attrString("reduction", "none"));
+  ir::AttrMap attrs{{"reduction", reduction}};
+  if (kOp == OpKind::kScatterElements) {
+    KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", 0));
+    attrs["axis"] = axis;
+  }
+  std::vector<Value*> in;
+  for (size_t i = 0; i < 3; ++i) {
+    KILN_ASSIGN_OR_RETURN(Value * v, ctx.value(i));
+    in.push_back(v);
+  }
+  return ctx.emit(kOp, std::move(in), std::move(attrs), 0).status();
+}
+
+// TopK: the indices of the k best along the axis (kiln's topk_indices), the values gathered at
+// them. k is an attribute before version 10, an input (known at import) from it on.
+Status mapTopK(NodeContext& ctx) {
+  int64_t k = 0;
+  if (ctx.version() < 10) {
+    KILN_ASSIGN_OR_RETURN(k, ctx.attrInt("k"));
+  } else {
+    KILN_ASSIGN_OR_RETURN(auto ks, ctx.constInts(1, "k"));
+    if (ks.size() != 1) return ctx.invalid("k must hold one value, got " + ir::shapeToString(ks));
+    k = ks[0];
+  }
+  KILN_ASSIGN_OR_RETURN(int64_t axis, ctx.attrInt("axis", -1));
+  KILN_ASSIGN_OR_RETURN(bool largest, ctx.attrBool("largest", true));
+  KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(
+      Value * idx,
+      ctx.emit(OpKind::kTopKIndices, {x}, {{"k", k}, {"axis", axis}, {"largest", int64_t{largest}}},
+               ctx.outputUsed(1) ? 1 : -1));
+  return ctx.emit(OpKind::kGatherElements, {x, idx}, {{"axis", axis}}, 0).status();
+}
+
 }  // namespace
 
 std::vector<MapperEntry> derivedMappers() {
@@ -740,6 +778,10 @@ std::vector<MapperEntry> derivedMappers() {
       {"CenterCropPad", {18}, mapCenterCropPad},
       {"RotaryEmbedding", {23}, mapRotaryEmbedding},
       {"Einsum", {12, 28}, mapEinsum},
+      {"ScatterElements", {11, 13, 16, 18}, mapScatter<OpKind::kScatterElements>},
+      {"Scatter", {9}, mapScatter<OpKind::kScatterElements>},
+      {"ScatterND", {11, 13, 16, 18}, mapScatter<OpKind::kScatterNd>},
+      {"TopK", {1, 10, 11, 24}, mapTopK},
   };
 }
 

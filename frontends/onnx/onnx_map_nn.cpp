@@ -387,6 +387,7 @@ std::vector<MapperEntry> nnMappers() {
       {"LogSoftmax", {1, 11, 13}, mapSoftmax<OpKind::kLogSoftmax>},
       {"ReduceSum", {1, 11, 13}, mapReduce<OpKind::kReduceSum>},
       {"ReduceMean", {1, 11, 13, 18}, mapReduce<OpKind::kReduceMean>},
+      {"ReduceProd", {1, 11, 13, 18}, mapReduce<OpKind::kReduceProd>},
       {"ReduceMax", {1, 11, 12, 13, 18, 20}, mapReduce<OpKind::kReduceMax>},
       {"ReduceMin", {1, 11, 12, 13, 18, 20}, mapReduce<OpKind::kReduceMax, true>},
       // ArgMax/ArgMin 12 add select_last_index; 11 negative axes; 13 bfloat16.

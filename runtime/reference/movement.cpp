@@ -154,6 +154,103 @@ Status gatherElementsTyped(const ir::AttrView& attrs, const Tensor& data, const 
   return st;
 }
 
+// Combines an update into its destination by ONNX's scatter `reduction`.
+template <class T>
+T combine(const std::string& reduction, T dst, T upd) {
+  if (reduction == "add") return ref::addWrap(dst, upd);
+  if (reduction == "mul") return ref::mulWrap(dst, upd);
+  if (reduction == "max") return dst < upd ? upd : dst;
+  if (reduction == "min") return upd < dst ? upd : dst;
+  return upd;
+}
+
+// The element index of an index value along a dim of `size`, negatives counting from the end.
+Expected<int64_t> resolveIndex(const char* op, int64_t k, int64_t size, int dim) {
+  const int64_t r = k < 0 ? k + size : k;
+  if (r < 0 || r >= size)
+    return invalidArgument(std::string(op) + ": index " + std::to_string(k) +
+                           " is out of range for dim " + std::to_string(dim) + " of size " +
+                           std::to_string(size));
+  return r;
+}
+
+template <class I>
+Status scatterElementsTyped(const ir::AttrView& attrs, std::span<const Tensor> in, Tensor& out) {
+  const Tensor &data = in[0], &indices = in[1], &updates = in[2];
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(attrs.getInt("axis"), data.shape().size(), "axis"));
+  const std::string& reduction = attrs.getString("reduction");
+  const std::vector<int64_t> dataStrides = ir::contiguousStrides(data.shape());
+  std::vector<int64_t> base = dataStrides;
+  base[static_cast<size_t>(axis)] = 0;
+  const int64_t dim = data.shape()[static_cast<size_t>(axis)];
+  const int64_t axisStride = dataStrides[static_cast<size_t>(axis)];
+  const I* idx = indices.data<I>();
+  return ref::dispatchNumeric(ref::opNameOf(attrs), data.dtype(), [&]<class T>(ref::Tag<T>) {
+    T* y = out.data<T>();
+    std::copy(data.data<T>(), data.data<T>() + data.numElements(), y);
+    const T* u = updates.data<T>();
+    Status st = Status::ok();
+    // In index order, so that repeated indices combine (or overwrite) deterministically.
+    ref::forEachStrided<2>(indices.shape(), {ir::contiguousStrides(indices.shape()), base}, {0, 0},
+                           [&](int64_t i, const std::array<int64_t, 2>& off) {
+                             if (!st.isOk()) return;
+                             auto k = resolveIndex("scatter_elements",
+                                                   static_cast<int64_t>(idx[off[0]]), dim, axis);
+                             if (!k) {
+                               st = k.status();
+                               return;
+                             }
+                             T& dst = y[off[1] + *k * axisStride];
+                             dst = combine(reduction, dst, u[i]);
+                           });
+    return st;
+  });
+}
+
+Status scatterElementsKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                             std::span<Tensor> out) {
+  if (in[1].dtype() == ir::DType::kI64) return scatterElementsTyped<int64_t>(attrs, in, out[0]);
+  if (in[1].dtype() == ir::DType::kI32) return scatterElementsTyped<int32_t>(attrs, in, out[0]);
+  return ref::unsupportedDType("scatter_elements (indices)", in[1].dtype());
+}
+
+template <class I>
+Status scatterNdTyped(const ir::AttrView& attrs, std::span<const Tensor> in, Tensor& out) {
+  const Tensor &data = in[0], &indices = in[1], &updates = in[2];
+  const std::string& reduction = attrs.getString("reduction");
+  const int64_t k = indices.shape().back();
+  const int64_t count = indices.numElements() / std::max<int64_t>(k, 1);
+  const std::vector<int64_t> strides = ir::contiguousStrides(data.shape());
+  int64_t slice = 1;
+  for (size_t d = static_cast<size_t>(k); d < data.shape().size(); ++d) slice *= data.shape()[d];
+  const I* idx = indices.data<I>();
+  return ref::dispatchNumeric(ref::opNameOf(attrs), data.dtype(), [&]<class T>(ref::Tag<T>) {
+    T* y = out.data<T>();
+    std::copy(data.data<T>(), data.data<T>() + data.numElements(), y);
+    const T* u = updates.data<T>();
+    for (int64_t j = 0; j < count; ++j) {
+      int64_t offset = 0;
+      for (int64_t d = 0; d < k; ++d) {
+        KILN_ASSIGN_OR_RETURN(
+            int64_t r, resolveIndex("scatter_nd", static_cast<int64_t>(idx[j * k + d]),
+                                    data.shape()[static_cast<size_t>(d)], static_cast<int>(d)));
+        offset += r * strides[static_cast<size_t>(d)];
+      }
+      for (int64_t e = 0; e < slice; ++e)
+        y[offset + e] = combine(reduction, y[offset + e], u[j * slice + e]);
+    }
+    return Status::ok();
+  });
+}
+
+Status scatterNdKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  if (in[1].dtype() == ir::DType::kI64) return scatterNdTyped<int64_t>(attrs, in, out[0]);
+  if (in[1].dtype() == ir::DType::kI32) return scatterNdTyped<int32_t>(attrs, in, out[0]);
+  return ref::unsupportedDType("scatter_nd (indices)", in[1].dtype());
+}
+
 Status gatherElementsKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                             std::span<Tensor> out) {
   if (in[1].dtype() == ir::DType::kI64)
@@ -245,6 +342,8 @@ void registerMovementKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kGatherBackward, gatherBackwardKernel);
   ref::setKernel(t, OpKind::kGather, gatherKernel);
   ref::setKernel(t, OpKind::kGatherElements, gatherElementsKernel);
+  ref::setKernel(t, OpKind::kScatterElements, scatterElementsKernel);
+  ref::setKernel(t, OpKind::kScatterNd, scatterNdKernel);
   ref::setKernel(t, OpKind::kRelayout, relayoutKernel);
 }
 

@@ -1,5 +1,6 @@
 // Reference kernels for reduce_sum, reduce_mean and reduce_max over a set of axes (empty:
 // all), with or without keepdims.
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -73,6 +74,13 @@ Status reduceSumKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
   });
 }
 
+Status reduceProdKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                        std::span<Tensor> out) {
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    return reduceInto<T>(attrs, in[0], out[0], T(1), [](T a, T b) { return ref::mulWrap(a, b); });
+  });
+}
+
 Status reduceMeanKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                         std::span<Tensor> out) {
   return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
@@ -124,6 +132,34 @@ Status reduceMaxBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
 
 }  // namespace
 
+// topk_indices: a stable sort of each row's indices by value (largest or smallest first; ties
+// keep the lower index first), the first k kept.
+static Status topKIndicesKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                                std::span<Tensor> out) {
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(attrs.getInt("axis"), in[0].shape().size(), "axis"));
+  const bool largest = attrs.getInt("largest") != 0;
+  const int64_t k = attrs.getInt("k");
+  const ref::AxisSplit s = ref::splitAt(in[0].shape(), axis);
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    int64_t* y = out[0].data<int64_t>();
+    std::vector<int64_t> order(static_cast<size_t>(s.dim));
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t i = 0; i < s.inner; ++i) {
+        const T* row = x + o * s.dim * s.inner + i;
+        for (int64_t j = 0; j < s.dim; ++j) order[static_cast<size_t>(j)] = j;
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          const T va = row[a * s.inner], vb = row[b * s.inner];
+          return largest ? va > vb : va < vb;
+        });
+        for (int64_t j = 0; j < k; ++j)
+          y[(o * k + j) * s.inner + i] = order[static_cast<size_t>(j)];
+      }
+    return Status::ok();
+  });
+}
+
 // argmax / argmin along one axis: i64 indices, NaN winning over every number.
 template <bool kMax>
 Status argReduceKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
@@ -157,6 +193,8 @@ void registerReduceKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kArgMax, argReduceKernel<true>);
   ref::setKernel(t, ir::OpKind::kArgMin, argReduceKernel<false>);
   ref::setKernel(t, ir::OpKind::kReduceSum, reduceSumKernel);
+  ref::setKernel(t, ir::OpKind::kReduceProd, reduceProdKernel);
+  ref::setKernel(t, ir::OpKind::kTopKIndices, topKIndicesKernel);
   ref::setKernel(t, ir::OpKind::kReduceMaxBackward, reduceMaxBackwardKernel);
   ref::setKernel(t, ir::OpKind::kReduceMean, reduceMeanKernel);
   ref::setKernel(t, ir::OpKind::kReduceMax, reduceMaxKernel);
