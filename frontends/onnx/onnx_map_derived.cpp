@@ -756,6 +756,145 @@ Status mapTopK(NodeContext& ctx) {
   return ctx.emit(OpKind::kGatherElements, {x, idx}, {{"axis", axis}}, 0).status();
 }
 
+// A scale or zero point of (De)QuantizeLinear made broadcastable to x: a scalar as it is, a
+// 1-D per-axis vector along `axis`, or a blocked tensor repeated block_size times along it.
+Expected<Value*> quantParam(NodeContext& ctx, Value* v, const Shape& x, int64_t axisAttr,
+                            int64_t block) {
+  const Shape s = v->type().shape;
+  if (v->type().numElements() == 1) return ctx.emit(OpKind::kReshape, {v}, {{"shape", Shape{}}});
+  // The axis matters only for per-axis and blocked parameters.
+  KILN_ASSIGN_OR_RETURN(const int axis, ir::normalizeAxis(axisAttr, x.size(), "axis"));
+  const size_t a = static_cast<size_t>(axis);
+  if (block <= 0) {
+    if (s.size() != 1 || s[0] != x[a])
+      return ctx.invalid("a per-axis scale or zero point must be 1-D with " + std::to_string(x[a]) +
+                         " values, got " + v->type().toString());
+    Shape per(x.size(), 1);
+    per[a] = s[0];
+    return ctx.emit(OpKind::kReshape, {v}, {{"shape", per}});
+  }
+  if (s.size() != x.size() || s[a] != (x[a] + block - 1) / block)
+    return ctx.invalid("a blocked scale or zero point must be " + ir::shapeToString(x) +
+                       " with dim " + std::to_string(axis) + " divided into blocks of " +
+                       std::to_string(block) + ", got " + v->type().toString());
+  Shape withRep = s, repeated = s;
+  withRep.insert(withRep.begin() + axis + 1, 1);
+  Shape expanded = withRep;
+  expanded[a + 1] = block;
+  repeated[a] = s[a] * block;
+  KILN_ASSIGN_OR_RETURN(Value * u, ctx.emit(OpKind::kReshape, {v}, {{"shape", withRep}}));
+  KILN_ASSIGN_OR_RETURN(Value * e, ctx.emit(OpKind::kExpand, {u}, {{"shape", expanded}}));
+  KILN_ASSIGN_OR_RETURN(Value * r, ctx.emit(OpKind::kReshape, {e}, {{"shape", repeated}}));
+  if (repeated[a] == x[a]) return r;
+  return ctx.emit(OpKind::kSlice, {r},
+                  {{"starts", std::vector<int64_t>{0}},
+                   {"ends", std::vector<int64_t>{x[a]}},
+                   {"axes", std::vector<int64_t>{axis}}});
+}
+
+struct QuantAttrs {
+  int64_t axis = 1;
+  int64_t block = 0;
+};
+
+Expected<QuantAttrs> quantAttrs(NodeContext& ctx) {
+  QuantAttrs q;
+  KILN_ASSIGN_OR_RETURN(q.axis, ctx.attrInt("axis", 1));
+  if (ctx.version() >= 21) {
+    KILN_ASSIGN_OR_RETURN(q.block, ctx.attrInt("block_size", 0));
+  }
+  return q;
+}
+
+// DequantizeLinear: (x - zero_point) * scale in f32, in the scale's dtype (or output_dtype).
+Status mapDequantize(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  if (xt.dtype != DType::kI8 && xt.dtype != DType::kU8 && xt.dtype != DType::kI32)
+    return ctx.unsupported("DequantizeLinear of " + xt.toString() +
+                           " (kiln dequantizes int8, uint8 and int32)");
+  KILN_ASSIGN_OR_RETURN(QuantAttrs q, quantAttrs(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType st, ctx.inputType(1));
+  DType outType = st.dtype;
+  if (ctx.hasAttr("output_dtype")) {
+    KILN_ASSIGN_OR_RETURN(int64_t code, ctx.attrInt("output_dtype"));
+    if (code != 0) {
+      auto d = dtypeFromOnnx(static_cast<int32_t>(code));
+      if (!d || !ir::isFloat(*d)) return ctx.invalid("output_dtype must be a float type");
+      outType = *d;
+    }
+  }
+  const ir::AttrMap f32{{"to", std::string("f32")}};
+  KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(Value * y, ctx.emit(OpKind::kCast, {x}, f32));
+  if (ctx.hasInput(2)) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType zt, ctx.inputType(2));
+    if (zt.dtype != xt.dtype)
+      return ctx.invalid("zero point " + zt.toString() + " must have x's dtype");
+    KILN_ASSIGN_OR_RETURN(Value * z, ctx.value(2));
+    KILN_ASSIGN_OR_RETURN(z, ctx.emit(OpKind::kCast, {z}, f32));
+    KILN_ASSIGN_OR_RETURN(z, quantParam(ctx, z, xt.shape, q.axis, q.block));
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kSub, {y, z}));
+  }
+  KILN_ASSIGN_OR_RETURN(Value * s, ctx.value(1));
+  if (st.dtype != DType::kF32) {
+    KILN_ASSIGN_OR_RETURN(s, ctx.emit(OpKind::kCast, {s}, f32));
+  }
+  KILN_ASSIGN_OR_RETURN(s, quantParam(ctx, s, xt.shape, q.axis, q.block));
+  if (outType == DType::kF32) return ctx.emit(OpKind::kMul, {y, s}, {}, 0).status();
+  KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kMul, {y, s}));
+  return ctx.emit(OpKind::kCast, {y}, {{"to", std::string(ir::dtypeName(outType))}}, 0).status();
+}
+
+// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) to int8 or uint8.
+Status mapQuantize(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  if (!ir::isFloat(xt.dtype)) return ctx.invalid("x must be a float tensor, got " + xt.toString());
+  KILN_ASSIGN_OR_RETURN(QuantAttrs q, quantAttrs(ctx));
+  DType outType = DType::kU8;
+  if (ctx.hasInput(2)) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType zt, ctx.inputType(2));
+    outType = zt.dtype;
+  } else if (ctx.hasAttr("output_dtype")) {
+    KILN_ASSIGN_OR_RETURN(int64_t code, ctx.attrInt("output_dtype"));
+    if (code != 0) {
+      auto d = dtypeFromOnnx(static_cast<int32_t>(code));
+      if (!d) return ctx.unsupported("output_dtype " + onnxTypeName(static_cast<int32_t>(code)));
+      outType = *d;
+    }
+  }
+  if (outType != DType::kU8 && outType != DType::kI8)
+    return ctx.unsupported("QuantizeLinear to " + std::string(ir::dtypeName(outType)) +
+                           " (kiln quantizes to int8 and uint8)");
+  if (ctx.hasAttr("precision")) {
+    KILN_ASSIGN_OR_RETURN(int64_t p, ctx.attrInt("precision"));
+    if (p != 0 && p != ::onnx::TensorProto::FLOAT)
+      return ctx.unsupported("precision " + onnxTypeName(static_cast<int32_t>(p)) +
+                             " (kiln divides in f32)");
+  }
+  const ir::AttrMap f32{{"to", std::string("f32")}};
+  KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
+  if (xt.dtype != DType::kF32) {
+    KILN_ASSIGN_OR_RETURN(x, ctx.emit(OpKind::kCast, {x}, f32));
+  }
+  KILN_ASSIGN_OR_RETURN(Value * s, ctx.value(1));
+  if (s->type().dtype != DType::kF32) {
+    KILN_ASSIGN_OR_RETURN(s, ctx.emit(OpKind::kCast, {s}, f32));
+  }
+  KILN_ASSIGN_OR_RETURN(s, quantParam(ctx, s, xt.shape, q.axis, q.block));
+  KILN_ASSIGN_OR_RETURN(Value * d, ctx.emit(OpKind::kDiv, {x, s}));
+  KILN_ASSIGN_OR_RETURN(Value * y, ctx.emit(OpKind::kRound, {d}));  // Half to even.
+  if (ctx.hasInput(2)) {
+    KILN_ASSIGN_OR_RETURN(Value * z, ctx.value(2));
+    KILN_ASSIGN_OR_RETURN(z, ctx.emit(OpKind::kCast, {z}, f32));
+    KILN_ASSIGN_OR_RETURN(z, quantParam(ctx, z, xt.shape, q.axis, q.block));
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, z}));
+  }
+  const bool u8 = outType == DType::kU8;
+  KILN_ASSIGN_OR_RETURN(
+      y, ctx.emit(OpKind::kClip, {y}, {{"min", u8 ? 0.0 : -128.0}, {"max", u8 ? 255.0 : 127.0}}));
+  return ctx.emit(OpKind::kCast, {y}, {{"to", std::string(ir::dtypeName(outType))}}, 0).status();
+}
+
 }  // namespace
 
 std::vector<MapperEntry> derivedMappers() {
@@ -782,6 +921,8 @@ std::vector<MapperEntry> derivedMappers() {
       {"Scatter", {9}, mapScatter<OpKind::kScatterElements>},
       {"ScatterND", {11, 13, 16, 18}, mapScatter<OpKind::kScatterNd>},
       {"TopK", {1, 10, 11, 24}, mapTopK},
+      {"DequantizeLinear", {10, 13, 19, 21, 23, 24, 25, 28}, mapDequantize},
+      {"QuantizeLinear", {10, 13, 19, 21, 23, 24, 25, 28}, mapQuantize},
   };
 }
 
