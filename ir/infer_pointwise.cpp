@@ -110,6 +110,17 @@ Expected<std::vector<TensorType>> inferCompare(std::span<const TensorType> in, c
   return one(t);
 }
 
+Expected<std::vector<TensorType>> inferBitwise(std::span<const TensorType> in, const AttrView&) {
+  if (!isInteger(in[0].dtype))
+    return invalidArgument("inputs must be integers, got " + in[0].toString());
+  TensorType t = in[0];
+  if (in.size() == 2) {
+    KILN_ASSIGN_OR_RETURN(t, broadcastBinary(in[0], in[1]));
+  }
+  t.layout = Layout::kPlain;
+  return one(t);
+}
+
 Expected<std::vector<TensorType>> inferLogical(std::span<const TensorType> in, const AttrView&) {
   for (const TensorType& t : in)
     if (t.dtype != DType::kBool) return invalidArgument("inputs must be bool, got " + t.toString());

@@ -20,6 +20,10 @@ constexpr std::array<DTypeInfo, kNumDTypes> kDTypes = {{
     {DType::kI8, "i8", 1},
     {DType::kU8, "u8", 1},
     {DType::kBool, "bool", 1},
+    {DType::kI16, "i16", 2},
+    {DType::kU16, "u16", 2},
+    {DType::kU32, "u32", 4},
+    {DType::kU64, "u64", 8},
 }};
 }  // namespace
 
@@ -40,7 +44,12 @@ bool isFloat(DType t) {
   return t == DType::kF32 || t == DType::kF64 || t == DType::kF16 || t == DType::kBF16;
 }
 bool isInteger(DType t) {
-  return t == DType::kI64 || t == DType::kI32 || t == DType::kI8 || t == DType::kU8;
+  return t == DType::kI64 || t == DType::kI32 || t == DType::kI16 || t == DType::kI8 ||
+         t == DType::kU64 || t == DType::kU32 || t == DType::kU16 || t == DType::kU8;
+}
+bool isKernelDType(DType t) {
+  return t == DType::kF32 || t == DType::kF64 || t == DType::kI64 || t == DType::kI32 ||
+         t == DType::kI8 || t == DType::kU8 || t == DType::kBool;
 }
 
 std::string_view layoutName(Layout l) {

@@ -12,15 +12,19 @@
 
 namespace kiln::ir {
 
-enum class DType : uint8_t { kF32, kF64, kF16, kBF16, kI64, kI32, kI8, kU8, kBool };
-inline constexpr int kNumDTypes = 9;
+// New dtypes go at the end: artifacts store the enum value.
+enum class DType : uint8_t { kF32, kF64, kF16, kBF16, kI64, kI32, kI8, kU8, kBool, kI16, kU16, kU32, kU64 };
+inline constexpr int kNumDTypes = 13;
 
 // Short name used by the text IR and JSON ("f32", "i64", "bool", ...).
 std::string_view dtypeName(DType t);
 std::optional<DType> parseDType(std::string_view name);
 size_t dtypeSize(DType t);
 bool isFloat(DType t);    // f32, f64, f16, bf16
-bool isInteger(DType t);  // i64, i32, i8, u8 (not bool)
+bool isInteger(DType t);  // i64, i32, i16, i8, u64, u32, u16, u8 (not bool)
+// The dtypes generated kernels read and write (codegen::ScalarType): f32, f64, i64, i32, i8,
+// u8 and bool. Nodes on other dtypes run on the reference kernels.
+bool isKernelDType(DType t);
 
 // Memory order of a tensor. Shapes stay logical; NHWC means a 4-D tensor whose logical
 // dims are [N,C,H,W] is stored channels-last.

@@ -29,9 +29,7 @@ bool isFusableReductionOp(ir::OpKind k) {
 }  // namespace
 
 std::string notFusableReason(const ir::Node& n) {
-  auto badType = [](const ir::Value* v) {
-    return v->type().dtype == ir::DType::kF16 || v->type().dtype == ir::DType::kBF16;
-  };
+  auto badType = [](const ir::Value* v) { return !ir::isKernelDType(v->type().dtype); };
   for (const ir::Value* v : n.inputs())
     if (badType(v))
       return "dtype " + std::string(ir::dtypeName(v->type().dtype)) +

@@ -135,6 +135,14 @@ double Tensor::elementAsDouble(int64_t i) const {
       return data<uint8_t>()[i];
     case ir::DType::kBool:
       return data<uint8_t>()[i] != 0 ? 1 : 0;
+    case ir::DType::kI16:
+      return data<int16_t>()[i];
+    case ir::DType::kU16:
+      return data<uint16_t>()[i];
+    case ir::DType::kU32:
+      return data<uint32_t>()[i];
+    case ir::DType::kU64:
+      return static_cast<double>(data<uint64_t>()[i]);
   }
   return 0;
 }

@@ -109,7 +109,8 @@ Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t 
   if (!looksLikeFile) return models::buildModel(model, {batch, seed});
   const std::string ext = fs::path(model).extension().string();
   if (ext == ".json") return frontends::loadGraphJson(model);
-  if (ext == ".onnx") return frontends::loadOnnx(model, {.dimValues = {}, .defaultBatch = batch, .inputValues = {}});
+  if (ext == ".onnx")
+    return frontends::loadOnnx(model, {.dimValues = {}, .defaultBatch = batch, .inputValues = {}});
   if (!fs::exists(model))
     return notFound("'" + model + "' is neither a zoo model nor an existing file");
   return invalidArgument(model + ": unknown model file type '" + ext +
@@ -179,7 +180,11 @@ Expected<std::vector<runtime::Tensor>> randomInputs(const std::vector<ir::Tensor
     };
     const bool fits = dt == ir::DType::kI8    ? fitsIn(INT8_MIN, INT8_MAX)
                       : dt == ir::DType::kU8  ? fitsIn(0, UINT8_MAX)
+                      : dt == ir::DType::kI16 ? fitsIn(INT16_MIN, INT16_MAX)
+                      : dt == ir::DType::kU16 ? fitsIn(0, UINT16_MAX)
                       : dt == ir::DType::kI32 ? fitsIn(INT32_MIN, INT32_MAX)
+                      : dt == ir::DType::kU32 ? fitsIn(0, UINT32_MAX)
+                      : dt == ir::DType::kU64 ? fitsIn(0, INT64_MAX)
                                               : true;
     if (!fits)
       return invalidArgument("--int-range " + std::to_string(range.first) + ":" +
@@ -212,6 +217,18 @@ Expected<std::vector<runtime::Tensor>> randomInputs(const std::vector<ir::Tensor
           break;
         case ir::DType::kBool:
           t.data<uint8_t>()[i] = static_cast<uint8_t>(rng() & 1);
+          break;
+        case ir::DType::kI16:
+          t.data<int16_t>()[i] = static_cast<int16_t>(integer(rng));
+          break;
+        case ir::DType::kU16:
+          t.data<uint16_t>()[i] = static_cast<uint16_t>(integer(rng));
+          break;
+        case ir::DType::kU32:
+          t.data<uint32_t>()[i] = static_cast<uint32_t>(integer(rng));
+          break;
+        case ir::DType::kU64:
+          t.data<uint64_t>()[i] = static_cast<uint64_t>(integer(rng));
           break;
       }
     if (!ir::isFloat(dt) && dt != ir::DType::kBool && !args.flag("json"))

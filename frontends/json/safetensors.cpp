@@ -35,11 +35,15 @@ constexpr std::array<DTypeName, ir::kNumDTypes> kDTypeNames = {{
     {ir::DType::kI8, "I8"},
     {ir::DType::kU8, "U8"},
     {ir::DType::kBool, "BOOL"},
+    {ir::DType::kI16, "I16"},
+    {ir::DType::kU16, "U16"},
+    {ir::DType::kU32, "U32"},
+    {ir::DType::kU64, "U64"},
 }};
 // Valid safetensors dtypes that kiln has no ir::DType for: reported as unsupported rather than
 // as unknown, so that the user knows the file is fine and kiln is the limit.
-constexpr std::array<std::string_view, 7> kOtherSafetensorsDTypes = {
-    "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0"};
+constexpr std::array<std::string_view, 3> kOtherSafetensorsDTypes = {"F8_E4M3", "F8_E5M2",
+                                                                    "F8_E8M0"};
 
 std::string supportedDTypeList() {
   std::string s;

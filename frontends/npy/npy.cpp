@@ -23,7 +23,7 @@ struct NpyDType {
   ir::DType dtype;
   std::string_view code;
 };
-constexpr std::array<NpyDType, 8> kNpyDTypes = {{
+constexpr std::array<NpyDType, 12> kNpyDTypes = {{
     {ir::DType::kF32, "f4"},
     {ir::DType::kF64, "f8"},
     {ir::DType::kF16, "f2"},
@@ -32,6 +32,10 @@ constexpr std::array<NpyDType, 8> kNpyDTypes = {{
     {ir::DType::kI8, "i1"},
     {ir::DType::kU8, "u1"},
     {ir::DType::kBool, "b1"},
+    {ir::DType::kI16, "i2"},
+    {ir::DType::kU16, "u2"},
+    {ir::DType::kU32, "u4"},
+    {ir::DType::kU64, "u8"},
 }};
 
 std::string supportedDescrs() {

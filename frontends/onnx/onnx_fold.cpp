@@ -13,7 +13,8 @@ using ir::Shape;
 using ir::TensorData;
 
 bool foldableDType(DType dtype) {
-  return dtype != DType::kF16 && dtype != DType::kBF16;
+  // Integers through int64: u64 values need not fit.
+  return dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kU64;
 }
 
 int64_t elementAsInt(const TensorData& t, int64_t i) {
@@ -24,6 +25,12 @@ int64_t elementAsInt(const TensorData& t, int64_t i) {
       return t.as<int32_t>()[i];
     case DType::kI8:
       return t.as<int8_t>()[i];
+    case DType::kI16:
+      return t.as<int16_t>()[i];
+    case DType::kU16:
+      return t.as<uint16_t>()[i];
+    case DType::kU32:
+      return t.as<uint32_t>()[i];
     case DType::kU8:
     case DType::kBool:
       return t.as<uint8_t>()[i];
@@ -71,6 +78,15 @@ void setInt(TensorData& t, int64_t i, int64_t v) {
     case DType::kU8:
       t.as<uint8_t>()[i] = static_cast<uint8_t>(v);
       break;
+    case DType::kI16:
+      t.as<int16_t>()[i] = static_cast<int16_t>(v);
+      break;
+    case DType::kU16:
+      t.as<uint16_t>()[i] = static_cast<uint16_t>(v);
+      break;
+    case DType::kU32:
+      t.as<uint32_t>()[i] = static_cast<uint32_t>(v);
+      break;
     case DType::kBool:
       t.as<uint8_t>()[i] = v != 0;
       break;
@@ -109,6 +125,9 @@ void setDouble(TensorData& t, int64_t i, double v) {
       if (t.dtype() == DType::kI32) n = saturate<int32_t>(n);
       if (t.dtype() == DType::kI8) n = saturate<int8_t>(n);
       if (t.dtype() == DType::kU8) n = saturate<uint8_t>(n);
+      if (t.dtype() == DType::kI16) n = saturate<int16_t>(n);
+      if (t.dtype() == DType::kU16) n = saturate<uint16_t>(n);
+      if (t.dtype() == DType::kU32) n = saturate<uint32_t>(n);
       setInt(t, i, n);
     }
   }

@@ -895,6 +895,25 @@ Status mapQuantize(NodeContext& ctx) {
   return ctx.emit(OpKind::kCast, {y}, {{"to", std::string(ir::dtypeName(outType))}}, 0).status();
 }
 
+Status mapBitShift(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(std::string direction, ctx.attrString("direction"));
+  if (direction != "LEFT" && direction != "RIGHT")
+    return ctx.invalid("direction must be LEFT or RIGHT, got '" + direction + "'");
+  KILN_ASSIGN_OR_RETURN(Value * a, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(Value * b, ctx.value(1));
+  return ctx.emit(OpKind::kBitShift, {a, b}, {{"direction", direction}}, 0).status();
+}
+
+template <OpKind kOp>
+Status mapBitwise(NodeContext& ctx) {
+  std::vector<Value*> in;
+  for (size_t i = 0; i < ctx.numInputs(); ++i) {
+    KILN_ASSIGN_OR_RETURN(Value * v, ctx.value(i));
+    in.push_back(v);
+  }
+  return ctx.emit(kOp, std::move(in), {}, 0).status();
+}
+
 }  // namespace
 
 std::vector<MapperEntry> derivedMappers() {
@@ -921,6 +940,11 @@ std::vector<MapperEntry> derivedMappers() {
       {"Scatter", {9}, mapScatter<OpKind::kScatterElements>},
       {"ScatterND", {11, 13, 16, 18}, mapScatter<OpKind::kScatterNd>},
       {"TopK", {1, 10, 11, 24}, mapTopK},
+      {"BitShift", {11, 28}, mapBitShift},
+      {"BitwiseAnd", {18}, mapBitwise<OpKind::kBitwiseAnd>},
+      {"BitwiseOr", {18}, mapBitwise<OpKind::kBitwiseOr>},
+      {"BitwiseXor", {18}, mapBitwise<OpKind::kBitwiseXor>},
+      {"BitwiseNot", {18}, mapBitwise<OpKind::kBitwiseNot>},
       {"DequantizeLinear", {10, 13, 19, 21, 23, 24, 25, 28}, mapDequantize},
       {"QuantizeLinear", {10, 13, 19, 21, 23, 24, 25, 28}, mapQuantize},
   };

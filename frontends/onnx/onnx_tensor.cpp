@@ -30,6 +30,14 @@ std::optional<ir::DType> dtypeFromOnnx(int32_t elemType) {
       return ir::DType::kI8;
     case TensorProto::UINT8:
       return ir::DType::kU8;
+    case TensorProto::INT16:
+      return ir::DType::kI16;
+    case TensorProto::UINT16:
+      return ir::DType::kU16;
+    case TensorProto::UINT32:
+      return ir::DType::kU32;
+    case TensorProto::UINT64:
+      return ir::DType::kU64;
     case TensorProto::BOOL:
       return ir::DType::kBool;
     default:
@@ -172,6 +180,10 @@ Status checkTensorData(const TensorProto& t, const std::string& what) {
     case TensorProto::INT64:
       count = t.int64_data_size(), field = "int64_data";
       break;
+    case TensorProto::UINT32:
+    case TensorProto::UINT64:
+      count = t.uint64_data_size(), field = "uint64_data";
+      break;
     default:
       count = t.int32_data_size(), field = "int32_data";
       break;
@@ -237,6 +249,18 @@ Expected<ir::TensorData> tensorFromProto(const TensorProto& t, const std::string
       break;
     case TensorProto::UINT8:
       convertInto<int32_t, uint8_t>(t.int32_data(), data);
+      break;
+    case TensorProto::INT16:
+      convertInto<int32_t, int16_t>(t.int32_data(), data);
+      break;
+    case TensorProto::UINT16:
+      convertInto<int32_t, uint16_t>(t.int32_data(), data);
+      break;
+    case TensorProto::UINT32:
+      convertInto<uint64_t, uint32_t>(t.uint64_data(), data);
+      break;
+    case TensorProto::UINT64:
+      convertInto<uint64_t, uint64_t>(t.uint64_data(), data);
       break;
     case TensorProto::BOOL: {
       auto* dst = data.as<uint8_t>();

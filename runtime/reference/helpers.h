@@ -62,7 +62,7 @@ Status dispatchFloat(std::string_view op, ir::DType t, F&& f) {
   }
 }
 
-// f32, f64 and the integer dtypes (i64, i32, i8, u8).
+// f32, f64 and the integer dtypes (i64, i32, i16, i8, u64, u32, u16, u8).
 template <class F>
 Status dispatchNumeric(std::string_view op, ir::DType t, F&& f) {
   switch (t) {
@@ -78,6 +78,14 @@ Status dispatchNumeric(std::string_view op, ir::DType t, F&& f) {
       return f(Tag<int8_t>{});
     case ir::DType::kU8:
       return f(Tag<uint8_t>{});
+    case ir::DType::kI16:
+      return f(Tag<int16_t>{});
+    case ir::DType::kU16:
+      return f(Tag<uint16_t>{});
+    case ir::DType::kU32:
+      return f(Tag<uint32_t>{});
+    case ir::DType::kU64:
+      return f(Tag<uint64_t>{});
     default:
       return unsupportedDType(op, t);
   }
@@ -105,6 +113,14 @@ Status dispatchAll(ir::DType t, F&& f) {
       return f(Tag<uint8_t>{});
     case ir::DType::kBool:
       return f(Tag<Bool8>{});
+    case ir::DType::kI16:
+      return f(Tag<int16_t>{});
+    case ir::DType::kU16:
+      return f(Tag<uint16_t>{});
+    case ir::DType::kU32:
+      return f(Tag<uint32_t>{});
+    case ir::DType::kU64:
+      return f(Tag<uint64_t>{});
   }
   return internalError("dispatchAll: invalid dtype");
 }

@@ -241,7 +241,15 @@ template <class D, class S>
 D convertElement(S s) {
   if constexpr (std::is_same_v<S, ref::Bool8>)
     return fromIntegerValue<D>(s.v != 0 ? 1 : 0);
-  else if constexpr (std::is_integral_v<S>)
+  else if constexpr (std::is_same_v<S, uint64_t>) {
+    // Not every u64 fits in int64: integers wrap, floats round once from the exact value.
+    if constexpr (std::is_integral_v<D>)
+      return static_cast<D>(s);
+    else if constexpr (std::is_floating_point_v<D>)
+      return static_cast<D>(s);
+    else
+      return fromFloatValue<D>(static_cast<double>(s));
+  } else if constexpr (std::is_integral_v<S>)
     return fromIntegerValue<D>(static_cast<int64_t>(s));
   else if constexpr (std::is_same_v<S, ref::Half>)
     return fromFloatValue<D>(ref::f16BitsToDouble(s.bits));
@@ -344,6 +352,72 @@ Status divKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
       mapBinary<T>(in[0], in[1], out[0], [](T a, T b) -> T { return a / b; });
     }
     return Status::ok();
+  });
+}
+
+template <class T>
+T shiftBits(T a, T b, bool left) {
+  constexpr int width = static_cast<int>(sizeof(T) * 8);
+  using U = std::make_unsigned_t<T>;
+  bool inRange = static_cast<U>(b) < static_cast<U>(width);
+  if constexpr (std::is_signed_v<T>) inRange = inRange && b >= T(0);
+  if (!inRange) {
+    if constexpr (std::is_signed_v<T>)
+      if (!left && a < T(0)) return T(-1);
+    return T(0);
+  }
+  const int s = static_cast<int>(b);
+  if (left) return static_cast<T>(static_cast<U>(static_cast<U>(a) << s));
+  if constexpr (std::is_signed_v<T>)
+    if (a < T(0)) return static_cast<T>(static_cast<U>(~(static_cast<U>(~static_cast<U>(a)) >> s)));
+  return static_cast<T>(static_cast<U>(a) >> s);
+}
+
+template <class F>
+Status bitwiseKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out,
+                     F f) {
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    if constexpr (std::is_integral_v<T>) {
+      mapBinary<T>(in[0], in[1], out[0], [&](T a, T b) -> T { return f(a, b); });
+      return Status::ok();
+    } else {
+      return ref::unsupportedDType(ref::opNameOf(attrs), in[0].dtype());
+    }
+  });
+}
+
+Status bitShiftKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                      std::span<Tensor> out) {
+  const bool left = attrs.getString("direction") == "LEFT";
+  return bitwiseKernel(attrs, in, out,
+                       [left]<class T>(T a, T b) -> T { return shiftBits(a, b, left); });
+}
+Status bitwiseAndKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                        std::span<Tensor> out) {
+  return bitwiseKernel(attrs, in, out,
+                       []<class T>(T a, T b) -> T { return static_cast<T>(a & b); });
+}
+Status bitwiseOrKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  return bitwiseKernel(attrs, in, out,
+                       []<class T>(T a, T b) -> T { return static_cast<T>(a | b); });
+}
+Status bitwiseXorKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                        std::span<Tensor> out) {
+  return bitwiseKernel(attrs, in, out,
+                       []<class T>(T a, T b) -> T { return static_cast<T>(a ^ b); });
+}
+Status bitwiseNotKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                        std::span<Tensor> out) {
+  return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    if constexpr (std::is_integral_v<T>) {
+      const T* x = in[0].data<T>();
+      T* y = out[0].data<T>();
+      for (int64_t i = 0; i < in[0].numElements(); ++i) y[i] = static_cast<T>(~x[i]);
+      return Status::ok();
+    } else {
+      return ref::unsupportedDType(ref::opNameOf(attrs), in[0].dtype());
+    }
   });
 }
 
@@ -611,6 +685,11 @@ void registerPointwiseKernels(RefKernelTable& t) {
   ref::setKernel(t, OpKind::kMinimum, minimumKernel);
   ref::setKernel(t, OpKind::kWhere, whereKernel);
   ref::setKernel(t, OpKind::kMod, modKernel);
+  ref::setKernel(t, OpKind::kBitShift, bitShiftKernel);
+  ref::setKernel(t, OpKind::kBitwiseAnd, bitwiseAndKernel);
+  ref::setKernel(t, OpKind::kBitwiseOr, bitwiseOrKernel);
+  ref::setKernel(t, OpKind::kBitwiseXor, bitwiseXorKernel);
+  ref::setKernel(t, OpKind::kBitwiseNot, bitwiseNotKernel);
   ref::setKernel(t, OpKind::kEqual, equalKernel);
   ref::setKernel(t, OpKind::kLess, lessKernel);
   ref::setKernel(t, OpKind::kLessEqual, lessEqualKernel);

@@ -35,6 +35,14 @@ constexpr DType dtypeOf() {
     return DType::kI8;
   else if constexpr (std::is_same_v<T, uint8_t>)
     return DType::kU8;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return DType::kI16;
+  else if constexpr (std::is_same_v<T, uint16_t>)
+    return DType::kU16;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return DType::kU32;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return DType::kU64;
   else
     static_assert(sizeof(T) == 0, "no dtype for this element type");
 }

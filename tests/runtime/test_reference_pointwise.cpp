@@ -229,3 +229,25 @@ TEST_CASE("reference kernels compute f16 and bf16 in f32, each result rounded on
   CHECK(values<uint16_t>(run(OpKind::kMatMul, {ones, ones})) ==
         std::vector<uint16_t>(4, 0x4000));  // 2
 }
+
+TEST_CASE("reference kernels on i16, u16, u32 and u64: wrap, shift and convert exactly",
+          "[reference][pointwise]") {
+  // u16 addition wraps; u64 values above INT64_MAX convert to floats from their exact value.
+  CHECK(values<uint16_t>(run(OpKind::kAdd, {make<uint16_t>({2}, std::vector<uint16_t>{65535, 1}),
+                                            make<uint16_t>({2}, std::vector<uint16_t>{2, 3})})) ==
+        std::vector<uint16_t>{1, 4});
+  const Tensor big = make<uint64_t>({1}, std::vector<uint64_t>{18446744073709551615ull});
+  CHECK(values<double>(run(OpKind::kCast, {big}, {{"to", std::string("f64")}}))[0] ==
+        18446744073709551616.0);
+  // ONNX BitShift 28: shifts below 0 or of the width or more give 0 (-1 for a right shift of a
+  // negative value); right shifts of negative values are arithmetic.
+  const Tensor a = make<int16_t>({4}, std::vector<int16_t>{-8, 1, -8, 3});
+  const Tensor s = make<int16_t>({4}, std::vector<int16_t>{1, 16, 20, -1});
+  CHECK(values<int16_t>(run(OpKind::kBitShift, {a, s}, {{"direction", std::string("RIGHT")}})) ==
+        std::vector<int16_t>{-4, 0, -1, 0});
+  CHECK(values<int16_t>(run(OpKind::kBitShift, {a, s}, {{"direction", std::string("LEFT")}})) ==
+        std::vector<int16_t>{-16, 0, 0, 0});
+  const Tensor u = make<uint32_t>({2}, std::vector<uint32_t>{0xF0F0F0F0u, 7});
+  CHECK(values<uint32_t>(run(OpKind::kBitwiseNot, {u})) ==
+        std::vector<uint32_t>{0x0F0F0F0Fu, 0xFFFFFFF8u});
+}
