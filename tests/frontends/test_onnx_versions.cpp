@@ -324,3 +324,49 @@ TEST_CASE("onnx versions: shape-like graph inputs are specialized on values give
   CHECK_THAT(s.message(), Catch::Contains("the value given for graph input 'axes' is i64[2], the "
                                           "model declares i64[1]"));
 }
+
+TEST_CASE("onnx versions: Einsum equations compute or are refused by name") {
+  const auto a = randomValues(6, 11), b = randomValues(12, 12);
+  auto einsum = [&](const std::string& eq, int operands) {
+    Model m(18);
+    m.input("a", {int64_t{2}, int64_t{3}});
+    std::vector<std::string> ins = {"a"};
+    if (operands == 2) {
+      m.input("b", {int64_t{3}, int64_t{4}});
+      ins.push_back("b");
+    }
+    m.node("Einsum", ins, {"y"}, {attrString("equation", eq)}, "einsum").output("y");
+    return m;
+  };
+  // Matrix product, explicit and implicit.
+  std::vector<float> ab(8, 0);
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 3; ++j) ab[i * 4 + k] += a[i * 3 + j] * b[j * 4 + k];
+  for (const char* eq : {"ij,jk->ik", "ij,jk"}) {
+    INFO(eq);
+    const auto y = run(einsum(eq, 2), {makeF32({2, 3}, a), makeF32({3, 4}, b)});
+    checkClose(y[0], {2, 4}, ab);
+  }
+  // Transpose with an ellipsis, and a full sum.
+  const auto t = run(einsum("...j->j...", 1), {makeF32({2, 3}, a)});
+  checkClose(t[0], {3, 2}, {a[0], a[3], a[1], a[4], a[2], a[5]});
+  const auto s = run(einsum("ij->", 1), {makeF32({2, 3}, a)});
+  double sum = 0;
+  for (float v : a) sum += v;
+  checkClose(s[0], {}, {static_cast<float>(sum)});
+  // Refused with a reason, never a crash: diagonals, stray characters, unknown output letters,
+  // operand count and rank mismatches.
+  CHECK_THAT(importError(einsum("ii->i", 1)).message(), Catch::Contains("a diagonal"));
+  CHECK_THAT(importError(einsum("i.j->ij", 1)).message(), Catch::Contains("one dim per letter"));
+  CHECK_THAT(importError(einsum("ij->ik", 1)).message(),
+             Catch::Contains("output letter 'k' is in no operand"));
+  CHECK_THAT(importError(einsum("ij->i->j", 1)).message(), Catch::Contains("in no operand"));
+  CHECK_THAT(importError(einsum("ij,jk->ik", 1)).message(), Catch::Contains("has 2 operands"));
+  CHECK_THAT(importError(einsum("ijk->i", 1)).message(), Catch::Contains("one dim per letter"));
+  CHECK_THAT(importError(einsum("......->", 1)).message(), Catch::Contains("has fewer dims"));
+  // An outer product keeps every letter.
+  const auto outer = run(einsum("ij,kl->ijkl", 2), {makeF32({2, 3}, a), makeF32({3, 4}, b)});
+  REQUIRE(outer[0].shape() == kiln::ir::Shape{2, 3, 3, 4});
+  CHECK(floats(outer[0])[1 * 36 + 2 * 12 + 1 * 4 + 3] == Approx(a[5] * b[7]));
+}
