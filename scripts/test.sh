@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds kiln and runs the whole test suite through ctest, then, when
 # KILN_FUZZ_SECONDS is set (CI sets 60), every fuzz target for that many seconds each
-# (scripts/fuzz.sh). The `peer` tests run when tools/peers/setup.sh has made the peer exports,
-# and are skipped otherwise. Exits non-zero on any failure.
+# (scripts/fuzz.sh). The `peer` tests first run tools/peers/setup.sh (ctest `peer: setup`), which
+# makes or reuses the pinned PyTorch / ONNX Runtime environment and the exports under
+# ~/.cache/kiln; they are skipped only when it cannot be made (no PyPI). The ONNX conformance test
+# does the same for its own environment. Exits non-zero on any failure.
 #   scripts/test.sh [ctest args...]
 #   scripts/test.sh --sanitize address|thread [ctest args...]
 # --sanitize builds the test binaries the ctest label `sanitize` needs with ASan+UBSan
