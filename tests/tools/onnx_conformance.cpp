@@ -10,7 +10,9 @@
 //
 // With --expected FILE ("<case> <reason>" per line, # comments): exits 1 when a case fails
 // that the file does not list, when a listed case passes (remove it), or when any case gives a
-// wrong answer or an internal error; prints the counts either way. --write-expected writes
+// wrong answer or an internal error; prints the counts either way. f16/bf16 results within a
+// few ulps of the reference (kPrecision) may land either way on another CPU: for them both
+// outcomes are accepted. --write-expected writes
 // every case that fails with a clear error, its reason the first line of kiln's message.
 #include <algorithm>
 #include <chrono>
@@ -49,6 +51,8 @@ struct Options {
 // with its reason like an error; anything farther is a wrong answer.
 enum class Outcome { kPass, kError, kPrecision, kWrong, kInternal };
 constexpr double kMaxHalfUlps = 4;
+// How a precision outcome's reason reads in the expected-failures file.
+constexpr const char* kPrecisionMarker = " ulps of ";
 
 struct Result {
   Outcome outcome = Outcome::kPass;
@@ -361,7 +365,18 @@ int main(int argc, char** argv) {
     const auto listed = readExpected(o.expected);
     for (const auto& [n, r] : results) {
       const bool isListed = listed.count(n) > 0;
-      if (r.outcome == Outcome::kPass && isListed) {
+      // Whether an f16/bf16 result lands exactly or an ulp away can depend on the CPU (the
+      // library kernels' summation order before the rounding), so for those cases either
+      // outcome is accepted: a listed precision case that passes, or a precision outcome of a
+      // case that passes elsewhere, is reported but fails nothing.
+      const bool listedForPrecision =
+          isListed && listed.at(n).find(kPrecisionMarker) != std::string::npos;
+      if (r.outcome == Outcome::kPass && listedForPrecision) {
+        std::printf("passes here, listed for precision (accepted): %s\n", n.c_str());
+      } else if (r.outcome == Outcome::kPrecision && !isListed) {
+        std::printf("precision here, passes elsewhere (accepted): %s %s\n", n.c_str(),
+                    r.detail.c_str());
+      } else if (r.outcome == Outcome::kPass && isListed) {
         std::printf("now passes, remove it from %s: %s\n", o.expected.c_str(), n.c_str());
         rc = 1;
       } else if (r.outcome != Outcome::kPass && !isListed) {
