@@ -219,21 +219,22 @@ Status requireIndices(const TensorType& t) {
     return invalidArgument("indices must be i64 or i32, got " + t.toString());
   return Status::ok();
 }
-Status requireReduction(const AttrView& a) {
+// indices i64/i32, a valid reduction, and updates of data's dtype: what both scatters need.
+Status requireScatterInputs(std::span<const TensorType> in, const AttrView& a) {
+  KILN_TRY(requireIndices(in[1]));
   const std::string& r = a.getString("reduction");
   if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min")
     return invalidArgument("reduction must be none, add, mul, max or min, got '" + r + "'");
+  if (in[2].dtype != in[0].dtype)
+    return invalidArgument("updates " + in[2].toString() + " must have data's dtype " +
+                           std::string(dtypeName(in[0].dtype)));
   return Status::ok();
 }
 }  // namespace
 
 Expected<std::vector<TensorType>> inferScatterElements(std::span<const TensorType> in,
                                                        const AttrView& a) {
-  KILN_TRY(requireIndices(in[1]));
-  KILN_TRY(requireReduction(a));
-  if (in[2].dtype != in[0].dtype)
-    return invalidArgument("updates " + in[2].toString() + " must have data's dtype " +
-                           std::string(dtypeName(in[0].dtype)));
+  KILN_TRY(requireScatterInputs(in, a));
   if (in[0].rank() < 1 || in[1].rank() != in[0].rank() || in[2].shape != in[1].shape)
     return invalidArgument("indices " + in[1].toString() + " and updates " + in[2].toString() +
                            " must have one shape, of data " + in[0].toString() + "'s rank");
@@ -247,11 +248,7 @@ Expected<std::vector<TensorType>> inferScatterElements(std::span<const TensorTyp
 
 Expected<std::vector<TensorType>> inferScatterNd(std::span<const TensorType> in,
                                                  const AttrView& a) {
-  KILN_TRY(requireIndices(in[1]));
-  KILN_TRY(requireReduction(a));
-  if (in[2].dtype != in[0].dtype)
-    return invalidArgument("updates " + in[2].toString() + " must have data's dtype " +
-                           std::string(dtypeName(in[0].dtype)));
+  KILN_TRY(requireScatterInputs(in, a));
   if (in[1].rank() < 1 || in[1].shape.back() > in[0].rank() || in[1].shape.back() < 1)
     return invalidArgument("indices " + in[1].toString() + " must end in a dim of 1 to data " +
                            in[0].toString() + "'s rank");

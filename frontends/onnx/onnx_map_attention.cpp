@@ -26,7 +26,7 @@ struct AttentionBuilder {
   NodeContext& ctx;
   DType dtype;  // The compute dtype: f32 or f64.
 
-  Expected<Value*> scalar(double v) { return ctx.constantValue(filledTensor(dtype, {}, v)); }
+  Expected<Value*> scalar(double v) { return scalarConstant(ctx, dtype, v); }
   Expected<Value*> emit(OpKind op, std::vector<Value*> in, ir::AttrMap attrs = {}) {
     return ctx.emit(op, std::move(in), std::move(attrs));
   }

@@ -20,20 +20,6 @@ namespace {
 
 using ir::OpKind;
 
-// A scalar constant of `dtype` (f32 or f64: the float ops below).
-Expected<ir::Value*> scalar(NodeContext& ctx, ir::DType dtype, double v) {
-  return ctx.constantValue(filledTensor(dtype, {}, v));
-}
-
-// Input 0's type, which must be f32 or f64 (the dtypes kiln's float ops and constants take).
-Expected<ir::TensorType> floatInput(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
-  if (t.dtype != ir::DType::kF32 && t.dtype != ir::DType::kF64)
-    return ctx.unsupported(ctx.opType() + " of " + t.toString() +
-                           " (kiln composes it for f32 and f64)");
-  return t;
-}
-
 Status mapCastLike(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   KILN_ASSIGN_OR_RETURN(ir::TensorType like, ctx.inputType(1));
@@ -87,7 +73,7 @@ Status mapRmsNorm(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::Value * sq, ctx.emit(OpKind::kMul, {x, x}));
   KILN_ASSIGN_OR_RETURN(ir::Value * ms, ctx.emit(OpKind::kReduceMean, {sq},
                                                  {{"axes", axes}, {"keepdims", int64_t{1}}}));
-  KILN_ASSIGN_OR_RETURN(ir::Value * e, scalar(ctx, t.dtype, eps));
+  KILN_ASSIGN_OR_RETURN(ir::Value * e, scalarConstant(ctx, t.dtype, eps));
   KILN_ASSIGN_OR_RETURN(ir::Value * d, ctx.emit(OpKind::kAdd, {ms, e}));
   KILN_ASSIGN_OR_RETURN(ir::Value * r, ctx.emit(OpKind::kRsqrt, {d}));
   KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kMul, {x, r}));
@@ -145,9 +131,9 @@ Status mapDerivedReduce(NodeContext& ctx) {
       KILN_ASSIGN_OR_RETURN(ir::TensorType ft, floatInput(ctx));
       KILN_ASSIGN_OR_RETURN(ir::Value * m, ctx.emit(OpKind::kReduceMax, {x}, keep));
       KILN_ASSIGN_OR_RETURN(ir::Value * lo,
-                            scalar(ctx, ft.dtype, -std::numeric_limits<double>::max()));
+                            scalarConstant(ctx, ft.dtype, -std::numeric_limits<double>::max()));
       KILN_ASSIGN_OR_RETURN(ir::Value * hi,
-                            scalar(ctx, ft.dtype, std::numeric_limits<double>::max()));
+                            scalarConstant(ctx, ft.dtype, std::numeric_limits<double>::max()));
       KILN_ASSIGN_OR_RETURN(ir::Value * mc, ctx.emit(OpKind::kMaximum, {m, lo}));
       KILN_ASSIGN_OR_RETURN(mc, ctx.emit(OpKind::kMinimum, {mc, hi}));
       KILN_ASSIGN_OR_RETURN(ir::Value * d, ctx.emit(OpKind::kSub, {x, mc}));
@@ -175,8 +161,8 @@ Status mapDerivedReduce(NodeContext& ctx) {
 // HardSigmoid: clip(alpha x + beta, 0, 1); HardSwish: x HardSigmoid(x) with 1/6 and 1/2.
 Expected<ir::Value*> hardSigmoid(NodeContext& ctx, ir::Value* x, ir::DType dtype, double alpha,
                                  double beta, int output) {
-  KILN_ASSIGN_OR_RETURN(ir::Value * a, scalar(ctx, dtype, alpha));
-  KILN_ASSIGN_OR_RETURN(ir::Value * b, scalar(ctx, dtype, beta));
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, scalarConstant(ctx, dtype, alpha));
+  KILN_ASSIGN_OR_RETURN(ir::Value * b, scalarConstant(ctx, dtype, beta));
   KILN_ASSIGN_OR_RETURN(ir::Value * ax, ctx.emit(OpKind::kMul, {x, a}));
   KILN_ASSIGN_OR_RETURN(ir::Value * axb, ctx.emit(OpKind::kAdd, {ax, b}));
   return ctx.emit(OpKind::kClip, {axb}, {{"min", 0.0}, {"max", 1.0}}, output);
@@ -201,7 +187,7 @@ Status mapHardSwish(NodeContext& ctx) {
 Status mapSoftsign(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
-  KILN_ASSIGN_OR_RETURN(ir::Value * one, scalar(ctx, t.dtype, 1.0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * one, scalarConstant(ctx, t.dtype, 1.0));
   KILN_ASSIGN_OR_RETURN(ir::Value * a, ctx.emit(OpKind::kAbs, {x}));
   KILN_ASSIGN_OR_RETURN(ir::Value * d, ctx.emit(OpKind::kAdd, {one, a}));
   return ctx.emit(OpKind::kDiv, {x, d}, {}, 0).status();
@@ -214,7 +200,7 @@ Status mapPRelu(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::Value * slope, ctx.value(1));
   if (slope->type().dtype != t.dtype)
     return ctx.invalid("slope " + slope->type().toString() + " must have the input's dtype");
-  KILN_ASSIGN_OR_RETURN(ir::Value * zero, scalar(ctx, t.dtype, 0.0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * zero, scalarConstant(ctx, t.dtype, 0.0));
   KILN_ASSIGN_OR_RETURN(ir::Value * negative, ctx.emit(OpKind::kLess, {x, zero}));
   KILN_ASSIGN_OR_RETURN(ir::Value * sx, ctx.emit(OpKind::kMul, {slope, x}));
   KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kWhere, {negative, sx, x}));
@@ -231,7 +217,7 @@ Status mapSwish(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(double alpha, ctx.attrFloat("alpha", 1.0));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   if (alpha == 1.0) return ctx.emit(OpKind::kSilu, {x}, {}, 0).status();
-  KILN_ASSIGN_OR_RETURN(ir::Value * a, scalar(ctx, t.dtype, alpha));
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, scalarConstant(ctx, t.dtype, alpha));
   KILN_ASSIGN_OR_RETURN(ir::Value * ax, ctx.emit(OpKind::kMul, {x, a}));
   KILN_ASSIGN_OR_RETURN(ir::Value * s, ctx.emit(OpKind::kSigmoid, {ax}));
   return ctx.emit(OpKind::kMul, {x, s}, {}, 0).status();
@@ -246,7 +232,8 @@ Status mapMean(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i));
     KILN_ASSIGN_OR_RETURN(acc, ctx.emit(OpKind::kAdd, {acc, v}));
   }
-  KILN_ASSIGN_OR_RETURN(ir::Value * n, scalar(ctx, t.dtype, static_cast<double>(ctx.numInputs())));
+  KILN_ASSIGN_OR_RETURN(ir::Value * n,
+                        scalarConstant(ctx, t.dtype, static_cast<double>(ctx.numInputs())));
   return ctx.emit(OpKind::kDiv, {acc, n}, {}, 0).status();
 }
 
@@ -305,7 +292,7 @@ Status emitNll(NodeContext& ctx, ir::Value* logp, const LossAttrs& a) {
   KILN_ASSIGN_OR_RETURN(ir::Value * w,
                         ctx.emit(OpKind::kGather, {weight, safeTarget}, {{"axis", int64_t{0}}}));
   if (keep) {
-    KILN_ASSIGN_OR_RETURN(ir::Value * zero, scalar(ctx, w->type().dtype, 0.0));
+    KILN_ASSIGN_OR_RETURN(ir::Value * zero, scalarConstant(ctx, w->type().dtype, 0.0));
     KILN_ASSIGN_OR_RETURN(w, ctx.emit(OpKind::kWhere, {keep, w, zero}));
   }
   KILN_ASSIGN_OR_RETURN(ir::Value * l,

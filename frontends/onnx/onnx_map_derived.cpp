@@ -26,10 +26,6 @@ using ir::OpKind;
 using ir::Shape;
 using ir::Value;
 
-Expected<Value*> scalarOf(NodeContext& ctx, DType dtype, double v) {
-  return ctx.constantValue(filledTensor(dtype, {}, v));
-}
-
 // An int64 tensor of `rank` dims, all 1 but dim `axis` (n): 0, 1, ..., n-1 along it.
 Expected<Value*> iotaAlong(NodeContext& ctx, int rank, int axis, int64_t n) {
   Shape s(static_cast<size_t>(rank), 1);
@@ -37,15 +33,6 @@ Expected<Value*> iotaAlong(NodeContext& ctx, int rank, int axis, int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
   return ctx.constantValue(intTensor(v, s));
-}
-
-// Input 0's type; f32 or f64 where the composition needs float constants.
-Expected<ir::TensorType> floatOnly(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
-  if (t.dtype != DType::kF32 && t.dtype != DType::kF64)
-    return ctx.unsupported(ctx.opType() + " of " + t.toString() +
-                           " (kiln composes it for f32 and f64)");
-  return t;
 }
 
 Status mapHardmax(NodeContext& ctx) {
@@ -91,8 +78,8 @@ Status mapOneHot(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(idx, ctx.emit(OpKind::kCast, {idx}, {{"to", std::string("i64")}}));
   }
   // Negative indices count from the end; any other index out of range selects no position.
-  KILN_ASSIGN_OR_RETURN(Value * zero, scalarOf(ctx, DType::kI64, 0));
-  KILN_ASSIGN_OR_RETURN(Value * d, scalarOf(ctx, DType::kI64, static_cast<double>(depth)));
+  KILN_ASSIGN_OR_RETURN(Value * zero, scalarConstant(ctx, DType::kI64, 0));
+  KILN_ASSIGN_OR_RETURN(Value * d, scalarConstant(ctx, DType::kI64, static_cast<double>(depth)));
   KILN_ASSIGN_OR_RETURN(Value * neg, ctx.emit(OpKind::kLess, {idx, zero}));
   KILN_ASSIGN_OR_RETURN(Value * wrapped, ctx.emit(OpKind::kAdd, {idx, d}));
   KILN_ASSIGN_OR_RETURN(idx, ctx.emit(OpKind::kWhere, {neg, wrapped, idx}));
@@ -110,7 +97,7 @@ Status mapOneHot(NodeContext& ctx) {
 }
 
 Status mapLpNormalization(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatOnly(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
   KILN_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.attrInt("axis", -1));
   KILN_ASSIGN_OR_RETURN(int axis, ir::normalizeAxis(axisAttr, t.shape.size(), "axis"));
   KILN_ASSIGN_OR_RETURN(int64_t p, ctx.attrInt("p", 2));
@@ -127,7 +114,7 @@ Status mapLpNormalization(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(norm, ctx.emit(OpKind::kSqrt, {s}));
   }
   // A zero norm gives 0, not 0/0 (ONNX's reference).
-  KILN_ASSIGN_OR_RETURN(Value * zero, scalarOf(ctx, t.dtype, 0));
+  KILN_ASSIGN_OR_RETURN(Value * zero, scalarConstant(ctx, t.dtype, 0));
   KILN_ASSIGN_OR_RETURN(Value * isZero, ctx.emit(OpKind::kEqual, {norm, zero}));
   KILN_ASSIGN_OR_RETURN(Value * q, ctx.emit(OpKind::kDiv, {x, norm}));
   return ctx.emit(OpKind::kWhere, {isZero, zero, q}, {}, 0).status();
@@ -229,7 +216,7 @@ Status mapIsNaN(NodeContext& ctx) {
 }
 
 Status mapIsInf(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatOnly(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
   KILN_ASSIGN_OR_RETURN(bool pos, ctx.attrBool("detect_positive", true));
   KILN_ASSIGN_OR_RETURN(bool neg, ctx.attrBool("detect_negative", true));
   KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
@@ -241,8 +228,8 @@ Status mapIsInf(NodeContext& ctx) {
     ctx.setOutput(0, c);
     return Status::ok();
   }
-  KILN_ASSIGN_OR_RETURN(Value * pinf, scalarOf(ctx, t.dtype, inf));
-  KILN_ASSIGN_OR_RETURN(Value * ninf, scalarOf(ctx, t.dtype, -inf));
+  KILN_ASSIGN_OR_RETURN(Value * pinf, scalarConstant(ctx, t.dtype, inf));
+  KILN_ASSIGN_OR_RETURN(Value * ninf, scalarConstant(ctx, t.dtype, -inf));
   if (!neg) return ctx.emit(OpKind::kEqual, {x, pinf}, {}, 0).status();
   if (!pos) return ctx.emit(OpKind::kEqual, {x, ninf}, {}, 0).status();
   KILN_ASSIGN_OR_RETURN(Value * a, ctx.emit(OpKind::kEqual, {x, pinf}));
@@ -297,14 +284,14 @@ Status mapTile(NodeContext& ctx) {
 }
 
 Status mapShrink(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatOnly(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
   KILN_ASSIGN_OR_RETURN(double bias, ctx.attrFloat("bias", 0.0));
   KILN_ASSIGN_OR_RETURN(double lambd, ctx.attrFloat("lambd", 0.5));
   KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
-  KILN_ASSIGN_OR_RETURN(Value * lo, scalarOf(ctx, t.dtype, -lambd));
-  KILN_ASSIGN_OR_RETURN(Value * hi, scalarOf(ctx, t.dtype, lambd));
-  KILN_ASSIGN_OR_RETURN(Value * b, scalarOf(ctx, t.dtype, bias));
-  KILN_ASSIGN_OR_RETURN(Value * zero, scalarOf(ctx, t.dtype, 0));
+  KILN_ASSIGN_OR_RETURN(Value * lo, scalarConstant(ctx, t.dtype, -lambd));
+  KILN_ASSIGN_OR_RETURN(Value * hi, scalarConstant(ctx, t.dtype, lambd));
+  KILN_ASSIGN_OR_RETURN(Value * b, scalarConstant(ctx, t.dtype, bias));
+  KILN_ASSIGN_OR_RETURN(Value * zero, scalarConstant(ctx, t.dtype, 0));
   KILN_ASSIGN_OR_RETURN(Value * below, ctx.emit(OpKind::kLess, {x, lo}));
   KILN_ASSIGN_OR_RETURN(Value * above, ctx.emit(OpKind::kGreater, {x, hi}));
   KILN_ASSIGN_OR_RETURN(Value * plus, ctx.emit(OpKind::kAdd, {x, b}));
@@ -327,7 +314,7 @@ Expected<Value*> channelAffine(NodeContext& ctx, Value* y, Value* scale, Value* 
 // InstanceNormalization: each (n, c) plane normalized over its spatial dims, then per-channel
 // scale and bias; GroupNormalization: each group of channels of each sample.
 Status mapGroupedNorm(NodeContext& ctx, int64_t groups) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatOnly(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
   if (t.rank() < 3) return ctx.invalid("input must have rank 3 or more, got " + t.toString());
   KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
   const Shape& s = t.shape;
@@ -354,14 +341,14 @@ Status mapInstanceNorm(NodeContext& ctx) {
 }
 
 Status mapGroupNorm(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatOnly(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
   KILN_TRY(requireStashType(ctx, t.dtype));
   KILN_ASSIGN_OR_RETURN(int64_t groups, ctx.attrInt("num_groups"));
   return mapGroupedNorm(ctx, groups);
 }
 
 Status mapMeanVarianceNorm(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatOnly(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
   KILN_ASSIGN_OR_RETURN(auto axes, ctx.attrInts("axes", std::vector<int64_t>{0, 2, 3}));
   const ir::AttrMap reduce{{"axes", axes}, {"keepdims", int64_t{1}}};
   KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
@@ -369,7 +356,7 @@ Status mapMeanVarianceNorm(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Value * c, ctx.emit(OpKind::kSub, {x, mean}));
   KILN_ASSIGN_OR_RETURN(Value * sq, ctx.emit(OpKind::kMul, {c, c}));
   KILN_ASSIGN_OR_RETURN(Value * var, ctx.emit(OpKind::kReduceMean, {sq}, reduce));
-  KILN_ASSIGN_OR_RETURN(Value * eps, scalarOf(ctx, t.dtype, 1e-9));
+  KILN_ASSIGN_OR_RETURN(Value * eps, scalarConstant(ctx, t.dtype, 1e-9));
   KILN_ASSIGN_OR_RETURN(Value * ve, ctx.emit(OpKind::kAdd, {var, eps}));
   KILN_ASSIGN_OR_RETURN(Value * sd, ctx.emit(OpKind::kSqrt, {ve}));
   return ctx.emit(OpKind::kDiv, {c, sd}, {}, 0).status();
@@ -378,7 +365,7 @@ Status mapMeanVarianceNorm(NodeContext& ctx) {
 // LRN: x / (bias + alpha / size * sum of x^2 over the channels c - floor((size - 1) / 2) to
 // c + ceil((size - 1) / 2))^beta.
 Status mapLrn(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatOnly(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
   if (t.rank() < 3) return ctx.invalid("input must have rank 3 or more, got " + t.toString());
   KILN_ASSIGN_OR_RETURN(int64_t size, ctx.attrInt("size"));
   KILN_ASSIGN_OR_RETURN(double alpha, ctx.attrFloat("alpha", 1e-4));
@@ -419,9 +406,9 @@ Status mapLrn(NodeContext& ctx) {
     }
     KILN_ASSIGN_OR_RETURN(sum, ctx.emit(OpKind::kAdd, {sum, s}));
   }
-  KILN_ASSIGN_OR_RETURN(Value * k, scalarOf(ctx, t.dtype, alpha / static_cast<double>(size)));
-  KILN_ASSIGN_OR_RETURN(Value * b, scalarOf(ctx, t.dtype, bias));
-  KILN_ASSIGN_OR_RETURN(Value * e, scalarOf(ctx, t.dtype, beta));
+  KILN_ASSIGN_OR_RETURN(Value * k, scalarConstant(ctx, t.dtype, alpha / static_cast<double>(size)));
+  KILN_ASSIGN_OR_RETURN(Value * b, scalarConstant(ctx, t.dtype, bias));
+  KILN_ASSIGN_OR_RETURN(Value * e, scalarConstant(ctx, t.dtype, beta));
   KILN_ASSIGN_OR_RETURN(Value * scaled, ctx.emit(OpKind::kMul, {sum, k}));
   KILN_ASSIGN_OR_RETURN(Value * base, ctx.emit(OpKind::kAdd, {scaled, b}));
   KILN_ASSIGN_OR_RETURN(Value * den, ctx.emit(OpKind::kPow, {base, e}));

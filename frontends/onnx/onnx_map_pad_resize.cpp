@@ -241,8 +241,8 @@ Status mapResize(NodeContext& ctx) {
   } else if (ctx.hasInput(3)) {
     KILN_ASSIGN_OR_RETURN(auto given, ctx.constInts(3, "sizes"));
     if (given.size() != na)
-      return ctx.invalid("sizes " + ir::shapeToString(given) + " must have " +
-                         std::to_string(na) + " values");
+      return ctx.invalid("sizes " + ir::shapeToString(given) + " must have " + std::to_string(na) +
+                         " values");
     for (size_t i = 0; i < na; ++i) {
       const size_t d = static_cast<size_t>(axes[i]);
       if (given[i] < 0 || given[i] > std::numeric_limits<int32_t>::max())

@@ -151,20 +151,31 @@ Status mapDropout(NodeContext& ctx) {
   return alias(ctx, 0);
 }
 
+// Output 0 as `evaluate(a, b)` when inputs 0 and 1 are known at import: true when it folded,
+// false when an input is unknown or the evaluator does not handle them (kUnimplemented).
+template <class F>
+Expected<bool> foldKnownPair(NodeContext& ctx, F evaluate) {
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* b, ctx.constant(1));
+  if (!a || !b) return false;
+  Expected<ir::TensorData> r = evaluate(*a, *b);
+  if (!r) {
+    if (r.status().code() != ErrorCode::kUnimplemented) return r.status();
+    return false;
+  }
+  ctx.setConstantOutput(0, std::move(*r));
+  return true;
+}
+
 // Folded at import when both inputs are known (shape arithmetic), else kiln's op; Equal of
 // bools is not(xor).
 template <Compare kOp, OpKind kKiln>
 Status mapCompare(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* b, ctx.constant(1));
-  if (a && b) {
-    auto r = evaluateCompare(kOp, *a, *b);
-    if (r) {
-      ctx.setConstantOutput(0, std::move(*r));
-      return Status::ok();
-    }
-    if (r.status().code() != ErrorCode::kUnimplemented) return r.status();
-  }
+  KILN_ASSIGN_OR_RETURN(bool folded,
+                        foldKnownPair(ctx, [](const ir::TensorData& a, const ir::TensorData& b) {
+                          return evaluateCompare(kOp, a, b);
+                        }));
+  if (folded) return Status::ok();
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0, false));
   KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.value(1, false));
   if (kOp == Compare::kEqual && x->type().dtype == ir::DType::kBool) {
@@ -209,20 +220,17 @@ Status mapOnnxGelu(NodeContext& ctx) {
 
 Status mapMod(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(bool fmod, ctx.attrBool("fmod", false));
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* a, ctx.constant(0));
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* b, ctx.constant(1));
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   // Version 28 defines fmod=0 for floats (a - floor(a / b) b, the divisor's sign); before, it
   // was invalid.
   if (ir::isFloat(t.dtype) && !fmod && ctx.version() < 28)
     return ctx.invalid("Mod of " + t.toString() + " needs fmod=1 before version 28");
-  if (a && b && !(ir::isFloat(t.dtype) && !fmod)) {
-    auto r = evaluateMod(*a, *b, fmod);
-    if (r) {
-      ctx.setConstantOutput(0, std::move(*r));
-      return Status::ok();
-    }
-    if (r.status().code() != ErrorCode::kUnimplemented) return r.status();
+  if (!(ir::isFloat(t.dtype) && !fmod)) {  // The evaluator has no float fmod=0.
+    KILN_ASSIGN_OR_RETURN(
+        bool folded, foldKnownPair(ctx, [fmod](const ir::TensorData& a, const ir::TensorData& b) {
+          return evaluateMod(a, b, fmod);
+        }));
+    if (folded) return Status::ok();
   }
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0, false));
   KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.value(1, false));

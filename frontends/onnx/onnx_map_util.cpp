@@ -33,6 +33,18 @@ Status foldOrEmit(NodeContext& ctx, ir::OpKind op, const std::vector<size_t>& in
   return ctx.emit(op, std::move(values), std::move(attrs), static_cast<int>(out)).status();
 }
 
+Expected<ir::Value*> scalarConstant(NodeContext& ctx, ir::DType dtype, double v) {
+  return ctx.constantValue(filledTensor(dtype, {}, v));
+}
+
+Expected<ir::TensorType> floatInput(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  if (t.dtype != ir::DType::kF32 && t.dtype != ir::DType::kF64)
+    return ctx.unsupported(ctx.opType() + " of " + t.toString() +
+                           " (kiln composes it for f32 and f64)");
+  return t;
+}
+
 Status alias(NodeContext& ctx, size_t i, size_t k) {
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, ctx.constant(i));
   if (c) {

@@ -19,6 +19,11 @@ Status alias(NodeContext& ctx, size_t i, size_t k = 0);
 // Output k must be absent or unread: kiln computes only the first output of ops like
 // BatchNormalization (training statistics) or MaxPool (indices).
 Status requireUnused(NodeContext& ctx, size_t k, const std::string& what);
+// A scalar constant of `dtype` holding v (a parameter the mapping creates).
+Expected<ir::Value*> scalarConstant(NodeContext& ctx, ir::DType dtype, double v);
+// Input 0's type, which must be f32 or f64: the dtypes the compositions' float constants and
+// kiln's float ops take (else kUnimplemented naming the op and type).
+Expected<ir::TensorType> floatInput(NodeContext& ctx);
 // The rank of input i.
 Expected<int> inputRank(NodeContext& ctx, size_t i);
 

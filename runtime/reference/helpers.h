@@ -95,34 +95,15 @@ Status dispatchNumeric(std::string_view op, ir::DType t, F&& f) {
 template <class F>
 Status dispatchAll(ir::DType t, F&& f) {
   switch (t) {
-    case ir::DType::kF32:
-      return f(Tag<float>{});
-    case ir::DType::kF64:
-      return f(Tag<double>{});
     case ir::DType::kF16:
       return f(Tag<Half>{});
     case ir::DType::kBF16:
       return f(Tag<BFloat16>{});
-    case ir::DType::kI64:
-      return f(Tag<int64_t>{});
-    case ir::DType::kI32:
-      return f(Tag<int32_t>{});
-    case ir::DType::kI8:
-      return f(Tag<int8_t>{});
-    case ir::DType::kU8:
-      return f(Tag<uint8_t>{});
     case ir::DType::kBool:
       return f(Tag<Bool8>{});
-    case ir::DType::kI16:
-      return f(Tag<int16_t>{});
-    case ir::DType::kU16:
-      return f(Tag<uint16_t>{});
-    case ir::DType::kU32:
-      return f(Tag<uint32_t>{});
-    case ir::DType::kU64:
-      return f(Tag<uint64_t>{});
+    default:
+      return dispatchNumeric("dispatchAll", t, std::forward<F>(f));  // Every other dtype.
   }
-  return internalError("dispatchAll: invalid dtype");
 }
 
 // An unsigned integer type of the dtype's element size, for ops that only move elements.

@@ -30,11 +30,8 @@ bool isHalf(ir::DType t) {
 // f16/bf16 <-> f32, each value exact one way and rounded once (to nearest even) the other.
 Expected<Tensor> widen(const Tensor& t) {
   KILN_ASSIGN_OR_RETURN(Tensor w, Tensor::empty(ir::DType::kF32, t.shape()));
-  const uint16_t* src = t.data<uint16_t>();
   float* dst = w.data<float>();
-  const bool f16 = t.dtype() == ir::DType::kF16;
-  for (int64_t i = 0; i < t.numElements(); ++i)
-    dst[i] = static_cast<float>(f16 ? ref::f16BitsToDouble(src[i]) : ref::bf16BitsToDouble(src[i]));
+  for (int64_t i = 0; i < t.numElements(); ++i) dst[i] = static_cast<float>(t.elementAsDouble(i));
   return w;
 }
 

@@ -116,54 +116,6 @@ Status gatherKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::
   return ref::unsupportedDType("gather (indices)", idx.dtype());
 }
 
-// gather_elements: each output element reads data at its own position, the axis coordinate
-// replaced by its index.
-template <class I>
-Status gatherElementsTyped(const ir::AttrView& attrs, const Tensor& data, const Tensor& indices,
-                           Tensor& out) {
-  KILN_ASSIGN_OR_RETURN(const int axis,
-                        ir::normalizeAxis(attrs.getInt("axis"), data.shape().size(), "axis"));
-  const ir::Shape& shape = out.shape();
-  const std::vector<int64_t> dataStrides = ir::contiguousStrides(data.shape());
-  std::vector<int64_t> base = dataStrides;
-  base[static_cast<size_t>(axis)] = 0;
-  const int64_t dim = data.shape()[static_cast<size_t>(axis)];
-  const int64_t axisStride = dataStrides[static_cast<size_t>(axis)];
-  const I* idx = indices.data<I>();
-  Status st = Status::ok();
-  KILN_TRY(ref::dispatchBySize(data.dtype(), [&]<class U>(ref::Tag<U>) {
-    const U* x = data.data<U>();
-    U* y = out.data<U>();
-    ref::forEachStrided<2>(
-        shape, {ir::contiguousStrides(shape), base}, {0, 0},
-        [&](int64_t i, const std::array<int64_t, 2>& off) {
-          int64_t k = static_cast<int64_t>(idx[off[0]]);
-          if (k < 0) k += dim;
-          if (k < 0 || k >= dim) {
-            if (st.isOk())
-              st = invalidArgument("gather_elements: index " +
-                                   std::to_string(static_cast<int64_t>(idx[off[0]])) +
-                                   " is out of range for dim " + std::to_string(axis) +
-                                   " of size " + std::to_string(dim));
-            return;
-          }
-          y[i] = x[off[1] + k * axisStride];
-        });
-    return Status::ok();
-  }));
-  return st;
-}
-
-// Combines an update into its destination by ONNX's scatter `reduction`.
-template <class T>
-T combine(const std::string& reduction, T dst, T upd) {
-  if (reduction == "add") return ref::addWrap(dst, upd);
-  if (reduction == "mul") return ref::mulWrap(dst, upd);
-  if (reduction == "max") return dst < upd ? upd : dst;
-  if (reduction == "min") return upd < dst ? upd : dst;
-  return upd;
-}
-
 // The element index of an index value along a dim of `size`, negatives counting from the end.
 Expected<int64_t> resolveIndex(const char* op, int64_t k, int64_t size, int dim) {
   const int64_t r = k < 0 ? k + size : k;
@@ -174,17 +126,95 @@ Expected<int64_t> resolveIndex(const char* op, int64_t k, int64_t size, int dim)
   return r;
 }
 
+// What gather_elements and scatter_elements walk: the data's strides with the axis's zeroed
+// (an element's offset but for its index along the axis), the axis's size and stride.
+struct ElementAxis {
+  int axis;
+  std::vector<int64_t> base;
+  int64_t dim, stride;
+};
+
+Expected<ElementAxis> elementAxis(const ir::AttrView& attrs, const ir::Shape& data) {
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(attrs.getInt("axis"), data.size(), "axis"));
+  ElementAxis e{axis, ir::contiguousStrides(data), data[static_cast<size_t>(axis)], 0};
+  e.stride = e.base[static_cast<size_t>(axis)];
+  e.base[static_cast<size_t>(axis)] = 0;
+  return e;
+}
+
+// Calls f(Tag<I>{}) for i64 or i32 indices.
+template <class F>
+Status byIndexType(const char* op, ir::DType t, F&& f) {
+  if (t == ir::DType::kI64) return f(ref::Tag<int64_t>{});
+  if (t == ir::DType::kI32) return f(ref::Tag<int32_t>{});
+  return ref::unsupportedDType(std::string(op) + " (indices)", t);
+}
+
+// ONNX's scatter `reduction`, parsed once per call.
+enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
+
+Reduction reductionOf(const ir::AttrView& attrs) {
+  const std::string& r = attrs.getString("reduction");
+  return r == "add"   ? Reduction::kAdd
+         : r == "mul" ? Reduction::kMul
+         : r == "max" ? Reduction::kMax
+         : r == "min" ? Reduction::kMin
+                      : Reduction::kNone;
+}
+
+// Combines an update into its destination.
+template <class T>
+T combine(Reduction r, T dst, T upd) {
+  switch (r) {
+    case Reduction::kAdd:
+      return ref::addWrap(dst, upd);
+    case Reduction::kMul:
+      return ref::mulWrap(dst, upd);
+    case Reduction::kMax:
+      return dst < upd ? upd : dst;
+    case Reduction::kMin:
+      return upd < dst ? upd : dst;
+    case Reduction::kNone:
+      break;
+  }
+  return upd;
+}
+
+// gather_elements: each output element reads data at its own position, the axis coordinate
+// replaced by its index.
+template <class I>
+Status gatherElementsTyped(const ir::AttrView& attrs, const Tensor& data, const Tensor& indices,
+                           Tensor& out) {
+  KILN_ASSIGN_OR_RETURN(const ElementAxis e, elementAxis(attrs, data.shape()));
+  const ir::Shape& shape = out.shape();
+  const I* idx = indices.data<I>();
+  Status st = Status::ok();
+  KILN_TRY(ref::dispatchBySize(data.dtype(), [&]<class U>(ref::Tag<U>) {
+    const U* x = data.data<U>();
+    U* y = out.data<U>();
+    ref::forEachStrided<2>(shape, {ir::contiguousStrides(shape), e.base}, {0, 0},
+                           [&](int64_t i, const std::array<int64_t, 2>& off) {
+                             if (!st.isOk()) return;
+                             auto k =
+                                 resolveIndex("gather_elements", static_cast<int64_t>(idx[off[0]]),
+                                              e.dim, e.axis);
+                             if (!k) {
+                               st = k.status();
+                               return;
+                             }
+                             y[i] = x[off[1] + *k * e.stride];
+                           });
+    return Status::ok();
+  }));
+  return st;
+}
+
 template <class I>
 Status scatterElementsTyped(const ir::AttrView& attrs, std::span<const Tensor> in, Tensor& out) {
   const Tensor &data = in[0], &indices = in[1], &updates = in[2];
-  KILN_ASSIGN_OR_RETURN(const int axis,
-                        ir::normalizeAxis(attrs.getInt("axis"), data.shape().size(), "axis"));
-  const std::string& reduction = attrs.getString("reduction");
-  const std::vector<int64_t> dataStrides = ir::contiguousStrides(data.shape());
-  std::vector<int64_t> base = dataStrides;
-  base[static_cast<size_t>(axis)] = 0;
-  const int64_t dim = data.shape()[static_cast<size_t>(axis)];
-  const int64_t axisStride = dataStrides[static_cast<size_t>(axis)];
+  KILN_ASSIGN_OR_RETURN(const ElementAxis e, elementAxis(attrs, data.shape()));
+  const Reduction reduction = reductionOf(attrs);
   const I* idx = indices.data<I>();
   return ref::dispatchNumeric(ref::opNameOf(attrs), data.dtype(), [&]<class T>(ref::Tag<T>) {
     T* y = out.data<T>();
@@ -192,16 +222,17 @@ Status scatterElementsTyped(const ir::AttrView& attrs, std::span<const Tensor> i
     const T* u = updates.data<T>();
     Status st = Status::ok();
     // In index order, so that repeated indices combine (or overwrite) deterministically.
-    ref::forEachStrided<2>(indices.shape(), {ir::contiguousStrides(indices.shape()), base}, {0, 0},
-                           [&](int64_t i, const std::array<int64_t, 2>& off) {
+    ref::forEachStrided<2>(indices.shape(), {ir::contiguousStrides(indices.shape()), e.base},
+                           {0, 0}, [&](int64_t i, const std::array<int64_t, 2>& off) {
                              if (!st.isOk()) return;
-                             auto k = resolveIndex("scatter_elements",
-                                                   static_cast<int64_t>(idx[off[0]]), dim, axis);
+                             auto k =
+                                 resolveIndex("scatter_elements", static_cast<int64_t>(idx[off[0]]),
+                                              e.dim, e.axis);
                              if (!k) {
                                st = k.status();
                                return;
                              }
-                             T& dst = y[off[1] + *k * axisStride];
+                             T& dst = y[off[1] + *k * e.stride];
                              dst = combine(reduction, dst, u[i]);
                            });
     return st;
@@ -210,15 +241,15 @@ Status scatterElementsTyped(const ir::AttrView& attrs, std::span<const Tensor> i
 
 Status scatterElementsKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                              std::span<Tensor> out) {
-  if (in[1].dtype() == ir::DType::kI64) return scatterElementsTyped<int64_t>(attrs, in, out[0]);
-  if (in[1].dtype() == ir::DType::kI32) return scatterElementsTyped<int32_t>(attrs, in, out[0]);
-  return ref::unsupportedDType("scatter_elements (indices)", in[1].dtype());
+  return byIndexType("scatter_elements", in[1].dtype(), [&]<class I>(ref::Tag<I>) {
+    return scatterElementsTyped<I>(attrs, in, out[0]);
+  });
 }
 
 template <class I>
 Status scatterNdTyped(const ir::AttrView& attrs, std::span<const Tensor> in, Tensor& out) {
   const Tensor &data = in[0], &indices = in[1], &updates = in[2];
-  const std::string& reduction = attrs.getString("reduction");
+  const Reduction reduction = reductionOf(attrs);
   const int64_t k = indices.shape().back();
   const int64_t count = indices.numElements() / std::max<int64_t>(k, 1);
   const std::vector<int64_t> strides = ir::contiguousStrides(data.shape());
@@ -246,18 +277,15 @@ Status scatterNdTyped(const ir::AttrView& attrs, std::span<const Tensor> in, Ten
 
 Status scatterNdKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                        std::span<Tensor> out) {
-  if (in[1].dtype() == ir::DType::kI64) return scatterNdTyped<int64_t>(attrs, in, out[0]);
-  if (in[1].dtype() == ir::DType::kI32) return scatterNdTyped<int32_t>(attrs, in, out[0]);
-  return ref::unsupportedDType("scatter_nd (indices)", in[1].dtype());
+  return byIndexType("scatter_nd", in[1].dtype(),
+                     [&]<class I>(ref::Tag<I>) { return scatterNdTyped<I>(attrs, in, out[0]); });
 }
 
 Status gatherElementsKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                             std::span<Tensor> out) {
-  if (in[1].dtype() == ir::DType::kI64)
-    return gatherElementsTyped<int64_t>(attrs, in[0], in[1], out[0]);
-  if (in[1].dtype() == ir::DType::kI32)
-    return gatherElementsTyped<int32_t>(attrs, in[0], in[1], out[0]);
-  return ref::unsupportedDType("gather_elements (indices)", in[1].dtype());
+  return byIndexType("gather_elements", in[1].dtype(), [&]<class I>(ref::Tag<I>) {
+    return gatherElementsTyped<I>(attrs, in[0], in[1], out[0]);
+  });
 }
 
 // gather_backward(grad, indices, data): zeros shaped like data, each grad row added at its
