@@ -9,6 +9,10 @@ std::string_view kernelPrelude() {
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 #define KILN_FN static __device__ __forceinline__
 #define KILN_CUDA 1
+// A kernel's pointer argument (the emu device's prelude makes it a bound-checked pointer).
+template <class T> using kiln_gptr = T*;
+// A block's __shared__ array.
+#define KILN_SHARED(T, name, n) __shared__ T name[n]
 KILN_FN float kiln_m_exp(float x) { return expf(x); }
 KILN_FN double kiln_m_exp(double x) { return exp(x); }
 KILN_FN float kiln_m_log(float x) { return logf(x); }
@@ -290,7 +294,7 @@ template <class T> KILN_FN T kiln_batch_norm(T x, T scale, T bias, T mean, T var
   return (x - mean) / kiln_m_sqrt(var + eps) * scale + bias;
 }
 
-#ifdef KILN_CUDA
+#if defined(KILN_CUDA) || defined(KILN_EMU)
 struct kiln_sum_op {
   template <class T> __device__ T operator()(T a, T b) const { return a + b; }
 };

@@ -1,5 +1,6 @@
 #include "codegen/render.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -38,9 +39,11 @@ struct DialectTable {
   // Reductions fold into kLanes partial results per thread (true), or into one per thread then
   // a block reduction through shared memory (false).
   bool laneReduction;
-  std::string_view sharedPrefix;  // Declares a block-shared array.
-  std::string_view leaderGuard;   // Only one thread stores a row value.
-  std::string_view barrier;       // Ends a row: the shared scratch is reused by the next.
+  // Declares a block-shared array: "KILN_SHARED(T, name, n);" (the preludes' macro: __shared__
+  // on a GPU, the block's memory on the emu device), or empty where the dialect has none.
+  std::string_view sharedPrefix;
+  std::string_view leaderGuard;  // Only one thread stores a row value.
+  std::string_view barrier;      // Ends a row: the shared scratch is reused by the next.
 };
 
 constexpr std::array<std::string_view, 7> kCTypes = {
@@ -85,7 +88,7 @@ constexpr DialectTable kCudaTable = {
     .reducedBegin = "(long long)threadIdx.x",
     .reducedStep = "r += blockDim.x",
     .laneReduction = false,
-    .sharedPrefix = "__shared__ ",
+    .sharedPrefix = "KILN_SHARED(",
     .leaderGuard = "if (threadIdx.x == 0)",
     .barrier = "__syncthreads();",
 };
@@ -163,7 +166,7 @@ class Printer {
     };
     if (!t_.argArray) {
       for (size_t i = 0; i < k_.args.size(); ++i)
-        out_ << (i ? ", " : "") << pointee(i) << "* " << t_.pointerQualifier
+        out_ << (i ? ", " : "") << "kiln_gptr<" << pointee(i) << "> " << t_.pointerQualifier
              << arg(static_cast<int>(i));
       out_ << ") {\n";
       return;
@@ -338,8 +341,8 @@ class Printer {
       std::set<ScalarType> types;
       for (const Stage& s : k_.stages) types.insert(k_.exprs[s.value].type);
       for (ScalarType t : types)
-        line(1, std::string(t_.sharedPrefix) + type(t) + " kiln_smem_" +
-                    std::string(scalarTypeName(t)) + "[32];");
+        line(1, std::string(t_.sharedPrefix) + type(t) + ", kiln_smem_" +
+                    std::string(scalarTypeName(t)) + ", 32);");
     }
     line(1, withCount(t_.rowLoop, k_.numUnits()));
     if (!rowDims.empty()) decompose(2, "kiln_u", rowDims);
@@ -453,6 +456,28 @@ class Printer {
 };
 
 }  // namespace
+
+CudaLaunchGeometry cudaLaunchGeometry(const Kernel& k, int multiProcessors,
+                                      int maxThreadsPerBlock) {
+  const int64_t sms = std::max(1, multiProcessors);
+  const int maxBlock = std::max(32, std::min(1024, maxThreadsPerBlock) / 32 * 32);
+  auto roundWarps = [&](int64_t threads) {
+    return static_cast<int>(std::clamp<int64_t>((threads + 31) / 32 * 32, 32, maxBlock));
+  };
+  CudaLaunchGeometry g;
+  if (k.isReduction()) {
+    // Up to 512 threads per row; 2048 resident threads per SM, four waves.
+    int64_t want = 32;
+    while (want < k.domain[static_cast<size_t>(k.reduceDim)] && want < 512) want *= 2;
+    g.block = roundWarps(want);
+    g.grid = std::clamp<int64_t>(k.numUnits(), 1, sms * (2048 / g.block) * 4);
+    return g;
+  }
+  const int64_t n = std::max<int64_t>(1, k.numElements());
+  g.block = roundWarps(std::min<int64_t>(n, kCudaBlock));
+  g.grid = std::clamp<int64_t>((n + g.block - 1) / g.block, 1, sms * (2048 / g.block) * 4);
+  return g;
+}
 
 std::string renderKernel(const Kernel& k, Dialect d) {
   return Printer(k, d).run();

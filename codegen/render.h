@@ -17,9 +17,22 @@ enum class Dialect : uint8_t { kCpu, kCuda };
 
 // The CPU ABI: extern "C" void name(void* const* args, long long begin, long long end),
 // computing work units [begin, end) of Kernel::numUnits(); args in Kernel::args order.
-// The CUDA ABI: extern "C" __global__ void name(T0* a0, T1* a1, ...), launched with
-// blockDim.x == kCudaBlock and any grid (grid-stride loops).
+// The CUDA ABI: extern "C" __global__ void name(kiln_gptr<T0> a0, kiln_gptr<T1> a1, ...) (a
+// plain T* on a GPU, a bound-checked pointer on the emu device), launched with any
+// one-dimensional block of whole warps (32..1024 threads) and any grid: grid-stride loops over
+// elements, or over rows with one block per row.
 inline constexpr int kCudaBlock = 256;
+
+struct CudaLaunchGeometry {
+  int block = kCudaBlock;  // Threads per block.
+  int64_t grid = 1;        // Blocks.
+};
+// The launch codegen chooses for `k` on a device with `multiProcessors` SMs: pointwise kernels
+// take blocks of 256 threads (fewer for small kernels) and at most four waves of resident blocks
+// (the grid-stride loop covers the rest); reductions take one block per row, sized to the
+// reduced length (32..512 threads, whole warps) so that short rows do not idle most threads.
+CudaLaunchGeometry cudaLaunchGeometry(const Kernel& k, int multiProcessors,
+                                      int maxThreadsPerBlock = 1024);
 
 std::string renderKernel(const Kernel& k, Dialect d);
 // The prelude followed by every kernel: one translation unit.

@@ -27,6 +27,11 @@ runtime::ArtifactContents artifactContents(const CompiledModel& model, std::stri
 }
 
 Status saveArtifact(const CompiledModel& model, const std::string& path, std::string modelName) {
+  const auto& backend = model.plan().backend;
+  if (backend && backend->caps().kernelCode != "host-object" && !backend->caps().kernelCode.empty())
+    return unimplemented("AOT artifacts hold CPU models; a model compiled for device '" +
+                         std::string(backend->name()) +
+                         "' cannot be saved yet (compile it with --device cpu)");
   for (int p : model.plan().outputParameter)
     if (p >= 0)
       return invalidArgument(

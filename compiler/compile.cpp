@@ -19,6 +19,7 @@ namespace kiln::compiler {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using BackendCudaCaps = runtime::BackendCaps::Cuda;
 
 class Driver {
  public:
@@ -110,10 +111,14 @@ class Driver {
     const auto t = Clock::now();
     report_.generatedKernels = static_cast<int>(schedule_.kernels.size());
     if (schedule_.kernels.empty()) return Status::ok();
-    if (backend_->caps().kernelCode != "host-object")
+    const std::string& format = backend_->caps().kernelCode;
+    // CUDA C for a GPU (NVRTC to cubin) or for the emu device (Clang for this machine, with the
+    // device's SIMT prelude); C++ for the CPU.
+    const bool cuda = format == "cubin" || format == "cuda-emu-object";
+    if (format != "host-object" && !cuda)
       return unimplemented("backend '" + std::string(backend_->name()) + "' runs kernels as '" +
-                           backend_->caps().kernelCode +
-                           "' code; kiln compiles generated kernels to host objects only");
+                           format + "' code, which kiln does not generate");
+    const BackendCudaCaps& cudaCaps = backend_->caps().cuda;
     KILN_ASSIGN_OR_RETURN(const codegen::CpuTarget target,
                           codegen::resolveCpuTarget(opts_.targetCpu));
     if (target.cpu != codegen::hostCpuName()) report_.remarks.push_back(target.note);
@@ -121,7 +126,10 @@ class Driver {
     copts.cpu = target.cpu;
     copts.features = target.features;
     copts.tuneCpu = target.tuneCpu;
-    const std::string identity = codegen::compilerIdentity(copts);
+    const std::string identity = format == "cubin" ? codegen::cudaCompilerIdentity() + " sm_" +
+                                                         std::to_string(cudaCaps.smArch)
+                                                   : codegen::compilerIdentity(copts);
+    const codegen::Dialect dialect = cuda ? codegen::Dialect::kCuda : codegen::Dialect::kCpu;
     codegen::KernelCache& cache = kernelCache();
     const int per = std::max(1, opts_.kernelsPerModule);
     std::vector<codegen::CpuSource> sources;
@@ -130,12 +138,22 @@ class Driver {
       const size_t e = std::min(schedule_.kernels.size(), b + per);
       std::span<const codegen::Kernel> chunk(schedule_.kernels.data() + b, e - b);
       const std::string module = "kiln_module" + std::to_string(sources.size());
-      std::string src = codegen::renderModule(chunk, codegen::Dialect::kCpu);
-      for (size_t i = b; i < e; ++i)
-        report_.kernels.push_back(
-            {schedule_.kernels[i].name, module, schedule_.kernelGroup[i],
-             codegen::renderKernel(schedule_.kernels[i], codegen::Dialect::kCpu), ""});
-      keys.push_back(codegen::CacheKeyBuilder().add("cpu-object").add(src).add(identity).finish());
+      std::string src = cudaCaps.sourcePrefix + codegen::renderModule(chunk, dialect);
+      for (size_t i = b; i < e; ++i) {
+        const std::string text = codegen::renderKernel(schedule_.kernels[i], dialect);
+        report_.kernels.push_back({schedule_.kernels[i].name, module, schedule_.kernelGroup[i],
+                                   cuda ? "" : text, cuda ? text : ""});
+        if (!cudaCaps.entryLine.empty()) {
+          std::string entry = cudaCaps.entryLine;
+          entry.replace(entry.find("{name}"), 6, schedule_.kernels[i].name);
+          src += entry + "\n";
+        }
+      }
+      keys.push_back(codegen::CacheKeyBuilder()
+                         .add(format == "host-object" ? "cpu-object" : format)
+                         .add(src)
+                         .add(identity)
+                         .finish());
       sources.push_back({std::move(src), module});
     }
     report_.modules = static_cast<int>(sources.size());
@@ -159,11 +177,24 @@ class Driver {
       if (opts_.log)
         *opts_.log << "compiling " << misses.size() << " kernel module(s) ("
                    << schedule_.kernels.size() << " kernels)...\n";
-      auto results = codegen::compileCppParallel(misses, copts, opts_.compileThreads);
-      for (size_t j = 0; j < results.size(); ++j) {
-        if (!results[j]) return results[j].status().withContext("compiling generated kernels");
-        objects[missIndex[j]] = std::move(results[j]->bytes);
-        cacheStored(cache, cache.store(keys[missIndex[j]], objects[missIndex[j]]));
+      if (format == "cubin") {
+        for (size_t j = 0; j < misses.size(); ++j) {
+          codegen::CudaCompileOptions nopts;
+          nopts.resourceUsage = true;  // ptxas: the cubin for the device's architecture.
+          auto ptx = codegen::compileCuda(misses[j].source, misses[j].moduleName + ".cu",
+                                          cudaCaps.smArch, nopts);
+          if (!ptx) return ptx.status().withContext("compiling generated CUDA kernels");
+          const auto* b = reinterpret_cast<const std::byte*>(ptx->cubin.data());
+          objects[missIndex[j]].assign(b, b + ptx->cubin.size());
+          cacheStored(cache, cache.store(keys[missIndex[j]], objects[missIndex[j]]));
+        }
+      } else {
+        auto results = codegen::compileCppParallel(misses, copts, opts_.compileThreads);
+        for (size_t j = 0; j < results.size(); ++j) {
+          if (!results[j]) return results[j].status().withContext("compiling generated kernels");
+          objects[missIndex[j]] = std::move(results[j]->bytes);
+          cacheStored(cache, cache.store(keys[missIndex[j]], objects[missIndex[j]]));
+        }
       }
     }
     std::vector<runtime::KernelObject> loadable;

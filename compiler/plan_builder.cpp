@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/render.h"
 #include "compiler/memory_plan.h"
 
 namespace kiln::compiler {
@@ -208,6 +209,13 @@ class PlanBuilder {
         s.kernel = entries_[d.kernel];
         s.units = s_.kernels[d.kernel].numUnits();
         s.elements = s_.kernels[d.kernel].numElements();
+        const runtime::BackendCaps::Cuda& cuda = backend_->caps().cuda;
+        if (cuda.multiProcessors > 0) {
+          const codegen::CudaLaunchGeometry g = codegen::cudaLaunchGeometry(
+              s_.kernels[d.kernel], cuda.multiProcessors, cuda.maxThreadsPerBlock);
+          s.block = g.block;
+          s.grid = g.grid;
+        }
       } else {
         s.op = d.node->op();
         s.attrs = d.node->attrs();

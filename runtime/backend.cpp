@@ -17,6 +17,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+void* DeviceBuffer::detach() noexcept {
+  owner_ = nullptr;
+  bytes_ = 0;
+  return std::exchange(handle_, nullptr);
+}
+
 void DeviceBuffer::reset() noexcept {
   if (owner_ && handle_) owner_->release(handle_, bytes_);
   owner_ = nullptr;

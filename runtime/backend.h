@@ -57,6 +57,9 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
   bool defined() const { return handle_ != nullptr; }
   void reset() noexcept;
+  // Gives up ownership without freeing and returns the handle (a backend's stream frees it in
+  // stream order).
+  void* detach() noexcept;
 
  private:
   Backend* owner_ = nullptr;  // Null: not owned (a view); nothing to free.
@@ -84,6 +87,11 @@ struct KernelLaunch {
   const void* entry = nullptr;
   int64_t units = 0;
   int64_t elements = 0;
+  // CUDA code: threads per block and blocks (codegen::cudaLaunchGeometry), and the bytes each
+  // argument covers (the emu device checks every access against them).
+  int block = 0;
+  int64_t grid = 0;
+  std::span<const int64_t> argBytes;
 };
 
 // An ordered queue on one backend. Every call is enqueued in order; a backend may run them
@@ -125,9 +133,21 @@ struct KernelObject {
 
 struct BackendCaps {
   // The code generated kernels are compiled to: "host-object" (kiln's C++ kernels compiled by
-  // Clang to an ELF object for this machine), or empty: the backend runs no generated code and
+  // Clang to an ELF object for this machine), "cuda-emu-object" (kiln's CUDA C compiled by
+  // Clang for this machine with `cuda.sourcePrefix`, run by the emu device), "cubin" (kiln's
+  // CUDA C compiled by NVRTC for `cuda.smArch`), or empty: the backend runs no generated code and
   // the plan builder runs every group op by op.
   std::string kernelCode;
+  // What CUDA code needs from its device: the architecture, the launch geometry's limits, and
+  // text around each module (emu: its SIMT prelude, and one entry line per kernel, "{name}"
+  // standing for the kernel's name).
+  struct Cuda {
+    int smArch = 0;
+    int multiProcessors = 0;
+    int maxThreadsPerBlock = 1024;
+    std::string sourcePrefix;
+    std::string entryLine;
+  } cuda;
   // Library calls take fused post-ops (conv/matmul epilogues) and channels-last activations
   // where hasLibraryKernel says so; without it, fusion keeps library ops alone.
   bool libraryEpilogues = false;

@@ -159,6 +159,21 @@ Status LoadedObjects::add(std::span<const std::byte> object, std::string name) {
   return Status::ok();
 }
 
+Status LoadedObjects::define(std::string_view symbol, const void* address) {
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  std::lock_guard lock(impl_->mu);
+  KILN_TRY(impl_->ensureJit());
+  llvm::orc::LLJIT& jit = *impl_->jit;
+  llvm::orc::SymbolMap symbols;
+  symbols[jit.mangleAndIntern(llvm::StringRef(symbol.data(), symbol.size()))] =
+      llvm::JITEvaluatedSymbol(llvm::pointerToJITTargetAddress(address),
+                               llvm::JITSymbolFlags::Exported);
+  if (llvm::Error error = jit.getMainJITDylib().define(llvm::orc::absoluteSymbols(symbols)))
+    return invalidArgument("cannot define symbol '" + std::string(symbol) +
+                           "': " + errorText(std::move(error)));
+  return Status::ok();
+}
+
 Expected<void*> LoadedObjects::lookup(std::string_view symbol) {
   llvm::orc::LLJIT* jit = nullptr;
   if (impl_) {

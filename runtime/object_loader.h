@@ -36,6 +36,10 @@ class LoadedObjects {
   // lookup against earlier objects and the process (libc, libm).
   Status add(std::span<const std::byte> object, std::string name);
 
+  // Defines `symbol` (extern "C") at `address` for the objects added after this call: a table
+  // of host functions that generated code calls (the emu device's SIMT runtime).
+  Status define(std::string_view symbol, const void* address);
+
   // The address of an extern "C" function or variable. kNotFound when no object defines it;
   // kInvalidArgument when it cannot be linked (e.g. it calls a function nobody defines).
   Expected<void*> lookup(std::string_view symbol);

@@ -226,6 +226,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   for (size_t i = 0; i < ins.size(); ++i)
     KILN_TRY(stream->upload(inBufs[i].address(), ins[i].rawData(), ins[i].byteSize()));
   std::vector<DeviceAddress> args;
+  std::vector<int64_t> argBytes;
   std::vector<DeviceTensor> tin, tout;
   for (const PlanStep& s : p.steps) {
     const auto ts =
@@ -235,7 +236,12 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
         args.clear();
         for (const auto& b : s.inputs) args.push_back(address(b));
         for (const auto& b : s.outputs) args.push_back(address(b));
-        KILN_TRY(stream->launch({s.name, s.kernel, s.units, s.elements}, args).withContext(s.name));
+        argBytes.clear();
+        for (const auto& b : s.inputs) argBytes.push_back(static_cast<int64_t>(b.type.byteSize()));
+        for (const auto& b : s.outputs) argBytes.push_back(static_cast<int64_t>(b.type.byteSize()));
+        KILN_TRY(
+            stream->launch({s.name, s.kernel, s.units, s.elements, s.block, s.grid, argBytes}, args)
+                .withContext(s.name));
         ++stats.kernelSteps;
         break;
       }

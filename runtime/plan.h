@@ -39,6 +39,9 @@ struct PlanStep {
   const void* kernel = nullptr;
   int64_t units = 0;
   int64_t elements = 0;  // Work size, to decide whether threads pay off.
+  // CUDA code: threads per block and blocks (codegen::cudaLaunchGeometry); 0 elsewhere.
+  int block = 0;
+  int64_t grid = 0;
   // kOp: one op on its library kernel (with post-ops and options) or its reference kernel.
   ir::OpKind op = ir::OpKind::kAdd;
   ir::AttrMap attrs;

@@ -88,6 +88,8 @@ int reportError(const std::string& command, const Status& s);
 // Options shared by the commands that compile (compile, run, bench), and their reading.
 std::vector<OptionSpec> compileOptionSpecs();
 Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args);
+// The backend --device names (cpu by default): the one line of the error where it has none.
+Expected<std::shared_ptr<runtime::Backend>> deviceFromArgs(const Args& args);
 // --max-memory SIZE in bytes (0 when absent).
 Expected<int64_t> memoryLimit(const Args& args);
 

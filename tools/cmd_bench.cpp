@@ -69,7 +69,7 @@ int runBench(const Args& args) {
   auto randomIns = randomInputs(inputTypes(*g), args);
   if (!randomIns) return reportError("bench", randomIns.status());
   const std::vector<runtime::Tensor>& inputs = *randomIns;
-  runtime::EagerExecutor eager(*g);
+  runtime::EagerExecutor eager(*g, opts->backend);
   std::vector<double> eagerMs, compiledMs;
   int64_t eagerPeak = 0;
   // Interleave eager and compiled runs so that machine noise hits both alike.

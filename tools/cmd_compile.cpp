@@ -13,6 +13,7 @@
 #include "compiler/jit.h"
 #include "frontends/onnx/onnx_import.h"
 #include "runtime/cpu/compute_threads.h"
+#include "runtime/gpu/gpu_backend.h"
 #include "tools/cli.h"
 
 namespace kiln::cli {
@@ -67,7 +68,10 @@ Expected<int64_t> memoryLimit(const Args& args) {
 }
 
 std::vector<OptionSpec> compileOptionSpecs() {
-  return {{"disable-pass", true, "skip a pass (repeatable, or comma-separated)", true},
+  return {{"device", true,
+           "where the model runs: cpu (default), cuda (the first GPU), or emu (the CUDA "
+           "backend's kernels run on this CPU with CUDA semantics, for testing)"},
+          {"disable-pass", true, "skip a pass (repeatable, or comma-separated)", true},
           {"dump-after", true, "print the IR after a pass, or 'all' (to stderr)", true},
           {"time-passes", false, "print each pass's time (to stderr)"},
           {"verify-each", false, "run the IR verifier after every pass"},
@@ -84,8 +88,14 @@ std::vector<OptionSpec> compileOptionSpecs() {
           {"no-autotune", false, "pick convolution algorithms by heuristic"}};
 }
 
+Expected<std::shared_ptr<runtime::Backend>> deviceFromArgs(const Args& args) {
+  const auto d = args.value("device");
+  return runtime::gpu::backendForDevice(d ? *d : "cpu");
+}
+
 Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
   compiler::CompileOptions o;
+  KILN_ASSIGN_OR_RETURN(o.backend, deviceFromArgs(args));
   o.disabledPasses = splitList(args.all("disable-pass"));
   o.dumpAfter = splitList(args.all("dump-after"));
   o.timePasses = args.flag("time-passes");

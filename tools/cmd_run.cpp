@@ -148,7 +148,9 @@ int runRun(const Args& args) {
                                      std::to_string(*limit) + " bytes; raise --max-memory"));
       runtime::cpuAllocator().setLimit(*limit - weights);
     }
-    runtime::EagerExecutor exec(*g);
+    auto backend = deviceFromArgs(args);
+    if (!backend) return reportError("run", backend.status());
+    runtime::EagerExecutor exec(*g, *backend);
     auto outputs = exec.run(*inputs);
     if (!outputs) return reportError("run", outputs.status());
     r.outputs = std::move(*outputs);

@@ -72,21 +72,7 @@ class CpuStream final : public Stream {
     out_.clear();
     for (const DeviceTensor& t : inputs) in_.push_back(hostTensor(t));
     for (const DeviceTensor& t : outputs) out_.push_back(hostTensor(t));
-    const ir::AttrView attrs(ir::opInfo(c.op), c.attrs ? *c.attrs : noAttrs_);
-    if (c.library) {
-      const size_t main = in_.size() - static_cast<size_t>(c.numExtra);
-      return runLibraryWithPostOps(
-          c.op, attrs, std::span<const Tensor>(in_.data(), main), c.postOps,
-          std::span<const Tensor>(in_.data() + main, c.numExtra), out_[0], c.options);
-    }
-    // Library kernels (oneDNN, OpenBLAS) where they exist, as PyTorch eager does; the
-    // reference kernel otherwise.
-    RefKernel k = libraryKernel(c.op, outputs[0].type.dtype);
-    if (!k) k = referenceKernel(c.op);
-    if (!k)
-      return unimplemented(std::string(c.name) + ": op '" + std::string(ir::opName(c.op)) +
-                           "' has no CPU kernel");
-    return k(attrs, in_, out_);
+    return runOnHost(c, in_, out_);
   }
 
   void free(DeviceBuffer buffer) override {
@@ -100,7 +86,6 @@ class CpuStream final : public Stream {
   ThreadGrant grant_;
   std::vector<void*> args_;
   std::vector<Tensor> in_, out_;
-  const ir::AttrMap noAttrs_;
 };
 
 class CpuModule final : public KernelModule {
@@ -170,6 +155,22 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+Status runOnHost(const OpCall& c, std::span<const Tensor> inputs, std::span<Tensor> outputs) {
+  static const ir::AttrMap noAttrs;
+  const ir::AttrView attrs(ir::opInfo(c.op), c.attrs ? *c.attrs : noAttrs);
+  if (c.library) {
+    const size_t main = inputs.size() - static_cast<size_t>(c.numExtra);
+    return runLibraryWithPostOps(c.op, attrs, inputs.first(main), c.postOps, inputs.subspan(main),
+                                 outputs[0], c.options);
+  }
+  RefKernel k = outputs.empty() ? nullptr : libraryKernel(c.op, outputs[0].dtype());
+  if (!k) k = referenceKernel(c.op);
+  if (!k)
+    return unimplemented(std::string(c.name) + ": op '" + std::string(ir::opName(c.op)) +
+                         "' has no CPU kernel");
+  return k(attrs, inputs, outputs);
+}
 
 std::shared_ptr<Backend> makeCpuBackend(CachingAllocator* alloc) {
   return std::make_shared<CpuBackend>(alloc);

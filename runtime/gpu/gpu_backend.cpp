@@ -1,0 +1,432 @@
+#include "runtime/gpu/gpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/gpu/emu_device.h"
+
+namespace kiln::runtime::gpu {
+
+// ---- The caching allocator ------------------------------------------------------------------
+
+namespace {
+constexpr size_t kSmallRound = 512;
+constexpr size_t kLargeThreshold = size_t{1} << 20;
+constexpr size_t kLargeRound = size_t{2} << 20;
+}  // namespace
+
+DeviceCachingAllocator::~DeviceCachingAllocator() {
+  std::lock_guard lock(mu_);
+  for (const Pending& p : pending_) {
+    (void)dev_->synchronizeEvent(p.event);
+    dev_->destroyEvent(p.event);
+    free_.emplace(p.size, p.p);
+  }
+  pending_.clear();
+  (void)emptyCacheLocked();
+  // Live blocks outlive the allocator only when their owner leaked them; the device frees them.
+}
+
+size_t DeviceCachingAllocator::roundSize(size_t bytes) {
+  if (bytes < kLargeThreshold)
+    return std::max(kSmallRound, (bytes + kSmallRound - 1) / kSmallRound * kSmallRound);
+  return (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
+}
+
+void DeviceCachingAllocator::collectPendingLocked() {
+  for (size_t i = 0; i < pending_.size();) {
+    Expected<bool> done = dev_->eventDone(pending_[i].event);
+    if (done.hasValue() && !*done) {
+      ++i;
+      continue;
+    }
+    dev_->destroyEvent(pending_[i].event);
+    free_.emplace(pending_[i].size, pending_[i].p);
+    pending_[i] = pending_.back();
+    pending_.pop_back();
+  }
+}
+
+Status DeviceCachingAllocator::emptyCacheLocked() {
+  Status first;
+  for (const auto& [size, p] : free_) {
+    Status s = dev_->free(p);
+    if (!s.isOk() && first.isOk()) first = s;
+    stats_.bytesCached -= static_cast<int64_t>(size);
+    --stats_.blocksCached;
+  }
+  free_.clear();
+  return first;
+}
+
+Status DeviceCachingAllocator::emptyCache() {
+  std::lock_guard lock(mu_);
+  collectPendingLocked();
+  return emptyCacheLocked();
+}
+
+Expected<DevicePtr> DeviceCachingAllocator::allocate(size_t bytes) {
+  const size_t size = roundSize(bytes);
+  std::lock_guard lock(mu_);
+  ++stats_.allocations;
+  collectPendingLocked();
+  auto it = free_.lower_bound(size);
+  DevicePtr p = 0;
+  size_t got = size;
+  if (it != free_.end() && it->first <= size + size / 8) {
+    p = it->second;
+    got = it->first;
+    free_.erase(it);
+    stats_.bytesCached -= static_cast<int64_t>(got);
+    --stats_.blocksCached;
+    ++stats_.cacheHits;
+  } else {
+    Expected<DevicePtr> fresh = dev_->malloc(size);
+    if (!fresh && fresh.status().code() == ErrorCode::kResourceExhausted &&
+        (!free_.empty() || !pending_.empty())) {
+      // Out of memory with blocks cached: wait for pending frees, give the cache back, retry.
+      for (const Pending& q : pending_) (void)dev_->synchronizeEvent(q.event);
+      collectPendingLocked();
+      KILN_TRY(emptyCacheLocked());
+      ++stats_.cacheFlushes;
+      fresh = dev_->malloc(size);
+    }
+    if (!fresh) return fresh.status();
+    p = *fresh;
+    ++stats_.deviceMallocs;
+  }
+  live_[p] = {got, bytes};
+  stats_.bytesInUse += static_cast<int64_t>(got);
+  stats_.bytesWasted += static_cast<int64_t>(got - bytes);
+  stats_.peakBytesInUse = std::max(stats_.peakBytesInUse, stats_.bytesInUse);
+  return p;
+}
+
+void DeviceCachingAllocator::free(DevicePtr p, EventHandle after) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(p);
+  if (it == live_.end()) return;  // Not ours: a bug of the caller; never free twice.
+  const Live l = it->second;
+  live_.erase(it);
+  stats_.bytesInUse -= static_cast<int64_t>(l.size);
+  stats_.bytesWasted -= static_cast<int64_t>(l.size - l.asked);
+  stats_.bytesCached += static_cast<int64_t>(l.size);
+  ++stats_.blocksCached;
+  if (after)
+    pending_.push_back({p, l.size, after});
+  else
+    free_.emplace(l.size, p);
+}
+
+DeviceAllocatorStats DeviceCachingAllocator::stats() const {
+  std::lock_guard lock(mu_);
+  DeviceAllocatorStats s = stats_;
+  s.blocksPending = static_cast<int64_t>(pending_.size());
+  return s;
+}
+
+void DeviceCachingAllocator::resetPeak() {
+  std::lock_guard lock(mu_);
+  stats_.peakBytesInUse = stats_.bytesInUse;
+}
+
+// ---- The backend ------------------------------------------------------------------------------
+
+namespace {
+
+DevicePtr ptr(DeviceAddress a) {
+  return reinterpret_cast<DevicePtr>(a.handle) + static_cast<DevicePtr>(a.offset);
+}
+
+class GpuBackend;
+
+// An op run on the host in stream order: its inputs are copied into pinned buffers, a host
+// function runs the CPU's kernel, and the outputs are copied back.
+struct HostOp {
+  std::string name;
+  ir::OpKind op;
+  ir::AttrMap attrs;
+  bool library = false;
+  std::vector<PostOp> postOps;
+  int numExtra = 0;
+  LibraryOptions options;
+  std::vector<ir::TensorType> inTypes, outTypes;
+  std::vector<void*> in, out;  // Pinned host buffers.
+  Status status;
+
+  static void run(void* data) {
+    auto* h = static_cast<HostOp*>(data);
+    std::vector<Tensor> ti, to;
+    for (size_t i = 0; i < h->in.size(); ++i)
+      ti.push_back(Tensor::wrap(static_cast<std::byte*>(h->in[i]), h->inTypes[i].dtype,
+                                h->inTypes[i].shape));
+    for (size_t i = 0; i < h->out.size(); ++i)
+      to.push_back(Tensor::wrap(static_cast<std::byte*>(h->out[i]), h->outTypes[i].dtype,
+                                h->outTypes[i].shape));
+    OpCall c;
+    c.name = h->name;
+    c.op = h->op;
+    c.attrs = &h->attrs;
+    c.library = h->library;
+    c.postOps = h->postOps;
+    c.numExtra = h->numExtra;
+    c.options = h->options;
+    h->status = runOnHost(c, ti, to).withContext(h->name + " (on the host)");
+  }
+};
+
+class GpuStream final : public Stream {
+ public:
+  GpuStream(GpuBackend& b, StreamHandle s);
+  ~GpuStream() override;
+
+  Status upload(DeviceAddress dst, const std::byte* src, size_t bytes) override {
+    return dev_.copyToDevice(ptr(dst), src, bytes, s_);
+  }
+  Status download(std::byte* dst, DeviceAddress src, size_t bytes) override {
+    return dev_.copyToHost(dst, ptr(src), bytes, s_);
+  }
+  Status copy(DeviceAddress dst, DeviceAddress src, size_t bytes) override {
+    if (ptr(dst) == ptr(src)) return Status::ok();
+    return dev_.copyOnDevice(ptr(dst), ptr(src), bytes, s_);
+  }
+
+  Status launch(const KernelLaunch& k, std::span<const DeviceAddress> args) override {
+    if (k.block <= 0 || k.grid <= 0)
+      return internalError("kernel '" + std::string(k.name) + "' has no launch geometry");
+    if (k.argBytes.size() != args.size())
+      return internalError("kernel '" + std::string(k.name) + "': " + std::to_string(args.size()) +
+                           " arguments, " + std::to_string(k.argBytes.size()) + " extents");
+    if (k.grid > 0x7fffffff)
+      return invalidArgument("kernel '" + std::string(k.name) + "': a grid of " +
+                             std::to_string(k.grid) + " blocks is past CUDA's limit");
+    values_.clear();
+    params_.clear();
+    for (const DeviceAddress& a : args) values_.push_back(ptr(a));
+    for (DevicePtr& v : values_) params_.push_back(&v);
+    return dev_.launch(reinterpret_cast<FunctionHandle>(const_cast<void*>(k.entry)),
+                       {static_cast<uint32_t>(k.grid), 1, 1},
+                       {static_cast<uint32_t>(k.block), 1, 1}, 0, s_, params_.data(), k.argBytes);
+  }
+
+  Status run(const OpCall& c, std::span<const DeviceTensor> inputs,
+             std::span<const DeviceTensor> outputs) override {
+    auto h = std::make_unique<HostOp>();
+    h->name = std::string(c.name);
+    h->op = c.op;
+    if (c.attrs) h->attrs = *c.attrs;
+    h->library = c.library;
+    h->postOps.assign(c.postOps.begin(), c.postOps.end());
+    h->numExtra = c.numExtra;
+    h->options = c.options;
+    auto pinned = [&](size_t bytes) -> Expected<void*> { return dev_.mallocHost(bytes); };
+    for (const DeviceTensor& t : inputs) {
+      KILN_ASSIGN_OR_RETURN(void* p, pinned(t.type.byteSize()));
+      h->in.push_back(p);
+      h->inTypes.push_back(t.type);
+    }
+    for (const DeviceTensor& t : outputs) {
+      KILN_ASSIGN_OR_RETURN(void* p, pinned(t.type.byteSize()));
+      h->out.push_back(p);
+      h->outTypes.push_back(t.type);
+    }
+    HostOp* raw = h.get();
+    hostOps_.push_back(std::move(h));
+    for (size_t i = 0; i < inputs.size(); ++i)
+      KILN_TRY(dev_.copyToHost(raw->in[i], ptr(inputs[i].address), inputs[i].type.byteSize(), s_));
+    KILN_TRY(dev_.launchHostFunc(s_, &HostOp::run, raw));
+    for (size_t i = 0; i < outputs.size(); ++i)
+      KILN_TRY(
+          dev_.copyToDevice(ptr(outputs[i].address), raw->out[i], outputs[i].type.byteSize(), s_));
+    return Status::ok();
+  }
+
+  void free(DeviceBuffer buffer) override;
+
+  Status synchronize() override {
+    Status s = dev_.synchronize(s_);
+    for (auto& h : hostOps_) {
+      if (s.isOk() && !h->status.isOk()) s = h->status;
+      for (void* p : h->in) dev_.freeHost(p);
+      for (void* p : h->out) dev_.freeHost(p);
+    }
+    hostOps_.clear();
+    return s;
+  }
+
+ private:
+  GpuBackend& b_;
+  DeviceApi& dev_;
+  StreamHandle s_;
+  std::vector<DevicePtr> values_;
+  std::vector<void*> params_;
+  std::vector<std::unique_ptr<HostOp>> hostOps_;
+};
+
+class GpuModule final : public KernelModule {
+ public:
+  GpuModule(std::shared_ptr<DeviceApi> dev) : dev_(std::move(dev)) {}
+  ~GpuModule() override {
+    for (ModuleHandle m : modules_) dev_->unloadModule(m);
+  }
+  Expected<const void*> entry(std::string_view kernel) override {
+    Status last = notFound("kernel '" + std::string(kernel) + "': no module is loaded");
+    for (ModuleHandle m : modules_) {
+      Expected<FunctionHandle> f = dev_->function(m, kernel);
+      if (f) return static_cast<const void*>(*f);
+      last = f.status();
+    }
+    return last;
+  }
+  std::vector<ModuleHandle> modules_;
+
+ private:
+  std::shared_ptr<DeviceApi> dev_;
+};
+
+class GpuBackend final : public Backend {
+ public:
+  GpuBackend(std::string name, std::shared_ptr<DeviceApi> dev)
+      : name_(std::move(name)), dev_(std::move(dev)), alloc_(dev_) {
+    const DeviceProps& p = dev_->props();
+    caps_.kernelCode = std::string(dev_->codeFormat());
+    caps_.cuda.smArch = p.smArch;
+    caps_.cuda.multiProcessors = p.multiProcessors;
+    caps_.cuda.maxThreadsPerBlock = p.maxThreadsPerBlock;
+    if (caps_.kernelCode == "cuda-emu-object") {
+      caps_.cuda.sourcePrefix = std::string(emuKernelPrelude());
+      caps_.cuda.entryLine = "KILN_EMU_ENTRY({name})";
+    }
+  }
+  ~GpuBackend() override {
+    std::lock_guard lock(streamsMu_);
+    for (StreamHandle s : idleStreams_) dev_->destroyStream(s);
+  }
+
+  std::string_view name() const override { return name_; }
+  const BackendCaps& caps() const override { return caps_; }
+
+  Expected<DeviceBuffer> allocate(size_t bytes) override {
+    KILN_ASSIGN_OR_RETURN(DevicePtr p, alloc_.allocate(bytes));
+    return DeviceBuffer(this, reinterpret_cast<void*>(p), bytes);
+  }
+  Expected<DeviceBuffer> mapHost(std::byte*, size_t bytes) override { return allocate(bytes); }
+  Allocator& hostAllocator() override { return cpuAllocator(); }
+  AllocatorStats memoryStats() const override {
+    const DeviceAllocatorStats d = alloc_.stats();
+    AllocatorStats s;
+    s.bytesInUse = d.bytesInUse;
+    s.peakBytesInUse = d.peakBytesInUse;
+    s.bytesReserved = d.bytesInUse + d.bytesCached;
+    s.numAllocations = d.allocations;
+    s.numSystemAllocations = d.deviceMallocs;
+    return s;
+  }
+  void resetPeakMemory() override { alloc_.resetPeak(); }
+
+  Expected<std::unique_ptr<Stream>> openStream(int) override {
+    StreamHandle s = nullptr;
+    {
+      std::lock_guard lock(streamsMu_);
+      if (!idleStreams_.empty()) {
+        s = idleStreams_.back();
+        idleStreams_.pop_back();
+      }
+    }
+    if (!s) {
+      KILN_ASSIGN_OR_RETURN(s, dev_->createStream());
+    }
+    return std::unique_ptr<Stream>(std::make_unique<GpuStream>(*this, s));
+  }
+
+  Expected<std::shared_ptr<KernelModule>> loadKernels(
+      std::span<const KernelObject> objects) override {
+    auto m = std::make_shared<GpuModule>(dev_);
+    for (const KernelObject& o : objects) {
+      KILN_ASSIGN_OR_RETURN(ModuleHandle h, dev_->loadModule(o.bytes, o.name));
+      m->modules_.push_back(h);
+    }
+    return std::shared_ptr<KernelModule>(std::move(m));
+  }
+
+  // No cuDNN/cuBLASLt calls yet: library ops run on the host (GpuStream::run).
+  bool hasLibraryKernel(ir::OpKind, ir::DType, ir::Layout) const override { return false; }
+
+  void giveBack(StreamHandle s) {
+    std::lock_guard lock(streamsMu_);
+    idleStreams_.push_back(s);
+  }
+
+  DeviceApi& device() { return *dev_; }
+  DeviceCachingAllocator& allocator() { return alloc_; }
+
+ protected:
+  void release(void* handle, size_t) noexcept override {
+    alloc_.free(reinterpret_cast<DevicePtr>(handle));
+  }
+
+ private:
+  std::string name_;
+  std::shared_ptr<DeviceApi> dev_;
+  DeviceCachingAllocator alloc_;
+  BackendCaps caps_;
+  std::mutex streamsMu_;
+  std::vector<StreamHandle> idleStreams_;
+};
+
+GpuStream::GpuStream(GpuBackend& b, StreamHandle s) : b_(b), dev_(b.device()), s_(s) {}
+
+GpuStream::~GpuStream() {
+  (void)synchronize();
+  b_.giveBack(s_);
+}
+
+void GpuStream::free(DeviceBuffer buffer) {
+  if (!buffer.defined()) return;
+  // Reusable once the work enqueued so far (its last reader) is done.
+  Expected<EventHandle> e = dev_.createEvent();
+  if (e && dev_.recordEvent(*e, s_).isOk()) {
+    b_.allocator().free(reinterpret_cast<DevicePtr>(buffer.detach()), *e);
+    return;
+  }
+  if (e) dev_.destroyEvent(*e);
+  (void)dev_.synchronize(s_);  // No event: wait, then free at once.
+  buffer.reset();
+}
+
+}  // namespace
+
+std::shared_ptr<Backend> makeGpuBackend(std::string name, std::shared_ptr<DeviceApi> device) {
+  return std::make_shared<GpuBackend>(std::move(name), std::move(device));
+}
+
+DeviceApi* gpuDevice(Backend& backend) {
+  auto* g = dynamic_cast<GpuBackend*>(&backend);
+  return g ? &g->device() : nullptr;
+}
+
+DeviceCachingAllocator* gpuAllocator(Backend& backend) {
+  auto* g = dynamic_cast<GpuBackend*>(&backend);
+  return g ? &g->allocator() : nullptr;
+}
+
+Expected<std::shared_ptr<Backend>> backendForDevice(std::string_view name) {
+  if (name == "cpu") return defaultBackend();
+  if (name != "emu" && name != "cuda")
+    return invalidArgument("unknown device '" + std::string(name) + "' (devices: cpu, cuda, emu)");
+  static std::mutex mu;
+  std::lock_guard lock(mu);
+  if (Expected<std::shared_ptr<Backend>> b = findBackend(name)) return b;
+  std::shared_ptr<DeviceApi> dev;
+  if (name == "emu") {
+    dev = makeEmuDevice();
+  } else {
+    KILN_ASSIGN_OR_RETURN(dev, openCudaDevice());
+  }
+  std::shared_ptr<Backend> b = makeGpuBackend(std::string(name), std::move(dev));
+  KILN_TRY(registerBackend(b));
+  return b;
+}
+
+}  // namespace kiln::runtime::gpu
