@@ -15,7 +15,19 @@ inline std::vector<runtime::Tensor> randomInputs(const ir::Graph& g, uint64_t se
   std::vector<runtime::Tensor> ins;
   for (const ir::Value* v : g.inputs()) {
     runtime::Tensor t = *runtime::Tensor::empty(v->type().dtype, v->type().shape);
-    for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = dist(rng);
+    // Integer inputs (token ids, indices) take 0..3, valid for any axis of four or more.
+    for (int64_t i = 0; i < t.numElements(); ++i) {
+      if (v->type().dtype == ir::DType::kF32)
+        t.data<float>()[i] = dist(rng);
+      else if (v->type().dtype == ir::DType::kI64)
+        t.data<int64_t>()[i] = static_cast<int64_t>(rng() % 4);
+      else if (v->type().dtype == ir::DType::kI32)
+        t.data<int32_t>()[i] = static_cast<int32_t>(rng() % 4);
+      else if (v->type().dtype == ir::DType::kBool)
+        t.data<bool>()[i] = (rng() & 1) != 0;
+      else
+        t.data<float>()[i] = dist(rng);  // Other dtypes: not supported by this helper.
+    }
     ins.push_back(t);
   }
   return ins;

@@ -203,6 +203,19 @@ check "inspect portable artifact" 0 "x86-64-v3" -- "$KILN" inspect v3.kiln
 check "run portable artifact" 0 "ran v3\.kiln from the artifact" -- "$KILN" run v3.kiln
 check "KILN_TARGET_CPU" 0 "code for CPU x86-64-v2" -- \
   env KILN_TARGET_CPU=x86-64-v2 "$KILN" compile mnist_cnn --cache-dir cache
+# --device: the CUDA backend's kernels on the emu device match the CPU's output line; without a
+# GPU, --device cuda is one line and exit code 2 (skipped on a machine that has one).
+cpu_line=$("$KILN" run mnist_cnn --cache-dir cache 2>&1 | grep "first:")
+check "run --device emu" 0 "${cpu_line//./\\.}" -- "$KILN" run mnist_cnn --device emu --cache-dir cache
+check "run --device emu --eager" 0 "ran mnist_cnn eagerly" -- "$KILN" run mnist_cnn --device emu --eager
+check "unknown --device" 2 "unknown device 'tpu' \(devices: cpu, cuda, emu\)" -- \
+  "$KILN" run mlp --device tpu
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  check "--device cuda without a GPU" 2 "^kiln run: error: no CUDA device: .*\)$" -- \
+    "$KILN" run mlp --device cuda
+  lines=$("$KILN" run mlp --device cuda 2>&1 | wc -l)
+  check "--device cuda without a GPU: one line" 0 "" -- test "$lines" -eq 1
+fi
 check "unknown --target-cpu" 2 "unknown target CPU 'pentium-9000'.*x86-64-v3" -- \
   "$KILN" compile mlp --target-cpu pentium-9000 -o bad.kiln
 absent "no artifact for an unknown target" bad.kiln
