@@ -9,6 +9,8 @@ std::string_view kernelPrelude() {
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 #define KILN_FN static __device__ __forceinline__
 #define KILN_CUDA 1
+// A kernel uses few of these functions: "declared but never referenced" is expected.
+#pragma nv_diag_suppress 177
 // A kernel's pointer argument (the emu device's prelude makes it a bound-checked pointer).
 template <class T> using kiln_gptr = T*;
 // A block's __shared__ array.

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "codegen/prelude.h"
 #include "compiler/artifact.h"
 #include "compiler/compile.h"
 #include "compiler/jit.h"
@@ -40,7 +41,10 @@ Status writeKernels(const compiler::CompileReport& r, const std::string& dir) {
       if (text->empty()) continue;
       const std::string path = (std::filesystem::path(dir) / (k.name + ext)).string();
       std::ofstream f(path);
+      // Self-contained: the kernel prelude then the kernel, so that the file compiles alone
+      // (nvcc -ptx -arch=compute_90 NAME.cu; clang++ -c NAME.cpp).
       f << "// kiln " << k.group << " kernel " << k.name << " (module " << k.module << ")\n"
+        << codegen::kernelPrelude() << "\n"
         << *text;
       if (!f) return ioError(path + ": write failed");
     }

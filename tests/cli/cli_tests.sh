@@ -216,6 +216,17 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   lines=$("$KILN" run mlp --device cuda 2>&1 | wc -l)
   check "--device cuda without a GPU: one line" 0 "" -- test "$lines" -eq 1
 fi
+# --emit-kernels writes self-contained .cu files: nvcc compiles each alone (resnet18, bert_layer).
+NVCC=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+if [ -x "$NVCC" ]; then
+  for m in resnet18 bert_layer; do
+    check "compile $m --emit-kernels" 0 "" -- "$KILN" compile $m --device emu --emit-kernels "cu_$m" --cache-dir cache
+    check "$m .cu files compile alone with nvcc" 0 "" -- \
+      "$NVCC" -ptx -arch=compute_90 -odir "cu_$m" "cu_$m"/*.cu
+    check "$m .cu files: one PTX each" 0 "" -- \
+      test "$(ls "cu_$m"/*.ptx | wc -l)" -eq "$(ls "cu_$m"/*.cu | wc -l)"
+  done
+fi
 check "unknown --target-cpu" 2 "unknown target CPU 'pentium-9000'.*x86-64-v3" -- \
   "$KILN" compile mlp --target-cpu pentium-9000 -o bad.kiln
 absent "no artifact for an unknown target" bad.kiln

@@ -30,11 +30,19 @@ std::shared_ptr<runtime::Backend> emu() {
   return *b;
 }
 
-struct TempCache {
+// One kernel cache directory for the process, removed at exit: the tests compile the same
+// models more than once.
+struct CacheDir {
   std::string path =
       (std::filesystem::temp_directory_path() / ("kiln_test_emu_" + std::to_string(::getpid())))
           .string();
-  ~TempCache() { std::filesystem::remove_all(path); }
+  ~CacheDir() { std::filesystem::remove_all(path); }
+};
+struct TempCache {
+  std::string path = [] {
+    static const CacheDir dir;
+    return dir.path;
+  }();
 };
 
 // max |a - b| / max(|b|, floor); integer and bool outputs must be equal.
