@@ -213,6 +213,15 @@ check "unknown --device" 2 "unknown device 'tpu' \(devices: cpu, cuda, emu\)" --
 if ! nvidia-smi -L >/dev/null 2>&1; then
   check "--device cuda without a GPU" 2 "^kiln run: error: no CUDA device: .*\)$" -- \
     "$KILN" run mlp --device cuda
+  # The toolkit's stub libcuda: every driver function kiln uses resolves, cuInit refuses.
+  for stub in /usr/local/cuda/lib64/stubs/libcuda.so /usr/local/cuda/lib/stubs/libcuda.so; do
+    if [ -e "$stub" ]; then
+      mkdir -p stubcuda && ln -sf "$stub" stubcuda/libcuda.so.1
+      check "--device cuda with the stub driver" 2 "failed to initialize \(CUDA_ERROR_STUB_LIBRARY" -- \
+        env LD_LIBRARY_PATH="$PWD/stubcuda" "$KILN" run mlp --device cuda
+      break
+    fi
+  done
   lines=$("$KILN" run mlp --device cuda 2>&1 | wc -l)
   check "--device cuda without a GPU: one line" 0 "" -- test "$lines" -eq 1
 fi
