@@ -57,6 +57,7 @@ class Driver {
         std::move(plan), std::move(report_), opts_.runThreads, std::move(code_info_),
         std::make_shared<const ir::Graph>(std::move(graph_)));
     KILN_TRY(model->limitMemory(opts_.maxMemoryBytes));
+    model->setGraphs(opts_.cudaGraphs);
     return model;
   }
 

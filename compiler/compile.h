@@ -58,6 +58,9 @@ struct CompileOptions {
   // loads their code, library calls (with post-ops and channels-last activations) where its
   // library registry has them, reference op calls otherwise.
   std::shared_ptr<runtime::Backend> backend;
+  // On a backend whose streams capture (cuda, emu): replay each call's steps as a CUDA graph
+  // recorded at the first call (runtime::PlanExecutor::setGraphs); --no-cuda-graph turns it off.
+  bool cudaGraphs = true;
   // Also render every kernel as CUDA C and compile it with NVRTC for sm_80 and sm_90 (a
   // check on machines without a GPU; the PTX is kept in the report).
   bool cudaCheck = false;
@@ -119,6 +122,8 @@ class CompiledModel {
   // The statistics of the call that finished last (a copy; any thread's call).
   runtime::PlanRunStats lastStats() const { return exec_.lastStats(); }
   void setProfiling(bool on) { exec_.setProfiling(on); }
+  void setGraphs(bool on) { exec_.setGraphs(on); }
+  int64_t graphsCaptured() const { return exec_.graphsCaptured(); }
   // After the parameters' bytes changed in place (training): forget reordered weights. Waits
   // for calls in progress.
   void parametersChanged() { exec_.clearLibraryCache(); }

@@ -94,6 +94,12 @@ struct KernelLaunch {
   std::span<const int64_t> argBytes;
 };
 
+// Work a stream recorded once and replays (a CUDA graph): see Stream::beginCapture.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+};
+
 // An ordered queue on one backend. Every call is enqueued in order; a backend may run them
 // later (on another thread or a device) and report the first error at synchronize(), as CUDA
 // streams do. Addresses must stay valid until synchronize() returns. One stream per run; a
@@ -116,6 +122,19 @@ class Stream {
   virtual void free(DeviceBuffer buffer) = 0;
   // Waits for everything enqueued; the first error of an enqueued call, naming it.
   virtual Status synchronize() = 0;
+
+  // Capture (optional; CUDA graphs): between beginCapture and endCapture, copies, launches and
+  // op calls are recorded, not run; replay enqueues the recorded work again, reading and writing
+  // the same addresses. Backends without it return kUnimplemented from beginCapture.
+  virtual bool canCapture() const { return false; }
+  virtual Status beginCapture() { return unimplemented("this backend's streams cannot capture"); }
+  virtual Expected<std::shared_ptr<CapturedWork>> endCapture() {
+    return unimplemented("this backend's streams cannot capture");
+  }
+  virtual Status replay(CapturedWork& work) {
+    (void)work;
+    return unimplemented("this backend's streams cannot capture");
+  }
 };
 
 // Generated kernels loaded on a backend. Entry points stay valid while the module lives.

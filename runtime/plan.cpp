@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <functional>
 
 #include "ir/timing.h"
 
@@ -31,17 +32,26 @@ int64_t Plan::bytesPerCall() const {
   return b;
 }
 
-// Scratch arenas, one per call in progress, reused across calls.
+// What one call in progress holds: its scratch arena and, where the plan replays a captured
+// graph, the device buffers of the inputs and outputs the graph reads and writes, and the graph.
+struct PlanExecutor::Slot {
+  DeviceBuffer arena;
+  std::vector<DeviceBuffer> ins, outs;
+  std::shared_ptr<CapturedWork> graph;
+  uint64_t paramsGeneration = 0;  // The parameters' mapping the graph reads.
+};
+
+// Slots, one per call in progress, reused across calls.
 struct PlanExecutor::Arenas {
   Arenas(Backend& backend, int64_t bytes) : backend(backend), bytes(bytes) {}
 
-  Expected<DeviceBuffer> take() {
+  Expected<std::unique_ptr<Slot>> take() {
     {
       std::unique_lock lock(mu);
       // Under a memory limit, a call waits for an arena once `max` exist.
       cv.wait(lock, [&] { return !free.empty() || max == 0 || allocated < max; });
       if (!free.empty()) {
-        DeviceBuffer a = std::move(free.back());
+        std::unique_ptr<Slot> a = std::move(free.back());
         free.pop_back();
         return a;
       }
@@ -56,9 +66,11 @@ struct PlanExecutor::Arenas {
       cv.notify_one();
       return a.status().withContext("the plan's " + std::to_string(bytes) + "-byte scratch arena");
     }
-    return a;
+    auto slot = std::make_unique<Slot>();
+    slot->arena = std::move(*a);
+    return slot;
   }
-  void give(DeviceBuffer a) {
+  void give(std::unique_ptr<Slot> a) {
     {
       std::lock_guard lock(mu);
       free.push_back(std::move(a));
@@ -70,7 +82,7 @@ struct PlanExecutor::Arenas {
   const int64_t bytes;
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<DeviceBuffer> free;
+  std::vector<std::unique_ptr<Slot>> free;
   size_t allocated = 0;
   size_t max = 0;  // 0: no bound.
 };
@@ -117,6 +129,7 @@ Status PlanExecutor::mapParameters(Stream& stream) {
   KILN_TRY(stream.synchronize().withContext("copying the parameters to " +
                                             std::string(backend_->name())));
   paramsMapped_ = true;
+  ++paramsGeneration_;
   return Status::ok();
 }
 
@@ -172,18 +185,25 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     shared.lock();
   // The arena first, then the threads: a call never holds compute threads while it waits for
   // memory (under limitMemory).
-  KILN_ASSIGN_OR_RETURN(DeviceBuffer arenaBuffer, arenas_->take());
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Slot> slot, arenas_->take());
   struct GiveBack {
     Arenas& pool;
-    DeviceBuffer& arena;
-    ~GiveBack() { pool.give(std::move(arena)); }
-  } giveBack{*arenas_, arenaBuffer};
-  const DeviceAddress arena = arenaBuffer.address();
+    std::unique_ptr<Slot>& slot;
+    ~GiveBack() { pool.give(std::move(slot)); }
+  } giveBack{*arenas_, slot};
+  const DeviceAddress arena = slot->arena.address();
 
+  // The stream is declared after the buffers its work uses, so it is destroyed first: destroying
+  // a stream waits for its work.
   std::vector<Tensor> outs;
   std::vector<DeviceBuffer> inBufs, outBufs;
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, backend_->openStream(threads_));
+  const bool profiling = profiling_.load(std::memory_order_relaxed);
+  // A captured graph replays fixed addresses: the slot's own input and output buffers.
+  const bool graph = graphs_.load(std::memory_order_relaxed) && !profiling && stream->canCapture();
   for (const Tensor& t : ins) {
-    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->mapHost(t.rawData(), t.byteSize()));
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, graph ? backend_->allocate(t.byteSize())
+                                                : backend_->mapHost(t.rawData(), t.byteSize()));
     inBufs.push_back(std::move(b));
   }
   for (size_t i = 0; i < p.outputs.size(); ++i) {
@@ -196,35 +216,94 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
       continue;
     }
     KILN_ASSIGN_OR_RETURN(Tensor o, Tensor::empty(t.dtype, t.shape, &backend_->hostAllocator()));
-    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->mapHost(o.rawData(), o.byteSize()));
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, graph ? backend_->allocate(o.byteSize())
+                                                : backend_->mapHost(o.rawData(), o.byteSize()));
     outs.push_back(std::move(o));
     outBufs.push_back(std::move(b));
   }
-  // Declared after every buffer it uses: destroying a stream waits for its work.
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, backend_->openStream(threads_));
+  if (graph && slot->ins.empty() && slot->outs.empty()) {
+    slot->ins = std::move(inBufs);
+    slot->outs = std::move(outBufs);
+  } else if (graph) {
+    inBufs.clear();  // The slot has its own from an earlier call.
+    outBufs.clear();
+  }
+  std::vector<DeviceBuffer>& inDev = graph ? slot->ins : inBufs;
+  std::vector<DeviceBuffer>& outDev = graph ? slot->outs : outBufs;
   KILN_TRY(mapParameters(*stream));
   auto address = [&](const BufferRef& b) -> DeviceAddress {
     switch (b.kind) {
       case BufferRef::Kind::kInput:
-        return inBufs[b.index].address();
+        return inDev[b.index].address();
       case BufferRef::Kind::kParameter:
         return params_[b.index].address();
       case BufferRef::Kind::kArena:
         return arena.at(b.offset);
       case BufferRef::Kind::kOutput:
-        return outBufs[b.index].address();
+        return outDev[b.index].address();
     }
     return {};
   };
-  auto tensor = [&](const BufferRef& b) { return DeviceTensor{address(b), b.type}; };
-
-  const bool profiling = profiling_.load(std::memory_order_relaxed);
   PlanRunStats stats;
   stats.threads = stream->threads();
   const auto t0 = std::chrono::steady_clock::now();
   stats.waitMs = msBetween(tWait, t0);
   for (size_t i = 0; i < ins.size(); ++i)
-    KILN_TRY(stream->upload(inBufs[i].address(), ins[i].rawData(), ins[i].byteSize()));
+    KILN_TRY(stream->upload(inDev[i].address(), ins[i].rawData(), ins[i].byteSize()));
+  if (graph) {
+    uint64_t generation;
+    {
+      std::lock_guard lock(paramsMu_);
+      generation = paramsGeneration_;
+    }
+    if (!slot->graph || slot->paramsGeneration != generation) {
+      slot->graph.reset();
+      KILN_TRY(stream->beginCapture());
+      Status enqueued = enqueueSteps(*stream, address, profiling, stats);
+      Expected<std::shared_ptr<CapturedWork>> captured = stream->endCapture();
+      KILN_TRY(enqueued);
+      KILN_TRY(captured.status());
+      slot->graph = std::move(*captured);
+      slot->paramsGeneration = generation;
+      graphsCaptured_.fetch_add(1, std::memory_order_relaxed);
+      stats.graphCaptured = true;
+    }
+    KILN_TRY(stream->replay(*slot->graph));
+    stats.graphReplayed = true;
+    stats.kernelSteps = stats.opSteps = 0;
+    for (const PlanStep& s : p.steps) {
+      stats.kernelSteps += s.kind == PlanStep::Kind::kKernel;
+      stats.opSteps += s.kind == PlanStep::Kind::kOp;
+    }
+  } else {
+    KILN_TRY(enqueueSteps(*stream, address, profiling, stats));
+  }
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (outDev[i].defined())
+      KILN_TRY(stream->download(outs[i].rawData(), outDev[i].address(), outs[i].byteSize()));
+  // Parameters the steps wrote (a training step's updates) return to the plan's bytes, so that
+  // the host sees them wherever the backend's memory is.
+  for (int pi : writtenParameters_) {
+    const ir::TensorData& d = p.parameters[static_cast<size_t>(pi)];
+    KILN_TRY(
+        stream->download(const_cast<std::byte*>(d.data()), params_[pi].address(), d.byteSize()));
+  }
+  KILN_TRY(stream->synchronize());
+  stats.totalMs = msBetween(t0, std::chrono::steady_clock::now());
+  {
+    std::lock_guard lock(statsMu_);
+    lastStats_ = stats;
+  }
+  if (statsOut) *statsOut = std::move(stats);
+  return outs;
+}
+
+Status PlanExecutor::enqueueSteps(Stream& stream_,
+                                  const std::function<DeviceAddress(const BufferRef&)>& address,
+                                  bool profiling, PlanRunStats& stats) {
+  const Plan& p = *plan_;
+  Stream* stream = &stream_;
+  auto tensor = [&](const BufferRef& b) { return DeviceTensor{address(b), b.type}; };
   std::vector<DeviceAddress> args;
   std::vector<int64_t> argBytes;
   std::vector<DeviceTensor> tin, tout;
@@ -270,24 +349,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     }
     if (profiling) stats.stepMs.push_back(msBetween(ts, std::chrono::steady_clock::now()));
   }
-  for (size_t i = 0; i < outs.size(); ++i)
-    if (outBufs[i].defined())
-      KILN_TRY(stream->download(outs[i].rawData(), outBufs[i].address(), outs[i].byteSize()));
-  // Parameters the steps wrote (a training step's updates) return to the plan's bytes, so that
-  // the host sees them wherever the backend's memory is.
-  for (int pi : writtenParameters_) {
-    const ir::TensorData& d = p.parameters[static_cast<size_t>(pi)];
-    KILN_TRY(
-        stream->download(const_cast<std::byte*>(d.data()), params_[pi].address(), d.byteSize()));
-  }
-  KILN_TRY(stream->synchronize());
-  stats.totalMs = msBetween(t0, std::chrono::steady_clock::now());
-  {
-    std::lock_guard lock(statsMu_);
-    lastStats_ = stats;
-  }
-  if (statsOut) *statsOut = std::move(stats);
-  return outs;
+  return Status::ok();
 }
 
 }  // namespace kiln::runtime

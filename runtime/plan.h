@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -80,6 +81,8 @@ struct PlanRunStats {
   int64_t kernelSteps = 0;     // Generated kernels.
   int64_t opSteps = 0;         // Library and reference calls.
   std::vector<double> stepMs;  // Per step, when profiling.
+  bool graphCaptured = false;  // This call recorded the plan's steps into a graph.
+  bool graphReplayed = false;  // The steps ran as a replayed graph.
 };
 
 // Runs a plan. Thread safety: run() may be called from many threads at once on one executor.
@@ -103,8 +106,16 @@ class PlanExecutor {
   // A copy of the statistics of the call that finished last (any thread's).
   PlanRunStats lastStats() const;
   const Plan& plan() const { return *plan_; }
-  // Records each step's wall time in the stats' stepMs (the profiler). Thread-safe.
+  // Records each step's wall time in the stats' stepMs (the profiler). Thread-safe. Profiled
+  // calls run step by step, never as a graph.
   void setProfiling(bool on) { profiling_.store(on, std::memory_order_relaxed); }
+  // On a backend whose streams capture (CUDA graphs; on by default): each slot (arena) records
+  // the plan's steps once and replays them at every later call (TorchInductor's
+  // "reduce-overhead"), the inputs and outputs copied through device buffers of its own. Off:
+  // every call enqueues every step. Thread-safe.
+  void setGraphs(bool on) { graphs_.store(on, std::memory_order_relaxed); }
+  // Graphs recorded so far (one per slot, again after the parameters are mapped anew).
+  int64_t graphsCaptured() const { return graphsCaptured_.load(std::memory_order_relaxed); }
   // Drops the weights reordered for library kernels, and the backend's copy of the parameters
   // where its memory is not the host's: call it after changing parameters in place (a training
   // step's write-back). Waits for calls in progress to finish.
@@ -118,9 +129,12 @@ class PlanExecutor {
   Status limitMemory(int64_t limitBytes);
 
  private:
+  struct Slot;
   struct Arenas;
   std::shared_ptr<const Plan> plan_;
   Status mapParameters(Stream& stream);
+  Status enqueueSteps(Stream& stream, const std::function<DeviceAddress(const BufferRef&)>& address,
+                      bool profiling, PlanRunStats& stats);
 
   std::shared_ptr<Backend> backend_;
   int threads_;
@@ -130,6 +144,7 @@ class PlanExecutor {
   // mapped by the first run and again after clearLibraryCache().
   std::mutex paramsMu_;
   bool paramsMapped_ = false;
+  uint64_t paramsGeneration_ = 0;  // Bumped at every mapping: captured graphs read the mapping.
   std::vector<DeviceBuffer> params_;
   std::unique_ptr<LibraryCache> cache_;  // Reordered constant weights, for this plan only.
   std::unique_ptr<Arenas> arenas_;
@@ -138,6 +153,8 @@ class PlanExecutor {
   mutable std::mutex statsMu_;
   PlanRunStats lastStats_;
   std::atomic<bool> profiling_{false};
+  std::atomic<bool> graphs_{true};
+  std::atomic<int64_t> graphsCaptured_{0};
 };
 
 }  // namespace kiln::runtime

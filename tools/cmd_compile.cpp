@@ -75,6 +75,9 @@ std::vector<OptionSpec> compileOptionSpecs() {
   return {{"device", true,
            "where the model runs: cpu (default), cuda (the first GPU), or emu (the CUDA "
            "backend's kernels run on this CPU with CUDA semantics, for testing)"},
+          {"no-cuda-graph", false,
+           "on cuda/emu, enqueue every step at every call instead of replaying a CUDA graph "
+           "recorded at the first"},
           {"disable-pass", true, "skip a pass (repeatable, or comma-separated)", true},
           {"dump-after", true, "print the IR after a pass, or 'all' (to stderr)", true},
           {"time-passes", false, "print each pass's time (to stderr)"},
@@ -100,6 +103,7 @@ Expected<std::shared_ptr<runtime::Backend>> deviceFromArgs(const Args& args) {
 Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
   compiler::CompileOptions o;
   KILN_ASSIGN_OR_RETURN(o.backend, deviceFromArgs(args));
+  o.cudaGraphs = !args.flag("no-cuda-graph");
   o.disabledPasses = splitList(args.all("disable-pass"));
   o.dumpAfter = splitList(args.all("dump-after"));
   o.timePasses = args.flag("time-passes");

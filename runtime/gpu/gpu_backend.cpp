@@ -174,6 +174,24 @@ struct HostOp {
     c.options = h->options;
     h->status = runOnHost(c, ti, to).withContext(h->name + " (on the host)");
   }
+  void release(DeviceApi& dev) {
+    for (void* p : in) dev.freeHost(p);
+    for (void* p : out) dev.freeHost(p);
+    in.clear();
+    out.clear();
+  }
+};
+
+// A captured graph and the host ops it runs.
+struct Graph final : CapturedWork, std::enable_shared_from_this<Graph> {
+  explicit Graph(DeviceApi& d) : dev(d) {}
+  ~Graph() override {
+    if (graph) dev.destroyGraph(graph);
+    for (auto& h : hostOps) h->release(dev);
+  }
+  DeviceApi& dev;
+  GraphHandle graph = nullptr;
+  std::vector<std::unique_ptr<HostOp>> hostOps;
 };
 
 class GpuStream final : public Stream {
@@ -232,7 +250,7 @@ class GpuStream final : public Stream {
       h->outTypes.push_back(t.type);
     }
     HostOp* raw = h.get();
-    hostOps_.push_back(std::move(h));
+    (capturing_ ? captureOps_ : hostOps_).push_back(std::move(h));
     for (size_t i = 0; i < inputs.size(); ++i)
       KILN_TRY(dev_.copyToHost(raw->in[i], ptr(inputs[i].address), inputs[i].type.byteSize(), s_));
     KILN_TRY(dev_.launchHostFunc(s_, &HostOp::run, raw));
@@ -248,11 +266,41 @@ class GpuStream final : public Stream {
     Status s = dev_.synchronize(s_);
     for (auto& h : hostOps_) {
       if (s.isOk() && !h->status.isOk()) s = h->status;
-      for (void* p : h->in) dev_.freeHost(p);
-      for (void* p : h->out) dev_.freeHost(p);
+      h->release(dev_);
     }
     hostOps_.clear();
+    for (const auto& g : replayed_)
+      for (auto& h : g->hostOps) {
+        if (s.isOk() && !h->status.isOk()) s = h->status;
+        h->status = Status::ok();
+      }
+    replayed_.clear();
     return s;
+  }
+
+  // CUDA graphs: the device records what this stream enqueues; ops run on the host keep their
+  // pinned buffers as long as the graph lives, and report their errors at each replay's
+  // synchronize().
+  bool canCapture() const override { return true; }
+  Status beginCapture() override {
+    KILN_TRY(dev_.beginCapture(s_));
+    capturing_ = true;
+    return Status::ok();
+  }
+  Expected<std::shared_ptr<CapturedWork>> endCapture() override {
+    capturing_ = false;
+    auto g = std::make_shared<Graph>(dev_);
+    g->hostOps = std::move(captureOps_);
+    captureOps_.clear();
+    KILN_ASSIGN_OR_RETURN(g->graph, dev_.endCapture(s_));
+    return std::shared_ptr<CapturedWork>(std::move(g));
+  }
+  Status replay(CapturedWork& work) override {
+    auto* g = dynamic_cast<Graph*>(&work);
+    if (!g) return internalError("replay of work another backend captured");
+    KILN_TRY(dev_.launchGraph(g->graph, s_));
+    replayed_.push_back(std::static_pointer_cast<Graph>(g->shared_from_this()));
+    return Status::ok();
   }
 
  private:
@@ -262,6 +310,9 @@ class GpuStream final : public Stream {
   std::vector<DevicePtr> values_;
   std::vector<void*> params_;
   std::vector<std::unique_ptr<HostOp>> hostOps_;
+  bool capturing_ = false;
+  std::vector<std::unique_ptr<HostOp>> captureOps_;
+  std::vector<std::shared_ptr<Graph>> replayed_;  // Since the last synchronize().
 };
 
 class GpuModule final : public KernelModule {

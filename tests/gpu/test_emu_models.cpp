@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "compiler/compile.h"
 #include "compiler/train.h"
@@ -108,9 +109,23 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
     }
   CHECK(kernels > 0);
   CHECK((*cm)->report().generatedKernels == kernels);
-  checkClose((*cm)->run(ins), *want);
-  checkClose((*cm)->run(ins), *want);  // Again: the arena and the weights are reused.
+  runtime::PlanRunStats stats;
+  checkClose((*cm)->run(ins, &stats), *want);
+  CHECK(stats.graphCaptured);  // The first call recorded a CUDA graph and replayed it.
+  CHECK(stats.graphReplayed);
+  // Other inputs through the same graph: they are copied in before each replay.
+  const std::vector<Tensor> ins2 = testing::randomInputs(*g, 10);
+  auto want2 = runtime::EagerExecutor(*g).run(ins2);
+  REQUIRE(want2.hasValue());
+  checkClose((*cm)->run(ins2, &stats), *want2);
+  CHECK_FALSE(stats.graphCaptured);
+  CHECK(stats.graphReplayed);
+  CHECK((*cm)->graphsCaptured() == 1);
   CHECK((*cm)->arenasAllocated() == 1);
+  // Without graphs (--no-cuda-graph): every step enqueued again, the same results.
+  (*cm)->setGraphs(false);
+  checkClose((*cm)->run(ins, &stats), *want);
+  CHECK_FALSE(stats.graphReplayed);
 
   runtime::EagerExecutor eager(*g, emu());
   checkClose(eager.run(ins), *want);
@@ -307,4 +322,46 @@ TEST_CASE("emu: every generated kernel kind over random shapes and launch geomet
       checkClose(exec.run(ins), *want);
     }
   }
+}
+
+TEST_CASE("emu: concurrent callers each take a stream, an arena and a graph, with right results") {
+  auto g = models::buildModel("mnist_cnn", {2, 3});
+  REQUIRE(g.hasValue());
+  constexpr int kThreads = 4, kCalls = 6;
+  std::vector<std::vector<Tensor>> inputs, wants;
+  for (int i = 0; i < kThreads; ++i) {
+    inputs.push_back(testing::randomInputs(*g, 100 + i));
+    auto w = runtime::EagerExecutor(*g).run(inputs.back());
+    REQUIRE(w.hasValue());
+    wants.push_back(*w);
+  }
+  TempCache cache;
+  compiler::CompileOptions o;
+  o.cacheDir = cache.path;
+  o.backend = emu();
+  auto cm = compiler::compile(*g, o);
+  REQUIRE(cm.hasValue());
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kThreads);
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        const int which = (t + c) % kThreads;  // Every thread meets every input.
+        auto got = (*cm)->run(inputs[which]);
+        if (!got) {
+          errors[t] = got.status().message();
+          return;
+        }
+        for (int64_t k = 0; k < wants[which][0].numElements(); ++k)
+          if (std::fabs((*got)[0].elementAsDouble(k) - wants[which][0].elementAsDouble(k)) > 1e-4) {
+            errors[t] = "call " + std::to_string(c) + ": wrong result at " + std::to_string(k);
+            return;
+          }
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors) CHECK(e == "");
+  // One graph per slot: as many as calls ever ran at once.
+  CHECK((*cm)->graphsCaptured() == static_cast<int64_t>((*cm)->arenasAllocated()));
+  CHECK((*cm)->arenasAllocated() >= 1);
 }
