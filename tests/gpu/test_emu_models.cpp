@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -25,8 +26,11 @@ using runtime::Tensor;
 
 namespace {
 
+// The device under test: emu, or $KILN_TEST_DEVICE (scripts/gpu-check.sh sets cuda).
 std::shared_ptr<runtime::Backend> emu() {
-  auto b = runtime::gpu::backendForDevice("emu");
+  const char* env = std::getenv("KILN_TEST_DEVICE");
+  auto b = runtime::gpu::backendForDevice(env && *env ? env : "emu");
+  INFO(b.status().message());
   REQUIRE(b.hasValue());
   return *b;
 }

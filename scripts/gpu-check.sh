@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The CUDA backend on a real GPU:
+#   scripts/gpu-check.sh [OUT_DIR]        (default gpu-check/)
+# 1. builds kiln (scripts/build.sh);
+# 2. runs every CUDA test on the device: the gpu suite's model tests with KILN_TEST_DEVICE=cuda
+#    (every zoo model compiled and eager, training steps, generated kernel kinds under random
+#    launch geometries, concurrent callers: each against the CPU), the NVRTC resource check;
+# 3. benchmarks the zoo on the device — resnet18, resnet50 at batch 1 and 32, bert_layer: eager,
+#    compiled (--no-cuda-graph) and compiled with CUDA-graph replay; mnist_cnn training — and,
+#    where Python with a CUDA PyTorch is found ($KILN_PEERS_VENV or python3), PyTorch eager and
+#    torch.compile on the same GPU in fp32 with TF32 off (cudnn.allow_tf32 = False, matmul
+#    precision "highest");
+# 4. writes OUT_DIR/gpu-check.json and OUT_DIR/gpu-check.md (a markdown table).
+# On a machine without a usable CUDA device it prints "skipped: no CUDA device" and exits 0.
+# Not measured yet (the backend lacks them): bf16/fp16/tf32 (--precision), cuDNN/cuBLASLt calls
+# (convolutions and matmuls run on the host in stream order on this backend for now, so
+# convolution-heavy models measure that fallback, not the GPU's libraries).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-gpu-check}
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "skipped: no CUDA device (nvidia-smi finds none)"
+  exit 0
+fi
+scripts/build.sh
+build=${KILN_BUILD_DIR:-build}
+kiln=$build/tools/kiln
+if ! reason=$("$kiln" run mlp --device cuda 2>&1 >/dev/null); then
+  echo "skipped: no CUDA device (${reason#kiln run: error: })"
+  exit 0
+fi
+mkdir -p "$out"
+nvidia-smi -L | tee "$out/device.txt"
+
+echo "== CUDA tests on the device"
+status=0
+KILN_TEST_DEVICE=cuda "$build/tests/test_gpu" "emu:*" || status=1
+"$build/tests/test_gpu" "nvrtc*" 2>&1 | tee "$out/nvrtc.txt" | grep -E "^nvrtc|passed|failed" || status=1
+
+echo "== benchmarks"
+results=()
+bench() {  # NAME BATCH [flags...]: one kiln bench --json, saved.
+  local name=$1 batch=$2
+  shift 2
+  local file="$out/bench-$name-b$batch$(printf '%s' "$@" | tr -c 'a-z0-9' '-').json"
+  if "$kiln" bench "$name" --device cuda --batch "$batch" --runs 20 --warmup 3 --json "$@" \
+      >"$file" 2>"$file.log"; then
+    results+=("$file")
+  else
+    echo "bench $name batch $batch $*: failed (see $file.log)"
+    status=1
+  fi
+}
+for spec in resnet18:1 resnet50:1 resnet50:32 bert_layer:1; do
+  bench "${spec%:*}" "${spec#*:}"
+  bench "${spec%:*}" "${spec#*:}" --no-cuda-graph
+done
+"$kiln" train mnist_cnn --device cuda --steps 30 2>&1 | tail -1 | tee "$out/train-mnist_cnn.txt" ||
+  status=1
+
+py=${KILN_PEERS_VENV:+$KILN_PEERS_VENV/bin/python}
+py=${py:-python3}
+if "$py" -c "import torch, torchvision; assert torch.cuda.is_available()" 2>/dev/null; then
+  echo "== PyTorch on the same GPU"
+  "$py" tools/peers/torch_gpu_bench.py --out "$out/torch.json" || status=1
+else
+  echo "PyTorch with CUDA not found: no torch eager / torch.compile columns"
+fi
+
+python3 - "$out" "${results[@]}" <<'EOF'
+import json, os, sys
+out, files = sys.argv[1], sys.argv[2:]
+rows, data = [], {"kiln": [], "torch": None}
+for f in files:
+    j = json.load(open(f))
+    graph = "no-cuda-graph" not in f
+    data["kiln"].append({"file": os.path.basename(f), "graph": graph, **j})
+torch = os.path.join(out, "torch.json")
+if os.path.exists(torch):
+    data["torch"] = json.load(open(torch))
+json.dump(data, open(os.path.join(out, "gpu-check.json"), "w"), indent=2)
+by = {}
+for r in data["kiln"]:
+    key = (r["model"], r["batch"])
+    by.setdefault(key, {})["graph" if r["graph"] else "nograph"] = r
+lines = ["| model | batch | kiln eager ms | kiln compiled ms | compiled + CUDA graph ms | compiled/eager | torch eager ms | torch.compile ms |",
+         "|---|---|---|---|---|---|---|---|"]
+for (model, batch), v in sorted(by.items()):
+    g, n = v.get("graph"), v.get("nograph")
+    eager = (g or n)["eager"]["median_ms"]
+    comp = n["compiled"]["median_ms"] if n else float("nan")
+    graph = g["compiled"]["median_ms"] if g else float("nan")
+    t = (data["torch"] or {}).get(f"{model}:{batch}", {})
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"
+    lines.append(f"| {model} | {batch} | {eager:.3f} | {comp:.3f} | {graph:.3f} | "
+                 f"{eager / min(comp, graph):.2f}x | {fmt(t.get('eager_ms'))} | {fmt(t.get('compile_ms'))} |")
+open(os.path.join(out, "gpu-check.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+EOF
+exit $status

@@ -1,0 +1,63 @@
+"""PyTorch eager and torch.compile on the GPU, for scripts/gpu-check.sh: the zoo's models as
+PyTorch defines them (torchvision's resnet18/resnet50; a BERT-base encoder layer as
+nn.TransformerEncoderLayer with 768 hidden, 12 heads, 3072 intermediate, GELU, sequence 128),
+fp32 with TF32 off, medians of CUDA-event timings.
+
+    python tools/peers/torch_gpu_bench.py --out torch.json
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torchvision
+
+
+def timed(fn, x, runs=20, warmup=3):
+    for _ in range(warmup):
+        fn(x)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(x)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    dev = torch.device("cuda")
+    cases = {
+        "resnet18:1": (torchvision.models.resnet18(), (1, 3, 224, 224)),
+        "resnet50:1": (torchvision.models.resnet50(), (1, 3, 224, 224)),
+        "resnet50:32": (torchvision.models.resnet50(), (32, 3, 224, 224)),
+        "bert_layer:1": (
+            torch.nn.TransformerEncoderLayer(768, 12, 3072, activation="gelu", batch_first=True),
+            (1, 128, 768),
+        ),
+    }
+    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    for key, (model, shape) in cases.items():
+        model = model.eval().to(dev)
+        x = torch.randn(*shape, device=dev)
+        with torch.inference_mode():
+            eager = timed(model, x)
+            compiled = torch.compile(model)
+            comp = timed(compiled, x)
+        results[key] = {"eager_ms": eager, "compile_ms": comp}
+        print(f"{key}: torch eager {eager:.3f} ms, torch.compile {comp:.3f} ms", flush=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
