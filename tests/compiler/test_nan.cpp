@@ -17,6 +17,7 @@
 #include "models/zoo.h"
 #include "passes/fusion.h"
 #include "runtime/eager.h"
+#include "runtime/gpu/gpu_backend.h"
 
 using namespace kiln;
 using runtime::Tensor;
@@ -95,9 +96,14 @@ struct Outputs {
   std::unique_ptr<compiler::CompiledModel> model;
 };
 
-Outputs runBoth(const ir::Graph& g, const std::vector<Tensor>& inputs, const CacheDir& cache) {
+// Compiled on `device` (cpu, or emu: the CUDA backend's kernels) against eager on the CPU.
+Outputs runBoth(const ir::Graph& g, const std::vector<Tensor>& inputs, const CacheDir& cache,
+                const std::string& device = "cpu") {
   compiler::CompileOptions o;
   o.cacheDir = cache.path.string();
+  auto backend = runtime::gpu::backendForDevice(device);
+  REQUIRE(backend.hasValue());
+  o.backend = *backend;
   auto cm = compiler::compile(g, o);
   INFO(cm.status().message());
   REQUIRE(cm.hasValue());
@@ -265,6 +271,9 @@ TEST_CASE("nan: chains of epilogues (residual add then activation, and the rever
 }
 
 TEST_CASE("nan: every pointwise op as a generated kernel keeps NaN and infinities") {
+  // On the CPU, and as CUDA C on the emu device (the GPU's kernels obey the same rule).
+  const std::string device = GENERATE(as<std::string>{}, "cpu", "emu");
+  INFO(device);
   CacheDir cache;
   // Every pair of these values is an input (binary ops see each special against each other).
   const std::vector<float> values = {kNaN,  kInf, -kInf, 0.f,   -0.f,   1.f,    -1.f, 0.5f,
@@ -296,7 +305,7 @@ TEST_CASE("nan: every pointwise op as a generated kernel keeps NaN and infinitie
               x.data<float>()[r * k + c] = values[static_cast<size_t>(i == 0 ? r : c)];
           inputs.push_back(x);
         }
-        Outputs out = runBoth(g, inputs, cache);
+        Outputs out = runBoth(g, inputs, cache, device);
         // Ops that compile to no work (dropout in inference) are still compared.
         CHECK(out.model->report().generatedKernels <= 1);
         kernels += out.model->report().generatedKernels;
@@ -308,6 +317,8 @@ TEST_CASE("nan: every pointwise op as a generated kernel keeps NaN and infinitie
 }
 
 TEST_CASE("nan: every zoo model, compiled and eager, puts NaN in the same places") {
+  const std::string device = GENERATE(as<std::string>{}, "cpu", "emu");
+  INFO(device);
   CacheDir cache;
   for (const std::string name : {"mlp", "mnist_cnn", "resnet18", "resnet50", "bert_layer"}) {
     DYNAMIC_SECTION(name) {
@@ -321,7 +332,7 @@ TEST_CASE("nan: every zoo model, compiled and eager, puts NaN in the same places
           if (specials == 0) x.data<float>()[0] = kNaN;
           inputs.push_back(x);
         }
-        Outputs out = runBoth(*g, inputs, cache);
+        Outputs out = runBoth(*g, inputs, cache, device);
         Seen seen;
         for (size_t i = 0; i < out.eager.size(); ++i)
           checkSameSpecials(out.compiled[i], out.eager[i], 1e-4, &seen);
