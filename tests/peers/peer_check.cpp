@@ -1,7 +1,8 @@
 // One peer check (ctest label `peer`): imports MODEL's ONNX export written by
 // tools/peers/export.py — PyTorch's default exporter (model.onnx: opset 20, external data), or
 // with --legacy the TorchScript exporter (legacy.onnx, opset 17) — runs it eagerly and compiled
-// on the recorded input, and compares both with what PyTorch eager and ONNX Runtime (on the same
+// on the recorded input (the default exporter's file also compiled for the emu device, the CUDA
+// backend's kernels), and compares each with what PyTorch eager and ONNX Runtime (on the same
 // file) computed, relative to max |reference| (1e-4 in f32).
 //   kiln_peer_check MODEL [--legacy]      (exports in $KILN_PEERS_DIR)
 // Exits 0 when all four comparisons pass, 1 when one fails or a step errs, and 77 (ctest's
@@ -19,6 +20,7 @@
 #include "frontends/onnx/onnx_import.h"
 #include "peer_util.h"
 #include "runtime/eager.h"
+#include "runtime/gpu/gpu_backend.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -60,6 +62,19 @@ int main(int argc, char** argv) {
   if (!compiled) return peers::fail("compile", compiled.status());
   auto compiledOut = (*compiled)->run(inputs);
   if (!compiledOut) return peers::fail("compiled run", compiledOut.status());
+  // The default exporter's file also runs compiled for the CUDA backend, on the emu device.
+  std::vector<runtime::Tensor> emuOut;
+  if (!legacy) {
+    compiler::CompileOptions o;
+    auto emu = runtime::gpu::backendForDevice("emu");
+    if (!emu) return peers::fail("emu device", emu.status());
+    o.backend = *emu;
+    auto onEmu = compiler::compile(*graph, o);
+    if (!onEmu) return peers::fail("compile for emu", onEmu.status());
+    auto out = (*onEmu)->run(inputs);
+    if (!out) return peers::fail("run on emu", out.status());
+    emuOut = std::move(*out);
+  }
 
   int failures = 0;
   const char* label = legacy ? "legacy" : "default";
@@ -67,8 +82,9 @@ int main(int argc, char** argv) {
     const std::string refFile = std::string(peer) == "torch" ? "torch.npy" : ortFile;
     auto ref = frontends::readNpy((dir / refFile).string());
     if (!ref) return peers::fail(refFile, ref.status());
-    const std::pair<const char*, const runtime::Tensor*> runs[] = {
+    std::vector<std::pair<const char*, const runtime::Tensor*>> runs = {
         {"eager", &(*eagerOut)[0]}, {"compiled", &(*compiledOut)[0]}};
+    if (!emuOut.empty()) runs.emplace_back("emu", &emuOut[0]);
     for (const auto& [how, out] : runs) {
       const double err = peers::relativeError(out->toData(), *ref);
       const bool ok = err <= kTolerance;
