@@ -181,6 +181,12 @@ class CudaDevice final : public DeviceApi {
     return check(d_.cuLaunchHostFunc(stream(s), fn, data), "cuLaunchHostFunc");
   }
 
+  // cuDNN and cuBLASLt are not called yet: library ops run on the host in stream order.
+  bool hasLibraryCalls() const override { return false; }
+  Status libraryCall(const LibraryCall& call, std::span<const DevicePtr>, StreamHandle) override {
+    return unimplemented("CUDA: " + call.describe() + ": cuDNN/cuBLASLt calls are not built yet");
+  }
+
   Expected<StreamHandle> createStream() override {
     KILN_TRY(bind());
     CUstream s = nullptr;

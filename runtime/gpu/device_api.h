@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "ir/status.h"
+#include "runtime/gpu/library_call.h"
 
 namespace kiln::runtime::gpu {
 
@@ -88,6 +89,13 @@ class DeviceApi {
   virtual Status launch(FunctionHandle f, Dim3 grid, Dim3 block, size_t dynamicSharedBytes,
                         StreamHandle s, void** params, std::span<const int64_t> argBytes) = 0;
   virtual Status launchHostFunc(StreamHandle s, HostFn fn, void* data) = 0;
+
+  // Library calls (library_call.h): whether the device runs them (cuDNN and cuBLASLt on a GPU,
+  // the CPU's library on emu), and one call on `operands` (inputs then the output, as
+  // describeLibraryCall orders them).
+  virtual bool hasLibraryCalls() const = 0;
+  virtual Status libraryCall(const LibraryCall& call, std::span<const DevicePtr> operands,
+                             StreamHandle s) = 0;
 
   // Streams and events.
   virtual Expected<StreamHandle> createStream() = 0;

@@ -282,6 +282,26 @@ class EmuDevice final : public DeviceApi {
     });
   }
 
+  bool hasLibraryCalls() const override { return true; }
+  // The CPU's library on the descriptor's shapes; every operand must lie in live memory.
+  Status libraryCall(const LibraryCall& call, std::span<const DevicePtr> operands,
+                     StreamHandle s) override {
+    const std::vector<int64_t> bytes = operandBytes(call);
+    if (bytes.size() != operands.size())
+      return internalError("emu: " + call.describe() + " takes " + std::to_string(bytes.size()) +
+                           " operands, got " + std::to_string(operands.size()));
+    std::vector<void*> ptrs;
+    for (size_t i = 0; i < operands.size(); ++i) {
+      KILN_TRY(checkRange(operands[i], static_cast<size_t>(bytes[i]),
+                          call.describe() + " operand " + std::to_string(i)));
+      ptrs.push_back(reinterpret_cast<void*>(operands[i]));
+    }
+    return stream(s).enqueue([this, call, ptrs] {
+      ++libraryCalls_;
+      return runLibraryCallOnHost(call, ptrs);
+    });
+  }
+
   Expected<StreamHandle> createStream() override {
     return reinterpret_cast<StreamHandle>(new EmuStream);
   }
@@ -364,6 +384,7 @@ class EmuDevice final : public DeviceApi {
     c.kernelLaunches = launches_;
     c.graphLaunches = graphLaunches_;
     c.hostFunctions = hostFunctions_;
+    c.libraryCalls = libraryCalls_;
     return c;
   }
 
@@ -388,7 +409,7 @@ class EmuDevice final : public DeviceApi {
   EmuCounters counters_;
   std::mutex modMu_;
   std::map<EmuModule*, std::unique_ptr<EmuModule>> modules_;
-  std::atomic<int64_t> launches_{0}, graphLaunches_{0}, hostFunctions_{0};
+  std::atomic<int64_t> launches_{0}, graphLaunches_{0}, hostFunctions_{0}, libraryCalls_{0};
 };
 
 }  // namespace

@@ -30,6 +30,7 @@ struct EmuCounters {
   int64_t kernelLaunches = 0;
   int64_t graphLaunches = 0;
   int64_t hostFunctions = 0;
+  int64_t libraryCalls = 0;
   int64_t liveAllocations = 0;
   int64_t bytesInUse = 0;
 };

@@ -230,6 +230,18 @@ class GpuStream final : public Stream {
 
   Status run(const OpCall& c, std::span<const DeviceTensor> inputs,
              std::span<const DeviceTensor> outputs) override {
+    if (c.library && outputs.size() == 1 && dev_.hasLibraryCalls()) {
+      types_.clear();
+      for (const DeviceTensor& t : inputs) types_.push_back(t.type);
+      Expected<LibraryCall> call = describeLibraryCall(c, types_, outputs[0].type);
+      if (call) {
+        operands_.clear();
+        for (const DeviceTensor& t : inputs) operands_.push_back(ptr(t.address));
+        operands_.push_back(ptr(outputs[0].address));
+        return dev_.libraryCall(*call, operands_, s_);
+      }
+      // Shapes the device's library does not take: on the host, below.
+    }
     auto h = std::make_unique<HostOp>();
     h->name = std::string(c.name);
     h->op = c.op;
@@ -309,6 +321,8 @@ class GpuStream final : public Stream {
   StreamHandle s_;
   std::vector<DevicePtr> values_;
   std::vector<void*> params_;
+  std::vector<ir::TensorType> types_;
+  std::vector<DevicePtr> operands_;
   std::vector<std::unique_ptr<HostOp>> hostOps_;
   bool capturing_ = false;
   std::vector<std::unique_ptr<HostOp>> captureOps_;
@@ -401,8 +415,12 @@ class GpuBackend final : public Backend {
     return std::shared_ptr<KernelModule>(std::move(m));
   }
 
-  // No cuDNN/cuBLASLt calls yet: library ops run on the host (GpuStream::run).
-  bool hasLibraryKernel(ir::OpKind, ir::DType, ir::Layout) const override { return false; }
+  // Convolutions and matrix products as device library calls (library_call.h) where the device
+  // has them, without fused epilogues yet (caps().libraryEpilogues is false): activations and
+  // residual adds run as generated kernels. Other library ops (pooling) run on the host.
+  bool hasLibraryKernel(ir::OpKind op, ir::DType dtype, ir::Layout layout) const override {
+    return dev_->hasLibraryCalls() && describesLibraryOp(op, dtype, layout);
+  }
 
   void giveBack(StreamHandle s) {
     std::lock_guard lock(streamsMu_);

@@ -1,0 +1,218 @@
+#include "runtime/gpu/library_call.h"
+
+#include <cstdio>
+
+#include "runtime/library/kernels.h"
+#include "runtime/tensor.h"
+
+namespace kiln::runtime::gpu {
+
+namespace {
+
+int64_t product(const ir::Shape& s, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i) p *= s[i];
+  return p;
+}
+
+Status notTaken(const OpCall& call, const std::string& why) {
+  return unimplemented(std::string(call.name) + ": no device library call for " +
+                       std::string(ir::opName(call.op)) + " (" + why + ")");
+}
+
+Expected<LibraryCall> describeConv(const OpCall& call, const ir::AttrView& a,
+                                   std::span<const ir::TensorType> in, const ir::TensorType& out) {
+  const ir::Shape& x = in[0].shape;
+  const ir::Shape& w = in[1].shape;
+  if (x.size() != 4 || w.size() != 4 || out.shape.size() != 4)
+    return notTaken(call, "not a 2-D convolution of 4-D tensors");
+  ConvDescriptor d;
+  d.n = x[0], d.c = x[1], d.h = x[2], d.w = x[3];
+  d.k = w[0], d.r = w[2], d.s = w[3];
+  d.p = out.shape[2], d.q = out.shape[3];
+  const auto& st = a.getInts("strides");
+  const auto& pads = a.getInts("pads");
+  const auto& dil = a.getInts("dilations");
+  if (st.size() != 2 || pads.size() != 4 || dil.size() != 2)
+    return notTaken(call, "unexpected strides/pads/dilations");
+  d.strideH = st[0], d.strideW = st[1];
+  d.padTop = pads[0], d.padLeft = pads[1], d.padBottom = pads[2], d.padRight = pads[3];
+  d.dilationH = dil[0], d.dilationW = dil[1];
+  d.groups = a.getInt("group");
+  d.bias = in.size() == 3;
+  d.dtype = out.dtype;
+  return LibraryCall{d};
+}
+
+Expected<LibraryCall> describeGemm(const OpCall& call, const ir::AttrView& a,
+                                   std::span<const ir::TensorType> in, const ir::TensorType& out) {
+  GemmDescriptor d;
+  d.dtype = out.dtype;
+  const ir::Shape& A = in[0].shape;
+  const ir::Shape& B = in[1].shape;
+  switch (call.op) {
+    case ir::OpKind::kLinear: {  // x [..., in] W [out, in] (+ b [out]).
+      if (A.empty() || B.size() != 2) return notTaken(call, "linear of a scalar");
+      d.m = product(A, 0, A.size() - 1), d.k = A.back(), d.n = B[0];
+      d.transB = true;
+      d.lda = d.k, d.ldb = d.k;
+      if (in.size() == 3) d.c = GemmDescriptor::C::kRow, d.beta = 1;
+      return LibraryCall{d};
+    }
+    case ir::OpKind::kGemm: {
+      if (A.size() != 2 || B.size() != 2) return notTaken(call, "gemm of non-matrices");
+      d.transA = a.getInt("transA") != 0, d.transB = a.getInt("transB") != 0;
+      d.m = d.transA ? A[1] : A[0], d.k = d.transA ? A[0] : A[1];
+      d.n = d.transB ? B[0] : B[1];
+      d.lda = A[1], d.ldb = B[1];
+      d.alpha = a.getFloat("alpha");
+      if (in.size() == 3) {
+        const ir::Shape& C = in[2].shape;
+        d.beta = a.getFloat("beta");
+        if ((C.size() == 1 && C[0] == d.n) || (C.size() == 2 && C[0] == 1 && C[1] == d.n))
+          d.c = GemmDescriptor::C::kRow;
+        else if (C.size() == 2 && C[0] == d.m && C[1] == d.n)
+          d.c = GemmDescriptor::C::kMatrix;
+        else
+          return notTaken(call, "C of shape " + ir::shapeToString(C) + " broadcasts otherwise");
+      }
+      return LibraryCall{d};
+    }
+    case ir::OpKind::kMatMul: {  // A [..., M, K] B [..., K, N]
+      if (A.size() < 2 || B.size() < 2) return notTaken(call, "matmul of a vector");
+      d.m = A[A.size() - 2], d.k = A.back(), d.n = B.back();
+      d.lda = d.k, d.ldb = d.n;
+      const ir::Shape ab(A.begin(), A.end() - 2), bb(B.begin(), B.end() - 2);
+      if (bb.empty()) {  // B shared: the batch folds into the rows.
+        d.m *= product(A, 0, A.size() - 2);
+      } else if (ab.empty()) {
+        d.batch = product(B, 0, B.size() - 2), d.strideB = d.k * d.n;
+      } else if (ab == bb) {
+        d.batch = product(A, 0, A.size() - 2), d.strideA = d.m * d.k, d.strideB = d.k * d.n;
+      } else {
+        return notTaken(call, "batch dims broadcast between the operands");
+      }
+      return LibraryCall{d};
+    }
+    default:
+      return notTaken(call, "not a matrix product");
+  }
+}
+
+}  // namespace
+
+std::string LibraryCall::describe() const {
+  char buf[256];
+  if (const auto* c = std::get_if<ConvDescriptor>(&desc)) {
+    std::snprintf(buf, sizeof buf,
+                  "conv2d n%lld c%lld %lldx%lld -> k%lld %lldx%lld (filter %lldx%lld, stride "
+                  "%lldx%lld, dilation %lldx%lld, pads %lld,%lld,%lld,%lld, groups %lld)%s",
+                  (long long)c->n, (long long)c->c, (long long)c->h, (long long)c->w,
+                  (long long)c->k, (long long)c->p, (long long)c->q, (long long)c->r,
+                  (long long)c->s, (long long)c->strideH, (long long)c->strideW,
+                  (long long)c->dilationH, (long long)c->dilationW, (long long)c->padTop,
+                  (long long)c->padLeft, (long long)c->padBottom, (long long)c->padRight,
+                  (long long)c->groups, c->bias ? " +bias" : "");
+    return buf;
+  }
+  const auto& g = std::get<GemmDescriptor>(desc);
+  std::snprintf(buf, sizeof buf, "gemm batch %lld: %lldx%lld * %lldx%lld%s%s alpha %g%s",
+                (long long)g.batch, (long long)g.m, (long long)g.k, (long long)g.k, (long long)g.n,
+                g.transA ? " (A^T)" : "", g.transB ? " (B^T)" : "", g.alpha,
+                g.c == GemmDescriptor::C::kRow      ? " + bias row"
+                : g.c == GemmDescriptor::C::kMatrix ? " + C"
+                                                    : "");
+  return buf;
+}
+
+bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout) {
+  if (dtype != ir::DType::kF32 || layout != ir::Layout::kPlain) return false;
+  return op == ir::OpKind::kConv2d || op == ir::OpKind::kLinear || op == ir::OpKind::kGemm ||
+         op == ir::OpKind::kMatMul;
+}
+
+Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir::TensorType> in,
+                                          const ir::TensorType& out) {
+  if (!describesLibraryOp(call.op, out.dtype, out.layout))
+    return notTaken(call, "op, dtype " + std::string(ir::dtypeName(out.dtype)) + " or layout");
+  if (!call.postOps.empty() || call.numExtra != 0) return notTaken(call, "fused post-ops");
+  if (call.options.channelsLast) return notTaken(call, "channels-last activations");
+  for (const ir::TensorType& t : in)
+    if (t.dtype != out.dtype || t.layout != ir::Layout::kPlain)
+      return notTaken(call, "mixed dtypes or layouts");
+  static const ir::AttrMap none;
+  const ir::AttrView attrs(ir::opInfo(call.op), call.attrs ? *call.attrs : none);
+  if (call.op == ir::OpKind::kConv2d) return describeConv(call, attrs, in, out);
+  return describeGemm(call, attrs, in, out);
+}
+
+std::vector<int64_t> operandBytes(const LibraryCall& call) {
+  const int64_t e = static_cast<int64_t>(ir::dtypeSize(ir::DType::kF32));
+  if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) {
+    std::vector<int64_t> b = {c->n * c->c * c->h * c->w * e,
+                              c->k * (c->c / c->groups) * c->r * c->s * e};
+    if (c->bias) b.push_back(c->k * e);
+    b.push_back(c->n * c->k * c->p * c->q * e);
+    return b;
+  }
+  const auto& g = std::get<GemmDescriptor>(call.desc);
+  std::vector<int64_t> b = {(g.strideA ? g.batch : 1) * g.m * g.k * e,
+                            (g.strideB ? g.batch : 1) * g.k * g.n * e};
+  if (g.c == GemmDescriptor::C::kRow) b.push_back(g.n * e);
+  if (g.c == GemmDescriptor::C::kMatrix) b.push_back(g.m * g.n * e);
+  b.push_back(g.batch * g.m * g.n * e);
+  return b;
+}
+
+Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> operands) {
+  auto wrap = [&](size_t i, ir::Shape shape) {
+    return Tensor::wrap(static_cast<std::byte*>(operands[i]), ir::DType::kF32, std::move(shape));
+  };
+  ir::AttrMap attrs;
+  std::vector<Tensor> in;
+  Tensor out;
+  ir::OpKind op;
+  if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) {
+    if (c->dtype != ir::DType::kF32) return unimplemented("emu: conv2d of " + call.describe());
+    op = ir::OpKind::kConv2d;
+    attrs["strides"] = std::vector<int64_t>{c->strideH, c->strideW};
+    attrs["pads"] = std::vector<int64_t>{c->padTop, c->padLeft, c->padBottom, c->padRight};
+    attrs["dilations"] = std::vector<int64_t>{c->dilationH, c->dilationW};
+    attrs["group"] = c->groups;
+    in.push_back(wrap(0, {c->n, c->c, c->h, c->w}));
+    in.push_back(wrap(1, {c->k, c->c / c->groups, c->r, c->s}));
+    if (c->bias) in.push_back(wrap(2, {c->k}));
+    out = wrap(in.size(), {c->n, c->k, c->p, c->q});
+  } else {
+    const auto& g = std::get<GemmDescriptor>(call.desc);
+    const int64_t denseLda = g.transA ? g.m : g.k, denseLdb = g.transB ? g.k : g.n;
+    if (g.lda != denseLda || g.ldb != denseLdb || g.dtype != ir::DType::kF32)
+      return unimplemented("emu: a strided or non-f32 " + call.describe());
+    if (g.batch == 1 && g.strideA == 0 && g.strideB == 0) {
+      op = ir::OpKind::kGemm;
+      attrs["alpha"] = g.alpha;
+      attrs["beta"] = g.beta;
+      attrs["transA"] = int64_t{g.transA};
+      attrs["transB"] = int64_t{g.transB};
+      in.push_back(wrap(0, g.transA ? ir::Shape{g.k, g.m} : ir::Shape{g.m, g.k}));
+      in.push_back(wrap(1, g.transB ? ir::Shape{g.n, g.k} : ir::Shape{g.k, g.n}));
+      if (g.c == GemmDescriptor::C::kRow) in.push_back(wrap(2, {g.n}));
+      if (g.c == GemmDescriptor::C::kMatrix) in.push_back(wrap(2, {g.m, g.n}));
+      out = wrap(in.size(), {g.m, g.n});
+    } else {
+      if (g.transA || g.transB || g.alpha != 1 || g.c != GemmDescriptor::C::kNone)
+        return unimplemented("emu: a batched " + call.describe());
+      op = ir::OpKind::kMatMul;
+      in.push_back(wrap(0, g.strideA ? ir::Shape{g.batch, g.m, g.k} : ir::Shape{g.m, g.k}));
+      in.push_back(wrap(1, g.strideB ? ir::Shape{g.batch, g.k, g.n} : ir::Shape{g.k, g.n}));
+      out = wrap(2, {g.batch, g.m, g.n});
+    }
+  }
+  const ir::AttrView view(ir::opInfo(op), attrs);
+  RefKernel k = libraryKernel(op, ir::DType::kF32);
+  if (!k) k = referenceKernel(op);
+  std::span<Tensor> outs(&out, 1);
+  return k(view, in, outs).withContext("emu: " + call.describe());
+}
+
+}  // namespace kiln::runtime::gpu

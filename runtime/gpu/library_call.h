@@ -1,0 +1,72 @@
+// kiln's descriptors of the library calls the CUDA backend makes: a convolution as cuDNN is asked
+// for it, a (batched) matrix product with its bias as cuBLASLt is asked for it. They are built
+// from an op call (describeLibraryCall) by the same code for every device and consumed by the
+// device: the real one hands them to cuDNN/cuBLASLt, the emu device runs the CPU's library with
+// exactly the shapes, strides and flags the descriptor holds (so a field the descriptor gets wrong
+// gives a wrong emu result, which the tests compare against the reference kernels).
+// Epilogues: none yet. Bias is part of the call; activations and residual adds run as generated
+// kernels (the devices' fused activations are not known to keep NaN, kiln's rule).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ir/status.h"
+#include "ir/types.h"
+#include "runtime/backend.h"
+
+namespace kiln::runtime::gpu {
+
+// y[n,k,p,q] = sum over c, r, s of x[n, g*C/G + c, p*strideH - padTop + r*dilationH, ...] *
+// w[k, c, r, s] (+ bias[k]); groups split channels. Tensors are dense NCHW (channels-last later).
+struct ConvDescriptor {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // Input.
+  int64_t k = 0, r = 0, s = 0;         // Filters: k x (c / groups) x r x s.
+  int64_t p = 0, q = 0;                // Output height and width.
+  int64_t strideH = 1, strideW = 1, dilationH = 1, dilationW = 1;
+  int64_t padTop = 0, padLeft = 0, padBottom = 0, padRight = 0;
+  int64_t groups = 1;
+  bool bias = false;
+  ir::DType dtype = ir::DType::kF32;
+};
+
+// D[b] = alpha * op(A[b]) op(B[b]) + beta * C, row-major: op(A) is M x K, op(B) K x N, D M x N
+// (ldd = N, batch stride M * N). A stride of 0 broadcasts that operand over the batch. C: none,
+// a row vector broadcast over the rows (a bias of N), or an M x N matrix shared by the batch.
+struct GemmDescriptor {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool transA = false, transB = false;
+  int64_t lda = 0, ldb = 0;          // Row strides of the stored A and B.
+  int64_t strideA = 0, strideB = 0;  // Batch strides (elements); 0 broadcasts.
+  enum class C : uint8_t { kNone, kRow, kMatrix } c = C::kNone;
+  double alpha = 1, beta = 0;
+  ir::DType dtype = ir::DType::kF32;
+};
+
+struct LibraryCall {
+  std::variant<ConvDescriptor, GemmDescriptor> desc;
+  // One line for --explain and errors: "conv2d n1 c64 56x56 -> k64 3x3 s1 p1 g1 +bias".
+  std::string describe() const;
+};
+
+// The descriptor of `call` (inputs then the output in operand order: conv x, w[, b]; gemm A, B[,
+// C]), or kUnimplemented saying why the devices' libraries cannot take it (then the op runs on
+// the host).
+Expected<LibraryCall> describeLibraryCall(const OpCall& call,
+                                          std::span<const ir::TensorType> inputs,
+                                          const ir::TensorType& output);
+
+// Whether describeLibraryCall takes `op` for some shapes with this output dtype and layout.
+bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout);
+
+// The bytes of each operand of a described call (inputs then the output), f32 elements.
+std::vector<int64_t> operandBytes(const LibraryCall& call);
+
+// Runs a described call with the CPU's library on host memory (the emu device): operands as
+// describeLibraryCall ordered them, the output last.
+Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> operands);
+
+}  // namespace kiln::runtime::gpu

@@ -1,0 +1,136 @@
+// The CUDA backend's library-call descriptors (runtime/gpu/library_call.h), built from op calls
+// and run by the emu device through the CPU's library with only what the descriptor says:
+// convolutions over random strides, asymmetric pads, dilations, groups and bias, and matrix
+// products in every form (linear, gemm with transposes, alpha, beta and each kind of C, matmul
+// with batch dims on either side), against the reference kernels.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+
+#include "compiler/compile.h"
+#include "random_inputs.h"
+#include "runtime/eager.h"
+#include "runtime/gpu/emu_device.h"
+#include "runtime/gpu/gpu_backend.h"
+#include "runtime/gpu/library_call.h"
+#include "runtime/reference/kernels.h"
+
+using namespace kiln;
+using runtime::Tensor;
+
+namespace {
+
+// One node on random inputs: compiled for emu it must be one library step, and match the
+// reference kernel.
+void checkOneOp(ir::OpKind op, std::vector<ir::TensorType> inputs, ir::AttrMap attrs, uint64_t seed,
+                bool deviceCall = true) {
+  ir::Graph g("one_op");
+  std::vector<ir::Value*> ins;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    ins.push_back(*g.addInput("x" + std::to_string(i), inputs[i]));
+  auto node = g.addNode(op, ins, attrs);
+  INFO(node.status().message());
+  REQUIRE(node.hasValue());
+  g.setOutputs({(*node)->output()});
+  const std::vector<Tensor> xs = testing::randomInputs(g, seed);
+  std::vector<Tensor> refOut;
+  {
+    auto types = ir::inferTypes(op, inputs, attrs);
+    REQUIRE(types.hasValue());
+    refOut.push_back(*Tensor::empty((*types)[0].dtype, (*types)[0].shape));
+    REQUIRE(runtime::referenceKernel(op)(ir::AttrView(ir::opInfo(op), attrs), xs, refOut).isOk());
+  }
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  compiler::CompileOptions o;
+  o.backend = *emu;
+  auto cm = compiler::compile(g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  int library = 0;
+  for (const auto& s : (*cm)->plan().steps) library += s.library;
+  CHECK(library == 1);
+  const int64_t calls = runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(**emu))->libraryCalls;
+  auto got = (*cm)->run(xs);
+  INFO(got.status().message());
+  REQUIRE(got.hasValue());
+  // A device library call, or (shapes the descriptors cannot take) the op on the host.
+  CHECK(runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(**emu))->libraryCalls ==
+        calls + (deviceCall ? 1 : 0));
+  const Tensor& a = (*got)[0];
+  double maxRef = 0, maxDiff = 0;
+  for (int64_t i = 0; i < refOut[0].numElements(); ++i) {
+    maxRef = std::max(maxRef, std::fabs(refOut[0].elementAsDouble(i)));
+    maxDiff = std::max(maxDiff, std::fabs(a.elementAsDouble(i) - refOut[0].elementAsDouble(i)));
+  }
+  CHECK(maxDiff <= 1e-5 * std::max(maxRef, 1.0));
+}
+
+ir::TensorType f32(ir::Shape s) {
+  return {ir::DType::kF32, std::move(s)};
+}
+
+}  // namespace
+
+TEST_CASE("library calls: convolutions described for the device match the reference") {
+  std::mt19937 rng(2);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 12; ++trial) {
+    const int64_t groups = trial % 3 == 0 ? pick(2, 3) : 1;
+    const int64_t c = groups * pick(1, 3), k = groups * pick(1, 4);
+    const int64_t r = pick(1, 3), s = pick(1, 3);
+    const int64_t h = pick(r + 2, 9), w = pick(s + 2, 9);
+    ir::AttrMap a;
+    a["strides"] = std::vector<int64_t>{pick(1, 2), pick(1, 2)};
+    a["pads"] = std::vector<int64_t>{pick(0, 2), pick(0, 1), pick(0, 1), pick(0, 2)};
+    a["dilations"] = std::vector<int64_t>{pick(1, 2), 1};
+    a["group"] = groups;
+    std::vector<ir::TensorType> in = {f32({pick(1, 2), c, h, w}), f32({k, c / groups, r, s})};
+    if (trial % 2) in.push_back(f32({k}));
+    INFO("trial " << trial);
+    checkOneOp(ir::OpKind::kConv2d, in, a, 30 + trial);
+  }
+}
+
+TEST_CASE("library calls: matrix products described for the device match the reference") {
+  SECTION("linear, with and without bias, batched rows") {
+    checkOneOp(ir::OpKind::kLinear, {f32({3, 5, 7}), f32({4, 7}), f32({4})}, {}, 1);
+    checkOneOp(ir::OpKind::kLinear, {f32({6, 7}), f32({4, 7})}, {}, 2);
+  }
+  SECTION("gemm: transposes, alpha, beta, C as a row or a matrix") {
+    for (int transA : {0, 1})
+      for (int transB : {0, 1})
+        for (int c : {0, 1, 2}) {
+          INFO("transA " << transA << " transB " << transB << " C " << c);
+          ir::AttrMap a{{"transA", int64_t{transA}},
+                        {"transB", int64_t{transB}},
+                        {"alpha", 0.5},
+                        {"beta", 2.0}};
+          std::vector<ir::TensorType> in = {f32(transA ? ir::Shape{6, 5} : ir::Shape{5, 6}),
+                                            f32(transB ? ir::Shape{3, 6} : ir::Shape{6, 3})};
+          if (c == 1) in.push_back(f32({3}));
+          if (c == 2) in.push_back(f32({5, 3}));
+          checkOneOp(ir::OpKind::kGemm, in, a, 10 + transA + 2 * transB + 4 * c);
+        }
+  }
+  SECTION("matmul: shared B folds into rows, shared A, equal batch dims") {
+    checkOneOp(ir::OpKind::kMatMul, {f32({2, 3, 4, 5}), f32({5, 6})}, {}, 3);
+    checkOneOp(ir::OpKind::kMatMul, {f32({4, 5}), f32({3, 5, 6})}, {}, 4);
+    checkOneOp(ir::OpKind::kMatMul, {f32({2, 3, 4, 5}), f32({2, 3, 5, 6})}, {}, 5);
+  }
+}
+
+TEST_CASE("library calls: what the descriptors cannot take is named, and runs on the host") {
+  runtime::OpCall call;
+  call.name = "mm";
+  call.op = ir::OpKind::kMatMul;
+  call.library = true;
+  const std::vector<ir::TensorType> in = {f32({2, 1, 4, 5}), f32({3, 5, 6})};
+  auto d = runtime::gpu::describeLibraryCall(call, in, f32({2, 3, 4, 6}));
+  CHECK(d.status().code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(d.status().message(), Catch::Contains("batch dims broadcast between the operands"));
+  // Such a matmul still runs on the device, through the host.
+  checkOneOp(ir::OpKind::kMatMul, in, {}, 6, /*deviceCall=*/false);
+}
