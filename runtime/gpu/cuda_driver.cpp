@@ -5,9 +5,11 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 
+#include "runtime/gpu/cuda_libraries.h"
 #include "runtime/gpu/device_api.h"
 
 #if KILN_HAVE_CUDA_HEADERS
@@ -181,10 +183,25 @@ class CudaDevice final : public DeviceApi {
     return check(d_.cuLaunchHostFunc(stream(s), fn, data), "cuLaunchHostFunc");
   }
 
-  // cuDNN and cuBLASLt are not called yet: library ops run on the host in stream order.
-  bool hasLibraryCalls() const override { return false; }
-  Status libraryCall(const LibraryCall& call, std::span<const DevicePtr>, StreamHandle) override {
-    return unimplemented("CUDA: " + call.describe() + ": cuDNN/cuBLASLt calls are not built yet");
+  // cuDNN and cuBLASLt (cuda_libraries.h) where they load; without them library ops run on the
+  // host in stream order.
+  bool hasLibraryCalls() const override { return libs_ != nullptr; }
+  Status libraryCall(const LibraryCall& call, std::span<const DevicePtr> operands,
+                     StreamHandle s) override {
+    if (!libs_) return unimplemented("CUDA: " + call.describe() + ": " + libsMissing_);
+    KILN_TRY(bind());
+    return libs_->run(call, operands, stream(s));
+  }
+
+  // Opens cuBLASLt and cuDNN in this device's context; a failure is kept as the reason library
+  // ops run on the host.
+  void openLibraries() {
+    if (!bind().isOk()) return;
+    auto libs = openCudaLibraries([this](void* s, size_t bytes) { return workspace(s, bytes); });
+    if (libs)
+      libs_ = std::move(*libs);
+    else
+      libsMissing_ = libs.status().message();
   }
 
   Expected<StreamHandle> createStream() override {
@@ -274,9 +291,27 @@ class CudaDevice final : public DeviceApi {
     return internalError("CUDA: " + what + " failed: " + errorName(d_.lib, r));
   }
 
+  // Scratch memory for the libraries, one per stream (work on two streams may run at once).
+  Expected<DevicePtr> workspace(void* s, size_t bytes) {
+    std::lock_guard lock(wsMu_);
+    auto& [p, size] = workspaces_[s];
+    if (size >= bytes) return p;
+    if (p) (void)d_.cuMemFree(p);  // The stream's earlier work on it is ordered before.
+    p = 0;
+    size = 0;
+    KILN_ASSIGN_OR_RETURN(DevicePtr fresh, malloc(bytes));
+    p = fresh;
+    size = bytes;
+    return p;
+  }
+
   Driver d_;
   CUcontext ctx_;
   DeviceProps props_;
+  std::unique_ptr<CudaLibraries> libs_;
+  std::string libsMissing_ = "cuBLASLt/cuDNN were not opened";
+  std::mutex wsMu_;
+  std::map<void*, std::pair<DevicePtr, size_t>> workspaces_;
 };
 
 #endif  // KILN_HAVE_CUDA_HEADERS
@@ -326,7 +361,9 @@ Expected<std::shared_ptr<DeviceApi>> openCudaDevice() {
   p.maxThreadsPerMultiProcessor = perSm > 0 ? perSm : 2048;
   p.sharedBytesPerBlock = shared > 0 ? shared : 48 * 1024;
   p.totalMemory = static_cast<int64_t>(total);
-  return std::shared_ptr<DeviceApi>(std::make_shared<CudaDevice>(d, ctx, std::move(p)));
+  auto device = std::make_shared<CudaDevice>(d, ctx, std::move(p));
+  device->openLibraries();
+  return std::shared_ptr<DeviceApi>(std::move(device));
 #else
   return notFound(
       "no CUDA device: kiln was built without the CUDA toolkit's headers; rebuild on a machine "

@@ -238,7 +238,9 @@ class GpuStream final : public Stream {
         operands_.clear();
         for (const DeviceTensor& t : inputs) operands_.push_back(ptr(t.address));
         operands_.push_back(ptr(outputs[0].address));
-        return dev_.libraryCall(*call, operands_, s_);
+        Status st = dev_.libraryCall(*call, operands_, s_);
+        if (st.code() != ErrorCode::kUnimplemented) return st;
+        // The device's library refused these shapes (e.g. cuDNN and asymmetric padding).
       }
       // Shapes the device's library does not take: on the host, below.
     }

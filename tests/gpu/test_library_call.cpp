@@ -10,6 +10,7 @@
 #include "compiler/compile.h"
 #include "random_inputs.h"
 #include "runtime/eager.h"
+#include "runtime/gpu/cuda_libraries.h"
 #include "runtime/gpu/emu_device.h"
 #include "runtime/gpu/gpu_backend.h"
 #include "runtime/gpu/library_call.h"
@@ -133,4 +134,14 @@ TEST_CASE("library calls: what the descriptors cannot take is named, and runs on
   CHECK_THAT(d.status().message(), Catch::Contains("batch dims broadcast between the operands"));
   // Such a matmul still runs on the device, through the host.
   checkOneOp(ir::OpKind::kMatMul, in, {}, 6, /*deviceCall=*/false);
+}
+
+TEST_CASE("library calls: cuBLASLt and cuDNN load with every function kiln calls") {
+  // Without a GPU their handles cannot start, but every symbol must resolve first.
+  auto libs = runtime::gpu::openCudaLibraries(
+      [](void*, size_t) -> Expected<runtime::gpu::DevicePtr> { return internalError("unused"); });
+  if (libs.hasValue()) return;  // A machine with a GPU.
+  INFO(libs.status().message());
+  CHECK_THAT(libs.status().message(),
+             Catch::StartsWith("cuBLASLt cannot start") || Catch::StartsWith("cuDNN cannot start"));
 }

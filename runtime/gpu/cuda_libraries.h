@@ -1,0 +1,31 @@
+// cuBLASLt and cuDNN for the real device (cuda_driver.cpp), both loaded with dlopen: kiln's library
+// descriptors (library_call.h) become cublasLtMatmul and cudnnConvolutionForward calls on the
+// caller's stream. fp32 is exact (CUBLAS_COMPUTE_32F, CUDNN_FMA_MATH: no TF32). A call the
+// libraries cannot express (asymmetric padding, a scaled bias row) is kUnimplemented, and the
+// backend runs that op on the host instead.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "runtime/gpu/device_api.h"
+
+namespace kiln::runtime::gpu {
+
+class CudaLibraries {
+ public:
+  virtual ~CudaLibraries() = default;
+  // `stream` is the CUstream.
+  virtual Status run(const LibraryCall& call, std::span<const DevicePtr> operands,
+                     void* stream) = 0;
+};
+
+// Loads libcublasLt.so.13 and libcudnn.so.9 and creates their handles in the current CUDA
+// context; `workspace(stream, bytes)` returns device scratch memory of at least that size for
+// work on that stream (kept by the caller; streams never share one). kNotFound naming what is
+// missing.
+using WorkspaceFn = std::function<Expected<DevicePtr>(void* stream, size_t bytes)>;
+Expected<std::unique_ptr<CudaLibraries>> openCudaLibraries(WorkspaceFn workspace);
+
+}  // namespace kiln::runtime::gpu
