@@ -80,6 +80,7 @@ struct CompileReport {
   int nodesOptimized = 0;  // After the pass pipeline.
   int generatedKernels = 0;
   int referenceSteps = 0;  // Library and reference calls.
+  int hostSteps = 0;       // Of those, on a GPU backend: ops run on the host (no device kernel).
   int copySteps = 0;
   int aliases = 0;  // Reshapes that became views of their input (no step).
   int modules = 0;

@@ -1,5 +1,6 @@
 #include "compiler/plan_builder.h"
 
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -199,6 +200,7 @@ class PlanBuilder {
       b.type = v->type();
       return b;
     };
+    std::map<std::string, int> hostOps;  // Op name -> steps run on the host.
     for (const auto& d : s_.steps) {
       runtime::PlanStep s;
       s.kind = d.kind;
@@ -225,8 +227,22 @@ class PlanBuilder {
         s.libraryOptions.algo = d.algo;
         s.libraryOptions.channelsLast = d.channelsLast;
         ++report_.referenceSteps;
+        // On a GPU backend an op that is neither a generated kernel nor a device library call
+        // runs on the host, with copies each way (runtime/gpu/gpu_backend.h): say which.
+        const std::string& code = backend_->caps().kernelCode;
+        if ((code == "cubin" || code == "cuda-emu-object") && !s.library) {
+          ++report_.hostSteps;
+          ++hostOps[std::string(ir::opName(s.op))];
+        }
       }
       plan->steps.push_back(std::move(s));
+    }
+    if (!hostOps.empty()) {
+      std::string list;
+      for (const auto& [op, n] : hostOps)
+        list += (list.empty() ? "" : ", ") + op + (n > 1 ? " x" + std::to_string(n) : "");
+      report_.remarks.push_back(std::to_string(report_.hostSteps) + " op(s) run on the host (no " +
+                                std::string(backend_->name()) + " kernel yet): " + list);
     }
     for (size_t i = 0; i < copyToOutput.size(); ++i) {
       if (!copyToOutput[i]) continue;

@@ -236,6 +236,9 @@ int runCompile(const Args& args) {
     std::printf("kernel cache: %d hits, %d misses; %d layout conversions; code for CPU %s\n",
                 r.cacheHits, r.cacheMisses, r.layoutConversions,
                 (*cm)->code().cpu.empty() ? "(no kernels)" : (*cm)->code().cpu.c_str());
+    if (r.hostSteps)
+      std::printf("%d op(s) run on the host (no device kernel yet; --verbose lists them)\n",
+                  r.hostSteps);
     if (r.cudaKernelsChecked)
       std::printf("CUDA: %d kernels compiled by NVRTC for sm_80 and sm_90, %zu errors\n",
                   r.cudaKernelsChecked, r.cudaErrors.size());

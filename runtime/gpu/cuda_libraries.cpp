@@ -61,7 +61,11 @@ void* openLibrary(const char* soname, std::string& tried) {
   X(cudnnGetConvolutionForwardAlgorithm_v7)  \
   X(cudnnGetConvolutionForwardWorkspaceSize) \
   X(cudnnConvolutionForward)                 \
-  X(cudnnAddTensor)
+  X(cudnnAddTensor)                          \
+  X(cudnnCreatePoolingDescriptor)            \
+  X(cudnnDestroyPoolingDescriptor)           \
+  X(cudnnSetPooling2dDescriptor)             \
+  X(cudnnPoolingForward)
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's (PyTorch uses 32 MiB on Hopper).
 
@@ -78,6 +82,7 @@ class Libraries final : public CudaLibraries {
 
   Status run(const LibraryCall& call, std::span<const DevicePtr> ops, void* stream) override {
     if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) return conv(*c, ops, stream);
+    if (const auto* p = std::get_if<PoolDescriptor>(&call.desc)) return pool(*p, ops, stream);
     return gemm(std::get<GemmDescriptor>(call.desc), ops, stream);
   }
 
@@ -183,6 +188,51 @@ class Libraries final : public CudaLibraries {
                        reinterpret_cast<void*>(D), lc, &result.algo, reinterpret_cast<void*>(ws),
                        wsBytes, static_cast<cudaStream_t>(stream)),
         "Matmul");
+  }
+
+  // NaN propagates through max pooling (kiln's rule); cuDNN's 2-D pooling has symmetric pads,
+  // no dilation, and computes its own (floor) output size, which must be kiln's.
+  Status pool(const PoolDescriptor& p, std::span<const DevicePtr> ops, void* stream) {
+    if (p.padTop != p.padBottom || p.padLeft != p.padRight || p.dilationH != 1 || p.dilationW != 1)
+      return unimplemented("cuDNN: pooling with asymmetric padding or dilation");
+    if ((p.h + 2 * p.padTop - p.windowH) / p.strideH + 1 != p.p ||
+        (p.w + 2 * p.padLeft - p.windowW) / p.strideW + 1 != p.q)
+      return unimplemented("cuDNN: pooling with ceil rounding");
+    std::lock_guard lock(dnnMu);
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+    cudnnPoolingDescriptor_t pd = nullptr;
+    struct Cleanup {
+      Libraries& l;
+      cudnnTensorDescriptor_t &x, &y;
+      cudnnPoolingDescriptor_t& pd;
+      ~Cleanup() {
+        for (auto* t : {x, y})
+          if (t) l.cudnnDestroyTensorDescriptor(t);
+        if (pd) l.cudnnDestroyPoolingDescriptor(pd);
+      }
+    } cleanup{*this, x, y, pd};
+    auto i = [](int64_t v) { return static_cast<int>(v); };
+    KILN_TRY(dnn_(cudnnSetStream(dnn, static_cast<cudaStream_t>(stream)), "SetStream"));
+    KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&x), "CreateTensorDescriptor"));
+    KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&y), "CreateTensorDescriptor"));
+    KILN_TRY(dnn_(cudnnCreatePoolingDescriptor(&pd), "CreatePoolingDescriptor"));
+    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(p.n), i(p.c),
+                                             i(p.h), i(p.w)),
+                  "SetTensor4dDescriptor x"));
+    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(p.n), i(p.c),
+                                             i(p.p), i(p.q)),
+                  "SetTensor4dDescriptor y"));
+    const cudnnPoolingMode_t mode = p.max            ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                    : p.countPadding ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                                     : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    KILN_TRY(
+        dnn_(cudnnSetPooling2dDescriptor(pd, mode, CUDNN_PROPAGATE_NAN, i(p.windowH), i(p.windowW),
+                                         i(p.padTop), i(p.padLeft), i(p.strideH), i(p.strideW)),
+             "SetPooling2dDescriptor"));
+    const float one = 1.f, zero = 0.f;
+    return dnn_(cudnnPoolingForward(dnn, pd, &one, x, reinterpret_cast<const void*>(ops[0]), &zero,
+                                    y, reinterpret_cast<void*>(ops[1])),
+                "PoolingForward");
   }
 
   Status conv(const ConvDescriptor& c, std::span<const DevicePtr> ops, void* stream) {

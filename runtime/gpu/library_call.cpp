@@ -44,6 +44,32 @@ Expected<LibraryCall> describeConv(const OpCall& call, const ir::AttrView& a,
   return LibraryCall{d};
 }
 
+Expected<LibraryCall> describePool(const OpCall& call, const ir::AttrView& a,
+                                   std::span<const ir::TensorType> in, const ir::TensorType& out) {
+  const ir::Shape& x = in[0].shape;
+  if (x.size() != 4 || out.shape.size() != 4) return notTaken(call, "not a 2-D pooling");
+  PoolDescriptor d;
+  d.max = call.op == ir::OpKind::kMaxPool2d;
+  d.n = x[0], d.c = x[1], d.h = x[2], d.w = x[3];
+  d.p = out.shape[2], d.q = out.shape[3];
+  const auto& k = a.getInts("kernel");
+  const auto& st = a.getInts("strides");
+  const auto& pads = a.getInts("pads");
+  if (k.size() != 2 || st.size() != 2 || pads.size() != 4)
+    return notTaken(call, "unexpected kernel/strides/pads");
+  d.windowH = k[0], d.windowW = k[1], d.strideH = st[0], d.strideW = st[1];
+  d.padTop = pads[0], d.padLeft = pads[1], d.padBottom = pads[2], d.padRight = pads[3];
+  if (d.max) {
+    const auto& dil = a.getInts("dilations");
+    if (dil.size() != 2) return notTaken(call, "unexpected dilations");
+    d.dilationH = dil[0], d.dilationW = dil[1];
+  } else {
+    d.countPadding = a.getInt("count_include_pad") != 0;
+  }
+  d.dtype = out.dtype;
+  return LibraryCall{d};
+}
+
 Expected<LibraryCall> describeGemm(const OpCall& call, const ir::AttrView& a,
                                    std::span<const ir::TensorType> in, const ir::TensorType& out) {
   GemmDescriptor d;
@@ -115,6 +141,18 @@ std::string LibraryCall::describe() const {
                   (long long)c->groups, c->bias ? " +bias" : "");
     return buf;
   }
+  if (const auto* p = std::get_if<PoolDescriptor>(&desc)) {
+    std::snprintf(buf, sizeof buf,
+                  "%s n%lld c%lld %lldx%lld -> %lldx%lld (window %lldx%lld, stride %lldx%lld, "
+                  "dilation %lldx%lld, pads %lld,%lld,%lld,%lld%s)",
+                  p->max ? "max_pool2d" : "avg_pool2d", (long long)p->n, (long long)p->c,
+                  (long long)p->h, (long long)p->w, (long long)p->p, (long long)p->q,
+                  (long long)p->windowH, (long long)p->windowW, (long long)p->strideH,
+                  (long long)p->strideW, (long long)p->dilationH, (long long)p->dilationW,
+                  (long long)p->padTop, (long long)p->padLeft, (long long)p->padBottom,
+                  (long long)p->padRight, p->countPadding ? ", padding counted" : "");
+    return buf;
+  }
   const auto& g = std::get<GemmDescriptor>(desc);
   std::snprintf(buf, sizeof buf, "gemm batch %lld: %lldx%lld * %lldx%lld%s%s alpha %g%s",
                 (long long)g.batch, (long long)g.m, (long long)g.k, (long long)g.k, (long long)g.n,
@@ -128,7 +166,7 @@ std::string LibraryCall::describe() const {
 bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout) {
   if (dtype != ir::DType::kF32 || layout != ir::Layout::kPlain) return false;
   return op == ir::OpKind::kConv2d || op == ir::OpKind::kLinear || op == ir::OpKind::kGemm ||
-         op == ir::OpKind::kMatMul;
+         op == ir::OpKind::kMatMul || op == ir::OpKind::kMaxPool2d || op == ir::OpKind::kAvgPool2d;
 }
 
 Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir::TensorType> in,
@@ -143,6 +181,8 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir
   static const ir::AttrMap none;
   const ir::AttrView attrs(ir::opInfo(call.op), call.attrs ? *call.attrs : none);
   if (call.op == ir::OpKind::kConv2d) return describeConv(call, attrs, in, out);
+  if (call.op == ir::OpKind::kMaxPool2d || call.op == ir::OpKind::kAvgPool2d)
+    return describePool(call, attrs, in, out);
   return describeGemm(call, attrs, in, out);
 }
 
@@ -155,6 +195,8 @@ std::vector<int64_t> operandBytes(const LibraryCall& call) {
     b.push_back(c->n * c->k * c->p * c->q * e);
     return b;
   }
+  if (const auto* p = std::get_if<PoolDescriptor>(&call.desc))
+    return {p->n * p->c * p->h * p->w * e, p->n * p->c * p->p * p->q * e};
   const auto& g = std::get<GemmDescriptor>(call.desc);
   std::vector<int64_t> b = {(g.strideA ? g.batch : 1) * g.m * g.k * e,
                             (g.strideB ? g.batch : 1) * g.k * g.n * e};
@@ -183,6 +225,26 @@ Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> oper
     in.push_back(wrap(1, {c->k, c->c / c->groups, c->r, c->s}));
     if (c->bias) in.push_back(wrap(2, {c->k}));
     out = wrap(in.size(), {c->n, c->k, c->p, c->q});
+  } else if (const auto* p = std::get_if<PoolDescriptor>(&call.desc)) {
+    if (p->dtype != ir::DType::kF32) return unimplemented("emu: " + call.describe());
+    op = p->max ? ir::OpKind::kMaxPool2d : ir::OpKind::kAvgPool2d;
+    attrs["kernel"] = std::vector<int64_t>{p->windowH, p->windowW};
+    attrs["strides"] = std::vector<int64_t>{p->strideH, p->strideW};
+    attrs["pads"] = std::vector<int64_t>{p->padTop, p->padLeft, p->padBottom, p->padRight};
+    if (p->max)
+      attrs["dilations"] = std::vector<int64_t>{p->dilationH, p->dilationW};
+    else
+      attrs["count_include_pad"] = int64_t{p->countPadding};
+    // The rounding that gives the descriptor's output size: floor, else ceil.
+    const int64_t extentH = p->dilationH * (p->windowH - 1) + 1;
+    const int64_t floorP = (p->h + p->padTop + p->padBottom - extentH) / p->strideH + 1;
+    attrs["ceil_mode"] = int64_t{floorP != p->p};
+    in.push_back(wrap(0, {p->n, p->c, p->h, p->w}));
+    out = wrap(1, {p->n, p->c, p->p, p->q});
+    auto types =
+        ir::inferTypes(op, std::vector<ir::TensorType>{{ir::DType::kF32, in[0].shape()}}, attrs);
+    if (!types || (*types)[0].shape != out.shape())
+      return internalError("emu: no rounding gives the output size of " + call.describe());
   } else {
     const auto& g = std::get<GemmDescriptor>(call.desc);
     const int64_t denseLda = g.transA ? g.m : g.k, denseLdb = g.transB ? g.k : g.n;

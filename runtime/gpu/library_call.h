@@ -1,7 +1,7 @@
-// kiln's descriptors of the library calls the CUDA backend makes: a convolution as cuDNN is asked
-// for it, a (batched) matrix product with its bias as cuBLASLt is asked for it. They are built
-// from an op call (describeLibraryCall) by the same code for every device and consumed by the
-// device: the real one hands them to cuDNN/cuBLASLt, the emu device runs the CPU's library with
+// kiln's descriptors of the library calls the CUDA backend makes: a convolution or a pooling as
+// cuDNN is asked for it, a (batched) matrix product with its bias as cuBLASLt is asked for it. They
+// are built from an op call (describeLibraryCall) by the same code for every device and consumed by
+// the device: the real one hands them to cuDNN/cuBLASLt, the emu device runs the CPU's library with
 // exactly the shapes, strides and flags the descriptor holds (so a field the descriptor gets wrong
 // gives a wrong emu result, which the tests compare against the reference kernels).
 // Epilogues: none yet. Bias is part of the call; activations and residual adds run as generated
@@ -46,8 +46,21 @@ struct GemmDescriptor {
   ir::DType dtype = ir::DType::kF32;
 };
 
+// y[n,c,p,q] = max (or mean) over the window at (p*strideH - padTop, q*strideW - padLeft) with
+// taps dilation apart; padded positions never win a max, and count in a mean only with
+// countPadding. The output size is given (it encodes floor or ceil rounding).
+struct PoolDescriptor {
+  bool max = true;
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t windowH = 1, windowW = 1, strideH = 1, strideW = 1, dilationH = 1, dilationW = 1;
+  int64_t padTop = 0, padLeft = 0, padBottom = 0, padRight = 0;
+  int64_t p = 0, q = 0;
+  bool countPadding = false;
+  ir::DType dtype = ir::DType::kF32;
+};
+
 struct LibraryCall {
-  std::variant<ConvDescriptor, GemmDescriptor> desc;
+  std::variant<ConvDescriptor, GemmDescriptor, PoolDescriptor> desc;
   // One line for --explain and errors: "conv2d n1 c64 56x56 -> k64 3x3 s1 p1 g1 +bias".
   std::string describe() const;
 };

@@ -95,6 +95,30 @@ TEST_CASE("library calls: convolutions described for the device match the refere
   }
 }
 
+TEST_CASE("library calls: poolings described for the device match the reference") {
+  std::mt19937 rng(4);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 12; ++trial) {
+    const bool max = trial % 2 == 0;
+    const int64_t kh = pick(1, 3), kw = pick(1, 3);
+    ir::AttrMap a;
+    a["kernel"] = std::vector<int64_t>{kh, kw};
+    a["strides"] = std::vector<int64_t>{pick(1, 2), pick(1, 3)};
+    a["pads"] =
+        std::vector<int64_t>{pick(0, kh / 2), pick(0, kw / 2), pick(0, kh / 2), pick(0, kw / 2)};
+    a["ceil_mode"] = int64_t{trial % 3 == 0};
+    if (max)
+      a["dilations"] = std::vector<int64_t>{pick(1, 2), 1};
+    else
+      a["count_include_pad"] = int64_t{trial % 4 == 1};
+    INFO("trial " << trial);
+    checkOneOp(max ? ir::OpKind::kMaxPool2d : ir::OpKind::kAvgPool2d,
+               {f32({pick(1, 2), pick(1, 3), pick(5, 9), pick(5, 9)})}, a, 50 + trial);
+  }
+}
+
 TEST_CASE("library calls: matrix products described for the device match the reference") {
   SECTION("linear, with and without bias, batched rows") {
     checkOneOp(ir::OpKind::kLinear, {f32({3, 5, 7}), f32({4, 7}), f32({4})}, {}, 1);
