@@ -79,6 +79,25 @@ void checkClose(const Expected<std::vector<Tensor>>& got, const std::vector<Tens
   }
 }
 
+// `g` compiled for the device under test, with the process's kernel cache.
+std::unique_ptr<compiler::CompiledModel> compileForDevice(const ir::Graph& g) {
+  TempCache cache;
+  compiler::CompileOptions o;
+  o.cacheDir = cache.path;
+  o.backend = emu();
+  auto cm = compiler::compile(g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  return std::move(*cm);
+}
+
+// The CPU's eager outputs of `g` on `ins`.
+std::vector<Tensor> cpuEager(const ir::Graph& g, const std::vector<Tensor>& ins) {
+  auto want = runtime::EagerExecutor(g).run(ins);
+  INFO(want.status().message());
+  REQUIRE(want.hasValue());
+  return std::move(*want);
+}
 }  // namespace
 
 TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, matching the CPU") {
@@ -92,17 +111,9 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
   auto g = models::buildModel(name, {2, 5});
   REQUIRE(g.hasValue());
   const std::vector<Tensor> ins = testing::randomInputs(*g, 9);
-  auto want = runtime::EagerExecutor(*g).run(ins);
-  REQUIRE(want.hasValue());
-
-  TempCache cache;
-  compiler::CompileOptions o;
-  o.cacheDir = cache.path;
-  o.backend = emu();
-  auto cm = compiler::compile(*g, o);
-  INFO(cm.status().message());
-  REQUIRE(cm.hasValue());
-  const auto& plan = (*cm)->plan();
+  const std::vector<Tensor> want = cpuEager(*g, ins);
+  const auto cm = compileForDevice(*g);
+  const auto& plan = cm->plan();
   int kernels = 0;
   for (const auto& s : plan.steps)
     if (s.kind == runtime::PlanStep::Kind::kKernel) {
@@ -112,27 +123,25 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
       CHECK(s.grid >= 1);
     }
   CHECK(kernels > 0);
-  CHECK((*cm)->report().generatedKernels == kernels);
+  CHECK(cm->report().generatedKernels == kernels);
   runtime::PlanRunStats stats;
-  checkClose((*cm)->run(ins, &stats), *want);
+  checkClose(cm->run(ins, &stats), want);
   CHECK(stats.graphCaptured);  // The first call recorded a CUDA graph and replayed it.
   CHECK(stats.graphReplayed);
   // Other inputs through the same graph: they are copied in before each replay.
   const std::vector<Tensor> ins2 = testing::randomInputs(*g, 10);
-  auto want2 = runtime::EagerExecutor(*g).run(ins2);
-  REQUIRE(want2.hasValue());
-  checkClose((*cm)->run(ins2, &stats), *want2);
+  checkClose(cm->run(ins2, &stats), cpuEager(*g, ins2));
   CHECK_FALSE(stats.graphCaptured);
   CHECK(stats.graphReplayed);
-  CHECK((*cm)->graphsCaptured() == 1);
-  CHECK((*cm)->arenasAllocated() == 1);
+  CHECK(cm->graphsCaptured() == 1);
+  CHECK(cm->arenasAllocated() == 1);
   // Without graphs (--no-cuda-graph): every step enqueued again, the same results.
-  (*cm)->setGraphs(false);
-  checkClose((*cm)->run(ins, &stats), *want);
+  cm->setGraphs(false);
+  checkClose(cm->run(ins, &stats), want);
   CHECK_FALSE(stats.graphReplayed);
 
   runtime::EagerExecutor eager(*g, emu());
-  checkClose(eager.run(ins), *want);
+  checkClose(eager.run(ins), want);
 }
 
 TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
@@ -214,18 +223,10 @@ TEST_CASE("emu: the committed ONNX test models run on the emu device, matching t
     INFO(g.status().message());
     REQUIRE(g.hasValue());
     const std::vector<Tensor> ins = testing::randomInputs(*g, 4);
-    auto want = runtime::EagerExecutor(*g).run(ins);
-    REQUIRE(want.hasValue());
-    TempCache cache;
-    compiler::CompileOptions o;
-    o.cacheDir = cache.path;
-    o.backend = emu();
-    auto cm = compiler::compile(*g, o);
-    INFO(cm.status().message());
-    REQUIRE(cm.hasValue());
-    checkClose((*cm)->run(ins), *want);
+    const std::vector<Tensor> want = cpuEager(*g, ins);
+    checkClose(compileForDevice(*g)->run(ins), want);
     runtime::EagerExecutor eager(*g, emu());
-    checkClose(eager.run(ins), *want);
+    checkClose(eager.run(ins), want);
   }
 }
 
@@ -293,7 +294,6 @@ std::string substitute(std::string s, int64_t rows, int64_t cols) {
 
 TEST_CASE("emu: every generated kernel kind over random shapes and launch geometries") {
   std::mt19937 rng(11);
-  TempCache cache;
   for (const KindCase& kc : kKinds) {
     for (int trial = 0; trial < 4; ++trial) {
       const int64_t rows = std::uniform_int_distribution<int64_t>(1, 40)(rng);
@@ -303,19 +303,13 @@ TEST_CASE("emu: every generated kernel kind over random shapes and launch geomet
       INFO(g.status().message());
       REQUIRE(g.hasValue());
       const std::vector<Tensor> ins = testing::randomInputs(*g, 20 + trial);
-      auto want = runtime::EagerExecutor(*g).run(ins);
-      REQUIRE(want.hasValue());
-      compiler::CompileOptions o;
-      o.cacheDir = cache.path;
-      o.backend = emu();
-      auto cm = compiler::compile(*g, o);
-      INFO(cm.status().message());
-      REQUIRE(cm.hasValue());
-      REQUIRE((*cm)->report().generatedKernels > 0);
-      checkClose((*cm)->run(ins), *want);  // Codegen's geometry.
+      const std::vector<Tensor> want = cpuEager(*g, ins);
+      const auto cm = compileForDevice(*g);
+      REQUIRE(cm->report().generatedKernels > 0);
+      checkClose(cm->run(ins), want);  // Codegen's geometry.
       // The same kernels under random geometries: 32..1024 threads, grids from 1 block (the
       // grid-stride loops do all the work) to more blocks than work (tail and idle blocks).
-      auto plan = std::make_shared<runtime::Plan>((*cm)->plan());
+      auto plan = std::make_shared<runtime::Plan>(cm->plan());
       for (auto& s : plan->steps) {
         if (s.kind != runtime::PlanStep::Kind::kKernel) continue;
         s.block = 32 * std::uniform_int_distribution<int>(1, 32)(rng);
@@ -323,7 +317,7 @@ TEST_CASE("emu: every generated kernel kind over random shapes and launch geomet
         s.grid = std::uniform_int_distribution<int64_t>(1, needed + 3)(rng);
       }
       runtime::PlanExecutor exec(plan);
-      checkClose(exec.run(ins), *want);
+      checkClose(exec.run(ins), want);
     }
   }
 }
@@ -339,19 +333,14 @@ TEST_CASE("emu: concurrent callers each take a stream, an arena and a graph, wit
     REQUIRE(w.hasValue());
     wants.push_back(*w);
   }
-  TempCache cache;
-  compiler::CompileOptions o;
-  o.cacheDir = cache.path;
-  o.backend = emu();
-  auto cm = compiler::compile(*g, o);
-  REQUIRE(cm.hasValue());
+  const auto cm = compileForDevice(*g);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(kThreads);
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
       for (int c = 0; c < kCalls; ++c) {
         const int which = (t + c) % kThreads;  // Every thread meets every input.
-        auto got = (*cm)->run(inputs[which]);
+        auto got = cm->run(inputs[which]);
         if (!got) {
           errors[t] = got.status().message();
           return;
@@ -366,6 +355,6 @@ TEST_CASE("emu: concurrent callers each take a stream, an arena and a graph, wit
   for (auto& th : threads) th.join();
   for (const auto& e : errors) CHECK(e == "");
   // One graph per slot: as many as calls ever ran at once.
-  CHECK((*cm)->graphsCaptured() == static_cast<int64_t>((*cm)->arenasAllocated()));
-  CHECK((*cm)->arenasAllocated() >= 1);
+  CHECK(cm->graphsCaptured() == static_cast<int64_t>(cm->arenasAllocated()));
+  CHECK(cm->arenasAllocated() >= 1);
 }
