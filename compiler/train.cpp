@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "compiler/eager_kernels.h"
 #include "passes/autodiff.h"
 
 namespace kiln::compiler {
@@ -54,8 +55,9 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   g.setOutputs(outs);
 
   if (options.eager) {
-    step->eager_ = std::make_unique<runtime::EagerExecutor>(
-        g, options.compile.backend ? options.compile.backend : runtime::defaultBackend());
+    auto backend = options.compile.backend ? options.compile.backend : runtime::defaultBackend();
+    step->eager_ = std::make_unique<runtime::EagerExecutor>(g, backend);
+    useDeviceKernels(*step->eager_, backend, options.compile);
   } else {
     CompileOptions co = options.compile;
     for (size_t i = 0; i < step->writes_.size(); ++i)

@@ -92,6 +92,8 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
   for (const ir::Value* v : graph_.parameters()) KILN_TRY(upload(v));
 
   std::vector<DeviceTensor> ins, outs;
+  std::vector<DeviceAddress> args;
+  std::vector<int64_t> argBytes;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const ir::Node* n = nodes[i];
     const auto tn = std::chrono::steady_clock::now();
@@ -111,11 +113,35 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
       }
       outs.push_back({env[s].address(), o->type()});
     }
-    OpCall call;
-    call.name = names_[i];
-    call.op = n->op();
-    call.attrs = &n->attrs();
-    KILN_TRY(stream->run(call, ins, outs).withContext(names_[i]));
+    std::optional<NodeKernel> kernel;
+    if (nodeKernels_ && n->outputs().size() == 1 &&
+        !be.hasLibraryKernel(n->op(), n->output()->type().dtype, n->output()->type().layout)) {
+      KILN_ASSIGN_OR_RETURN(kernel, nodeKernels_(*n));
+    }
+    if (kernel && !kernel->entry) {
+      KILN_TRY(stream->copy(outs[0].address, ins[0].address, outs[0].type.byteSize())
+                   .withContext(names_[i]));
+    } else if (kernel) {
+      args.clear();
+      argBytes.clear();
+      for (int a : kernel->args) {
+        const DeviceTensor& t =
+            a >= 0 ? ins[static_cast<size_t>(a)] : outs[static_cast<size_t>(-1 - a)];
+        args.push_back(t.address);
+        argBytes.push_back(static_cast<int64_t>(t.type.byteSize()));
+      }
+      KILN_TRY(stream
+                   ->launch({names_[i], kernel->entry, kernel->units, kernel->elements,
+                             kernel->block, kernel->grid, argBytes},
+                            args)
+                   .withContext(names_[i]));
+    } else {
+      OpCall call;
+      call.name = names_[i];
+      call.op = n->op();
+      call.attrs = &n->attrs();
+      KILN_TRY(stream->run(call, ins, outs).withContext(names_[i]));
+    }
     for (size_t dead : freeAfter_[i]) stream->free(std::move(env[dead]));
     const double ms = msSince(tn);
     stats_.nodes.push_back({n, ms});

@@ -4,8 +4,10 @@
 // baseline of every eager-vs-compiled comparison and records per-op wall time and peak bytes.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -37,6 +39,21 @@ struct EagerStats {
   std::map<std::string, EagerOpTiming> ops;  // Aggregated by op name.
 };
 
+// A generated kernel that computes one node by itself, for eager execution on a backend whose
+// library and host calls do not cover every op (the GPU): made by the compiler layer
+// (compiler/eager_kernels.h), looked up per node. `entry` null: the node is a copy of its input 0
+// into its output (a reshape). `args`: per kernel argument, the node input it reads (>= 0) or
+// the output it writes (-1 - k).
+struct NodeKernel {
+  const void* entry = nullptr;
+  int64_t units = 0, elements = 0;
+  int block = 0;
+  int64_t grid = 0;
+  std::vector<int> args;
+};
+// A node's kernel, or nullopt when the node runs as an op call.
+using NodeKernelFn = std::function<Expected<std::optional<NodeKernel>>(const ir::Node&)>;
+
 // Not thread-safe: one run at a time per executor (its statistics and environment are
 // members). Threads that run a graph eagerly at once each make their own executor.
 class EagerExecutor {
@@ -52,14 +69,18 @@ class EagerExecutor {
   // Checks inputs against the graph's input types (count, dtype, shape) and runs the graph.
   Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs);
   const EagerStats& lastStats() const { return stats_; }
+  // Nodes that are not library calls on the backend run `kernels`' kernel when it gives one
+  // (PyTorch eager on a GPU: one kernel per op); others run as op calls.
+  void setNodeKernels(NodeKernelFn kernels) { nodeKernels_ = std::move(kernels); }
 
  private:
   const ir::Graph& graph_;
   std::shared_ptr<Backend> backend_;
   std::unordered_map<const ir::Value*, size_t> slot_;  // Value -> index into the environment.
   std::vector<std::vector<size_t>> freeAfter_;         // Per node: slots that die after it.
-  std::vector<bool> isOutput_;                         // Per slot: a graph output.
-  std::vector<std::string> names_;                     // Per node: its description, for errors.
+  NodeKernelFn nodeKernels_;
+  std::vector<bool> isOutput_;      // Per slot: a graph output.
+  std::vector<std::string> names_;  // Per node: its description, for errors.
   EagerStats stats_;
 };
 

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "compiler/compile.h"
+#include "compiler/eager_kernels.h"
 #include "runtime/cpu/compute_threads.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
@@ -70,6 +71,7 @@ int runBench(const Args& args) {
   if (!randomIns) return reportError("bench", randomIns.status());
   const std::vector<runtime::Tensor>& inputs = *randomIns;
   runtime::EagerExecutor eager(*g, opts->backend);
+  compiler::useDeviceKernels(eager, opts->backend, *opts);
   std::vector<double> eagerMs, compiledMs;
   int64_t eagerPeak = 0;
   // Interleave eager and compiled runs so that machine noise hits both alike.

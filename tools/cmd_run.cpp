@@ -7,6 +7,7 @@
 
 #include "compiler/artifact.h"
 #include "compiler/compile.h"
+#include "compiler/eager_kernels.h"
 #include "compiler/jit.h"
 #include "frontends/json/graph_json.h"
 #include "frontends/npy/npy.h"
@@ -151,6 +152,9 @@ int runRun(const Args& args) {
     auto backend = deviceFromArgs(args);
     if (!backend) return reportError("run", backend.status());
     runtime::EagerExecutor exec(*g, *backend);
+    compiler::CompileOptions kernelOptions;
+    if (auto d = args.value("cache-dir")) kernelOptions.cacheDir = *d;
+    compiler::useDeviceKernels(exec, *backend, kernelOptions);
     auto outputs = exec.run(*inputs);
     if (!outputs) return reportError("run", outputs.status());
     r.outputs = std::move(*outputs);

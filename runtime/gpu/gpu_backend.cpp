@@ -230,7 +230,10 @@ class GpuStream final : public Stream {
 
   Status run(const OpCall& c, std::span<const DeviceTensor> inputs,
              std::span<const DeviceTensor> outputs) override {
-    if (c.library && outputs.size() == 1 && dev_.hasLibraryCalls()) {
+    // A library op (a plan's library step, or an eager op call) goes to the device's library
+    // where a descriptor takes it.
+    if (outputs.size() == 1 && dev_.hasLibraryCalls() &&
+        describesLibraryOp(c.op, outputs[0].type.dtype, outputs[0].type.layout)) {
       types_.clear();
       for (const DeviceTensor& t : inputs) types_.push_back(t.type);
       Expected<LibraryCall> call = describeLibraryCall(c, types_, outputs[0].type);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "compiler/compile.h"
+#include "compiler/eager_kernels.h"
 #include "compiler/train.h"
 #include "frontends/onnx/onnx_import.h"
 #include "ir/parser.h"
@@ -140,8 +141,22 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
   checkClose(cm->run(ins, &stats), want);
   CHECK_FALSE(stats.graphReplayed);
 
+  // Eager: every op on the host but the library calls, then with a generated kernel per op.
   runtime::EagerExecutor eager(*g, emu());
   checkClose(eager.run(ins), want);
+  TempCache cache;
+  compiler::CompileOptions ko;
+  ko.cacheDir = cache.path;
+  compiler::useDeviceKernels(eager, emu(), ko);
+  runtime::gpu::DeviceApi& dev = *runtime::gpu::gpuDevice(*emu());
+  const auto before = runtime::gpu::emuCounters(dev);
+  checkClose(eager.run(ins), want);
+  if (before.hasValue()) {  // On emu: nothing ran on the host, every op was a device kernel.
+    const auto after = runtime::gpu::emuCounters(dev);
+    CHECK(after->hostFunctions == before->hostFunctions);
+    CHECK(after->kernelLaunches + after->libraryCalls >
+          before->kernelLaunches + before->libraryCalls);
+  }
 }
 
 TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
