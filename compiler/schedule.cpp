@@ -101,6 +101,12 @@ class Scheduler {
       StepDraft s(runtime::PlanStep::Kind::kOp, n->describe(), n);
       s.inputs.assign(n->inputs().begin(), n->inputs().end());
       s.outputs.assign(n->outputs().begin(), n->outputs().end());
+      // An op outside the library groups that the backend's library still runs (the GPU's
+      // convolution gradients).
+      if (n->outputs().size() == 1) {
+        const ir::TensorType& t = n->output()->type();
+        s.library = backend_.hasLibraryKernel(n->op(), t.dtype, t.layout);
+      }
       s_.steps.push_back(std::move(s));
     }
     return Status::ok();

@@ -42,29 +42,35 @@ void* openLibrary(const char* soname, std::string& tried) {
   X(cublasLtMatmulAlgoGetHeuristic)       \
   X(cublasLtMatmul)
 
-#define KILN_DNN_FNS(X)                      \
-  X(cudnnCreate)                             \
-  X(cudnnGetErrorString)                     \
-  X(cudnnSetStream)                          \
-  X(cudnnCreateTensorDescriptor)             \
-  X(cudnnDestroyTensorDescriptor)            \
-  X(cudnnSetTensor4dDescriptor)              \
-  X(cudnnCreateFilterDescriptor)             \
-  X(cudnnDestroyFilterDescriptor)            \
-  X(cudnnSetFilter4dDescriptor)              \
-  X(cudnnCreateConvolutionDescriptor)        \
-  X(cudnnDestroyConvolutionDescriptor)       \
-  X(cudnnSetConvolution2dDescriptor)         \
-  X(cudnnSetConvolutionGroupCount)           \
-  X(cudnnSetConvolutionMathType)             \
-  X(cudnnGetConvolution2dForwardOutputDim)   \
-  X(cudnnGetConvolutionForwardAlgorithm_v7)  \
-  X(cudnnGetConvolutionForwardWorkspaceSize) \
-  X(cudnnConvolutionForward)                 \
-  X(cudnnAddTensor)                          \
-  X(cudnnCreatePoolingDescriptor)            \
-  X(cudnnDestroyPoolingDescriptor)           \
-  X(cudnnSetPooling2dDescriptor)             \
+#define KILN_DNN_FNS(X)                             \
+  X(cudnnCreate)                                    \
+  X(cudnnGetErrorString)                            \
+  X(cudnnSetStream)                                 \
+  X(cudnnCreateTensorDescriptor)                    \
+  X(cudnnDestroyTensorDescriptor)                   \
+  X(cudnnSetTensor4dDescriptor)                     \
+  X(cudnnCreateFilterDescriptor)                    \
+  X(cudnnDestroyFilterDescriptor)                   \
+  X(cudnnSetFilter4dDescriptor)                     \
+  X(cudnnCreateConvolutionDescriptor)               \
+  X(cudnnDestroyConvolutionDescriptor)              \
+  X(cudnnSetConvolution2dDescriptor)                \
+  X(cudnnSetConvolutionGroupCount)                  \
+  X(cudnnSetConvolutionMathType)                    \
+  X(cudnnGetConvolution2dForwardOutputDim)          \
+  X(cudnnGetConvolutionForwardAlgorithm_v7)         \
+  X(cudnnGetConvolutionForwardWorkspaceSize)        \
+  X(cudnnConvolutionForward)                        \
+  X(cudnnAddTensor)                                 \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)    \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize)   \
+  X(cudnnConvolutionBackwardData)                   \
+  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)  \
+  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) \
+  X(cudnnConvolutionBackwardFilter)                 \
+  X(cudnnCreatePoolingDescriptor)                   \
+  X(cudnnDestroyPoolingDescriptor)                  \
+  X(cudnnSetPooling2dDescriptor)                    \
   X(cudnnPoolingForward)
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's (PyTorch uses 32 MiB on Hopper).
@@ -235,6 +241,60 @@ class Libraries final : public CudaLibraries {
                 "PoolingForward");
   }
 
+  // The first deterministic algorithm of cuDNN's heuristic that fits the workspace (gradients
+  // then come out the same at every step), else the first that fits.
+  template <class Perf, class Algo>
+  static Algo pickAlgorithm(const Perf* perf, int n, Algo fallback) {
+    for (bool deterministic : {true, false})
+      for (int k = 0; k < n; ++k)
+        if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= kWorkspaceBytes &&
+            (!deterministic || perf[k].determinism == CUDNN_DETERMINISTIC))
+          return perf[k].algo;
+    return fallback;
+  }
+
+  // dx = conv^T(dy, w): operands dy, w, x (its shape only), dx.
+  Status backwardData(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                      cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t cd,
+                      std::span<const DevicePtr> ops, void* stream) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[8];
+    int n = 0;
+    KILN_TRY(dnn_(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn, w, y, cd, x, 8, &n, perf),
+                  "GetConvolutionBackwardDataAlgorithm_v7"));
+    const auto algo = pickAlgorithm(perf, n, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
+    size_t wsBytes = 0;
+    KILN_TRY(dnn_(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn, w, y, cd, x, algo, &wsBytes),
+                  "GetConvolutionBackwardDataWorkspaceSize"));
+    KILN_ASSIGN_OR_RETURN(DevicePtr ws, workspace(stream, std::max(wsBytes, kWorkspaceBytes)));
+    const float one = 1.f, zero = 0.f;
+    return dnn_(cudnnConvolutionBackwardData(dnn, &one, w, reinterpret_cast<const void*>(ops[1]), y,
+                                             reinterpret_cast<const void*>(ops[0]), cd, algo,
+                                             reinterpret_cast<void*>(ws), wsBytes, &zero, x,
+                                             reinterpret_cast<void*>(ops[3])),
+                "ConvolutionBackwardData");
+  }
+
+  // dw = x (*) dy: operands dy, x, w (its shape only), dw.
+  Status backwardFilter(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                        cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t cd,
+                        std::span<const DevicePtr> ops, void* stream) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[8];
+    int n = 0;
+    KILN_TRY(dnn_(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn, x, y, cd, w, 8, &n, perf),
+                  "GetConvolutionBackwardFilterAlgorithm_v7"));
+    const auto algo = pickAlgorithm(perf, n, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+    size_t wsBytes = 0;
+    KILN_TRY(dnn_(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn, x, y, cd, w, algo, &wsBytes),
+                  "GetConvolutionBackwardFilterWorkspaceSize"));
+    KILN_ASSIGN_OR_RETURN(DevicePtr ws, workspace(stream, std::max(wsBytes, kWorkspaceBytes)));
+    const float one = 1.f, zero = 0.f;
+    return dnn_(cudnnConvolutionBackwardFilter(dnn, &one, x, reinterpret_cast<const void*>(ops[1]),
+                                               y, reinterpret_cast<const void*>(ops[0]), cd, algo,
+                                               reinterpret_cast<void*>(ws), wsBytes, &zero, w,
+                                               reinterpret_cast<void*>(ops[3])),
+                "ConvolutionBackwardFilter");
+  }
+
   Status conv(const ConvDescriptor& c, std::span<const DevicePtr> ops, void* stream) {
     if (c.padTop != c.padBottom || c.padLeft != c.padRight)
       return unimplemented("cuDNN: asymmetric padding");
@@ -282,6 +342,10 @@ class Libraries final : public CudaLibraries {
     KILN_TRY(
         dnn_(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, oc, oh, ow),
              "SetTensor4dDescriptor y"));
+    if (c.pass == ConvDescriptor::Pass::kBackwardData)
+      return backwardData(x, w, y, cd, ops, stream);
+    if (c.pass == ConvDescriptor::Pass::kBackwardFilter)
+      return backwardFilter(x, w, y, cd, ops, stream);
     cudnnConvolutionFwdAlgoPerf_t perf[8];
     int returned = 0;
     KILN_TRY(dnn_(cudnnGetConvolutionForwardAlgorithm_v7(dnn, x, w, cd, y, 8, &returned, perf),

@@ -22,14 +22,22 @@ Status notTaken(const OpCall& call, const std::string& why) {
 
 Expected<LibraryCall> describeConv(const OpCall& call, const ir::AttrView& a,
                                    std::span<const ir::TensorType> in, const ir::TensorType& out) {
-  const ir::Shape& x = in[0].shape;
-  const ir::Shape& w = in[1].shape;
-  if (x.size() != 4 || w.size() != 4 || out.shape.size() != 4)
-    return notTaken(call, "not a 2-D convolution of 4-D tensors");
   ConvDescriptor d;
+  using Pass = ConvDescriptor::Pass;
+  d.pass = call.op == ir::OpKind::kConv2dBackwardData     ? Pass::kBackwardData
+           : call.op == ir::OpKind::kConv2dBackwardWeight ? Pass::kBackwardFilter
+                                                          : Pass::kForward;
+  // The input, the filters and the output of the forward convolution.
+  const ir::Shape& x = d.pass == Pass::kForward        ? in[0].shape
+                       : d.pass == Pass::kBackwardData ? in[2].shape
+                                                       : in[1].shape;
+  const ir::Shape& w = d.pass == Pass::kBackwardFilter ? in[2].shape : in[1].shape;
+  const ir::Shape& y = d.pass == Pass::kForward ? out.shape : in[0].shape;
+  if (x.size() != 4 || w.size() != 4 || y.size() != 4)
+    return notTaken(call, "not a 2-D convolution of 4-D tensors");
   d.n = x[0], d.c = x[1], d.h = x[2], d.w = x[3];
   d.k = w[0], d.r = w[2], d.s = w[3];
-  d.p = out.shape[2], d.q = out.shape[3];
+  d.p = y[2], d.q = y[3];
   const auto& st = a.getInts("strides");
   const auto& pads = a.getInts("pads");
   const auto& dil = a.getInts("dilations");
@@ -39,7 +47,7 @@ Expected<LibraryCall> describeConv(const OpCall& call, const ir::AttrView& a,
   d.padTop = pads[0], d.padLeft = pads[1], d.padBottom = pads[2], d.padRight = pads[3];
   d.dilationH = dil[0], d.dilationW = dil[1];
   d.groups = a.getInt("group");
-  d.bias = in.size() == 3;
+  d.bias = d.pass == Pass::kForward && in.size() == 3;
   d.dtype = out.dtype;
   return LibraryCall{d};
 }
@@ -138,7 +146,11 @@ std::string LibraryCall::describe() const {
                   (long long)c->s, (long long)c->strideH, (long long)c->strideW,
                   (long long)c->dilationH, (long long)c->dilationW, (long long)c->padTop,
                   (long long)c->padLeft, (long long)c->padBottom, (long long)c->padRight,
-                  (long long)c->groups, c->bias ? " +bias" : "");
+                  (long long)c->groups,
+                  c->pass == ConvDescriptor::Pass::kBackwardData     ? " backward data"
+                  : c->pass == ConvDescriptor::Pass::kBackwardFilter ? " backward filter"
+                  : c->bias                                          ? " +bias"
+                                                                     : "");
     return buf;
   }
   if (const auto* p = std::get_if<PoolDescriptor>(&desc)) {
@@ -165,8 +177,10 @@ std::string LibraryCall::describe() const {
 
 bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout) {
   if (dtype != ir::DType::kF32 || layout != ir::Layout::kPlain) return false;
-  return op == ir::OpKind::kConv2d || op == ir::OpKind::kLinear || op == ir::OpKind::kGemm ||
-         op == ir::OpKind::kMatMul || op == ir::OpKind::kMaxPool2d || op == ir::OpKind::kAvgPool2d;
+  return op == ir::OpKind::kConv2d || op == ir::OpKind::kConv2dBackwardData ||
+         op == ir::OpKind::kConv2dBackwardWeight || op == ir::OpKind::kLinear ||
+         op == ir::OpKind::kGemm || op == ir::OpKind::kMatMul || op == ir::OpKind::kMaxPool2d ||
+         op == ir::OpKind::kAvgPool2d;
 }
 
 Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir::TensorType> in,
@@ -180,7 +194,9 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir
       return notTaken(call, "mixed dtypes or layouts");
   static const ir::AttrMap none;
   const ir::AttrView attrs(ir::opInfo(call.op), call.attrs ? *call.attrs : none);
-  if (call.op == ir::OpKind::kConv2d) return describeConv(call, attrs, in, out);
+  if (call.op == ir::OpKind::kConv2d || call.op == ir::OpKind::kConv2dBackwardData ||
+      call.op == ir::OpKind::kConv2dBackwardWeight)
+    return describeConv(call, attrs, in, out);
   if (call.op == ir::OpKind::kMaxPool2d || call.op == ir::OpKind::kAvgPool2d)
     return describePool(call, attrs, in, out);
   return describeGemm(call, attrs, in, out);
@@ -189,10 +205,20 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir
 std::vector<int64_t> operandBytes(const LibraryCall& call) {
   const int64_t e = static_cast<int64_t>(ir::dtypeSize(ir::DType::kF32));
   if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) {
-    std::vector<int64_t> b = {c->n * c->c * c->h * c->w * e,
-                              c->k * (c->c / c->groups) * c->r * c->s * e};
+    const int64_t x = c->n * c->c * c->h * c->w * e;
+    const int64_t w = c->k * (c->c / c->groups) * c->r * c->s * e;
+    const int64_t y = c->n * c->k * c->p * c->q * e;
+    switch (c->pass) {
+      case ConvDescriptor::Pass::kBackwardData:
+        return {y, w, x, x};
+      case ConvDescriptor::Pass::kBackwardFilter:
+        return {y, x, w, w};
+      case ConvDescriptor::Pass::kForward:
+        break;
+    }
+    std::vector<int64_t> b = {x, w};
     if (c->bias) b.push_back(c->k * e);
-    b.push_back(c->n * c->k * c->p * c->q * e);
+    b.push_back(y);
     return b;
   }
   if (const auto* p = std::get_if<PoolDescriptor>(&call.desc))
@@ -216,15 +242,30 @@ Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> oper
   ir::OpKind op;
   if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) {
     if (c->dtype != ir::DType::kF32) return unimplemented("emu: conv2d of " + call.describe());
-    op = ir::OpKind::kConv2d;
     attrs["strides"] = std::vector<int64_t>{c->strideH, c->strideW};
     attrs["pads"] = std::vector<int64_t>{c->padTop, c->padLeft, c->padBottom, c->padRight};
     attrs["dilations"] = std::vector<int64_t>{c->dilationH, c->dilationW};
     attrs["group"] = c->groups;
-    in.push_back(wrap(0, {c->n, c->c, c->h, c->w}));
-    in.push_back(wrap(1, {c->k, c->c / c->groups, c->r, c->s}));
-    if (c->bias) in.push_back(wrap(2, {c->k}));
-    out = wrap(in.size(), {c->n, c->k, c->p, c->q});
+    const ir::Shape x{c->n, c->c, c->h, c->w}, w{c->k, c->c / c->groups, c->r, c->s},
+        y{c->n, c->k, c->p, c->q};
+    switch (c->pass) {
+      case ConvDescriptor::Pass::kForward:
+        op = ir::OpKind::kConv2d;
+        in = {wrap(0, x), wrap(1, w)};
+        if (c->bias) in.push_back(wrap(2, {c->k}));
+        out = wrap(in.size(), y);
+        break;
+      case ConvDescriptor::Pass::kBackwardData:
+        op = ir::OpKind::kConv2dBackwardData;
+        in = {wrap(0, y), wrap(1, w), wrap(2, x)};
+        out = wrap(3, x);
+        break;
+      case ConvDescriptor::Pass::kBackwardFilter:
+        op = ir::OpKind::kConv2dBackwardWeight;
+        in = {wrap(0, y), wrap(1, x), wrap(2, w)};
+        out = wrap(3, w);
+        break;
+    }
   } else if (const auto* p = std::get_if<PoolDescriptor>(&call.desc)) {
     if (p->dtype != ir::DType::kF32) return unimplemented("emu: " + call.describe());
     op = p->max ? ir::OpKind::kMaxPool2d : ir::OpKind::kAvgPool2d;

@@ -30,6 +30,10 @@ struct ConvDescriptor {
   int64_t padTop = 0, padLeft = 0, padBottom = 0, padRight = 0;
   int64_t groups = 1;
   bool bias = false;
+  // Which product: the forward (operands x, w[, bias] -> y), the gradient of the input
+  // (dy, w, x -> dx; x gives only its shape) or of the filters (dy, x, w -> dw; w gives only its
+  // shape), as the conv2d_backward_* ops order their inputs.
+  enum class Pass : uint8_t { kForward, kBackwardData, kBackwardFilter } pass = Pass::kForward;
   ir::DType dtype = ir::DType::kF32;
 };
 

@@ -95,6 +95,31 @@ TEST_CASE("library calls: convolutions described for the device match the refere
   }
 }
 
+TEST_CASE("library calls: convolution gradients described for the device match the reference") {
+  std::mt19937 rng(8);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 8; ++trial) {
+    const int64_t groups = trial % 4 == 0 ? 2 : 1;
+    const int64_t c = groups * pick(1, 3), k = groups * pick(1, 3);
+    const int64_t r = pick(1, 3), s = pick(1, 3), n = pick(1, 2);
+    const int64_t h = pick(r + 2, 8), w = pick(s + 2, 8);
+    ir::AttrMap a;
+    a["strides"] = std::vector<int64_t>{pick(1, 2), pick(1, 2)};
+    a["pads"] = std::vector<int64_t>{pick(0, 1), pick(0, 1), pick(0, 1), pick(0, 1)};
+    a["dilations"] = std::vector<int64_t>{1, pick(1, 2)};
+    a["group"] = groups;
+    const ir::TensorType x = f32({n, c, h, w}), wt = f32({k, c / groups, r, s});
+    auto y = ir::inferTypes(ir::OpKind::kConv2d, std::vector<ir::TensorType>{x, wt}, a);
+    REQUIRE(y.hasValue());
+    const ir::TensorType dy = (*y)[0];
+    INFO("trial " << trial);
+    checkOneOp(ir::OpKind::kConv2dBackwardData, {dy, wt, x}, a, 70 + trial);
+    checkOneOp(ir::OpKind::kConv2dBackwardWeight, {dy, x, wt}, a, 80 + trial);
+  }
+}
+
 TEST_CASE("library calls: poolings described for the device match the reference") {
   std::mt19937 rng(4);
   auto pick = [&](int64_t lo, int64_t hi) {

@@ -81,5 +81,8 @@ TEST_CASE(
     REQUIRE(step.hasValue());
     REQUIRE((*step)->compiled());
     checkModule(info.name + " training", (*step)->compiled()->report().kernels);
+    for (const auto& r : (*step)->compiled()->report().remarks)
+      if (r.find("on the host") != std::string::npos || r.find("op by op") != std::string::npos)
+        std::cerr << "nvrtc note: " << info.name << " training: " << r << "\n";
   }
 }
