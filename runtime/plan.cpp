@@ -122,7 +122,12 @@ Status PlanExecutor::mapParameters(Stream& stream) {
   params_.clear();
   for (const ir::TensorData& d : plan_->parameters) {
     auto* bytes = const_cast<std::byte*>(d.data());
-    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->mapHost(bytes, d.byteSize()));
+    Expected<DeviceBuffer> mapped = backend_->mapHost(bytes, d.byteSize());
+    if (!mapped)
+      return mapped.status().withContext("placing the model's weights (" +
+                                         std::to_string(plan_->parameterBytes()) + " bytes) on " +
+                                         std::string(backend_->name()));
+    DeviceBuffer b = std::move(*mapped);
     KILN_TRY(stream.upload(b.address(), bytes, d.byteSize()));
     params_.push_back(std::move(b));
   }

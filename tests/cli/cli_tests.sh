@@ -208,6 +208,8 @@ check "KILN_TARGET_CPU" 0 "code for CPU x86-64-v2" -- \
 cpu_line=$("$KILN" run mnist_cnn --cache-dir cache 2>&1 | grep "first:")
 check "run --device emu" 0 "${cpu_line//./\\.}" -- "$KILN" run mnist_cnn --device emu --cache-dir cache
 check "run --device emu --eager" 0 "ran mnist_cnn eagerly" -- "$KILN" run mnist_cnn --device emu --eager
+check "emu memory exhausted" 2 "out of device memory: allocating .* of 16\.0 MiB in use on the emu device" -- \
+  env KILN_EMU_MEMORY_MB=16 "$KILN" run resnet50 --device emu --cache-dir cache
 check "unknown --device" 2 "unknown device 'tpu' \(devices: cpu, cuda, emu\)" -- \
   "$KILN" run mlp --device tpu
 if ! nvidia-smi -L >/dev/null 2>&1; then
