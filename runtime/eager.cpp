@@ -80,9 +80,9 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
     KILN_TRY(mapped(slot_.at(graph_.inputs()[i]), std::move(c)));
   }
   for (const ir::Value* p : graph_.parameters())
-    KILN_TRY(mapped(slot_.at(p), Tensor::fromData(p->data()))
-                 .withContext("placing parameter '" + p->name() + "' on " +
-                              std::string(be.name())));
+    KILN_TRY(
+        mapped(slot_.at(p), Tensor::fromData(p->data()))
+            .withContext("placing parameter '" + p->name() + "' on " + std::string(be.name())));
   const auto nodes = graph_.nodes();
   // Declared after the buffers it uses: destroying a stream waits for its work.
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, be.openStream(0));

@@ -199,11 +199,23 @@ class GpuStream final : public Stream {
   GpuStream(GpuBackend& b, StreamHandle s);
   ~GpuStream() override;
 
+  // Copies of more than kStageBytes go through pinned buffers (truly asynchronous, and at the
+  // link's full speed): an upload copies the caller's bytes into one at once (so they may change
+  // right after), a download lands in one and reaches the caller's memory in synchronize().
+  static constexpr size_t kStageBytes = 64 * 1024;
   Status upload(DeviceAddress dst, const std::byte* src, size_t bytes) override {
-    return dev_.copyToDevice(ptr(dst), src, bytes, s_);
+    if (bytes < kStageBytes) return dev_.copyToDevice(ptr(dst), src, bytes, s_);
+    KILN_ASSIGN_OR_RETURN(Staged st, stage(bytes));
+    std::memcpy(st.host, src, bytes);
+    staged_.push_back(st);
+    return dev_.copyToDevice(ptr(dst), st.host, bytes, s_);
   }
   Status download(std::byte* dst, DeviceAddress src, size_t bytes) override {
-    return dev_.copyToHost(dst, ptr(src), bytes, s_);
+    if (bytes < kStageBytes) return dev_.copyToHost(dst, ptr(src), bytes, s_);
+    KILN_ASSIGN_OR_RETURN(Staged st, stage(bytes));
+    st.target = dst;
+    staged_.push_back(st);
+    return dev_.copyToHost(st.host, ptr(src), bytes, s_);
   }
   Status copy(DeviceAddress dst, DeviceAddress src, size_t bytes) override {
     if (ptr(dst) == ptr(src)) return Status::ok();
@@ -281,6 +293,11 @@ class GpuStream final : public Stream {
 
   Status synchronize() override {
     Status s = dev_.synchronize(s_);
+    for (const Staged& st : staged_) {
+      if (st.target && s.isOk()) std::memcpy(st.target, st.host, st.bytes);
+      unstage(st);
+    }
+    staged_.clear();
     for (auto& h : hostOps_) {
       if (s.isOk() && !h->status.isOk()) s = h->status;
       h->release(dev_);
@@ -329,6 +346,15 @@ class GpuStream final : public Stream {
   std::vector<ir::TensorType> types_;
   std::vector<DevicePtr> operands_;
   std::vector<std::unique_ptr<HostOp>> hostOps_;
+  struct Staged {
+    void* host = nullptr;         // Pinned, from the backend's pool.
+    size_t capacity = 0;          // Its size in the pool.
+    size_t bytes = 0;             // What the copy moves.
+    std::byte* target = nullptr;  // A download's destination.
+  };
+  Expected<Staged> stage(size_t bytes);
+  void unstage(const Staged& st);
+  std::vector<Staged> staged_;
   bool capturing_ = false;
   std::vector<std::unique_ptr<HostOp>> captureOps_;
   std::vector<std::shared_ptr<Graph>> replayed_;  // Since the last synchronize().
@@ -427,6 +453,24 @@ class GpuBackend final : public Backend {
     return dev_->hasLibraryCalls() && describesLibraryOp(op, dtype, layout);
   }
 
+  // Pinned host buffers for staged copies, kept by size (2^k bytes) and reused.
+  Expected<void*> takePinned(size_t bytes) {
+    {
+      std::lock_guard lock(pinnedMu_);
+      auto it = pinned_.find(bytes);
+      if (it != pinned_.end()) {
+        void* p = it->second;
+        pinned_.erase(it);
+        return p;
+      }
+    }
+    return dev_->mallocHost(bytes);
+  }
+  void givePinned(void* p, size_t bytes) {
+    std::lock_guard lock(pinnedMu_);
+    pinned_.emplace(bytes, p);
+  }
+
   void giveBack(StreamHandle s) {
     std::lock_guard lock(streamsMu_);
     idleStreams_.push_back(s);
@@ -447,6 +491,8 @@ class GpuBackend final : public Backend {
   BackendCaps caps_;
   std::mutex streamsMu_;
   std::vector<StreamHandle> idleStreams_;
+  std::mutex pinnedMu_;
+  std::multimap<size_t, void*> pinned_;
 };
 
 GpuStream::GpuStream(GpuBackend& b, StreamHandle s) : b_(b), dev_(b.device()), s_(s) {}
@@ -454,6 +500,17 @@ GpuStream::GpuStream(GpuBackend& b, StreamHandle s) : b_(b), dev_(b.device()), s
 GpuStream::~GpuStream() {
   (void)synchronize();
   b_.giveBack(s_);
+}
+
+Expected<GpuStream::Staged> GpuStream::stage(size_t bytes) {
+  size_t size = kStageBytes;
+  while (size < bytes) size *= 2;
+  KILN_ASSIGN_OR_RETURN(void* p, b_.takePinned(size));
+  return Staged{p, size, bytes, nullptr};
+}
+
+void GpuStream::unstage(const Staged& st) {
+  b_.givePinned(st.host, st.capacity);
 }
 
 void GpuStream::free(DeviceBuffer buffer) {
