@@ -23,15 +23,14 @@ runtime::ArtifactContents artifactContents(const CompiledModel& model, std::stri
   c.modules = code.modules;
   c.ptx = code.ptx;
   c.algorithmChoices = model.report().algorithmChoices;
+  if (const auto& b = model.plan().backend; b && b->caps().kernelCode != "host-object") {
+    c.kernelCode = b->caps().kernelCode;
+    if (c.kernelCode == "cubin") c.deviceArch = "sm_" + std::to_string(b->caps().cuda.smArch);
+  }
   return c;
 }
 
 Status saveArtifact(const CompiledModel& model, const std::string& path, std::string modelName) {
-  const auto& backend = model.plan().backend;
-  if (backend && backend->caps().kernelCode != "host-object" && !backend->caps().kernelCode.empty())
-    return unimplemented("AOT artifacts hold CPU models; a model compiled for device '" +
-                         std::string(backend->name()) +
-                         "' cannot be saved yet (compile it with --device cpu)");
   for (int p : model.plan().outputParameter)
     if (p >= 0)
       return invalidArgument(

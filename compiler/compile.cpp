@@ -202,9 +202,14 @@ class Driver {
     for (size_t i = 0; i < objects.size(); ++i)
       loadable.push_back({sources[i].moduleName, objects[i]});
     KILN_ASSIGN_OR_RETURN(code_, backend_->loadKernels(loadable));
-    code_info_->triple = codegen::hostTriple();
-    code_info_->cpu = copts.cpu;
-    code_info_->features = copts.features;
+    if (format == "cubin") {  // GPU code: what an artifact's loader checks is the device.
+      code_info_->triple = "nvptx64-nvidia-cuda";
+      code_info_->cpu = "sm_" + std::to_string(cudaCaps.smArch);
+    } else {
+      code_info_->triple = codegen::hostTriple();
+      code_info_->cpu = copts.cpu;
+      code_info_->features = copts.features;
+    }
     for (size_t i = 0; i < objects.size(); ++i)
       code_info_->modules.push_back(
           {sources[i].moduleName, std::move(sources[i].source), std::move(objects[i])});

@@ -776,6 +776,29 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
     KILN_ASSIGN_OR_RETURN(auto ptx, parseNamedBlobs(o.sections.at("ptx"), "ptx"));
     for (const auto& [arch, b] : ptx) info.ptxArchs.push_back(arch);
   }
+  if (o.sections.count("device")) {
+    ByteReader r(o.sections.at("device"), "device");
+    info.kernelCode = r.str();
+    info.deviceArch = r.str();
+    const size_t n = r.count(16);
+    std::vector<PlanStep*> kernels;
+    for (PlanStep& s : plan->plan->steps)
+      if (s.kind == PlanStep::Kind::kKernel) kernels.push_back(&s);
+    if (r.ok() && n != kernels.size())
+      r.fail("launch geometry for " + std::to_string(n) + " kernels, the plan has " +
+             std::to_string(kernels.size()));
+    for (size_t i = 0; r.ok() && i < n; ++i) {
+      const int64_t block = r.i64(), grid = r.i64();
+      if (block < 32 || block > 1024 || block % 32 != 0 || grid < 1 || grid > 0x7fffffff)
+        r.fail("launch geometry of kernel " + std::to_string(i));
+      kernels[i]->block = static_cast<int>(block);
+      kernels[i]->grid = grid;
+    }
+    if (r.ok() && info.kernelCode != "cubin" && info.kernelCode != "cuda-emu-object")
+      r.fail("kernel code '" + info.kernelCode + "'");
+    if (r.ok() && !r.atEnd()) r.fail("bytes after the launch geometry");
+    KILN_TRY(r.status().withContext("artifact '" + path + "'"));
+  }
   const auto weights = o.sections.at("weights");
   for (size_t i = 0; i < plan->weightOffsets.size(); ++i) {
     const uint64_t off = plan->weightOffsets[i];
@@ -816,6 +839,21 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
   sections.push_back({"objects", std::move(objects.out())});
   sections.push_back({"sources", std::move(sources.out())});
   sections.push_back({"ptx", std::move(ptx.out())});
+  if (!c.kernelCode.empty() && c.kernelCode != "host-object") {
+    // CUDA kernels: their format, architecture and every kernel step's launch geometry.
+    ByteWriter device;
+    device.str(c.kernelCode);
+    device.str(c.deviceArch);
+    std::vector<const PlanStep*> kernels;
+    for (const PlanStep& s : c.plan->steps)
+      if (s.kind == PlanStep::Kind::kKernel) kernels.push_back(&s);
+    device.u64(kernels.size());
+    for (const PlanStep* s : kernels) {
+      device.i64(s->block);
+      device.i64(s->grid);
+    }
+    sections.push_back({"device", std::move(device.out())});
+  }
   ByteWriter weights;
   for (size_t i = 0; i < c.plan->parameters.size(); ++i) {
     weights.out().resize(weightOffsets[i]);
@@ -894,7 +932,43 @@ Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
     return bad(path, "the objects and sources sections list different modules");
   bool recompiled = false;
   std::vector<std::vector<std::byte>> rebuilt;
-  if (!objects.empty()) {
+  std::shared_ptr<Backend> backend = options.backend ? options.backend : defaultBackend();
+  const std::string format = info.kernelCode.empty() ? "host-object" : info.kernelCode;
+  if (!objects.empty() && backend->caps().kernelCode != format)
+    return invalidArgument(
+        "artifact '" + path + "' holds " +
+        (format == "host-object" ? std::string("CPU kernels") : "CUDA kernels (" + format + ")") +
+        "; backend '" + std::string(backend->name()) + "' cannot run them" +
+        (format == "cuda-emu-object" ? " (run it with --device emu)"
+         : format == "cubin"         ? " (run it with --device cuda)"
+                                     : " (run it with --device cpu)"));
+  // Cubins for another GPU: the PTX the artifact carries, compiled by the driver.
+  std::vector<std::byte> ptxFallback;
+  if (format == "cubin" && !objects.empty() &&
+      "sm_" + std::to_string(backend->caps().cuda.smArch) != info.deviceArch) {
+    KILN_ASSIGN_OR_RETURN(auto ptx, parseNamedBlobs(o.sections.at("ptx"), "ptx"));
+    // The newest PTX not above the device's architecture.
+    int best = -1;
+    for (size_t i = 0; i < ptx.size(); ++i) {
+      const int arch = std::atoi(ptx[i].first.c_str() + 3);
+      if (arch <= backend->caps().cuda.smArch &&
+          (best < 0 || arch > std::atoi(ptx[static_cast<size_t>(best)].first.c_str() + 3)))
+        best = static_cast<int>(i);
+    }
+    if (best < 0)
+      return invalidArgument("artifact '" + path + "' holds cubins for " + info.deviceArch +
+                             " and no PTX this GPU (sm_" +
+                             std::to_string(backend->caps().cuda.smArch) +
+                             ") can run; compile it again with --device cuda on it");
+    const auto& text = ptx[static_cast<size_t>(best)].second;
+    ptxFallback.assign(text.begin(), text.end());
+    ptxFallback.push_back(std::byte{0});  // The driver takes PTX as a C string.
+    if (options.log)
+      *options.log << "kiln: " << path << ": cubins for " << info.deviceArch << ", this GPU is sm_"
+                   << backend->caps().cuda.smArch << "; loading "
+                   << ptx[static_cast<size_t>(best)].first << " PTX instead\n";
+  }
+  if (!objects.empty() && format != "cubin") {  // Host code (CPU kernels or emu's): this CPU's.
     Status host = checkHostCompatible(info.triple, info.features);
     if (!host) {
       if (!options.recompile)
@@ -914,14 +988,13 @@ Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
       recompiled = true;
     }
   }
-  std::shared_ptr<Backend> backend = options.backend ? options.backend : defaultBackend();
-  if (!objects.empty() && backend->caps().kernelCode != "host-object")
-    return invalidArgument("artifact '" + path + "' holds host-object kernels; backend '" +
-                           std::string(backend->name()) + "' cannot run them");
   std::vector<KernelObject> loadable;
-  for (size_t i = 0; i < objects.size(); ++i)
-    loadable.push_back({objects[i].first,
-                        recompiled ? std::span<const std::byte>(rebuilt[i]) : objects[i].second});
+  if (!ptxFallback.empty())
+    loadable.push_back({"ptx", ptxFallback});
+  else
+    for (size_t i = 0; i < objects.size(); ++i)
+      loadable.push_back({objects[i].first,
+                          recompiled ? std::span<const std::byte>(rebuilt[i]) : objects[i].second});
   auto code = backend->loadKernels(loadable);
   if (!code) return code.status().withContext("artifact '" + path + "'");
   for (PlanStep& s : plan.steps) {

@@ -40,6 +40,11 @@ struct ArtifactContents {
   std::vector<ArtifactModule> modules;
   std::vector<std::pair<std::string, std::string>> ptx;  // (arch "sm_80", PTX text).
   std::vector<std::string> algorithmChoices;             // One line per conv2d.
+  // The code format of `modules`' objects when it is not the CPU's "host-object": CUDA kernels
+  // ("cubin" for `deviceArch`, or "cuda-emu-object"); written to the `device` section with each
+  // kernel step's launch geometry.
+  std::string kernelCode;
+  std::string deviceArch;  // "sm_90" for cubins.
 };
 
 // Writes the artifact atomically (a temporary file renamed into place): on error nothing is
@@ -65,6 +70,9 @@ struct ArtifactInfo {
   std::vector<std::string> moduleNames;
   std::vector<std::string> ptxArchs;
   std::vector<std::string> algorithmChoices;
+  // The `device` section: the CUDA code format ("cubin", "cuda-emu-object"; empty for a CPU
+  // artifact) and the architecture of the cubins.
+  std::string kernelCode, deviceArch;
   int64_t arenaBytes = 0;
   int64_t parameterBytes = 0;
   size_t numSteps = 0;
@@ -79,7 +87,8 @@ struct LoadOptions {
   std::ostream* log = nullptr;  // Notices (e.g. "recompiling ...") go here.
   int threads = 0;              // Kernel threads; 0: OpenMP's default.
   int64_t maxMemoryBytes = 0;   // PlanExecutor::limitMemory; 0: no bound.
-  // The backend to run on (it must load host-object code); null: defaultBackend().
+  // The backend to run on: one that loads the artifact's code format (the CPU for host objects;
+  // cuda or emu for CUDA kernels); null: defaultBackend().
   std::shared_ptr<Backend> backend;
 };
 

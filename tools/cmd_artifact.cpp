@@ -63,6 +63,8 @@ int runInspect(const Args& args) {
     j["kernels"] = info->kernels;
     j["modules"] = info->moduleNames;
     j["ptx"] = info->ptxArchs;
+    j["device"] = {{"kernel_code", info->kernelCode.empty() ? "host-object" : info->kernelCode},
+                   {"arch", info->deviceArch}};
     j["steps"] = info->numSteps;
     j["arena_bytes"] = info->arenaBytes;
     j["parameter_bytes"] = info->parameterBytes;
@@ -92,6 +94,10 @@ int runInspect(const Args& args) {
   std::string ptx;
   for (const auto& a : info->ptxArchs) ptx += (ptx.empty() ? "" : ", ") + a;
   std::printf("ptx         %s\n", ptx.empty() ? "none (compiled without NVRTC)" : ptx.c_str());
+  if (!info->kernelCode.empty())
+    std::printf("device      CUDA kernels as %s%s%s (run with --device %s)\n",
+                info->kernelCode.c_str(), info->deviceArch.empty() ? "" : " for ",
+                info->deviceArch.c_str(), info->kernelCode == "cubin" ? "cuda" : "emu");
   for (const auto& k : info->kernels) std::printf("kernel      %s\n", k.c_str());
   for (const auto& a : info->algorithmChoices) std::printf("algo        %s\n", a.c_str());
   std::printf("sections\n");
@@ -117,6 +123,9 @@ int benchArtifact(const Args& args) {
   if (!args.flag("no-recompile")) options.recompile = compiler::recompileForHost;
   options.log = &std::cerr;
   options.threads = static_cast<int>(*threads);
+  auto backend = deviceFromArgs(args);
+  if (!backend) return reportError("bench", backend.status());
+  options.backend = *backend;
 
   // Load time: open, verify every checksum, map the weights, link the kernels.
   auto start = std::chrono::steady_clock::now();

@@ -190,6 +190,9 @@ int runArtifact(const Args& args) {
   auto threads = args.intValue("threads", 0, 0, 1024);
   if (!threads) return reportError("run", threads.status());
   options.threads = static_cast<int>(*threads);
+  auto backend = deviceFromArgs(args);
+  if (!backend) return reportError("run", backend.status());
+  options.backend = *backend;
   auto model = kiln::load(args.positional[0], options);
   if (!model) return reportError("run", model.status());
   const runtime::ArtifactInfo& info = (*model)->info();

@@ -1,0 +1,108 @@
+// Ahead-of-time artifacts of the CUDA backend: compiled for the emu device, saved with their
+// CUDA kernels and launch geometry (the `device` section), loaded by the runtime alone on the
+// same device, matching the CPU; refused with the device to use on another backend, and
+// refused when the geometry is damaged.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/artifact.h"
+#include "compiler/compile.h"
+#include "models/zoo.h"
+#include "random_inputs.h"
+#include "runtime/artifact.h"
+#include "runtime/eager.h"
+#include "runtime/gpu/gpu_backend.h"
+
+using namespace kiln;
+using runtime::Tensor;
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("kiln_test_emu_aot_" + std::to_string(::getpid()));
+  TempDir() { std::filesystem::create_directories(path); }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+std::vector<std::byte> readAll(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> b(c.size());
+  std::memcpy(b.data(), c.data(), c.size());
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("emu artifacts: saved with CUDA kernels and geometry, loaded on emu, refused elsewhere") {
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  auto g = models::buildModel("mnist_cnn", {2, 4});
+  REQUIRE(g.hasValue());
+  const std::vector<Tensor> ins = testing::randomInputs(*g, 12);
+  auto want = runtime::EagerExecutor(*g).run(ins);
+  REQUIRE(want.hasValue());
+  TempDir dir;
+  compiler::CompileOptions o;
+  o.cacheDir = (dir.path / "cache").string();
+  o.backend = *emu;
+  auto cm = compiler::compile(*g, o);
+  REQUIRE(cm.hasValue());
+  const std::string file = (dir.path / "m.kiln").string();
+  REQUIRE(compiler::saveArtifact(**cm, file, "mnist_cnn").isOk());
+
+  auto info = runtime::inspectArtifact(file);
+  REQUIRE(info.hasValue());
+  CHECK(info->kernelCode == "cuda-emu-object");
+
+  runtime::LoadOptions lo;
+  lo.backend = *emu;
+  auto loaded = runtime::loadArtifact(file, lo);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  int kernels = 0;
+  for (const auto& s : (*loaded)->plan().steps)
+    if (s.kind == runtime::PlanStep::Kind::kKernel) {
+      ++kernels;
+      CHECK(s.block >= 32);  // The geometry came back from the device section.
+      CHECK(s.grid >= 1);
+    }
+  CHECK(kernels == (*cm)->report().generatedKernels);
+  auto got = (*loaded)->run(ins);
+  REQUIRE(got.hasValue());
+  for (int64_t i = 0; i < (*want)[0].numElements(); ++i)
+    REQUIRE(std::fabs((*got)[0].elementAsDouble(i) - (*want)[0].elementAsDouble(i)) <= 1e-4);
+
+  // On the CPU: refused, naming the device to use.
+  auto onCpu = runtime::loadArtifact(file, {});
+  REQUIRE_FALSE(onCpu.hasValue());
+  CHECK_THAT(onCpu.status().message(), Catch::Contains("holds CUDA kernels (cuda-emu-object)") &&
+                                           Catch::Contains("--device emu"));
+
+  // A damaged launch geometry (a block of 33 threads), resealed: refused at load.
+  std::vector<std::byte> image = readAll(file);
+  const auto& sections = info->sections;
+  auto device = std::find_if(sections.begin(), sections.end(),
+                             [](const auto& s) { return s.name == "device"; });
+  REQUIRE(device != sections.end());
+  // str "cuda-emu-object", str "" (arch), u64 count, then i64 block of the first kernel.
+  const size_t at = device->offset + 8 + 15 + 8 + 8;
+  int64_t block = 33;
+  std::memcpy(image.data() + at, &block, 8);
+  REQUIRE(runtime::resealArtifact(image).isOk());
+  const std::string bad = (dir.path / "bad.kiln").string();
+  {
+    std::ofstream f(bad, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(image.data()),
+            static_cast<std::streamsize>(image.size()));
+  }
+  auto damaged = runtime::loadArtifact(bad, lo);
+  REQUIRE_FALSE(damaged.hasValue());
+  CHECK_THAT(damaged.status().message(), Catch::Contains("launch geometry of kernel 0"));
+}
