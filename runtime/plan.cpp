@@ -39,6 +39,10 @@ struct PlanExecutor::Slot {
   std::vector<DeviceBuffer> ins, outs;
   std::shared_ptr<CapturedWork> graph;
   uint64_t paramsGeneration = 0;  // The parameters' mapping the graph reads.
+  // The stream the graph was captured on and is replayed on: the device's per-stream resources
+  // it recorded (library workspaces) are then never shared with another call. Last, so that it
+  // is destroyed (waiting for its work) before the buffers.
+  std::unique_ptr<Stream> stream;
 };
 
 // Slots, one per call in progress, reused across calls.
@@ -202,10 +206,22 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   // a stream waits for its work.
   std::vector<Tensor> outs;
   std::vector<DeviceBuffer> inBufs, outBufs;
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, backend_->openStream(threads_));
+  std::unique_ptr<Stream> opened;
+  Stream* stream = slot->stream.get();
+  if (!stream) {
+    KILN_ASSIGN_OR_RETURN(opened, backend_->openStream(threads_));
+    stream = opened.get();
+  }
+  // Every exit waits for the stream before the buffers it uses go (a slot's stream lives on).
+  struct SyncOnExit {
+    Stream* s;
+    ~SyncOnExit() { (void)s->synchronize(); }
+  } syncOnExit{stream};
   const bool profiling = profiling_.load(std::memory_order_relaxed);
-  // A captured graph replays fixed addresses: the slot's own input and output buffers.
+  // A captured graph replays fixed addresses: the slot's own input and output buffers, and its
+  // own stream.
   const bool graph = graphs_.load(std::memory_order_relaxed) && !profiling && stream->canCapture();
+  if (graph && !slot->stream) slot->stream = std::move(opened);
   for (const Tensor& t : ins) {
     KILN_ASSIGN_OR_RETURN(DeviceBuffer b, graph ? backend_->allocate(t.byteSize())
                                                 : backend_->mapHost(t.rawData(), t.byteSize()));

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "runtime/gpu/cuda_libraries.h"
 #include "runtime/gpu/device_api.h"
@@ -79,7 +80,6 @@ struct Driver {
   X(cuStreamWaitEvent, "cuStreamWaitEvent")                     \
   X(cuEventQuery, "cuEventQuery")                               \
   X(cuEventSynchronize, "cuEventSynchronize")                   \
-  X(cuEventElapsedTime, "cuEventElapsedTime_v2")                \
   X(cuStreamBeginCapture, "cuStreamBeginCapture_v2")            \
   X(cuStreamEndCapture, "cuStreamEndCapture")                   \
   X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") \
@@ -87,6 +87,7 @@ struct Driver {
   X(cuGraphExecDestroy, "cuGraphExecDestroy")                   \
   X(cuGraphDestroy, "cuGraphDestroy")
   KILN_CU_FNS(KILN_CU_FN)
+  KILN_CU_FN(cuEventElapsedTime, "")
 #undef KILN_CU_FN
 
   // kNotFound naming the first missing function.
@@ -98,6 +99,15 @@ struct Driver {
                     " (update the NVIDIA driver)");
     KILN_CU_FNS(KILN_CU_LOAD)
 #undef KILN_CU_LOAD
+    // Timing: the _v2 entry point since CUDA 12.8, the original before.
+    cuEventElapsedTime =
+        reinterpret_cast<decltype(cuEventElapsedTime)>(::dlsym(lib, "cuEventElapsedTime_v2"));
+    if (!cuEventElapsedTime)
+      cuEventElapsedTime =
+          reinterpret_cast<decltype(cuEventElapsedTime)>(::dlsym(lib, "cuEventElapsedTime"));
+    if (!cuEventElapsedTime)
+      return notFound(
+          "no CUDA device: the CUDA driver lacks cuEventElapsedTime (update the NVIDIA driver)");
     return Status::ok();
   }
 };
@@ -254,7 +264,9 @@ class CudaDevice final : public DeviceApi {
 
   Status beginCapture(StreamHandle s) override {
     KILN_TRY(bind());
-    return check(d_.cuStreamBeginCapture(stream(s), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+    // Relaxed: a library call captured for the first time may allocate its workspace and a
+    // host op its pinned buffers (neither is recorded; both outlive every graph using them).
+    return check(d_.cuStreamBeginCapture(stream(s), CU_STREAM_CAPTURE_MODE_RELAXED),
                  "cuStreamBeginCapture");
   }
   Expected<GraphHandle> endCapture(StreamHandle s) override {
@@ -291,12 +303,13 @@ class CudaDevice final : public DeviceApi {
     return internalError("CUDA: " + what + " failed: " + errorName(d_.lib, r));
   }
 
-  // Scratch memory for the libraries, one per stream (work on two streams may run at once).
+  // Scratch memory for the libraries, one per stream (work on two streams may run at once). A
+  // workspace outgrown is kept, not freed: graphs captured with it still use its address.
   Expected<DevicePtr> workspace(void* s, size_t bytes) {
     std::lock_guard lock(wsMu_);
     auto& [p, size] = workspaces_[s];
     if (size >= bytes) return p;
-    if (p) (void)d_.cuMemFree(p);  // The stream's earlier work on it is ordered before.
+    if (p) retired_.push_back(p);
     p = 0;
     size = 0;
     KILN_ASSIGN_OR_RETURN(DevicePtr fresh, malloc(bytes));
@@ -312,6 +325,7 @@ class CudaDevice final : public DeviceApi {
   std::string libsMissing_ = "cuBLASLt/cuDNN were not opened";
   std::mutex wsMu_;
   std::map<void*, std::pair<DevicePtr, size_t>> workspaces_;
+  std::vector<DevicePtr> retired_;
 };
 
 #endif  // KILN_HAVE_CUDA_HEADERS

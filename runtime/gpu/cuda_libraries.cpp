@@ -93,15 +93,29 @@ class Libraries final : public CudaLibraries {
   }
 
  private:
+  // A status saying the library does not take this call is kUnimplemented: the backend then
+  // runs the op on the host. Anything else is an error.
   static Status lt_(cublasStatus_t s, const char* what) {
     if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
-    return internalError(std::string("cuBLASLt: ") + what + " failed (cublasStatus " +
-                         std::to_string(static_cast<int>(s)) + ")");
+    const std::string m = std::string("cuBLASLt: ") + what + " failed (cublasStatus " +
+                          std::to_string(static_cast<int>(s)) + ")";
+    return s == CUBLAS_STATUS_NOT_SUPPORTED ? unimplemented(m) : internalError(m);
   }
   Status dnn_(cudnnStatus_t s, const char* what) const {
     if (s == CUDNN_STATUS_SUCCESS) return Status::ok();
-    return internalError(std::string("cuDNN: ") + what + " failed (" + cudnnGetErrorString(s) +
-                         ")");
+    const std::string m =
+        std::string("cuDNN: ") + what + " failed (" + cudnnGetErrorString(s) + ")";
+    // cuDNN 9's codes come in families: 2xxx bad parameter, 3xxx not supported.
+    const int family = static_cast<int>(s) / 1000;
+    return family == 2 || family == 3 ? unimplemented(m) : internalError(m);
+  }
+
+  // The largest power of two up to 256 dividing an operand's address and its batch stride:
+  // cuBLASLt assumes 256-byte alignment unless told otherwise, and arena buffers are 64-aligned.
+  static uint32_t alignment(DevicePtr p, int64_t strideElements) {
+    uint64_t a = 256;
+    while (a > 4 && (p % a != 0 || (static_cast<uint64_t>(strideElements) * 4) % a != 0)) a /= 2;
+    return static_cast<uint32_t>(a);
   }
 
   // Row-major D = op(A) op(B) (+ C) is column-major D^T = op(B)^T op(A)^T: B's buffer is
@@ -109,6 +123,8 @@ class Libraries final : public CudaLibraries {
   Status gemm(const GemmDescriptor& g, std::span<const DevicePtr> ops, void* stream) {
     if (g.c == GemmDescriptor::C::kRow && g.beta != 1)
       return unimplemented("cuBLASLt: a bias row scaled by beta " + std::to_string(g.beta));
+    if (g.m == 0 || g.n == 0) return Status::ok();  // Nothing to write.
+    if (g.k == 0) return unimplemented("cuBLASLt: an empty inner dimension");
     const DevicePtr A = ops[0], B = ops[1];
     const DevicePtr C = g.c != GemmDescriptor::C::kNone ? ops[2] : 0;
     const DevicePtr D = ops.back();
@@ -177,6 +193,16 @@ class Libraries final : public CudaLibraries {
     KILN_TRY(lt_(cublasLtMatmulPreferenceSetAttribute(
                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes, sizeof wsBytes),
                  "MAX_WORKSPACE_BYTES"));
+    const int64_t strideD = g.batch > 1 ? g.m * g.n : 0;
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(B, g.strideB)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(A, g.strideA)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+         alignment(g.c == GemmDescriptor::C::kMatrix ? C : D, strideD)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(D, strideD)}};
+    for (const auto& [attr, bytes] : aligns)
+      KILN_TRY(lt_(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes),
+                   "MIN_ALIGNMENT"));
     // C (a matrix shared by the batch, or D itself when there is none) has D's layout.
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
@@ -298,6 +324,7 @@ class Libraries final : public CudaLibraries {
   Status conv(const ConvDescriptor& c, std::span<const DevicePtr> ops, void* stream) {
     if (c.padTop != c.padBottom || c.padLeft != c.padRight)
       return unimplemented("cuDNN: asymmetric padding");
+    if (c.n == 0 || c.k == 0 || c.c == 0) return unimplemented("cuDNN: an empty convolution");
     std::lock_guard lock(dnnMu);
     cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
     cudnnFilterDescriptor_t w = nullptr;
