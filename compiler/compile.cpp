@@ -115,7 +115,7 @@ class Driver {
     const std::string& format = backend_->caps().kernelCode;
     // CUDA C for a GPU (NVRTC to cubin) or for the emu device (Clang for this machine, with the
     // device's SIMT prelude); C++ for the CPU.
-    const bool cuda = format == "cubin" || format == "cuda-emu-object";
+    const bool cuda = backend_->caps().runsCudaKernels();
     if (format != "host-object" && !cuda)
       return unimplemented("backend '" + std::string(backend_->name()) + "' runs kernels as '" +
                            format + "' code, which kiln does not generate");

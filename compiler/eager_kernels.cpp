@@ -100,9 +100,7 @@ runtime::NodeKernelFn eagerKernels(std::shared_ptr<runtime::Backend> backend,
 void useDeviceKernels(runtime::EagerExecutor& exec,
                       const std::shared_ptr<runtime::Backend>& backend,
                       const CompileOptions& options) {
-  const std::string& code = backend->caps().kernelCode;
-  if (code == "cubin" || code == "cuda-emu-object")
-    exec.setNodeKernels(eagerKernels(backend, options));
+  if (backend->caps().runsCudaKernels()) exec.setNodeKernels(eagerKernels(backend, options));
 }
 
 }  // namespace kiln::compiler

@@ -212,7 +212,7 @@ class PlanBuilder {
         s.units = s_.kernels[d.kernel].numUnits();
         s.elements = s_.kernels[d.kernel].numElements();
         const runtime::BackendCaps::Cuda& cuda = backend_->caps().cuda;
-        if (cuda.multiProcessors > 0) {
+        if (backend_->caps().runsCudaKernels()) {
           const codegen::CudaLaunchGeometry g = codegen::cudaLaunchGeometry(
               s_.kernels[d.kernel], cuda.multiProcessors, cuda.maxThreadsPerBlock);
           s.block = g.block;
@@ -229,8 +229,7 @@ class PlanBuilder {
         ++report_.referenceSteps;
         // On a GPU backend an op that is neither a generated kernel nor a device library call
         // runs on the host, with copies each way (runtime/gpu/gpu_backend.h): say which.
-        const std::string& code = backend_->caps().kernelCode;
-        if ((code == "cubin" || code == "cuda-emu-object") && !s.library) {
+        if (backend_->caps().runsCudaKernels() && !s.library) {
           ++report_.hostSteps;
           ++hostOps[std::string(ir::opName(s.op))];
         }

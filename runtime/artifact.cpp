@@ -794,7 +794,7 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
       kernels[i]->block = static_cast<int>(block);
       kernels[i]->grid = grid;
     }
-    if (r.ok() && info.kernelCode != "cubin" && info.kernelCode != "cuda-emu-object")
+    if (r.ok() && !isCudaKernelCode(info.kernelCode))
       r.fail("kernel code '" + info.kernelCode + "'");
     if (r.ok() && !r.atEnd()) r.fail("bytes after the launch geometry");
     KILN_TRY(r.status().withContext("artifact '" + path + "'"));

@@ -150,6 +150,11 @@ struct KernelObject {
   std::span<const std::byte> bytes;
 };
 
+// Whether kernel code of this format is kiln's CUDA C (for a GPU, or for the emu device).
+inline bool isCudaKernelCode(std::string_view code) {
+  return code == "cubin" || code == "cuda-emu-object";
+}
+
 struct BackendCaps {
   // The code generated kernels are compiled to: "host-object" (kiln's C++ kernels compiled by
   // Clang to an ELF object for this machine), "cuda-emu-object" (kiln's CUDA C compiled by
@@ -167,6 +172,7 @@ struct BackendCaps {
     std::string sourcePrefix;
     std::string entryLine;
   } cuda;
+  bool runsCudaKernels() const { return isCudaKernelCode(kernelCode); }
   // Library calls take fused post-ops (conv/matmul epilogues) and channels-last activations
   // where hasLibraryKernel says so; without it, fusion keeps library ops alone.
   bool libraryEpilogues = false;

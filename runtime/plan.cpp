@@ -104,6 +104,14 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
       if (b.kind == BufferRef::Kind::kParameter) written[static_cast<size_t>(b.index)] = true;
   for (size_t i = 0; i < written.size(); ++i)
     if (written[i]) writtenParameters_.push_back(static_cast<int>(i));
+  // Each kernel argument's bytes (KernelLaunch::argBytes), fixed by the plan.
+  argBytes_.resize(plan_->steps.size());
+  for (size_t i = 0; i < plan_->steps.size(); ++i) {
+    const PlanStep& s = plan_->steps[i];
+    if (s.kind != PlanStep::Kind::kKernel) continue;
+    for (const auto& b : s.inputs) argBytes_[i].push_back(static_cast<int64_t>(b.type.byteSize()));
+    for (const auto& b : s.outputs) argBytes_[i].push_back(static_cast<int64_t>(b.type.byteSize()));
+  }
 }
 
 PlanExecutor::~PlanExecutor() = default;
@@ -212,11 +220,14 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     KILN_ASSIGN_OR_RETURN(opened, backend_->openStream(threads_));
     stream = opened.get();
   }
-  // Every exit waits for the stream before the buffers it uses go (a slot's stream lives on).
-  struct SyncOnExit {
+  // An early (error) exit waits for the stream before the buffers it uses go (a slot's stream
+  // lives on); the normal exit synchronizes below.
+  struct SyncOnError {
     Stream* s;
-    ~SyncOnExit() { (void)s->synchronize(); }
-  } syncOnExit{stream};
+    ~SyncOnError() {
+      if (s) (void)s->synchronize();
+    }
+  } syncOnError{stream};
   const bool profiling = profiling_.load(std::memory_order_relaxed);
   // A captured graph replays fixed addresses: the slot's own input and output buffers, and its
   // own stream.
@@ -309,6 +320,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     KILN_TRY(
         stream->download(const_cast<std::byte*>(d.data()), params_[pi].address(), d.byteSize()));
   }
+  syncOnError.s = nullptr;
   KILN_TRY(stream->synchronize());
   stats.totalMs = msBetween(t0, std::chrono::steady_clock::now());
   {
@@ -326,9 +338,9 @@ Status PlanExecutor::enqueueSteps(Stream& stream_,
   Stream* stream = &stream_;
   auto tensor = [&](const BufferRef& b) { return DeviceTensor{address(b), b.type}; };
   std::vector<DeviceAddress> args;
-  std::vector<int64_t> argBytes;
   std::vector<DeviceTensor> tin, tout;
-  for (const PlanStep& s : p.steps) {
+  for (size_t si = 0; si < p.steps.size(); ++si) {
+    const PlanStep& s = p.steps[si];
     const auto ts =
         profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     switch (s.kind) {
@@ -336,11 +348,10 @@ Status PlanExecutor::enqueueSteps(Stream& stream_,
         args.clear();
         for (const auto& b : s.inputs) args.push_back(address(b));
         for (const auto& b : s.outputs) args.push_back(address(b));
-        argBytes.clear();
-        for (const auto& b : s.inputs) argBytes.push_back(static_cast<int64_t>(b.type.byteSize()));
-        for (const auto& b : s.outputs) argBytes.push_back(static_cast<int64_t>(b.type.byteSize()));
         KILN_TRY(
-            stream->launch({s.name, s.kernel, s.units, s.elements, s.block, s.grid, argBytes}, args)
+            stream
+                ->launch({s.name, s.kernel, s.units, s.elements, s.block, s.grid, argBytes_[si]},
+                         args)
                 .withContext(s.name));
         ++stats.kernelSteps;
         break;

@@ -140,6 +140,7 @@ class PlanExecutor {
   int threads_;
   bool serialized_;
   std::vector<int> writtenParameters_;  // Parameters steps write: copied back after each run.
+  std::vector<std::vector<int64_t>> argBytes_;  // Per step: its kernel arguments' bytes.
   // The parameters in the backend's memory (views of the plan's bytes where it is the host's),
   // mapped by the first run and again after clearLibraryCache().
   std::mutex paramsMu_;

@@ -112,10 +112,6 @@ struct Driver {
   }
 };
 
-std::string bytesText(size_t b) {
-  return std::to_string(b) + " bytes (" + std::to_string(b >> 20) + " MiB)";
-}
-
 class CudaDevice final : public DeviceApi {
  public:
   CudaDevice(Driver d, CUcontext ctx, DeviceProps props)
@@ -129,8 +125,9 @@ class CudaDevice final : public DeviceApi {
     CUdeviceptr p = 0;
     const CUresult r = d_.cuMemAlloc(&p, std::max<size_t>(bytes, 1));
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
-      return resourceExhausted("out of device memory: allocating " + bytesText(bytes) + " on " +
-                               props_.name + " (" + bytesText(props_.totalMemory) + " in all)");
+      return resourceExhausted("out of device memory: allocating " +
+                               bytesText(static_cast<int64_t>(bytes)) + " on " + props_.name +
+                               " (" + bytesText(props_.totalMemory) + " in all)");
     KILN_TRY(check(r, "cuMemAlloc"));
     return static_cast<DevicePtr>(p);
   }

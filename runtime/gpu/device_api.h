@@ -121,6 +121,9 @@ class DeviceApi {
   virtual void destroyGraph(GraphHandle g) = 0;
 };
 
+// "512 bytes", "8.0 MiB", "1.50 GiB": amounts in the devices' error messages.
+std::string bytesText(int64_t bytes);
+
 // The first CUDA device through the driver API (libcuda.so.1 loaded with dlopen). Without a
 // usable driver or device: kNotFound with one line naming the CUDA error, e.g. "no CUDA
 // device: CUDA driver not found (libcuda.so.1: cannot open shared object file)".

@@ -25,17 +25,6 @@ namespace {
 using Op = std::function<Status()>;
 using Clock = std::chrono::steady_clock;
 
-std::string bytesText(int64_t b) {
-  char buf[64];
-  if (b >= (int64_t{1} << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1 << 30));
-  else if (b >= (1 << 20))
-    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
-  else
-    std::snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(b));
-  return buf;
-}
-
 struct EmuEvent {
   std::mutex mu;
   std::condition_variable cv;
@@ -413,6 +402,17 @@ class EmuDevice final : public DeviceApi {
 };
 
 }  // namespace
+
+std::string bytesText(int64_t b) {
+  char buf[64];
+  if (b >= (int64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1 << 30));
+  else if (b >= (1 << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  else
+    std::snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(b));
+  return buf;
+}
 
 std::shared_ptr<DeviceApi> makeEmuDevice(const EmuOptions& options) {
   return std::make_shared<EmuDevice>(options);
