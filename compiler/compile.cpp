@@ -36,6 +36,11 @@ class Driver {
     auto tf = Clock::now();
     passes::FusionOptions fo = opts_.fusion;
     fo.libraryEpilogues = libraryFusion_;
+    fo.acceptsEpilogue = [b = backend_](const ir::Node& head,
+                                        std::span<const ir::Node* const> post) {
+      Expected<std::vector<runtime::PostOp>> ops = postOpsOf(post);
+      return ops && b->runsPostOps(head.op(), *ops);
+    };
     fusion_ = passes::planFusion(graph_, fo);
     report_.fusionExplanation = passes::explainFusion(fusion_);
     report_.fusionMs = msSince(tf);

@@ -4,6 +4,51 @@
 
 namespace kiln::compiler {
 
+Expected<runtime::PostOp> postOpOf(const ir::Node& n) {
+  runtime::PostOp p;
+  switch (n.op()) {
+    case ir::OpKind::kRelu:
+      p.kind = runtime::PostOp::Kind::kRelu;
+      break;
+    case ir::OpKind::kLeakyRelu:
+      p.kind = runtime::PostOp::Kind::kLeakyRelu;
+      p.alpha = n.attr().getFloat("alpha");
+      break;
+    case ir::OpKind::kClip:
+      p.kind = runtime::PostOp::Kind::kClip;
+      p.alpha = n.attr().getFloat("min");
+      p.beta = n.attr().getFloat("max");
+      break;
+    case ir::OpKind::kSigmoid:
+      p.kind = runtime::PostOp::Kind::kSigmoid;
+      break;
+    case ir::OpKind::kTanh:
+      p.kind = runtime::PostOp::Kind::kTanh;
+      break;
+    case ir::OpKind::kGelu:
+      p.kind = n.attr().getString("approximate") == "tanh" ? runtime::PostOp::Kind::kGeluTanh
+                                                           : runtime::PostOp::Kind::kGeluErf;
+      break;
+    case ir::OpKind::kAdd:
+      p.kind = runtime::PostOp::Kind::kAdd;
+      break;
+    default:
+      return internalError(n.describe() + " is not a post-op");
+  }
+  return p;
+}
+
+Expected<std::vector<runtime::PostOp>> postOpsOf(std::span<const ir::Node* const> nodes) {
+  std::vector<runtime::PostOp> post;
+  int extra = 0;
+  for (const ir::Node* n : nodes) {
+    KILN_ASSIGN_OR_RETURN(runtime::PostOp p, postOpOf(*n));
+    if (p.kind == runtime::PostOp::Kind::kAdd) p.input = extra++;
+    post.push_back(p);
+  }
+  return post;
+}
+
 namespace {
 
 bool isAliasGroup(const ir::FusionGroup& g) {
@@ -35,38 +80,10 @@ class Scheduler {
     const ir::Value* current = head->output();
     for (size_t i = 1; i < g.nodes.size(); ++i) {
       const ir::Node* n = g.nodes[i];
-      runtime::PostOp p;
-      switch (n->op()) {
-        case ir::OpKind::kRelu:
-          p.kind = runtime::PostOp::Kind::kRelu;
-          break;
-        case ir::OpKind::kLeakyRelu:
-          p.kind = runtime::PostOp::Kind::kLeakyRelu;
-          p.alpha = n->attr().getFloat("alpha");
-          break;
-        case ir::OpKind::kClip:
-          p.kind = runtime::PostOp::Kind::kClip;
-          p.alpha = n->attr().getFloat("min");
-          p.beta = n->attr().getFloat("max");
-          break;
-        case ir::OpKind::kSigmoid:
-          p.kind = runtime::PostOp::Kind::kSigmoid;
-          break;
-        case ir::OpKind::kTanh:
-          p.kind = runtime::PostOp::Kind::kTanh;
-          break;
-        case ir::OpKind::kGelu:
-          p.kind = n->attr().getString("approximate") == "tanh" ? runtime::PostOp::Kind::kGeluTanh
-                                                                : runtime::PostOp::Kind::kGeluErf;
-          break;
-        case ir::OpKind::kAdd:
-          p.kind = runtime::PostOp::Kind::kAdd;
-          p.input = s.numExtra++;
-          s.extra.push_back(n->input(0) == current ? n->input(1) : n->input(0));
-          break;
-        default:
-          return internalError("group " + std::to_string(g.id) + ": " + n->describe() +
-                               " is not a post-op");
+      KILN_ASSIGN_OR_RETURN(runtime::PostOp p, postOpOf(*n));
+      if (p.kind == runtime::PostOp::Kind::kAdd) {
+        p.input = s.numExtra++;
+        s.extra.push_back(n->input(0) == current ? n->input(1) : n->input(0));
       }
       s.postOps.push_back(p);
       current = n->output();

@@ -4,6 +4,7 @@
 // only where it loads generated code, library calls only where its registry has the op.
 #pragma once
 
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -47,6 +48,12 @@ struct Schedule {
 };
 
 // Schedules `groups` (ir::FusionPlan's, in order) of `graph` for `backend`.
+// The library post-op node `n` of an epilogue group applies (a kAdd's `input` is left to the
+// caller); kInternal when n is no post-op.
+Expected<runtime::PostOp> postOpOf(const ir::Node& n);
+// The post-ops of an epilogue chain in order, kAdds numbering their extra inputs from 0.
+Expected<std::vector<runtime::PostOp>> postOpsOf(std::span<const ir::Node* const> nodes);
+
 Expected<Schedule> scheduleGroups(const ir::Graph& graph,
                                   const std::vector<ir::FusionGroup>& groups,
                                   runtime::Backend& backend);

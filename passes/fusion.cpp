@@ -509,6 +509,17 @@ class Planner {
         reject(p, n, std::move(d));
         continue;
       }
+      if (opts_.acceptsEpilogue) {
+        std::vector<const ir::Node*> chain(s.group.nodes.begin() + 1, s.group.nodes.end());
+        chain.push_back(n);
+        if (!opts_.acceptsEpilogue(*s.group.nodes.front(), chain)) {
+          reject(p, n,
+                 FusionDecision::illegal("the backend's " +
+                                         std::string(ir::opName(s.group.nodes.front()->op())) +
+                                         " library call takes no such post-op chain"));
+          continue;
+        }
+      }
       s.group.nodes.push_back(n);
       nodeGroup_[n] = pg;
       level_[n] = Level::kElement;

@@ -7,6 +7,9 @@
 // (performance), each refusal kept with its reason for `kiln compile --explain-fusion`.
 #pragma once
 
+#include <functional>
+#include <span>
+
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -54,6 +57,9 @@ struct FusionOptions {
   // The backend runs f32 conv2d/linear/gemm/matmul with epilogues (activations and a
   // same-shape add), so those consumers fuse into the library call as post-ops.
   bool libraryEpilogues = false;
+  // Whether the backend's library call of `head` takes these post-op nodes (in order) fused;
+  // unset: every chain of post-op candidates (the CPU's oneDNN and kiln's epilogue pass).
+  std::function<bool(const ir::Node& head, std::span<const ir::Node* const> post)> acceptsEpilogue;
 };
 
 // The pointwise ops a library call can apply as a post-op (the add needs a same-shape

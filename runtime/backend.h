@@ -212,6 +212,14 @@ class Backend {
   // runs `op` with this output dtype and activation layout.
   virtual bool hasLibraryKernel(ir::OpKind op, ir::DType dtype, ir::Layout layout) const = 0;
 
+  // Whether a library call of `op` applies post-ops `post` (in order) fused, through
+  // OpCall::postOps; asked only where caps().libraryEpilogues. The CPU's library takes every
+  // chain of PostOp kinds; a GPU's the ones its libraries compute exactly (library_call.h).
+  virtual bool runsPostOps(ir::OpKind op, std::span<const PostOp> post) const {
+    (void)op, (void)post;
+    return true;
+  }
+
   // The algorithms the library kernel of `op` can run for these attributes and input shapes
   // (OpCall::options.algo), the library's usual pick first: the candidates compile-time
   // autotuning times. Empty: one implementation, or the library chooses alone.

@@ -205,10 +205,13 @@ class CudaDevice final : public DeviceApi {
   void openLibraries() {
     if (!bind().isOk()) return;
     auto libs = openCudaLibraries([this](void* s, size_t bytes) { return workspace(s, bytes); });
-    if (libs)
+    if (libs) {
       libs_ = std::move(*libs);
-    else
+      props_.libraries = "cuBLASLt and cuDNN; " + libs_->checkFusedRelu(*this);
+    } else {
       libsMissing_ = libs.status().message();
+      props_.libraries = "none (library ops run on the host): " + libsMissing_;
+    }
   }
 
   Expected<StreamHandle> createStream() override {

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cmath>
+#include <limits>
 #include <mutex>
 #include <string>
 
@@ -62,6 +64,11 @@ void* openLibrary(const char* soname, std::string& tried) {
   X(cudnnGetConvolutionForwardWorkspaceSize)        \
   X(cudnnConvolutionForward)                        \
   X(cudnnAddTensor)                                 \
+  X(cudnnCreateActivationDescriptor)                \
+  X(cudnnSetActivationDescriptor)                   \
+  X(cudnnDestroyActivationDescriptor)               \
+  X(cudnnActivationForward)                         \
+  X(cudnnConvolutionBiasActivationForward)          \
   X(cudnnGetConvolutionBackwardDataAlgorithm_v7)    \
   X(cudnnGetConvolutionBackwardDataWorkspaceSize)   \
   X(cudnnConvolutionBackwardData)                   \
@@ -86,10 +93,85 @@ class Libraries final : public CudaLibraries {
   WorkspaceFn workspace;
   std::mutex dnnMu;  // One cuDNN handle: cudnnSetStream then the call, under the lock.
 
+  // Whether the fused ReLUs (cudnnConvolutionBiasActivationForward, CUBLASLT_EPILOGUE_RELU*) are
+  // used: until checkFusedRelu finds one that turns NaN into a number.
+  bool fusedConvRelu = true;
+  bool fusedGemmRelu = true;
+
   Status run(const LibraryCall& call, std::span<const DevicePtr> ops, void* stream) override {
-    if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) return conv(*c, ops, stream);
+    if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) return conv(call, *c, ops, stream);
     if (const auto* p = std::get_if<PoolDescriptor>(&call.desc)) return pool(*p, ops, stream);
-    return gemm(std::get<GemmDescriptor>(call.desc), ops, stream);
+    return gemm(call, std::get<GemmDescriptor>(call.desc), ops, stream);
+  }
+
+  // y = relu(x * 1 + 0.5 [+ z]) over x = (NaN, -1, 2) through each fused path, y prefilled with
+  // NaN (the residual-free form must not read it): (NaN, 0, 2.5), with z = (1, 1, -10)
+  // (NaN, 0.5, 0). A path giving anything else is not used in this process.
+  std::string checkFusedRelu(DeviceApi& dev) override {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float x[3] = {nan, -1.f, 2.f}, w[1] = {1.f}, b[1] = {0.5f}, z[3] = {1.f, 1.f, -10.f};
+    const float want[2][3] = {{nan, 0.f, 2.5f}, {nan, 0.5f, 0.f}};
+    auto same = [](float a, float e) { return std::isnan(e) ? std::isnan(a) : a == e; };
+    Expected<StreamHandle> s = dev.createStream();
+    if (!s) return "fused ReLU check skipped: " + s.status().message();
+    std::vector<DevicePtr> buffers;
+    auto upload = [&](const float* v, size_t n) -> Expected<DevicePtr> {
+      KILN_ASSIGN_OR_RETURN(DevicePtr p, dev.malloc(n * sizeof(float)));
+      buffers.push_back(p);
+      KILN_TRY(dev.copyToDevice(p, v, n * sizeof(float), *s));
+      return p;
+    };
+    auto check = [&](const LibraryCall& call, bool residual) -> Expected<bool> {
+      const float junk[3] = {nan, nan, nan};
+      KILN_ASSIGN_OR_RETURN(DevicePtr X, upload(x, 3));
+      KILN_ASSIGN_OR_RETURN(DevicePtr W, upload(w, 1));
+      KILN_ASSIGN_OR_RETURN(DevicePtr B, upload(b, 1));
+      KILN_ASSIGN_OR_RETURN(DevicePtr Z, upload(z, 3));
+      KILN_ASSIGN_OR_RETURN(DevicePtr Y, upload(junk, 3));
+      std::vector<DevicePtr> ops = {X, W, B};
+      if (residual) ops.push_back(Z);
+      ops.push_back(Y);
+      KILN_TRY(run(call, ops, reinterpret_cast<void*>(*s)));
+      float y[3];
+      KILN_TRY(dev.copyToHost(y, Y, sizeof y, *s));
+      KILN_TRY(dev.synchronize(*s));
+      for (int i = 0; i < 3; ++i)
+        if (!same(y[i], want[residual][i])) return false;
+      return true;
+    };
+    ConvDescriptor cd;
+    cd.n = 1, cd.c = 1, cd.h = 1, cd.w = 3, cd.k = 1, cd.r = 1, cd.s = 1, cd.p = 1, cd.q = 3;
+    cd.bias = true;
+    GemmDescriptor gd;  // A linear: x [3, 1] times w^T [1, 1] plus a bias row of 1.
+    gd.m = 3, gd.n = 1, gd.k = 1, gd.transB = true, gd.lda = 1, gd.ldb = 1;
+    gd.c = GemmDescriptor::C::kRow, gd.beta = 1;
+    std::string log;
+    for (bool* flag : {&fusedConvRelu, &fusedGemmRelu}) {
+      const bool isConv = flag == &fusedConvRelu;
+      bool ok = true;
+      for (bool residual : {false, true}) {
+        LibraryCall call;
+        if (isConv)
+          call.desc = cd;
+        else
+          call.desc = gd;
+        call.epilogue = {residual, true};
+        Expected<bool> r = check(call, residual);
+        if (!r) {
+          log += std::string(log.empty() ? "" : "; ") + (isConv ? "cuDNN" : "cuBLASLt") +
+                 " fused ReLU check failed: " + r.status().message();
+          ok = false;
+        } else {
+          ok = ok && *r;
+        }
+      }
+      *flag = ok;
+    }
+    for (DevicePtr p : buffers) (void)dev.free(p);
+    dev.destroyStream(*s);
+    return log + std::string(log.empty() ? "" : "; ") + "fused ReLU keeps NaN: cuDNN " +
+           (fusedConvRelu ? "yes" : "no (separate activation)") + ", cuBLASLt " +
+           (fusedGemmRelu ? "yes" : "no (separate activation)");
   }
 
  private:
@@ -120,14 +202,23 @@ class Libraries final : public CudaLibraries {
 
   // Row-major D = op(A) op(B) (+ C) is column-major D^T = op(B)^T op(A)^T: B's buffer is
   // cuBLASLt's first operand and A's the second; D^T's leading dimension is N.
-  Status gemm(const GemmDescriptor& g, std::span<const DevicePtr> ops, void* stream) {
+  // The epilogue: a residual is C with beta 1 (cuBLASLt adds it before the bias, an exact
+  // reordering of two IEEE additions only up to rounding), ReLU the RELU[_BIAS] epilogue or, where
+  // that does not keep NaN, cuDNN's activation over D afterwards.
+  Status gemm(const LibraryCall& call, const GemmDescriptor& g, std::span<const DevicePtr> ops,
+              void* stream) {
     if (g.c == GemmDescriptor::C::kRow && g.beta != 1)
       return unimplemented("cuBLASLt: a bias row scaled by beta " + std::to_string(g.beta));
     if (g.m == 0 || g.n == 0) return Status::ok();  // Nothing to write.
     if (g.k == 0) return unimplemented("cuBLASLt: an empty inner dimension");
+    const LibraryEpilogue& e = call.epilogue;
+    if (e.residual && g.c == GemmDescriptor::C::kMatrix)
+      return unimplemented("cuBLASLt: a residual added to a product with a C matrix");
     const DevicePtr A = ops[0], B = ops[1];
     const DevicePtr C = g.c != GemmDescriptor::C::kNone ? ops[2] : 0;
+    const DevicePtr Z = e.residual ? ops[call.residualOperand()] : 0;
     const DevicePtr D = ops.back();
+    const bool fusedRelu = e.relu && fusedGemmRelu;
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
@@ -153,12 +244,16 @@ class Libraries final : public CudaLibraries {
     KILN_TRY(
         lt_(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof second),
             "TRANSB"));
-    if (g.c == GemmDescriptor::C::kRow) {  // A bias over D^T's rows: N values.
-      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-      const void* bias = reinterpret_cast<const void*>(C);
+    const bool bias = g.c == GemmDescriptor::C::kRow;
+    const cublasLtEpilogue_t epi =
+        bias ? (fusedRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+             : (fusedRelu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT)
       KILN_TRY(
           lt_(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
               "EPILOGUE"));
+    if (bias) {  // A bias over D^T's rows: N values.
+      const void* bias = reinterpret_cast<const void*>(C);
       KILN_TRY(lt_(
           cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
           "BIAS_POINTER"));
@@ -198,7 +293,10 @@ class Libraries final : public CudaLibraries {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(B, g.strideB)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(A, g.strideA)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-         alignment(g.c == GemmDescriptor::C::kMatrix ? C : D, strideD)},
+         alignment(e.residual                          ? Z
+                   : g.c == GemmDescriptor::C::kMatrix ? C
+                                                       : D,
+                   strideD)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(D, strideD)}};
     for (const auto& [attr, bytes] : aligns)
       KILN_TRY(lt_(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes),
@@ -210,16 +308,52 @@ class Libraries final : public CudaLibraries {
                  "AlgoGetHeuristic"));
     if (found == 0) return unimplemented("cuBLASLt: no algorithm for this product");
     const float alpha = static_cast<float>(g.alpha);
-    const float beta = g.c == GemmDescriptor::C::kMatrix ? static_cast<float>(g.beta) : 0.f;
-    const void* cPtr = reinterpret_cast<const void*>(g.c == GemmDescriptor::C::kMatrix ? C : D);
-    if (g.c == GemmDescriptor::C::kMatrix && g.batch > 1)
-      return unimplemented("cuBLASLt: a C matrix shared by a batch");
-    return lt_(
-        cublasLtMatmul(lt, op, &alpha, reinterpret_cast<const void*>(B), lb,
-                       reinterpret_cast<const void*>(A), la, &beta, cPtr, lc,
-                       reinterpret_cast<void*>(D), lc, &result.algo, reinterpret_cast<void*>(ws),
-                       wsBytes, static_cast<cudaStream_t>(stream)),
-        "Matmul");
+    const bool cMatrix = g.c == GemmDescriptor::C::kMatrix;
+    const float beta = e.residual ? 1.f : cMatrix ? static_cast<float>(g.beta) : 0.f;
+    // A residual has D's layout, batch stride included; the op's own C matrix is shared.
+    const void* cPtr = reinterpret_cast<const void*>(e.residual ? Z : cMatrix ? C : D);
+    if (cMatrix && g.batch > 1) return unimplemented("cuBLASLt: a C matrix shared by a batch");
+    KILN_TRY(
+        lt_(cublasLtMatmul(lt, op, &alpha, reinterpret_cast<const void*>(B), lb,
+                           reinterpret_cast<const void*>(A), la, &beta, cPtr, lc,
+                           reinterpret_cast<void*>(D), lc, &result.algo,
+                           reinterpret_cast<void*>(ws), wsBytes, static_cast<cudaStream_t>(stream)),
+            "Matmul"));
+    if (!e.relu || fusedRelu) return Status::ok();
+    std::lock_guard lock(dnnMu);
+    KILN_TRY(dnn_(cudnnSetStream(dnn, static_cast<cudaStream_t>(stream)), "SetStream"));
+    return reluInPlace(D, g.batch * g.m * g.n);
+  }
+
+  // y = relu(y) keeping NaN (CUDNN_PROPAGATE_NAN) over n floats; under dnnMu, stream set.
+  Status reluInPlace(DevicePtr y, int64_t n) {
+    if (n > std::numeric_limits<int>::max())
+      return unimplemented("cuDNN: an activation over " + std::to_string(n) + " elements");
+    cudnnTensorDescriptor_t t = nullptr;
+    cudnnActivationDescriptor_t a = nullptr;
+    struct Cleanup {
+      Libraries& l;
+      cudnnTensorDescriptor_t& t;
+      cudnnActivationDescriptor_t& a;
+      ~Cleanup() {
+        if (t) l.cudnnDestroyTensorDescriptor(t);
+        if (a) l.cudnnDestroyActivationDescriptor(a);
+      }
+    } cleanup{*this, t, a};
+    KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&t), "CreateTensorDescriptor"));
+    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 1,
+                                             static_cast<int>(n)),
+                  "SetTensor4dDescriptor"));
+    KILN_TRY(makeRelu(a));
+    const float one = 1.f, zero = 0.f;
+    void* p = reinterpret_cast<void*>(y);
+    return dnn_(cudnnActivationForward(dnn, a, &one, t, p, &zero, t, p), "ActivationForward");
+  }
+
+  Status makeRelu(cudnnActivationDescriptor_t& a) {
+    KILN_TRY(dnn_(cudnnCreateActivationDescriptor(&a), "CreateActivationDescriptor"));
+    return dnn_(cudnnSetActivationDescriptor(a, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
+                "SetActivationDescriptor");
   }
 
   // NaN propagates through max pooling (kiln's rule); cuDNN's 2-D pooling has symmetric pads,
@@ -321,7 +455,8 @@ class Libraries final : public CudaLibraries {
                 "ConvolutionBackwardFilter");
   }
 
-  Status conv(const ConvDescriptor& c, std::span<const DevicePtr> ops, void* stream) {
+  Status conv(const LibraryCall& call, const ConvDescriptor& c, std::span<const DevicePtr> ops,
+              void* stream) {
     if (c.padTop != c.padBottom || c.padLeft != c.padRight)
       return unimplemented("cuDNN: asymmetric padding");
     if (c.n == 0 || c.k == 0 || c.c == 0) return unimplemented("cuDNN: an empty convolution");
@@ -387,21 +522,45 @@ class Libraries final : public CudaLibraries {
     KILN_TRY(dnn_(cudnnGetConvolutionForwardWorkspaceSize(dnn, x, w, cd, y, algo, &wsBytes),
                   "GetConvolutionForwardWorkspaceSize"));
     KILN_ASSIGN_OR_RETURN(DevicePtr ws, workspace(stream, std::max(wsBytes, kWorkspaceBytes)));
-    const float one = 1.f, zero = 0.f;
+    const float one = 1.f;
     const DevicePtr Y = ops.back();
-    KILN_TRY(dnn_(cudnnConvolutionForward(dnn, &one, x, reinterpret_cast<const void*>(ops[0]), w,
-                                          reinterpret_cast<const void*>(ops[1]), cd, algo,
-                                          reinterpret_cast<void*>(ws), wsBytes, &zero, y,
+    const LibraryEpilogue& e = call.epilogue;
+    const DevicePtr Z = e.residual ? ops[call.residualOperand()] : 0;
+    const bool residualInY = e.residual && Z == Y;  // In place: y holds the residual already.
+    auto cp = [](DevicePtr p) { return reinterpret_cast<const void*>(p); };
+    if (c.bias) {
+      KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&b), "CreateTensorDescriptor"));
+      KILN_TRY(
+          dnn_(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(c.k), 1, 1),
+               "SetTensor4dDescriptor bias"));
+    }
+    // y = relu(conv(x) + z + bias) in one call where cuDNN's fused ReLU keeps NaN.
+    if (e.relu && c.bias && fusedConvRelu && !residualInY) {
+      cudnnActivationDescriptor_t act = nullptr;
+      Status st = makeRelu(act);
+      const float alpha2 = e.residual ? 1.f : 0.f;
+      if (st.isOk())
+        st = dnn_(cudnnConvolutionBiasActivationForward(
+                      dnn, &one, x, cp(ops[0]), w, cp(ops[1]), cd, algo,
+                      reinterpret_cast<void*>(ws), wsBytes, &alpha2, y, cp(e.residual ? Z : Y), b,
+                      cp(ops[2]), act, y, reinterpret_cast<void*>(Y)),
+                  "ConvolutionBiasActivationForward");
+      if (act) cudnnDestroyActivationDescriptor(act);
+      return st;
+    }
+    const float beta = residualInY ? 1.f : 0.f;
+    KILN_TRY(dnn_(cudnnConvolutionForward(dnn, &one, x, cp(ops[0]), w, cp(ops[1]), cd, algo,
+                                          reinterpret_cast<void*>(ws), wsBytes, &beta, y,
                                           reinterpret_cast<void*>(Y)),
                   "ConvolutionForward"));
-    if (!c.bias) return Status::ok();
-    KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&b), "CreateTensorDescriptor"));
-    KILN_TRY(
-        dnn_(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(c.k), 1, 1),
-             "SetTensor4dDescriptor bias"));
-    return dnn_(cudnnAddTensor(dnn, &one, b, reinterpret_cast<const void*>(ops[2]), &one, y,
-                               reinterpret_cast<void*>(Y)),
-                "AddTensor (bias)");
+    if (c.bias)
+      KILN_TRY(dnn_(cudnnAddTensor(dnn, &one, b, cp(ops[2]), &one, y, reinterpret_cast<void*>(Y)),
+                    "AddTensor (bias)"));
+    if (e.residual && !residualInY)
+      KILN_TRY(dnn_(cudnnAddTensor(dnn, &one, y, cp(Z), &one, y, reinterpret_cast<void*>(Y)),
+                    "AddTensor (residual)"));
+    if (!e.relu) return Status::ok();
+    return reluInPlace(Y, c.n * c.k * c.p * c.q);
   }
 };
 

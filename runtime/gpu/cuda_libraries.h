@@ -1,8 +1,8 @@
 // cuBLASLt and cuDNN for the real device (cuda_driver.cpp), both loaded with dlopen: kiln's library
-// descriptors (library_call.h) become cublasLtMatmul and cudnnConvolutionForward calls on the
-// caller's stream. fp32 is exact (CUBLAS_COMPUTE_32F, CUDNN_FMA_MATH: no TF32). A call the
-// libraries cannot express (asymmetric padding, a scaled bias row) is kUnimplemented, and the
-// backend runs that op on the host instead.
+// descriptors (library_call.h) become cublasLtMatmul and cudnnConvolution*Forward calls on the
+// caller's stream, epilogues included. fp32 is exact (CUBLAS_COMPUTE_32F, CUDNN_FMA_MATH: no TF32).
+// A call the libraries cannot express (asymmetric padding, a scaled bias row) is kUnimplemented,
+// and the backend runs that op on the host instead.
 #pragma once
 
 #include <functional>
@@ -19,6 +19,11 @@ class CudaLibraries {
   // `stream` is the CUstream.
   virtual Status run(const LibraryCall& call, std::span<const DevicePtr> operands,
                      void* stream) = 0;
+  // Runs tiny convolutions and products with a ReLU epilogue on `dev` over NaN, once per process:
+  // neither library documents whether its fused ReLU keeps NaN (kiln's rule), so a fused path
+  // that does not is replaced by cuDNN's NaN-propagating activation after the call. Returns one
+  // line saying what it found (for KILN_LOG and `kiln info`).
+  virtual std::string checkFusedRelu(DeviceApi& dev) = 0;
 };
 
 // Loads libcublasLt.so.13 and libcudnn.so.9 and creates their handles in the current CUDA

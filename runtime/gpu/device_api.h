@@ -41,6 +41,7 @@ struct DeviceProps {
   int64_t sharedBytesPerBlock = 48 * 1024;
   int64_t totalMemory = 0;  // Bytes; under emu, its limit.
   int warpSize = 32;
+  std::string libraries;  // What runs library calls, and what the fused-ReLU check found.
 };
 
 // Opaque handles of the device's objects.

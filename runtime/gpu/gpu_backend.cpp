@@ -387,6 +387,7 @@ class GpuBackend final : public Backend {
       : name_(std::move(name)), dev_(std::move(dev)), alloc_(dev_) {
     const DeviceProps& p = dev_->props();
     caps_.kernelCode = std::string(dev_->codeFormat());
+    caps_.libraryEpilogues = dev_->hasLibraryCalls();  // The chains libraryEpilogueFor takes.
     caps_.cuda.smArch = p.smArch;
     caps_.cuda.multiProcessors = p.multiProcessors;
     caps_.cuda.maxThreadsPerBlock = p.maxThreadsPerBlock;
@@ -446,11 +447,14 @@ class GpuBackend final : public Backend {
     return std::shared_ptr<KernelModule>(std::move(m));
   }
 
-  // Convolutions and matrix products as device library calls (library_call.h) where the device
-  // has them, without fused epilogues yet (caps().libraryEpilogues is false): activations and
-  // residual adds run as generated kernels. Other library ops (pooling) run on the host.
+  // Convolutions, matrix products and pooling as device library calls (library_call.h) where
+  // the device has them, with a residual add and a ReLU as their epilogue; other post-ops run as
+  // generated kernels.
   bool hasLibraryKernel(ir::OpKind op, ir::DType dtype, ir::Layout layout) const override {
     return dev_->hasLibraryCalls() && describesLibraryOp(op, dtype, layout);
+  }
+  bool runsPostOps(ir::OpKind op, std::span<const PostOp> post) const override {
+    return libraryEpilogueFor(op, post).has_value();
   }
 
   // Pinned host buffers for staged copies, kept by size (2^k bytes) and reused.

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "runtime/library/epilogue.h"
 #include "runtime/library/kernels.h"
 #include "runtime/tensor.h"
 
@@ -135,7 +136,28 @@ Expected<LibraryCall> describeGemm(const OpCall& call, const ir::AttrView& a,
 
 }  // namespace
 
+std::optional<LibraryEpilogue> libraryEpilogueFor(ir::OpKind op, std::span<const PostOp> post) {
+  const bool product = op == ir::OpKind::kConv2d || op == ir::OpKind::kLinear ||
+                       op == ir::OpKind::kGemm || op == ir::OpKind::kMatMul;
+  if (!product)
+    return post.empty() ? std::optional<LibraryEpilogue>(LibraryEpilogue{}) : std::nullopt;
+  LibraryEpilogue e;
+  size_t i = 0;
+  if (i < post.size() && post[i].kind == PostOp::Kind::kAdd && post[i].input == 0)
+    e.residual = true, ++i;
+  if (i < post.size() && post[i].kind == PostOp::Kind::kRelu) e.relu = true, ++i;
+  if (i != post.size()) return std::nullopt;
+  return e;
+}
+
 std::string LibraryCall::describe() const {
+  std::string d = describeProduct();
+  if (epilogue.residual) d += " + residual";
+  if (epilogue.relu) d += ", relu";
+  return d;
+}
+
+std::string LibraryCall::describeProduct() const {
   char buf[256];
   if (const auto* c = std::get_if<ConvDescriptor>(&desc)) {
     std::snprintf(buf, sizeof buf,
@@ -187,22 +209,39 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir
                                           const ir::TensorType& out) {
   if (!describesLibraryOp(call.op, out.dtype, out.layout))
     return notTaken(call, "op, dtype " + std::string(ir::dtypeName(out.dtype)) + " or layout");
-  if (!call.postOps.empty() || call.numExtra != 0) return notTaken(call, "fused post-ops");
+  const std::optional<LibraryEpilogue> epilogue = libraryEpilogueFor(call.op, call.postOps);
+  if (!epilogue) return notTaken(call, "post-ops other than a residual add and a ReLU");
+  if (call.numExtra != (epilogue->residual ? 1 : 0) ||
+      in.size() < static_cast<size_t>(call.numExtra))
+    return notTaken(call, "post-op operands");
+  if (epilogue->residual && in.back().shape != out.shape)
+    return notTaken(call, "a residual of shape " + ir::shapeToString(in.back().shape));
   if (call.options.channelsLast) return notTaken(call, "channels-last activations");
   for (const ir::TensorType& t : in)
     if (t.dtype != out.dtype || t.layout != ir::Layout::kPlain)
       return notTaken(call, "mixed dtypes or layouts");
   static const ir::AttrMap none;
   const ir::AttrView attrs(ir::opInfo(call.op), call.attrs ? *call.attrs : none);
-  if (call.op == ir::OpKind::kConv2d || call.op == ir::OpKind::kConv2dBackwardData ||
-      call.op == ir::OpKind::kConv2dBackwardWeight)
-    return describeConv(call, attrs, in, out);
-  if (call.op == ir::OpKind::kMaxPool2d || call.op == ir::OpKind::kAvgPool2d)
-    return describePool(call, attrs, in, out);
-  return describeGemm(call, attrs, in, out);
+  const std::span<const ir::TensorType> own = in.first(in.size() - call.numExtra);
+  Expected<LibraryCall> d = call.op == ir::OpKind::kConv2d ||
+                                    call.op == ir::OpKind::kConv2dBackwardData ||
+                                    call.op == ir::OpKind::kConv2dBackwardWeight
+                                ? describeConv(call, attrs, own, out)
+                            : call.op == ir::OpKind::kMaxPool2d || call.op == ir::OpKind::kAvgPool2d
+                                ? describePool(call, attrs, own, out)
+                                : describeGemm(call, attrs, own, out);
+  if (!d) return d;
+  d->epilogue = *epilogue;
+  if (const auto* g = std::get_if<GemmDescriptor>(&d->desc);
+      g && epilogue->residual && g->c == GemmDescriptor::C::kMatrix)
+    return notTaken(call, "a residual added to a product that has a C matrix");
+  return d;
 }
 
-std::vector<int64_t> operandBytes(const LibraryCall& call) {
+namespace {
+
+// The descriptor's own operands (inputs, then the output).
+std::vector<int64_t> productOperandBytes(const LibraryCall& call) {
   const int64_t e = static_cast<int64_t>(ir::dtypeSize(ir::DType::kF32));
   if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) {
     const int64_t x = c->n * c->c * c->h * c->w * e;
@@ -232,10 +271,23 @@ std::vector<int64_t> operandBytes(const LibraryCall& call) {
   return b;
 }
 
+}  // namespace
+
+size_t LibraryCall::residualOperand() const {
+  return productOperandBytes(*this).size() - 1;
+}
+
+std::vector<int64_t> operandBytes(const LibraryCall& call) {
+  std::vector<int64_t> b = productOperandBytes(call);
+  if (call.epilogue.residual) b.insert(b.end() - 1, b.back());
+  return b;
+}
+
 Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> operands) {
   auto wrap = [&](size_t i, ir::Shape shape) {
     return Tensor::wrap(static_cast<std::byte*>(operands[i]), ir::DType::kF32, std::move(shape));
   };
+  const size_t last = operands.size() - 1;
   ir::AttrMap attrs;
   std::vector<Tensor> in;
   Tensor out;
@@ -253,17 +305,17 @@ Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> oper
         op = ir::OpKind::kConv2d;
         in = {wrap(0, x), wrap(1, w)};
         if (c->bias) in.push_back(wrap(2, {c->k}));
-        out = wrap(in.size(), y);
+        out = wrap(last, y);
         break;
       case ConvDescriptor::Pass::kBackwardData:
         op = ir::OpKind::kConv2dBackwardData;
         in = {wrap(0, y), wrap(1, w), wrap(2, x)};
-        out = wrap(3, x);
+        out = wrap(last, x);
         break;
       case ConvDescriptor::Pass::kBackwardFilter:
         op = ir::OpKind::kConv2dBackwardWeight;
         in = {wrap(0, y), wrap(1, x), wrap(2, w)};
-        out = wrap(3, w);
+        out = wrap(last, w);
         break;
     }
   } else if (const auto* p = std::get_if<PoolDescriptor>(&call.desc)) {
@@ -281,7 +333,7 @@ Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> oper
     const int64_t floorP = (p->h + p->padTop + p->padBottom - extentH) / p->strideH + 1;
     attrs["ceil_mode"] = int64_t{floorP != p->p};
     in.push_back(wrap(0, {p->n, p->c, p->h, p->w}));
-    out = wrap(1, {p->n, p->c, p->p, p->q});
+    out = wrap(last, {p->n, p->c, p->p, p->q});
     auto types =
         ir::inferTypes(op, std::vector<ir::TensorType>{{ir::DType::kF32, in[0].shape()}}, attrs);
     if (!types || (*types)[0].shape != out.shape())
@@ -301,21 +353,37 @@ Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> oper
       in.push_back(wrap(1, g.transB ? ir::Shape{g.n, g.k} : ir::Shape{g.k, g.n}));
       if (g.c == GemmDescriptor::C::kRow) in.push_back(wrap(2, {g.n}));
       if (g.c == GemmDescriptor::C::kMatrix) in.push_back(wrap(2, {g.m, g.n}));
-      out = wrap(in.size(), {g.m, g.n});
+      out = wrap(last, {g.m, g.n});
     } else {
       if (g.transA || g.transB || g.alpha != 1 || g.c != GemmDescriptor::C::kNone)
         return unimplemented("emu: a batched " + call.describe());
       op = ir::OpKind::kMatMul;
       in.push_back(wrap(0, g.strideA ? ir::Shape{g.batch, g.m, g.k} : ir::Shape{g.m, g.k}));
       in.push_back(wrap(1, g.strideB ? ir::Shape{g.batch, g.k, g.n} : ir::Shape{g.k, g.n}));
-      out = wrap(2, {g.batch, g.m, g.n});
+      out = wrap(last, {g.batch, g.m, g.n});
     }
   }
+  // The epilogue, with the reference kernels' formulas (epilogue.h); a residual sharing the
+  // output's memory is read from a copy, as the product overwrites it first.
+  std::vector<lib::ResolvedPostOp> post;
+  std::vector<float> residualCopy;
+  if (call.epilogue.residual) {
+    const auto* z = static_cast<const float*>(operands[call.residualOperand()]);
+    if (z == static_cast<const float*>(operands[last])) {
+      residualCopy.assign(z, z + out.numElements());
+      z = residualCopy.data();
+    }
+    post.push_back({PostOp::Kind::kAdd, 0.f, 0.f, z});
+  }
+  if (call.epilogue.relu) post.push_back({PostOp::Kind::kRelu, 0.f, 0.f, nullptr});
   const ir::AttrView view(ir::opInfo(op), attrs);
   RefKernel k = libraryKernel(op, ir::DType::kF32);
   if (!k) k = referenceKernel(op);
   std::span<Tensor> outs(&out, 1);
-  return k(view, in, outs).withContext("emu: " + call.describe());
+  KILN_TRY(k(view, in, outs).withContext("emu: " + call.describe()));
+  const int64_t n = out.numElements();
+  lib::applyEpilogue(out.data<float>(), n > 0 ? 1 : 0, n, n, lib::Addend{}, post);
+  return Status::ok();
 }
 
 }  // namespace kiln::runtime::gpu

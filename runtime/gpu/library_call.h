@@ -4,11 +4,12 @@
 // the device: the real one hands them to cuDNN/cuBLASLt, the emu device runs the CPU's library with
 // exactly the shapes, strides and flags the descriptor holds (so a field the descriptor gets wrong
 // gives a wrong emu result, which the tests compare against the reference kernels).
-// Epilogues: none yet. Bias is part of the call; activations and residual adds run as generated
-// kernels (the devices' fused activations are not known to keep NaN, kiln's rule).
+// Epilogues: a bias is part of the call; a residual add and a ReLU after a convolution or a
+// matrix product are its LibraryEpilogue (other post-ops stay generated kernels).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -63,15 +64,38 @@ struct PoolDescriptor {
   ir::DType dtype = ir::DType::kF32;
 };
 
+// What a forward convolution or a matrix product applies to its result before storing it, in
+// kiln's post-op order: + a residual operand shaped like the output (an IEEE addition), then ReLU
+// keeping NaN (kiln's rule: fused == unfused). These are the post-op chains every device runs
+// exactly: cuDNN (cudnnConvolutionBiasActivationForward's z and CUDNN_PROPAGATE_NAN) and cuBLASLt
+// (C with beta 1, CUBLASLT_EPILOGUE_RELU[_BIAS]) express them, and where a device's fused ReLU
+// turns NaN into 0 (checked once per process on the real device) it runs cuDNN's separate
+// NaN-propagating activation instead. Other activations stay generated kernels: the libraries
+// document neither their NaN behaviour nor, for cuBLASLt's GELU, kiln's erf formula.
+struct LibraryEpilogue {
+  bool residual = false;  // Its operand follows the call's own inputs.
+  bool relu = false;
+  bool any() const { return residual || relu; }
+  bool operator==(const LibraryEpilogue&) const = default;
+};
+
+// The epilogue that runs post-ops `post` after a library call of `op`, or nullopt where no
+// device library call runs that chain (then the compiler keeps them as generated kernels).
+std::optional<LibraryEpilogue> libraryEpilogueFor(ir::OpKind op, std::span<const PostOp> post);
+
 struct LibraryCall {
   std::variant<ConvDescriptor, GemmDescriptor, PoolDescriptor> desc;
+  LibraryEpilogue epilogue;
   // One line for --explain and errors: "conv2d n1 c64 56x56 -> k64 3x3 s1 p1 g1 +bias".
   std::string describe() const;
+  std::string describeProduct() const;  // describe() without the epilogue.
+  // The operand index of the residual (epilogue.residual): after the descriptor's own inputs.
+  size_t residualOperand() const;
 };
 
 // The descriptor of `call` (inputs then the output in operand order: conv x, w[, b]; gemm A, B[,
-// C]), or kUnimplemented saying why the devices' libraries cannot take it (then the op runs on
-// the host).
+// C]; then a residual post-op's operand), or kUnimplemented saying why the devices' libraries
+// cannot take it (then the op runs on the host).
 Expected<LibraryCall> describeLibraryCall(const OpCall& call,
                                           std::span<const ir::TensorType> inputs,
                                           const ir::TensorType& output);
@@ -83,7 +107,7 @@ bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout);
 std::vector<int64_t> operandBytes(const LibraryCall& call);
 
 // Runs a described call with the CPU's library on host memory (the emu device): operands as
-// describeLibraryCall ordered them, the output last.
+// describeLibraryCall ordered them, the output last (a residual may share the output's memory).
 Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> operands);
 
 }  // namespace kiln::runtime::gpu

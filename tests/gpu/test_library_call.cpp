@@ -5,9 +5,11 @@
 // with batch dims on either side), against the reference kernels.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "compiler/compile.h"
+#include "ir/parser.h"
 #include "random_inputs.h"
 #include "runtime/eager.h"
 #include "runtime/gpu/cuda_libraries.h"
@@ -183,6 +185,126 @@ TEST_CASE("library calls: what the descriptors cannot take is named, and runs on
   CHECK_THAT(d.status().message(), Catch::Contains("batch dims broadcast between the operands"));
   // Such a matmul still runs on the device, through the host.
   checkOneOp(ir::OpKind::kMatMul, in, {}, 6, /*deviceCall=*/false);
+}
+
+namespace {
+
+// A product, then post-ops, compiled for emu with NaN and infinities in its inputs: the chains
+// the device libraries take exactly (+ residual, ReLU) become one library call with its
+// epilogue, others stay generated kernels; either way the result is the unfused reference's,
+// NaN where it has NaN (kiln's rule: fused == unfused).
+void checkEpilogue(const std::string& ir, int postOpsWanted, uint64_t seed) {
+  INFO(ir);
+  auto g = ir::parseGraph(ir);
+  INFO(g.status().message());
+  REQUIRE(g.hasValue());
+  std::vector<Tensor> xs = testing::randomInputs(*g, seed);
+  const float special[] = {std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (size_t i = 0; i < xs.size(); ++i)  // A few specials in every input but the weights.
+    if (g->inputs()[i]->name() != "w" && g->inputs()[i]->name() != "b")
+      for (int k = 0; k < 3; ++k) xs[i].data<float>()[rng() % xs[i].numElements()] = special[k];
+  auto want = runtime::EagerExecutor(*g).run(xs);  // Op by op on the CPU.
+  REQUIRE(want.hasValue());
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  compiler::CompileOptions o;
+  o.backend = *emu;
+  auto cm = compiler::compile(*g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  int library = 0, postOps = 0;
+  for (const auto& s : (*cm)->plan().steps) {
+    library += s.library;
+    postOps += static_cast<int>(s.postOps.size());
+  }
+  CHECK(library == 1);
+  CHECK(postOps == postOpsWanted);
+  CHECK((*cm)->report().hostSteps == 0);
+  const int64_t calls = runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(**emu))->libraryCalls;
+  auto got = (*cm)->run(xs);
+  INFO(got.status().message());
+  REQUIRE(got.hasValue());
+  CHECK(runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(**emu))->libraryCalls == calls + 1);
+  const Tensor& a = (*got)[0];
+  const Tensor& r = (*want)[0];
+  int nans = 0;
+  for (int64_t i = 0; i < r.numElements(); ++i) {
+    const double e = r.elementAsDouble(i), v = a.elementAsDouble(i);
+    INFO("element " << i << ": " << v << " vs " << e);
+    if (std::isnan(e)) {
+      ++nans;
+      CHECK(std::isnan(v));
+    } else if (std::isinf(e)) {
+      CHECK(v == e);
+    } else {
+      CHECK(std::fabs(v - e) <= 1e-4 * std::max(1.0, std::fabs(e)));
+    }
+  }
+  CHECK(nans > 0);  // The specials reached the epilogue.
+}
+
+}  // namespace
+
+TEST_CASE("library calls: residual and ReLU epilogues on the device keep NaN and infinities") {
+  // conv2d + bias + residual + relu: resnet's block tail, one cuDNN call on a GPU.
+  checkEpilogue(R"(graph g(%x : f32[2,3,9,9], %w : f32[4,3,3,3], %b : f32[4], %r : f32[2,4,9,9]) {
+  %y : f32[2,4,9,9] = conv2d(%x, %w, %b) {strides=[1,1], pads=[1,1,1,1], dilations=[1,1], group=1}
+  %s : f32[2,4,9,9] = add(%y, %r)
+  %o : f32[2,4,9,9] = relu(%s)
+  return %o
+})",
+                2, 1);
+  // conv2d without bias + relu (cuDNN's separate activation path), strided.
+  checkEpilogue(R"(graph g(%x : f32[1,4,10,10], %w : f32[6,4,3,3]) {
+  %y : f32[1,6,4,4] = conv2d(%x, %w) {strides=[2,2], pads=[0,0,0,0], dilations=[1,1], group=1}
+  %o : f32[1,6,4,4] = relu(%y)
+  return %o
+})",
+                1, 2);
+  // linear + bias + relu (CUBLASLT_EPILOGUE_RELU_BIAS).
+  checkEpilogue(R"(graph g(%x : f32[5,16], %w : f32[12,16], %b : f32[12]) {
+  %y : f32[5,12] = linear(%x, %w, %b)
+  %o : f32[5,12] = relu(%y)
+  return %o
+})",
+                1, 3);
+  // A batched matmul + residual (C with beta 1 and D's batch stride) + relu.
+  checkEpilogue(R"(graph g(%a : f32[3,4,8], %b : f32[3,8,5], %r : f32[3,4,5]) {
+  %y : f32[3,4,5] = matmul(%a, %b)
+  %s : f32[3,4,5] = add(%r, %y)
+  %o : f32[3,4,5] = relu(%s)
+  return %o
+})",
+                2, 4);
+  // A sigmoid is no device epilogue: it stays a generated kernel after the call.
+  checkEpilogue(R"(graph g(%x : f32[6,16], %w : f32[12,16], %b : f32[12]) {
+  %y : f32[6,12] = linear(%x, %w, %b)
+  %o : f32[6,12] = sigmoid(%y)
+  return %o
+})",
+                0, 5);
+}
+
+TEST_CASE("library calls: the devices' epilogue chains") {
+  using K = runtime::PostOp::Kind;
+  auto chain = [](std::initializer_list<K> kinds) {
+    std::vector<runtime::PostOp> v;
+    for (K k : kinds) v.push_back({k, 0, 0, k == K::kAdd ? 0 : -1});
+    return v;
+  };
+  using runtime::gpu::libraryEpilogueFor;
+  CHECK(libraryEpilogueFor(ir::OpKind::kConv2d, chain({K::kAdd, K::kRelu})) ==
+        runtime::gpu::LibraryEpilogue{true, true});
+  CHECK(libraryEpilogueFor(ir::OpKind::kMatMul, chain({K::kRelu})) ==
+        runtime::gpu::LibraryEpilogue{false, true});
+  CHECK(libraryEpilogueFor(ir::OpKind::kLinear, chain({})) == runtime::gpu::LibraryEpilogue{});
+  CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kConv2d, chain({K::kRelu, K::kAdd})));
+  CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kConv2d, chain({K::kAdd, K::kAdd})));
+  CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kGemm, chain({K::kGeluTanh})));
+  CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kMaxPool2d, chain({K::kRelu})));
 }
 
 TEST_CASE("library calls: cuBLASLt and cuDNN load with every function kiln calls") {
