@@ -35,6 +35,7 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
                                     .add(nhwc ? "nhwc" : "nchw")
                                     .add(n.numInputs() > 2 ? "bias" : "nobias")
                                     .add(std::string(be.name()))
+                                    .add(be.caps().device)
                                     .add(codegen::hostCpuName() + codegen::hostCpuFeatures())
                                     .add(runtime::libraryIdentity())
                                     .finish();

@@ -96,10 +96,7 @@ class Scheduler {
     if (s.channelsLast && !s.library)
       return internalError(head->describe() + " is channels-last but has no library kernel");
     if (head->info().findAttr("algo")) {  // A library op with a choice of algorithms.
-      const std::string& algo = head->attr().getString("algo");
-      for (auto a : {runtime::ConvAlgo::kDirect, runtime::ConvAlgo::kWinograd,
-                     runtime::ConvAlgo::kIm2colGemm})
-        if (runtime::convAlgoName(a) == algo) s.algo = a;
+      if (auto a = runtime::parseConvAlgo(head->attr().getString("algo"))) s.algo = *a;
     }
     s_.steps.push_back(std::move(s));
     return Status::ok();

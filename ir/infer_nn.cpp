@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "ir/conv_algo.h"
 #include "ir/infer.h"
 
 namespace kiln::ir {
@@ -140,9 +141,12 @@ Expected<std::vector<TensorType>> inferConv2d(std::span<const TensorType> in, co
   KILN_TRY(requireLen(pads, 4, "pads"));
   KILN_TRY(requireLen(dil, 2, "dilations"));
   const std::string& algo = a.getString("algo");
-  if (algo != "auto" && algo != "direct" && algo != "winograd" && algo != "im2col_gemm")
-    return invalidArgument("attribute algo must be auto, direct, winograd or im2col_gemm, got \"" +
-                           algo + "\"");
+  if (!parseConvAlgo(algo)) {
+    std::string names;
+    for (int k = 0; k <= static_cast<int>(ConvAlgo::kLast); ++k)
+      names += (k ? ", " : "") + std::string(convAlgoName(static_cast<ConvAlgo>(k)));
+    return invalidArgument("attribute algo must be one of " + names + "; got \"" + algo + "\"");
+  }
   const int64_t group = a.getInt("group");
   const Shape& x = in[0].shape;
   const Shape& w = in[1].shape;

@@ -705,7 +705,7 @@ Expected<ParsedPlan> parsePlan(std::span<const std::byte> bytes, ArtifactInfo& i
     if (extra < 0 || static_cast<size_t>(extra) > s.inputs.size()) r.fail("extra input count");
     s.numExtra = static_cast<int>(extra);
     const uint8_t algo = r.u8(), channelsLast = r.u8(), gemm = r.u8();
-    if (algo > static_cast<uint8_t>(ConvAlgo::kIm2colGemm)) r.fail("conv algorithm");
+    if (algo > static_cast<uint8_t>(ConvAlgo::kLast)) r.fail("conv algorithm");
     if (gemm > static_cast<uint8_t>(GemmBackend::kOneDnn)) r.fail("gemm backend");
     s.libraryOptions.algo = static_cast<ConvAlgo>(algo);
     s.libraryOptions.channelsLast = channelsLast != 0;

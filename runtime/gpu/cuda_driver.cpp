@@ -193,6 +193,10 @@ class CudaDevice final : public DeviceApi {
   // cuDNN and cuBLASLt (cuda_libraries.h) where they load; without them library ops run on the
   // host in stream order.
   bool hasLibraryCalls() const override { return libs_ != nullptr; }
+  std::vector<ConvAlgo> convAlgorithms(const ConvDescriptor& c) override {
+    if (!libs_ || !bind().isOk()) return {};
+    return libs_->convAlgorithms(c);
+  }
   Status libraryCall(const LibraryCall& call, std::span<const DevicePtr> operands,
                      StreamHandle s) override {
     if (!libs_) return unimplemented("CUDA: " + call.describe() + ": " + libsMissing_);

@@ -455,69 +455,115 @@ class Libraries final : public CudaLibraries {
                 "ConvolutionBackwardFilter");
   }
 
-  Status conv(const LibraryCall& call, const ConvDescriptor& c, std::span<const DevicePtr> ops,
-              void* stream) {
-    if (c.padTop != c.padBottom || c.padLeft != c.padRight)
-      return unimplemented("cuDNN: asymmetric padding");
-    if (c.n == 0 || c.k == 0 || c.c == 0) return unimplemented("cuDNN: an empty convolution");
-    std::lock_guard lock(dnnMu);
+  // The tensor, filter and convolution descriptors of `c` (destroyed with the struct).
+  struct ConvDescs {
+    Libraries& l;
     cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
     cudnnFilterDescriptor_t w = nullptr;
     cudnnConvolutionDescriptor_t cd = nullptr;
-    struct Cleanup {
-      Libraries& l;
-      cudnnTensorDescriptor_t &x, &y, &b;
-      cudnnFilterDescriptor_t& w;
-      cudnnConvolutionDescriptor_t& cd;
-      ~Cleanup() {
-        for (auto* t : {x, y, b})
-          if (t) l.cudnnDestroyTensorDescriptor(t);
-        if (w) l.cudnnDestroyFilterDescriptor(w);
-        if (cd) l.cudnnDestroyConvolutionDescriptor(cd);
-      }
-    } cleanup{*this, x, y, b, w, cd};
+    explicit ConvDescs(Libraries& lib) : l(lib) {}
+    ConvDescs(const ConvDescs&) = delete;
+    ~ConvDescs() {
+      for (auto* t : {x, y, b})
+        if (t) l.cudnnDestroyTensorDescriptor(t);
+      if (w) l.cudnnDestroyFilterDescriptor(w);
+      if (cd) l.cudnnDestroyConvolutionDescriptor(cd);
+    }
+  };
+
+  // Under dnnMu.
+  Status describe(const ConvDescriptor& c, ConvDescs& d) {
+    if (c.padTop != c.padBottom || c.padLeft != c.padRight)
+      return unimplemented("cuDNN: asymmetric padding");
+    if (c.n == 0 || c.k == 0 || c.c == 0) return unimplemented("cuDNN: an empty convolution");
     auto i = [](int64_t v) { return static_cast<int>(v); };
-    KILN_TRY(dnn_(cudnnSetStream(dnn, static_cast<cudaStream_t>(stream)), "SetStream"));
-    KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&x), "CreateTensorDescriptor"));
-    KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&y), "CreateTensorDescriptor"));
-    KILN_TRY(dnn_(cudnnCreateFilterDescriptor(&w), "CreateFilterDescriptor"));
-    KILN_TRY(dnn_(cudnnCreateConvolutionDescriptor(&cd), "CreateConvolutionDescriptor"));
-    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(c.n), i(c.c),
-                                             i(c.h), i(c.w)),
+    KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&d.x), "CreateTensorDescriptor"));
+    KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&d.y), "CreateTensorDescriptor"));
+    KILN_TRY(dnn_(cudnnCreateFilterDescriptor(&d.w), "CreateFilterDescriptor"));
+    KILN_TRY(dnn_(cudnnCreateConvolutionDescriptor(&d.cd), "CreateConvolutionDescriptor"));
+    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(c.n),
+                                             i(c.c), i(c.h), i(c.w)),
                   "SetTensor4dDescriptor x"));
-    KILN_TRY(dnn_(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(c.k),
+    KILN_TRY(dnn_(cudnnSetFilter4dDescriptor(d.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(c.k),
                                              i(c.c / c.groups), i(c.r), i(c.s)),
                   "SetFilter4dDescriptor"));
-    KILN_TRY(dnn_(cudnnSetConvolution2dDescriptor(cd, i(c.padTop), i(c.padLeft), i(c.strideH),
+    KILN_TRY(dnn_(cudnnSetConvolution2dDescriptor(d.cd, i(c.padTop), i(c.padLeft), i(c.strideH),
                                                   i(c.strideW), i(c.dilationH), i(c.dilationW),
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                   "SetConvolution2dDescriptor"));
-    KILN_TRY(dnn_(cudnnSetConvolutionGroupCount(cd, i(c.groups)), "SetConvolutionGroupCount"));
-    KILN_TRY(dnn_(cudnnSetConvolutionMathType(cd, CUDNN_FMA_MATH), "SetConvolutionMathType"));
+    KILN_TRY(dnn_(cudnnSetConvolutionGroupCount(d.cd, i(c.groups)), "SetConvolutionGroupCount"));
+    KILN_TRY(dnn_(cudnnSetConvolutionMathType(d.cd, CUDNN_FMA_MATH), "SetConvolutionMathType"));
     int on = 0, oc = 0, oh = 0, ow = 0;
-    KILN_TRY(dnn_(cudnnGetConvolution2dForwardOutputDim(cd, x, w, &on, &oc, &oh, &ow),
+    KILN_TRY(dnn_(cudnnGetConvolution2dForwardOutputDim(d.cd, d.x, d.w, &on, &oc, &oh, &ow),
                   "GetConvolution2dForwardOutputDim"));
     if (on != c.n || oc != c.k || oh != c.p || ow != c.q)
       return internalError("cuDNN computes a " + std::to_string(oh) + "x" + std::to_string(ow) +
                            " output where kiln's shape inference says " + std::to_string(c.p) +
                            "x" + std::to_string(c.q));
-    KILN_TRY(
-        dnn_(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, oc, oh, ow),
-             "SetTensor4dDescriptor y"));
+    return dnn_(
+        cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, oc, oh, ow),
+        "SetTensor4dDescriptor y");
+  }
+
+  // cuDNN's forward algorithms kiln runs: FFT and non-fused Winograd are left out (their error
+  // exceeds the 1e-4 kiln allows an algorithm).
+  static constexpr std::pair<ConvAlgo, cudnnConvolutionFwdAlgo_t> kForwardAlgos[] = {
+      {ConvAlgo::kCudnnImplicitGemm, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM},
+      {ConvAlgo::kCudnnImplicitPrecompGemm, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM},
+      {ConvAlgo::kCudnnGemm, CUDNN_CONVOLUTION_FWD_ALGO_GEMM},
+      {ConvAlgo::kCudnnDirect, CUDNN_CONVOLUTION_FWD_ALGO_DIRECT},
+      {ConvAlgo::kCudnnWinograd, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD}};
+
+  // The heuristic's algorithms for `d` that kiln runs and that fit the workspace, in its order.
+  std::vector<std::pair<ConvAlgo, cudnnConvolutionFwdAlgo_t>> forwardAlgorithms(ConvDescs& d) {
+    std::vector<std::pair<ConvAlgo, cudnnConvolutionFwdAlgo_t>> out;
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    if (cudnnGetConvolutionForwardAlgorithm_v7(dnn, d.x, d.w, d.cd, d.y,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned,
+                                               perf) != CUDNN_STATUS_SUCCESS)
+      return out;
+    for (int k = 0; k < returned; ++k) {
+      if (perf[k].status != CUDNN_STATUS_SUCCESS || perf[k].memory > kWorkspaceBytes) continue;
+      for (const auto& [kiln, cudnn] : kForwardAlgos)
+        if (cudnn == perf[k].algo) out.push_back({kiln, cudnn});
+    }
+    return out;
+  }
+
+ public:
+  std::vector<ConvAlgo> convAlgorithms(const ConvDescriptor& c) override {
+    if (c.pass != ConvDescriptor::Pass::kForward) return {};
+    std::lock_guard lock(dnnMu);
+    ConvDescs d(*this);
+    if (!describe(c, d).isOk()) return {};
+    std::vector<ConvAlgo> out;
+    for (const auto& a : forwardAlgorithms(d)) out.push_back(a.first);
+    return out;
+  }
+
+ private:
+  Status conv(const LibraryCall& call, const ConvDescriptor& c, std::span<const DevicePtr> ops,
+              void* stream) {
+    std::lock_guard lock(dnnMu);
+    ConvDescs d(*this);
+    KILN_TRY(describe(c, d));
+    KILN_TRY(dnn_(cudnnSetStream(dnn, static_cast<cudaStream_t>(stream)), "SetStream"));
+    auto i = [](int64_t v) { return static_cast<int>(v); };
+    cudnnTensorDescriptor_t x = d.x, y = d.y, &b = d.b;
+    cudnnFilterDescriptor_t w = d.w;
+    cudnnConvolutionDescriptor_t cd = d.cd;
     if (c.pass == ConvDescriptor::Pass::kBackwardData)
       return backwardData(x, w, y, cd, ops, stream);
     if (c.pass == ConvDescriptor::Pass::kBackwardFilter)
       return backwardFilter(x, w, y, cd, ops, stream);
-    cudnnConvolutionFwdAlgoPerf_t perf[8];
-    int returned = 0;
-    KILN_TRY(dnn_(cudnnGetConvolutionForwardAlgorithm_v7(dnn, x, w, cd, y, 8, &returned, perf),
-                  "GetConvolutionForwardAlgorithm_v7"));
-    cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    for (int k = 0; k < returned; ++k)
-      if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= kWorkspaceBytes) {
-        algo = perf[k].algo;
-        break;
-      }
+    // The algorithm chosen at compile time (ConvDescriptor::algo), else the heuristic's first.
+    const auto candidates = forwardAlgorithms(d);
+    if (candidates.empty())
+      return unimplemented("cuDNN: no forward algorithm for " + call.describe());
+    cudnnConvolutionFwdAlgo_t algo = candidates.front().second;
+    for (const auto& [kiln, cudnn] : candidates)
+      if (kiln == c.algo) algo = cudnn;
     size_t wsBytes = 0;
     KILN_TRY(dnn_(cudnnGetConvolutionForwardWorkspaceSize(dnn, x, w, cd, y, algo, &wsBytes),
                   "GetConvolutionForwardWorkspaceSize"));

@@ -24,6 +24,9 @@ class CudaLibraries {
   // that does not is replaced by cuDNN's NaN-propagating activation after the call. Returns one
   // line saying what it found (for KILN_LOG and `kiln info`).
   virtual std::string checkFusedRelu(DeviceApi& dev) = 0;
+  // cuDNN's forward algorithms for `c` that fit the workspace, in its heuristic's order, FFT and
+  // non-fused Winograd left out (ConvAlgo).
+  virtual std::vector<ConvAlgo> convAlgorithms(const ConvDescriptor& c) = 0;
 };
 
 // Loads libcublasLt.so.13 and libcudnn.so.9 and creates their handles in the current CUDA

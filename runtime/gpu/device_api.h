@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ir/status.h"
 #include "runtime/gpu/library_call.h"
@@ -95,6 +96,10 @@ class DeviceApi {
   // the CPU's library on emu), and one call on `operands` (inputs then the output, as
   // describeLibraryCall orders them).
   virtual bool hasLibraryCalls() const = 0;
+  // The algorithms the device's library can run forward convolution `c` with, its heuristic's
+  // pick first (ConvDescriptor::algo; compile-time autotuning times them). Empty: none to
+  // choose from.
+  virtual std::vector<ConvAlgo> convAlgorithms(const ConvDescriptor& c) = 0;
   virtual Status libraryCall(const LibraryCall& call, std::span<const DevicePtr> operands,
                              StreamHandle s) = 0;
 

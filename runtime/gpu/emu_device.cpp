@@ -274,6 +274,9 @@ class EmuDevice final : public DeviceApi {
   }
 
   bool hasLibraryCalls() const override { return true; }
+  std::vector<ConvAlgo> convAlgorithms(const ConvDescriptor& c) override {
+    return hostConvAlgorithms(c);  // Its library is the CPU's.
+  }
   // The CPU's library on the descriptor's shapes; every operand must lie in live memory.
   Status libraryCall(const LibraryCall& call, std::span<const DevicePtr> operands,
                      StreamHandle s) override {

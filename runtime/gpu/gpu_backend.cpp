@@ -388,6 +388,7 @@ class GpuBackend final : public Backend {
     const DeviceProps& p = dev_->props();
     caps_.kernelCode = std::string(dev_->codeFormat());
     caps_.libraryEpilogues = dev_->hasLibraryCalls();  // The chains libraryEpilogueFor takes.
+    caps_.device = p.name + " sm_" + std::to_string(p.smArch) + " (" + p.libraries + ")";
     caps_.cuda.smArch = p.smArch;
     caps_.cuda.multiProcessors = p.multiProcessors;
     caps_.cuda.maxThreadsPerBlock = p.maxThreadsPerBlock;
@@ -455,6 +456,25 @@ class GpuBackend final : public Backend {
   }
   bool runsPostOps(ir::OpKind op, std::span<const PostOp> post) const override {
     return libraryEpilogueFor(op, post).has_value();
+  }
+
+  // A forward convolution's algorithms on the device's library (cuDNN's, or on emu the CPU
+  // library's): compile-time autotuning times them through a stream of this backend.
+  std::vector<ConvAlgo> libraryAlgorithms(ir::OpKind op, const ir::AttrView& attrs,
+                                          std::span<const ir::Shape> inputs) const override {
+    if (op != ir::OpKind::kConv2d || inputs.size() < 2 || !dev_->hasLibraryCalls()) return {};
+    std::vector<ir::TensorType> types;
+    for (size_t i = 0; i < 2; ++i) types.push_back({ir::DType::kF32, inputs[i]});
+    Expected<std::vector<ir::TensorType>> out = ir::inferTypes(op, types, attrs.raw());
+    if (!out) return {};
+    OpCall call;
+    call.name = "conv2d";
+    call.op = op;
+    call.attrs = &attrs.raw();
+    call.library = true;
+    Expected<LibraryCall> d = describeLibraryCall(call, types, (*out)[0]);
+    if (!d) return {};
+    return dev_->convAlgorithms(std::get<ConvDescriptor>(d->desc));
   }
 
   // Pinned host buffers for staged copies, kept by size (2^k bytes) and reused.

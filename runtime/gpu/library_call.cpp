@@ -50,7 +50,8 @@ Expected<LibraryCall> describeConv(const OpCall& call, const ir::AttrView& a,
   d.groups = a.getInt("group");
   d.bias = d.pass == Pass::kForward && in.size() == 3;
   d.dtype = out.dtype;
-  return LibraryCall{d};
+  if (d.pass == Pass::kForward) d.algo = call.options.algo;
+  return LibraryCall{d, {}};
 }
 
 Expected<LibraryCall> describePool(const OpCall& call, const ir::AttrView& a,
@@ -76,7 +77,7 @@ Expected<LibraryCall> describePool(const OpCall& call, const ir::AttrView& a,
     d.countPadding = a.getInt("count_include_pad") != 0;
   }
   d.dtype = out.dtype;
-  return LibraryCall{d};
+  return LibraryCall{d, {}};
 }
 
 Expected<LibraryCall> describeGemm(const OpCall& call, const ir::AttrView& a,
@@ -92,7 +93,7 @@ Expected<LibraryCall> describeGemm(const OpCall& call, const ir::AttrView& a,
       d.transB = true;
       d.lda = d.k, d.ldb = d.k;
       if (in.size() == 3) d.c = GemmDescriptor::C::kRow, d.beta = 1;
-      return LibraryCall{d};
+      return LibraryCall{d, {}};
     }
     case ir::OpKind::kGemm: {
       if (A.size() != 2 || B.size() != 2) return notTaken(call, "gemm of non-matrices");
@@ -111,7 +112,7 @@ Expected<LibraryCall> describeGemm(const OpCall& call, const ir::AttrView& a,
         else
           return notTaken(call, "C of shape " + ir::shapeToString(C) + " broadcasts otherwise");
       }
-      return LibraryCall{d};
+      return LibraryCall{d, {}};
     }
     case ir::OpKind::kMatMul: {  // A [..., M, K] B [..., K, N]
       if (A.size() < 2 || B.size() < 2) return notTaken(call, "matmul of a vector");
@@ -127,7 +128,7 @@ Expected<LibraryCall> describeGemm(const OpCall& call, const ir::AttrView& a,
       } else {
         return notTaken(call, "batch dims broadcast between the operands");
       }
-      return LibraryCall{d};
+      return LibraryCall{d, {}};
     }
     default:
       return notTaken(call, "not a matrix product");
@@ -173,6 +174,7 @@ std::string LibraryCall::describeProduct() const {
                   : c->pass == ConvDescriptor::Pass::kBackwardFilter ? " backward filter"
                   : c->bias                                          ? " +bias"
                                                                      : "");
+    if (c->algo != ConvAlgo::kAuto) return buf + (", " + std::string(convAlgoName(c->algo)));
     return buf;
   }
   if (const auto* p = std::get_if<PoolDescriptor>(&desc)) {
@@ -283,21 +285,43 @@ std::vector<int64_t> operandBytes(const LibraryCall& call) {
   return b;
 }
 
+namespace {
+
+ir::AttrMap convAttrs(const ConvDescriptor& c) {
+  ir::AttrMap attrs;
+  attrs["strides"] = std::vector<int64_t>{c.strideH, c.strideW};
+  attrs["pads"] = std::vector<int64_t>{c.padTop, c.padLeft, c.padBottom, c.padRight};
+  attrs["dilations"] = std::vector<int64_t>{c.dilationH, c.dilationW};
+  attrs["group"] = c.groups;
+  return attrs;
+}
+
+}  // namespace
+
+std::vector<ConvAlgo> hostConvAlgorithms(const ConvDescriptor& c) {
+  if (c.pass != ConvDescriptor::Pass::kForward || c.dtype != ir::DType::kF32) return {};
+  const ir::AttrMap attrs = convAttrs(c);
+  return convAlgorithms(ir::AttrView(ir::opInfo(ir::OpKind::kConv2d), attrs), {c.n, c.c, c.h, c.w},
+                        {c.k, c.c / c.groups, c.r, c.s});
+}
+
 Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> operands) {
   auto wrap = [&](size_t i, ir::Shape shape) {
     return Tensor::wrap(static_cast<std::byte*>(operands[i]), ir::DType::kF32, std::move(shape));
   };
   const size_t last = operands.size() - 1;
+  LibraryOptions options;  // The convolution's algorithm.
   ir::AttrMap attrs;
   std::vector<Tensor> in;
   Tensor out;
-  ir::OpKind op;
+  ir::OpKind op = ir::OpKind::kConv2d;
   if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) {
     if (c->dtype != ir::DType::kF32) return unimplemented("emu: conv2d of " + call.describe());
-    attrs["strides"] = std::vector<int64_t>{c->strideH, c->strideW};
-    attrs["pads"] = std::vector<int64_t>{c->padTop, c->padLeft, c->padBottom, c->padRight};
-    attrs["dilations"] = std::vector<int64_t>{c->dilationH, c->dilationW};
-    attrs["group"] = c->groups;
+    if (isCudnnConvAlgo(c->algo))
+      return invalidArgument("emu: " + call.describe() +
+                             ": a cuDNN algorithm (compiled for a GPU)");
+    options.algo = c->algo;
+    attrs = convAttrs(*c);
     const ir::Shape x{c->n, c->c, c->h, c->w}, w{c->k, c->c / c->groups, c->r, c->s},
         y{c->n, c->k, c->p, c->q};
     switch (c->pass) {
@@ -377,10 +401,15 @@ Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> oper
   }
   if (call.epilogue.relu) post.push_back({PostOp::Kind::kRelu, 0.f, 0.f, nullptr});
   const ir::AttrView view(ir::opInfo(op), attrs);
-  RefKernel k = libraryKernel(op, ir::DType::kF32);
-  if (!k) k = referenceKernel(op);
-  std::span<Tensor> outs(&out, 1);
-  KILN_TRY(k(view, in, outs).withContext("emu: " + call.describe()));
+  if (options.algo != ConvAlgo::kAuto) {
+    KILN_TRY(runLibraryWithPostOps(op, view, in, {}, {}, out, options)
+                 .withContext("emu: " + call.describe()));
+  } else {
+    RefKernel k = libraryKernel(op, ir::DType::kF32);
+    if (!k) k = referenceKernel(op);
+    std::span<Tensor> outs(&out, 1);
+    KILN_TRY(k(view, in, outs).withContext("emu: " + call.describe()));
+  }
   const int64_t n = out.numElements();
   lib::applyEpilogue(out.data<float>(), n > 0 ? 1 : 0, n, n, lib::Addend{}, post);
   return Status::ok();

@@ -36,6 +36,10 @@ struct ConvDescriptor {
   // shape), as the conv2d_backward_* ops order their inputs.
   enum class Pass : uint8_t { kForward, kBackwardData, kBackwardFilter } pass = Pass::kForward;
   ir::DType dtype = ir::DType::kF32;
+  // The forward's algorithm (OpCall::options.algo, chosen at compile time among the device's
+  // convAlgorithms): a cuDNN one on a GPU, the CPU library's on emu; kAuto: the library's
+  // heuristic at run time.
+  ConvAlgo algo = ConvAlgo::kAuto;
 };
 
 // D[b] = alpha * op(A[b]) op(B[b]) + beta * C, row-major: op(A) is M x K, op(B) K x N, D M x N
@@ -105,6 +109,9 @@ bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout);
 
 // The bytes of each operand of a described call (inputs then the output), f32 elements.
 std::vector<int64_t> operandBytes(const LibraryCall& call);
+
+// The algorithms the CPU's library runs a forward convolution with (the emu device's choice).
+std::vector<ConvAlgo> hostConvAlgorithms(const ConvDescriptor& c);
 
 // Runs a described call with the CPU's library on host memory (the emu device): operands as
 // describeLibraryCall ordered them, the output last (a residual may share the output's memory).

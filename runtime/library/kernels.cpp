@@ -41,8 +41,11 @@ Status runConv2d(const lib::Call& call) {
       return lib::runConvDnnl(call, g, call.options.algo);
     case ConvAlgo::kIm2colGemm:
       return lib::runConvIm2col(call, g);
+    default:
+      break;
   }
-  return internalError("conv2d: invalid algorithm");
+  return invalidArgument("conv2d: algorithm '" + std::string(convAlgoName(call.options.algo)) +
+                         "' is not the CPU's (a plan compiled for a CUDA device)");
 }
 
 // Runs a validated call on its family. oneDNN and allocation failures become errors.
@@ -164,20 +167,6 @@ ConvGeometry ConvGeometry::of(const ir::AttrView& attrs, const ir::Shape& x, con
 }
 
 }  // namespace lib
-
-std::string_view convAlgoName(ConvAlgo algo) {
-  switch (algo) {
-    case ConvAlgo::kAuto:
-      return "auto";
-    case ConvAlgo::kDirect:
-      return "direct";
-    case ConvAlgo::kWinograd:
-      return "winograd";
-    case ConvAlgo::kIm2colGemm:
-      return "im2col_gemm";
-  }
-  return "?";
-}
 
 std::vector<ConvAlgo> convAlgorithms(const ir::AttrView& attrs, const ir::Shape& x,
                                      const ir::Shape& w) {

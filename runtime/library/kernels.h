@@ -6,10 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "ir/conv_algo.h"
 #include "runtime/reference/kernels.h"
 
 namespace kiln::runtime {
@@ -36,15 +38,11 @@ struct PostOp {
   bool operator==(const PostOp&) const = default;
 };
 
-// How conv2d is computed. Every algorithm gives the reference's result within f32 rounding
-// (winograd within 1e-4 of max |y|, the others 1e-5); they differ in speed only.
-enum class ConvAlgo : uint8_t {
-  kAuto,        // oneDNN direct (brgconv); the algorithm-choice pass may pick better.
-  kDirect,      // oneDNN convolution_direct.
-  kWinograd,    // oneDNN convolution_winograd, where oneDNN implements the shape.
-  kIm2colGemm,  // kiln's im2col (skipped for 1x1 stride-1 unpadded convs) + OpenBLAS sgemm.
-};
-std::string_view convAlgoName(ConvAlgo algo);  // "auto", "direct", "winograd", "im2col_gemm"
+// How conv2d is computed (ir/conv_algo.h).
+using ir::ConvAlgo;  // ir/conv_algo.h
+using ir::convAlgoName;
+using ir::isCudnnConvAlgo;
+using ir::parseConvAlgo;
 
 // The algorithms that can run conv2d with these attributes, input shape x [N,C,H,W] and
 // weight shape w [M,C/group,kh,kw] on this CPU, in order of preference (kAuto excluded).

@@ -307,6 +307,67 @@ TEST_CASE("library calls: the devices' epilogue chains") {
   CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kMaxPool2d, chain({K::kRelu})));
 }
 
+TEST_CASE("library calls: a convolution's algorithm is timed on the device and followed") {
+  // On emu the device's library is the CPU's, so its algorithms are the CPU library's; on a GPU
+  // the same code times cuDNN's (cudnn_implicit_gemm, ...).
+  auto g = ir::parseGraph(R"(graph g(%x : f32[1,8,12,12], %w : f32[8,8,3,3], %b : f32[8]) {
+  %y : f32[1,8,12,12] = conv2d(%x, %w, %b) {strides=[1,1], pads=[1,1,1,1], dilations=[1,1], group=1}
+  return %y
+})");
+  REQUIRE(g.hasValue());
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  const ir::Node* conv = g->nodes().front();
+  const ir::Shape shapes[] = {conv->input(0)->type().shape, conv->input(1)->type().shape};
+  const auto algos = (*emu)->libraryAlgorithms(ir::OpKind::kConv2d, conv->attr(), shapes);
+  REQUIRE(algos.size() >= 2);
+  CHECK(algos == runtime::convAlgorithms(conv->attr(), shapes[0], shapes[1]));
+  compiler::CompileOptions o;
+  o.backend = *emu;
+  o.autotune = true;
+  o.useCache = false;
+  auto cm = compiler::compile(*g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  REQUIRE((*cm)->report().algorithmChoices.size() == 1);
+  const std::string& line = (*cm)->report().algorithmChoices[0];
+  INFO(line);
+  CHECK_THAT(line, Catch::Contains("timed: "));
+  runtime::ConvAlgo chosen = runtime::ConvAlgo::kAuto;
+  for (const auto& st : (*cm)->plan().steps)
+    if (st.library) chosen = st.libraryOptions.algo;
+  CHECK(chosen != runtime::ConvAlgo::kAuto);
+  CHECK_THAT(line, Catch::Contains(std::string(runtime::convAlgoName(chosen))));
+  const std::vector<Tensor> xs = testing::randomInputs(*g, 11);
+  auto want = runtime::EagerExecutor(*g).run(xs);
+  auto got = (*cm)->run(xs);
+  REQUIRE(want.hasValue());
+  REQUIRE(got.hasValue());
+  for (int64_t i = 0; i < (*want)[0].numElements(); ++i)
+    CHECK(std::fabs((*got)[0].elementAsDouble(i) - (*want)[0].elementAsDouble(i)) <= 1e-4);
+
+  // The descriptor carries the choice; emu refuses a cuDNN algorithm by name.
+  runtime::OpCall call;
+  call.name = "c";
+  call.op = ir::OpKind::kConv2d;
+  call.attrs = &conv->attrs();
+  call.library = true;
+  const std::vector<ir::TensorType> in = {conv->input(0)->type(), conv->input(1)->type()};
+  for (auto a : {runtime::ConvAlgo::kIm2colGemm, runtime::ConvAlgo::kCudnnImplicitGemm}) {
+    call.options.algo = a;
+    auto d = runtime::gpu::describeLibraryCall(call, in, conv->output()->type());
+    REQUIRE(d.hasValue());
+    CHECK(std::get<runtime::gpu::ConvDescriptor>(d->desc).algo == a);
+    CHECK_THAT(d->describe(), Catch::Contains(std::string(runtime::convAlgoName(a))));
+  }
+  std::vector<float> x(8 * 144), w(8 * 8 * 9), y(8 * 144);
+  void* ops[] = {x.data(), w.data(), y.data()};
+  auto d = runtime::gpu::describeLibraryCall(call, in, conv->output()->type());
+  const Status st = runtime::gpu::runLibraryCallOnHost(*d, ops);
+  CHECK(st.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(st.message(), Catch::Contains("cuDNN algorithm"));
+}
+
 TEST_CASE("library calls: cuBLASLt and cuDNN load with every function kiln calls") {
   // Without a GPU their handles cannot start, but every symbol must resolve first.
   auto libs = runtime::gpu::openCudaLibraries(
