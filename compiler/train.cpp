@@ -92,6 +92,7 @@ Expected<TrainingStep::Result> TrainingStep::operator()(const runtime::Tensor& x
     if (src.rawData() != dst.data()) std::memcpy(dst.data(), src.rawData(), dst.byteSize());
   }
   if (compiled_) compiled_->parametersChanged();
+  if (eager_) eager_->parametersChanged();
   Result r;
   const runtime::Tensor& l = (*outs)[0];
   r.loss =

@@ -135,6 +135,17 @@ class Stream {
     (void)work;
     return unimplemented("this backend's streams cannot capture");
   }
+
+  // Device time (optional; CUDA events): markStart and markEnd record the stream's position,
+  // and after synchronize() markedMs is the device time between the two marks, what `kiln bench`
+  // reports for a GPU (PyTorch's torch.cuda.Event timing). Streams whose work runs on the calling
+  // thread (the CPU) have none: their wall time is their device time.
+  virtual bool canTime() const { return false; }
+  virtual Status markStart() { return unimplemented("this backend's streams have no timer"); }
+  virtual Status markEnd() { return unimplemented("this backend's streams have no timer"); }
+  virtual Expected<double> markedMs() {
+    return unimplemented("this backend's streams have no timer");
+  }
 };
 
 // Generated kernels loaded on a backend. Entry points stay valid while the module lives.

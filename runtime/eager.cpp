@@ -62,6 +62,16 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
   stats_ = EagerStats{};
   Backend& be = *backend_;
   Allocator& hostAlloc = be.hostAllocator();
+  const auto params = graph_.parameters();
+  const bool resident = !be.caps().hostAddressable;
+  const bool uploadParams = resident && !residentValid_;
+  if (uploadParams) {  // Before the statistics: weights are not activations.
+    resident_.clear();
+    for (const ir::Value* p : params) {
+      KILN_ASSIGN_OR_RETURN(DeviceBuffer b, be.allocate(p->type().byteSize()));
+      resident_.push_back(std::move(b));
+    }
+  }
   const AllocatorStats before = be.memoryStats();
   be.resetPeakMemory();
   const auto t0 = std::chrono::steady_clock::now();
@@ -79,19 +89,34 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
     KILN_ASSIGN_OR_RETURN(Tensor c, inputs[i].contiguous(&hostAlloc));
     KILN_TRY(mapped(slot_.at(graph_.inputs()[i]), std::move(c)));
   }
-  for (const ir::Value* p : graph_.parameters())
-    KILN_TRY(
-        mapped(slot_.at(p), Tensor::fromData(p->data()))
-            .withContext("placing parameter '" + p->name() + "' on " + std::string(be.name())));
+  // Parameters: views of their host bytes where the backend addresses host memory; else device
+  // copies made at the first run (and after parametersChanged) and kept, as a model moved to a
+  // GPU keeps its weights there.
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ir::Value* p = params[i];
+    const size_t s = slot_.at(p);
+    host[s] = Tensor::fromData(p->data());
+    if (!resident) {
+      KILN_TRY(
+          mapped(s, host[s])
+              .withContext("placing parameter '" + p->name() + "' on " + std::string(be.name())));
+      continue;
+    }
+    env[s] = DeviceBuffer(nullptr, resident_[i].address().handle, resident_[i].bytes());
+  }
   const auto nodes = graph_.nodes();
   // Declared after the buffers it uses: destroying a stream waits for its work.
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, be.openStream(0));
+  const bool timed = stream->canTime();
+  if (timed) KILN_TRY(stream->markStart());
   auto upload = [&](const ir::Value* v) {
     const size_t s = slot_.at(v);
     return stream->upload(env[s].address(), host[s].rawData(), host[s].byteSize());
   };
   for (const ir::Value* v : graph_.inputs()) KILN_TRY(upload(v));
-  for (const ir::Value* v : graph_.parameters()) KILN_TRY(upload(v));
+  for (const ir::Value* v : params)
+    if (!resident || uploadParams) KILN_TRY(upload(v));
+  if (uploadParams) residentValid_ = true;
 
   std::vector<DeviceTensor> ins, outs;
   std::vector<DeviceAddress> args;
@@ -165,8 +190,12 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
     KILN_TRY(stream->download(host[s].rawData(), env[s].address(), host[s].byteSize()));
     results.push_back(host[s]);
   }
+  if (timed) KILN_TRY(stream->markEnd());
   KILN_TRY(stream->synchronize());
   stats_.totalMs = msSince(t0);
+  if (timed) {
+    KILN_ASSIGN_OR_RETURN(stats_.deviceMs, stream->markedMs());
+  }
   const AllocatorStats after = be.memoryStats();
   stats_.peakActivationBytes = after.peakBytesInUse - before.bytesInUse;
   stats_.numAllocations = after.numAllocations - before.numAllocations;

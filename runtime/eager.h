@@ -31,6 +31,7 @@ struct EagerOpTiming {
 
 struct EagerStats {
   double totalMs = 0;
+  double deviceMs = -1;  // As PlanRunStats::deviceMs: the stream's timer, where it has one.
   // Highest backend bytes in use during the run above what was in use when it started:
   // intermediates and outputs (weights are views of the graph's parameter data on the CPU).
   int64_t peakActivationBytes = 0;
@@ -69,6 +70,9 @@ class EagerExecutor {
   // Checks inputs against the graph's input types (count, dtype, shape) and runs the graph.
   Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs);
   const EagerStats& lastStats() const { return stats_; }
+  // The parameters' bytes changed (an optimizer step): a backend that keeps device copies of
+  // them (a GPU) uploads them again at the next run.
+  void parametersChanged() { residentValid_ = false; }
   // Nodes that are not library calls on the backend run `kernels`' kernel when it gives one
   // (PyTorch eager on a GPU: one kernel per op); others run as op calls.
   void setNodeKernels(NodeKernelFn kernels) { nodeKernels_ = std::move(kernels); }
@@ -82,6 +86,8 @@ class EagerExecutor {
   std::vector<bool> isOutput_;      // Per slot: a graph output.
   std::vector<std::string> names_;  // Per node: its description, for errors.
   EagerStats stats_;
+  std::vector<DeviceBuffer> resident_;  // Per parameter: its device copy (not host-addressable).
+  bool residentValid_ = false;          // resident_ holds the parameters' current bytes.
 };
 
 // Checks that `inputs` match the graph's inputs; errors name the input, expected vs actual.

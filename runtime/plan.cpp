@@ -280,6 +280,8 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   stats.threads = stream->threads();
   const auto t0 = std::chrono::steady_clock::now();
   stats.waitMs = msBetween(tWait, t0);
+  const bool timed = stream->canTime();
+  if (timed) KILN_TRY(stream->markStart());
   for (size_t i = 0; i < ins.size(); ++i)
     KILN_TRY(stream->upload(inDev[i].address(), ins[i].rawData(), ins[i].byteSize()));
   if (graph) {
@@ -320,9 +322,13 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     KILN_TRY(
         stream->download(const_cast<std::byte*>(d.data()), params_[pi].address(), d.byteSize()));
   }
+  if (timed) KILN_TRY(stream->markEnd());
   syncOnError.s = nullptr;
   KILN_TRY(stream->synchronize());
   stats.totalMs = msBetween(t0, std::chrono::steady_clock::now());
+  if (timed) {
+    KILN_ASSIGN_OR_RETURN(stats.deviceMs, stream->markedMs());
+  }
   {
     std::lock_guard lock(statsMu_);
     lastStats_ = stats;

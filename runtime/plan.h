@@ -83,6 +83,9 @@ struct PlanRunStats {
   std::vector<double> stepMs;  // Per step, when profiling.
   bool graphCaptured = false;  // This call recorded the plan's steps into a graph.
   bool graphReplayed = false;  // The steps ran as a replayed graph.
+  // Device time of the call's enqueued work (copies in, steps, copies out) by the stream's
+  // timer (Stream::canTime: CUDA events); negative where the stream has none.
+  double deviceMs = -1;
 };
 
 // Runs a plan. Thread safety: run() may be called from many threads at once on one executor.

@@ -72,7 +72,7 @@ int runBench(const Args& args) {
   const std::vector<runtime::Tensor>& inputs = *randomIns;
   runtime::EagerExecutor eager(*g, opts->backend);
   compiler::useDeviceKernels(eager, opts->backend, *opts);
-  std::vector<double> eagerMs, compiledMs;
+  std::vector<double> eagerMs, compiledMs, eagerDeviceMs, compiledDeviceMs;
   int64_t eagerPeak = 0;
   // Interleave eager and compiled runs so that machine noise hits both alike.
   for (int64_t i = 0; i < *warmup + *runs; ++i) {
@@ -82,15 +82,24 @@ int runBench(const Args& args) {
     if (!ye) return reportError("bench", ye.status());
     eagerPeak = std::max(eagerPeak, eager.lastStats().peakActivationBytes);
     auto c0 = std::chrono::steady_clock::now();
-    auto yc = (*cm)->run(inputs);
+    runtime::PlanRunStats cs;
+    auto yc = (*cm)->run(inputs, &cs);
     const double cmMs = msSince(c0);
     if (!yc) return reportError("bench", yc.status());
     if (i >= *warmup) {
       eagerMs.push_back(em);
       compiledMs.push_back(cmMs);
+      // A device with a stream timer (CUDA events): its time for the enqueued work too.
+      if (eager.lastStats().deviceMs >= 0 && cs.deviceMs >= 0) {
+        eagerDeviceMs.push_back(eager.lastStats().deviceMs);
+        compiledDeviceMs.push_back(cs.deviceMs);
+      }
     }
   }
   const Timing te = summarize(eagerMs), tc = summarize(compiledMs);
+  const bool deviceTimed = !compiledDeviceMs.empty();
+  const Timing de = deviceTimed ? summarize(eagerDeviceMs) : Timing{},
+               dc = deviceTimed ? summarize(compiledDeviceMs) : Timing{};
   const auto& r = (*cm)->report();
   const int64_t batch = g->inputs().empty() || g->inputs()[0]->type().shape.empty()
                             ? 1
@@ -127,7 +136,14 @@ int runBench(const Args& args) {
       {"memory_ratio",
        eagerPeak ? static_cast<double>(compiledPeak) / static_cast<double>(eagerPeak) : 0.0},
       {"weights_bytes", g->parameterBytes()},
-      {"nodes", g->numNodes()}};
+      {"nodes", g->numNodes()},
+      {"device", std::string(opts->backend->name())}};
+  if (deviceTimed) {
+    j["eager"]["device_median_ms"] = de.median;
+    j["compiled"]["device_median_ms"] = dc.median;
+    j["compiled"]["cuda_graph"] = opts->cudaGraphs;
+    j["device_speedup"] = de.median / dc.median;
+  }
   if (args.flag("profile")) {
     // One more run of each with per-step timing: the compiled plan's steps, eager's ops.
     (*cm)->setProfiling(true);
@@ -162,6 +178,12 @@ int runBench(const Args& args) {
   std::printf("                 eager      compiled\n");
   std::printf("latency median %9.2f ms %9.2f ms   speedup %.2fx\n", te.median, tc.median,
               te.median / tc.median);
+  if (deviceTimed)
+    std::printf(
+        "device median  %9.2f ms %9.2f ms   speedup %.2fx   (stream events: copies in, "
+        "work, copies out%s)\n",
+        de.median, dc.median, de.median / dc.median,
+        opts->cudaGraphs ? "; compiled as a CUDA graph" : "");
   std::printf("latency min    %9.2f ms %9.2f ms\n", te.min, tc.min);
   std::printf("latency max    %9.2f ms %9.2f ms\n", te.max, tc.max);
   std::printf("throughput     %9.1f /s %9.1f /s\n", 1000.0 * batch / te.median,

@@ -337,7 +337,24 @@ class GpuStream final : public Stream {
     return Status::ok();
   }
 
+  // CUDA events around the work (on emu: the worker thread's clock as each event completes).
+  bool canTime() const override { return true; }
+  Status markStart() override { return mark(start_); }
+  Status markEnd() override { return mark(end_); }
+  Expected<double> markedMs() override {
+    if (!start_ || !end_) return internalError("markedMs without markStart and markEnd");
+    KILN_ASSIGN_OR_RETURN(float ms, dev_.elapsedMs(start_, end_));
+    return static_cast<double>(ms);
+  }
+
  private:
+  Status mark(EventHandle& e) {
+    if (!e) {
+      KILN_ASSIGN_OR_RETURN(e, dev_.createEvent());
+    }
+    return dev_.recordEvent(e, s_);
+  }
+  EventHandle start_ = nullptr, end_ = nullptr;
   GpuBackend& b_;
   DeviceApi& dev_;
   StreamHandle s_;
@@ -523,6 +540,8 @@ GpuStream::GpuStream(GpuBackend& b, StreamHandle s) : b_(b), dev_(b.device()), s
 
 GpuStream::~GpuStream() {
   (void)synchronize();
+  for (EventHandle e : {start_, end_})
+    if (e) dev_.destroyEvent(e);
   b_.giveBack(s_);
 }
 

@@ -162,6 +162,37 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
   }
 }
 
+TEST_CASE("emu: eager keeps the weights on the device, and device runs are timed by events") {
+  auto g = models::buildModel("mlp", {2, 5});
+  REQUIRE(g.hasValue());
+  const std::vector<Tensor> ins = testing::randomInputs(*g, 4);
+  runtime::EagerExecutor eager(*g, emu());
+  runtime::gpu::DeviceApi& dev = *runtime::gpu::gpuDevice(*emu());
+  const int64_t bytesBefore = runtime::gpu::emuCounters(dev)->bytesInUse;
+  const auto first = eager.run(ins);
+  checkClose(first, cpuEager(*g, ins));
+  // The weights stay on the device between runs (a model moved to a GPU), like a plan's.
+  CHECK(runtime::gpu::emuCounters(dev)->bytesInUse - bytesBefore >= g->parameterBytes());
+  CHECK(eager.lastStats().deviceMs >= 0);
+  runtime::EagerExecutor onCpu(*g);
+  REQUIRE(onCpu.run(ins).hasValue());
+  CHECK(onCpu.lastStats().deviceMs < 0);  // The CPU's streams have no timer.
+
+  // New weight values reach the device after parametersChanged (an optimizer step), not before.
+  ir::Value* w = g->parameters().front();
+  ir::TensorData d = w->data();
+  float* f = reinterpret_cast<float*>(d.data());
+  for (int64_t i = 0; i < w->type().numElements(); ++i) f[i] *= -2.f;
+  checkClose(eager.run(ins), *first);
+  eager.parametersChanged();
+  checkClose(eager.run(ins), cpuEager(*g, ins));
+
+  auto cm = compileForDevice(*g);
+  runtime::PlanRunStats stats;
+  checkClose(cm->run(ins, &stats), cpuEager(*g, ins));
+  CHECK(stats.deviceMs >= 0);
+}
+
 TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
   const std::string name = GENERATE(as<std::string>{}, "mlp", "mnist_cnn", "resnet18");
   INFO(name);
