@@ -942,7 +942,8 @@ Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
         (format == "cuda-emu-object" ? " (run it with --device emu)"
          : format == "cubin"         ? " (run it with --device cuda)"
                                      : " (run it with --device cpu)"));
-  // Cubins for another GPU: the PTX the artifact carries, compiled by the driver.
+  // Cubins for another GPU: the PTX the artifact carries, linked for this GPU by nvJitLink (or
+  // JIT-compiled by the driver where nvJitLink is missing).
   std::vector<std::byte> ptxFallback;
   if (format == "cubin" && !objects.empty() &&
       "sm_" + std::to_string(backend->caps().cuda.smArch) != info.deviceArch) {

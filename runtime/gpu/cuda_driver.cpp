@@ -12,6 +12,7 @@
 
 #include "runtime/gpu/cuda_libraries.h"
 #include "runtime/gpu/device_api.h"
+#include "runtime/gpu/nvjitlink.h"
 
 #if KILN_HAVE_CUDA_HEADERS
 #include <cuda.h>
@@ -157,9 +158,25 @@ class CudaDevice final : public DeviceApi {
     return check(d_.cuMemcpyDtoDAsync(dst, src, bytes, stream(s)), "cuMemcpyDtoDAsync");
   }
 
+  // A cubin as is; PTX (an artifact's fallback for another GPU) linked for this GPU by
+  // nvJitLink, or where nvJitLink is missing JIT-compiled by the driver.
   Expected<ModuleHandle> loadModule(std::span<const std::byte> image,
                                     std::string_view name) override {
     KILN_TRY(bind());
+    std::vector<std::byte> linked, text;
+    if (isPtx(image)) {
+      Expected<std::vector<std::byte>> cubin = linkPtxToCubin(image, props_.smArch, name);
+      if (cubin) {
+        linked = std::move(*cubin);
+        image = linked;
+      } else if (cubin.status().code() != ErrorCode::kNotFound) {
+        return cubin.status();
+      } else if (image.empty() || image.back() != std::byte{0}) {
+        text.assign(image.begin(), image.end());  // The driver takes PTX as a C string.
+        text.push_back(std::byte{0});
+        image = text;
+      }
+    }
     CUmodule m = nullptr;
     KILN_TRY(check(d_.cuModuleLoadData(&m, image.data()),
                    "cuModuleLoadData (module '" + std::string(name) + "')"));

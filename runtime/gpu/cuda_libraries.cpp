@@ -14,12 +14,7 @@
 
 namespace kiln::runtime::gpu {
 
-#if KILN_HAVE_CUDA_HEADERS
-
-namespace {
-
-// dlopen by soname, then in the toolkit's library directory (not always on the loader's path).
-void* openLibrary(const char* soname, std::string& tried) {
+void* openCudaLibrary(const char* soname, std::string& tried) {
   if (void* h = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL)) return h;
   tried += std::string(tried.empty() ? "" : "; ") + ::dlerror();
 #ifdef KILN_CUDA_LIBRARY_DIR
@@ -29,6 +24,10 @@ void* openLibrary(const char* soname, std::string& tried) {
 #endif
   return nullptr;
 }
+
+#if KILN_HAVE_CUDA_HEADERS
+
+namespace {
 
 #define KILN_LT_FNS(X)                    \
   X(cublasLtCreate)                       \
@@ -614,8 +613,8 @@ class Libraries final : public CudaLibraries {
 
 Expected<std::unique_ptr<CudaLibraries>> openCudaLibraries(WorkspaceFn workspace) {
   std::string tried;
-  void* lt = openLibrary("libcublasLt.so.13", tried);
-  void* dnn = openLibrary("libcudnn.so.9", tried);
+  void* lt = openCudaLibrary("libcublasLt.so.13", tried);
+  void* dnn = openCudaLibrary("libcudnn.so.9", tried);
   if (!lt || !dnn) return notFound("cuBLASLt/cuDNN not found: " + tried);
   auto l = std::make_unique<Libraries>();
 #define KILN_FN_LOAD(name, lib)                                       \

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "runtime/gpu/device_api.h"
 
@@ -33,6 +34,10 @@ class CudaLibraries {
 // context; `workspace(stream, bytes)` returns device scratch memory of at least that size for
 // work on that stream (kept by the caller; streams never share one). kNotFound naming what is
 // missing.
+// dlopen's a CUDA library by soname, then from the toolkit's library directory (not always on the
+// loader's path); null with the reasons appended to `tried`.
+void* openCudaLibrary(const char* soname, std::string& tried);
+
 using WorkspaceFn = std::function<Expected<DevicePtr>(void* stream, size_t bytes)>;
 Expected<std::unique_ptr<CudaLibraries>> openCudaLibraries(WorkspaceFn workspace);
 

@@ -11,6 +11,7 @@
 #include "compiler/train.h"
 #include "models/zoo.h"
 #include "runtime/gpu/gpu_backend.h"
+#include "runtime/gpu/nvjitlink.h"
 
 using namespace kiln;
 
@@ -88,4 +89,39 @@ TEST_CASE(
       if (r.find("on the host") != std::string::npos || r.find("op by op") != std::string::npos)
         std::cerr << "nvrtc note: " << info.name << " training: " << r << "\n";
   }
+}
+
+TEST_CASE("nvjitlink: PTX for an older architecture links into a cubin for this GPU's") {
+  if (!codegen::cudaCompilerAvailable()) {
+    WARN("skipped: kiln was built without the CUDA toolkit (NVRTC)");
+    return;
+  }
+  // The fallback of an artifact whose cubins are for another GPU: its sm_80 PTX, linked for an
+  // sm_90 device by the toolkit's linker (runtime/gpu/nvjitlink.h), which needs no GPU.
+  const std::string src = std::string(codegen::kernelPrelude()) +
+                          "extern \"C\" __global__ void twice(const float* x, float* y, long n) {\n"
+                          "  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;\n"
+                          "  if (i < n) y[i] = 2.f * x[i];\n}\n";
+  auto ptx = codegen::compileCuda(src, "twice.cu", 80);
+  INFO(ptx.status().message());
+  REQUIRE(ptx.hasValue());
+  const auto text = std::as_bytes(std::span(ptx->ptx.data(), ptx->ptx.size() + 1));  // With NUL.
+  CHECK(runtime::gpu::isPtx(text));
+  auto cubin = runtime::gpu::linkPtxToCubin(text, 90, "twice");
+  if (cubin.status().code() == ErrorCode::kNotFound) {
+    WARN("skipped: " << cubin.status().message());
+    return;
+  }
+  INFO(cubin.status().message());
+  REQUIRE(cubin.hasValue());
+  CHECK_FALSE(runtime::gpu::isPtx(*cubin));  // An ELF image the driver loads as is.
+  CHECK(cubin->size() > 256);
+  // PTX that does not link is an error with nvJitLink's log, naming the module.
+  const std::string broken =
+      ".version 9.0\n.target sm_80\n.address_size 64\n.visible .entry f( {\n";
+  auto bad = runtime::gpu::linkPtxToCubin(std::as_bytes(std::span(broken.data(), broken.size())),
+                                          90, "broken");
+  CHECK(bad.status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(bad.status().message(), Catch::Contains("module 'broken'"));
+  CHECK_THAT(bad.status().message(), Catch::Contains("sm_90"));
 }
