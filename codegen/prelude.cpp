@@ -15,6 +15,10 @@ std::string_view kernelPrelude() {
 template <class T> using kiln_gptr = T*;
 // A block's __shared__ array.
 #define KILN_SHARED(T, name, n) __shared__ T name[n]
+// Vector accesses of pointwise kernels (16 bytes; the kernel checks kiln_aligned16 first).
+KILN_FN bool kiln_aligned16(const void* p) { return ((unsigned long long)p & 15ull) == 0; }
+KILN_FN float4 kiln_ld4(const float* p, long long i) { return *(const float4*)(p + i); }
+KILN_FN void kiln_st4(float* p, long long i, float4 v) { *(float4*)(p + i) = v; }
 KILN_FN float kiln_m_exp(float x) { return expf(x); }
 KILN_FN double kiln_m_exp(double x) { return exp(x); }
 KILN_FN float kiln_m_log(float x) { return logf(x); }

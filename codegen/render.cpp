@@ -127,6 +127,26 @@ std::string literal(double v, ScalarType t) {
   return buf;
 }
 
+// A float4 access: f32, contiguous along the innermost dim, every vector starting on a multiple
+// of 4 elements (offset and outer strides multiples of 4).
+bool vectorAccess(const Kernel& k, const Access& a, ScalarType type) {
+  if (k.isReduction() || k.domain.empty() || type != ScalarType::kF32) return false;
+  const size_t inner = k.domain.size() - 1;
+  if (a.strides[inner] != 1 || a.offset % 4 != 0) return false;
+  for (size_t d = 0; d < inner; ++d)
+    if (a.strides[d] % 4 != 0) return false;
+  return true;
+}
+
+bool vectorLoad(const Kernel& k, size_t i) {
+  return vectorAccess(k, k.loads[i], k.args[static_cast<size_t>(k.loads[i].arg)].type);
+}
+
+bool vectorStore(const Kernel& k, size_t i) {
+  const Access& a = k.stores[i].access;
+  return vectorAccess(k, a, k.args[static_cast<size_t>(a.arg)].type);
+}
+
 class Printer {
  public:
   static constexpr int kLanes = 16;  // Partial results per CPU reduction.
@@ -277,6 +297,7 @@ class Printer {
     for (const auto& s : k_.stores) roots.push_back(s.value);
     if (!t_.chunkedPointwise) {
       for (int d = 0; d < rank; ++d) all.push_back(d);
+      if (cudaVectorWidth(k_) == 4) vectorLoop(all, roots);
       line(1, withCount(t_.elementLoop, k_.numElements()));
       decompose(2, "kiln_t", all);
       bases(2, all);
@@ -322,6 +343,91 @@ class Printer {
     emitNeeded(3, roots, hoisted, "j", inner);
     for (size_t i = 0; i < k_.stores.size(); ++i) store(3, k_.stores[i], i, "j", inner);
     line(2, "}");
+    line(1, "}");
+  }
+
+  // CUDA: four elements per iteration with float4 loads and stores where the buffers they touch
+  // are 16-byte aligned (else the scalar loop after it runs); other accesses stay scalar, per lane.
+  void vectorLoop(const std::vector<int>& all, const std::vector<int>& roots) {
+    const int inner = static_cast<int>(k_.domain.size()) - 1;
+    std::set<int> vecArgs;
+    std::vector<bool> vecLoad(k_.loads.size()), vecStore(k_.stores.size());
+    for (size_t i = 0; i < k_.loads.size(); ++i)
+      if ((vecLoad[i] = vectorLoad(k_, i))) vecArgs.insert(k_.loads[i].arg);
+    for (size_t i = 0; i < k_.stores.size(); ++i)
+      if ((vecStore[i] = vectorStore(k_, i))) vecArgs.insert(k_.stores[i].access.arg);
+    std::string aligned;
+    for (int a : vecArgs)
+      aligned += (aligned.empty() ? "" : " && ") + ("kiln_aligned16(" + arg(a) + ")");
+    line(1, "if (" + aligned + ") {");
+    line(2, withCount(t_.elementLoop, k_.numElements() / 4));  // kiln_t counts vectors here.
+    line(3, "const long long kiln_e = kiln_t * 4LL;");
+    decompose(3, "kiln_e", all);
+    bases(3, all);
+    for (size_t i = 0; i < k_.loads.size(); ++i)
+      if (vecLoad[i])
+        line(3, "const float4 kiln_x" + std::to_string(i) + " = kiln_ld4(" + arg(k_.loads[i].arg) +
+                    ", l" + std::to_string(i) + ");");
+    std::set<int> need;
+    std::vector<int> stack(roots.begin(), roots.end());
+    while (!stack.empty()) {
+      const int e = stack.back();
+      stack.pop_back();
+      if (!need.insert(e).second) continue;
+      for (int a : k_.exprs[e].args) stack.push_back(a);
+    }
+    static constexpr char kLane[] = "xyzw";
+    for (int lane = 0; lane < 4; ++lane) {
+      const std::string L = std::to_string(lane);
+      auto ref = [&](int a) { return "e" + std::to_string(a) + "_" + L; };
+      for (int i : need) {
+        const Expr& e = k_.exprs[i];
+        std::string text;
+        switch (e.kind) {
+          case ExprKind::kLoad: {
+            const Access& a = k_.loads[e.load];
+            text = vecLoad[e.load] ? "kiln_x" + std::to_string(e.load) + "." + kLane[lane]
+                                   : arg(a.arg) + "[l" + std::to_string(e.load) +
+                                         index(a.strides[inner], L) + "]";
+            break;
+          }
+          case ExprKind::kConst:
+            text = literal(e.value, e.type);
+            break;
+          case ExprKind::kCall: {
+            text = e.fn + "(";
+            for (size_t j = 0; j < e.args.size(); ++j) text += (j ? ", " : "") + ref(e.args[j]);
+            text += ")";
+            break;
+          }
+          case ExprKind::kSelect:
+            text = "(" + ref(e.args[0]) + " ? " + ref(e.args[1]) + " : " + ref(e.args[2]) + ")";
+            break;
+          case ExprKind::kCast:
+            text = "(" + type(e.type) + ")" + ref(e.args[0]);
+            break;
+          case ExprKind::kStage:
+            text = "?";  // Reductions only; cudaVectorWidth excludes them.
+            break;
+        }
+        line(3, "const " + type(e.type) + " " + ref(i) + " = " + text + ";");
+      }
+    }
+    for (size_t i = 0; i < k_.stores.size(); ++i) {
+      const Store& st = k_.stores[i];
+      const std::string v = "e" + std::to_string(st.value) + "_";
+      if (vecStore[i]) {
+        line(3, "kiln_st4(" + arg(st.access.arg) + ", s" + std::to_string(i) + ", make_float4(" +
+                    v + "0, " + v + "1, " + v + "2, " + v + "3));");
+        continue;
+      }
+      for (int lane = 0; lane < 4; ++lane)
+        line(3, arg(st.access.arg) + "[s" + std::to_string(i) +
+                    index(st.access.strides[inner], std::to_string(lane)) + "] = " + v +
+                    std::to_string(lane) + ";");
+    }
+    line(2, "}");
+    line(2, "return;");
     line(1, "}");
   }
 
@@ -473,10 +579,20 @@ CudaLaunchGeometry cudaLaunchGeometry(const Kernel& k, int multiProcessors,
     g.grid = std::clamp<int64_t>(k.numUnits(), 1, sms * (2048 / g.block) * 4);
     return g;
   }
-  const int64_t n = std::max<int64_t>(1, k.numElements());
+  const int64_t n = std::max<int64_t>(1, k.numElements() / cudaVectorWidth(k));
   g.block = roundWarps(std::min<int64_t>(n, kCudaBlock));
   g.grid = std::clamp<int64_t>((n + g.block - 1) / g.block, 1, sms * (2048 / g.block) * 4);
   return g;
+}
+
+int cudaVectorWidth(const Kernel& k) {
+  if (k.isReduction() || k.domain.empty() || k.domain.back() % 4 != 0 || k.numElements() == 0)
+    return 1;
+  for (size_t i = 0; i < k.loads.size(); ++i)
+    if (vectorLoad(k, i)) return 4;
+  for (size_t i = 0; i < k.stores.size(); ++i)
+    if (vectorStore(k, i)) return 4;
+  return 1;
 }
 
 std::string renderKernel(const Kernel& k, Dialect d) {

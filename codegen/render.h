@@ -31,8 +31,16 @@ struct CudaLaunchGeometry {
 // take blocks of 256 threads (fewer for small kernels) and at most four waves of resident blocks
 // (the grid-stride loop covers the rest); reductions take one block per row, sized to the
 // reduced length (32..512 threads, whole warps) so that short rows do not idle most threads.
+// Vectorized kernels (cudaVectorWidth) size the grid by vectors, not elements.
 CudaLaunchGeometry cudaLaunchGeometry(const Kernel& k, int multiProcessors,
                                       int maxThreadsPerBlock = 1024);
+
+// Elements per thread per iteration of a pointwise CUDA kernel: 4 (float4 loads and stores) where
+// the innermost dim is a multiple of 4 and some f32 access is contiguous along it from a
+// 4-element boundary (such accesses are then 16-byte aligned when their buffer is; the kernel
+// checks its buffers' alignment and otherwise runs its scalar loop), else 1. Geometry and
+// rendering both follow it.
+int cudaVectorWidth(const Kernel& k);
 
 std::string renderKernel(const Kernel& k, Dialect d);
 // The prelude followed by every kernel: one translation unit.

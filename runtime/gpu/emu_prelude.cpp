@@ -64,6 +64,22 @@ template <class T> struct kiln_gptr {
     return g;
   }
 };
+// float4 and the vector accesses of kiln's pointwise kernels: 16 bytes in bounds, and 16-byte
+// aligned (a GPU faults on a misaligned vector access; emu names it).
+struct alignas(16) float4 { float x, y, z, w; };
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+template <class T> static inline bool kiln_aligned16(const kiln_gptr<T>& g) {
+  return (unsigned long long)g.p % 16 == 0;
+}
+template <class T> static inline float4* kiln_emu_vec(const kiln_gptr<T>& g, long long i, int write) {
+  static_assert(sizeof(T) == 4, "float4 accesses of 4-byte elements");
+  const char* q = (const char*)(g.p + i);
+  if (q < g.b || q + 16 > g.e) return (float4*)kiln_emu_runtime.bad_access(g.arg, (long long)(q - g.b), 16, write);
+  if ((unsigned long long)q % 16 != 0) return (float4*)kiln_emu_runtime.bad_access(g.arg, (long long)(q - g.b), 16, 2);
+  return (float4*)q;
+}
+template <class T> static inline float4 kiln_ld4(const kiln_gptr<T>& g, long long i) { return *kiln_emu_vec(g, i, 0); }
+template <class T> static inline void kiln_st4(const kiln_gptr<T>& g, long long i, float4 v) { *kiln_emu_vec(g, i, 1) = v; }
 template <class A> struct kiln_emu_param { static A get(void* p, int) { return *(A*)p; } };
 template <class T> struct kiln_emu_param<kiln_gptr<T>> { static kiln_gptr<T> get(void* p, int i) { return kiln_gptr<T>::make(p, i); } };
 template <class T, T... I> struct kiln_emu_iseq {};

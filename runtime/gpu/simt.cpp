@@ -324,8 +324,9 @@ void* badAccessFn(int arg, long long byteOffset, int bytes, int kind) {
           ? ranges[static_cast<size_t>(arg)].second - ranges[static_cast<size_t>(arg)].first
           : 0;
   if (kind == 2)
-    fail(b, invalidArgument(where(f) + ": argument " + std::to_string(arg) + " is not aligned to " +
-                            std::to_string(bytes) + " bytes"));
+    fail(b, invalidArgument(where(f) + ": argument " + std::to_string(arg) +
+                            (byteOffset ? " at byte offset " + std::to_string(byteOffset) : "") +
+                            " is not aligned to " + std::to_string(bytes) + " bytes"));
   else
     fail(b, invalidArgument(where(f) + ": out-of-bounds " + (kind == 0 ? "read" : "access") +
                             " of " + std::to_string(bytes) + " bytes at byte offset " +

@@ -61,12 +61,27 @@ extern "C" __global__ void read_before_start(kiln_gptr<const float> x, kiln_gptr
 extern "C" __global__ void copy_f64(kiln_gptr<const double> x, kiln_gptr<double> y) {
   y[threadIdx.x] = x[threadIdx.x];
 }
+// Generated pointwise kernels' vector accesses: float4 where both buffers are 16-byte aligned,
+// else the scalar loop (which negates here, to tell the paths apart).
+extern "C" __global__ void scale4(kiln_gptr<const float> x, kiln_gptr<float> y, long long n) {
+  if (kiln_aligned16(x) && kiln_aligned16(y)) {
+    for (long long v = threadIdx.x; v < n / 4; v += blockDim.x) {
+      const float4 a = kiln_ld4(x, 4 * v);
+      kiln_st4(y, 4 * v, make_float4(2 * a.x, 2 * a.y, 2 * a.z, 2 * a.w));
+    }
+    return;
+  }
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) y[i] = -2 * x[i];
+}
+extern "C" __global__ void load4_at(kiln_gptr<const float> x, kiln_gptr<float> y, long long at) {
+  y[threadIdx.x] = kiln_ld4(x, at).w;
+}
 )";
 
 const EmuModule& module() {
   static const EmuModule m(
       kKernels, {"row_sum", "reverse", "shuffles", "divergent_barrier", "early_exit_shuffle",
-                 "write_past_end", "read_before_start", "copy_f64"});
+                 "write_past_end", "read_before_start", "copy_f64", "scale4", "load4_at"});
   return m;
 }
 
@@ -197,6 +212,35 @@ TEST_CASE("simt: out-of-bounds and misaligned accesses are errors naming block a
         m.launch("copy_f64", 1, 32, {m.argAt(dx, 4), m.arg(dy)}, {m.bytes(dx) - 4, m.bytes(dy)});
     CHECK_THAT(s.message(), Catch::Contains("argument 0 is not aligned to 8 bytes"));
   }
+}
+
+TEST_CASE("simt: float4 accesses run on aligned buffers and are checked like scalar ones") {
+  const EmuModule& m = module();
+  std::vector<float> x(65), y(64, 0);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+  auto dx = m.upload(x);
+  auto dy = m.upload(y);
+  long long n = 64;
+  // Aligned: the vector loop.
+  REQUIRE(
+      m.launch("scale4", 1, 32, {m.arg(dx), m.arg(dy), &n}, {m.bytes(dx), m.bytes(dy), -1}).isOk());
+  m.download(dy, y);
+  for (int i = 0; i < 64; ++i) CHECK(y[i] == 2.f * i);
+  // x four bytes in: not 16-byte aligned, so the scalar loop, with the same elements.
+  REQUIRE(
+      m.launch("scale4", 1, 32, {m.argAt(dx, 4), m.arg(dy), &n}, {m.bytes(dx) - 4, m.bytes(dy), -1})
+          .isOk());
+  m.download(dy, y);
+  for (int i = 0; i < 64; ++i) CHECK(y[i] == -2.f * (i + 1));
+  // A float4 access off a 16-byte boundary, and one past the end, are errors (a GPU faults).
+  long long at = 1;
+  Status s =
+      m.launch("load4_at", 1, 32, {m.arg(dx), m.arg(dy), &at}, {m.bytes(dx), m.bytes(dy), -1});
+  CHECK_THAT(s.message(),
+             Catch::Contains("argument 0 at byte offset 4 is not aligned to 16 bytes"));
+  at = 62;
+  s = m.launch("load4_at", 1, 32, {m.arg(dx), m.arg(dy), &at}, {m.bytes(dx), m.bytes(dy), -1});
+  CHECK_THAT(s.message(), Catch::Contains("out-of-bounds read of 16 bytes at byte offset 248"));
 }
 
 TEST_CASE("simt: launches the device cannot run are refused before running") {
