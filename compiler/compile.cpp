@@ -16,6 +16,27 @@
 
 namespace kiln::compiler {
 
+std::string_view precisionName(Precision p) {
+  return p == Precision::kTf32 ? "tf32" : "fp32";
+}
+
+Status checkPrecision(Precision p, const runtime::Backend& backend) {
+  if (p == Precision::kTf32 && !backend.caps().tf32)
+    return invalidArgument("--precision tf32: backend '" + std::string(backend.name()) +
+                           "' has no TF32 arithmetic (the tensor cores of an NVIDIA GPU since "
+                           "Ampere); use --device cuda (or emu, which emulates it), or fp32");
+  return Status::ok();
+}
+
+Expected<Precision> parsePrecision(std::string_view name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "tf32") return Precision::kTf32;
+  if (name == "bf16" || name == "fp16")
+    return invalidArgument("--precision " + std::string(name) + ": mixed precision (autocast to " +
+                           std::string(name) + ") is not built yet; the choices are fp32 and tf32");
+  return invalidArgument("unknown precision '" + std::string(name) + "' (fp32 or tf32)");
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -32,6 +53,8 @@ class Driver {
     const auto t0 = Clock::now();
     report_.nodesIn = static_cast<int>(input.numNodes());
     graph_ = input.clone();
+    KILN_TRY(checkPrecision(opts_.precision, *backend_));
+    report_.precision = std::string(precisionName(opts_.precision));
     KILN_TRY(runPasses());
     auto tf = Clock::now();
     passes::FusionOptions fo = opts_.fusion;
@@ -54,7 +77,7 @@ class Driver {
     auto tp = Clock::now();
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<runtime::Plan> plan,
                           buildPlan({graph_, schedule_, kernelEntries_, std::move(code_), backend_,
-                                     opts_.inPlaceOutputs},
+                                     opts_.inPlaceOutputs, opts_.precision == Precision::kTf32},
                                     report_));
     report_.planMs = msSince(tp);
     report_.totalMs = msSince(t0);
@@ -83,7 +106,8 @@ class Driver {
     };
     ctx.chooseConvAlgorithm = [this](const ir::Node& n) {
       return chooseConvAlgorithm(n, {*backend_, opts_.autotune, kernelCache(),
-                                     [this](const Status& st) { cacheStored(kernelCache(), st); }});
+                                     [this](const Status& st) { cacheStored(kernelCache(), st); },
+                                     opts_.precision == Precision::kTf32});
     };
     KILN_TRY(passes::Pipeline::standard().run(graph_, ctx));
     report_.remarks = ctx.remarks;

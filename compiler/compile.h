@@ -19,6 +19,16 @@
 
 namespace kiln::compiler {
 
+// The arithmetic of convolutions and matrix products (--precision): fp32, the default (fp32
+// products, no TF32 anywhere), or tf32 (multiplicands rounded to TF32 on a GPU's tensor cores,
+// fp32 accumulation: PyTorch's allow_tf32). bf16/fp16 autocast is not built yet.
+enum class Precision : uint8_t { kFp32, kTf32 };
+std::string_view precisionName(Precision p);
+// "fp32" or "tf32"; kInvalidArgument naming the choices otherwise (bf16 and fp16 as not built).
+Expected<Precision> parsePrecision(std::string_view name);
+// kInvalidArgument where `backend` cannot compute in `p` (tf32 without BackendCaps::tf32).
+Status checkPrecision(Precision p, const runtime::Backend& backend);
+
 struct CompileOptions {
   bool inference = true;  // Fold weights into constants; dropout is the identity.
   // Graph outputs written over a parameter instead of into a result tensor: (output index,
@@ -61,6 +71,8 @@ struct CompileOptions {
   // On a backend whose streams capture (cuda, emu): replay each call's steps as a CUDA graph
   // recorded at the first call (runtime::PlanExecutor::setGraphs); --no-cuda-graph turns it off.
   bool cudaGraphs = true;
+  // Library calls' arithmetic; tf32 needs a backend with BackendCaps::tf32 (cuda, emu).
+  Precision precision = Precision::kFp32;
   // Also render every kernel as CUDA C and compile it with NVRTC for sm_80 and sm_90 (a
   // check on machines without a GPU; the PTX is kept in the report).
   bool cudaCheck = false;
@@ -81,6 +93,7 @@ struct CompileReport {
   int generatedKernels = 0;
   int referenceSteps = 0;  // Library and reference calls.
   int hostSteps = 0;       // Of those, on a GPU backend: ops run on the host (no device kernel).
+  std::string precision = "fp32";  // CompileOptions::precision.
   int copySteps = 0;
   int aliases = 0;  // Reshapes that became views of their input (no step).
   int modules = 0;

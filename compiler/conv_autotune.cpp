@@ -36,6 +36,7 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
                                     .add(n.numInputs() > 2 ? "bias" : "nobias")
                                     .add(std::string(be.name()))
                                     .add(be.caps().device)
+                                    .add(t.tf32 ? "tf32" : "fp32")
                                     .add(codegen::hostCpuName() + codegen::hostCpuFeatures())
                                     .add(runtime::libraryIdentity())
                                     .finish();
@@ -73,6 +74,7 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
     call.library = true;
     call.options.algo = algo;
     call.options.channelsLast = nhwc;
+    call.options.tf32 = t.tf32;
     call.options.cache = &weights;
     std::vector<double> ms;
     Status st;

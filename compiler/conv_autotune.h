@@ -17,6 +17,7 @@ struct ConvTuning {
   bool autotune = false;  // Off: the library's default ("auto") without timing.
   codegen::KernelCache& cache;
   std::function<void(const Status&)> stored;  // Told of every cache store (failures matter).
+  bool tf32 = false;                          // Timed as the plan will run them.
 };
 
 Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& conv, const ConvTuning& t);

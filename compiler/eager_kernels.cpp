@@ -97,10 +97,15 @@ runtime::NodeKernelFn eagerKernels(std::shared_ptr<runtime::Backend> backend,
   return [cache](const ir::Node& n) { return cache->get(n); };
 }
 
-void useDeviceKernels(runtime::EagerExecutor& exec,
-                      const std::shared_ptr<runtime::Backend>& backend,
-                      const CompileOptions& options) {
+Status useDeviceKernels(runtime::EagerExecutor& exec,
+                        const std::shared_ptr<runtime::Backend>& backend,
+                        const CompileOptions& options) {
+  KILN_TRY(checkPrecision(options.precision, *backend));
+  runtime::LibraryOptions calls;
+  calls.tf32 = options.precision == Precision::kTf32;
+  exec.setCallOptions(calls);
   if (backend->caps().runsCudaKernels()) exec.setNodeKernels(eagerKernels(backend, options));
+  return Status::ok();
 }
 
 }  // namespace kiln::compiler

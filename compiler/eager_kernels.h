@@ -18,10 +18,11 @@ namespace kiln::compiler {
 runtime::NodeKernelFn eagerKernels(std::shared_ptr<runtime::Backend> backend,
                                    const CompileOptions& options = {});
 
-// Gives `exec` the backend's single-op kernels where the backend runs CUDA code (cuda, emu);
-// the CPU's eager keeps its library and reference kernels.
-void useDeviceKernels(runtime::EagerExecutor& exec,
-                      const std::shared_ptr<runtime::Backend>& backend,
-                      const CompileOptions& options = {});
+// Gives `exec` the backend's single-op kernels where the backend runs CUDA code (cuda, emu;
+// the CPU's eager keeps its library and reference kernels) and the options' precision for its
+// library calls (kInvalidArgument where the backend cannot compute in it).
+Status useDeviceKernels(runtime::EagerExecutor& exec,
+                        const std::shared_ptr<runtime::Backend>& backend,
+                        const CompileOptions& options = {});
 
 }  // namespace kiln::compiler

@@ -29,6 +29,7 @@ class PlanBuilder {
         code_(in.code),
         backend_(in.backend),
         inPlaceOutputs_(in.inPlaceOutputs),
+        tf32_(in.tf32),
         report_(report) {}
 
   const ir::Value* root(const ir::Value* v) const {
@@ -226,6 +227,7 @@ class PlanBuilder {
         s.numExtra = d.numExtra;
         s.libraryOptions.algo = d.algo;
         s.libraryOptions.channelsLast = d.channelsLast;
+        s.libraryOptions.tf32 = tf32_ && s.library;
         ++report_.referenceSteps;
         // On a GPU backend an op that is neither a generated kernel nor a device library call
         // runs on the host, with copies each way (runtime/gpu/gpu_backend.h): say which.
@@ -269,6 +271,7 @@ class PlanBuilder {
   std::shared_ptr<runtime::KernelModule> code_;
   std::shared_ptr<runtime::Backend> backend_;
   const std::vector<std::pair<size_t, std::string>>& inPlaceOutputs_;
+  bool tf32_;
   CompileReport& report_;
 };
 

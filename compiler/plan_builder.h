@@ -24,6 +24,7 @@ struct PlanBuildInputs {
   std::shared_ptr<runtime::Backend> backend;
   // CompileOptions::inPlaceOutputs.
   const std::vector<std::pair<size_t, std::string>>& inPlaceOutputs;
+  bool tf32 = false;  // Library calls in TF32 (CompileOptions::precision).
 };
 
 // Fills the report's plan figures (arena and its lower bound, in-place reuses, reference and

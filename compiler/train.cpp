@@ -57,7 +57,7 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   if (options.eager) {
     auto backend = options.compile.backend ? options.compile.backend : runtime::defaultBackend();
     step->eager_ = std::make_unique<runtime::EagerExecutor>(g, backend);
-    useDeviceKernels(*step->eager_, backend, options.compile);
+    KILN_TRY(useDeviceKernels(*step->eager_, backend, options.compile));
   } else {
     CompileOptions co = options.compile;
     for (size_t i = 0; i < step->writes_.size(); ++i)

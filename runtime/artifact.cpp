@@ -796,7 +796,14 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
     }
     if (r.ok() && !isCudaKernelCode(info.kernelCode))
       r.fail("kernel code '" + info.kernelCode + "'");
-    if (r.ok() && !r.atEnd()) r.fail("bytes after the launch geometry");
+    // The library calls' precision (absent before it existed: fp32).
+    if (r.ok() && !r.atEnd()) info.precision = r.str();
+    if (r.ok() && info.precision != "fp32" && info.precision != "tf32")
+      r.fail("precision '" + info.precision + "'");
+    for (PlanStep& s : plan->plan->steps)
+      s.libraryOptions.tf32 =
+          info.precision == "tf32" && s.kind == PlanStep::Kind::kOp && s.library;
+    if (r.ok() && !r.atEnd()) r.fail("bytes after the precision");
     KILN_TRY(r.status().withContext("artifact '" + path + "'"));
   }
   const auto weights = o.sections.at("weights");
@@ -852,6 +859,9 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
       device.i64(s->block);
       device.i64(s->grid);
     }
+    bool tf32 = false;
+    for (const PlanStep& s : c.plan->steps) tf32 = tf32 || s.libraryOptions.tf32;
+    device.str(tf32 ? "tf32" : "fp32");
     sections.push_back({"device", std::move(device.out())});
   }
   ByteWriter weights;

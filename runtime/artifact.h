@@ -73,6 +73,7 @@ struct ArtifactInfo {
   // The `device` section: the CUDA code format ("cubin", "cuda-emu-object"; empty for a CPU
   // artifact) and the architecture of the cubins.
   std::string kernelCode, deviceArch;
+  std::string precision = "fp32";  // Of the library calls (--precision).
   int64_t arenaBytes = 0;
   int64_t parameterBytes = 0;
   size_t numSteps = 0;

@@ -189,6 +189,8 @@ struct BackendCaps {
   bool libraryEpilogues = false;
   // Handles are host pointers: mapHost views host memory without a copy.
   bool hostAddressable = false;
+  // Library calls take LibraryOptions::tf32 (a GPU's tensor cores; emu rounds the operands).
+  bool tf32 = false;
   // The device library choices are made for, in cache keys of timed choices: empty for the host
   // CPU (whose identity the keys hold already), else the GPU's name, architecture and libraries.
   std::string device;

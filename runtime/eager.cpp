@@ -167,6 +167,7 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
       call.name = names_[i];
       call.op = n->op();
       call.attrs = &n->attrs();
+      call.options = callOptions_;
       KILN_TRY(stream->run(call, ins, outs).withContext(names_[i]));
     }
     for (size_t dead : freeAfter_[i]) stream->free(std::move(env[dead]));

@@ -73,6 +73,8 @@ class EagerExecutor {
   // The parameters' bytes changed (an optimizer step): a backend that keeps device copies of
   // them (a GPU) uploads them again at the next run.
   void parametersChanged() { residentValid_ = false; }
+  // Options every library call of a run takes (LibraryOptions::tf32 for --precision tf32).
+  void setCallOptions(const LibraryOptions& o) { callOptions_ = o; }
   // Nodes that are not library calls on the backend run `kernels`' kernel when it gives one
   // (PyTorch eager on a GPU: one kernel per op); others run as op calls.
   void setNodeKernels(NodeKernelFn kernels) { nodeKernels_ = std::move(kernels); }
@@ -88,6 +90,7 @@ class EagerExecutor {
   EagerStats stats_;
   std::vector<DeviceBuffer> resident_;  // Per parameter: its device copy (not host-addressable).
   bool residentValid_ = false;          // resident_ holds the parameters' current bytes.
+  LibraryOptions callOptions_;
 };
 
 // Checks that `inputs` match the graph's inputs; errors name the input, expected vs actual.

@@ -64,7 +64,8 @@ int runInspect(const Args& args) {
     j["modules"] = info->moduleNames;
     j["ptx"] = info->ptxArchs;
     j["device"] = {{"kernel_code", info->kernelCode.empty() ? "host-object" : info->kernelCode},
-                   {"arch", info->deviceArch}};
+                   {"arch", info->deviceArch},
+                   {"precision", info->precision}};
     j["steps"] = info->numSteps;
     j["arena_bytes"] = info->arenaBytes;
     j["parameter_bytes"] = info->parameterBytes;
@@ -95,9 +96,10 @@ int runInspect(const Args& args) {
   for (const auto& a : info->ptxArchs) ptx += (ptx.empty() ? "" : ", ") + a;
   std::printf("ptx         %s\n", ptx.empty() ? "none (compiled without NVRTC)" : ptx.c_str());
   if (!info->kernelCode.empty())
-    std::printf("device      CUDA kernels as %s%s%s (run with --device %s)\n",
+    std::printf("device      CUDA kernels as %s%s%s, library calls in %s (run with --device %s)\n",
                 info->kernelCode.c_str(), info->deviceArch.empty() ? "" : " for ",
-                info->deviceArch.c_str(), info->kernelCode == "cubin" ? "cuda" : "emu");
+                info->deviceArch.c_str(), info->precision.c_str(),
+                info->kernelCode == "cubin" ? "cuda" : "emu");
   for (const auto& k : info->kernels) std::printf("kernel      %s\n", k.c_str());
   for (const auto& a : info->algorithmChoices) std::printf("algo        %s\n", a.c_str());
   std::printf("sections\n");

@@ -71,7 +71,8 @@ int runBench(const Args& args) {
   if (!randomIns) return reportError("bench", randomIns.status());
   const std::vector<runtime::Tensor>& inputs = *randomIns;
   runtime::EagerExecutor eager(*g, opts->backend);
-  compiler::useDeviceKernels(eager, opts->backend, *opts);
+  if (Status st = compiler::useDeviceKernels(eager, opts->backend, *opts); !st)
+    return reportError("bench", st);
   std::vector<double> eagerMs, compiledMs, eagerDeviceMs, compiledDeviceMs;
   int64_t eagerPeak = 0;
   // Interleave eager and compiled runs so that machine noise hits both alike.
@@ -137,7 +138,8 @@ int runBench(const Args& args) {
        eagerPeak ? static_cast<double>(compiledPeak) / static_cast<double>(eagerPeak) : 0.0},
       {"weights_bytes", g->parameterBytes()},
       {"nodes", g->numNodes()},
-      {"device", std::string(opts->backend->name())}};
+      {"device", std::string(opts->backend->name())},
+      {"precision", std::string(compiler::precisionName(opts->precision))}};
   if (deviceTimed) {
     j["eager"]["device_median_ms"] = de.median;
     j["compiled"]["device_median_ms"] = dc.median;

@@ -75,6 +75,9 @@ std::vector<OptionSpec> compileOptionSpecs() {
   return {{"device", true,
            "where the model runs: cpu (default), cuda (the first GPU), or emu (the CUDA "
            "backend's kernels run on this CPU with CUDA semantics, for testing)"},
+          {"precision", true,
+           "arithmetic of convolutions and matrix products: fp32 (default; no TF32) or tf32 "
+           "(cuda/emu: multiplicands rounded to TF32 on tensor cores, fp32 accumulation)"},
           {"no-cuda-graph", false,
            "on cuda/emu, enqueue every step at every call instead of replaying a CUDA graph "
            "recorded at the first"},
@@ -104,6 +107,9 @@ Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
   compiler::CompileOptions o;
   KILN_ASSIGN_OR_RETURN(o.backend, deviceFromArgs(args));
   o.cudaGraphs = !args.flag("no-cuda-graph");
+  if (const auto p = args.value("precision")) {
+    KILN_ASSIGN_OR_RETURN(o.precision, compiler::parsePrecision(*p));
+  }
   o.disabledPasses = splitList(args.all("disable-pass"));
   o.dumpAfter = splitList(args.all("dump-after"));
   o.timePasses = args.flag("time-passes");

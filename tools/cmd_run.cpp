@@ -154,7 +154,13 @@ int runRun(const Args& args) {
     runtime::EagerExecutor exec(*g, *backend);
     compiler::CompileOptions kernelOptions;
     if (auto d = args.value("cache-dir")) kernelOptions.cacheDir = *d;
-    compiler::useDeviceKernels(exec, *backend, kernelOptions);
+    if (auto p = args.value("precision")) {
+      auto precision = compiler::parsePrecision(*p);
+      if (!precision) return reportError("run", precision.status());
+      kernelOptions.precision = *precision;
+    }
+    if (Status st = compiler::useDeviceKernels(exec, *backend, kernelOptions); !st)
+      return reportError("run", st);
     auto outputs = exec.run(*inputs);
     if (!outputs) return reportError("run", outputs.status());
     r.outputs = std::move(*outputs);

@@ -233,8 +233,9 @@ class Libraries final : public CudaLibraries {
         if (op) l.cublasLtMatmulDescDestroy(op);
       }
     } cleanup{*this, op, la, lb, lc, pref};
-    KILN_TRY(
-        lt_(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate"));
+    KILN_TRY(lt_(cublasLtMatmulDescCreate(
+                     &op, g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                 "MatmulDescCreate"));
     const cublasOperation_t first = g.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t second = g.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     KILN_TRY(
@@ -491,7 +492,9 @@ class Libraries final : public CudaLibraries {
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                   "SetConvolution2dDescriptor"));
     KILN_TRY(dnn_(cudnnSetConvolutionGroupCount(d.cd, i(c.groups)), "SetConvolutionGroupCount"));
-    KILN_TRY(dnn_(cudnnSetConvolutionMathType(d.cd, CUDNN_FMA_MATH), "SetConvolutionMathType"));
+    // fp32: FMA only (no TF32); tf32: tensor cores, which read fp32 operands as TF32.
+    KILN_TRY(dnn_(cudnnSetConvolutionMathType(d.cd, c.tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+                  "SetConvolutionMathType"));
     int on = 0, oc = 0, oh = 0, ow = 0;
     KILN_TRY(dnn_(cudnnGetConvolution2dForwardOutputDim(d.cd, d.x, d.w, &on, &oc, &oh, &ow),
                   "GetConvolution2dForwardOutputDim"));

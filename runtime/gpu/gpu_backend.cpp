@@ -405,6 +405,7 @@ class GpuBackend final : public Backend {
     const DeviceProps& p = dev_->props();
     caps_.kernelCode = std::string(dev_->codeFormat());
     caps_.libraryEpilogues = dev_->hasLibraryCalls();  // The chains libraryEpilogueFor takes.
+    caps_.tf32 = dev_->hasLibraryCalls();
     caps_.device = p.name + " sm_" + std::to_string(p.smArch) + " (" + p.libraries + ")";
     caps_.cuda.smArch = p.smArch;
     caps_.cuda.multiProcessors = p.multiProcessors;

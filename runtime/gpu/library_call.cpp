@@ -1,6 +1,7 @@
 #include "runtime/gpu/library_call.h"
 
 #include <cstdio>
+#include <cstring>
 
 #include "runtime/library/epilogue.h"
 #include "runtime/library/kernels.h"
@@ -153,6 +154,9 @@ std::optional<LibraryEpilogue> libraryEpilogueFor(ir::OpKind op, std::span<const
 
 std::string LibraryCall::describe() const {
   std::string d = describeProduct();
+  const auto* c = std::get_if<ConvDescriptor>(&desc);
+  const auto* g = std::get_if<GemmDescriptor>(&desc);
+  if ((c && c->tf32) || (g && g->tf32)) d += ", tf32";
   if (epilogue.residual) d += " + residual";
   if (epilogue.relu) d += ", relu";
   return d;
@@ -234,6 +238,8 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir
                                 : describeGemm(call, attrs, own, out);
   if (!d) return d;
   d->epilogue = *epilogue;
+  if (auto* c = std::get_if<ConvDescriptor>(&d->desc)) c->tf32 = call.options.tf32;
+  if (auto* g = std::get_if<GemmDescriptor>(&d->desc)) g->tf32 = call.options.tf32;
   if (const auto* g = std::get_if<GemmDescriptor>(&d->desc);
       g && epilogue->residual && g->c == GemmDescriptor::C::kMatrix)
     return notTaken(call, "a residual added to a product that has a C matrix");
@@ -298,6 +304,16 @@ ir::AttrMap convAttrs(const ConvDescriptor& c) {
 
 }  // namespace
 
+float roundToTf32(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if ((bits & 0x7f800000u) == 0x7f800000u) return x;  // Infinities and NaN as they are.
+  bits += 0xfffu + ((bits >> 13) & 1u);               // To nearest, ties to even, on bit 13.
+  bits &= ~0x1fffu;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
 std::vector<ConvAlgo> hostConvAlgorithms(const ConvDescriptor& c) {
   if (c.pass != ConvDescriptor::Pass::kForward || c.dtype != ir::DType::kF32) return {};
   const ir::AttrMap attrs = convAttrs(c);
@@ -305,7 +321,22 @@ std::vector<ConvAlgo> hostConvAlgorithms(const ConvDescriptor& c) {
                         {c.k, c.c / c.groups, c.r, c.s});
 }
 
-Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> operands) {
+Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> given) {
+  // Under TF32 the multiplicands (operands 0 and 1 of every call: x and w, dy and w, dy and x,
+  // A and B) are read rounded, as tensor cores read them.
+  const auto* cd = std::get_if<ConvDescriptor>(&call.desc);
+  const auto* gd = std::get_if<GemmDescriptor>(&call.desc);
+  std::vector<void*> operands(given.begin(), given.end());
+  std::vector<float> rounded[2];
+  if ((cd && cd->tf32) || (gd && gd->tf32)) {
+    const std::vector<int64_t> bytes = operandBytes(call);
+    for (int i = 0; i < 2; ++i) {
+      const auto* src = static_cast<const float*>(operands[static_cast<size_t>(i)]);
+      rounded[i].resize(static_cast<size_t>(bytes[static_cast<size_t>(i)]) / sizeof(float));
+      for (size_t k = 0; k < rounded[i].size(); ++k) rounded[i][k] = roundToTf32(src[k]);
+      operands[static_cast<size_t>(i)] = rounded[i].data();
+    }
+  }
   auto wrap = [&](size_t i, ir::Shape shape) {
     return Tensor::wrap(static_cast<std::byte*>(operands[i]), ir::DType::kF32, std::move(shape));
   };

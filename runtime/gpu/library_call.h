@@ -36,6 +36,7 @@ struct ConvDescriptor {
   // shape), as the conv2d_backward_* ops order their inputs.
   enum class Pass : uint8_t { kForward, kBackwardData, kBackwardFilter } pass = Pass::kForward;
   ir::DType dtype = ir::DType::kF32;
+  bool tf32 = false;  // LibraryOptions::tf32: multiplicands rounded to TF32.
   // The forward's algorithm (OpCall::options.algo, chosen at compile time among the device's
   // convAlgorithms): a cuDNN one on a GPU, the CPU library's on emu; kAuto: the library's
   // heuristic at run time.
@@ -53,6 +54,7 @@ struct GemmDescriptor {
   enum class C : uint8_t { kNone, kRow, kMatrix } c = C::kNone;
   double alpha = 1, beta = 0;
   ir::DType dtype = ir::DType::kF32;
+  bool tf32 = false;  // LibraryOptions::tf32: A and B rounded to TF32.
 };
 
 // y[n,c,p,q] = max (or mean) over the window at (p*strideH - padTop, q*strideW - padLeft) with
@@ -112,6 +114,10 @@ std::vector<int64_t> operandBytes(const LibraryCall& call);
 
 // The algorithms the CPU's library runs a forward convolution with (the emu device's choice).
 std::vector<ConvAlgo> hostConvAlgorithms(const ConvDescriptor& c);
+
+// `x` rounded to TF32 (8-bit exponent, 10-bit mantissa; to nearest, ties to even), as tensor
+// cores read fp32 operands under TF32: what emu does to the multiplicands of a tf32 call.
+float roundToTf32(float x);
 
 // Runs a described call with the CPU's library on host memory (the emu device): operands as
 // describeLibraryCall ordered them, the output last (a residual may share the output's memory).

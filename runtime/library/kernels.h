@@ -88,6 +88,10 @@ struct LibraryOptions {
   // every call, as PyTorch eager does.
   LibraryCache* cache = nullptr;
   GemmBackend gemm = GemmBackend::kAuto;  // matmul, gemm and linear.
+  // Convolutions and matrix products on a GPU round their multiplicands to TF32 (10-bit
+  // mantissa, fp32 accumulation) on tensor cores (--precision tf32; BackendCaps::tf32). The
+  // CPU's library has no TF32 and the compiler refuses it there.
+  bool tf32 = false;
 };
 
 // A library kernel for (op, dtype), or nullptr when there is none (use the reference).

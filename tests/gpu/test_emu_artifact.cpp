@@ -106,3 +106,39 @@ TEST_CASE("emu artifacts: saved with CUDA kernels and geometry, loaded on emu, r
   REQUIRE_FALSE(damaged.hasValue());
   CHECK_THAT(damaged.status().message(), Catch::Contains("launch geometry of kernel 0"));
 }
+
+TEST_CASE("emu artifacts: --precision tf32 is kept by the artifact") {
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  auto g = models::buildModel("mnist_cnn", {1, 4});
+  REQUIRE(g.hasValue());
+  TempDir dir;
+  compiler::CompileOptions o;
+  o.cacheDir = (dir.path / "cache").string();
+  o.backend = *emu;
+  o.precision = compiler::Precision::kTf32;
+  auto cm = compiler::compile(*g, o);
+  REQUIRE(cm.hasValue());
+  const std::string file = (dir.path / "tf32.kiln").string();
+  REQUIRE(compiler::saveArtifact(**cm, file, "mnist_cnn").isOk());
+  auto info = runtime::inspectArtifact(file);
+  REQUIRE(info.hasValue());
+  CHECK(info->precision == "tf32");
+  runtime::LoadOptions lo;
+  lo.backend = *emu;
+  auto loaded = runtime::loadArtifact(file, lo);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  int compiledTf32 = 0, loadedTf32 = 0;
+  for (const auto& s : (*cm)->plan().steps) compiledTf32 += s.libraryOptions.tf32;
+  for (const auto& s : (*loaded)->plan().steps) loadedTf32 += s.libraryOptions.tf32;
+  CHECK(compiledTf32 > 0);
+  CHECK(loadedTf32 == compiledTf32);
+  const std::vector<Tensor> ins = testing::randomInputs(*g, 3);
+  auto a = (*cm)->run(ins);
+  auto b = (*loaded)->run(ins);
+  REQUIRE(a.hasValue());
+  REQUIRE(b.hasValue());
+  for (int64_t i = 0; i < (*a)[0].numElements(); ++i)
+    CHECK((*a)[0].elementAsDouble(i) == (*b)[0].elementAsDouble(i));
+}

@@ -150,7 +150,7 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
   TempCache cache;
   compiler::CompileOptions ko;
   ko.cacheDir = cache.path;
-  compiler::useDeviceKernels(eager, emu(), ko);
+  REQUIRE(compiler::useDeviceKernels(eager, emu(), ko).isOk());
   runtime::gpu::DeviceApi& dev = *runtime::gpu::gpuDevice(*emu());
   const auto before = runtime::gpu::emuCounters(dev);
   checkClose(eager.run(ins), want);

@@ -368,6 +368,85 @@ TEST_CASE("library calls: a convolution's algorithm is timed on the device and f
   CHECK_THAT(st.message(), Catch::Contains("cuDNN algorithm"));
 }
 
+TEST_CASE("library calls: --precision tf32 rounds the multiplicands, and only on a GPU backend") {
+  using runtime::gpu::roundToTf32;
+  CHECK(roundToTf32(1.f) == 1.f);
+  CHECK(roundToTf32(1.f + 0x1p-11f) == 1.f);                        // A tie: to even (down).
+  CHECK(roundToTf32(1.f + 0x3p-11f) == 1.f + 0x1p-9f);              // A tie: to even (up).
+  CHECK(roundToTf32(1.f + 0x1p-10f + 0x1p-20f) == 1.f + 0x1p-10f);  // Below half: down.
+  CHECK(std::isnan(roundToTf32(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(roundToTf32(-std::numeric_limits<float>::infinity()) ==
+        -std::numeric_limits<float>::infinity());
+
+  // A convolution then a matrix product, on emu in tf32: each equals the fp32 computation on
+  // TF32-rounded multiplicands (what tensor cores do), and differs from the fp32 result.
+  auto g = ir::parseGraph(R"(graph g(%x : f32[2,8,10,10], %w : f32[16,8,3,3], %m : f32[10,24]) {
+  %y : f32[2,16,10,10] = conv2d(%x, %w) {strides=[1,1], pads=[1,1,1,1], dilations=[1,1], group=1}
+  %z : f32[2,16,10,24] = matmul(%y, %m)
+  return %y, %z
+})");
+  REQUIRE(g.hasValue());
+  const std::vector<Tensor> xs = testing::randomInputs(*g, 21);
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  compiler::CompileOptions o;
+  o.backend = *emu;
+  o.precision = compiler::Precision::kTf32;
+  auto cm = compiler::compile(*g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().precision == "tf32");
+  int tf32Steps = 0;
+  for (const auto& st : (*cm)->plan().steps) tf32Steps += st.libraryOptions.tf32;
+  CHECK(tf32Steps == 2);
+  auto got = (*cm)->run(xs);
+  REQUIRE(got.hasValue());
+  // The reference, op by op in fp32, on rounded multiplicands.
+  auto rounded = [](const Tensor& t) {
+    Tensor r = *Tensor::empty(t.dtype(), t.shape());
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      r.data<float>()[i] = runtime::gpu::roundToTf32(t.data<float>()[i]);
+    return r;
+  };
+  const ir::AttrMap& convAttrs = g->nodes()[0]->attrs();
+  auto reference = [](ir::OpKind op, const ir::AttrMap& attrs, std::vector<Tensor> in,
+                      const ir::Shape& shape) {
+    std::vector<Tensor> out = {*Tensor::empty(ir::DType::kF32, shape)};
+    REQUIRE(runtime::referenceKernel(op)(ir::AttrView(ir::opInfo(op), attrs), in, out).isOk());
+    return out[0];
+  };
+  const Tensor y =
+      reference(ir::OpKind::kConv2d, convAttrs, {rounded(xs[0]), rounded(xs[1])}, {2, 16, 10, 10});
+  const Tensor z =
+      reference(ir::OpKind::kMatMul, {}, {rounded((*got)[0]), rounded(xs[2])}, {2, 16, 10, 24});
+  auto fp32 = runtime::EagerExecutor(*g).run(xs);
+  REQUIRE(fp32.hasValue());
+  for (int k = 0; k < 2; ++k) {
+    const Tensor& want = k == 0 ? y : z;
+    double maxDiff = 0, fromFp32 = 0, maxRef = 0;
+    for (int64_t i = 0; i < want.numElements(); ++i) {
+      maxRef = std::max(maxRef, std::fabs(want.elementAsDouble(i)));
+      maxDiff =
+          std::max(maxDiff, std::fabs((*got)[k].elementAsDouble(i) - want.elementAsDouble(i)));
+      fromFp32 = std::max(fromFp32,
+                          std::fabs((*got)[k].elementAsDouble(i) - (*fp32)[k].elementAsDouble(i)));
+    }
+    INFO("output " << k << ": vs rounded reference " << maxDiff << ", vs fp32 " << fromFp32);
+    CHECK(maxDiff <= 1e-5 * std::max(maxRef, 1.0));
+    CHECK(fromFp32 > 1e-6 * maxRef);                  // TF32 was applied,
+    CHECK(fromFp32 <= 1e-2 * std::max(maxRef, 1.0));  // within TF32's error.
+  }
+
+  // The CPU has no TF32: compile and eager refuse it, naming the devices that have it.
+  compiler::CompileOptions onCpu;
+  onCpu.precision = compiler::Precision::kTf32;
+  auto refused = compiler::compile(*g, onCpu);
+  CHECK(refused.status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(refused.status().message(), Catch::Contains("--device cuda"));
+  CHECK(compiler::parsePrecision("bf16").status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(compiler::parsePrecision("bf16").status().message(), Catch::Contains("not built yet"));
+}
+
 TEST_CASE("library calls: cuBLASLt and cuDNN load with every function kiln calls") {
   // Without a GPU their handles cannot start, but every symbol must resolve first.
   auto libs = runtime::gpu::openCudaLibraries(

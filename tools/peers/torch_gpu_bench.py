@@ -1,9 +1,10 @@
 """PyTorch eager and torch.compile on the GPU, for scripts/gpu-check.sh: the zoo's models as
 PyTorch defines them (torchvision's resnet18/resnet50; a BERT-base encoder layer as
 nn.TransformerEncoderLayer with 768 hidden, 12 heads, 3072 intermediate, GELU, sequence 128),
-fp32 with TF32 off, medians of CUDA-event timings.
+fp32 with TF32 off (or, with --tf32, TF32 on: the comparison for kiln's --precision tf32), medians
+of CUDA-event timings of the model call (the input already on the GPU).
 
-    python tools/peers/torch_gpu_bench.py --out torch.json
+    python tools/peers/torch_gpu_bench.py --out torch.json [--tf32]
 """
 import argparse
 import json
@@ -31,10 +32,11 @@ def timed(fn, x, runs=20, warmup=3):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 in cuDNN and matmuls")
     args = ap.parse_args()
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.set_float32_matmul_precision("high" if args.tf32 else "highest")
     dev = torch.device("cuda")
     cases = {
         "resnet18:1": (torchvision.models.resnet18(), (1, 3, 224, 224)),
@@ -45,7 +47,8 @@ def main():
             (1, 128, 768),
         ),
     }
-    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+               "precision": "tf32" if args.tf32 else "fp32"}
     for key, (model, shape) in cases.items():
         model = model.eval().to(dev)
         x = torch.randn(*shape, device=dev)
