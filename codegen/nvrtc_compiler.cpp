@@ -6,6 +6,7 @@
 #include <regex>
 
 #if KILN_HAVE_NVRTC
+#include <dlfcn.h>
 #include <nvrtc.h>
 #endif
 
@@ -62,21 +63,73 @@ std::vector<KernelResources> parsePtxasInfo(std::string_view log) {
 
 namespace {
 
+// NVRTC is loaded with dlopen at its first use, like every CUDA library kiln uses: the `kiln`
+// binary and programs embedding the compiler then start on machines without the CUDA toolkit
+// (CPU-only use needs none of it), and CUDA compiles report why they cannot run.
+#define KILN_NVRTC_FNS(X)      \
+  X(nvrtcVersion)              \
+  X(nvrtcGetErrorString)       \
+  X(nvrtcCreateProgram)        \
+  X(nvrtcDestroyProgram)       \
+  X(nvrtcCompileProgram)       \
+  X(nvrtcGetNumSupportedArchs) \
+  X(nvrtcGetSupportedArchs)    \
+  X(nvrtcGetProgramLogSize)    \
+  X(nvrtcGetProgramLog)        \
+  X(nvrtcGetPTXSize)           \
+  X(nvrtcGetPTX)               \
+  X(nvrtcGetCUBINSize)         \
+  X(nvrtcGetCUBIN)
+
+struct Nvrtc {
+#define KILN_NVRTC_MEMBER(name) decltype(&::name) name = nullptr;
+  KILN_NVRTC_FNS(KILN_NVRTC_MEMBER)
+#undef KILN_NVRTC_MEMBER
+  std::string missing;  // Why NVRTC is unavailable ("" when it loaded).
+};
+
+const Nvrtc& nvrtc() {
+  static const Nvrtc n = [] {
+    Nvrtc l;
+    void* h = ::dlopen(KILN_NVRTC_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      l.missing = ::dlerror();
+      const std::string path = std::string(KILN_CUDA_LIBRARY_DIR) + "/" + KILN_NVRTC_SONAME;
+      h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!h) {
+        l.missing = "NVRTC not found (" + l.missing + "; " + ::dlerror() +
+                    "): install the CUDA toolkit (scripts/install-deps.sh) to compile CUDA kernels";
+        return l;
+      }
+    }
+#define KILN_NVRTC_LOAD(name)                                                \
+  l.name = reinterpret_cast<decltype(l.name)>(::dlsym(h, #name));            \
+  if (!l.name) {                                                             \
+    l.missing = std::string("NVRTC (" KILN_NVRTC_SONAME ") lacks ") + #name; \
+    return l;                                                                \
+  }
+    KILN_NVRTC_FNS(KILN_NVRTC_LOAD)
+#undef KILN_NVRTC_LOAD
+    return l;
+  }();
+  return n;
+}
+
 // Calls an NVRTC function; a failure becomes a Status naming the call.
-#define KILN_NVRTC(call)                                              \
-  do {                                                                \
-    nvrtcResult kiln_nvrtc_result_ = (call);                          \
-    if (kiln_nvrtc_result_ != NVRTC_SUCCESS) {                        \
-      return internalError(std::string("NVRTC: " #call " failed: ") + \
-                           nvrtcGetErrorString(kiln_nvrtc_result_));  \
-    }                                                                 \
+#define KILN_NVRTC(call)                                                     \
+  do {                                                                       \
+    nvrtcResult kiln_nvrtc_result_ = (nvrtc().call);                         \
+    if (kiln_nvrtc_result_ != NVRTC_SUCCESS) {                               \
+      return internalError(std::string("NVRTC: " #call " failed: ") +        \
+                           nvrtc().nvrtcGetErrorString(kiln_nvrtc_result_)); \
+    }                                                                        \
   } while (0)
 
 // Destroys the program on every return path.
 struct ProgramGuard {
   nvrtcProgram program = nullptr;
   ~ProgramGuard() {
-    if (program) nvrtcDestroyProgram(&program);
+    if (program) nvrtc().nvrtcDestroyProgram(&program);
   }
 };
 
@@ -100,17 +153,21 @@ Expected<std::string> programLog(nvrtcProgram program) {
 }  // namespace
 
 bool cudaCompilerAvailable() {
-  return true;
+  return nvrtc().missing.empty();
 }
 
 std::string cudaCompilerIdentity() {
+  if (!cudaCompilerAvailable()) return "none (" + nvrtc().missing + ")";
   int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "nvrtc (version unknown)";
+  if (nvrtc().nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "nvrtc (version unknown)";
   return "nvrtc " + std::to_string(major) + "." + std::to_string(minor);
 }
 
 Expected<CudaPtx> compileCuda(std::string_view source, std::string_view name, int smArch,
                               const CudaCompileOptions& options) {
+  if (!cudaCompilerAvailable())
+    return unimplemented("cannot compile CUDA kernel '" + std::string(name) + "' for sm_" +
+                         std::to_string(smArch) + ": " + nvrtc().missing);
   const auto start = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(std::vector<int> archs, supportedArchs());
   if (std::find(archs.begin(), archs.end(), smArch) == archs.end()) {
@@ -145,13 +202,13 @@ Expected<CudaPtx> compileCuda(std::string_view source, std::string_view name, in
   std::vector<const char*> flagPtrs;
   for (const std::string& f : flags) flagPtrs.push_back(f.c_str());
 
-  const nvrtcResult result =
-      nvrtcCompileProgram(guard.program, static_cast<int>(flagPtrs.size()), flagPtrs.data());
+  const nvrtcResult result = nvrtc().nvrtcCompileProgram(
+      guard.program, static_cast<int>(flagPtrs.size()), flagPtrs.data());
   KILN_ASSIGN_OR_RETURN(std::string log, programLog(guard.program));
   if (result != NVRTC_SUCCESS) {
     return invalidArgument("CUDA kernel '" + fileName + "' failed to compile for sm_" +
-                           std::to_string(smArch) + " (" + nvrtcGetErrorString(result) + "):\n" +
-                           log);
+                           std::to_string(smArch) + " (" + nvrtc().nvrtcGetErrorString(result) +
+                           "):\n" + log);
   }
 
   CudaPtx out;

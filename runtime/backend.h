@@ -56,6 +56,7 @@ class DeviceBuffer {
   DeviceAddress address(int64_t offset = 0) const { return {handle_, offset}; }
   size_t bytes() const { return bytes_; }
   bool defined() const { return handle_ != nullptr; }
+  bool owned() const { return owner_ != nullptr; }  // Else a view: nothing to free.
   void reset() noexcept;
   // Gives up ownership without freeing and returns the handle (a backend's stream frees it in
   // stream order).

@@ -582,7 +582,8 @@ class Libraries final : public CudaLibraries {
           dnn_(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(c.k), 1, 1),
                "SetTensor4dDescriptor bias"));
     }
-    // y = relu(conv(x) + z + bias) in one call where cuDNN's fused ReLU keeps NaN.
+    // y = relu(conv(x) + z + bias) in one call where cuDNN's fused ReLU keeps NaN; where cuDNN
+    // does not take this configuration, the separate calls below.
     if (e.relu && c.bias && fusedConvRelu && !residualInY) {
       cudnnActivationDescriptor_t act = nullptr;
       Status st = makeRelu(act);
@@ -594,7 +595,7 @@ class Libraries final : public CudaLibraries {
                       cp(ops[2]), act, y, reinterpret_cast<void*>(Y)),
                   "ConvolutionBiasActivationForward");
       if (act) cudnnDestroyActivationDescriptor(act);
-      return st;
+      if (st.code() != ErrorCode::kUnimplemented) return st;
     }
     const float beta = residualInY ? 1.f : 0.f;
     KILN_TRY(dnn_(cudnnConvolutionForward(dnn, &one, x, cp(ops[0]), w, cp(ops[1]), cd, algo,

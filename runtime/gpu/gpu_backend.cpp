@@ -558,7 +558,7 @@ void GpuStream::unstage(const Staged& st) {
 }
 
 void GpuStream::free(DeviceBuffer buffer) {
-  if (!buffer.defined()) return;
+  if (!buffer.defined() || !buffer.owned()) return;  // A view frees nothing.
   // Reusable once the work enqueued so far (its last reader) is done.
   Expected<EventHandle> e = dev_.createEvent();
   if (e && dev_.recordEvent(*e, s_).isOk()) {

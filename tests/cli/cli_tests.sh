@@ -212,6 +212,12 @@ check "emu memory exhausted" 2 "out of device memory: allocating .* of 16\.0 MiB
   env KILN_EMU_MEMORY_MB=16 "$KILN" run resnet50 --device emu --cache-dir cache
 check "unknown --device" 2 "unknown device 'tpu' \(devices: cpu, cuda, emu\)" -- \
   "$KILN" run mlp --device tpu
+# No CUDA library is a dependency of the binary: the driver, NVRTC, nvJitLink, cuBLASLt and cuDNN
+# are all dlopen'ed, so kiln starts (and runs on the CPU) on machines without them.
+if command -v readelf >/dev/null 2>&1; then
+  needed=$(readelf -d "$KILN" | grep NEEDED | grep -Ei "cuda|nvrtc|nvjitlink|cublas|cudnn|nccl")
+  check "kiln links no CUDA library" 0 "" -- test -z "$needed"
+fi
 if ! nvidia-smi -L >/dev/null 2>&1; then
   check "--device cuda without a GPU" 2 "^kiln run: error: no CUDA device: .*\)$" -- \
     "$KILN" run mlp --device cuda
