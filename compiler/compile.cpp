@@ -101,6 +101,7 @@ class Driver {
     ctx.verifyAfterEach = opts_.verifyEachPass;
     ctx.log = opts_.log;
     ctx.channelsLast = libraryFusion_;
+    ctx.lowerForDevice = backend_->caps().runsCudaKernels();
     ctx.hasLibraryKernel = [b = backend_](ir::OpKind op, ir::DType dtype, ir::Layout layout) {
       return b->hasLibraryKernel(op, dtype, layout);
     };

@@ -45,7 +45,10 @@ struct PassContext {
   // library runs an op at an output dtype and activation layout. Layout selection keeps NHWC
   // where it says so; without one (or with channels-last off) layouts stay plain.
   std::function<bool(ir::OpKind, ir::DType, ir::Layout)> hasLibraryKernel;
-  bool channelsLast = false;                  // Layout selection may choose NHWC at all.
+  bool channelsLast = false;  // Layout selection may choose NHWC at all.
+  // The backend runs generated kernels and library calls only (a GPU: everything else runs on
+  // the host, with copies): device-lowering rewrites what it can into kernel-IR ops.
+  bool lowerForDevice = false;
   int layoutConversions = 0;                  // Relayouts inserted by layout selection.
   ConvAlgorithmChooser chooseConvAlgorithm;   // conv-algorithm-selection is a no-op without one.
   std::vector<std::string> algorithmChoices;  // One line per conv: --explain-algos.

@@ -10,6 +10,8 @@ namespace kiln::passes {
 Pipeline Pipeline::standard() {
   return Pipeline({
       "dce",                       // Drop work no output needs, so later passes see less.
+      "device-lowering",           // GPU backends: BatchNorm training ops and split reductions
+                                   // as kernel-IR ops, before the rewrites that simplify them.
       "algebraic-simplification",  // Remove identities (x*1, dropout, double transposes) early;
                                    // this exposes constants and duplicates.
       "constant-folding",          // Fold weight-only subgraphs (e.g. a transposed weight).

@@ -1,11 +1,14 @@
 // Pass tests: textual IR in, run one pass, assert `changed` and the structure out.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <sstream>
 
+#include "ir/fusion_group.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/pipeline.h"
+#include "runtime/eager.h"
 #include "runtime/reference/kernels.h"
 
 using namespace kiln;
@@ -281,4 +284,54 @@ graph g(%x : f32[3]) {
   ir::Graph g = parse(text);
   ir::Value* w = *g.addParameter("w", ir::TensorType{ir::DType::kF32, {3}}, true);
   CHECK_THAT(g.markState(w).message(), Catch::Contains("only a non-trainable parameter"));
+}
+
+TEST_CASE("device lowering: BatchNorm training ops and split reductions keep their values") {
+  const std::string text =
+      R"(graph g(%x : f32[3,4,5,6], %g : f32[3,4,5,6], %m : f32[4], %v : f32[4], %s : f32[4], %h : f32[6,4]) {
+  %stats : f32[2,4] = batch_norm_stats(%x)
+  %sums : f32[2,4] = batch_norm_backward_reduce(%g, %x, %m, %v) {epsilon=0.001}
+  %dx : f32[3,4,5,6] = batch_norm_backward(%g, %x, %m, %v, %s, %sums) {epsilon=0.001}
+  %r : f32[4] = reduce_sum(%g) {axes=[0,2,3], keepdims=0}
+  %q : f32[1,4,5,1] = reduce_mean(%x) {axes=[0,3], keepdims=1}
+  %w : f32[6,4] = batch_norm_backward(%h, %h, %m, %v, %s, %sums)
+  return %stats, %sums, %dx, %r, %q, %w
+})";
+  ir::Graph g = parse(text);
+  std::vector<runtime::Tensor> ins;
+  uint32_t seed = 5;
+  for (const ir::Value* v : g.inputs()) {
+    runtime::Tensor t = *runtime::Tensor::empty(v->type().dtype, v->type().shape);
+    for (int64_t i = 0; i < t.numElements(); ++i) {
+      seed = seed * 1664525u + 1013904223u;
+      const float u = static_cast<float>(seed >> 8) / static_cast<float>(1 << 24);
+      t.data<float>()[i] = v->name() == "v" ? 0.5f + u : 2.f * u - 1.f;  // Variances > 0.
+    }
+    ins.push_back(t);
+  }
+  auto before = runtime::EagerExecutor(g).run(ins);
+  REQUIRE(before.hasValue());
+
+  passes::PassContext off;
+  CHECK_FALSE(runPass("device-lowering", g, off));  // Only for device backends.
+  passes::PassContext ctx;
+  ctx.lowerForDevice = true;
+  CHECK(runPass("device-lowering", g, ctx));
+  for (const ir::Node* n : g.nodes()) {
+    INFO(n->describe());
+    CHECK(n->op() != ir::OpKind::kBatchNormStats);
+    CHECK(n->op() != ir::OpKind::kBatchNormBackwardReduce);
+    CHECK(n->op() != ir::OpKind::kBatchNormBackward);
+    if (n->op() == ir::OpKind::kReduceSum || n->op() == ir::OpKind::kReduceMean)
+      CHECK(ir::reducedRange(*n).first >= 0);  // Adjacent dims: one kernel each.
+  }
+  CHECK(ctx.remarks.empty());
+  auto after = runtime::EagerExecutor(g).run(ins);
+  REQUIRE(after.hasValue());
+  for (size_t k = 0; k < before->size(); ++k)
+    for (int64_t i = 0; i < (*before)[k].numElements(); ++i) {
+      const double a = (*after)[k].elementAsDouble(i), b = (*before)[k].elementAsDouble(i);
+      INFO("output " << k << " element " << i);
+      CHECK(std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)));
+    }
 }
