@@ -32,6 +32,8 @@ if ! reason=$("$kiln" run mlp --device cuda 2>&1 >/dev/null); then
 fi
 mkdir -p "$out"
 nvidia-smi -L | tee "$out/device.txt"
+# The device as kiln sees it, with what the fused-ReLU NaN check found for cuDNN and cuBLASLt.
+"$kiln" info --device cuda | tee -a "$out/device.txt"
 
 echo "== CUDA tests on the device"
 status=0

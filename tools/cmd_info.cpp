@@ -6,6 +6,8 @@
 
 #include "ir/flops.h"
 #include "ir/printer.h"
+#include "runtime/gpu/device_api.h"
+#include "runtime/gpu/gpu_backend.h"
 #include "tools/cli.h"
 
 namespace kiln::cli {
@@ -27,7 +29,39 @@ std::string withCommas(int64_t n) {
 }
 }  // namespace
 
+// kiln info --device cuda|emu: what the CUDA backend found.
+int deviceInfo(const Args& args, const std::string& name) {
+  auto backend = runtime::gpu::backendForDevice(name);
+  if (!backend) return reportError("info", backend.status());
+  const runtime::gpu::DeviceApi* dev = runtime::gpu::gpuDevice(**backend);
+  if (!dev) {
+    std::cout << "device      cpu: this machine's CPU (kernels as host objects, oneDNN/OpenBLAS)\n";
+    return kExitOk;
+  }
+  const runtime::gpu::DeviceProps& p = dev->props();
+  if (args.flag("json")) {
+    std::cout << nlohmann::json{{"device", name},
+                                {"name", p.name},
+                                {"arch", "sm_" + std::to_string(p.smArch)},
+                                {"multiprocessors", p.multiProcessors},
+                                {"memory_bytes", p.totalMemory},
+                                {"libraries", p.libraries},
+                                {"kernel_code", (*backend)->caps().kernelCode}}
+                     .dump(2)
+              << "\n";
+    return kExitOk;
+  }
+  std::printf("device      %s: %s\n", name.c_str(), p.name.c_str());
+  std::printf("arch        sm_%d, %d multiprocessors, %s of memory\n", p.smArch, p.multiProcessors,
+              runtime::gpu::bytesText(p.totalMemory).c_str());
+  std::printf("kernels     %s\n", (*backend)->caps().kernelCode.c_str());
+  std::printf("libraries   %s\n", p.libraries.c_str());
+  return kExitOk;
+}
+
 int runInfo(const Args& args) {
+  if (args.positional.empty())
+    if (auto d = args.value("device")) return deviceInfo(args, *d);
   auto g = loadModelFromArgs(args);
   if (!g) return reportError("info", g.status());
   std::map<std::string, int64_t> histogram;

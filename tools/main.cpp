@@ -20,9 +20,12 @@ std::vector<Command> commands() {
     return o;
   };
   return {
-      {"info", "kiln info MODEL [--batch N] [--json]",
-       "Summarize a model: inputs, outputs, nodes, op histogram, parameters and work per forward.",
-       withModel({}), &runInfo},
+      {"info", "kiln info MODEL [--batch N] [--json] | kiln info --device cuda|emu [--json]",
+       "Summarize a model: inputs, outputs, nodes, op histogram, parameters and work per "
+       "forward; or, with --device and no model, the device: GPU, architecture, memory, and what "
+       "runs its library calls (cuDNN's and cuBLASLt's fused-ReLU NaN check included).",
+       withModel({{"device", true, "describe this device (cpu, cuda, emu) instead of a model"}}),
+       &runInfo},
       {"dump", "kiln dump MODEL [--batch N] [--json]", "Print the model's text IR.", withModel({}),
        &runDump},
       {"compile",

@@ -210,6 +210,7 @@ check "run --device emu" 0 "${cpu_line//./\\.}" -- "$KILN" run mnist_cnn --devic
 check "run --device emu --eager" 0 "ran mnist_cnn eagerly" -- "$KILN" run mnist_cnn --device emu --eager
 check "emu memory exhausted" 2 "out of device memory: allocating .* of 16\.0 MiB in use on the emu device" -- \
   env KILN_EMU_MEMORY_MB=16 "$KILN" run resnet50 --device emu --cache-dir cache
+check "info --device emu" 0 "libraries   the CPU's library" -- "$KILN" info --device emu
 check "unknown --device" 2 "unknown device 'tpu' \(devices: cpu, cuda, emu\)" -- \
   "$KILN" run mlp --device tpu
 # No CUDA library is a dependency of the binary: the driver, NVRTC, nvJitLink, cuBLASLt and cuDNN
