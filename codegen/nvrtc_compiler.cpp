@@ -94,8 +94,11 @@ const Nvrtc& nvrtc() {
     void* h = ::dlopen(KILN_NVRTC_SONAME, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       l.missing = ::dlerror();
-      const std::string path = std::string(KILN_CUDA_LIBRARY_DIR) + "/" + KILN_NVRTC_SONAME;
-      h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      // Found only by path: NVRTC loads its builtins library by name (it has no RUNPATH), so
+      // that one is loaded from the same directory first and then found as already loaded.
+      const std::string dir = std::string(KILN_CUDA_LIBRARY_DIR) + "/";
+      (void)::dlopen((dir + KILN_NVRTC_BUILTINS_SONAME).c_str(), RTLD_NOW | RTLD_GLOBAL);
+      h = ::dlopen((dir + KILN_NVRTC_SONAME).c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!h) {
         l.missing = "NVRTC not found (" + l.missing + "; " + ::dlerror() +
                     "): install the CUDA toolkit (scripts/install-deps.sh) to compile CUDA kernels";

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -96,6 +97,7 @@ class Libraries final : public CudaLibraries {
   // used: until checkFusedRelu finds one that turns NaN into a number.
   bool fusedConvRelu = true;
   bool fusedGemmRelu = true;
+  bool probing_ = false;  // checkFusedRelu is running: no fallback from a refused fused call.
 
   Status run(const LibraryCall& call, std::span<const DevicePtr> ops, void* stream) override {
     if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) return conv(call, *c, ops, stream);
@@ -103,13 +105,17 @@ class Libraries final : public CudaLibraries {
     return gemm(call, std::get<GemmDescriptor>(call.desc), ops, stream);
   }
 
-  // y = relu(x * 1 + 0.5 [+ z]) over x = (NaN, -1, 2) through each fused path, y prefilled with
-  // NaN (the residual-free form must not read it): (NaN, 0, 2.5), with z = (1, 1, -10)
-  // (NaN, 0.5, 0). A path giving anything else is not used in this process.
+  // relu(x * 1 [+ 0.5] [+ z]) over x = (NaN, -1, 2) through each fused path, y prefilled with
+  // NaN (the residual-free form must not read it): with the bias (NaN, 0, 2.5), and with
+  // z = (1, 1, -10) (NaN, 0.5, 0); without the bias (cuBLASLt's plain RELU) (NaN, 0, 2) and
+  // (NaN, 0, 0). A path that gives anything else, or that the library refuses for these shapes
+  // (then it was not verified), is not used in this process.
   std::string checkFusedRelu(DeviceApi& dev) override {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const float x[3] = {nan, -1.f, 2.f}, w[1] = {1.f}, b[1] = {0.5f}, z[3] = {1.f, 1.f, -10.f};
-    const float want[2][3] = {{nan, 0.f, 2.5f}, {nan, 0.5f, 0.f}};
+    // [bias][residual]
+    const float want[2][2][3] = {{{nan, 0.f, 2.f}, {nan, 0.f, 0.f}},
+                                 {{nan, 0.f, 2.5f}, {nan, 0.5f, 0.f}}};
     auto same = [](float a, float e) { return std::isnan(e) ? std::isnan(a) : a == e; };
     Expected<StreamHandle> s = dev.createStream();
     if (!s) return "fused ReLU check skipped: " + s.status().message();
@@ -120,53 +126,66 @@ class Libraries final : public CudaLibraries {
       KILN_TRY(dev.copyToDevice(p, v, n * sizeof(float), *s));
       return p;
     };
-    auto check = [&](const LibraryCall& call, bool residual) -> Expected<bool> {
+    auto check = [&](const LibraryCall& call, bool bias, bool residual) -> Expected<bool> {
       const float junk[3] = {nan, nan, nan};
       KILN_ASSIGN_OR_RETURN(DevicePtr X, upload(x, 3));
       KILN_ASSIGN_OR_RETURN(DevicePtr W, upload(w, 1));
-      KILN_ASSIGN_OR_RETURN(DevicePtr B, upload(b, 1));
-      KILN_ASSIGN_OR_RETURN(DevicePtr Z, upload(z, 3));
+      std::vector<DevicePtr> ops = {X, W};
+      if (bias) {
+        KILN_ASSIGN_OR_RETURN(DevicePtr B, upload(b, 1));
+        ops.push_back(B);
+      }
+      if (residual) {
+        KILN_ASSIGN_OR_RETURN(DevicePtr Z, upload(z, 3));
+        ops.push_back(Z);
+      }
       KILN_ASSIGN_OR_RETURN(DevicePtr Y, upload(junk, 3));
-      std::vector<DevicePtr> ops = {X, W, B};
-      if (residual) ops.push_back(Z);
       ops.push_back(Y);
       KILN_TRY(run(call, ops, reinterpret_cast<void*>(*s)));
       float y[3];
       KILN_TRY(dev.copyToHost(y, Y, sizeof y, *s));
       KILN_TRY(dev.synchronize(*s));
       for (int i = 0; i < 3; ++i)
-        if (!same(y[i], want[residual][i])) return false;
+        if (!same(y[i], want[bias][residual][i])) return false;
       return true;
     };
-    ConvDescriptor cd;
+    ConvDescriptor cd;  // 1x1, one channel, with a bias: cuDNN's fused call needs one.
     cd.n = 1, cd.c = 1, cd.h = 1, cd.w = 3, cd.k = 1, cd.r = 1, cd.s = 1, cd.p = 1, cd.q = 3;
     cd.bias = true;
-    GemmDescriptor gd;  // A linear: x [3, 1] times w^T [1, 1] plus a bias row of 1.
+    GemmDescriptor gd;  // A linear: x [3, 1] times w^T [1, 1] (plus a bias row of 1).
     gd.m = 3, gd.n = 1, gd.k = 1, gd.transB = true, gd.lda = 1, gd.ldb = 1;
-    gd.c = GemmDescriptor::C::kRow, gd.beta = 1;
     std::string log;
+    probing_ = true;  // A refused fused call is an error here, not a quiet fallback.
     for (bool* flag : {&fusedConvRelu, &fusedGemmRelu}) {
       const bool isConv = flag == &fusedConvRelu;
       bool ok = true;
-      for (bool residual : {false, true}) {
-        LibraryCall call;
-        if (isConv)
-          call.desc = cd;
-        else
-          call.desc = gd;
-        call.epilogue = {residual, true};
-        Expected<bool> r = check(call, residual);
-        if (!r) {
-          log += std::string(log.empty() ? "" : "; ") + (isConv ? "cuDNN" : "cuBLASLt") +
-                 " fused ReLU check failed: " + r.status().message();
-          ok = false;
-        } else {
-          ok = ok && *r;
+      for (bool bias : {true, false}) {
+        if (isConv && !bias) continue;  // Without a bias the convolution's ReLU is separate.
+        for (bool residual : {false, true}) {
+          LibraryCall call;
+          if (isConv) {
+            call.desc = cd;
+          } else {
+            gd.c = bias ? GemmDescriptor::C::kRow : GemmDescriptor::C::kNone;
+            gd.beta = bias ? 1 : 0;
+            call.desc = gd;
+          }
+          call.epilogue = {residual, true};
+          Expected<bool> r = check(call, bias, residual);
+          if (!r)
+            log += std::string(log.empty() ? "" : "; ") + (isConv ? "cuDNN" : "cuBLASLt") +
+                   " fused ReLU not verified: " + r.status().message();
+          ok = ok && r.hasValue() && *r;
         }
       }
       *flag = ok;
     }
+    probing_ = false;
     for (DevicePtr p : buffers) (void)dev.free(p);
+    {
+      std::lock_guard lock(dnnMu);
+      (void)cudnnSetStream(dnn, nullptr);  // Not the probe's stream, which goes away.
+    }
     dev.destroyStream(*s);
     return log + std::string(log.empty() ? "" : "; ") + "fused ReLU keeps NaN: cuDNN " +
            (fusedConvRelu ? "yes" : "no (separate activation)") + ", cuBLASLt " +
@@ -175,7 +194,13 @@ class Libraries final : public CudaLibraries {
 
  private:
   // A status saying the library does not take this call is kUnimplemented: the backend then
-  // runs the op on the host. Anything else is an error.
+  // runs the op on the host. Anything else is an error. Once a call has written the output (an
+  // in-place residual may be gone), a later refusal cannot fall back: afterWrite makes it an
+  // error.
+  static Status afterWrite(Status s) {
+    if (s.code() != ErrorCode::kUnimplemented) return s;
+    return internalError(s.message() + " (after the output was written; no fallback possible)");
+  }
   static Status lt_(cublasStatus_t s, const char* what) {
     if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
     const std::string m = std::string("cuBLASLt: ") + what + " failed (cublasStatus " +
@@ -218,6 +243,8 @@ class Libraries final : public CudaLibraries {
     const DevicePtr Z = e.residual ? ops[call.residualOperand()] : 0;
     const DevicePtr D = ops.back();
     const bool fusedRelu = e.relu && fusedGemmRelu;
+    if (e.relu && !fusedRelu && g.batch * g.m * g.n > std::numeric_limits<int>::max())
+      return unimplemented("cuDNN: an activation over more than 2^31 elements");
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
@@ -321,8 +348,8 @@ class Libraries final : public CudaLibraries {
             "Matmul"));
     if (!e.relu || fusedRelu) return Status::ok();
     std::lock_guard lock(dnnMu);
-    KILN_TRY(dnn_(cudnnSetStream(dnn, static_cast<cudaStream_t>(stream)), "SetStream"));
-    return reluInPlace(D, g.batch * g.m * g.n);
+    KILN_TRY(afterWrite(dnn_(cudnnSetStream(dnn, static_cast<cudaStream_t>(stream)), "SetStream")));
+    return afterWrite(reluInPlace(D, g.batch * g.m * g.n));
   }
 
   // y = relu(y) keeping NaN (CUDNN_PROPAGATE_NAN) over n floats; under dnnMu, stream set.
@@ -527,8 +554,11 @@ class Libraries final : public CudaLibraries {
       return out;
     for (int k = 0; k < returned; ++k) {
       if (perf[k].status != CUDNN_STATUS_SUCCESS || perf[k].memory > kWorkspaceBytes) continue;
-      for (const auto& [kiln, cudnn] : kForwardAlgos)
-        if (cudnn == perf[k].algo) out.push_back({kiln, cudnn});
+      for (const auto& [kiln, cudnn] : kForwardAlgos) {
+        const bool seen =
+            std::any_of(out.begin(), out.end(), [&](const auto& a) { return a.second == cudnn; });
+        if (cudnn == perf[k].algo && !seen) out.push_back({kiln, cudnn});  // Once per math type.
+      }
     }
     return out;
   }
@@ -582,8 +612,10 @@ class Libraries final : public CudaLibraries {
           dnn_(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(c.k), 1, 1),
                "SetTensor4dDescriptor bias"));
     }
+    if (e.relu && c.n * c.k * c.p * c.q > std::numeric_limits<int>::max())
+      return unimplemented("cuDNN: an activation over more than 2^31 elements");
     // y = relu(conv(x) + z + bias) in one call where cuDNN's fused ReLU keeps NaN; where cuDNN
-    // does not take this configuration, the separate calls below.
+    // does not take this configuration, the separate calls below (nothing is written yet).
     if (e.relu && c.bias && fusedConvRelu && !residualInY) {
       cudnnActivationDescriptor_t act = nullptr;
       Status st = makeRelu(act);
@@ -595,7 +627,7 @@ class Libraries final : public CudaLibraries {
                       cp(ops[2]), act, y, reinterpret_cast<void*>(Y)),
                   "ConvolutionBiasActivationForward");
       if (act) cudnnDestroyActivationDescriptor(act);
-      if (st.code() != ErrorCode::kUnimplemented) return st;
+      if (st.code() != ErrorCode::kUnimplemented || probing_) return st;
     }
     const float beta = residualInY ? 1.f : 0.f;
     KILN_TRY(dnn_(cudnnConvolutionForward(dnn, &one, x, cp(ops[0]), w, cp(ops[1]), cd, algo,
@@ -603,13 +635,15 @@ class Libraries final : public CudaLibraries {
                                           reinterpret_cast<void*>(Y)),
                   "ConvolutionForward"));
     if (c.bias)
-      KILN_TRY(dnn_(cudnnAddTensor(dnn, &one, b, cp(ops[2]), &one, y, reinterpret_cast<void*>(Y)),
-                    "AddTensor (bias)"));
+      KILN_TRY(afterWrite(
+          dnn_(cudnnAddTensor(dnn, &one, b, cp(ops[2]), &one, y, reinterpret_cast<void*>(Y)),
+               "AddTensor (bias)")));
     if (e.residual && !residualInY)
-      KILN_TRY(dnn_(cudnnAddTensor(dnn, &one, y, cp(Z), &one, y, reinterpret_cast<void*>(Y)),
-                    "AddTensor (residual)"));
+      KILN_TRY(
+          afterWrite(dnn_(cudnnAddTensor(dnn, &one, y, cp(Z), &one, y, reinterpret_cast<void*>(Y)),
+                          "AddTensor (residual)")));
     if (!e.relu) return Status::ok();
-    return reluInPlace(Y, c.n * c.k * c.p * c.q);
+    return afterWrite(reluInPlace(Y, c.n * c.k * c.p * c.q));
   }
 };
 

@@ -1,8 +1,9 @@
 // cuBLASLt and cuDNN for the real device (cuda_driver.cpp), both loaded with dlopen: kiln's library
 // descriptors (library_call.h) become cublasLtMatmul and cudnnConvolution*Forward calls on the
-// caller's stream, epilogues included. fp32 is exact (CUBLAS_COMPUTE_32F, CUDNN_FMA_MATH: no TF32).
-// A call the libraries cannot express (asymmetric padding, a scaled bias row) is kUnimplemented,
-// and the backend runs that op on the host instead.
+// caller's stream, epilogues included. fp32 stays fp32 (CUBLAS_COMPUTE_32F, CUDNN_FMA_MATH) unless
+// a descriptor asks for TF32 (--precision tf32). A call the libraries cannot express (asymmetric
+// padding, a scaled bias row) is kUnimplemented before it writes anything, and the backend runs
+// that op on the host instead.
 #pragma once
 
 #include <functional>
@@ -30,14 +31,14 @@ class CudaLibraries {
   virtual std::vector<ConvAlgo> convAlgorithms(const ConvDescriptor& c) = 0;
 };
 
-// Loads libcublasLt.so.13 and libcudnn.so.9 and creates their handles in the current CUDA
-// context; `workspace(stream, bytes)` returns device scratch memory of at least that size for
-// work on that stream (kept by the caller; streams never share one). kNotFound naming what is
-// missing.
 // dlopen's a CUDA library by soname, then from the toolkit's library directory (not always on the
 // loader's path); null with the reasons appended to `tried`.
 void* openCudaLibrary(const char* soname, std::string& tried);
 
+// Loads libcublasLt.so.13 and libcudnn.so.9 and creates their handles in the current CUDA
+// context; `workspace(stream, bytes)` returns device scratch memory of at least that size for
+// work on that stream (kept by the caller; streams never share one). kNotFound naming what is
+// missing.
 using WorkspaceFn = std::function<Expected<DevicePtr>(void* stream, size_t bytes)>;
 Expected<std::unique_ptr<CudaLibraries>> openCudaLibraries(WorkspaceFn workspace);
 

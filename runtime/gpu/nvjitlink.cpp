@@ -15,8 +15,13 @@
 namespace kiln::runtime::gpu {
 
 bool isPtx(std::span<const std::byte> image) {
-  static constexpr char kElf[] = {0x7f, 'E', 'L', 'F'};
-  return !(image.size() >= 4 && std::memcmp(image.data(), kElf, 4) == 0);
+  // PTX is text: it starts (after blank space) with a comment or a directive (".version").
+  for (std::byte b : image) {
+    const char c = static_cast<char>(b);
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    return c == '/' || c == '.';
+  }
+  return false;
 }
 
 #if KILN_HAVE_CUDA_HEADERS
@@ -74,20 +79,27 @@ Expected<std::vector<std::byte>> linkPtxToCubin(std::span<const std::byte> ptx, 
   const std::string arch = "-arch=sm_" + std::to_string(smArch);
   const char* options[] = {arch.c_str()};
   nvJitLinkHandle h = nullptr;
-  if (j.create(&h, 1, options) != NVJITLINK_SUCCESS)
-    return internalError("nvJitLink: cannot create a linker for sm_" + std::to_string(smArch));
-  struct Destroy {
+  struct Destroy {  // A failed create may still leave a handle (with its error log).
     const JitLink& j;
     nvJitLinkHandle& h;
-    ~Destroy() { j.destroy(&h); }
+    ~Destroy() {
+      if (h) j.destroy(&h);
+    }
   } destroy{j, h};
   const std::string label(name);
-  nvJitLinkResult r = j.addData(h, NVJITLINK_INPUT_PTX, ptx.data(), size, label.c_str());
+  nvJitLinkResult r = j.create(&h, 1, options);
+  if (r == NVJITLINK_ERROR_UNRECOGNIZED_ARCH || r == NVJITLINK_ERROR_UNSUPPORTED_ARCH ||
+      r == NVJITLINK_ERROR_UNRECOGNIZED_OPTION)
+    // A GPU newer than this linker: the caller may still hand the PTX to the driver's JIT.
+    return notFound("nvJitLink does not know sm_" + std::to_string(smArch) + " (nvJitLinkResult " +
+                    std::to_string(static_cast<int>(r)) + ")");
+  if (r == NVJITLINK_SUCCESS)
+    r = j.addData(h, NVJITLINK_INPUT_PTX, ptx.data(), size, label.c_str());
   if (r == NVJITLINK_SUCCESS) r = j.complete(h);
   if (r != NVJITLINK_SUCCESS) {
     size_t logSize = 0;
     std::string log;
-    if (j.errorLogSize(h, &logSize) == NVJITLINK_SUCCESS && logSize > 1) {
+    if (h && j.errorLogSize(h, &logSize) == NVJITLINK_SUCCESS && logSize > 1) {
       log.resize(logSize);
       if (j.errorLog(h, log.data()) != NVJITLINK_SUCCESS) log.clear();
       while (!log.empty() && (log.back() == '\0' || log.back() == '\n')) log.pop_back();

@@ -14,12 +14,12 @@
 
 namespace kiln::runtime::gpu {
 
-// Whether `image` is PTX text (else a cubin, an ELF image).
+// Whether `image` is PTX text (else a binary: a cubin's ELF image, or a fatbin).
 bool isPtx(std::span<const std::byte> image);
 
 // Links `ptx` (text; a trailing NUL is allowed) into a cubin for sm_`smArch`. kNotFound when
-// nvJitLink cannot be loaded, kInvalidArgument with its error log when the PTX does not link for
-// that architecture (`name` labels the module in errors).
+// nvJitLink cannot be loaded or does not know the architecture, kInvalidArgument with its error log
+// when the PTX does not link for that architecture (`name` labels the module in errors).
 Expected<std::vector<std::byte>> linkPtxToCubin(std::span<const std::byte> ptx, int smArch,
                                                 std::string_view name);
 
