@@ -153,10 +153,11 @@ bool lowersReduction(const ir::Node& n) {
 }
 
 bool lowersBatchNorm(const ir::Node& n) {
-  const bool op = n.op() == OpKind::kBatchNormStats || n.op() == OpKind::kBatchNormBackwardReduce ||
-                  n.op() == OpKind::kBatchNormBackward;
+  if (n.op() != OpKind::kBatchNormStats && n.op() != OpKind::kBatchNormBackwardReduce &&
+      n.op() != OpKind::kBatchNormBackward)
+    return false;
   const Value* x = n.input(n.op() == OpKind::kBatchNormStats ? 0 : 1);
-  return op && x->type().rank() >= 2 && ir::isFloat(x->type().dtype) &&
+  return x->type().rank() >= 2 && ir::isFloat(x->type().dtype) &&
          x->type().layout == ir::Layout::kPlain;
 }
 
@@ -192,10 +193,10 @@ bool DeviceLowering::run(ir::Graph& g, PassContext& ctx) {
   // concat (which no kernel runs) then has no reader left, and dce removes it.
   std::set<const ir::Node*> bypassed;
   for (ir::Node* n : g.nodes()) {
+    if (n->op() != OpKind::kSlice) continue;
     const ir::Node* c = n->input(0)->producer();
-    if (n->op() != OpKind::kSlice || !c || c->op() != OpKind::kConcat ||
-        c->attr().getInt("axis") != 0 || n->attr().getInts("axes") != std::vector<int64_t>{0} ||
-        !n->attr().getInts("steps").empty())
+    if (!c || c->op() != OpKind::kConcat || c->attr().getInt("axis") != 0 ||
+        n->attr().getInts("axes") != std::vector<int64_t>{0} || !n->attr().getInts("steps").empty())
       continue;
     const int64_t r = n->attr().getInts("starts")[0];
     if (r < 0 || r >= static_cast<int64_t>(c->inputs().size()) ||

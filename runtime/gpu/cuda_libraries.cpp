@@ -32,6 +32,7 @@ namespace {
 
 #define KILN_LT_FNS(X)                    \
   X(cublasLtCreate)                       \
+  X(cublasLtDestroy)                      \
   X(cublasLtMatmulDescCreate)             \
   X(cublasLtMatmulDescDestroy)            \
   X(cublasLtMatmulDescSetAttribute)       \
@@ -668,8 +669,10 @@ Expected<std::unique_ptr<CudaLibraries>> openCudaLibraries(WorkspaceFn workspace
   if (cublasStatus_t s = l->cublasLtCreate(&l->lt); s != CUBLAS_STATUS_SUCCESS)
     return notFound("cuBLASLt cannot start (cublasStatus " + std::to_string(static_cast<int>(s)) +
                     ")");
-  if (cudnnStatus_t s = l->cudnnCreate(&l->dnn); s != CUDNN_STATUS_SUCCESS)
+  if (cudnnStatus_t s = l->cudnnCreate(&l->dnn); s != CUDNN_STATUS_SUCCESS) {
+    l->cublasLtDestroy(l->lt);  // Not kept: the device runs without libraries.
     return notFound(std::string("cuDNN cannot start (") + l->cudnnGetErrorString(s) + ")");
+  }
   l->workspace = std::move(workspace);
   return std::unique_ptr<CudaLibraries>(std::move(l));
 }
