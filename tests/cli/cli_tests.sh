@@ -211,6 +211,12 @@ check "run --device emu --eager" 0 "ran mnist_cnn eagerly" -- "$KILN" run mnist_
 check "emu memory exhausted" 2 "out of device memory: allocating .* of 16\.0 MiB in use on the emu device" -- \
   env KILN_EMU_MEMORY_MB=16 "$KILN" run resnet50 --device emu --cache-dir cache
 check "info --device emu" 0 "libraries   the CPU's library" -- "$KILN" info --device emu
+check "run --device emu --precision tf32" 0 "first:" -- \
+  "$KILN" run mnist_cnn --device emu --precision tf32 --cache-dir cache
+check "--precision tf32 on the CPU" 2 "backend 'cpu' has no TF32 arithmetic" -- \
+  "$KILN" run mlp --precision tf32
+check "--precision bf16" 2 "autocast to bf16\) is not built yet" -- \
+  "$KILN" run mlp --device emu --precision bf16
 check "unknown --device" 2 "unknown device 'tpu' \(devices: cpu, cuda, emu\)" -- \
   "$KILN" run mlp --device tpu
 # No CUDA library is a dependency of the binary: the driver, NVRTC, nvJitLink, cuBLASLt and cuDNN
