@@ -18,6 +18,10 @@ Expected<ScalarType> scalarTypeOf(ir::DType t) {
       return ScalarType::kU8;
     case ir::DType::kBool:
       return ScalarType::kBool;
+    case ir::DType::kF16:
+      return ScalarType::kF16;
+    case ir::DType::kBF16:
+      return ScalarType::kBF16;
     default:
       return unimplemented("dtype " + std::string(ir::dtypeName(t)) +
                            " is not supported by generated kernels");
@@ -40,8 +44,20 @@ std::string_view scalarTypeName(ScalarType t) {
       return "u8";
     case ScalarType::kBool:
       return "bool";
+    case ScalarType::kF16:
+      return "f16";
+    case ScalarType::kBF16:
+      return "bf16";
   }
   return "?";
+}
+
+bool isHalf(ScalarType t) {
+  return t == ScalarType::kF16 || t == ScalarType::kBF16;
+}
+
+ScalarType computeType(ScalarType t) {
+  return isHalf(t) ? ScalarType::kF32 : t;
 }
 
 int64_t Kernel::numElements() const {

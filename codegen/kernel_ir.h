@@ -12,9 +12,14 @@
 
 namespace kiln::codegen {
 
-enum class ScalarType : uint8_t { kF32, kF64, kI64, kI32, kI8, kU8, kBool };
+// kF16 and kBF16 are storage types only: a kernel loads them widened to f32 (exact), computes in
+// f32, rounds the result of every op whose output is f16/bf16 once (to nearest even), and stores
+// the rounded value narrowed (exact): the reference kernels' half-precision rule, op for op.
+enum class ScalarType : uint8_t { kF32, kF64, kI64, kI32, kI8, kU8, kBool, kF16, kBF16 };
 Expected<ScalarType> scalarTypeOf(ir::DType t);
 std::string_view scalarTypeName(ScalarType t);  // For reports: "f32", "bool", ...
+bool isHalf(ScalarType t);                      // f16 or bf16.
+ScalarType computeType(ScalarType t);           // f32 for f16/bf16, else t.
 
 // An affine map from a domain index to a buffer element: offset + sum(index[d] * strides[d]).
 struct Access {

@@ -182,19 +182,23 @@ class Lowerer {
     acc.strides = broadcastStrides(v, target);
     if (row) acc.strides = rowToDomain(acc.strides);
     for (size_t i = 0; i < kernel_.loads.size(); ++i)
-      if (kernel_.loads[i] == acc) {
-        for (size_t e = 0; e < kernel_.exprs.size(); ++e)
-          if (kernel_.exprs[e].kind == ExprKind::kLoad &&
-              kernel_.exprs[e].load == static_cast<int>(i))
-            return static_cast<int>(e);
-      }
+      if (kernel_.loads[i] == acc) return loadValue_[i];
     kernel_.loads.push_back(acc);
     Expr e;
     e.kind = ExprKind::kLoad;
     KILN_ASSIGN_OR_RETURN(e.type, scalarTypeOf(dtype));
     e.load = static_cast<int>(kernel_.loads.size() - 1);
     e.row = invariantAlongReduction(acc.strides);
-    return push(e);
+    const ScalarType stored = e.type;
+    int value = push(e);
+    // f16/bf16 are computed on as f32 (widening is exact).
+    if (isHalf(stored)) value = call(widenFn(stored), {value}, ScalarType::kF32);
+    loadValue_.push_back(value);
+    return value;
+  }
+
+  static const char* widenFn(ScalarType t) {
+    return t == ScalarType::kF16 ? "kiln_f16_to_f32" : "kiln_bf16_to_f32";
   }
 
   bool invariantAlongReduction(const std::vector<int64_t>& strides) const {
@@ -266,8 +270,13 @@ class Lowerer {
       KILN_ASSIGN_OR_RETURN(int e, operand(n, i, row && &n != group_.anchor));
       in.push_back(e);
     }
-    KILN_ASSIGN_OR_RETURN(ScalarType t, scalarTypeOf(n.output()->type().dtype));
+    KILN_ASSIGN_OR_RETURN(ScalarType stored, scalarTypeOf(n.output()->type().dtype));
+    const ScalarType t = computeType(stored);
     KILN_ASSIGN_OR_RETURN(int out, buildOp(n, in, t));
+    // An op with an f16/bf16 result rounds it once, as the reference kernels do; later ops in
+    // the kernel read the rounded value.
+    if (isHalf(stored))
+      out = call(stored == ScalarType::kF16 ? "kiln_round_f16" : "kiln_round_bf16", {out}, t);
     exprOf_[n.output()] = out;
     return Status::ok();
   }
@@ -297,6 +306,14 @@ class Lowerer {
       case OpKind::kGelu:
         return unary(a.getString("approximate") == "tanh" ? "kiln_gelu_tanh" : "kiln_gelu");
       case OpKind::kCast: {
+        // To f16/bf16 the kernel converts through f32: exact only from types f32 holds exactly
+        // (the reference rounds f64 and wide integers once, directly).
+        const ScalarType from = kernel_.exprs[in[0]].type;
+        if (isHalf(*scalarTypeOf(n.output()->type().dtype)) && from != ScalarType::kF32 &&
+            from != ScalarType::kI8 && from != ScalarType::kU8 && from != ScalarType::kBool)
+          return unimplemented("cast from " + std::string(scalarTypeName(from)) + " to " +
+                               std::string(ir::dtypeName(n.output()->type().dtype)) +
+                               " (rounded twice through f32)");
         Expr e;
         e.kind = ExprKind::kCast;
         e.type = t;
@@ -456,6 +473,7 @@ class Lowerer {
   std::unordered_set<const ir::Node*> inGroup_;
   std::unordered_set<const ir::Node*> rowLevel_;
   std::unordered_map<const ir::Value*, int> exprOf_;
+  std::vector<int> loadValue_;  // Per load: the expression that reads it (widened for halves).
   std::map<std::pair<const ir::Value*, bool>, int> argIndex_;
 };
 

@@ -71,6 +71,8 @@ KILN_FN float kiln_inf_f32() { return __int_as_float(0x7f800000); }
 KILN_FN double kiln_inf_f64() { return __longlong_as_double(0x7ff0000000000000LL); }
 KILN_FN float kiln_nan_f32() { return __int_as_float(0x7fc00000); }
 KILN_FN double kiln_nan_f64() { return __longlong_as_double(0x7ff8000000000000LL); }
+KILN_FN unsigned kiln_f32_bits(float x) { return __float_as_uint(x); }
+KILN_FN float kiln_bits_f32(unsigned b) { return __uint_as_float(b); }
 #else
 #define KILN_FN static inline __attribute__((always_inline))
 // f32 exp, tanh and erf written so that loops over them vectorize (libm calls do not):
@@ -205,7 +207,45 @@ KILN_FN float kiln_inf_f32() { return __builtin_inff(); }
 KILN_FN double kiln_inf_f64() { return __builtin_inf(); }
 KILN_FN float kiln_nan_f32() { return __builtin_nanf(""); }
 KILN_FN double kiln_nan_f64() { return __builtin_nan(""); }
+KILN_FN unsigned kiln_f32_bits(float x) { return __builtin_bit_cast(unsigned, x); }
+KILN_FN float kiln_bits_f32(unsigned b) { return __builtin_bit_cast(float, b); }
 #endif
+
+// f16 and bf16 storage, as bits: widening is exact; narrowing rounds to nearest even (f16: to
+// +-inf from 65520 on, subnormals below 2^-14), NaN stays a quiet NaN of the same sign. Written
+// with integer operations so that the C++, CUDA and emu kernels round identically.
+KILN_FN float kiln_bf16_to_f32(unsigned short h) { return kiln_bits_f32((unsigned)h << 16); }
+KILN_FN unsigned short kiln_f32_to_bf16(float x) {
+  const unsigned u = kiln_f32_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+KILN_FN float kiln_f16_to_f32(unsigned short h) {
+  const unsigned sign = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu,
+                 m = (unsigned)h & 0x3ffu;
+  if (e == 0x1fu) return kiln_bits_f32(sign | 0x7f800000u | (m << 13));
+  if (e == 0) {  // Zero or subnormal: m * 2^-24, exact in f32.
+    const float f = (float)m * 5.9604644775390625e-8f;
+    return sign ? -f : f;
+  }
+  return kiln_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+KILN_FN unsigned short kiln_f32_to_f16(float x) {
+  const unsigned u = kiln_f32_bits(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // >= 65520: inf.
+  if (a >= 0x38800000u) {  // A normal f16: drop 13 mantissa bits, ties to even.
+    unsigned h = (a >> 13) - (112u << 10);
+    const unsigned rest = a & 0x1fffu;
+    h += rest > 0x1000u || (rest == 0x1000u && (h & 1u));
+    return (unsigned short)(sign | h);
+  }
+  // Subnormal (or zero): the count of 2^-24 steps, rounded to nearest even (1024 is the least
+  // normal's encoding).
+  return (unsigned short)(sign | (unsigned)kiln_m_rint(kiln_bits_f32(a) * 16777216.0f));
+}
+KILN_FN float kiln_round_bf16(float x) { return kiln_bf16_to_f32(kiln_f32_to_bf16(x)); }
+KILN_FN float kiln_round_f16(float x) { return kiln_f16_to_f32(kiln_f32_to_f16(x)); }
 
 template <class T> KILN_FN T kiln_neg(T x) { return -x; }
 template <class T> KILN_FN T kiln_abs(T x) { return kiln_m_fabs(x); }

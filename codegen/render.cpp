@@ -17,7 +17,7 @@ namespace {
 // CStyleLanguage does) and differ only in these tables.
 struct DialectTable {
   // Scalar types, indexed by ScalarType.
-  std::array<std::string_view, 7> types;
+  std::array<std::string_view, 9> types;
   // Before the kernel's name.
   std::string_view kernelPrefix;
   // true: the CPU ABI (one void* const* argument array, a range of work units); false: one
@@ -46,8 +46,11 @@ struct DialectTable {
   std::string_view barrier;      // Ends a row: the shared scratch is reused by the next.
 };
 
-constexpr std::array<std::string_view, 7> kCTypes = {
-    "float", "double", "long long", "int", "signed char", "unsigned char", "bool"};
+// f16 and bf16 are stored as their bits (the kernels convert with the prelude's functions, so
+// that neither dialect needs a half-precision header).
+constexpr std::array<std::string_view, 9> kCTypes = {"float", "double",         "long long",
+                                                     "int",   "signed char",    "unsigned char",
+                                                     "bool",  "unsigned short", "unsigned short"};
 
 constexpr DialectTable kCpuTable = {
     .types = kCTypes,
@@ -281,10 +284,22 @@ class Printer {
     for (int e : need) emitExpr(indent, e, loopVar, loopDim);
   }
 
+  // The stored form of expression text `value` (f32) in argument `a`: f16/bf16 bits.
+  std::string stored(int a, const std::string& value) const {
+    switch (k_.args[static_cast<size_t>(a)].type) {
+      case ScalarType::kF16:
+        return "kiln_f32_to_f16(" + value + ")";
+      case ScalarType::kBF16:
+        return "kiln_f32_to_bf16(" + value + ")";
+      default:
+        return value;
+    }
+  }
+
   void store(int indent, const Store& s, size_t i, const std::string& loopVar, int loopDim) {
     line(indent, arg(s.access.arg) + "[s" + std::to_string(i) +
-                     (loopDim >= 0 ? index(s.access.strides[loopDim], loopVar) : "") + "] = e" +
-                     std::to_string(s.value) + ";");
+                     (loopDim >= 0 ? index(s.access.strides[loopDim], loopVar) : "") +
+                     "] = " + stored(s.access.arg, "e" + std::to_string(s.value)) + ";");
   }
 
   void pointwiseBody() {
@@ -423,8 +438,8 @@ class Printer {
       }
       for (int lane = 0; lane < 4; ++lane)
         line(3, arg(st.access.arg) + "[s" + std::to_string(i) +
-                    index(st.access.strides[inner], std::to_string(lane)) + "] = " + v +
-                    std::to_string(lane) + ";");
+                    index(st.access.strides[inner], std::to_string(lane)) +
+                    "] = " + stored(st.access.arg, v + std::to_string(lane)) + ";");
     }
     line(2, "}");
     line(2, "return;");

@@ -16,8 +16,23 @@
 
 namespace kiln::compiler {
 
+namespace {
+constexpr std::pair<Precision, std::string_view> kPrecisions[] = {{Precision::kFp32, "fp32"},
+                                                                  {Precision::kTf32, "tf32"},
+                                                                  {Precision::kBf16, "bf16"},
+                                                                  {Precision::kFp16, "fp16"}};
+}  // namespace
+
 std::string_view precisionName(Precision p) {
-  return p == Precision::kTf32 ? "tf32" : "fp32";
+  for (const auto& [precision, name] : kPrecisions)
+    if (precision == p) return name;
+  return "?";
+}
+
+ir::DType autocastDType(Precision p) {
+  return p == Precision::kBf16   ? ir::DType::kBF16
+         : p == Precision::kFp16 ? ir::DType::kF16
+                                 : ir::DType::kF32;
 }
 
 Status checkPrecision(Precision p, const runtime::Backend& backend) {
@@ -25,16 +40,32 @@ Status checkPrecision(Precision p, const runtime::Backend& backend) {
     return invalidArgument("--precision tf32: backend '" + std::string(backend.name()) +
                            "' has no TF32 arithmetic (the tensor cores of an NVIDIA GPU since "
                            "Ampere); use --device cuda (or emu, which emulates it), or fp32");
+  if (autocastDType(p) != ir::DType::kF32 && !backend.caps().lowPrecision)
+    return invalidArgument("--precision " + std::string(precisionName(p)) + ": backend '" +
+                           std::string(backend.name()) +
+                           "' has no low-precision products (autocast is built for --device cuda "
+                           "and emu; the CPU's bf16 is not built yet); use fp32");
   return Status::ok();
 }
 
 Expected<Precision> parsePrecision(std::string_view name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "tf32") return Precision::kTf32;
-  if (name == "bf16" || name == "fp16")
-    return invalidArgument("--precision " + std::string(name) + ": mixed precision (autocast to " +
-                           std::string(name) + ") is not built yet; the choices are fp32 and tf32");
-  return invalidArgument("unknown precision '" + std::string(name) + "' (fp32 or tf32)");
+  for (const auto& [precision, known] : kPrecisions)
+    if (known == name) return precision;
+  return invalidArgument("unknown precision '" + std::string(name) +
+                         "' (fp32, tf32, bf16 or fp16)");
+}
+
+Status applyPrecision(ir::Graph& g, Precision p) {
+  if (autocastDType(p) == ir::DType::kF32) return Status::ok();
+  passes::PassContext ctx;
+  ctx.autocast = autocastDType(p);
+  return passes::Pipeline({"autocast"}).run(g, ctx);
+}
+
+Expected<ir::Graph> withPrecision(const ir::Graph& g, Precision p) {
+  ir::Graph out = g.clone();
+  KILN_TRY(applyPrecision(out, p));
+  return out;
 }
 
 namespace {
@@ -102,6 +133,7 @@ class Driver {
     ctx.log = opts_.log;
     ctx.channelsLast = libraryFusion_;
     ctx.lowerForDevice = backend_->caps().runsCudaKernels();
+    ctx.autocast = autocastDType(opts_.precision);
     ctx.hasLibraryKernel = [b = backend_](ir::OpKind op, ir::DType dtype, ir::Layout layout) {
       return b->hasLibraryKernel(op, dtype, layout);
     };

@@ -20,14 +20,24 @@
 namespace kiln::compiler {
 
 // The arithmetic of convolutions and matrix products (--precision): fp32, the default (fp32
-// products, no TF32 anywhere), or tf32 (multiplicands rounded to TF32 on a GPU's tensor cores,
-// fp32 accumulation: PyTorch's allow_tf32). bf16/fp16 autocast is not built yet.
-enum class Precision : uint8_t { kFp32, kTf32 };
+// products, no TF32 anywhere); tf32 (multiplicands rounded to TF32 on a GPU's tensor cores, fp32
+// accumulation: PyTorch's allow_tf32); bf16 or fp16, autocast as torch.autocast does it:
+// matmuls and convolutions (ops with ir::kAutocast) read their operands in the low-precision
+// type and accumulate in f32, their results are rounded to it once and read back as f32, and
+// every other op (pointwise, reductions, softmax, normalization) computes in f32.
+enum class Precision : uint8_t { kFp32, kTf32, kBf16, kFp16 };
 std::string_view precisionName(Precision p);
-// "fp32" or "tf32"; kInvalidArgument naming the choices otherwise (bf16 and fp16 as not built).
+// "fp32", "tf32", "bf16" or "fp16"; kInvalidArgument naming the choices otherwise.
 Expected<Precision> parsePrecision(std::string_view name);
-// kInvalidArgument where `backend` cannot compute in `p` (tf32 without BackendCaps::tf32).
+// kInvalidArgument where `backend` cannot compute in `p` (tf32 without BackendCaps::tf32,
+// bf16/fp16 without BackendCaps::lowPrecision).
 Status checkPrecision(Precision p, const runtime::Backend& backend);
+// The dtype autocast runs kAutocast ops in: bf16 or f16, or f32 where `p` is no autocast.
+ir::DType autocastDType(Precision p);
+// `g` as it runs under `p`: autocast applied for bf16/fp16 (in place, or to a copy). What an
+// eager run under --precision executes, so that eager and compiled compute the same products.
+Status applyPrecision(ir::Graph& g, Precision p);
+Expected<ir::Graph> withPrecision(const ir::Graph& g, Precision p);
 
 struct CompileOptions {
   bool inference = true;  // Fold weights into constants; dropout is the identity.

@@ -8,6 +8,7 @@
 #include "ir/printer.h"
 #include "ir/timing.h"
 #include "runtime/library_info.h"
+#include "runtime/reference/helpers.h"
 
 namespace kiln::compiler {
 
@@ -19,9 +20,9 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
   if (!be.hasLibraryKernel(n.op(), yt.dtype, yt.layout))
     return passes::AlgorithmChoice{
         "auto", "backend '" + std::string(be.name()) + "' has no library convolution"};
-  const ir::Shape shapes[] = {xs, ws};
-  const auto candidates = be.libraryAlgorithms(n.op(), n.attr(), shapes);
-  if (!t.autotune || candidates.size() < 2 || yt.dtype != ir::DType::kF32)
+  const ir::TensorType types[] = {n.input(0)->type(), n.input(1)->type()};
+  const auto candidates = be.libraryAlgorithms(n.op(), n.attr(), types);
+  if (!t.autotune || candidates.size() < 2)
     return passes::AlgorithmChoice{"auto", "heuristic: the library's default"};
   const bool nhwc = n.input(0)->type().layout == ir::Layout::kNHWC;
   std::string attrs;
@@ -29,6 +30,7 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
     if (k != "algo") attrs += k + "=" + ir::printAttrValue(v) + ";";
   const codegen::CacheKey key = codegen::CacheKeyBuilder()
                                     .add("conv-algo")
+                                    .add(std::string(ir::dtypeName(n.input(0)->type().dtype)))
                                     .add(ir::shapeToString(xs))
                                     .add(ir::shapeToString(ws))
                                     .add(attrs)
@@ -49,13 +51,26 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
   std::vector<runtime::DeviceBuffer> buffers;
   std::vector<runtime::DeviceTensor> ins;
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Stream> stream, be.openStream(0));
-  std::vector<std::vector<float>> host;
+  std::vector<runtime::Tensor> host;
   for (const ir::Value* v : n.inputs()) {
     KILN_ASSIGN_OR_RETURN(runtime::DeviceBuffer b, be.allocate(v->type().byteSize()));
-    std::vector<float>& h = host.emplace_back(static_cast<size_t>(v->type().numElements()));
-    for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>((i * 7919) % 97) * 0.01f - 0.5f;
-    KILN_TRY(stream->upload(b.address(), reinterpret_cast<const std::byte*>(h.data()),
-                            h.size() * sizeof(float)));
+    KILN_ASSIGN_OR_RETURN(runtime::Tensor h,
+                          runtime::Tensor::empty(v->type().dtype, v->type().shape));
+    for (int64_t i = 0; i < h.numElements(); ++i) {
+      const double x = static_cast<double>((i * 7919) % 97) * 0.01 - 0.5;
+      switch (v->type().dtype) {
+        case ir::DType::kBF16:
+          h.data<uint16_t>()[i] = runtime::ref::doubleToBf16Bits(x);
+          break;
+        case ir::DType::kF16:
+          h.data<uint16_t>()[i] = runtime::ref::doubleToF16Bits(x);
+          break;
+        default:
+          h.data<float>()[i] = static_cast<float>(x);
+      }
+    }
+    KILN_TRY(stream->upload(b.address(), h.rawData(), static_cast<size_t>(v->type().byteSize())));
+    host.push_back(std::move(h));
     ins.push_back({b.address(), v->type()});
     buffers.push_back(std::move(b));
   }

@@ -10,6 +10,13 @@ namespace kiln::compiler {
 
 Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
                                                              const TrainOptions& options) {
+  // fp16 has 5 exponent bits: without dynamic loss scaling (PyTorch's GradScaler) small
+  // gradients flush to zero and training silently stalls. bf16 has f32's range and needs none.
+  if (options.compile.precision == Precision::kFp16)
+    return invalidArgument(
+        "--precision fp16: training in fp16 needs dynamic loss scaling, which kiln does not have "
+        "yet (its gradients would underflow to zero without an error); train with --precision "
+        "bf16 (f32's exponent range) or fp32. fp16 inference is supported");
   auto step = std::unique_ptr<TrainingStep>(new TrainingStep());
   step->allowNonFinite_ = options.allowNonFinite;
   step->graph_ = std::make_unique<ir::Graph>(std::move(model));
@@ -56,6 +63,8 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
 
   if (options.eager) {
     auto backend = options.compile.backend ? options.compile.backend : runtime::defaultBackend();
+    KILN_TRY(checkPrecision(options.compile.precision, *backend));
+    KILN_TRY(applyPrecision(g, options.compile.precision));  // As the compiled step computes.
     step->eager_ = std::make_unique<runtime::EagerExecutor>(g, backend);
     KILN_TRY(useDeviceKernels(*step->eager_, backend, options.compile));
   } else {

@@ -51,6 +51,10 @@ enum OpTrait : uint32_t {
   // result back to every element of the row (softmax, layer_norm). Other reductions output the
   // reduced row.
   kRowBroadcast = 1u << 12,
+  // A product (matmul, convolution and their gradients) that autocast (--precision bf16|fp16)
+  // runs in the low-precision type: its float inputs are cast to it, the library accumulates in
+  // f32 and rounds the result once, and the result is cast back to f32 for the ops after it.
+  kAutocast = 1u << 13,
 };
 
 class AttrView;

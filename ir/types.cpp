@@ -49,7 +49,8 @@ bool isInteger(DType t) {
 }
 bool isKernelDType(DType t) {
   return t == DType::kF32 || t == DType::kF64 || t == DType::kI64 || t == DType::kI32 ||
-         t == DType::kI8 || t == DType::kU8 || t == DType::kBool;
+         t == DType::kI8 || t == DType::kU8 || t == DType::kBool || t == DType::kF16 ||
+         t == DType::kBF16;
 }
 
 std::string_view layoutName(Layout l) {

@@ -13,7 +13,21 @@
 namespace kiln::ir {
 
 // New dtypes go at the end: artifacts store the enum value.
-enum class DType : uint8_t { kF32, kF64, kF16, kBF16, kI64, kI32, kI8, kU8, kBool, kI16, kU16, kU32, kU64 };
+enum class DType : uint8_t {
+  kF32,
+  kF64,
+  kF16,
+  kBF16,
+  kI64,
+  kI32,
+  kI8,
+  kU8,
+  kBool,
+  kI16,
+  kU16,
+  kU32,
+  kU64
+};
 inline constexpr int kNumDTypes = 13;
 
 // Short name used by the text IR and JSON ("f32", "i64", "bool", ...).
@@ -23,7 +37,8 @@ size_t dtypeSize(DType t);
 bool isFloat(DType t);    // f32, f64, f16, bf16
 bool isInteger(DType t);  // i64, i32, i16, i8, u64, u32, u16, u8 (not bool)
 // The dtypes generated kernels read and write (codegen::ScalarType): f32, f64, i64, i32, i8,
-// u8 and bool. Nodes on other dtypes run on the reference kernels.
+// u8, bool, and f16/bf16 as storage (computed in f32). Nodes on other dtypes run on the
+// reference kernels.
 bool isKernelDType(DType t);
 
 // Memory order of a tensor. Shapes stay logical; NHWC means a 4-D tensor whose logical

@@ -49,6 +49,8 @@ struct PassContext {
   // The backend runs generated kernels and library calls only (a GPU: everything else runs on
   // the host, with copies): device-lowering rewrites what it can into kernel-IR ops.
   bool lowerForDevice = false;
+  // Autocast (--precision bf16|fp16): kAutocast ops run in this dtype (f16 or bf16); kF32: off.
+  ir::DType autocast = ir::DType::kF32;
   int layoutConversions = 0;                  // Relayouts inserted by layout selection.
   ConvAlgorithmChooser chooseConvAlgorithm;   // conv-algorithm-selection is a no-op without one.
   std::vector<std::string> algorithmChoices;  // One line per conv: --explain-algos.

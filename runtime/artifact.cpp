@@ -798,7 +798,9 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
       r.fail("kernel code '" + info.kernelCode + "'");
     // The library calls' precision (absent before it existed: fp32).
     if (r.ok() && !r.atEnd()) info.precision = r.str();
-    if (r.ok() && info.precision != "fp32" && info.precision != "tf32")
+    // bf16/fp16: the autocast's casts and low-precision products are in the plan itself.
+    if (r.ok() && info.precision != "fp32" && info.precision != "tf32" &&
+        info.precision != "bf16" && info.precision != "fp16")
       r.fail("precision '" + info.precision + "'");
     for (PlanStep& s : plan->plan->steps)
       s.libraryOptions.tf32 =

@@ -192,6 +192,9 @@ struct BackendCaps {
   bool hostAddressable = false;
   // Library calls take LibraryOptions::tf32 (a GPU's tensor cores; emu rounds the operands).
   bool tf32 = false;
+  // Generated kernels and library products take f16/bf16 operands (products accumulating in
+  // f32): the autocast precisions (--precision bf16|fp16) compile for it.
+  bool lowPrecision = false;
   // The device library choices are made for, in cache keys of timed choices: empty for the host
   // CPU (whose identity the keys hold already), else the GPU's name, architecture and libraries.
   std::string device;
@@ -237,11 +240,11 @@ class Backend {
     return true;
   }
 
-  // The algorithms the library kernel of `op` can run for these attributes and input shapes
+  // The algorithms the library kernel of `op` can run for these attributes and input types
   // (OpCall::options.algo), the library's usual pick first: the candidates compile-time
   // autotuning times. Empty: one implementation, or the library chooses alone.
   virtual std::vector<ConvAlgo> libraryAlgorithms(ir::OpKind op, const ir::AttrView& attrs,
-                                                  std::span<const ir::Shape> inputs) const {
+                                                  std::span<const ir::TensorType> inputs) const {
     (void)op, (void)attrs, (void)inputs;
     return {};
   }

@@ -6,15 +6,16 @@
 #    (every zoo model compiled and eager, training steps, generated kernel kinds under random
 #    launch geometries, concurrent callers: each against the CPU), the NVRTC resource check;
 # 3. benchmarks the zoo on the device — resnet18, resnet50 at batch 1 and 32, bert_layer: eager,
-#    compiled (--no-cuda-graph), compiled with CUDA-graph replay, and that in --precision tf32;
+#    compiled (--no-cuda-graph), compiled with CUDA-graph replay, and that in --precision tf32
+#    and --precision bf16 (autocast);
 #    mnist_cnn training — timed by CUDA events (kiln bench's device medians: input copies, the
 #    work and output copies), and, where Python with a CUDA PyTorch is found ($KILN_PEERS_VENV or
 #    python3), PyTorch eager and torch.compile on the same GPU in fp32 with TF32 off
-#    (cudnn.allow_tf32 = False, matmul precision "highest") and with TF32 on (for kiln's tf32);
+#    (cudnn.allow_tf32 = False, matmul precision "highest"), with TF32 on (for kiln's tf32) and
+#    under torch.autocast to bfloat16 (for kiln's bf16);
 #    PyTorch's times are of the model call alone (its input already on the GPU);
 # 4. writes OUT_DIR/gpu-check.json and OUT_DIR/gpu-check.md (a markdown table).
 # On a machine without a usable CUDA device it prints "skipped: no CUDA device" and exits 0.
-# Not measured yet (the backend lacks them): bf16/fp16 (autocast).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-check}
@@ -58,6 +59,7 @@ for spec in resnet18:1 resnet50:1 resnet50:32 bert_layer:1; do
   bench "${spec%:*}" "${spec#*:}"
   bench "${spec%:*}" "${spec#*:}" --no-cuda-graph
   bench "${spec%:*}" "${spec#*:}" --precision tf32
+  bench "${spec%:*}" "${spec#*:}" --precision bf16
 done
 "$kiln" train mnist_cnn --device cuda --steps 30 2>&1 | tail -1 | tee "$out/train-mnist_cnn.txt" ||
   status=1
@@ -68,6 +70,7 @@ if "$py" -c "import torch, torchvision; assert torch.cuda.is_available()" 2>/dev
   echo "== PyTorch on the same GPU"
   "$py" tools/peers/torch_gpu_bench.py --out "$out/torch.json" || status=1
   "$py" tools/peers/torch_gpu_bench.py --out "$out/torch-tf32.json" --tf32 || status=1
+  "$py" tools/peers/torch_gpu_bench.py --out "$out/torch-bf16.json" --bf16 || status=1
 else
   echo "PyTorch with CUDA not found: no torch eager / torch.compile columns"
 fi
@@ -75,12 +78,14 @@ fi
 python3 - "$out" "${results[@]}" <<'EOF'
 import json, os, sys
 out, files = sys.argv[1], sys.argv[2:]
-data = {"kiln": [], "torch": None, "torch_tf32": None}
+data = {"kiln": [], "torch": None, "torch_tf32": None, "torch_bf16": None}
 for f in files:
     j = json.load(open(f))
-    variant = "tf32" if "tf32" in f else ("nograph" if "no-cuda-graph" in f else "graph")
+    variant = ("tf32" if "tf32" in f else "bf16" if "bf16" in f else
+               "nograph" if "no-cuda-graph" in f else "graph")
     data["kiln"].append({"file": os.path.basename(f), "variant": variant, **j})
-for key, name in (("torch", "torch.json"), ("torch_tf32", "torch-tf32.json")):
+for key, name in (("torch", "torch.json"), ("torch_tf32", "torch-tf32.json"),
+                  ("torch_bf16", "torch-bf16.json")):
     if os.path.exists(os.path.join(out, name)):
         data[key] = json.load(open(os.path.join(out, name)))
 json.dump(data, open(os.path.join(out, "gpu-check.json"), "w"), indent=2)
@@ -92,20 +97,24 @@ def ms(r, side):
     return r[side].get("device_median_ms", r[side]["median_ms"]) if r else float("nan")
 fmt = lambda x: "-" if x is None else f"{x:.3f}"
 lines = ["| model | batch | kiln eager | compiled | compiled + graph | compiled/eager | "
-         "compiled + graph, tf32 | torch eager | torch.compile | torch.compile, tf32 |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
+         "compiled + graph, tf32 | compiled + graph, bf16 | bf16 eager | torch eager | "
+         "torch.compile | torch.compile, tf32 | torch.compile, bf16 |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for (model, batch), v in sorted(by.items()):
-    g, n, t32 = v.get("graph"), v.get("nograph"), v.get("tf32")
+    g, n, t32, b16 = v.get("graph"), v.get("nograph"), v.get("tf32"), v.get("bf16")
     eager = ms(g or n, "eager")
     best = min(ms(n, "compiled"), ms(g, "compiled"))
     t = (data["torch"] or {}).get(f"{model}:{batch}", {})
     tt = (data["torch_tf32"] or {}).get(f"{model}:{batch}", {})
+    tb = (data["torch_bf16"] or {}).get(f"{model}:{batch}", {})
     lines.append(f"| {model} | {batch} | {eager:.3f} | {ms(n, 'compiled'):.3f} | "
                  f"{ms(g, 'compiled'):.3f} | {eager / best:.2f}x | {ms(t32, 'compiled'):.3f} | "
+                 f"{ms(b16, 'compiled'):.3f} | {ms(b16, 'eager'):.3f} | "
                  f"{fmt(t.get('eager_ms'))} | {fmt(t.get('compile_ms'))} | "
-                 f"{fmt(tt.get('compile_ms'))} |")
+                 f"{fmt(tt.get('compile_ms'))} | {fmt(tb.get('compile_ms'))} |")
 lines += ["", "Milliseconds, medians. kiln: CUDA events around input copies, work and output "
-          "copies; PyTorch: CUDA events around the model call. fp32 columns without TF32."]
+          "copies; PyTorch: CUDA events around the model call. fp32 columns without TF32; "
+          "bf16: kiln --precision bf16 and torch.autocast(bfloat16)."]
 open(os.path.join(out, "gpu-check.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF

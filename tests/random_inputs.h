@@ -1,10 +1,12 @@
-// Random inputs for a graph's f32 inputs, uniform in [-1, 1], seeded: the zoo tests' inputs.
+// Random inputs for a graph's float inputs (f32, f64, f16, bf16), uniform in [-1, 1], seeded:
+// the zoo tests' inputs.
 #pragma once
 
 #include <random>
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/reference/helpers.h"
 #include "runtime/tensor.h"
 
 namespace kiln::testing {
@@ -25,8 +27,13 @@ inline std::vector<runtime::Tensor> randomInputs(const ir::Graph& g, uint64_t se
         t.data<int32_t>()[i] = static_cast<int32_t>(rng() % 4);
       else if (v->type().dtype == ir::DType::kBool)
         t.data<bool>()[i] = (rng() & 1) != 0;
-      else
-        t.data<float>()[i] = dist(rng);  // Other dtypes: not supported by this helper.
+      else if (v->type().dtype == ir::DType::kBF16)
+        t.data<uint16_t>()[i] = runtime::ref::doubleToBf16Bits(dist(rng));
+      else if (v->type().dtype == ir::DType::kF16)
+        t.data<uint16_t>()[i] = runtime::ref::doubleToF16Bits(dist(rng));
+      else if (v->type().dtype == ir::DType::kF64)
+        t.data<double>()[i] = dist(rng);
+      // Other dtypes stay as Tensor::empty made them.
     }
     ins.push_back(t);
   }

@@ -70,7 +70,10 @@ int runBench(const Args& args) {
   auto randomIns = randomInputs(inputTypes(*g), args);
   if (!randomIns) return reportError("bench", randomIns.status());
   const std::vector<runtime::Tensor>& inputs = *randomIns;
-  runtime::EagerExecutor eager(*g, opts->backend);
+  // Eager computes the products in the same precision (autocast applied to its graph).
+  auto eagerGraph = compiler::withPrecision(*g, opts->precision);
+  if (!eagerGraph) return reportError("bench", eagerGraph.status());
+  runtime::EagerExecutor eager(*eagerGraph, opts->backend);
   if (Status st = compiler::useDeviceKernels(eager, opts->backend, *opts); !st)
     return reportError("bench", st);
   std::vector<double> eagerMs, compiledMs, eagerDeviceMs, compiledDeviceMs;

@@ -76,8 +76,10 @@ std::vector<OptionSpec> compileOptionSpecs() {
            "where the model runs: cpu (default), cuda (the first GPU), or emu (the CUDA "
            "backend's kernels run on this CPU with CUDA semantics, for testing)"},
           {"precision", true,
-           "arithmetic of convolutions and matrix products: fp32 (default; no TF32) or tf32 "
-           "(cuda/emu: multiplicands rounded to TF32 on tensor cores, fp32 accumulation)"},
+           "arithmetic of convolutions and matrix products: fp32 (default; no TF32), tf32 "
+           "(cuda/emu: multiplicands rounded to TF32 on tensor cores, fp32 accumulation), or "
+           "bf16/fp16 (cuda/emu autocast: products read bf16/fp16 operands, accumulate in fp32 "
+           "and round their results to bf16/fp16; everything else computes in fp32)"},
           {"no-cuda-graph", false,
            "on cuda/emu, enqueue every step at every call instead of replaying a CUDA graph "
            "recorded at the first"},

@@ -151,7 +151,6 @@ int runRun(const Args& args) {
     }
     auto backend = deviceFromArgs(args);
     if (!backend) return reportError("run", backend.status());
-    runtime::EagerExecutor exec(*g, *backend);
     compiler::CompileOptions kernelOptions;
     if (auto d = args.value("cache-dir")) kernelOptions.cacheDir = *d;
     if (auto p = args.value("precision")) {
@@ -159,6 +158,11 @@ int runRun(const Args& args) {
       if (!precision) return reportError("run", precision.status());
       kernelOptions.precision = *precision;
     }
+    if (Status st = compiler::checkPrecision(kernelOptions.precision, **backend); !st)
+      return reportError("run", st);
+    auto eagerGraph = compiler::withPrecision(*g, kernelOptions.precision);
+    if (!eagerGraph) return reportError("run", eagerGraph.status());
+    runtime::EagerExecutor exec(*eagerGraph, *backend);
     if (Status st = compiler::useDeviceKernels(exec, *backend, kernelOptions); !st)
       return reportError("run", st);
     auto outputs = exec.run(*inputs);

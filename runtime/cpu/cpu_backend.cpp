@@ -141,9 +141,10 @@ class CpuBackend final : public Backend {
 
   // Convolutions: oneDNN direct, oneDNN Winograd where it applies, im2col + OpenBLAS sgemm.
   std::vector<ConvAlgo> libraryAlgorithms(ir::OpKind op, const ir::AttrView& attrs,
-                                          std::span<const ir::Shape> inputs) const override {
-    if (op != ir::OpKind::kConv2d || inputs.size() < 2) return {};
-    return convAlgorithms(attrs, inputs[0], inputs[1]);
+                                          std::span<const ir::TensorType> inputs) const override {
+    if (op != ir::OpKind::kConv2d || inputs.size() < 2 || inputs[0].dtype != ir::DType::kF32)
+      return {};
+    return convAlgorithms(attrs, inputs[0].shape, inputs[1].shape);
   }
 
  protected:

@@ -30,6 +30,16 @@ void* openCudaLibrary(const char* soname, std::string& tried) {
 
 namespace {
 
+// The libraries' names of kiln's dtypes (describesLibraryOp admits f32, f16 and bf16).
+cudaDataType_t ltType(ir::DType t) {
+  return t == ir::DType::kBF16 ? CUDA_R_16BF : t == ir::DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
+cudnnDataType_t dnnType(ir::DType t) {
+  return t == ir::DType::kBF16  ? CUDNN_DATA_BFLOAT16
+         : t == ir::DType::kF16 ? CUDNN_DATA_HALF
+                                : CUDNN_DATA_FLOAT;
+}
+
 #define KILN_LT_FNS(X)                    \
   X(cublasLtCreate)                       \
   X(cublasLtDestroy)                      \
@@ -243,7 +253,8 @@ class Libraries final : public CudaLibraries {
     const DevicePtr C = g.c != GemmDescriptor::C::kNone ? ops[2] : 0;
     const DevicePtr Z = e.residual ? ops[call.residualOperand()] : 0;
     const DevicePtr D = ops.back();
-    const bool fusedRelu = e.relu && fusedGemmRelu;
+    // The fused ReLU was checked on f32 (checkFusedRelu); other dtypes take the separate one.
+    const bool fusedRelu = e.relu && fusedGemmRelu && g.dtype == ir::DType::kF32;
     if (e.relu && !fusedRelu && g.batch * g.m * g.n > std::numeric_limits<int>::max())
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
     cublasLtMatmulDesc_t op = nullptr;
@@ -293,9 +304,12 @@ class Libraries final : public CudaLibraries {
     // Column-major views of the row-major buffers.
     const uint64_t bRows = g.transB ? g.k : g.n, bCols = g.transB ? g.n : g.k;
     const uint64_t aRows = g.transA ? g.m : g.k, aCols = g.transA ? g.k : g.m;
-    KILN_TRY(lt_(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, bRows, bCols, g.ldb), "layout B"));
-    KILN_TRY(lt_(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, aRows, aCols, g.lda), "layout A"));
-    KILN_TRY(lt_(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, g.n, g.m, g.n), "layout D"));
+    // f16/bf16 operands and D with f32 accumulation and f32 alpha/beta (CUBLAS_COMPUTE_32F,
+    // scale type CUDA_R_32F); the bias has D's type (cuBLASLt's default).
+    const cudaDataType_t type = ltType(g.dtype);
+    KILN_TRY(lt_(cublasLtMatrixLayoutCreate(&lb, type, bRows, bCols, g.ldb), "layout B"));
+    KILN_TRY(lt_(cublasLtMatrixLayoutCreate(&la, type, aRows, aCols, g.lda), "layout A"));
+    KILN_TRY(lt_(cublasLtMatrixLayoutCreate(&lc, type, g.n, g.m, g.n), "layout D"));
     if (g.batch > 1) {
       const int32_t count = static_cast<int32_t>(g.batch);
       const int64_t sd = g.m * g.n;
@@ -350,11 +364,11 @@ class Libraries final : public CudaLibraries {
     if (!e.relu || fusedRelu) return Status::ok();
     std::lock_guard lock(dnnMu);
     KILN_TRY(afterWrite(dnn_(cudnnSetStream(dnn, static_cast<cudaStream_t>(stream)), "SetStream")));
-    return afterWrite(reluInPlace(D, g.batch * g.m * g.n));
+    return afterWrite(reluInPlace(D, g.batch * g.m * g.n, g.dtype));
   }
 
-  // y = relu(y) keeping NaN (CUDNN_PROPAGATE_NAN) over n floats; under dnnMu, stream set.
-  Status reluInPlace(DevicePtr y, int64_t n) {
+  // y = relu(y) keeping NaN (CUDNN_PROPAGATE_NAN) over n values; under dnnMu, stream set.
+  Status reluInPlace(DevicePtr y, int64_t n, ir::DType dtype) {
     if (n > std::numeric_limits<int>::max())
       return unimplemented("cuDNN: an activation over " + std::to_string(n) + " elements");
     cudnnTensorDescriptor_t t = nullptr;
@@ -369,7 +383,7 @@ class Libraries final : public CudaLibraries {
       }
     } cleanup{*this, t, a};
     KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&t), "CreateTensorDescriptor"));
-    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, 1,
+    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, dnnType(dtype), 1, 1, 1,
                                              static_cast<int>(n)),
                   "SetTensor4dDescriptor"));
     KILN_TRY(makeRelu(a));
@@ -509,10 +523,12 @@ class Libraries final : public CudaLibraries {
     KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&d.y), "CreateTensorDescriptor"));
     KILN_TRY(dnn_(cudnnCreateFilterDescriptor(&d.w), "CreateFilterDescriptor"));
     KILN_TRY(dnn_(cudnnCreateConvolutionDescriptor(&d.cd), "CreateConvolutionDescriptor"));
-    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(c.n),
-                                             i(c.c), i(c.h), i(c.w)),
-                  "SetTensor4dDescriptor x"));
-    KILN_TRY(dnn_(cudnnSetFilter4dDescriptor(d.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(c.k),
+    // f16/bf16: x, w and y in that type, f32 arithmetic (cuDNN's PSEUDO_HALF/BFLOAT16 configs).
+    const cudnnDataType_t type = dnnType(c.dtype);
+    KILN_TRY(dnn_(
+        cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, type, i(c.n), i(c.c), i(c.h), i(c.w)),
+        "SetTensor4dDescriptor x"));
+    KILN_TRY(dnn_(cudnnSetFilter4dDescriptor(d.w, type, CUDNN_TENSOR_NCHW, i(c.k),
                                              i(c.c / c.groups), i(c.r), i(c.s)),
                   "SetFilter4dDescriptor"));
     KILN_TRY(dnn_(cudnnSetConvolution2dDescriptor(d.cd, i(c.padTop), i(c.padLeft), i(c.strideH),
@@ -520,9 +536,12 @@ class Libraries final : public CudaLibraries {
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                   "SetConvolution2dDescriptor"));
     KILN_TRY(dnn_(cudnnSetConvolutionGroupCount(d.cd, i(c.groups)), "SetConvolutionGroupCount"));
-    // fp32: FMA only (no TF32); tf32: tensor cores, which read fp32 operands as TF32.
-    KILN_TRY(dnn_(cudnnSetConvolutionMathType(d.cd, c.tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
-                  "SetConvolutionMathType"));
+    // fp32: FMA only (no TF32); tf32 and f16/bf16: tensor cores (which read fp32 operands as
+    // TF32).
+    const bool tensorCores = c.tf32 || c.dtype != ir::DType::kF32;
+    KILN_TRY(
+        dnn_(cudnnSetConvolutionMathType(d.cd, tensorCores ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+             "SetConvolutionMathType"));
     int on = 0, oc = 0, oh = 0, ow = 0;
     KILN_TRY(dnn_(cudnnGetConvolution2dForwardOutputDim(d.cd, d.x, d.w, &on, &oc, &oh, &ow),
                   "GetConvolution2dForwardOutputDim"));
@@ -530,9 +549,8 @@ class Libraries final : public CudaLibraries {
       return internalError("cuDNN computes a " + std::to_string(oh) + "x" + std::to_string(ow) +
                            " output where kiln's shape inference says " + std::to_string(c.p) +
                            "x" + std::to_string(c.q));
-    return dnn_(
-        cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, oc, oh, ow),
-        "SetTensor4dDescriptor y");
+    return dnn_(cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NCHW, type, on, oc, oh, ow),
+                "SetTensor4dDescriptor y");
   }
 
   // cuDNN's forward algorithms kiln runs: FFT and non-fused Winograd are left out (their error
@@ -610,14 +628,14 @@ class Libraries final : public CudaLibraries {
     if (c.bias) {
       KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&b), "CreateTensorDescriptor"));
       KILN_TRY(
-          dnn_(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(c.k), 1, 1),
+          dnn_(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, dnnType(c.dtype), 1, i(c.k), 1, 1),
                "SetTensor4dDescriptor bias"));
     }
     if (e.relu && c.n * c.k * c.p * c.q > std::numeric_limits<int>::max())
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
     // y = relu(conv(x) + z + bias) in one call where cuDNN's fused ReLU keeps NaN; where cuDNN
     // does not take this configuration, the separate calls below (nothing is written yet).
-    if (e.relu && c.bias && fusedConvRelu && !residualInY) {
+    if (e.relu && c.bias && fusedConvRelu && c.dtype == ir::DType::kF32 && !residualInY) {
       cudnnActivationDescriptor_t act = nullptr;
       Status st = makeRelu(act);
       const float alpha2 = e.residual ? 1.f : 0.f;
@@ -644,7 +662,7 @@ class Libraries final : public CudaLibraries {
           afterWrite(dnn_(cudnnAddTensor(dnn, &one, y, cp(Z), &one, y, reinterpret_cast<void*>(Y)),
                           "AddTensor (residual)")));
     if (!e.relu) return Status::ok();
-    return afterWrite(reluInPlace(Y, c.n * c.k * c.p * c.q));
+    return afterWrite(reluInPlace(Y, c.n * c.k * c.p * c.q, c.dtype));
   }
 };
 

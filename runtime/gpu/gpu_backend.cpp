@@ -406,6 +406,7 @@ class GpuBackend final : public Backend {
     caps_.kernelCode = std::string(dev_->codeFormat());
     caps_.libraryEpilogues = dev_->hasLibraryCalls();  // The chains libraryEpilogueFor takes.
     caps_.tf32 = dev_->hasLibraryCalls();
+    caps_.lowPrecision = true;  // Halves in kernels; products in the libraries (or on the host).
     caps_.device = p.name + " sm_" + std::to_string(p.smArch) + " (" + p.libraries + ")";
     caps_.cuda.smArch = p.smArch;
     caps_.cuda.multiProcessors = p.multiProcessors;
@@ -479,10 +480,9 @@ class GpuBackend final : public Backend {
   // A forward convolution's algorithms on the device's library (cuDNN's, or on emu the CPU
   // library's): compile-time autotuning times them through a stream of this backend.
   std::vector<ConvAlgo> libraryAlgorithms(ir::OpKind op, const ir::AttrView& attrs,
-                                          std::span<const ir::Shape> inputs) const override {
+                                          std::span<const ir::TensorType> inputs) const override {
     if (op != ir::OpKind::kConv2d || inputs.size() < 2 || !dev_->hasLibraryCalls()) return {};
-    std::vector<ir::TensorType> types;
-    for (size_t i = 0; i < 2; ++i) types.push_back({ir::DType::kF32, inputs[i]});
+    const std::vector<ir::TensorType> types(inputs.begin(), inputs.begin() + 2);
     Expected<std::vector<ir::TensorType>> out = ir::inferTypes(op, types, attrs.raw());
     if (!out) return {};
     OpCall call;

@@ -1,5 +1,7 @@
 #include "runtime/gpu/library_call.h"
 
+#include "runtime/reference/helpers.h"
+
 #include <cstdio>
 #include <cstring>
 
@@ -157,6 +159,8 @@ std::string LibraryCall::describe() const {
   const auto* c = std::get_if<ConvDescriptor>(&desc);
   const auto* g = std::get_if<GemmDescriptor>(&desc);
   if ((c && c->tf32) || (g && g->tf32)) d += ", tf32";
+  if (const ir::DType t = c ? c->dtype : g ? g->dtype : ir::DType::kF32; t != ir::DType::kF32)
+    d += ", " + std::string(ir::dtypeName(t)) + " (f32 accumulation)";
   if (epilogue.residual) d += " + residual";
   if (epilogue.relu) d += ", relu";
   return d;
@@ -204,11 +208,14 @@ std::string LibraryCall::describeProduct() const {
 }
 
 bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout) {
-  if (dtype != ir::DType::kF32 || layout != ir::Layout::kPlain) return false;
-  return op == ir::OpKind::kConv2d || op == ir::OpKind::kConv2dBackwardData ||
-         op == ir::OpKind::kConv2dBackwardWeight || op == ir::OpKind::kLinear ||
-         op == ir::OpKind::kGemm || op == ir::OpKind::kMatMul || op == ir::OpKind::kMaxPool2d ||
-         op == ir::OpKind::kAvgPool2d;
+  if (layout != ir::Layout::kPlain) return false;
+  const bool product = op == ir::OpKind::kConv2d || op == ir::OpKind::kConv2dBackwardData ||
+                       op == ir::OpKind::kConv2dBackwardWeight || op == ir::OpKind::kLinear ||
+                       op == ir::OpKind::kGemm || op == ir::OpKind::kMatMul;
+  // Products also in f16/bf16 (tensor cores, f32 accumulation); pooling in f32.
+  if (dtype == ir::DType::kF16 || dtype == ir::DType::kBF16) return product;
+  return dtype == ir::DType::kF32 &&
+         (product || op == ir::OpKind::kMaxPool2d || op == ir::OpKind::kAvgPool2d);
 }
 
 Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir::TensorType> in,
@@ -238,8 +245,10 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir
                                 : describeGemm(call, attrs, own, out);
   if (!d) return d;
   d->epilogue = *epilogue;
-  if (auto* c = std::get_if<ConvDescriptor>(&d->desc)) c->tf32 = call.options.tf32;
-  if (auto* g = std::get_if<GemmDescriptor>(&d->desc)) g->tf32 = call.options.tf32;
+  // TF32 applies to f32 operands only (f16/bf16 ones are on tensor cores already).
+  const bool tf32 = call.options.tf32 && out.dtype == ir::DType::kF32;
+  if (auto* c = std::get_if<ConvDescriptor>(&d->desc)) c->tf32 = tf32;
+  if (auto* g = std::get_if<GemmDescriptor>(&d->desc)) g->tf32 = tf32;
   if (const auto* g = std::get_if<GemmDescriptor>(&d->desc);
       g && epilogue->residual && g->c == GemmDescriptor::C::kMatrix)
     return notTaken(call, "a residual added to a product that has a C matrix");
@@ -249,8 +258,12 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir
 namespace {
 
 // The descriptor's own operands (inputs, then the output).
+ir::DType dtypeOf(const LibraryCall& call) {
+  return std::visit([](const auto& d) { return d.dtype; }, call.desc);
+}
+
 std::vector<int64_t> productOperandBytes(const LibraryCall& call) {
-  const int64_t e = static_cast<int64_t>(ir::dtypeSize(ir::DType::kF32));
+  const int64_t e = static_cast<int64_t>(ir::dtypeSize(dtypeOf(call)));
   if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) {
     const int64_t x = c->n * c->c * c->h * c->w * e;
     const int64_t w = c->k * (c->c / c->groups) * c->r * c->s * e;
@@ -321,7 +334,40 @@ std::vector<ConvAlgo> hostConvAlgorithms(const ConvDescriptor& c) {
                         {c.k, c.c / c.groups, c.r, c.s});
 }
 
+namespace {
+
+// A call on f16/bf16 operands as the devices' libraries compute it: every operand widened to f32
+// (exact), the f32 call (products accumulating in f32, the epilogue applied in f32), the output
+// rounded once to the operands' type.
+Status runHalfCallOnHost(const LibraryCall& call, std::span<void* const> given) {
+  const ir::DType t = dtypeOf(call);
+  const bool bf16 = t == ir::DType::kBF16;
+  const std::vector<int64_t> bytes = operandBytes(call);
+  std::vector<std::vector<float>> wide(given.size());
+  std::vector<void*> operands;
+  for (size_t i = 0; i < given.size(); ++i) {
+    const auto* src = static_cast<const uint16_t*>(given[i]);
+    wide[i].resize(static_cast<size_t>(bytes[i]) / sizeof(uint16_t));
+    if (i + 1 < given.size())  // The output is written, not read (a residual has its own copy).
+      for (size_t k = 0; k < wide[i].size(); ++k)
+        wide[i][k] =
+            static_cast<float>(bf16 ? ref::bf16BitsToDouble(src[k]) : ref::f16BitsToDouble(src[k]));
+    operands.push_back(wide[i].data());
+  }
+  LibraryCall f32 = call;
+  std::visit([](auto& d) { d.dtype = ir::DType::kF32; }, f32.desc);
+  KILN_TRY(runLibraryCallOnHost(f32, operands));
+  auto* out = static_cast<uint16_t*>(given.back());
+  for (size_t k = 0; k < wide.back().size(); ++k)
+    out[k] = bf16 ? ref::doubleToBf16Bits(wide.back()[k]) : ref::doubleToF16Bits(wide.back()[k]);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> given) {
+  if (const ir::DType t = dtypeOf(call); t == ir::DType::kF16 || t == ir::DType::kBF16)
+    return runHalfCallOnHost(call, given);
   // Under TF32 the multiplicands (operands 0 and 1 of every call: x and w, dy and w, dy and x,
   // A and B) are read rounded, as tensor cores read them.
   const auto* cd = std::get_if<ConvDescriptor>(&call.desc);

@@ -215,8 +215,14 @@ check "run --device emu --precision tf32" 0 "first:" -- \
   "$KILN" run mnist_cnn --device emu --precision tf32 --cache-dir cache
 check "--precision tf32 on the CPU" 2 "backend 'cpu' has no TF32 arithmetic" -- \
   "$KILN" run mlp --precision tf32
-check "--precision bf16" 2 "autocast to bf16\) is not built yet" -- \
-  "$KILN" run mlp --device emu --precision bf16
+check "run --device emu --precision bf16" 0 "first:" -- \
+  "$KILN" run mnist_cnn --device emu --precision bf16 --cache-dir cache
+check "run --device emu --precision fp16 --eager" 0 "ran mnist_cnn eagerly" -- \
+  "$KILN" run mnist_cnn --device emu --precision fp16 --eager --cache-dir cache
+check "--precision bf16 on the CPU" 2 "backend 'cpu' has no low-precision products" -- \
+  "$KILN" run mlp --precision bf16
+check "unknown --precision" 2 "unknown precision 'fp8' \(fp32, tf32, bf16 or fp16\)" -- \
+  "$KILN" run mlp --device emu --precision fp8
 check "unknown --device" 2 "unknown device 'tpu' \(devices: cpu, cuda, emu\)" -- \
   "$KILN" run mlp --device tpu
 # No CUDA library is a dependency of the binary: the driver, NVRTC, nvJitLink, cuBLASLt and cuDNN
@@ -313,6 +319,10 @@ check "train --allow-nonfinite" 0 "loss nan" -- "$KILN" train mlp --steps 3 --ba
   --data xnan.npy --labels ynan.npy --allow-nonfinite --cache-dir cache
 check "train eager on NaN data stops" 2 "the loss is nan" -- \
   "$KILN" train mlp --steps 3 --batch 8 --data xnan.npy --labels ynan.npy --eager
+check "train --device emu --precision bf16" 0 "loss 2\.[0-9]+ -> 2\." -- \
+  "$KILN" train mlp --device emu --precision bf16 --steps 2 --batch 8 --cache-dir cache
+check "train --precision fp16 is refused" 2 "training in fp16 needs dynamic loss scaling" -- \
+  "$KILN" train mlp --device emu --precision fp16 --steps 2 --batch 8
 check "train labels without data" 2 "--data and --labels go together" -- "$KILN" train mlp --labels y.npy
 
 leftovers=$(ls -A | grep -E '\.tmp|~$' || true)

@@ -320,20 +320,41 @@ TEST_CASE("codegen golden: the CUDA C of every representative group compiles wit
     CHECK_THAT(ptx->ptx, Catch::Contains(std::string(".entry k_") + c.name));
 }
 
-TEST_CASE("codegen golden: f16 and bf16 groups are refused by name, not miscompiled") {
-  // Generated kernels compute in f32/f64 and have no f16/bf16 loads or stores yet; the fusion
-  // pass keeps such nodes out of groups (they run on their reference kernels), and lowering a
-  // group that holds one anyway is a clear kUnimplemented error.
-  for (const char* t : {"f16", "bf16"}) {
-    INFO(t);
-    const ir::Graph g = parse(std::string("graph g(%x : ") + t + "[4,8]) {\n  %a : " + t +
-                              "[4,8] = relu(%x)\n  return %a\n}");
-    auto k = codegen::lowerGroup(wholeGraph(g), outputsOf(g), "k");
-    REQUIRE_FALSE(k.hasValue());
-    CHECK(k.status().code() == ErrorCode::kUnimplemented);
-    CHECK_THAT(k.status().message(), Catch::Contains(std::string("dtype ") + t +
-                                                     " is not supported by generated kernels"));
+TEST_CASE("codegen golden: f16 and bf16 are loaded widened, rounded per op, stored narrowed") {
+  // Halves are storage types: arithmetic is f32, each half-typed op result is rounded once (the
+  // reference kernels' rule), and the kernels convert bits with the prelude's functions.
+  const ir::Graph g = parse(R"(graph g(%x : bf16[4,8], %y : f16[4,8]) {
+  %a : bf16[4,8] = relu(%x)
+  %b : f32[4,8] = cast(%a) {to="f32"}
+  %c : f16[4,8] = cast(%b) {to="f16"}
+  %d : f16[4,8] = add(%c, %y)
+  return %a, %d
+})");
+  auto k = codegen::lowerGroup(wholeGraph(g), outputsOf(g), "k");
+  INFO(k.status().message());
+  REQUIRE(k.hasValue());
+  for (codegen::Dialect d : {codegen::Dialect::kCpu, codegen::Dialect::kCuda}) {
+    const std::string src = codegen::renderKernel(*k, d);
+    INFO(src);
+    CHECK_THAT(src, Catch::Contains("kiln_bf16_to_f32(") && Catch::Contains("kiln_f16_to_f32(") &&
+                        Catch::Contains("kiln_round_bf16(") && Catch::Contains("kiln_round_f16(") &&
+                        Catch::Contains("= kiln_f32_to_bf16(") &&
+                        Catch::Contains("= kiln_f32_to_f16("));
   }
+  std::vector<codegen::Kernel> kernels{*k};
+  auto ptx =
+      codegen::compileCuda(codegen::renderModule(kernels, codegen::Dialect::kCuda), "half.cu", 80);
+  INFO(ptx.status().message());
+  CHECK(ptx.hasValue());
+  // f64 and wide integers would round twice through f32: those casts stay reference ops.
+  const ir::Graph wide = parse(R"(graph g(%x : f64[4]) {
+  %a : bf16[4] = cast(%x) {to="bf16"}
+  return %a
+})");
+  auto refused = codegen::lowerGroup(wholeGraph(wide), outputsOf(wide), "k");
+  REQUIRE_FALSE(refused.hasValue());
+  CHECK(refused.status().code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(refused.status().message(), Catch::Contains("cast from f64 to bf16"));
 }
 
 namespace {

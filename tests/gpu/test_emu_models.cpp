@@ -4,6 +4,7 @@
 // sizes 32..1024, grids with partial tail blocks) against the reference kernels.
 #include <unistd.h>
 
+#include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include "runtime/eager.h"
 #include "runtime/gpu/emu_device.h"
 #include "runtime/gpu/gpu_backend.h"
+#include "runtime/reference/helpers.h"
 
 using namespace kiln;
 using runtime::Tensor;
@@ -73,6 +75,10 @@ void checkClose(const Expected<std::vector<Tensor>>& got, const std::vector<Tens
       maxDiff = std::max(maxDiff, std::fabs(x - y));
     }
     INFO("output " << i << ": max diff " << maxDiff << " of max " << maxRef);
+    // A half-precision result may differ by one unit in its last place (an f32 value next to a
+    // rounding boundary on either side): 2^-7 relative for bf16, 2^-10 for f16.
+    if (b.dtype() == ir::DType::kBF16) tol = std::max(tol, 1.0 / 128);
+    if (b.dtype() == ir::DType::kF16) tol = std::max(tol, 1.0 / 1024);
     if (ir::isFloat(b.dtype()))
       CHECK(maxDiff <= tol * std::max(maxRef, 1.0));
     else
@@ -99,15 +105,16 @@ std::vector<Tensor> cpuEager(const ir::Graph& g, const std::vector<Tensor>& ins)
   REQUIRE(want.hasValue());
   return std::move(*want);
 }
+std::vector<std::string> zooModelNames() {
+  std::vector<std::string> names;
+  for (const auto& m : models::listModels()) names.push_back(m.name);
+  return names;
+}
+
 }  // namespace
 
 TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, matching the CPU") {
-  const auto models = models::listModels();
-  const std::string name = GENERATE_COPY(from_range([&] {
-    std::vector<std::string> n;
-    for (const auto& m : models) n.push_back(m.name);
-    return n;
-  }()));
+  const std::string name = GENERATE(from_range(zooModelNames()));
   INFO(name);
   auto g = models::buildModel(name, {2, 5});
   REQUIRE(g.hasValue());
@@ -162,6 +169,57 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
   }
 }
 
+TEST_CASE("emu: --precision bf16|fp16 autocasts every zoo model, compiled and eager") {
+  // Products in bf16/f16 (f32 accumulation, the result rounded once), everything else in f32.
+  // Against the CPU's reference kernels on the same autocast graph (the rounding points are the
+  // same, so differences are single-ulp flips carried through the network) and, loosely, against
+  // the fp32 model (the precision the user gave up).
+  const std::string name = GENERATE(from_range(zooModelNames()));
+  const compiler::Precision precision =
+      GENERATE(compiler::Precision::kBf16, compiler::Precision::kFp16);
+  const bool bf16 = precision == compiler::Precision::kBf16;
+  INFO(name << " " << compiler::precisionName(precision));
+  auto g = models::buildModel(name, {2, 5});
+  REQUIRE(g.hasValue());
+  const std::vector<Tensor> ins = testing::randomInputs(*g, 9);
+  auto autocast = compiler::withPrecision(*g, precision);
+  REQUIRE(autocast.hasValue());
+  int products = 0, lowProducts = 0;
+  for (const ir::Node* n : autocast->nodes()) {
+    products += n->info().has(ir::kAutocast);
+    lowProducts += n->info().has(ir::kAutocast) &&
+                   n->output()->type().dtype == compiler::autocastDType(precision);
+  }
+  CHECK(lowProducts == products);
+  const std::vector<Tensor> want = cpuEager(*autocast, ins);
+  TempCache cache;
+  compiler::CompileOptions o;
+  o.cacheDir = cache.path;
+  o.backend = emu();
+  o.precision = precision;
+  auto cm = compiler::compile(*g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().hostSteps == 0);
+  CHECK((*cm)->report().precision == compiler::precisionName(precision));
+  if (products > 0) {  // Inference weights are stored in the low precision.
+    int lowWeights = 0;
+    for (const ir::Value* p : (*cm)->optimizedGraph().parameters())
+      lowWeights += p->type().dtype == compiler::autocastDType(precision);
+    CHECK(lowWeights > 0);
+  }
+  const double tol = bf16 ? 2e-2 : 2e-3;
+  checkClose((*cm)->run(ins), want, tol);
+  checkClose((*cm)->run(ins), cpuEager(*g, ins), bf16 ? 6e-2 : 6e-3);
+  // Eager under the same precision: one kernel or library call per op on the device.
+  runtime::EagerExecutor eager(*autocast, emu());
+  compiler::CompileOptions ko;
+  ko.cacheDir = cache.path;
+  ko.precision = precision;
+  REQUIRE(compiler::useDeviceKernels(eager, emu(), ko).isOk());
+  checkClose(eager.run(ins), want, tol);
+}
+
 TEST_CASE("emu: eager keeps the weights on the device, and device runs are timed by events") {
   auto g = models::buildModel("mlp", {2, 5});
   REQUIRE(g.hasValue());
@@ -193,6 +251,30 @@ TEST_CASE("emu: eager keeps the weights on the device, and device runs are timed
   CHECK(stats.deviceMs >= 0);
 }
 
+namespace {
+
+// One random batch (inputs in [-1, 1], class targets < 10) through every step: their losses.
+std::vector<double> stepAll(std::vector<std::unique_ptr<compiler::TrainingStep>>& steps,
+                            std::mt19937& rng) {
+  Tensor x = *Tensor::empty(ir::DType::kF32, steps[0]->graph().inputs()[0]->type().shape);
+  for (int64_t i = 0; i < x.numElements(); ++i)
+    x.data<float>()[i] = std::uniform_real_distribution<float>(-1, 1)(rng);
+  const ir::TensorType tt = steps[0]->targetType();
+  Tensor t = *Tensor::zeros(tt.dtype, tt.shape);
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    t.data<int64_t>()[i] = static_cast<int64_t>(rng() % 10);
+  std::vector<double> losses;
+  for (auto& s : steps) {
+    auto r = (*s)(x, t);
+    INFO(r.status().message());
+    REQUIRE(r.hasValue());
+    losses.push_back(r->loss);
+  }
+  return losses;
+}
+
+}  // namespace
+
 TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
   const std::string name = GENERATE(as<std::string>{}, "mlp", "mnist_cnn", "resnet18");
   INFO(name);
@@ -216,23 +298,9 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
     REQUIRE(s.hasValue());
     steps.push_back(std::move(*s));
   }
-  const ir::Shape shape = steps[0]->graph().inputs()[0]->type().shape;
   std::mt19937 rng(3);
   for (int step = 0; step < 2; ++step) {
-    Tensor x = *Tensor::empty(ir::DType::kF32, shape);
-    for (int64_t i = 0; i < x.numElements(); ++i)
-      x.data<float>()[i] = std::uniform_real_distribution<float>(-1, 1)(rng);
-    const ir::TensorType tt = steps[0]->targetType();
-    Tensor t = *Tensor::zeros(tt.dtype, tt.shape);
-    for (int64_t i = 0; i < t.numElements(); ++i)
-      t.data<int64_t>()[i] = static_cast<int64_t>(rng() % 10);
-    std::vector<double> losses;
-    for (auto& s : steps) {
-      auto r = (*s)(x, t);
-      INFO(r.status().message());
-      REQUIRE(r.hasValue());
-      losses.push_back(r->loss);
-    }
+    const std::vector<double> losses = stepAll(steps, rng);
     INFO("losses " << losses[0] << " " << losses[1]);
     CHECK(std::fabs(losses[1] - losses[0]) <= 1e-4 * std::max(1.0, std::fabs(losses[0])));
   }
@@ -261,6 +329,54 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
     CHECK(moved > 0);
     CHECK(diff <= 1e-2 * moved + 1e-6);
   }
+}
+
+TEST_CASE("emu: a bf16 training step computes as its eager run, near fp32; fp16 is refused") {
+  // Autocast applies to the whole step (forward and backward products, conv gradients included);
+  // the optimizer updates f32 master weights. The compiled step and the eager one run the same
+  // autocast graph, so they agree up to bf16 flips; fp32 is the precision given up.
+  const std::string name = GENERATE(as<std::string>{}, "mlp", "mnist_cnn");
+  INFO(name);
+  TempCache cache;
+  compiler::TrainOptions base;
+  base.compile.cacheDir = cache.path;
+  base.compile.backend = emu();
+  compiler::TrainOptions compiled = base, eager = base, fp32 = base;
+  compiled.compile.precision = eager.compile.precision = compiler::Precision::kBf16;
+  eager.eager = true;
+  const models::ModelOptions mo{.batch = 4, .seed = 7};
+  std::vector<std::unique_ptr<compiler::TrainingStep>> steps;
+  for (const auto* o : {&compiled, &eager, &fp32}) {
+    auto model = models::buildModel(name, mo);
+    REQUIRE(model.hasValue());
+    auto s = compiler::TrainingStep::create(std::move(model).value(), *o);
+    INFO(s.status().message());
+    REQUIRE(s.hasValue());
+    steps.push_back(std::move(*s));
+  }
+  int lowProducts = 0;  // The step's products, gradients included, are bf16.
+  for (const ir::Node* n : steps[0]->compiled()->optimizedGraph().nodes())
+    lowProducts += n->info().has(ir::kAutocast) && n->output()->type().dtype == ir::DType::kBF16;
+  CHECK(lowProducts >= 3);
+  std::mt19937 rng(3);
+  for (int step = 0; step < 2; ++step) {
+    const std::vector<double> losses = stepAll(steps, rng);
+    INFO("losses: compiled bf16 " << losses[0] << ", eager bf16 " << losses[1] << ", fp32 "
+                                  << losses[2]);
+    CHECK(std::fabs(losses[0] - losses[1]) <= 2e-3 * std::max(1.0, std::fabs(losses[1])));
+    CHECK(std::fabs(losses[0] - losses[2]) <= 2e-2 * std::max(1.0, std::fabs(losses[2])));
+  }
+  // The master weights stay f32.
+  for (const ir::Value* p : steps[0]->graph().parameters())
+    if (p->trainable()) CHECK(p->data().dtype() == ir::DType::kF32);
+
+  compiler::TrainOptions fp16 = base;
+  fp16.compile.precision = compiler::Precision::kFp16;
+  auto model = models::buildModel(name, mo);
+  REQUIRE(model.hasValue());
+  auto refused = compiler::TrainingStep::create(std::move(model).value(), fp16);
+  CHECK(refused.status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(refused.status().message(), Catch::Contains("dynamic loss scaling"));
 }
 
 TEST_CASE("emu: the committed ONNX test models run on the emu device, matching the CPU") {
@@ -322,6 +438,20 @@ const KindCase kKinds[] = {
   %a : f32[{C},{R}] = add(%t, %y)
   return %a
 })"},
+    {"bf16 storage", R"(graph g(%x : bf16[{R},{C}], %y : f32[{R},{C}]) {
+  %xf : f32[{R},{C}] = cast(%x) {to="f32"}
+  %a : f32[{R},{C}] = mul(%xf, %y)
+  %h : bf16[{R},{C}] = cast(%a) {to="bf16"}
+  %g : bf16[{R},{C}] = gelu(%h)
+  %o : f32[{R},{C}] = cast(%g) {to="f32"}
+  return %h, %o
+})"},
+    {"f16 storage", R"(graph g(%x : f16[{R},{C}], %k : f16[{R},{C}]) {
+  %a : f16[{R},{C}] = mul(%x, %k)
+  %p : f16[{R},{C}] = softmax(%a) {axis=1}
+  %s : f16[{R},1] = reduce_sum(%x) {axes=[1]}
+  return %p, %s
+})"},
     {"epilogue",
      R"(graph g(%x : f32[{R},{C}], %w : f32[{C},{C}], %b : f32[{C}], %r : f32[{R},{C}]) {
   %m : f32[{R},{C}] = matmul(%x, %w)
@@ -367,6 +497,85 @@ TEST_CASE("emu: every generated kernel kind over random shapes and launch geomet
       }
       runtime::PlanExecutor exec(plan);
       checkClose(exec.run(ins), want);
+    }
+  }
+}
+
+TEST_CASE(
+    "half conversions: generated kernels round f32 to f16/bf16 bit for bit as the reference") {
+  // Every f16 bit pattern widened, and f32 values at the edges of both formats: signed zeros,
+  // f32 subnormals, f16 subnormals and their halfway points, the f16 overflow boundary (65504,
+  // 65520), infinities, NaN, bf16 ties, and random values over the whole exponent range.
+  std::vector<float> xs;
+  for (uint32_t h = 0; h < 65536; ++h)
+    xs.push_back(static_cast<float>(runtime::ref::f16BitsToDouble(static_cast<uint16_t>(h))));
+  for (float v : {0.0f,
+                  -0.0f,
+                  1e-45f,
+                  -1e-40f,
+                  0x1p-24f,
+                  0x1p-25f,
+                  0x1.8p-25f,
+                  0x1.8p-24f,
+                  0x1.ffcp-15f,
+                  0x1p-14f,
+                  65504.0f,
+                  65519.99f,
+                  65520.0f,
+                  -65520.0f,
+                  1e30f,
+                  1.0f + 0x1p-8f,
+                  1.0f + 0x1p-8f + 0x1p-23f,
+                  1.0f + 0x3p-8f,
+                  3.4e38f,
+                  std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()})
+    xs.push_back(v);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    const uint32_t bits = rng();
+    xs.push_back(std::bit_cast<float>(bits));
+  }
+  const int64_t n = static_cast<int64_t>(xs.size());
+  const std::string N = std::to_string(n);
+  auto g = ir::parseGraph("graph g(%x : f32[" + N + "]) {\n  %b : bf16[" + N +
+                          "] = cast(%x) {to=\"bf16\"}\n  %h : f16[" + N +
+                          "] = cast(%x) {to=\"f16\"}\n  return %b, %h\n}");
+  REQUIRE(g.hasValue());
+  auto x = Tensor::empty(ir::DType::kF32, {n});
+  REQUIRE(x.hasValue());
+  std::copy(xs.begin(), xs.end(), x->data<float>());
+  const std::vector<Tensor> ins{*x};
+  const std::vector<Tensor> want = cpuEager(*g, ins);
+  std::vector<std::unique_ptr<compiler::CompiledModel>> models;
+  models.push_back(compileForDevice(*g));
+  compiler::CompileOptions cpu;
+  auto onCpu = compiler::compile(*g, cpu);
+  REQUIRE(onCpu.hasValue());
+  models.push_back(std::move(*onCpu));
+  for (const auto& cm : models) {
+    INFO((cm->plan().backend ? cm->plan().backend->name() : "cpu"));
+    for (const runtime::PlanStep& st : cm->plan().steps)  // No reference step: kernels only.
+      REQUIRE(st.kind == runtime::PlanStep::Kind::kKernel);
+    auto got = cm->run(ins);
+    REQUIRE(got.hasValue());
+    for (size_t o = 0; o < 2; ++o) {
+      const uint16_t* a = (*got)[o].data<uint16_t>();
+      const uint16_t* b = want[o].data<uint16_t>();
+      int64_t wrong = 0, first = -1;
+      for (int64_t i = 0; i < n; ++i) {
+        const bool nanA = std::isnan((*got)[o].elementAsDouble(i));
+        const bool nanB = std::isnan(want[o].elementAsDouble(i));
+        if (nanA != nanB || (!nanA && a[i] != b[i])) {
+          if (first < 0) first = i;
+          ++wrong;
+        }
+      }
+      INFO("output " << o << ": " << wrong << " differ, first x = " << (first < 0 ? 0.f : xs[first])
+                     << " got " << (first < 0 ? 0 : a[first]) << " want "
+                     << (first < 0 ? 0 : b[first]));
+      CHECK(wrong == 0);
     }
   }
 }

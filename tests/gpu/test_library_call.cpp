@@ -318,10 +318,10 @@ TEST_CASE("library calls: a convolution's algorithm is timed on the device and f
   auto emu = runtime::gpu::backendForDevice("emu");
   REQUIRE(emu.hasValue());
   const ir::Node* conv = g->nodes().front();
-  const ir::Shape shapes[] = {conv->input(0)->type().shape, conv->input(1)->type().shape};
-  const auto algos = (*emu)->libraryAlgorithms(ir::OpKind::kConv2d, conv->attr(), shapes);
+  const ir::TensorType types[] = {conv->input(0)->type(), conv->input(1)->type()};
+  const auto algos = (*emu)->libraryAlgorithms(ir::OpKind::kConv2d, conv->attr(), types);
   REQUIRE(algos.size() >= 2);
-  CHECK(algos == runtime::convAlgorithms(conv->attr(), shapes[0], shapes[1]));
+  CHECK(algos == runtime::convAlgorithms(conv->attr(), types[0].shape, types[1].shape));
   compiler::CompileOptions o;
   o.backend = *emu;
   o.autotune = true;
@@ -443,8 +443,15 @@ TEST_CASE("library calls: --precision tf32 rounds the multiplicands, and only on
   auto refused = compiler::compile(*g, onCpu);
   CHECK(refused.status().code() == ErrorCode::kInvalidArgument);
   CHECK_THAT(refused.status().message(), Catch::Contains("--device cuda"));
-  CHECK(compiler::parsePrecision("bf16").status().code() == ErrorCode::kInvalidArgument);
-  CHECK_THAT(compiler::parsePrecision("bf16").status().message(), Catch::Contains("not built yet"));
+  // Nor bf16/fp16 products (autocast runs on cuda and emu).
+  onCpu.precision = compiler::Precision::kBf16;
+  refused = compiler::compile(*g, onCpu);
+  CHECK(refused.status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(refused.status().message(), Catch::Contains("no low-precision products"));
+  CHECK(*compiler::parsePrecision("fp16") == compiler::Precision::kFp16);
+  CHECK(compiler::parsePrecision("fp8").status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(compiler::parsePrecision("fp8").status().message(),
+             Catch::Contains("fp32, tf32, bf16 or fp16"));
 }
 
 TEST_CASE("library calls: cuBLASLt and cuDNN load with every function kiln calls") {

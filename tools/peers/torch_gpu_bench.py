@@ -1,10 +1,11 @@
 """PyTorch eager and torch.compile on the GPU, for scripts/gpu-check.sh: the zoo's models as
 PyTorch defines them (torchvision's resnet18/resnet50; a BERT-base encoder layer as
 nn.TransformerEncoderLayer with 768 hidden, 12 heads, 3072 intermediate, GELU, sequence 128),
-fp32 with TF32 off (or, with --tf32, TF32 on: the comparison for kiln's --precision tf32), medians
-of CUDA-event timings of the model call (the input already on the GPU).
+fp32 with TF32 off (or, with --tf32, TF32 on: the comparison for kiln's --precision tf32; with
+--bf16, under torch.autocast("cuda", torch.bfloat16): the comparison for kiln's --precision
+bf16), medians of CUDA-event timings of the model call (the input already on the GPU).
 
-    python tools/peers/torch_gpu_bench.py --out torch.json [--tf32]
+    python tools/peers/torch_gpu_bench.py --out torch.json [--tf32 | --bf16]
 """
 import argparse
 import json
@@ -33,6 +34,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--tf32", action="store_true", help="allow TF32 in cuDNN and matmuls")
+    ap.add_argument("--bf16", action="store_true", help="torch.autocast to bfloat16")
     args = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = args.tf32
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
@@ -48,11 +50,11 @@ def main():
         ),
     }
     results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-               "precision": "tf32" if args.tf32 else "fp32"}
+               "precision": "bf16" if args.bf16 else "tf32" if args.tf32 else "fp32"}
     for key, (model, shape) in cases.items():
         model = model.eval().to(dev)
         x = torch.randn(*shape, device=dev)
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast("cuda", torch.bfloat16, enabled=args.bf16):
             eager = timed(model, x)
             compiled = torch.compile(model)
             comp = timed(compiled, x)
