@@ -29,6 +29,10 @@ std::string_view precisionName(Precision p) {
   return "?";
 }
 
+bool usesTensorCores(Precision p) {
+  return p != Precision::kFp32;
+}
+
 ir::DType autocastDType(Precision p) {
   return p == Precision::kBf16   ? ir::DType::kBF16
          : p == Precision::kFp16 ? ir::DType::kF16
@@ -131,7 +135,12 @@ class Driver {
     ctx.timePasses = opts_.timePasses;
     ctx.verifyAfterEach = opts_.verifyEachPass;
     ctx.log = opts_.log;
-    ctx.channelsLast = libraryFusion_;
+    using CL = runtime::BackendCaps::ChannelsLast;
+    const CL cl = backend_->caps().channelsLast;
+    ctx.channelsLast =
+        libraryFusion_ &&
+        (cl == CL::kAlways || (cl == CL::kTensorCores && usesTensorCores(opts_.precision)));
+    ctx.channelsLastFilters = backend_->caps().channelsLastFilters;
     ctx.lowerForDevice = backend_->caps().runsCudaKernels();
     ctx.autocast = autocastDType(opts_.precision);
     ctx.hasLibraryKernel = [b = backend_](ir::OpKind op, ir::DType dtype, ir::Layout layout) {

@@ -32,6 +32,8 @@ Expected<Precision> parsePrecision(std::string_view name);
 // kInvalidArgument where `backend` cannot compute in `p` (tf32 without BackendCaps::tf32,
 // bf16/fp16 without BackendCaps::lowPrecision).
 Status checkPrecision(Precision p, const runtime::Backend& backend);
+// Whether a GPU's products run on tensor cores under `p` (tf32, bf16, fp16; not fp32).
+bool usesTensorCores(Precision p);
 // The dtype autocast runs kAutocast ops in: bf16 or f16, or f32 where `p` is no autocast.
 ir::DType autocastDType(Precision p);
 // `g` as it runs under `p`: autocast applied for bf16/fp16 (in place, or to a copy). What an

@@ -26,6 +26,12 @@ bool ConstantFolding::run(ir::Graph& g, PassContext& ctx) {
     bool allConst = true;
     for (const ir::Value* in : n->inputs()) allConst = allConst && isFoldableConstant(in, ctx);
     if (!allConst) continue;
+    // The reference kernels read and write plain memory; relayout alone reads its attributes'
+    // layouts (a constant in another layout is the result of folding one).
+    bool plain = true;
+    for (const ir::Value* in : n->inputs())
+      plain = plain && in->type().layout == ir::Layout::kPlain;
+    if (!plain && n->op() != ir::OpKind::kRelayout) continue;
     int64_t bytes = 0;
     for (const ir::Value* o : n->outputs()) bytes += static_cast<int64_t>(o->type().byteSize());
     if (bytes > ctx.maxFoldedBytes) {
@@ -46,6 +52,7 @@ bool ConstantFolding::run(ir::Graph& g, PassContext& ctx) {
       ir::Value* out = n->output(i);
       auto c = g.addParameter(constantName(g, out), std::move((*results)[i]), false);
       if (!c) return !folded.empty();  // Only a name clash could fail here; stop folding.
+      (*c)->setType(out->type());      // The bytes are in the output's layout.
       g.replaceAllUsesWith(out, *c);
     }
     folded.insert(n);

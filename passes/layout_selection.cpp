@@ -33,24 +33,27 @@ class Selector {
       if (isNhwc(o)) o = converted(o, ir::Layout::kPlain, nullptr);
     g_.setOutputs(outs);
     if (conversions_ > 0 || changed_)
-      ctx_.remarks.push_back("layout-selection: " + std::to_string(nhwcValues_) +
-                             " values channels-last, " + std::to_string(conversions_) +
-                             " layout conversions inserted");
+      ctx_.remarks.push_back(
+          "layout-selection: " + std::to_string(nhwcValues_) + " values channels-last, " +
+          std::to_string(conversions_) + " layout conversions inserted" +
+          (filterConversions_ > 0 ? ", " + std::to_string(filterConversions_) + " filters KRSC"
+                                  : ""));
     ctx_.layoutConversions += conversions_;
     return changed_;
   }
 
  private:
   // `v` in layout `to`, through one relayout node per (value, layout), placed before `before`
-  // (at the end when null).
-  ir::Value* converted(ir::Value* v, ir::Layout to, ir::Node* before) {
+  // (at the end when null). Filters' relayouts are counted apart: constant folding removes
+  // them from inference graphs.
+  ir::Value* converted(ir::Value* v, ir::Layout to, ir::Node* before, bool filter = false) {
     auto key = std::make_pair(v, to);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
     auto r = g_.insertNode(before, ir::OpKind::kRelayout, {v},
                            {{"from", std::string(ir::layoutName(v->type().layout))},
                             {"to", std::string(ir::layoutName(to))}});
     if (!r) return v;  // Cannot happen for rank-4 f32 values; keep the graph valid regardless.
-    ++conversions_;
+    ++(filter ? filterConversions_ : conversions_);
     changed_ = true;
     cache_[key] = (*r)->output();
     return (*r)->output();
@@ -72,6 +75,9 @@ class Selector {
         outShape.size() == 4) {
       if (n->op() == ir::OpKind::kConv2d || isNhwc(n->input(0))) {
         if (!isNhwc(n->input(0))) n->replaceInput(0, converted(n->input(0), ir::Layout::kNHWC, n));
+        // cuDNN's NHWC convolutions read KRSC filters: the weight [K,C,R,S] channels-last.
+        if (n->op() == ir::OpKind::kConv2d && ctx_.channelsLastFilters && !isNhwc(n->input(1)))
+          n->replaceInput(1, converted(n->input(1), ir::Layout::kNHWC, n, true));
         setLayout(n->output(), ir::Layout::kNHWC);
         return;
       }
@@ -106,6 +112,7 @@ class Selector {
   PassContext& ctx_;
   std::map<std::pair<ir::Value*, ir::Layout>, ir::Value*> cache_;
   int conversions_ = 0;
+  int filterConversions_ = 0;
   int nhwcValues_ = 0;
   bool changed_ = false;
 };

@@ -46,6 +46,8 @@ struct PassContext {
   // where it says so; without one (or with channels-last off) layouts stay plain.
   std::function<bool(ir::OpKind, ir::DType, ir::Layout)> hasLibraryKernel;
   bool channelsLast = false;  // Layout selection may choose NHWC at all.
+  // NHWC convolutions take NHWC (KRSC) filters: layout selection converts the weights too.
+  bool channelsLastFilters = false;
   // The backend runs generated kernels and library calls only (a GPU: everything else runs on
   // the host, with copies): device-lowering rewrites what it can into kernel-IR ops.
   bool lowerForDevice = false;

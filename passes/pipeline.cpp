@@ -23,6 +23,7 @@ Pipeline Pipeline::standard() {
       "cse",                       // Merge duplicates that the rewrites revealed.
       "layout-selection",          // After BN folding: conv chains channels-last, with
                                    // conversions only at the region's edges.
+      "constant-folding",          // Inference on a GPU: NHWC filters become KRSC constants.
       "conv-algorithm-selection",  // Last: it times convs in their final layout and shape.
       "dce",                       // Remove nodes and constants the rewrites left unused.
   });

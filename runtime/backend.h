@@ -195,6 +195,19 @@ struct BackendCaps {
   // Generated kernels and library products take f16/bf16 operands (products accumulating in
   // f32): the autocast precisions (--precision bf16|fp16) compile for it.
   bool lowPrecision = false;
+  // When layout selection runs convolution chains channels-last (NHWC), where hasLibraryKernel
+  // takes NHWC: always (the CPU: oneDNN's fastest convolutions are NHWC), on tensor cores only
+  // (a GPU: cuDNN's tensor-core kernels — tf32, bf16, fp16 — are NHWC-native and transpose NCHW
+  // operands in extra kernels, while its fp32 FMA kernels run NCHW natively), or never.
+  enum class ChannelsLast : uint8_t {
+    kNever,
+    kTensorCores,
+    kAlways
+  } channelsLast = ChannelsLast::kNever;
+  // Channels-last convolutions read their filters channels-last too (KRSC, cuDNN's NHWC
+  // kernels), so layout selection relayouts the weights (folded at compile time); the CPU's
+  // library reads plain OIHW filters.
+  bool channelsLastFilters = false;
   // The device library choices are made for, in cache keys of timed choices: empty for the host
   // CPU (whose identity the keys hold already), else the GPU's name, architecture and libraries.
   std::string device;

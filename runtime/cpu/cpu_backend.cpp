@@ -102,6 +102,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(CachingAllocator* alloc) : alloc_(alloc) {
     caps_.kernelCode = "host-object";
     caps_.libraryEpilogues = true;
+    caps_.channelsLast = BackendCaps::ChannelsLast::kAlways;
     caps_.hostAddressable = true;
   }
   std::string_view name() const override { return "cpu"; }

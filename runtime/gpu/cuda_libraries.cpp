@@ -106,7 +106,7 @@ class Libraries final : public CudaLibraries {
 
   // Whether the fused ReLUs (cudnnConvolutionBiasActivationForward, CUBLASLT_EPILOGUE_RELU*) are
   // used: until checkFusedRelu finds one that turns NaN into a number.
-  bool fusedConvRelu = true;
+  bool fusedConvRelu[2] = {true, true};  // NCHW, NHWC (cuDNN picks other kernels).
   bool fusedGemmRelu = true;
   bool probing_ = false;  // checkFusedRelu is running: no fallback from a refused fused call.
 
@@ -167,8 +167,9 @@ class Libraries final : public CudaLibraries {
     gd.m = 3, gd.n = 1, gd.k = 1, gd.transB = true, gd.lda = 1, gd.ldb = 1;
     std::string log;
     probing_ = true;  // A refused fused call is an error here, not a quiet fallback.
-    for (bool* flag : {&fusedConvRelu, &fusedGemmRelu}) {
-      const bool isConv = flag == &fusedConvRelu;
+    for (bool* flag : {&fusedConvRelu[0], &fusedConvRelu[1], &fusedGemmRelu}) {
+      const bool isConv = flag != &fusedGemmRelu;
+      cd.channelsLast = flag == &fusedConvRelu[1];  // One channel: the same bytes either way.
       bool ok = true;
       for (bool bias : {true, false}) {
         if (isConv && !bias) continue;  // Without a bias the convolution's ReLU is separate.
@@ -184,7 +185,10 @@ class Libraries final : public CudaLibraries {
           call.epilogue = {residual, true};
           Expected<bool> r = check(call, bias, residual);
           if (!r)
-            log += std::string(log.empty() ? "" : "; ") + (isConv ? "cuDNN" : "cuBLASLt") +
+            log += std::string(log.empty() ? "" : "; ") +
+                   (!isConv           ? "cuBLASLt"
+                    : cd.channelsLast ? "cuDNN NHWC"
+                                      : "cuDNN NCHW") +
                    " fused ReLU not verified: " + r.status().message();
           ok = ok && r.hasValue() && *r;
         }
@@ -198,9 +202,10 @@ class Libraries final : public CudaLibraries {
       (void)cudnnSetStream(dnn, nullptr);  // Not the probe's stream, which goes away.
     }
     dev.destroyStream(*s);
-    return log + std::string(log.empty() ? "" : "; ") + "fused ReLU keeps NaN: cuDNN " +
-           (fusedConvRelu ? "yes" : "no (separate activation)") + ", cuBLASLt " +
-           (fusedGemmRelu ? "yes" : "no (separate activation)");
+    auto yes = [](bool ok) { return ok ? "yes" : "no (separate activation)"; };
+    return log + std::string(log.empty() ? "" : "; ") + "fused ReLU keeps NaN: cuDNN NCHW " +
+           yes(fusedConvRelu[0]) + ", NHWC " + yes(fusedConvRelu[1]) + ", cuBLASLt " +
+           yes(fusedGemmRelu);
   }
 
  private:
@@ -424,12 +429,13 @@ class Libraries final : public CudaLibraries {
     KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&x), "CreateTensorDescriptor"));
     KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&y), "CreateTensorDescriptor"));
     KILN_TRY(dnn_(cudnnCreatePoolingDescriptor(&pd), "CreatePoolingDescriptor"));
-    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(p.n), i(p.c),
-                                             i(p.h), i(p.w)),
-                  "SetTensor4dDescriptor x"));
-    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(p.n), i(p.c),
-                                             i(p.p), i(p.q)),
-                  "SetTensor4dDescriptor y"));
+    const cudnnTensorFormat_t format = p.channelsLast ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    KILN_TRY(dnn_(
+        cudnnSetTensor4dDescriptor(x, format, CUDNN_DATA_FLOAT, i(p.n), i(p.c), i(p.h), i(p.w)),
+        "SetTensor4dDescriptor x"));
+    KILN_TRY(dnn_(
+        cudnnSetTensor4dDescriptor(y, format, CUDNN_DATA_FLOAT, i(p.n), i(p.c), i(p.p), i(p.q)),
+        "SetTensor4dDescriptor y"));
     const cudnnPoolingMode_t mode = p.max            ? CUDNN_POOLING_MAX_DETERMINISTIC
                                     : p.countPadding ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
                                                      : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
@@ -525,12 +531,14 @@ class Libraries final : public CudaLibraries {
     KILN_TRY(dnn_(cudnnCreateConvolutionDescriptor(&d.cd), "CreateConvolutionDescriptor"));
     // f16/bf16: x, w and y in that type, f32 arithmetic (cuDNN's PSEUDO_HALF/BFLOAT16 configs).
     const cudnnDataType_t type = dnnType(c.dtype);
+    // Channels-last: x and y NHWC, the filters KRSC (NHWC format), as PyTorch's cuDNN convolutions
+    // in channels_last run them; the dims are given in NCHW order either way.
+    const cudnnTensorFormat_t format = c.channelsLast ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(d.x, format, type, i(c.n), i(c.c), i(c.h), i(c.w)),
+                  "SetTensor4dDescriptor x"));
     KILN_TRY(dnn_(
-        cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NCHW, type, i(c.n), i(c.c), i(c.h), i(c.w)),
-        "SetTensor4dDescriptor x"));
-    KILN_TRY(dnn_(cudnnSetFilter4dDescriptor(d.w, type, CUDNN_TENSOR_NCHW, i(c.k),
-                                             i(c.c / c.groups), i(c.r), i(c.s)),
-                  "SetFilter4dDescriptor"));
+        cudnnSetFilter4dDescriptor(d.w, type, format, i(c.k), i(c.c / c.groups), i(c.r), i(c.s)),
+        "SetFilter4dDescriptor"));
     KILN_TRY(dnn_(cudnnSetConvolution2dDescriptor(d.cd, i(c.padTop), i(c.padLeft), i(c.strideH),
                                                   i(c.strideW), i(c.dilationH), i(c.dilationW),
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
@@ -549,7 +557,7 @@ class Libraries final : public CudaLibraries {
       return internalError("cuDNN computes a " + std::to_string(oh) + "x" + std::to_string(ow) +
                            " output where kiln's shape inference says " + std::to_string(c.p) +
                            "x" + std::to_string(c.q));
-    return dnn_(cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NCHW, type, on, oc, oh, ow),
+    return dnn_(cudnnSetTensor4dDescriptor(d.y, format, type, on, oc, oh, ow),
                 "SetTensor4dDescriptor y");
   }
 
@@ -635,7 +643,8 @@ class Libraries final : public CudaLibraries {
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
     // y = relu(conv(x) + z + bias) in one call where cuDNN's fused ReLU keeps NaN; where cuDNN
     // does not take this configuration, the separate calls below (nothing is written yet).
-    if (e.relu && c.bias && fusedConvRelu && c.dtype == ir::DType::kF32 && !residualInY) {
+    if (e.relu && c.bias && fusedConvRelu[c.channelsLast] && c.dtype == ir::DType::kF32 &&
+        !residualInY) {
       cudnnActivationDescriptor_t act = nullptr;
       Status st = makeRelu(act);
       const float alpha2 = e.residual ? 1.f : 0.f;

@@ -5,6 +5,7 @@
 
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/gpu/emu_device.h"
+#include "runtime/reference/kernels.h"
 
 namespace kiln::runtime::gpu {
 
@@ -157,22 +158,61 @@ struct HostOp {
 
   static void run(void* data) {
     auto* h = static_cast<HostOp*>(data);
+    h->status = h->runPlain().withContext(h->name + " (on the host)");
+  }
+
+  // The CPU's kernels read channels-last activations only beside plain filters (oneDNN), the
+  // reference kernels plain memory; a device's NHWC convolution has KRSC filters. So every
+  // channels-last operand is relayouted to plain here, and channels-last outputs back.
+  Status runPlain() {
+    const ir::AttrMap toPlain = {{"from", std::string(ir::layoutName(ir::Layout::kNHWC))},
+                                 {"to", std::string(ir::layoutName(ir::Layout::kPlain))}};
+    const ir::AttrMap toNhwc = {{"from", std::string(ir::layoutName(ir::Layout::kPlain))},
+                                {"to", std::string(ir::layoutName(ir::Layout::kNHWC))}};
+    auto wrap = [](void* p, const ir::TensorType& t) {
+      return Tensor::wrap(static_cast<std::byte*>(p), t.dtype, t.shape);
+    };
+    // The reference relayout into `to` (host tensors carry no layout: the attributes say it).
+    auto relayout = [](const Tensor& from, Tensor to, const ir::AttrMap& a) {
+      return referenceKernel(ir::OpKind::kRelayout)(
+          ir::AttrView(ir::opInfo(ir::OpKind::kRelayout), a), std::span(&from, 1),
+          std::span(&to, 1));
+    };
+    bool relayouted = false;
     std::vector<Tensor> ti, to;
-    for (size_t i = 0; i < h->in.size(); ++i)
-      ti.push_back(Tensor::wrap(static_cast<std::byte*>(h->in[i]), h->inTypes[i].dtype,
-                                h->inTypes[i].shape));
-    for (size_t i = 0; i < h->out.size(); ++i)
-      to.push_back(Tensor::wrap(static_cast<std::byte*>(h->out[i]), h->outTypes[i].dtype,
-                                h->outTypes[i].shape));
+    for (size_t i = 0; i < in.size(); ++i) {
+      Tensor t = wrap(in[i], inTypes[i]);
+      if (inTypes[i].layout == ir::Layout::kNHWC) {
+        KILN_ASSIGN_OR_RETURN(Tensor plain, Tensor::empty(inTypes[i].dtype, inTypes[i].shape));
+        KILN_TRY(relayout(t, plain, toPlain));
+        t = plain;
+        relayouted = true;
+      }
+      ti.push_back(t);
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (outTypes[i].layout != ir::Layout::kNHWC) {
+        to.push_back(wrap(out[i], outTypes[i]));
+        continue;
+      }
+      KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(outTypes[i].dtype, outTypes[i].shape));
+      to.push_back(t);
+      relayouted = true;
+    }
     OpCall c;
-    c.name = h->name;
-    c.op = h->op;
-    c.attrs = &h->attrs;
-    c.library = h->library;
-    c.postOps = h->postOps;
-    c.numExtra = h->numExtra;
-    c.options = h->options;
-    h->status = runOnHost(c, ti, to).withContext(h->name + " (on the host)");
+    c.name = name;
+    c.op = op;
+    c.attrs = &attrs;
+    c.library = library;
+    c.postOps = postOps;
+    c.numExtra = numExtra;
+    c.options = options;
+    c.options.channelsLast = c.options.channelsLast && !relayouted;
+    KILN_TRY(runOnHost(c, ti, to));
+    for (size_t i = 0; i < out.size(); ++i)
+      if (outTypes[i].layout == ir::Layout::kNHWC)
+        KILN_TRY(relayout(to[i], wrap(out[i], outTypes[i]), toNhwc));
+    return Status::ok();
   }
   void release(DeviceApi& dev) {
     for (void* p : in) dev.freeHost(p);
@@ -407,6 +447,8 @@ class GpuBackend final : public Backend {
     caps_.libraryEpilogues = dev_->hasLibraryCalls();  // The chains libraryEpilogueFor takes.
     caps_.tf32 = dev_->hasLibraryCalls();
     caps_.lowPrecision = true;  // Halves in kernels; products in the libraries (or on the host).
+    caps_.channelsLast = BackendCaps::ChannelsLast::kTensorCores;
+    caps_.channelsLastFilters = true;
     caps_.device = p.name + " sm_" + std::to_string(p.smArch) + " (" + p.libraries + ")";
     caps_.cuda.smArch = p.smArch;
     caps_.cuda.multiProcessors = p.multiProcessors;
@@ -485,6 +527,7 @@ class GpuBackend final : public Backend {
     const std::vector<ir::TensorType> types(inputs.begin(), inputs.begin() + 2);
     Expected<std::vector<ir::TensorType>> out = ir::inferTypes(op, types, attrs.raw());
     if (!out) return {};
+    (*out)[0].layout = types[0].layout;  // Layout selection gives a conv's output x's layout.
     OpCall call;
     call.name = "conv2d";
     call.op = op;

@@ -1,12 +1,12 @@
 #include "runtime/gpu/library_call.h"
 
-#include "runtime/reference/helpers.h"
-
+#include <array>
 #include <cstdio>
 #include <cstring>
 
 #include "runtime/library/epilogue.h"
 #include "runtime/library/kernels.h"
+#include "runtime/reference/helpers.h"
 #include "runtime/tensor.h"
 
 namespace kiln::runtime::gpu {
@@ -17,6 +17,12 @@ int64_t product(const ir::Shape& s, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= s[i];
   return p;
+}
+
+bool channelsLast(const LibraryCall& call) {
+  const auto* c = std::get_if<ConvDescriptor>(&call.desc);
+  const auto* p = std::get_if<PoolDescriptor>(&call.desc);
+  return (c && c->channelsLast) || (p && p->channelsLast);
 }
 
 Status notTaken(const OpCall& call, const std::string& why) {
@@ -158,6 +164,7 @@ std::string LibraryCall::describe() const {
   std::string d = describeProduct();
   const auto* c = std::get_if<ConvDescriptor>(&desc);
   const auto* g = std::get_if<GemmDescriptor>(&desc);
+  if (channelsLast(*this)) d += ", nhwc";
   if ((c && c->tf32) || (g && g->tf32)) d += ", tf32";
   if (const ir::DType t = c ? c->dtype : g ? g->dtype : ir::DType::kF32; t != ir::DType::kF32)
     d += ", " + std::string(ir::dtypeName(t)) + " (f32 accumulation)";
@@ -208,7 +215,9 @@ std::string LibraryCall::describeProduct() const {
 }
 
 bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout) {
-  if (layout != ir::Layout::kPlain) return false;
+  if (layout != ir::Layout::kPlain &&
+      (layout != ir::Layout::kNHWC || !ir::opInfo(op).has(ir::kChannelsLast)))
+    return false;
   const bool product = op == ir::OpKind::kConv2d || op == ir::OpKind::kConv2dBackwardData ||
                        op == ir::OpKind::kConv2dBackwardWeight || op == ir::OpKind::kLinear ||
                        op == ir::OpKind::kGemm || op == ir::OpKind::kMatMul;
@@ -229,10 +238,12 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir
     return notTaken(call, "post-op operands");
   if (epilogue->residual && in.back().shape != out.shape)
     return notTaken(call, "a residual of shape " + ir::shapeToString(in.back().shape));
-  if (call.options.channelsLast) return notTaken(call, "channels-last activations");
+  // Channels-last calls (the output NHWC) take every 4-D operand NHWC — a convolution's filters
+  // KRSC — and the bias as its row.
   for (const ir::TensorType& t : in)
-    if (t.dtype != out.dtype || t.layout != ir::Layout::kPlain)
-      return notTaken(call, "mixed dtypes or layouts");
+    if (t.dtype != out.dtype || t.layout != (t.shape.size() == 4 ? out.layout : ir::Layout::kPlain))
+      return notTaken(call, "mixed dtypes or layouts: " + t.toString() + " operand, " +
+                                out.toString() + " output");
   static const ir::AttrMap none;
   const ir::AttrView attrs(ir::opInfo(call.op), call.attrs ? *call.attrs : none);
   const std::span<const ir::TensorType> own = in.first(in.size() - call.numExtra);
@@ -249,6 +260,9 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call, std::span<const ir
   const bool tf32 = call.options.tf32 && out.dtype == ir::DType::kF32;
   if (auto* c = std::get_if<ConvDescriptor>(&d->desc)) c->tf32 = tf32;
   if (auto* g = std::get_if<GemmDescriptor>(&d->desc)) g->tf32 = tf32;
+  const bool nhwc = out.layout == ir::Layout::kNHWC;
+  if (auto* c = std::get_if<ConvDescriptor>(&d->desc)) c->channelsLast = nhwc;
+  if (auto* p = std::get_if<PoolDescriptor>(&d->desc)) p->channelsLast = nhwc;
   if (const auto* g = std::get_if<GemmDescriptor>(&d->desc);
       g && epilogue->residual && g->c == GemmDescriptor::C::kMatrix)
     return notTaken(call, "a residual added to a product that has a C matrix");
@@ -363,9 +377,60 @@ Status runHalfCallOnHost(const LibraryCall& call, std::span<void* const> given) 
   return Status::ok();
 }
 
+// Copies a logical [d0, d1, d2, d3] tensor of `elem`-byte elements between NCHW and NHWC memory.
+void permuteChannels(const std::byte* src, std::byte* dst, const std::array<int64_t, 4>& d,
+                     size_t elem, bool toNhwc) {
+  for (int64_t n = 0; n < d[0]; ++n)
+    for (int64_t c = 0; c < d[1]; ++c)
+      for (int64_t h = 0; h < d[2]; ++h)
+        for (int64_t w = 0; w < d[3]; ++w) {
+          const int64_t nchw = ((n * d[1] + c) * d[2] + h) * d[3] + w;
+          const int64_t nhwc = ((n * d[2] + h) * d[3] + w) * d[1] + c;
+          std::memcpy(dst + static_cast<size_t>(toNhwc ? nhwc : nchw) * elem,
+                      src + static_cast<size_t>(toNhwc ? nchw : nhwc) * elem, elem);
+        }
+}
+
+// A channels-last call as cuDNN computes it: the same arithmetic as the NCHW call on the same
+// logical tensors. Emu relayouts the NHWC operands (and KRSC filters) to NCHW, runs the NCHW
+// call, and writes the output back channels-last, so that a descriptor whose layout flag is
+// wrong reads scrambled operands and fails the tests.
+Status runChannelsLastCallOnHost(const LibraryCall& call, std::span<void* const> given) {
+  LibraryCall plain = call;
+  std::vector<std::pair<size_t, std::array<int64_t, 4>>> nhwc;  // Operand, logical dims.
+  if (auto* c = std::get_if<ConvDescriptor>(&plain.desc)) {
+    if (c->pass != ConvDescriptor::Pass::kForward)
+      return internalError("emu: a channels-last convolution gradient: " + call.describe());
+    c->channelsLast = false;
+    nhwc = {{0, {c->n, c->c, c->h, c->w}}, {1, {c->k, c->c / c->groups, c->r, c->s}}};
+    if (call.epilogue.residual) nhwc.push_back({call.residualOperand(), {c->n, c->k, c->p, c->q}});
+    nhwc.push_back({given.size() - 1, {c->n, c->k, c->p, c->q}});
+  } else if (auto* p = std::get_if<PoolDescriptor>(&plain.desc)) {
+    p->channelsLast = false;
+    nhwc = {{0, {p->n, p->c, p->h, p->w}}, {given.size() - 1, {p->n, p->c, p->p, p->q}}};
+  } else {
+    return internalError("emu: a channels-last matrix product: " + call.describe());
+  }
+  const size_t elem = ir::dtypeSize(dtypeOf(call));
+  std::vector<void*> operands(given.begin(), given.end());
+  std::vector<std::vector<std::byte>> copies;
+  for (const auto& [i, dims] : nhwc) {
+    std::vector<std::byte>& b =
+        copies.emplace_back(static_cast<size_t>(dims[0] * dims[1] * dims[2] * dims[3]) * elem);
+    if (i + 1 < given.size())  // Inputs; the output is written.
+      permuteChannels(static_cast<const std::byte*>(given[i]), b.data(), dims, elem, false);
+    operands[i] = b.data();
+  }
+  KILN_TRY(runLibraryCallOnHost(plain, operands));
+  permuteChannels(copies.back().data(), static_cast<std::byte*>(given.back()), nhwc.back().second,
+                  elem, true);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> given) {
+  if (channelsLast(call)) return runChannelsLastCallOnHost(call, given);
   if (const ir::DType t = dtypeOf(call); t == ir::DType::kF16 || t == ir::DType::kBF16)
     return runHalfCallOnHost(call, given);
   // Under TF32 the multiplicands (operands 0 and 1 of every call: x and w, dy and w, dy and x,

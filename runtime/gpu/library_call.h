@@ -22,7 +22,9 @@
 namespace kiln::runtime::gpu {
 
 // y[n,k,p,q] = sum over c, r, s of x[n, g*C/G + c, p*strideH - padTop + r*dilationH, ...] *
-// w[k, c, r, s] (+ bias[k]); groups split channels. Tensors are dense NCHW (channels-last later).
+// w[k, c, r, s] (+ bias[k]); groups split channels. Tensors are dense NCHW, or with channelsLast
+// NHWC — the filters then KRSC (w's [k, c, r, s] with c innermost), as cuDNN's NHWC kernels read
+// them; the bias is a row either way.
 struct ConvDescriptor {
   int64_t n = 0, c = 0, h = 0, w = 0;  // Input.
   int64_t k = 0, r = 0, s = 0;         // Filters: k x (c / groups) x r x s.
@@ -41,6 +43,8 @@ struct ConvDescriptor {
   // convAlgorithms): a cuDNN one on a GPU, the CPU library's on emu; kAuto: the library's
   // heuristic at run time.
   ConvAlgo algo = ConvAlgo::kAuto;
+  // x, w, y and a residual channels-last (forward only: the gradients are NCHW).
+  bool channelsLast = false;
 };
 
 // D[b] = alpha * op(A[b]) op(B[b]) + beta * C, row-major: op(A) is M x K, op(B) K x N, D M x N
@@ -68,6 +72,7 @@ struct PoolDescriptor {
   int64_t p = 0, q = 0;
   bool countPadding = false;
   ir::DType dtype = ir::DType::kF32;
+  bool channelsLast = false;  // x and y NHWC.
 };
 
 // What a forward convolution or a matrix product applies to its result before storing it, in
@@ -106,7 +111,8 @@ Expected<LibraryCall> describeLibraryCall(const OpCall& call,
                                           std::span<const ir::TensorType> inputs,
                                           const ir::TensorType& output);
 
-// Whether describeLibraryCall takes `op` for some shapes with this output dtype and layout.
+// Whether describeLibraryCall takes `op` for some shapes with this output dtype and layout
+// (channels-last: the forward convolution and pooling, ops with ir::kChannelsLast).
 bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout);
 
 // The bytes of each operand of a described call (inputs then the output), f32 elements.

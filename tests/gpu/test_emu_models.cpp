@@ -135,6 +135,9 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
   CHECK(kernels + libraryCalls > 0);
   CHECK(cm->report().hostSteps == 0);
   CHECK(cm->report().generatedKernels == kernels);
+  // fp32 on a GPU stays NCHW: cuDNN's FMA kernels run it natively (BackendCaps::channelsLast).
+  for (const ir::Node* n : cm->optimizedGraph().nodes())
+    CHECK(n->output()->type().layout == ir::Layout::kPlain);
   runtime::PlanRunStats stats;
   checkClose(cm->run(ins, &stats), want);
   CHECK(stats.graphCaptured);  // The first call recorded a CUDA graph and replayed it.
@@ -208,6 +211,13 @@ TEST_CASE("emu: --precision bf16|fp16 autocasts every zoo model, compiled and ea
       lowWeights += p->type().dtype == compiler::autocastDType(precision);
     CHECK(lowWeights > 0);
   }
+  // On tensor cores convolutions run channels-last, their filters KRSC constants (folded).
+  for (const ir::Node* n : (*cm)->optimizedGraph().nodes())
+    if (n->op() == ir::OpKind::kConv2d) {
+      CHECK(n->output()->type().layout == ir::Layout::kNHWC);
+      CHECK(n->input(1)->type().layout == ir::Layout::kNHWC);
+      CHECK(n->input(1)->isParameter());
+    }
   const double tol = bf16 ? 2e-2 : 2e-3;
   checkClose((*cm)->run(ins), want, tol);
   checkClose((*cm)->run(ins), cpuEager(*g, ins), bf16 ? 6e-2 : 6e-3);

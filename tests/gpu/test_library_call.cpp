@@ -463,3 +463,160 @@ TEST_CASE("library calls: cuBLASLt and cuDNN load with every function kiln calls
   CHECK_THAT(libs.status().message(),
              Catch::StartsWith("cuBLASLt cannot start") || Catch::StartsWith("cuDNN cannot start"));
 }
+
+namespace {
+
+// A random convolution (then a max pooling) as IR text: in NCHW, or channels-last with the
+// filters KRSC, written out with relayouts at the edges as layout selection leaves a GPU graph
+// under tensor-core precisions.
+std::string convPoolIr(bool nhwc, const ir::Shape& x, const ir::Shape& w, const ir::Shape& y,
+                       const ir::Shape& pooled, const std::string& convAttrs) {
+  auto t = [&](const ir::Shape& s) {
+    return ir::TensorType{ir::DType::kF32, s, nhwc ? ir::Layout::kNHWC : ir::Layout::kPlain}
+        .toString();
+  };
+  auto plain = [](const ir::Shape& s) { return ir::TensorType{ir::DType::kF32, s}.toString(); };
+  const std::string toNhwc = " = relayout(%", attrs = ") {from=\"plain\", to=\"nhwc\"}\n";
+  std::string ir = "graph g(%x : " + plain(x) + ", %w : " + plain(w) + ", %b : f32[" +
+                   std::to_string(w[0]) + "]) {\n";
+  std::string xs = "%x", ws = "%w";
+  if (nhwc) {
+    ir += "  %xn : " + t(x) + toNhwc + "x" + attrs + "  %wn : " + t(w) + toNhwc + "w" + attrs;
+    xs = "%xn", ws = "%wn";
+  }
+  ir += "  %y : " + t(y) + " = conv2d(" + xs + ", " + ws + ", %b) {" + convAttrs + "}\n";
+  ir += "  %r : " + t(y) + " = relu(%y)\n";
+  ir += "  %m : " + t(pooled) + " = max_pool2d(%r) {kernel=[2,2], strides=[1,1]}\n";
+  if (!nhwc) return ir + "  return %m\n}";
+  return ir + "  %o : " + plain(pooled) + " = relayout(%m) {from=\"nhwc\", to=\"plain\"}\n" +
+         "  return %o\n}";
+}
+
+}  // namespace
+
+TEST_CASE("library calls: channels-last convolutions (KRSC filters) and poolings on the device") {
+  // The descriptors carry the layout: cuDNN gets NHWC tensors and NHWC-format filters, emu
+  // relayouts to NCHW around the CPU's library, so a lost flag reads scrambled operands. Against
+  // the same convolution in NCHW on the CPU; and through the host fallback, which relayouts
+  // channels-last operands for the CPU's kernels.
+  std::mt19937 rng(12);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  for (int trial = 0; trial < 6; ++trial) {
+    INFO("trial " << trial);
+    const int64_t groups = trial % 3 == 0 ? 2 : 1;
+    const int64_t c = groups * pick(1, 3), k = groups * pick(1, 4), n = pick(1, 2);
+    const int64_t r = pick(1, 3), s = pick(1, 3), h = pick(r + 3, 9), wd = pick(s + 3, 9);
+    const std::string attrs =
+        "strides=[" + std::to_string(pick(1, 2)) + "," + std::to_string(pick(1, 2)) + "], pads=[" +
+        std::to_string(pick(0, 1)) + ",0," + std::to_string(pick(0, 1)) + ",1], dilations=[1," +
+        std::to_string(pick(1, 2)) + "], group=" + std::to_string(groups);
+    const ir::Shape x{n, c, h, wd}, w{k, c / groups, r, s};
+    // The output shapes, from the NCHW graph's inference.
+    auto probe = ir::parseGraph("graph g(%x : " + ir::TensorType{ir::DType::kF32, x}.toString() +
+                                ", %w : " + ir::TensorType{ir::DType::kF32, w}.toString() +
+                                ") {\n  %y = conv2d(%x, %w) {" + attrs +
+                                "}\n  %m = max_pool2d(%y) {kernel=[2,2], strides=[1,1]}\n"
+                                "  return %m\n}");
+    INFO(probe.status().message());
+    REQUIRE(probe.hasValue());
+    const ir::Shape y = probe->nodes().front()->output()->type().shape;
+    const ir::Shape m = probe->outputs()[0]->type().shape;
+    auto plain = ir::parseGraph(convPoolIr(false, x, w, y, m, attrs));
+    auto nhwc = ir::parseGraph(convPoolIr(true, x, w, y, m, attrs));
+    INFO(nhwc.status().message());
+    REQUIRE(plain.hasValue());
+    REQUIRE(nhwc.hasValue());
+    const std::vector<Tensor> xs = testing::randomInputs(*plain, 90 + trial);
+    auto want = runtime::EagerExecutor(*plain).run(xs);
+    REQUIRE(want.hasValue());
+    compiler::CompileOptions o;
+    o.backend = *emu;
+    auto cm = compiler::compile(*nhwc, o);
+    INFO(cm.status().message());
+    REQUIRE(cm.hasValue());
+    int libraryNhwc = 0;
+    for (const auto& st : (*cm)->plan().steps)
+      libraryNhwc += st.library && st.libraryOptions.channelsLast;
+    CHECK(libraryNhwc == 2);  // The convolution (with its ReLU) and the pooling.
+    CHECK((*cm)->report().hostSteps == 0);
+    const int64_t calls = runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(**emu))->libraryCalls;
+    auto got = (*cm)->run(xs);
+    INFO(got.status().message());
+    REQUIRE(got.hasValue());
+    CHECK(runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(**emu))->libraryCalls == calls + 2);
+    double maxDiff = 0;
+    for (int64_t i = 0; i < (*want)[0].numElements(); ++i)
+      maxDiff = std::max(maxDiff,
+                         std::fabs((*got)[0].elementAsDouble(i) - (*want)[0].elementAsDouble(i)));
+    CHECK(maxDiff <= 1e-5);
+  }
+
+  // A channels-last call no descriptor takes (a sigmoid epilogue) runs on the host, relayouted.
+  const ir::Shape x{2, 3, 6, 5}, w{4, 3, 3, 3}, y{2, 4, 4, 3};
+  ir::AttrMap attrs;
+  attrs["strides"] = std::vector<int64_t>{1, 1};
+  attrs["pads"] = std::vector<int64_t>{0, 0, 0, 0};
+  attrs["dilations"] = std::vector<int64_t>{1, 1};
+  attrs["group"] = int64_t{1};
+  const ir::TensorType types[] = {{ir::DType::kF32, x, ir::Layout::kNHWC},
+                                  {ir::DType::kF32, w, ir::Layout::kNHWC},
+                                  {ir::DType::kF32, y, ir::Layout::kNHWC}};
+  std::vector<Tensor> plainIn = {*Tensor::empty(ir::DType::kF32, x),
+                                 *Tensor::empty(ir::DType::kF32, w)};
+  std::mt19937 fill(4);
+  for (Tensor& t : plainIn)
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      t.data<float>()[i] = std::uniform_real_distribution<float>(-1, 1)(fill);
+  auto want = runtime::runReferenceOp(ir::OpKind::kConv2d, plainIn, attrs);
+  REQUIRE(want.hasValue());
+  const ir::AttrMap toNhwc = {{"from", std::string("plain")}, {"to", std::string("nhwc")}};
+  const runtime::PostOp sigmoid{runtime::PostOp::Kind::kSigmoid};
+  runtime::OpCall call;
+  call.name = "conv";
+  call.op = ir::OpKind::kConv2d;
+  call.attrs = &attrs;
+  call.library = true;
+  call.postOps = std::span(&sigmoid, 1);
+  call.options.channelsLast = true;
+  CHECK(runtime::gpu::describeLibraryCall(call, std::span(types, 2), types[2]).status().code() ==
+        ErrorCode::kUnimplemented);
+  auto stream = (*emu)->openStream(0);
+  REQUIRE(stream.hasValue());
+  std::vector<runtime::DeviceBuffer> buffers;
+  std::vector<runtime::DeviceTensor> dev;
+  for (int i = 0; i < 3; ++i) {
+    auto b = (*emu)->allocate(types[i].byteSize());
+    REQUIRE(b.hasValue());
+    dev.push_back({b->address(), types[i]});
+    buffers.push_back(std::move(*b));
+    if (i == 2) break;
+    auto cl = runtime::runReferenceOp(ir::OpKind::kRelayout, {plainIn[i]}, toNhwc);
+    REQUIRE(cl.hasValue());
+    REQUIRE((*stream)->upload(dev[i].address, (*cl)[0].rawData(), types[i].byteSize()).isOk());
+  }
+  Status st = (*stream)->run(call, std::span(dev.data(), 2), std::span(dev.data() + 2, 1));
+  INFO(st.message());
+  REQUIRE(st.isOk());
+  Tensor out = *Tensor::empty(ir::DType::kF32, {y[0], y[2], y[3], y[1]});  // NHWC bytes.
+  REQUIRE((*stream)->download(out.rawData(), dev[2].address, types[2].byteSize()).isOk());
+  st = (*stream)->synchronize();
+  INFO(st.message());
+  REQUIRE(st.isOk());
+  double maxDiff = 0;
+  for (int64_t nn = 0; nn < y[0]; ++nn)
+    for (int64_t kk = 0; kk < y[1]; ++kk)
+      for (int64_t p = 0; p < y[2]; ++p)
+        for (int64_t q = 0; q < y[3]; ++q) {
+          const double e =
+              1 /
+              (1 + std::exp(-(*want)[0].data<float>()[((nn * y[1] + kk) * y[2] + p) * y[3] + q]));
+          const double v = out.data<float>()[((nn * y[2] + p) * y[3] + q) * y[1] + kk];
+          maxDiff = std::max(maxDiff, std::fabs(v - e));
+        }
+  CHECK(maxDiff <= 1e-5);
+  for (auto& b : buffers) (*stream)->free(std::move(b));
+}
