@@ -286,7 +286,8 @@ std::vector<double> stepAll(std::vector<std::unique_ptr<compiler::TrainingStep>>
 }  // namespace
 
 TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
-  const std::string name = GENERATE(as<std::string>{}, "mlp", "mnist_cnn", "resnet18");
+  // Every trainable zoo model (bert_layer has no classifier head).
+  const std::string name = GENERATE(as<std::string>{}, "mlp", "mnist_cnn", "resnet18", "resnet50");
   INFO(name);
   TempCache cache;
   compiler::TrainOptions cpu;
@@ -298,7 +299,14 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
   cpu.sgd = {.lr = 0.01, .momentum = 0.9, .weightDecay = 1e-4, .nesterov = false};
   compiler::TrainOptions onEmu = cpu;
   onEmu.compile.backend = emu();
-  const models::ModelOptions mo{.batch = 4, .seed = 7, .imageSize = name == "resnet18" ? 64 : 0};
+  // resnet50's step is far less well-conditioned: at batch 4 and 64x64 its layer4 BatchNorms
+  // see 16 values per channel, and its first-step gradients move by up to 3% (max over a
+  // tensor) when the input is scaled by 1 + 1e-6 on the CPU alone; a second step at slightly
+  // different weights diverges further (measured: 59% L2). So resnet50 takes one step, and its
+  // updates are compared in L2 (measured: at most 1.3% apart; a wrong gradient is O(1)).
+  const bool chaotic = name == "resnet50";
+  const models::ModelOptions mo{
+      .batch = 4, .seed = 7, .imageSize = name.starts_with("resnet") ? 64 : 0};
   std::vector<std::unique_ptr<compiler::TrainingStep>> steps;
   for (const auto* o : {&cpu, &onEmu}) {
     auto model = models::buildModel(name, mo);
@@ -309,7 +317,7 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
     steps.push_back(std::move(*s));
   }
   std::mt19937 rng(3);
-  for (int step = 0; step < 2; ++step) {
+  for (int step = 0; step < (chaotic ? 1 : 2); ++step) {
     const std::vector<double> losses = stepAll(steps, rng);
     INFO("losses " << losses[0] << " " << losses[1]);
     CHECK(std::fabs(losses[1] - losses[0]) <= 1e-4 * std::max(1.0, std::fabs(losses[0])));
@@ -331,13 +339,19 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
     const float* a = p0[i]->data().as<float>();
     const float* c = p1[i]->data().as<float>();
     const float* w = start->data().as<float>();
-    double diff = 0, moved = 0;
+    double diff = 0, moved = 0, diff2 = 0, moved2 = 0;
     for (int64_t k = 0; k < p0[i]->data().numElements(); ++k) {
-      diff = std::max(diff, std::fabs(static_cast<double>(a[k]) - c[k]));
-      moved = std::max(moved, std::fabs(static_cast<double>(a[k]) - w[k]));
+      const double d = static_cast<double>(a[k]) - c[k], m = static_cast<double>(a[k]) - w[k];
+      diff = std::max(diff, std::fabs(d));
+      moved = std::max(moved, std::fabs(m));
+      diff2 += d * d;
+      moved2 += m * m;
     }
     CHECK(moved > 0);
-    CHECK(diff <= 1e-2 * moved + 1e-6);
+    if (chaotic)
+      CHECK(std::sqrt(diff2) <= 5e-2 * std::sqrt(moved2) + 1e-6);
+    else
+      CHECK(diff <= 1e-2 * moved + 1e-6);
   }
 }
 
