@@ -38,8 +38,8 @@ enum OpTrait : uint32_t {
   kStridedView = 1u << 7,
   // A library op that applies epilogues (post-ops) to its f32 output before storing it.
   kEpilogueHead = 1u << 8,
-  // A pointwise op an epilogue can apply after a kEpilogueHead op (in f32; an add needs a
-  // same-shape operand): the compile driver maps each to a runtime::PostOp.
+  // A pointwise op an epilogue can apply after a kEpilogueHead op of its dtype (computing in
+  // f32; an add needs a same-shape operand): the compile driver maps each to a runtime::PostOp.
   kEpilogue = 1u << 9,
   // A 4-D NCHW library op whose library kernel also reads and writes channels-last (NHWC)
   // activations: layout selection may keep its input and output NHWC.
@@ -55,6 +55,11 @@ enum OpTrait : uint32_t {
   // runs in the low-precision type: its float inputs are cast to it, the library accumulates in
   // f32 and rounds the result once, and the result is cast back to f32 for the ops after it.
   kAutocast = 1u << 13,
+  // Under autocast, an op that runs in bf16/f16 when its float inputs are all that type (result
+  // rounded once, as PyTorch's autocast runs every op off its fp32 list in its inputs' type):
+  // movement, activations, arithmetic and pooling. Ops without it (exp, log, pow, reductions,
+  // normalization, losses) read low-precision inputs widened and compute in f32.
+  kLowPrecision = 1u << 14,
 };
 
 class AttrView;

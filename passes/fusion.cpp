@@ -65,7 +65,8 @@ bool isFusableReduction(const ir::Node& n) {
 }
 
 bool isPostOpCandidate(const ir::Node& n) {
-  return n.info().has(ir::kEpilogue) && n.output()->type().dtype == ir::DType::kF32;
+  return n.info().has(ir::kEpilogue) && ir::isFloat(n.output()->type().dtype) &&
+         n.output()->type().dtype != ir::DType::kF64;
 }
 
 bool acceptsLibraryEpilogue(ir::OpKind head) {
@@ -492,8 +493,10 @@ class Planner {
     newGroup(n, GroupKind::kOther);
   }
 
-  // An activation or residual add right after an f32 conv2d/linear/gemm/matmul (whose only
-  // reader it is) becomes a post-op of the library call.
+  // An activation or residual add right after a conv2d/linear/gemm/matmul (whose only reader
+  // it is) of its dtype becomes a post-op of the library call. f32 calls only, but for a
+  // backend's low-precision calls (bf16/f16 under autocast: the epilogue computes in f32 and
+  // rounds the result once, where op by op each op rounds — one ulp apart at most).
   bool joinLibraryEpilogue(ir::Node* n) {
     if (!isPostOpCandidate(*n)) return false;
     for (size_t i = 0; i < n->inputs().size(); ++i) {
@@ -504,7 +507,7 @@ class Planner {
       GroupState& s = groups_[pg];
       if (s.group.kind != GroupKind::kLibrary || s.group.nodes.back() != p) continue;
       if (!acceptsLibraryEpilogue(s.group.nodes.front()->op())) continue;
-      if (s.group.nodes.front()->output()->type().dtype != ir::DType::kF32) continue;
+      if (s.group.nodes.front()->output()->type().dtype != n->output()->type().dtype) continue;
       if (FusionDecision d = decide(pg, *n, in, Role::kEpilogue); !d) {
         reject(p, n, std::move(d));
         continue;

@@ -17,8 +17,9 @@ Pipeline Pipeline::standard() {
       "constant-folding",          // Fold weight-only subgraphs (e.g. a transposed weight).
       "batchnorm-folding",         // Inference: BatchNorm disappears into conv/linear weights,
                                    // so the conv's epilogue can take the following ReLU.
-      "autocast",                  // --precision bf16|fp16: products in the low precision,
-                                   // after BN folding so that folded weights are cast.
+      "autocast",                  // --precision bf16|fp16: products in the low precision and
+                                   // the ops after them that PyTorch runs so, after BN folding
+                                   // so that folded weights are cast.
       "constant-folding",          // Inference: the weights' casts become bf16/f16 constants.
       "cse",                       // Merge duplicates that the rewrites revealed.
       "layout-selection",          // After BN folding: conv chains channels-last, with

@@ -221,9 +221,9 @@ bool describesLibraryOp(ir::OpKind op, ir::DType dtype, ir::Layout layout) {
   const bool product = op == ir::OpKind::kConv2d || op == ir::OpKind::kConv2dBackwardData ||
                        op == ir::OpKind::kConv2dBackwardWeight || op == ir::OpKind::kLinear ||
                        op == ir::OpKind::kGemm || op == ir::OpKind::kMatMul;
-  // Products also in f16/bf16 (tensor cores, f32 accumulation); pooling in f32.
-  if (dtype == ir::DType::kF16 || dtype == ir::DType::kBF16) return product;
-  return dtype == ir::DType::kF32 &&
+  // f32, and f16/bf16 (products on tensor cores with f32 accumulation, pooling in f32 arithmetic
+  // rounded once: max exactly).
+  return (dtype == ir::DType::kF32 || dtype == ir::DType::kF16 || dtype == ir::DType::kBF16) &&
          (product || op == ir::OpKind::kMaxPool2d || op == ir::OpKind::kAvgPool2d);
 }
 

@@ -335,3 +335,67 @@ TEST_CASE("device lowering: BatchNorm training ops and split reductions keep the
       CHECK(std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)));
     }
 }
+
+TEST_CASE("autocast: products in bf16, their results flowing on through kLowPrecision ops") {
+  // conv -> relu -> conv -> + relu's output -> exp: the convolutions run in bf16, the ReLU and
+  // the residual add stay bf16 (their inputs are), exp computes in f32 (it has no
+  // kLowPrecision), and no value goes bf16 -> f32 -> bf16.
+  const std::string text = R"(graph g(%x : f32[1,2,4,4], %w : f32[2,2,3,3], %v : f32[2,2,3,3]) {
+  %c : f32[1,2,4,4] = conv2d(%x, %w) {pads=[1,1,1,1]}
+  %r : f32[1,2,4,4] = relu(%c)
+  %d : f32[1,2,4,4] = conv2d(%r, %v) {pads=[1,1,1,1]}
+  %a : f32[1,2,4,4] = add(%d, %r)
+  %e : f32[1,2,4,4] = exp(%a)
+  return %e, %r
+})";
+  ir::Graph g = parse(text);
+  const ir::Graph fp32 = g.clone();
+  passes::PassContext off;
+  CHECK_FALSE(runPass("autocast", g, off));  // f32: nothing to do.
+  passes::PassContext ctx;
+  ctx.autocast = ir::DType::kBF16;
+  CHECK(runPass("autocast", g, ctx));
+  int casts = 0;
+  for (const ir::Node* n : g.nodes()) {
+    INFO(n->describe());
+    const ir::DType t = n->output()->type().dtype;
+    switch (n->op()) {
+      case ir::OpKind::kConv2d:
+      case ir::OpKind::kRelu:
+      case ir::OpKind::kAdd:
+        CHECK(t == ir::DType::kBF16);
+        break;
+      case ir::OpKind::kExp:
+        CHECK(t == ir::DType::kF32);
+        break;
+      case ir::OpKind::kCast:
+        ++casts;
+        if (t == ir::DType::kBF16) CHECK_FALSE(n->input(0)->producer());  // Only x, w, v.
+        break;
+      default:
+        FAIL("unexpected op");
+    }
+  }
+  CHECK(casts == 5);  // x, w, v to bf16; the add and the relu (an output) back to f32.
+  for (const ir::Value* o : g.outputs()) CHECK(o->type().dtype == ir::DType::kF32);
+  CHECK_FALSE(runPass("autocast", g, ctx));  // Nothing f32 left to autocast.
+
+  // The values: the reference kernels on the autocast graph stay within bf16 of fp32's.
+  std::vector<runtime::Tensor> ins;
+  for (const ir::Value* v : fp32.inputs()) {
+    runtime::Tensor t = *runtime::Tensor::empty(v->type().dtype, v->type().shape);
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      t.data<float>()[i] = std::sin(static_cast<float>(i) * 0.37f) * 0.5f;
+    ins.push_back(t);
+  }
+  auto want = runtime::EagerExecutor(fp32).run(ins);
+  auto got = runtime::EagerExecutor(g).run(ins);
+  REQUIRE(want.hasValue());
+  REQUIRE(got.hasValue());
+  for (size_t o = 0; o < want->size(); ++o)
+    for (int64_t i = 0; i < (*want)[o].numElements(); ++i) {
+      const double a = (*got)[o].elementAsDouble(i), b = (*want)[o].elementAsDouble(i);
+      INFO("output " << o << " element " << i);
+      CHECK(std::fabs(a - b) <= 3e-2 * std::max(1.0, std::fabs(b)));
+    }
+}
