@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -11,6 +12,8 @@
 #if KILN_HAVE_CUDA_HEADERS
 #include <cublasLt.h>
 #include <cudnn.h>
+
+#include "runtime/reference/helpers.h"
 #endif
 
 namespace kiln::runtime::gpu {
@@ -105,9 +108,15 @@ class Libraries final : public CudaLibraries {
   std::mutex dnnMu;  // One cuDNN handle: cudnnSetStream then the call, under the lock.
 
   // Whether the fused ReLUs (cudnnConvolutionBiasActivationForward, CUBLASLT_EPILOGUE_RELU*) are
-  // used: until checkFusedRelu finds one that turns NaN into a number.
-  bool fusedConvRelu[2] = {true, true};  // NCHW, NHWC (cuDNN picks other kernels).
-  bool fusedGemmRelu = true;
+  // used, per product dtype (f32, f16, bf16: dtypeIndex) and, for cuDNN, layout (NCHW, NHWC:
+  // other kernels): until checkFusedRelu finds one that turns NaN into a number.
+  bool fusedConvRelu[3][2] = {{true, true}, {true, true}, {true, true}};
+  bool fusedGemmRelu[3] = {true, true, true};
+  static constexpr ir::DType kProductDTypes[3] = {ir::DType::kF32, ir::DType::kF16,
+                                                  ir::DType::kBF16};
+  static int dtypeIndex(ir::DType t) {
+    return t == ir::DType::kF16 ? 1 : t == ir::DType::kBF16 ? 2 : 0;
+  }
   bool probing_ = false;  // checkFusedRelu is running: no fallback from a refused fused call.
 
   Status run(const LibraryCall& call, std::span<const DevicePtr> ops, void* stream) override {
@@ -131,33 +140,53 @@ class Libraries final : public CudaLibraries {
     Expected<StreamHandle> s = dev.createStream();
     if (!s) return "fused ReLU check skipped: " + s.status().message();
     std::vector<DevicePtr> buffers;
-    auto upload = [&](const float* v, size_t n) -> Expected<DevicePtr> {
-      KILN_ASSIGN_OR_RETURN(DevicePtr p, dev.malloc(n * sizeof(float)));
+    // The values in dtype t's bytes (all of them are exact in f16 and bf16), and back.
+    auto upload = [&](const float* v, size_t n, ir::DType t) -> Expected<DevicePtr> {
+      std::vector<std::byte> bytes(n * ir::dtypeSize(t));
+      for (size_t i = 0; i < n; ++i) {
+        if (t == ir::DType::kF32) {
+          std::memcpy(bytes.data() + 4 * i, &v[i], 4);
+          continue;
+        }
+        const uint16_t h = t == ir::DType::kBF16 ? runtime::ref::doubleToBf16Bits(v[i])
+                                                 : runtime::ref::doubleToF16Bits(v[i]);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+      }
+      KILN_ASSIGN_OR_RETURN(DevicePtr p, dev.malloc(bytes.size()));
       buffers.push_back(p);
-      KILN_TRY(dev.copyToDevice(p, v, n * sizeof(float), *s));
+      KILN_TRY(dev.copyToDevice(p, bytes.data(), bytes.size(), *s));
       return p;
     };
-    auto check = [&](const LibraryCall& call, bool bias, bool residual) -> Expected<bool> {
+    auto valueAt = [](const std::byte* b, size_t i, ir::DType t) {
+      float f;
+      uint16_t h;
+      if (t == ir::DType::kF32) return std::memcpy(&f, b + 4 * i, 4), f;
+      std::memcpy(&h, b + 2 * i, 2);
+      return static_cast<float>(t == ir::DType::kBF16 ? runtime::ref::bf16BitsToDouble(h)
+                                                      : runtime::ref::f16BitsToDouble(h));
+    };
+    auto check = [&](const LibraryCall& call, bool bias, bool residual,
+                     ir::DType t) -> Expected<bool> {
       const float junk[3] = {nan, nan, nan};
-      KILN_ASSIGN_OR_RETURN(DevicePtr X, upload(x, 3));
-      KILN_ASSIGN_OR_RETURN(DevicePtr W, upload(w, 1));
+      KILN_ASSIGN_OR_RETURN(DevicePtr X, upload(x, 3, t));
+      KILN_ASSIGN_OR_RETURN(DevicePtr W, upload(w, 1, t));
       std::vector<DevicePtr> ops = {X, W};
       if (bias) {
-        KILN_ASSIGN_OR_RETURN(DevicePtr B, upload(b, 1));
+        KILN_ASSIGN_OR_RETURN(DevicePtr B, upload(b, 1, t));
         ops.push_back(B);
       }
       if (residual) {
-        KILN_ASSIGN_OR_RETURN(DevicePtr Z, upload(z, 3));
+        KILN_ASSIGN_OR_RETURN(DevicePtr Z, upload(z, 3, t));
         ops.push_back(Z);
       }
-      KILN_ASSIGN_OR_RETURN(DevicePtr Y, upload(junk, 3));
+      KILN_ASSIGN_OR_RETURN(DevicePtr Y, upload(junk, 3, t));
       ops.push_back(Y);
       KILN_TRY(run(call, ops, reinterpret_cast<void*>(*s)));
-      float y[3];
-      KILN_TRY(dev.copyToHost(y, Y, sizeof y, *s));
+      std::byte y[12];
+      KILN_TRY(dev.copyToHost(y, Y, 3 * ir::dtypeSize(t), *s));
       KILN_TRY(dev.synchronize(*s));
-      for (int i = 0; i < 3; ++i)
-        if (!same(y[i], want[bias][residual][i])) return false;
+      for (size_t i = 0; i < 3; ++i)
+        if (!same(valueAt(y, i, t), want[bias][residual][i])) return false;
       return true;
     };
     ConvDescriptor cd;  // 1x1, one channel, with a bias: cuDNN's fused call needs one.
@@ -166,35 +195,36 @@ class Libraries final : public CudaLibraries {
     GemmDescriptor gd;  // A linear: x [3, 1] times w^T [1, 1] (plus a bias row of 1).
     gd.m = 3, gd.n = 1, gd.k = 1, gd.transB = true, gd.lda = 1, gd.ldb = 1;
     std::string log;
+    const char* const paths[3] = {"cuDNN NCHW", "cuDNN NHWC", "cuBLASLt"};
     probing_ = true;  // A refused fused call is an error here, not a quiet fallback.
-    for (bool* flag : {&fusedConvRelu[0], &fusedConvRelu[1], &fusedGemmRelu}) {
-      const bool isConv = flag != &fusedGemmRelu;
-      cd.channelsLast = flag == &fusedConvRelu[1];  // One channel: the same bytes either way.
-      bool ok = true;
-      for (bool bias : {true, false}) {
-        if (isConv && !bias) continue;  // Without a bias the convolution's ReLU is separate.
-        for (bool residual : {false, true}) {
-          LibraryCall call;
-          if (isConv) {
-            call.desc = cd;
-          } else {
-            gd.c = bias ? GemmDescriptor::C::kRow : GemmDescriptor::C::kNone;
-            gd.beta = bias ? 1 : 0;
-            call.desc = gd;
+    for (int path = 0; path < 3; ++path)
+      for (ir::DType t : kProductDTypes) {
+        const bool isConv = path < 2;
+        cd.channelsLast = path == 1;  // One channel: the same bytes either way.
+        cd.dtype = gd.dtype = t;
+        bool ok = true;
+        for (bool bias : {true, false}) {
+          if (isConv && !bias) continue;  // Without a bias the convolution's ReLU is separate.
+          for (bool residual : {false, true}) {
+            LibraryCall call;
+            if (isConv) {
+              call.desc = cd;
+            } else {
+              gd.c = bias ? GemmDescriptor::C::kRow : GemmDescriptor::C::kNone;
+              gd.beta = bias ? 1 : 0;
+              call.desc = gd;
+            }
+            call.epilogue = {residual, true};
+            Expected<bool> r = check(call, bias, residual, t);
+            if (!r)
+              log += std::string(log.empty() ? "" : "; ") + paths[path] + " " +
+                     std::string(ir::dtypeName(t)) +
+                     " fused ReLU not verified: " + r.status().message();
+            ok = ok && r.hasValue() && *r;
           }
-          call.epilogue = {residual, true};
-          Expected<bool> r = check(call, bias, residual);
-          if (!r)
-            log += std::string(log.empty() ? "" : "; ") +
-                   (!isConv           ? "cuBLASLt"
-                    : cd.channelsLast ? "cuDNN NHWC"
-                                      : "cuDNN NCHW") +
-                   " fused ReLU not verified: " + r.status().message();
-          ok = ok && r.hasValue() && *r;
         }
+        (isConv ? fusedConvRelu[dtypeIndex(t)][path] : fusedGemmRelu[dtypeIndex(t)]) = ok;
       }
-      *flag = ok;
-    }
     probing_ = false;
     for (DevicePtr p : buffers) (void)dev.free(p);
     {
@@ -202,10 +232,17 @@ class Libraries final : public CudaLibraries {
       (void)cudnnSetStream(dnn, nullptr);  // Not the probe's stream, which goes away.
     }
     dev.destroyStream(*s);
-    auto yes = [](bool ok) { return ok ? "yes" : "no (separate activation)"; };
-    return log + std::string(log.empty() ? "" : "; ") + "fused ReLU keeps NaN: cuDNN NCHW " +
-           yes(fusedConvRelu[0]) + ", NHWC " + yes(fusedConvRelu[1]) + ", cuBLASLt " +
-           yes(fusedGemmRelu);
+    // "fused ReLU keeps NaN in: cuDNN NCHW f32 f16 bf16, cuDNN NHWC f32, cuBLASLt f32 bf16"
+    std::string kept;
+    for (int path = 0; path < 3; ++path) {
+      std::string ok;
+      for (ir::DType t : kProductDTypes)
+        if (path < 2 ? fusedConvRelu[dtypeIndex(t)][path] : fusedGemmRelu[dtypeIndex(t)])
+          ok += " " + std::string(ir::dtypeName(t));
+      kept += std::string(path ? ", " : "") + paths[path] + (ok.empty() ? " none" : ok);
+    }
+    return log + std::string(log.empty() ? "" : "; ") + "fused ReLU keeps NaN in: " + kept +
+           " (elsewhere a separate activation)";
   }
 
  private:
@@ -258,8 +295,8 @@ class Libraries final : public CudaLibraries {
     const DevicePtr C = g.c != GemmDescriptor::C::kNone ? ops[2] : 0;
     const DevicePtr Z = e.residual ? ops[call.residualOperand()] : 0;
     const DevicePtr D = ops.back();
-    // The fused ReLU was checked on f32 (checkFusedRelu); other dtypes take the separate one.
-    const bool fusedRelu = e.relu && fusedGemmRelu && g.dtype == ir::DType::kF32;
+    // The fused ReLU where checkFusedRelu verified it for this dtype; else the separate one.
+    const bool fusedRelu = e.relu && fusedGemmRelu[dtypeIndex(g.dtype)];
     if (e.relu && !fusedRelu && g.batch * g.m * g.n > std::numeric_limits<int>::max())
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
     cublasLtMatmulDesc_t op = nullptr;
@@ -431,10 +468,10 @@ class Libraries final : public CudaLibraries {
     KILN_TRY(dnn_(cudnnCreatePoolingDescriptor(&pd), "CreatePoolingDescriptor"));
     const cudnnTensorFormat_t format = p.channelsLast ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     KILN_TRY(dnn_(
-        cudnnSetTensor4dDescriptor(x, format, CUDNN_DATA_FLOAT, i(p.n), i(p.c), i(p.h), i(p.w)),
+        cudnnSetTensor4dDescriptor(x, format, dnnType(p.dtype), i(p.n), i(p.c), i(p.h), i(p.w)),
         "SetTensor4dDescriptor x"));
     KILN_TRY(dnn_(
-        cudnnSetTensor4dDescriptor(y, format, CUDNN_DATA_FLOAT, i(p.n), i(p.c), i(p.p), i(p.q)),
+        cudnnSetTensor4dDescriptor(y, format, dnnType(p.dtype), i(p.n), i(p.c), i(p.p), i(p.q)),
         "SetTensor4dDescriptor y"));
     const cudnnPoolingMode_t mode = p.max            ? CUDNN_POOLING_MAX_DETERMINISTIC
                                     : p.countPadding ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
@@ -643,8 +680,7 @@ class Libraries final : public CudaLibraries {
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
     // y = relu(conv(x) + z + bias) in one call where cuDNN's fused ReLU keeps NaN; where cuDNN
     // does not take this configuration, the separate calls below (nothing is written yet).
-    if (e.relu && c.bias && fusedConvRelu[c.channelsLast] && c.dtype == ir::DType::kF32 &&
-        !residualInY) {
+    if (e.relu && c.bias && fusedConvRelu[dtypeIndex(c.dtype)][c.channelsLast] && !residualInY) {
       cudnnActivationDescriptor_t act = nullptr;
       Status st = makeRelu(act);
       const float alpha2 = e.residual ? 1.f : 0.f;
