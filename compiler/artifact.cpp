@@ -22,6 +22,7 @@ runtime::ArtifactContents artifactContents(const CompiledModel& model, std::stri
   c.features = code.features;
   c.modules = code.modules;
   c.ptx = code.ptx;
+  c.cubins = code.cubins;
   c.algorithmChoices = model.report().algorithmChoices;
   if (const auto& b = model.plan().backend; b && b->caps().kernelCode != "host-object") {
     c.kernelCode = b->caps().kernelCode;

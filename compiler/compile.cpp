@@ -302,12 +302,23 @@ class Driver {
     for (size_t i = 0; i < schedule_.kernels.size(); ++i)
       report_.kernels[i].cuda =
           codegen::renderKernel(schedule_.kernels[i], codegen::Dialect::kCuda);
+    // On a GPU, ptxas also makes each architecture's cubin (an artifact's code for GPUs other
+    // than this one); elsewhere PTX alone checks the kernels.
+    const runtime::BackendCaps& caps = backend_->caps();
     for (int arch : {80, 90}) {
-      auto ptx = codegen::compileCuda(src, "kiln_kernels.cu", arch);
-      if (!ptx)
+      codegen::CudaCompileOptions nopts;
+      nopts.resourceUsage = caps.kernelCode == "cubin" && arch != caps.cuda.smArch;
+      auto ptx = codegen::compileCuda(src, "kiln_kernels.cu", arch, nopts);
+      if (!ptx) {
         report_.cudaErrors.push_back("sm_" + std::to_string(arch) + ": " + ptx.status().message());
-      else
-        code_info_->ptx.emplace_back("sm_" + std::to_string(arch), std::move(ptx->ptx));
+        continue;
+      }
+      code_info_->ptx.emplace_back("sm_" + std::to_string(arch), std::move(ptx->ptx));
+      if (nopts.resourceUsage) {
+        const auto* b = reinterpret_cast<const std::byte*>(ptx->cubin.data());
+        code_info_->cubins.emplace_back("sm_" + std::to_string(arch),
+                                        std::vector<std::byte>(b, b + ptx->cubin.size()));
+      }
     }
     report_.cudaKernelsChecked = static_cast<int>(schedule_.kernels.size());
     return Status::ok();

@@ -130,6 +130,9 @@ struct CompiledCode {
   std::vector<runtime::ArtifactModule> modules;          // Source and object of each kernel module.
   std::string triple, cpu, features;                     // What the objects were compiled for.
   std::vector<std::pair<std::string, std::string>> ptx;  // ("sm_80", PTX) when cudaCheck.
+  // For a GPU: every kernel in one cubin per architecture of sm_80 and sm_90 other than the
+  // device's, so that an artifact runs on those GPUs without a JIT (when cudaCheck).
+  std::vector<std::pair<std::string, std::vector<std::byte>>> cubins;
 };
 
 // A compiled model. Thread-safe: run() may be called from many threads at once (each call

@@ -759,6 +759,17 @@ Expected<std::vector<std::pair<std::string, std::span<const std::byte>>>> parseN
   return out;
 }
 
+// 90 for "sm_90"; nullopt for anything else.
+std::optional<int> parseSmArch(const std::string& arch) {
+  if (arch.size() < 5 || arch.size() > 7 || arch.compare(0, 3, "sm_") != 0) return std::nullopt;
+  int v = 0;
+  for (size_t i = 3; i < arch.size(); ++i) {
+    if (arch[i] < '0' || arch[i] > '9') return std::nullopt;
+    v = v * 10 + (arch[i] - '0');
+  }
+  return v;
+}
+
 Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
   ArtifactInfo& info = o.info;
   const std::string& path = info.path;
@@ -775,6 +786,14 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
   if (o.sections.count("ptx")) {
     KILN_ASSIGN_OR_RETURN(auto ptx, parseNamedBlobs(o.sections.at("ptx"), "ptx"));
     for (const auto& [arch, b] : ptx) info.ptxArchs.push_back(arch);
+  }
+  if (o.sections.count("cubins")) {  // Absent before multi-architecture artifacts.
+    KILN_ASSIGN_OR_RETURN(auto cubins, parseNamedBlobs(o.sections.at("cubins"), "cubins"));
+    for (const auto& [arch, b] : cubins) {
+      if (!parseSmArch(arch))
+        return bad(path, "the cubins section names architecture '" + arch + "'");
+      info.cubinArchs.push_back(arch);
+    }
   }
   if (o.sections.count("device")) {
     ByteReader r(o.sections.at("device"), "device");
@@ -821,6 +840,25 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
 
 }  // namespace
 
+std::optional<CudaCodeChoice> chooseCudaCode(int smArch, const std::string& deviceArch,
+                                             std::span<const std::string> cubinArchs,
+                                             std::span<const std::string> ptxArchs) {
+  using Kind = CudaCodeChoice::Kind;
+  if (parseSmArch(deviceArch) == smArch) return CudaCodeChoice{Kind::kObjects, deviceArch};
+  // A cubin runs on GPUs of its major architecture with an equal or higher minor one.
+  std::optional<CudaCodeChoice> best;
+  int bestArch = -1;
+  for (const std::string& a : cubinArchs)
+    if (auto v = parseSmArch(a); v && *v / 10 == smArch / 10 && *v <= smArch && *v > bestArch)
+      best = CudaCodeChoice{Kind::kCubin, a}, bestArch = *v;
+  if (best) return best;
+  // PTX of any architecture up to the GPU's is compiled for it.
+  for (const std::string& a : ptxArchs)
+    if (auto v = parseSmArch(a); v && *v <= smArch && *v > bestArch)
+      best = CudaCodeChoice{Kind::kPtx, a}, bestArch = *v;
+  return best;
+}
+
 Status writeArtifact(const std::string& path, const ArtifactContents& c) {
   if (!c.plan) return invalidArgument("writeArtifact: no plan");
   std::vector<Section> sections;
@@ -845,9 +883,16 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
     ptx.str(arch);
     ptx.str(text);
   }
+  ByteWriter cubins;
+  cubins.u64(c.cubins.size());
+  for (const auto& [arch, bytes] : c.cubins) {
+    cubins.str(arch);
+    cubins.bytes(bytes);
+  }
   sections.push_back({"objects", std::move(objects.out())});
   sections.push_back({"sources", std::move(sources.out())});
   sections.push_back({"ptx", std::move(ptx.out())});
+  if (!c.cubins.empty()) sections.push_back({"cubins", std::move(cubins.out())});
   if (!c.kernelCode.empty() && c.kernelCode != "host-object") {
     // CUDA kernels: their format, architecture and every kernel step's launch geometry.
     ByteWriter device;
@@ -954,32 +999,38 @@ Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
         (format == "cuda-emu-object" ? " (run it with --device emu)"
          : format == "cubin"         ? " (run it with --device cuda)"
                                      : " (run it with --device cpu)"));
-  // Cubins for another GPU: the PTX the artifact carries, linked for this GPU by nvJitLink (or
-  // JIT-compiled by the driver where nvJitLink is missing).
-  std::vector<std::byte> ptxFallback;
-  if (format == "cubin" && !objects.empty() &&
-      "sm_" + std::to_string(backend->caps().cuda.smArch) != info.deviceArch) {
-    KILN_ASSIGN_OR_RETURN(auto ptx, parseNamedBlobs(o.sections.at("ptx"), "ptx"));
-    // The newest PTX not above the device's architecture.
-    int best = -1;
-    for (size_t i = 0; i < ptx.size(); ++i) {
-      const int arch = std::atoi(ptx[i].first.c_str() + 3);
-      if (arch <= backend->caps().cuda.smArch &&
-          (best < 0 || arch > std::atoi(ptx[static_cast<size_t>(best)].first.c_str() + 3)))
-        best = static_cast<int>(i);
-    }
-    if (best < 0)
+  // Cubins for another GPU: the artifact's cubins for its architecture, else the PTX it carries,
+  // linked for this GPU by nvJitLink (or JIT-compiled by the driver where nvJitLink is missing).
+  std::vector<KernelObject> otherGpu;
+  std::vector<std::byte> ptxText;
+  if (format == "cubin" && !objects.empty()) {
+    const int sm = backend->caps().cuda.smArch;
+    auto choice = chooseCudaCode(sm, info.deviceArch, info.cubinArchs, info.ptxArchs);
+    if (!choice)
       return invalidArgument("artifact '" + path + "' holds cubins for " + info.deviceArch +
-                             " and no PTX this GPU (sm_" +
-                             std::to_string(backend->caps().cuda.smArch) +
+                             (info.cubinArchs.empty() ? "" : " and other GPUs") +
+                             " and no code this GPU (sm_" + std::to_string(sm) +
                              ") can run; compile it again with --device cuda on it");
-    const auto& text = ptx[static_cast<size_t>(best)].second;
-    ptxFallback.assign(text.begin(), text.end());
-    ptxFallback.push_back(std::byte{0});  // The driver takes PTX as a C string.
-    if (options.log)
-      *options.log << "kiln: " << path << ": cubins for " << info.deviceArch << ", this GPU is sm_"
-                   << backend->caps().cuda.smArch << "; loading "
-                   << ptx[static_cast<size_t>(best)].first << " PTX instead\n";
+    using Kind = CudaCodeChoice::Kind;
+    if (choice->kind != Kind::kObjects) {
+      const char* section = choice->kind == Kind::kCubin ? "cubins" : "ptx";
+      KILN_ASSIGN_OR_RETURN(auto blobs, parseNamedBlobs(o.sections.at(section), section));
+      for (const auto& [arch, bytes] : blobs) {
+        if (arch != choice->arch) continue;
+        if (choice->kind == Kind::kCubin) {
+          otherGpu.push_back({arch, bytes});
+        } else {
+          ptxText.assign(bytes.begin(), bytes.end());
+          ptxText.push_back(std::byte{0});  // The driver takes PTX as a C string.
+          otherGpu.push_back({"ptx", ptxText});
+        }
+        break;
+      }
+      if (options.log)
+        *options.log << "kiln: " << path << ": cubins for " << info.deviceArch
+                     << ", this GPU is sm_" << sm << "; loading the " << choice->arch << " "
+                     << (choice->kind == Kind::kCubin ? "cubin" : "PTX") << " instead\n";
+    }
   }
   if (!objects.empty() && format != "cubin") {  // Host code (CPU kernels or emu's): this CPU's.
     Status host = checkHostCompatible(info.triple, info.features);
@@ -1001,10 +1052,8 @@ Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
       recompiled = true;
     }
   }
-  std::vector<KernelObject> loadable;
-  if (!ptxFallback.empty())
-    loadable.push_back({"ptx", ptxFallback});
-  else
+  std::vector<KernelObject> loadable = otherGpu;
+  if (otherGpu.empty())
     for (size_t i = 0; i < objects.size(); ++i)
       loadable.push_back({objects[i].first,
                           recompiled ? std::span<const std::byte>(rebuilt[i]) : objects[i].second});

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -39,13 +40,28 @@ struct ArtifactContents {
   std::string triple, cpu, features;  // What the object code was compiled for.
   std::vector<ArtifactModule> modules;
   std::vector<std::pair<std::string, std::string>> ptx;  // (arch "sm_80", PTX text).
-  std::vector<std::string> algorithmChoices;             // One line per conv2d.
+  // Cubins of all the kernels in one module per architecture (sm_80 and sm_90 besides
+  // `deviceArch`'s): other GPUs load these instead of `modules`' objects.
+  std::vector<std::pair<std::string, std::vector<std::byte>>> cubins;
+  std::vector<std::string> algorithmChoices;  // One line per conv2d.
   // The code format of `modules`' objects when it is not the CPU's "host-object": CUDA kernels
   // ("cubin" for `deviceArch`, or "cuda-emu-object"); written to the `device` section with each
   // kernel step's launch geometry.
   std::string kernelCode;
   std::string deviceArch;  // "sm_90" for cubins.
 };
+
+// Which of a cubin artifact's codes a GPU of architecture `smArch` (90 for sm_90) loads: its own
+// cubins (`deviceArch`), else a cubin of the same major architecture and the newest minor not
+// above the GPU's (CUDA's binary compatibility), else the newest PTX not above it (linked for the
+// GPU by nvJitLink); nullopt: none runs there. Architectures are named "sm_XY".
+struct CudaCodeChoice {
+  enum class Kind : uint8_t { kObjects, kCubin, kPtx } kind = Kind::kObjects;
+  std::string arch;  // The cubin's or the PTX's; deviceArch for kObjects.
+};
+std::optional<CudaCodeChoice> chooseCudaCode(int smArch, const std::string& deviceArch,
+                                             std::span<const std::string> cubinArchs,
+                                             std::span<const std::string> ptxArchs);
 
 // Writes the artifact atomically (a temporary file renamed into place): on error nothing is
 // left at `path`.
@@ -69,6 +85,7 @@ struct ArtifactInfo {
   std::vector<std::string> kernels;  // Symbols of the generated kernels, in plan order.
   std::vector<std::string> moduleNames;
   std::vector<std::string> ptxArchs;
+  std::vector<std::string> cubinArchs;  // Of the `cubins` section.
   std::vector<std::string> algorithmChoices;
   // The `device` section: the CUDA code format ("cubin", "cuda-emu-object"; empty for a CPU
   // artifact) and the architecture of the cubins.

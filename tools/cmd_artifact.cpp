@@ -63,6 +63,7 @@ int runInspect(const Args& args) {
     j["kernels"] = info->kernels;
     j["modules"] = info->moduleNames;
     j["ptx"] = info->ptxArchs;
+    j["cubins"] = info->cubinArchs;
     j["device"] = {{"kernel_code", info->kernelCode.empty() ? "host-object" : info->kernelCode},
                    {"arch", info->deviceArch},
                    {"precision", info->precision}};
@@ -95,11 +96,13 @@ int runInspect(const Args& args) {
   std::string ptx;
   for (const auto& a : info->ptxArchs) ptx += (ptx.empty() ? "" : ", ") + a;
   std::printf("ptx         %s\n", ptx.empty() ? "none (compiled without NVRTC)" : ptx.c_str());
+  std::string others;
+  for (const auto& a : info->cubinArchs) others += ", " + a;
   if (!info->kernelCode.empty())
-    std::printf("device      CUDA kernels as %s%s%s, library calls in %s (run with --device %s)\n",
-                info->kernelCode.c_str(), info->deviceArch.empty() ? "" : " for ",
-                info->deviceArch.c_str(), info->precision.c_str(),
-                info->kernelCode == "cubin" ? "cuda" : "emu");
+    std::printf(
+        "device      CUDA kernels as %s%s%s%s, library calls in %s (run with --device %s)\n",
+        info->kernelCode.c_str(), info->deviceArch.empty() ? "" : " for ", info->deviceArch.c_str(),
+        others.c_str(), info->precision.c_str(), info->kernelCode == "cubin" ? "cuda" : "emu");
   for (const auto& k : info->kernels) std::printf("kernel      %s\n", k.c_str());
   for (const auto& a : info->algorithmChoices) std::printf("algo        %s\n", a.c_str());
   std::printf("sections\n");

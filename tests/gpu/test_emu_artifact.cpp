@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "codegen/nvrtc_compiler.h"
 #include "compiler/artifact.h"
 #include "compiler/compile.h"
 #include "models/zoo.h"
@@ -141,4 +142,67 @@ TEST_CASE("emu artifacts: --precision tf32 is kept by the artifact") {
   REQUIRE(b.hasValue());
   for (int64_t i = 0; i < (*a)[0].numElements(); ++i)
     CHECK((*a)[0].elementAsDouble(i) == (*b)[0].elementAsDouble(i));
+}
+
+TEST_CASE("cubin artifacts: a GPU loads its cubins, a cubin of its major architecture, or PTX") {
+  using Kind = runtime::CudaCodeChoice::Kind;
+  const std::vector<std::string> cubins = {"sm_80", "sm_90"}, ptx = {"sm_80", "sm_90"};
+  auto pick = [&](int sm, const std::string& own) {
+    return runtime::chooseCudaCode(sm, own, cubins, ptx);
+  };
+  CHECK(pick(90, "sm_90")->kind == Kind::kObjects);  // The compiling GPU's own.
+  CHECK(pick(80, "sm_90")->kind == Kind::kCubin);
+  CHECK(pick(80, "sm_90")->arch == "sm_80");
+  CHECK(pick(86, "sm_90")->arch == "sm_80");  // sm_80 code runs on sm_86 and sm_89.
+  CHECK(pick(89, "sm_89")->kind == Kind::kObjects);
+  CHECK(pick(90, "sm_89")->arch == "sm_90");
+  CHECK(pick(100, "sm_90")->kind == Kind::kPtx);  // Another major: the newest PTX below it.
+  CHECK(pick(100, "sm_90")->arch == "sm_90");
+  CHECK(pick(120, "sm_100")->arch == "sm_90");
+  CHECK_FALSE(pick(75, "sm_90").has_value());  // Older than every code in the artifact.
+  CHECK(runtime::chooseCudaCode(86, "sm_90", {}, std::vector<std::string>{"sm_80"})->kind ==
+        Kind::kPtx);
+
+  // A cubin artifact keeps each architecture's cubin in its `cubins` section (written here
+  // from an emu compile's plan with NVRTC's cubins, as `kiln compile --device cuda` writes it).
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  auto g = models::buildModel("mlp", {2, 4});
+  REQUIRE(g.hasValue());
+  TempDir dir;
+  compiler::CompileOptions o;
+  o.cacheDir = (dir.path / "cache").string();
+  o.backend = *emu;
+  auto cm = compiler::compile(*g, o);
+  REQUIRE(cm.hasValue());
+  runtime::ArtifactContents c = compiler::artifactContents(**cm, "mlp");
+  CHECK(c.cubins.empty());  // Emu's artifacts hold emu objects only.
+  c.kernelCode = "cubin";
+  c.deviceArch = "sm_90";
+  for (auto& m : c.modules) m.object = {std::byte{0x7f}, std::byte{'E'}};  // Not run here.
+  codegen::CudaCompileOptions nopts;
+  nopts.resourceUsage = true;
+  auto sm80 = codegen::compileCuda(
+      "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] *= 2.f; }", "k.cu", 80, nopts);
+  INFO(sm80.status().message());
+  REQUIRE(sm80.hasValue());
+  REQUIRE(sm80->cubin.size() > 4);
+  CHECK(sm80->cubin.compare(0, 4,
+                            "\x7f"
+                            "ELF") == 0);
+  const auto* b = reinterpret_cast<const std::byte*>(sm80->cubin.data());
+  c.cubins.emplace_back("sm_80", std::vector<std::byte>(b, b + sm80->cubin.size()));
+  const std::string file = (dir.path / "cubin.kiln").string();
+  REQUIRE(runtime::writeArtifact(file, c).isOk());
+  auto info = runtime::inspectArtifact(file);
+  INFO(info.status().message());
+  REQUIRE(info.hasValue());
+  CHECK(info->cubinArchs == std::vector<std::string>{"sm_80"});
+  CHECK(info->deviceArch == "sm_90");
+  // A name that is no architecture is a damaged artifact.
+  c.cubins.front().first = "sm_8x";
+  REQUIRE(runtime::writeArtifact(file, c).isOk());
+  auto damaged = runtime::inspectArtifact(file);
+  REQUIRE_FALSE(damaged.hasValue());
+  CHECK_THAT(damaged.status().message(), Catch::Contains("architecture 'sm_8x'"));
 }
