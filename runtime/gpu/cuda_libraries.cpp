@@ -112,6 +112,13 @@ class Libraries final : public CudaLibraries {
   // other kernels): until checkFusedRelu finds one that turns NaN into a number.
   bool fusedConvRelu[3][2] = {{true, true}, {true, true}, {true, true}};
   bool fusedGemmRelu[3] = {true, true, true};
+  // Whether the separate epilogue calls (cudnnAddTensor for the bias and the residual,
+  // cudnnActivationForward) ran right at start-up for a dtype and layout: where they did not, a
+  // call that needs them is refused before it writes anything (the op then runs on the host),
+  // since a refusal after the product has written its output could not fall back.
+  bool separateConvEpilogue[3][2] = {{true, true}, {true, true}, {true, true}};
+  bool separateGemmRelu[3] = {true, true, true};
+  bool forceSeparate_ = false;  // checkFusedRelu checks the separate calls.
   static constexpr ir::DType kProductDTypes[3] = {ir::DType::kF32, ir::DType::kF16,
                                                   ir::DType::kBF16};
   static int dtypeIndex(ir::DType t) {
@@ -224,6 +231,26 @@ class Libraries final : public CudaLibraries {
           }
         }
         (isConv ? fusedConvRelu[dtypeIndex(t)][path] : fusedGemmRelu[dtypeIndex(t)]) = ok;
+        // The separate calls, with the bias, the residual and the ReLU.
+        LibraryCall call;
+        if (isConv) {
+          call.desc = cd;
+        } else {
+          gd.c = GemmDescriptor::C::kRow;
+          gd.beta = 1;
+          call.desc = gd;
+        }
+        call.epilogue = {true, true};
+        forceSeparate_ = true;
+        Expected<bool> r = check(call, true, true, t);
+        forceSeparate_ = false;
+        if (!r || !*r)
+          log += std::string(log.empty() ? "" : "; ") + paths[path] + " " +
+                 std::string(ir::dtypeName(t)) + " separate epilogue " +
+                 (r ? "gave other values" : "failed: " + r.status().message()) +
+                 " (such calls run on the host)";
+        (isConv ? separateConvEpilogue[dtypeIndex(t)][path] : separateGemmRelu[dtypeIndex(t)]) =
+            r.hasValue() && *r;
       }
     probing_ = false;
     for (DevicePtr p : buffers) (void)dev.free(p);
@@ -296,9 +323,12 @@ class Libraries final : public CudaLibraries {
     const DevicePtr Z = e.residual ? ops[call.residualOperand()] : 0;
     const DevicePtr D = ops.back();
     // The fused ReLU where checkFusedRelu verified it for this dtype; else the separate one.
-    const bool fusedRelu = e.relu && fusedGemmRelu[dtypeIndex(g.dtype)];
+    const bool fusedRelu = e.relu && fusedGemmRelu[dtypeIndex(g.dtype)] && !forceSeparate_;
     if (e.relu && !fusedRelu && g.batch * g.m * g.n > std::numeric_limits<int>::max())
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
+    if (e.relu && !fusedRelu && !separateGemmRelu[dtypeIndex(g.dtype)])
+      return unimplemented("cuBLASLt: a " + std::string(ir::dtypeName(g.dtype)) +
+                           " product's ReLU, which failed the start-up check on this GPU");
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
@@ -680,7 +710,8 @@ class Libraries final : public CudaLibraries {
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
     // y = relu(conv(x) + z + bias) in one call where cuDNN's fused ReLU keeps NaN; where cuDNN
     // does not take this configuration, the separate calls below (nothing is written yet).
-    if (e.relu && c.bias && fusedConvRelu[dtypeIndex(c.dtype)][c.channelsLast] && !residualInY) {
+    if (e.relu && c.bias && fusedConvRelu[dtypeIndex(c.dtype)][c.channelsLast] && !residualInY &&
+        !forceSeparate_) {
       cudnnActivationDescriptor_t act = nullptr;
       Status st = makeRelu(act);
       const float alpha2 = e.residual ? 1.f : 0.f;
@@ -693,6 +724,10 @@ class Libraries final : public CudaLibraries {
       if (act) cudnnDestroyActivationDescriptor(act);
       if (st.code() != ErrorCode::kUnimplemented || probing_) return st;
     }
+    if ((c.bias || e.any()) && !separateConvEpilogue[dtypeIndex(c.dtype)][c.channelsLast])
+      return unimplemented("cuDNN: a " + std::string(ir::dtypeName(c.dtype)) +
+                           " convolution's bias, residual or ReLU as separate calls, which failed "
+                           "the start-up check on this GPU");
     const float beta = residualInY ? 1.f : 0.f;
     KILN_TRY(dnn_(cudnnConvolutionForward(dnn, &one, x, cp(ops[0]), w, cp(ops[1]), cd, algo,
                                           reinterpret_cast<void*>(ws), wsBytes, &beta, y,
