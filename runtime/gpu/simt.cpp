@@ -12,6 +12,31 @@
 #include <ucontext.h>
 #endif
 
+// Sanitizers must be told about stack switches (else ASan checks a fiber's frames against the
+// thread's stack bounds and keeps the poison of an abandoned fiber's frames, and TSan sees one
+// thread's stack jump): the fiber annotations of their public interfaces.
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_ASAN_FIBERS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_ASAN_FIBERS 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define KILN_TSAN_FIBERS 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KILN_TSAN_FIBERS 1
+#endif
+#endif
+#if KILN_ASAN_FIBERS
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#if KILN_TSAN_FIBERS
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace kiln::runtime::gpu {
 
 namespace {
@@ -106,12 +131,12 @@ extern "C" void kiln_emu_fiber_main(Fiber* f) {
   fiberMain(f);
 }
 
-struct Context {
+struct MachineContext {
   void* sp = nullptr;
 };
 
 // A stack that kiln_emu_switch resumes into kiln_emu_fiber_start with `f` in rbx.
-void prepare(Context& c, std::byte* top, Fiber* f) {
+void prepareMachine(MachineContext& c, std::byte* top, Fiber* f) {
   auto* s = reinterpret_cast<uint64_t*>(top - 80);  // 16-aligned after the return.
   uint32_t mxcsr;
   uint16_t fpcw;
@@ -125,11 +150,11 @@ void prepare(Context& c, std::byte* top, Fiber* f) {
   c.sp = s;
 }
 
-void switchTo(Context& from, Context& to) {
+void switchMachine(MachineContext& from, MachineContext& to) {
   kiln_emu_switch(&from.sp, to.sp);
 }
 #else
-struct Context {
+struct MachineContext {
   ucontext_t uc;
 };
 
@@ -137,7 +162,7 @@ void trampoline(unsigned hi, unsigned lo) {
   fiberMain(reinterpret_cast<Fiber*>((static_cast<uintptr_t>(hi) << 32) | lo));
 }
 
-void prepare(Context& c, std::byte* top, Fiber* f) {
+void prepareMachine(MachineContext& c, std::byte* top, Fiber* f) {
   getcontext(&c.uc);
   c.uc.uc_stack.ss_sp = top - kStackBytes;
   c.uc.uc_stack.ss_size = kStackBytes;
@@ -147,10 +172,68 @@ void prepare(Context& c, std::byte* top, Fiber* f) {
               static_cast<unsigned>(p));
 }
 
-void switchTo(Context& from, Context& to) {
+void switchMachine(MachineContext& from, MachineContext& to) {
   swapcontext(&from.uc, &to.uc);
 }
 #endif
+
+// A context to switch to: the machine state, and for the sanitizers the stack it runs on (a
+// fiber's: set by prepare; the scheduler's, the OS thread's: learnt at a fiber's first entry)
+// and TSan's fiber.
+struct Context {
+  MachineContext m;
+  const void* stackBottom = nullptr;
+  size_t stackSize = 0;
+#if KILN_TSAN_FIBERS
+  void* tsan = nullptr;  // Created by prepare, destroyed by release; the scheduler's: current.
+#endif
+};
+
+void prepare(Context& c, std::byte* top, Fiber* f) {
+#if KILN_ASAN_FIBERS
+  // A fiber abandoned mid-kernel (a failed block) left its frames' redzones poisoned.
+  __asan_unpoison_memory_region(top - kStackBytes, kStackBytes);
+#endif
+  c.stackBottom = top - kStackBytes;
+  c.stackSize = kStackBytes;
+#if KILN_TSAN_FIBERS
+  if (!c.tsan) c.tsan = __tsan_create_fiber(0);
+#endif
+  prepareMachine(c.m, top, f);
+}
+
+void release(Context& c) {
+#if KILN_TSAN_FIBERS
+  if (c.tsan) __tsan_destroy_fiber(c.tsan);
+  c.tsan = nullptr;
+#endif
+  (void)c;
+}
+
+// Switches from `from` (the running context) to `to`; returns when something switches back.
+// `last`: `from` never runs again (a finished fiber), so ASan can drop its fake stack.
+void switchTo(Context& from, Context& to, bool last = false) {
+#if KILN_ASAN_FIBERS
+  void* fakeStack = nullptr;
+  __sanitizer_start_switch_fiber(last ? nullptr : &fakeStack, to.stackBottom, to.stackSize);
+#endif
+#if KILN_TSAN_FIBERS
+  __tsan_switch_to_fiber(to.tsan, 0);
+#endif
+  switchMachine(from.m, to.m);
+#if KILN_ASAN_FIBERS
+  __sanitizer_finish_switch_fiber(fakeStack, nullptr, nullptr);
+#endif
+  (void)last;
+}
+
+// The first instructions of a fiber: ASan learns the stack it came from (the scheduler's).
+void enterFiber(Context& scheduler) {
+#if KILN_ASAN_FIBERS
+  __sanitizer_finish_switch_fiber(nullptr, &scheduler.stackBottom, &scheduler.stackSize);
+#endif
+  (void)scheduler;
+}
 
 // ---- Blocks -----------------------------------------------------------------------------------
 
@@ -211,10 +294,11 @@ void yield(Fiber& f) {
 }
 
 void fiberMain(Fiber* f) {
+  enterFiber(f->block->scheduler);
   tlsFiber = f;
   f->block->launch->entry(f->block->launch->params);
   f->state = State::kDone;
-  yield(*f);
+  switchTo(f->ctx, f->block->scheduler, /*last=*/true);
   __builtin_trap();  // A finished fiber is never resumed.
 }
 
@@ -443,12 +527,16 @@ Status runGrid(const SimtLaunch& l) {
   for (size_t w = 0; w < b.warps.size(); ++w)
     b.warps[w].lanes = static_cast<int>(std::min<uint64_t>(32, threads - w * 32));
   b.shared.resize(static_cast<size_t>(l.sharedLimit));
+#if KILN_TSAN_FIBERS
+  b.scheduler.tsan = __tsan_get_current_fiber();
+#endif
   tlsBlock = &b;
   Status s;
   for (uint32_t z = 0; z < l.grid.z && s.isOk(); ++z)
     for (uint32_t y = 0; y < l.grid.y && s.isOk(); ++y)
       for (uint32_t x = 0; x < l.grid.x && s.isOk(); ++x) s = runBlock(b, {x, y, z});
   tlsBlock = nullptr;
+  for (Fiber& f : b.fibers) release(f.ctx);  // Their stacks stay in the thread's pool.
   return s;
 }
 
