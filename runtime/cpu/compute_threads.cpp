@@ -142,6 +142,10 @@ void ComputeThreads::release(int threads) {
   b.cv.notify_all();
 }
 
+bool ComputeThreads::loadAware() {
+  return budget().loadAware.load();
+}
+
 void ComputeThreads::setLoadAware(bool on) {
   budget().loadAware = on;
 }

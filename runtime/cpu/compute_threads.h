@@ -32,6 +32,7 @@ class ComputeThreads {
   // The largest number of threads held at once since the process started (tests).
   static int peakInUse();
   static void setLoadAware(bool on);
+  static bool loadAware();
   // Cores other processes leave free now (at least 1), as the load-aware grant sees them.
   static int freeCores();
 };

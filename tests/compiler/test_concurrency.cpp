@@ -227,9 +227,20 @@ TEST_CASE("concurrency: JitModule from 8 threads compiles each signature once") 
   CHECK(runtime::ComputeThreads::peakInUse() <= kBudget);
 }
 
+// Load awareness off: a call's grant then does not depend on what else the machine runs at that
+// instant, and OpenBLAS's products can differ in their last bits between thread counts (seen on
+// an AMD EPYC: mlp's 4x512 by 512x256 linear on 1 and on 2 threads), which would make two runs
+// of the same steps differ for a reason other than the one tested.
+struct LoadAwareOff {
+  bool before = runtime::ComputeThreads::loadAware();
+  LoadAwareOff() { runtime::ComputeThreads::setLoadAware(false); }
+  ~LoadAwareOff() { runtime::ComputeThreads::setLoadAware(before); }
+};
+
 TEST_CASE("concurrency: a training step's callers are serialized") {
   TempDir dir;
   TwoThreads budget;
+  LoadAwareOff fixedGrants;
   // Every caller trains on the same batch, so the parameters after N steps do not depend on
   // which thread ran which step, only on the steps being whole and one at a time.
   auto make = [&] {
