@@ -20,7 +20,8 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
   if (!be.hasLibraryKernel(n.op(), yt.dtype, yt.layout))
     return passes::AlgorithmChoice{
         "auto", "backend '" + std::string(be.name()) + "' has no library convolution"};
-  const ir::TensorType types[] = {n.input(0)->type(), n.input(1)->type()};
+  std::vector<ir::TensorType> types;
+  for (const ir::Value* v : n.inputs()) types.push_back(v->type());
   const auto candidates = be.libraryAlgorithms(n.op(), n.attr(), types);
   if (!t.autotune || candidates.size() < 2)
     return passes::AlgorithmChoice{"auto", "heuristic: the library's default"};
@@ -30,6 +31,7 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
     if (k != "algo") attrs += k + "=" + ir::printAttrValue(v) + ";";
   const codegen::CacheKey key = codegen::CacheKeyBuilder()
                                     .add("conv-algo")
+                                    .add(std::string(ir::opName(n.op())))
                                     .add(std::string(ir::dtypeName(n.input(0)->type().dtype)))
                                     .add(ir::shapeToString(xs))
                                     .add(ir::shapeToString(ws))
@@ -83,7 +85,7 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
   for (runtime::ConvAlgo algo : candidates) {
     runtime::LibraryCache weights;
     runtime::OpCall call;
-    call.name = "conv2d autotuning";
+    call.name = "convolution algorithm timing";
     call.op = n.op();
     call.attrs = &n.attrs();
     call.library = true;
@@ -99,7 +101,11 @@ Expected<passes::AlgorithmChoice> chooseConvAlgorithm(const ir::Node& n, const C
       if (st.isOk()) st = stream->synchronize();
       if (rep > 0) ms.push_back(msSince(t0));  // The first run reorders weights.
     }
-    if (!st.isOk()) continue;  // The algorithm cannot run this shape.
+    if (!st.isOk()) {  // The algorithm cannot run this shape: said, not timed.
+      explanation += (explanation.empty() ? "" : ", ") + std::string(runtime::convAlgoName(algo)) +
+                     " failed (" + st.message() + ")";
+      continue;
+    }
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
     char buf[64];

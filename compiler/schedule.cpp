@@ -121,6 +121,8 @@ class Scheduler {
         const ir::TensorType& t = n->output()->type();
         s.library = backend_.hasLibraryKernel(n->op(), t.dtype, t.layout);
       }
+      if (s.library && n->info().findAttr("algo"))  // A gradient's timed algorithm.
+        if (auto a = runtime::parseConvAlgo(n->attr().getString("algo"))) s.algo = *a;
       s_.steps.push_back(std::move(s));
     }
     return Status::ok();

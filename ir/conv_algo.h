@@ -1,7 +1,7 @@
-// The algorithms a conv2d's `algo` attribute names: the CPU library's and cuDNN's. Every one
-// gives the reference's result within f32 rounding (winograd within 1e-4 of max |y|, the others
-// 1e-5); they differ in speed only. The compiler's algorithm choice picks among those a backend
-// offers (Backend::libraryAlgorithms) and the library call follows the attribute.
+// The algorithms the `algo` attribute of conv2d and its gradients names: the CPU library's and
+// cuDNN's. Every one gives the reference's result within f32 rounding (winograd within 1e-4 of
+// max |y|, the others 1e-5); they differ in speed only. The compiler's algorithm choice picks among
+// those a backend offers (Backend::libraryAlgorithms) and the library call follows the attribute.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,14 @@ enum class ConvAlgo : uint8_t {
   kCudnnGemm,
   kCudnnDirect,
   kCudnnWinograd,
-  kLast = kCudnnWinograd,
+  // cuDNN's gradient algorithms (deterministic ones only: the same step gives the same update).
+  kCudnnBwdData0,  // CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ... (its determinism: cuDNN's report)
+  kCudnnBwdData1,
+  kCudnnBwdDataWinograd,
+  kCudnnBwdFilter0,
+  kCudnnBwdFilter1,
+  kCudnnBwdFilter3,
+  kLast = kCudnnBwdFilter3,
 };
 // "auto", "direct", "winograd", "im2col_gemm", "cudnn_implicit_gemm", ...
 std::string_view convAlgoName(ConvAlgo algo);

@@ -528,48 +528,6 @@ class Libraries final : public CudaLibraries {
     return fallback;
   }
 
-  // dx = conv^T(dy, w): operands dy, w, x (its shape only), dx.
-  Status backwardData(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-                      cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t cd,
-                      std::span<const DevicePtr> ops, void* stream) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[8];
-    int n = 0;
-    KILN_TRY(dnn_(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn, w, y, cd, x, 8, &n, perf),
-                  "GetConvolutionBackwardDataAlgorithm_v7"));
-    const auto algo = pickAlgorithm(perf, n, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
-    size_t wsBytes = 0;
-    KILN_TRY(dnn_(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn, w, y, cd, x, algo, &wsBytes),
-                  "GetConvolutionBackwardDataWorkspaceSize"));
-    KILN_ASSIGN_OR_RETURN(DevicePtr ws, workspace(stream, std::max(wsBytes, kWorkspaceBytes)));
-    const float one = 1.f, zero = 0.f;
-    return dnn_(cudnnConvolutionBackwardData(dnn, &one, w, reinterpret_cast<const void*>(ops[1]), y,
-                                             reinterpret_cast<const void*>(ops[0]), cd, algo,
-                                             reinterpret_cast<void*>(ws), wsBytes, &zero, x,
-                                             reinterpret_cast<void*>(ops[3])),
-                "ConvolutionBackwardData");
-  }
-
-  // dw = x (*) dy: operands dy, x, w (its shape only), dw.
-  Status backwardFilter(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-                        cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t cd,
-                        std::span<const DevicePtr> ops, void* stream) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[8];
-    int n = 0;
-    KILN_TRY(dnn_(cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn, x, y, cd, w, 8, &n, perf),
-                  "GetConvolutionBackwardFilterAlgorithm_v7"));
-    const auto algo = pickAlgorithm(perf, n, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
-    size_t wsBytes = 0;
-    KILN_TRY(dnn_(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn, x, y, cd, w, algo, &wsBytes),
-                  "GetConvolutionBackwardFilterWorkspaceSize"));
-    KILN_ASSIGN_OR_RETURN(DevicePtr ws, workspace(stream, std::max(wsBytes, kWorkspaceBytes)));
-    const float one = 1.f, zero = 0.f;
-    return dnn_(cudnnConvolutionBackwardFilter(dnn, &one, x, reinterpret_cast<const void*>(ops[1]),
-                                               y, reinterpret_cast<const void*>(ops[0]), cd, algo,
-                                               reinterpret_cast<void*>(ws), wsBytes, &zero, w,
-                                               reinterpret_cast<void*>(ops[3])),
-                "ConvolutionBackwardFilter");
-  }
-
   // The tensor, filter and convolution descriptors of `c` (destroyed with the struct).
   struct ConvDescs {
     Libraries& l;
@@ -585,6 +543,92 @@ class Libraries final : public CudaLibraries {
       if (cd) l.cudnnDestroyConvolutionDescriptor(cd);
     }
   };
+
+  // cuDNN's gradient algorithms kiln times and runs: the deterministic ones (cuDNN reports each
+  // one's determinism per shape) without FFT or non-fused Winograd (their error).
+  static constexpr std::pair<ConvAlgo, cudnnConvolutionBwdDataAlgo_t> kBwdDataAlgos[] = {
+      {ConvAlgo::kCudnnBwdData0, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0},
+      {ConvAlgo::kCudnnBwdData1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1},
+      {ConvAlgo::kCudnnBwdDataWinograd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD}};
+  static constexpr std::pair<ConvAlgo, cudnnConvolutionBwdFilterAlgo_t> kBwdFilterAlgos[] = {
+      {ConvAlgo::kCudnnBwdFilter0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0},
+      {ConvAlgo::kCudnnBwdFilter1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1},
+      {ConvAlgo::kCudnnBwdFilter3, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3}};
+
+  // The heuristic's deterministic algorithms in `table` that fit the workspace, in its order.
+  template <class Perf, class Algo, size_t N>
+  static std::vector<std::pair<ConvAlgo, Algo>> deterministic(
+      const Perf* perf, int n, const std::pair<ConvAlgo, Algo> (&table)[N]) {
+    std::vector<std::pair<ConvAlgo, Algo>> out;
+    for (int k = 0; k < n; ++k) {
+      if (perf[k].status != CUDNN_STATUS_SUCCESS || perf[k].memory > kWorkspaceBytes ||
+          perf[k].determinism != CUDNN_DETERMINISTIC)
+        continue;
+      for (const auto& [kiln, cudnn] : table) {
+        const bool seen =
+            std::any_of(out.begin(), out.end(), [&](const auto& a) { return a.second == cudnn; });
+        if (cudnn == perf[k].algo && !seen) out.push_back({kiln, cudnn});
+      }
+    }
+    return out;
+  }
+
+  // `chosen` (ConvDescriptor::algo, timed at compile time) where cuDNN still offers it for
+  // these descriptors, else the heuristic's first deterministic algorithm.
+  template <class Perf, class Algo, size_t N>
+  static Algo gradientAlgorithm(const Perf* perf, int n,
+                                const std::pair<ConvAlgo, Algo> (&table)[N], ConvAlgo chosen,
+                                Algo fallback) {
+    for (const auto& [kiln, cudnn] : deterministic(perf, n, table))
+      if (kiln == chosen) return cudnn;
+    return pickAlgorithm(perf, n, fallback);
+  }
+
+  // dx = conv^T(dy, w): operands dy, w, x (its shape only), dx.
+  Status backwardData(const ConvDescs& d, ConvAlgo chosen, std::span<const DevicePtr> ops,
+                      void* stream) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int n = 0;
+    KILN_TRY(dnn_(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                      dnn, d.w, d.y, d.cd, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf),
+                  "GetConvolutionBackwardDataAlgorithm_v7"));
+    const auto algo =
+        gradientAlgorithm(perf, n, kBwdDataAlgos, chosen, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
+    size_t wsBytes = 0;
+    KILN_TRY(
+        dnn_(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn, d.w, d.y, d.cd, d.x, algo, &wsBytes),
+             "GetConvolutionBackwardDataWorkspaceSize"));
+    KILN_ASSIGN_OR_RETURN(DevicePtr ws, workspace(stream, std::max(wsBytes, kWorkspaceBytes)));
+    const float one = 1.f, zero = 0.f;
+    return dnn_(cudnnConvolutionBackwardData(dnn, &one, d.w, reinterpret_cast<const void*>(ops[1]),
+                                             d.y, reinterpret_cast<const void*>(ops[0]), d.cd, algo,
+                                             reinterpret_cast<void*>(ws), wsBytes, &zero, d.x,
+                                             reinterpret_cast<void*>(ops[3])),
+                "ConvolutionBackwardData");
+  }
+
+  // dw = x (*) dy: operands dy, x, w (its shape only), dw.
+  Status backwardFilter(const ConvDescs& d, ConvAlgo chosen, std::span<const DevicePtr> ops,
+                        void* stream) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int n = 0;
+    KILN_TRY(dnn_(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                      dnn, d.x, d.y, d.cd, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf),
+                  "GetConvolutionBackwardFilterAlgorithm_v7"));
+    const auto algo =
+        gradientAlgorithm(perf, n, kBwdFilterAlgos, chosen, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+    size_t wsBytes = 0;
+    KILN_TRY(dnn_(
+        cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn, d.x, d.y, d.cd, d.w, algo, &wsBytes),
+        "GetConvolutionBackwardFilterWorkspaceSize"));
+    KILN_ASSIGN_OR_RETURN(DevicePtr ws, workspace(stream, std::max(wsBytes, kWorkspaceBytes)));
+    const float one = 1.f, zero = 0.f;
+    return dnn_(cudnnConvolutionBackwardFilter(
+                    dnn, &one, d.x, reinterpret_cast<const void*>(ops[1]), d.y,
+                    reinterpret_cast<const void*>(ops[0]), d.cd, algo, reinterpret_cast<void*>(ws),
+                    wsBytes, &zero, d.w, reinterpret_cast<void*>(ops[3])),
+                "ConvolutionBackwardFilter");
+  }
 
   // Under dnnMu.
   Status describe(const ConvDescriptor& c, ConvDescs& d) {
@@ -659,12 +703,26 @@ class Libraries final : public CudaLibraries {
 
  public:
   std::vector<ConvAlgo> convAlgorithms(const ConvDescriptor& c) override {
-    if (c.pass != ConvDescriptor::Pass::kForward) return {};
     std::lock_guard lock(dnnMu);
     ConvDescs d(*this);
     if (!describe(c, d).isOk()) return {};
     std::vector<ConvAlgo> out;
-    for (const auto& a : forwardAlgorithms(d)) out.push_back(a.first);
+    int n = 0;
+    if (c.pass == ConvDescriptor::Pass::kBackwardData) {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      if (cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn, d.w, d.y, d.cd, d.x,
+                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
+                                                      perf) == CUDNN_STATUS_SUCCESS)
+        for (const auto& a : deterministic(perf, n, kBwdDataAlgos)) out.push_back(a.first);
+    } else if (c.pass == ConvDescriptor::Pass::kBackwardFilter) {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+      if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(dnn, d.x, d.y, d.cd, d.w,
+                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
+                                                        perf) == CUDNN_STATUS_SUCCESS)
+        for (const auto& a : deterministic(perf, n, kBwdFilterAlgos)) out.push_back(a.first);
+    } else {
+      for (const auto& a : forwardAlgorithms(d)) out.push_back(a.first);
+    }
     return out;
   }
 
@@ -679,10 +737,9 @@ class Libraries final : public CudaLibraries {
     cudnnTensorDescriptor_t x = d.x, y = d.y, &b = d.b;
     cudnnFilterDescriptor_t w = d.w;
     cudnnConvolutionDescriptor_t cd = d.cd;
-    if (c.pass == ConvDescriptor::Pass::kBackwardData)
-      return backwardData(x, w, y, cd, ops, stream);
+    if (c.pass == ConvDescriptor::Pass::kBackwardData) return backwardData(d, c.algo, ops, stream);
     if (c.pass == ConvDescriptor::Pass::kBackwardFilter)
-      return backwardFilter(x, w, y, cd, ops, stream);
+      return backwardFilter(d, c.algo, ops, stream);
     // The algorithm chosen at compile time (ConvDescriptor::algo), else the heuristic's first.
     const auto candidates = forwardAlgorithms(d);
     if (candidates.empty())

@@ -519,17 +519,21 @@ class GpuBackend final : public Backend {
     return libraryEpilogueFor(op, post).has_value();
   }
 
-  // A forward convolution's algorithms on the device's library (cuDNN's, or on emu the CPU
-  // library's): compile-time autotuning times them through a stream of this backend.
+  // A convolution's or its gradient's algorithms on the device's library (cuDNN's, or on emu
+  // the CPU library's: forward only): compile-time autotuning times them through a stream of
+  // this backend.
   std::vector<ConvAlgo> libraryAlgorithms(ir::OpKind op, const ir::AttrView& attrs,
                                           std::span<const ir::TensorType> inputs) const override {
-    if (op != ir::OpKind::kConv2d || inputs.size() < 2 || !dev_->hasLibraryCalls()) return {};
-    const std::vector<ir::TensorType> types(inputs.begin(), inputs.begin() + 2);
+    // conv2d (x, w) and its gradients (three operands), the ops with an algorithm attribute.
+    const size_t operands = op == ir::OpKind::kConv2d ? 2 : 3;
+    if (!ir::opInfo(op).findAttr("algo") || inputs.size() < operands || !dev_->hasLibraryCalls())
+      return {};
+    const std::vector<ir::TensorType> types(inputs.begin(), inputs.begin() + operands);
     Expected<std::vector<ir::TensorType>> out = ir::inferTypes(op, types, attrs.raw());
     if (!out) return {};
     (*out)[0].layout = types[0].layout;  // Layout selection gives a conv's output x's layout.
     OpCall call;
-    call.name = "conv2d";
+    call.name = ir::opName(op);
     call.op = op;
     call.attrs = &attrs.raw();
     call.library = true;

@@ -59,7 +59,7 @@ Expected<LibraryCall> describeConv(const OpCall& call, const ir::AttrView& a,
   d.groups = a.getInt("group");
   d.bias = d.pass == Pass::kForward && in.size() == 3;
   d.dtype = out.dtype;
-  if (d.pass == Pass::kForward) d.algo = call.options.algo;
+  d.algo = call.options.algo;
   return LibraryCall{d, {}};
 }
 
@@ -543,7 +543,10 @@ Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> give
   }
   if (call.epilogue.relu) post.push_back({PostOp::Kind::kRelu, 0.f, 0.f, nullptr});
   const ir::AttrView view(ir::opInfo(op), attrs);
-  if (options.algo != ConvAlgo::kAuto) {
+  // The CPU library has one implementation of each convolution gradient: an algorithm chosen
+  // for a gradient (by a device that offers several) is a hint it has nothing to apply to.
+  const bool gradient = cd && cd->pass != ConvDescriptor::Pass::kForward;
+  if (options.algo != ConvAlgo::kAuto && !gradient) {
     KILN_TRY(runLibraryWithPostOps(op, view, in, {}, {}, out, options)
                  .withContext("emu: " + call.describe()));
   } else {

@@ -39,9 +39,9 @@ struct ConvDescriptor {
   enum class Pass : uint8_t { kForward, kBackwardData, kBackwardFilter } pass = Pass::kForward;
   ir::DType dtype = ir::DType::kF32;
   bool tf32 = false;  // LibraryOptions::tf32: multiplicands rounded to TF32.
-  // The forward's algorithm (OpCall::options.algo, chosen at compile time among the device's
-  // convAlgorithms): a cuDNN one on a GPU, the CPU library's on emu; kAuto: the library's
-  // heuristic at run time.
+  // The algorithm (OpCall::options.algo, chosen at compile time among the device's
+  // convAlgorithms for this pass): a cuDNN one on a GPU, the CPU library's on emu; kAuto: the
+  // library's heuristic at run time (for gradients its first deterministic algorithm).
   ConvAlgo algo = ConvAlgo::kAuto;
   // x, w, y and a residual channels-last (forward only: the gradients are NCHW).
   bool channelsLast = false;

@@ -3,13 +3,18 @@
 // convolutions over random strides, asymmetric pads, dilations, groups and bias, and matrix
 // products in every form (linear, gemm with transposes, alpha, beta and each kind of C, matmul
 // with batch dims on either side), against the reference kernels.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <random>
 
 #include "compiler/compile.h"
+#include "compiler/train.h"
 #include "ir/parser.h"
+#include "models/zoo.h"
 #include "random_inputs.h"
 #include "runtime/eager.h"
 #include "runtime/gpu/cuda_libraries.h"
@@ -619,4 +624,129 @@ TEST_CASE("library calls: channels-last convolutions (KRSC filters) and poolings
         }
   CHECK(maxDiff <= 1e-5);
   for (auto& b : buffers) (*stream)->free(std::move(b));
+}
+
+namespace {
+
+// The emu backend, but offering two algorithms for convolution gradients (the CPU library's
+// names; its gradients have one implementation, so either computes the same): what a GPU's
+// cuDNN offers, for testing the timing of gradients here.
+class GradientAlgorithms final : public runtime::Backend {
+ public:
+  explicit GradientAlgorithms(std::shared_ptr<runtime::Backend> inner) : in_(std::move(inner)) {}
+  std::string_view name() const override { return "emu-gradient-algorithms"; }
+  const runtime::BackendCaps& caps() const override { return in_->caps(); }
+  Expected<runtime::DeviceBuffer> allocate(size_t bytes) override { return in_->allocate(bytes); }
+  Expected<runtime::DeviceBuffer> mapHost(std::byte* host, size_t bytes) override {
+    return in_->mapHost(host, bytes);
+  }
+  runtime::Allocator& hostAllocator() override { return in_->hostAllocator(); }
+  runtime::AllocatorStats memoryStats() const override { return in_->memoryStats(); }
+  void resetPeakMemory() override { in_->resetPeakMemory(); }
+  Expected<std::unique_ptr<runtime::Stream>> openStream(int threads) override {
+    return in_->openStream(threads);
+  }
+  Expected<std::shared_ptr<runtime::KernelModule>> loadKernels(
+      std::span<const runtime::KernelObject> objects) override {
+    return in_->loadKernels(objects);
+  }
+  bool hasLibraryKernel(ir::OpKind op, ir::DType dtype, ir::Layout layout) const override {
+    return in_->hasLibraryKernel(op, dtype, layout);
+  }
+  bool runsPostOps(ir::OpKind op, std::span<const runtime::PostOp> post) const override {
+    return in_->runsPostOps(op, post);
+  }
+  std::vector<runtime::ConvAlgo> libraryAlgorithms(
+      ir::OpKind op, const ir::AttrView& attrs,
+      std::span<const ir::TensorType> inputs) const override {
+    if (op != ir::OpKind::kConv2dBackwardData && op != ir::OpKind::kConv2dBackwardWeight)
+      return in_->libraryAlgorithms(op, attrs, inputs);
+    ++asked;
+    return {runtime::ConvAlgo::kDirect, runtime::ConvAlgo::kIm2colGemm};
+  }
+  mutable int asked = 0;
+
+ protected:
+  void release(void*, size_t) noexcept override {}  // Its buffers are the inner backend's.
+
+ private:
+  std::shared_ptr<runtime::Backend> in_;
+};
+
+}  // namespace
+
+TEST_CASE("library calls: gradient algorithms are timed like the forward's and reach the calls") {
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  auto offering = std::make_shared<GradientAlgorithms>(*emu);
+  const std::string cache =
+      (std::filesystem::temp_directory_path() / ("kiln_grad_algos_" + std::to_string(::getpid())))
+          .string();
+  compiler::TrainOptions o;
+  o.compile.backend = offering;
+  o.compile.autotune = true;
+  o.compile.cacheDir = cache;
+  compiler::TrainOptions plain = o;
+  plain.compile.backend = *emu;
+  plain.compile.autotune = false;
+  std::vector<std::unique_ptr<compiler::TrainingStep>> steps;
+  for (const auto* opts : {&o, &plain, &o}) {  // The third compile reads the cache.
+    auto model = models::buildModel("mnist_cnn", {.batch = 4, .seed = 3});
+    REQUIRE(model.hasValue());
+    auto s = compiler::TrainingStep::create(std::move(model).value(), *opts);
+    INFO(s.status().message());
+    REQUIRE(s.hasValue());
+    steps.push_back(std::move(*s));
+  }
+  CHECK(offering->asked >= 2);
+  int data = 0, filter = 0;
+  for (const std::string& line : steps[0]->compiled()->report().algorithmChoices) {
+    INFO(line);
+    const bool d = line.find("conv2d_backward_data") != std::string::npos;
+    const bool f = line.find("conv2d_backward_weight") != std::string::npos;
+    data += d, filter += f;
+    if (d || f)
+      CHECK_THAT(line, Catch::Contains("timed: direct") && Catch::Contains("im2col_gemm"));
+  }
+  CHECK(data >= 1);
+  CHECK(filter >= 1);
+  for (const std::string& line : steps[2]->compiled()->report().algorithmChoices)
+    if (line.find("backward") != std::string::npos) CHECK_THAT(line, Catch::Contains("cached:"));
+  // The choice is the node's attribute, which the plan's library step and its descriptor carry.
+  int chosen = 0;
+  for (const ir::Node* n : steps[0]->compiled()->optimizedGraph().nodes())
+    if (n->op() == ir::OpKind::kConv2dBackwardData ||
+        n->op() == ir::OpKind::kConv2dBackwardWeight) {
+      const std::string a = n->attr().getString("algo");
+      CHECK((a == "direct" || a == "im2col_gemm"));
+      ++chosen;
+    }
+  CHECK(chosen == data + filter);
+  int stepsWithAlgo = 0;
+  for (const auto& st : steps[0]->compiled()->plan().steps)
+    stepsWithAlgo += st.library && st.libraryOptions.algo != runtime::ConvAlgo::kAuto;
+  CHECK(stepsWithAlgo >= chosen);
+  // Either algorithm computes the gradients the heuristic's run computes (up to the forward
+  // convolutions' algorithms, also timed here: rounding).
+  std::mt19937 rng(1);
+  Tensor x = *Tensor::empty(ir::DType::kF32, steps[0]->graph().inputs()[0]->type().shape);
+  for (int64_t i = 0; i < x.numElements(); ++i)
+    x.data<float>()[i] = std::uniform_real_distribution<float>(-1, 1)(rng);
+  Tensor t = *Tensor::zeros(steps[0]->targetType().dtype, steps[0]->targetType().shape);
+  auto a = (*steps[0])(x, t);
+  auto b = (*steps[1])(x, t);
+  REQUIRE(a.hasValue());
+  REQUIRE(b.hasValue());
+  CHECK(std::fabs(a->loss - b->loss) <= 1e-5);
+  double maxDiff = 0;
+  for (size_t i = 0; i < steps[0]->graph().parameters().size(); ++i) {
+    const ir::Value* p = steps[0]->graph().parameters()[i];
+    const ir::Value* q = steps[1]->graph().parameters()[i];
+    if (!p->trainable()) continue;
+    for (int64_t k = 0; k < p->data().numElements(); ++k)
+      maxDiff = std::max(maxDiff, static_cast<double>(std::fabs(p->data().as<float>()[k] -
+                                                                q->data().as<float>()[k])));
+  }
+  CHECK(maxDiff <= 1e-6);
+  std::filesystem::remove_all(cache);
 }
