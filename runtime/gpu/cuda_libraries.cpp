@@ -118,6 +118,9 @@ class Libraries final : public CudaLibraries {
   // since a refusal after the product has written its output could not fall back.
   bool separateConvEpilogue[3][2] = {{true, true}, {true, true}, {true, true}};
   bool separateGemmRelu[3] = {true, true, true};
+  // Whether cuBLASLt's GELU epilogue computes kiln's tanh GELU and keeps NaN, per dtype: where it
+  // does not, a product with it is refused before it writes (no separate GELU call exists).
+  bool fusedGemmGelu[3] = {true, true, true};
   bool forceSeparate_ = false;  // checkFusedRelu checks the separate calls.
   static constexpr ir::DType kProductDTypes[3] = {ir::DType::kF32, ir::DType::kF16,
                                                   ir::DType::kBF16};
@@ -143,7 +146,6 @@ class Libraries final : public CudaLibraries {
     // [bias][residual]
     const float want[2][2][3] = {{{nan, 0.f, 2.f}, {nan, 0.f, 0.f}},
                                  {{nan, 0.f, 2.5f}, {nan, 0.5f, 0.f}}};
-    auto same = [](float a, float e) { return std::isnan(e) ? std::isnan(a) : a == e; };
     Expected<StreamHandle> s = dev.createStream();
     if (!s) return "fused ReLU check skipped: " + s.status().message();
     std::vector<DevicePtr> buffers;
@@ -172,8 +174,11 @@ class Libraries final : public CudaLibraries {
       return static_cast<float>(t == ir::DType::kBF16 ? runtime::ref::bf16BitsToDouble(h)
                                                       : runtime::ref::f16BitsToDouble(h));
     };
-    auto check = [&](const LibraryCall& call, bool bias, bool residual,
-                     ir::DType t) -> Expected<bool> {
+    // `call`'s output against `expect` (the ReLU's table by default), within `tol` of its
+    // magnitude (0: exactly).
+    auto check = [&](const LibraryCall& call, bool bias, bool residual, ir::DType t,
+                     const float* expect = nullptr, double tol = 0) -> Expected<bool> {
+      if (!expect) expect = want[bias][residual];
       const float junk[3] = {nan, nan, nan};
       KILN_ASSIGN_OR_RETURN(DevicePtr X, upload(x, 3, t));
       KILN_ASSIGN_OR_RETURN(DevicePtr W, upload(w, 1, t));
@@ -192,8 +197,11 @@ class Libraries final : public CudaLibraries {
       std::byte y[12];
       KILN_TRY(dev.copyToHost(y, Y, 3 * ir::dtypeSize(t), *s));
       KILN_TRY(dev.synchronize(*s));
-      for (size_t i = 0; i < 3; ++i)
-        if (!same(valueAt(y, i, t), want[bias][residual][i])) return false;
+      for (size_t i = 0; i < 3; ++i) {
+        const float v = valueAt(y, i, t), e = expect[i];
+        if (std::isnan(e) != std::isnan(v)) return false;
+        if (!std::isnan(e) && std::fabs(v - e) > tol * std::max(1.f, std::fabs(e))) return false;
+      }
       return true;
     };
     ConvDescriptor cd;  // 1x1, one channel, with a bias: cuDNN's fused call needs one.
@@ -251,6 +259,37 @@ class Libraries final : public CudaLibraries {
                  " (such calls run on the host)";
         (isConv ? separateConvEpilogue[dtypeIndex(t)][path] : separateGemmRelu[dtypeIndex(t)]) =
             r.hasValue() && *r;
+        if (isConv) continue;
+        // cuBLASLt's GELU against kiln's tanh formula, to f32 rounding (or one unit in the last
+        // place of a half), NaN kept: with and without the bias and the residual.
+        bool geluOk = true;
+        for (bool bias : {true, false})
+          for (bool residual : {false, true}) {
+            float expect[3];
+            for (int i = 0; i < 3; ++i) {
+              const double v =
+                  static_cast<double>(x[i]) + (bias ? b[0] : 0.f) + (residual ? z[i] : 0.f);
+              expect[i] = static_cast<float>(
+                  0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+            }
+            gd.c = bias ? GemmDescriptor::C::kRow : GemmDescriptor::C::kNone;
+            gd.beta = bias ? 1 : 0;
+            LibraryCall g;
+            g.desc = gd;
+            g.epilogue.residual = residual;
+            g.epilogue.geluTanh = true;
+            const double tol = t == ir::DType::kF32    ? 1e-5
+                               : t == ir::DType::kBF16 ? 1.5 / 128
+                                                       : 1.5 / 1024;
+            Expected<bool> ok = check(g, bias, residual, t, expect, tol);
+            if (!ok || !*ok)
+              log += std::string(log.empty() ? "" : "; ") + "cuBLASLt " +
+                     std::string(ir::dtypeName(t)) + " GELU epilogue " +
+                     (ok ? "differs from kiln's formula" : "failed: " + ok.status().message()) +
+                     " (such products run on the host)";
+            geluOk = geluOk && ok.hasValue() && *ok;
+          }
+        fusedGemmGelu[dtypeIndex(t)] = geluOk;
       }
     probing_ = false;
     for (DevicePtr p : buffers) (void)dev.free(p);
@@ -268,8 +307,12 @@ class Libraries final : public CudaLibraries {
           ok += " " + std::string(ir::dtypeName(t));
       kept += std::string(path ? ", " : "") + paths[path] + (ok.empty() ? " none" : ok);
     }
+    std::string gelu;
+    for (ir::DType t : kProductDTypes)
+      if (fusedGemmGelu[dtypeIndex(t)]) gelu += " " + std::string(ir::dtypeName(t));
     return log + std::string(log.empty() ? "" : "; ") + "fused ReLU keeps NaN in: " + kept +
-           " (elsewhere a separate activation)";
+           " (elsewhere a separate activation); cuBLASLt's GELU is kiln's tanh GELU in:" +
+           (gelu.empty() ? " none" : gelu);
   }
 
  private:
@@ -326,6 +369,9 @@ class Libraries final : public CudaLibraries {
     const bool fusedRelu = e.relu && fusedGemmRelu[dtypeIndex(g.dtype)] && !forceSeparate_;
     if (e.relu && !fusedRelu && g.batch * g.m * g.n > std::numeric_limits<int>::max())
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
+    if (e.geluTanh && !fusedGemmGelu[dtypeIndex(g.dtype)])
+      return unimplemented("cuBLASLt: a " + std::string(ir::dtypeName(g.dtype)) +
+                           " product's GELU epilogue, which failed the start-up check on this GPU");
     if (e.relu && !fusedRelu && !separateGemmRelu[dtypeIndex(g.dtype)])
       return unimplemented("cuBLASLt: a " + std::string(ir::dtypeName(g.dtype)) +
                            " product's ReLU, which failed the start-up check on this GPU");
@@ -356,9 +402,12 @@ class Libraries final : public CudaLibraries {
         lt_(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof second),
             "TRANSB"));
     const bool bias = g.c == GemmDescriptor::C::kRow;
-    const cublasLtEpilogue_t epi =
-        bias ? (fusedRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-             : (fusedRelu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+    const cublasLtEpilogue_t epi = bias ? (fusedRelu    ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                           : e.geluTanh ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                                        : CUBLASLT_EPILOGUE_BIAS)
+                                        : (fusedRelu    ? CUBLASLT_EPILOGUE_RELU
+                                           : e.geluTanh ? CUBLASLT_EPILOGUE_GELU
+                                                        : CUBLASLT_EPILOGUE_DEFAULT);
     if (epi != CUBLASLT_EPILOGUE_DEFAULT)
       KILN_TRY(
           lt_(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),

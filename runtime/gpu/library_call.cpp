@@ -155,7 +155,10 @@ std::optional<LibraryEpilogue> libraryEpilogueFor(ir::OpKind op, std::span<const
   size_t i = 0;
   if (i < post.size() && post[i].kind == PostOp::Kind::kAdd && post[i].input == 0)
     e.residual = true, ++i;
-  if (i < post.size() && post[i].kind == PostOp::Kind::kRelu) e.relu = true, ++i;
+  if (i < post.size() && post[i].kind == PostOp::Kind::kRelu)
+    e.relu = true, ++i;
+  else if (i < post.size() && post[i].kind == PostOp::Kind::kGeluTanh && op != ir::OpKind::kConv2d)
+    e.geluTanh = true, ++i;
   if (i != post.size()) return std::nullopt;
   return e;
 }
@@ -170,6 +173,7 @@ std::string LibraryCall::describe() const {
     d += ", " + std::string(ir::dtypeName(t)) + " (f32 accumulation)";
   if (epilogue.residual) d += " + residual";
   if (epilogue.relu) d += ", relu";
+  if (epilogue.geluTanh) d += ", gelu (tanh)";
   return d;
 }
 
@@ -542,6 +546,7 @@ Status runLibraryCallOnHost(const LibraryCall& call, std::span<void* const> give
     post.push_back({PostOp::Kind::kAdd, 0.f, 0.f, z});
   }
   if (call.epilogue.relu) post.push_back({PostOp::Kind::kRelu, 0.f, 0.f, nullptr});
+  if (call.epilogue.geluTanh) post.push_back({PostOp::Kind::kGeluTanh, 0.f, 0.f, nullptr});
   const ir::AttrView view(ir::opInfo(op), attrs);
   // The CPU library has one implementation of each convolution gradient: an algorithm chosen
   // for a gradient (by a device that offers several) is a hint it has nothing to apply to.

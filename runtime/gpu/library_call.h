@@ -81,12 +81,17 @@ struct PoolDescriptor {
 // exactly: cuDNN (cudnnConvolutionBiasActivationForward's z and CUDNN_PROPAGATE_NAN) and cuBLASLt
 // (C with beta 1, CUBLASLT_EPILOGUE_RELU[_BIAS]) express them, and where a device's fused ReLU
 // turns NaN into 0 (checked once per process on the real device) it runs cuDNN's separate
-// NaN-propagating activation instead. Other activations stay generated kernels: the libraries
-// document neither their NaN behaviour nor, for cuBLASLt's GELU, kiln's erf formula.
+// NaN-propagating activation instead. After a matrix product, gelu(approximate="tanh") is
+// cuBLASLt's CUBLASLT_EPILOGUE_GELU[_BIAS] where it matches kiln's formula and keeps NaN (also
+// checked once per process; else such a call runs on the host). Other activations stay
+// generated kernels: the libraries document neither their NaN behaviour nor kiln's erf GELU.
 struct LibraryEpilogue {
   bool residual = false;  // Its operand follows the call's own inputs.
   bool relu = false;
-  bool any() const { return residual || relu; }
+  // gelu(approximate="tanh") after a matrix product: cuBLASLt's GELU epilogue, which computes
+  // that formula (its erf GELU is not offered: kiln's default gelu stays a generated kernel).
+  bool geluTanh = false;
+  bool any() const { return residual || relu || geluTanh; }
   bool operator==(const LibraryEpilogue&) const = default;
 };
 

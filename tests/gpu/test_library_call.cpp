@@ -253,7 +253,7 @@ void checkEpilogue(const std::string& ir, int postOpsWanted, uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("library calls: residual and ReLU epilogues on the device keep NaN and infinities") {
+TEST_CASE("library calls: residual, ReLU and GELU epilogues on the device keep NaN and infinities") {
   // conv2d + bias + residual + relu: resnet's block tail, one cuDNN call on a GPU.
   checkEpilogue(R"(graph g(%x : f32[2,3,9,9], %w : f32[4,3,3,3], %b : f32[4], %r : f32[2,4,9,9]) {
   %y : f32[2,4,9,9] = conv2d(%x, %w, %b) {strides=[1,1], pads=[1,1,1,1], dilations=[1,1], group=1}
@@ -284,6 +284,28 @@ TEST_CASE("library calls: residual and ReLU epilogues on the device keep NaN and
   return %o
 })",
                 2, 4);
+  // linear + bias + tanh GELU (CUBLASLT_EPILOGUE_GELU_BIAS), a transformer's FFN.
+  checkEpilogue(R"(graph g(%x : f32[5,16], %w : f32[12,16], %b : f32[12]) {
+  %y : f32[5,12] = linear(%x, %w, %b)
+  %o : f32[5,12] = gelu(%y) {approximate="tanh"}
+  return %o
+})",
+                1, 6);
+  // A batched matmul + residual + tanh GELU.
+  checkEpilogue(R"(graph g(%a : f32[3,4,8], %b : f32[3,8,5], %r : f32[3,4,5]) {
+  %y : f32[3,4,5] = matmul(%a, %b)
+  %s : f32[3,4,5] = add(%y, %r)
+  %o : f32[3,4,5] = gelu(%s) {approximate="tanh"}
+  return %o
+})",
+                2, 7);
+  // The erf GELU (kiln's default) has no library epilogue: a generated kernel.
+  checkEpilogue(R"(graph g(%x : f32[5,16], %w : f32[12,16], %b : f32[12]) {
+  %y : f32[5,12] = linear(%x, %w, %b)
+  %o : f32[5,12] = gelu(%y)
+  return %o
+})",
+                0, 8);
   // A sigmoid is no device epilogue: it stays a generated kernel after the call.
   checkEpilogue(R"(graph g(%x : f32[6,16], %w : f32[12,16], %b : f32[12]) {
   %y : f32[6,12] = linear(%x, %w, %b)
@@ -308,7 +330,14 @@ TEST_CASE("library calls: the devices' epilogue chains") {
   CHECK(libraryEpilogueFor(ir::OpKind::kLinear, chain({})) == runtime::gpu::LibraryEpilogue{});
   CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kConv2d, chain({K::kRelu, K::kAdd})));
   CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kConv2d, chain({K::kAdd, K::kAdd})));
-  CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kGemm, chain({K::kGeluTanh})));
+  // cuBLASLt's GELU is the tanh one, after matrix products only; the erf GELU is not offered.
+  CHECK(libraryEpilogueFor(ir::OpKind::kGemm, chain({K::kGeluTanh})) ==
+        runtime::gpu::LibraryEpilogue{false, false, true});
+  CHECK(libraryEpilogueFor(ir::OpKind::kLinear, chain({K::kAdd, K::kGeluTanh})) ==
+        runtime::gpu::LibraryEpilogue{true, false, true});
+  CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kConv2d, chain({K::kGeluTanh})));
+  CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kLinear, chain({K::kGeluErf})));
+  CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kLinear, chain({K::kRelu, K::kGeluTanh})));
   CHECK_FALSE(libraryEpilogueFor(ir::OpKind::kMaxPool2d, chain({K::kRelu})));
 }
 
