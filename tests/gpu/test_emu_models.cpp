@@ -200,10 +200,13 @@ TEST_CASE("emu: --precision bf16|fp16 autocasts every zoo model, compiled and ea
   o.cacheDir = cache.path;
   o.backend = emu();
   o.precision = precision;
+  o.cudaCheck = true;  // The f16/bf16 kernels compile with NVRTC for sm_80 and sm_90.
   auto cm = compiler::compile(*g, o);
   INFO(cm.status().message());
   REQUIRE(cm.hasValue());
   CHECK((*cm)->report().hostSteps == 0);
+  CHECK((*cm)->report().cudaErrors.empty());
+  CHECK((*cm)->report().cudaKernelsChecked == (*cm)->report().generatedKernels);
   CHECK((*cm)->report().precision == compiler::precisionName(precision));
   if (products > 0) {  // Inference weights are stored in the low precision.
     int lowWeights = 0;
