@@ -22,18 +22,12 @@ std::string_view convAlgoName(ConvAlgo algo) {
       return "cudnn_direct";
     case ConvAlgo::kCudnnWinograd:
       return "cudnn_winograd";
-    case ConvAlgo::kCudnnBwdData0:
-      return "cudnn_bwd_data_0";
     case ConvAlgo::kCudnnBwdData1:
       return "cudnn_bwd_data_1";
     case ConvAlgo::kCudnnBwdDataWinograd:
       return "cudnn_bwd_data_winograd";
-    case ConvAlgo::kCudnnBwdFilter0:
-      return "cudnn_bwd_filter_0";
     case ConvAlgo::kCudnnBwdFilter1:
       return "cudnn_bwd_filter_1";
-    case ConvAlgo::kCudnnBwdFilter3:
-      return "cudnn_bwd_filter_3";
   }
   return "?";
 }

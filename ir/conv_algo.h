@@ -22,14 +22,12 @@ enum class ConvAlgo : uint8_t {
   kCudnnGemm,
   kCudnnDirect,
   kCudnnWinograd,
-  // cuDNN's gradient algorithms (deterministic ones only: the same step gives the same update).
-  kCudnnBwdData0,  // CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ... (its determinism: cuDNN's report)
+  // cuDNN's deterministic gradient algorithms (the same step gives the same update):
+  // CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 and _WINOGRAD, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1.
   kCudnnBwdData1,
   kCudnnBwdDataWinograd,
-  kCudnnBwdFilter0,
   kCudnnBwdFilter1,
-  kCudnnBwdFilter3,
-  kLast = kCudnnBwdFilter3,
+  kLast = kCudnnBwdFilter1,
 };
 // "auto", "direct", "winograd", "im2col_gemm", "cudnn_implicit_gemm", ...
 std::string_view convAlgoName(ConvAlgo algo);

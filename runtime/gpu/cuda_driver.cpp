@@ -214,6 +214,9 @@ class CudaDevice final : public DeviceApi {
     if (!libs_ || !bind().isOk()) return {};
     return libs_->convAlgorithms(c);
   }
+  bool takesEpilogue(const LibraryEpilogue& e) const override {
+    return libs_ && libs_->takesEpilogue(e);
+  }
   Status libraryCall(const LibraryCall& call, std::span<const DevicePtr> operands,
                      StreamHandle s) override {
     if (!libs_) return unimplemented("CUDA: " + call.describe() + ": " + libsMissing_);

@@ -121,7 +121,6 @@ class Libraries final : public CudaLibraries {
   // Whether cuBLASLt's GELU epilogue computes kiln's tanh GELU and keeps NaN, per dtype: where it
   // does not, a product with it is refused before it writes (no separate GELU call exists).
   bool fusedGemmGelu[3] = {true, true, true};
-  bool forceSeparate_ = false;  // checkFusedRelu checks the separate calls.
   static constexpr ir::DType kProductDTypes[3] = {ir::DType::kF32, ir::DType::kF16,
                                                   ir::DType::kBF16};
   static int dtypeIndex(ir::DType t) {
@@ -129,30 +128,43 @@ class Libraries final : public CudaLibraries {
   }
   bool probing_ = false;  // checkFusedRelu is running: no fallback from a refused fused call.
 
+  bool takesEpilogue(const LibraryEpilogue& e) const override {
+    if (!e.geluTanh) return true;  // ReLU and residuals: fused, else separate calls.
+    return fusedGemmGelu[0] && fusedGemmGelu[1] && fusedGemmGelu[2];
+  }
+
   Status run(const LibraryCall& call, std::span<const DevicePtr> ops, void* stream) override {
     if (const auto* c = std::get_if<ConvDescriptor>(&call.desc)) return conv(call, *c, ops, stream);
     if (const auto* p = std::get_if<PoolDescriptor>(&call.desc)) return pool(*p, ops, stream);
     return gemm(call, std::get<GemmDescriptor>(call.desc), ops, stream);
   }
 
-  // relu(x * 1 [+ 0.5] [+ z]) over x = (NaN, -1, 2) through each fused path, y prefilled with
-  // NaN (the residual-free form must not read it): with the bias (NaN, 0, 2.5), and with
-  // z = (1, 1, -10) (NaN, 0.5, 0); without the bias (cuBLASLt's plain RELU) (NaN, 0, 2) and
-  // (NaN, 0, 0). A path that gives anything else, or that the library refuses for these shapes
-  // (then it was not verified), is not used in this process.
+  // Each epilogue path on small but real shapes, per product dtype (f32, f16, bf16) and, for
+  // cuDNN, layout: a 1x1 convolution of 8 channels over 2x3 pixels with identity filters and a
+  // matrix product of 16x16 by an identity, so that y = x (+ bias[channel]) (+ z) goes through
+  // the epilogue; x holds NaN at several places, the bias differs per channel (a bias added
+  // along the wrong axis shows), the output is prefilled with NaN (a residual-free call must not
+  // read it). The values are multiples of 1/4 below 8, exact in every dtype, so a ReLU must give
+  // the reference's values exactly; the GELU must match kiln's tanh formula to the dtype's
+  // rounding. A path that gives anything else, or that the library refuses here, is not used in
+  // this process (then the separate calls, the host, or for the GELU an unfused kernel). The
+  // separate calls (cudnnAddTensor, cudnnActivationForward) are checked on their own, so that a
+  // refused probe convolution does not condemn them.
   std::string checkFusedRelu(DeviceApi& dev) override {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    const float x[3] = {nan, -1.f, 2.f}, w[1] = {1.f}, b[1] = {0.5f}, z[3] = {1.f, 1.f, -10.f};
-    // [bias][residual]
-    const float want[2][2][3] = {{{nan, 0.f, 2.f}, {nan, 0.f, 0.f}},
-                                 {{nan, 0.f, 2.5f}, {nan, 0.5f, 0.f}}};
     Expected<StreamHandle> s = dev.createStream();
-    if (!s) return "fused ReLU check skipped: " + s.status().message();
+    if (!s) return "fused epilogue check skipped: " + s.status().message();
+    constexpr int64_t kC = 8, kH = 2, kW = 3, kConvElems = kC * kH * kW, kG = 16;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    auto xAt = [&](int64_t i) {
+      return i % 11 == 3 ? nan : static_cast<float>((i * 7) % 13 - 6) * 0.25f;
+    };
+    auto zAt = [](int64_t i) { return static_cast<float>((i * 5) % 9 - 4) * 0.5f; };
+    auto biasAt = [](int64_t k) { return static_cast<float>(k % 5 - 2) * 0.25f; };
     std::vector<DevicePtr> buffers;
-    // The values in dtype t's bytes (all of them are exact in f16 and bf16), and back.
-    auto upload = [&](const float* v, size_t n, ir::DType t) -> Expected<DevicePtr> {
-      std::vector<std::byte> bytes(n * ir::dtypeSize(t));
-      for (size_t i = 0; i < n; ++i) {
+    // Values in dtype t's bytes (all of them exact in f16 and bf16), and back.
+    auto upload = [&](const std::vector<float>& v, ir::DType t) -> Expected<DevicePtr> {
+      std::vector<std::byte> bytes(v.size() * ir::dtypeSize(t));
+      for (size_t i = 0; i < v.size(); ++i) {
         if (t == ir::DType::kF32) {
           std::memcpy(bytes.data() + 4 * i, &v[i], 4);
           continue;
@@ -166,131 +178,177 @@ class Libraries final : public CudaLibraries {
       KILN_TRY(dev.copyToDevice(p, bytes.data(), bytes.size(), *s));
       return p;
     };
-    auto valueAt = [](const std::byte* b, size_t i, ir::DType t) {
-      float f;
-      uint16_t h;
-      if (t == ir::DType::kF32) return std::memcpy(&f, b + 4 * i, 4), f;
-      std::memcpy(&h, b + 2 * i, 2);
-      return static_cast<float>(t == ir::DType::kBF16 ? runtime::ref::bf16BitsToDouble(h)
-                                                      : runtime::ref::f16BitsToDouble(h));
-    };
-    // `call`'s output against `expect` (the ReLU's table by default), within `tol` of its
-    // magnitude (0: exactly).
-    auto check = [&](const LibraryCall& call, bool bias, bool residual, ir::DType t,
-                     const float* expect = nullptr, double tol = 0) -> Expected<bool> {
-      if (!expect) expect = want[bias][residual];
-      const float junk[3] = {nan, nan, nan};
-      KILN_ASSIGN_OR_RETURN(DevicePtr X, upload(x, 3, t));
-      KILN_ASSIGN_OR_RETURN(DevicePtr W, upload(w, 1, t));
-      std::vector<DevicePtr> ops = {X, W};
-      if (bias) {
-        KILN_ASSIGN_OR_RETURN(DevicePtr B, upload(b, 1, t));
-        ops.push_back(B);
-      }
-      if (residual) {
-        KILN_ASSIGN_OR_RETURN(DevicePtr Z, upload(z, 3, t));
-        ops.push_back(Z);
-      }
-      KILN_ASSIGN_OR_RETURN(DevicePtr Y, upload(junk, 3, t));
-      ops.push_back(Y);
-      KILN_TRY(run(call, ops, reinterpret_cast<void*>(*s)));
-      std::byte y[12];
-      KILN_TRY(dev.copyToHost(y, Y, 3 * ir::dtypeSize(t), *s));
+    auto download = [&](DevicePtr p, size_t n, ir::DType t) -> Expected<std::vector<float>> {
+      std::vector<std::byte> bytes(n * ir::dtypeSize(t));
+      KILN_TRY(dev.copyToHost(bytes.data(), p, bytes.size(), *s));
       KILN_TRY(dev.synchronize(*s));
-      for (size_t i = 0; i < 3; ++i) {
-        const float v = valueAt(y, i, t), e = expect[i];
-        if (std::isnan(e) != std::isnan(v)) return false;
-        if (!std::isnan(e) && std::fabs(v - e) > tol * std::max(1.f, std::fabs(e))) return false;
+      std::vector<float> v(n);
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        if (t == ir::DType::kF32) {
+          std::memcpy(&v[i], bytes.data() + 4 * i, 4);
+          continue;
+        }
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        v[i] = static_cast<float>(t == ir::DType::kBF16 ? runtime::ref::bf16BitsToDouble(h)
+                                                        : runtime::ref::f16BitsToDouble(h));
+      }
+      return v;
+    };
+    enum class Act { kNone, kRelu, kGelu };
+    auto expected = [&](int64_t i, int64_t channel, bool bias, bool residual, Act act) {
+      double v =
+          static_cast<double>(xAt(i)) + (bias ? biasAt(channel) : 0.f) + (residual ? zAt(i) : 0.f);
+      if (act == Act::kRelu) v = v < 0 ? 0 : v;  // NaN stays NaN.
+      if (act == Act::kGelu)
+        v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+      return v;
+    };
+    auto matches = [](const std::vector<float>& got, const std::vector<double>& want, double tol) {
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(want[i]) != std::isnan(got[i])) return false;
+        if (!std::isnan(want[i]) &&
+            std::fabs(got[i] - want[i]) > tol * std::max(1.0, std::fabs(want[i])))
+          return false;
       }
       return true;
     };
-    ConvDescriptor cd;  // 1x1, one channel, with a bias: cuDNN's fused call needs one.
-    cd.n = 1, cd.c = 1, cd.h = 1, cd.w = 3, cd.k = 1, cd.r = 1, cd.s = 1, cd.p = 1, cd.q = 3;
-    cd.bias = true;
-    GemmDescriptor gd;  // A linear: x [3, 1] times w^T [1, 1] (plus a bias row of 1).
-    gd.m = 3, gd.n = 1, gd.k = 1, gd.transB = true, gd.lda = 1, gd.ldb = 1;
-    std::string log;
-    const char* const paths[3] = {"cuDNN NCHW", "cuDNN NHWC", "cuBLASLt"};
-    probing_ = true;  // A refused fused call is an error here, not a quiet fallback.
-    for (int path = 0; path < 3; ++path)
-      for (ir::DType t : kProductDTypes) {
-        const bool isConv = path < 2;
-        cd.channelsLast = path == 1;  // One channel: the same bytes either way.
-        cd.dtype = gd.dtype = t;
-        bool ok = true;
-        for (bool bias : {true, false}) {
-          if (isConv && !bias) continue;  // Without a bias the convolution's ReLU is separate.
-          for (bool residual : {false, true}) {
-            LibraryCall call;
-            if (isConv) {
-              call.desc = cd;
-            } else {
-              gd.c = bias ? GemmDescriptor::C::kRow : GemmDescriptor::C::kNone;
-              gd.beta = bias ? 1 : 0;
-              call.desc = gd;
-            }
-            call.epilogue = {residual, true};
-            Expected<bool> r = check(call, bias, residual, t);
-            if (!r)
-              log += std::string(log.empty() ? "" : "; ") + paths[path] + " " +
-                     std::string(ir::dtypeName(t)) +
-                     " fused ReLU not verified: " + r.status().message();
-            ok = ok && r.hasValue() && *r;
+    // A library call of `call` on the probe's operands: x, identity w, [bias], [z], y.
+    auto runCall = [&](const LibraryCall& call, int64_t n, int64_t channels, bool bias,
+                       bool residual, ir::DType t) -> Expected<std::vector<float>> {
+      std::vector<float> x(static_cast<size_t>(n)), w(static_cast<size_t>(channels * channels)),
+          b(static_cast<size_t>(channels)), z(static_cast<size_t>(n)),
+          y(static_cast<size_t>(n), nan);
+      for (int64_t i = 0; i < n; ++i) x[i] = xAt(i), z[i] = zAt(i);
+      for (int64_t k = 0; k < channels; ++k) w[k * channels + k] = 1.f, b[k] = biasAt(k);
+      std::vector<DevicePtr> ops;
+      KILN_ASSIGN_OR_RETURN(DevicePtr X, upload(x, t));
+      KILN_ASSIGN_OR_RETURN(DevicePtr Wt, upload(w, t));
+      ops = {X, Wt};
+      if (bias) {
+        KILN_ASSIGN_OR_RETURN(DevicePtr B, upload(b, t));
+        ops.push_back(B);
+      }
+      if (residual) {
+        KILN_ASSIGN_OR_RETURN(DevicePtr Z, upload(z, t));
+        ops.push_back(Z);
+      }
+      KILN_ASSIGN_OR_RETURN(DevicePtr Y, upload(y, t));
+      ops.push_back(Y);
+      KILN_TRY(run(call, ops, reinterpret_cast<void*>(*s)));
+      return download(Y, static_cast<size_t>(n), t);
+    };
+    // cudnnAddTensor (the bias row, then a residual) and cudnnActivationForward on x laid out as
+    // the probe convolution's output, alone: the separate epilogue calls.
+    auto runSeparate = [&](ir::DType t, bool nhwc) -> Expected<std::vector<float>> {
+      std::vector<float> x(kConvElems), z(kConvElems), b(kC);
+      for (int64_t i = 0; i < kConvElems; ++i) x[i] = xAt(i), z[i] = zAt(i);
+      for (int64_t k = 0; k < kC; ++k) b[k] = biasAt(k);
+      KILN_ASSIGN_OR_RETURN(DevicePtr Y, upload(x, t));
+      KILN_ASSIGN_OR_RETURN(DevicePtr Z, upload(z, t));
+      KILN_ASSIGN_OR_RETURN(DevicePtr B, upload(b, t));
+      {
+        std::lock_guard lock(dnnMu);
+        cudnnTensorDescriptor_t yd = nullptr, bd = nullptr;
+        struct Cleanup {
+          Libraries& l;
+          cudnnTensorDescriptor_t &y, &b;
+          ~Cleanup() {
+            if (y) l.cudnnDestroyTensorDescriptor(y);
+            if (b) l.cudnnDestroyTensorDescriptor(b);
           }
-        }
-        (isConv ? fusedConvRelu[dtypeIndex(t)][path] : fusedGemmRelu[dtypeIndex(t)]) = ok;
-        // The separate calls, with the bias, the residual and the ReLU.
-        LibraryCall call;
-        if (isConv) {
+        } cleanup{*this, yd, bd};
+        const float one = 1.f;
+        KILN_TRY(dnn_(cudnnSetStream(dnn, reinterpret_cast<cudaStream_t>(*s)), "SetStream"));
+        KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&yd), "CreateTensorDescriptor"));
+        KILN_TRY(dnn_(cudnnCreateTensorDescriptor(&bd), "CreateTensorDescriptor"));
+        KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(yd, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                                 dnnType(t), 1, kC, kH, kW),
+                      "SetTensor4dDescriptor"));
+        KILN_TRY(dnn_(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NCHW, dnnType(t), 1, kC, 1, 1),
+                      "SetTensor4dDescriptor bias"));
+        KILN_TRY(dnn_(cudnnAddTensor(dnn, &one, bd, reinterpret_cast<const void*>(B), &one, yd,
+                                     reinterpret_cast<void*>(Y)),
+                      "AddTensor (bias)"));
+        KILN_TRY(dnn_(cudnnAddTensor(dnn, &one, yd, reinterpret_cast<const void*>(Z), &one, yd,
+                                     reinterpret_cast<void*>(Y)),
+                      "AddTensor (residual)"));
+        KILN_TRY(reluInPlace(Y, kConvElems, t));
+      }
+      return download(Y, static_cast<size_t>(kConvElems), t);
+    };
+    ConvDescriptor cd;
+    cd.n = 1, cd.c = kC, cd.h = kH, cd.w = kW, cd.k = kC, cd.r = 1, cd.s = 1, cd.p = kH, cd.q = kW;
+    cd.bias = true;     // cuDNN's fused call needs one.
+    GemmDescriptor gd;  // A linear: x [16, 16] times I^T (plus a bias row).
+    gd.m = gd.n = gd.k = kG, gd.transB = true, gd.lda = gd.ldb = kG;
+    const double halfTol[3] = {0, 1.5 / 1024, 1.5 / 128};  // f32 exact; a half's rounding.
+    std::string log;
+    auto note = [&](const std::string& what, const Expected<std::vector<float>>& r) {
+      log += std::string(log.empty() ? "" : "; ") + what +
+             (r ? " gave other values" : " failed: " + r.status().message());
+    };
+    probing_ = true;  // A refused fused call is an error here, not a quiet fallback.
+    for (ir::DType t : kProductDTypes) {
+      const int di = dtypeIndex(t);
+      const std::string dt(ir::dtypeName(t));
+      for (int layout = 0; layout < 2; ++layout) {  // cuDNN's fused bias + residual + ReLU.
+        cd.channelsLast = layout == 1;
+        cd.dtype = t;
+        bool ok = true;
+        for (bool residual : {false, true}) {
+          LibraryCall call;
           call.desc = cd;
-        } else {
-          gd.c = GemmDescriptor::C::kRow;
-          gd.beta = 1;
-          call.desc = gd;
+          call.epilogue = {residual, true};
+          auto r = runCall(call, kConvElems, kC, true, residual, t);
+          std::vector<double> want(kConvElems);
+          for (int64_t i = 0; i < kConvElems; ++i)
+            want[i] = expected(i, layout ? i % kC : i / (kH * kW) % kC, true, residual, Act::kRelu);
+          const bool good = r && matches(*r, want, halfTol[0]);
+          if (!good)
+            note(std::string("cuDNN ") + (layout ? "NHWC " : "NCHW ") + dt + " fused ReLU", r);
+          ok = ok && good;
         }
-        call.epilogue = {true, true};
-        forceSeparate_ = true;
-        Expected<bool> r = check(call, true, true, t);
-        forceSeparate_ = false;
-        if (!r || !*r)
-          log += std::string(log.empty() ? "" : "; ") + paths[path] + " " +
-                 std::string(ir::dtypeName(t)) + " separate epilogue " +
-                 (r ? "gave other values" : "failed: " + r.status().message()) +
-                 " (such calls run on the host)";
-        (isConv ? separateConvEpilogue[dtypeIndex(t)][path] : separateGemmRelu[dtypeIndex(t)]) =
-            r.hasValue() && *r;
-        if (isConv) continue;
-        // cuBLASLt's GELU against kiln's tanh formula, to f32 rounding (or one unit in the last
-        // place of a half), NaN kept: with and without the bias and the residual.
-        bool geluOk = true;
-        for (bool bias : {true, false})
-          for (bool residual : {false, true}) {
-            float expect[3];
-            for (int i = 0; i < 3; ++i) {
-              const double v =
-                  static_cast<double>(x[i]) + (bias ? b[0] : 0.f) + (residual ? z[i] : 0.f);
-              expect[i] = static_cast<float>(
-                  0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
-            }
+        fusedConvRelu[di][layout] = ok;
+        auto r = runSeparate(t, layout == 1);
+        std::vector<double> want(kConvElems);
+        for (int64_t i = 0; i < kConvElems; ++i)
+          want[i] = expected(i, layout ? i % kC : i / (kH * kW) % kC, true, true, Act::kRelu);
+        separateConvEpilogue[di][layout] = r && matches(*r, want, halfTol[0]);
+        if (!separateConvEpilogue[di][layout])
+          note(std::string("cuDNN ") + (layout ? "NHWC " : "NCHW ") + dt +
+                   " separate bias/residual/ReLU calls (such calls run on the host)",
+               r);
+      }
+      gd.dtype = t;
+      bool reluOk = true, geluOk = true;
+      for (bool bias : {true, false})
+        for (bool residual : {false, true})
+          for (Act act : {Act::kRelu, Act::kGelu}) {
             gd.c = bias ? GemmDescriptor::C::kRow : GemmDescriptor::C::kNone;
             gd.beta = bias ? 1 : 0;
-            LibraryCall g;
-            g.desc = gd;
-            g.epilogue.residual = residual;
-            g.epilogue.geluTanh = true;
-            const double tol = t == ir::DType::kF32    ? 1e-5
-                               : t == ir::DType::kBF16 ? 1.5 / 128
-                                                       : 1.5 / 1024;
-            Expected<bool> ok = check(g, bias, residual, t, expect, tol);
-            if (!ok || !*ok)
-              log += std::string(log.empty() ? "" : "; ") + "cuBLASLt " +
-                     std::string(ir::dtypeName(t)) + " GELU epilogue " +
-                     (ok ? "differs from kiln's formula" : "failed: " + ok.status().message()) +
-                     " (such products run on the host)";
-            geluOk = geluOk && ok.hasValue() && *ok;
+            LibraryCall call;
+            call.desc = gd;
+            call.epilogue.residual = residual;
+            call.epilogue.relu = act == Act::kRelu;
+            call.epilogue.geluTanh = act == Act::kGelu;
+            auto r = runCall(call, kG * kG, kG, bias, residual, t);
+            std::vector<double> want(kG * kG);
+            for (int64_t i = 0; i < kG * kG; ++i)
+              want[i] = expected(i, i % kG, bias, residual, act);
+            // f32: ReLU exact, GELU to f32 rounding; halves: their rounding.
+            const double tol = t == ir::DType::kF32 ? (act == Act::kGelu ? 1e-5 : 0) : halfTol[di];
+            const bool good = r && matches(*r, want, tol);
+            if (!good)
+              note("cuBLASLt " + dt + (act == Act::kGelu ? " GELU" : " fused ReLU") +
+                       (bias ? " with bias" : "") + (residual ? " with residual" : ""),
+                   r);
+            (act == Act::kGelu ? geluOk : reluOk) = (act == Act::kGelu ? geluOk : reluOk) && good;
           }
-        fusedGemmGelu[dtypeIndex(t)] = geluOk;
-      }
+      fusedGemmRelu[di] = reluOk;
+      fusedGemmGelu[di] = geluOk;
+      separateGemmRelu[di] = separateConvEpilogue[di][0];  // The same cudnnActivationForward.
+    }
     probing_ = false;
     for (DevicePtr p : buffers) (void)dev.free(p);
     {
@@ -299,7 +357,8 @@ class Libraries final : public CudaLibraries {
     }
     dev.destroyStream(*s);
     // "fused ReLU keeps NaN in: cuDNN NCHW f32 f16 bf16, cuDNN NHWC f32, cuBLASLt f32 bf16"
-    std::string kept;
+    const char* const paths[3] = {"cuDNN NCHW", "cuDNN NHWC", "cuBLASLt"};
+    std::string kept, separate, gelu;
     for (int path = 0; path < 3; ++path) {
       std::string ok;
       for (ir::DType t : kProductDTypes)
@@ -307,12 +366,17 @@ class Libraries final : public CudaLibraries {
           ok += " " + std::string(ir::dtypeName(t));
       kept += std::string(path ? ", " : "") + paths[path] + (ok.empty() ? " none" : ok);
     }
-    std::string gelu;
+    for (int layout = 0; layout < 2; ++layout) {
+      std::string ok;
+      for (ir::DType t : kProductDTypes)
+        if (separateConvEpilogue[dtypeIndex(t)][layout]) ok += " " + std::string(ir::dtypeName(t));
+      separate += std::string(layout ? ", " : "") + paths[layout] + (ok.empty() ? " none" : ok);
+    }
     for (ir::DType t : kProductDTypes)
       if (fusedGemmGelu[dtypeIndex(t)]) gelu += " " + std::string(ir::dtypeName(t));
     return log + std::string(log.empty() ? "" : "; ") + "fused ReLU keeps NaN in: " + kept +
-           " (elsewhere a separate activation); cuBLASLt's GELU is kiln's tanh GELU in:" +
-           (gelu.empty() ? " none" : gelu);
+           "; separate bias/residual/ReLU calls in: " + separate +
+           "; cuBLASLt's GELU is kiln's tanh GELU in:" + (gelu.empty() ? " none" : gelu);
   }
 
  private:
@@ -339,11 +403,13 @@ class Libraries final : public CudaLibraries {
     return family == 2 || family == 3 ? unimplemented(m) : internalError(m);
   }
 
-  // The largest power of two up to 256 dividing an operand's address and its batch stride:
-  // cuBLASLt assumes 256-byte alignment unless told otherwise, and arena buffers are 64-aligned.
-  static uint32_t alignment(DevicePtr p, int64_t strideElements) {
+  // The largest power of two up to 256 dividing an operand's address and its batch stride in
+  // bytes, down to the element's size: cuBLASLt assumes 256-byte alignment unless told otherwise
+  // (overstating it lets it pick vector loads that fault), and arena buffers are 64-aligned.
+  static uint32_t alignment(DevicePtr p, int64_t strideElements, size_t elementBytes) {
+    const uint64_t strideBytes = static_cast<uint64_t>(strideElements) * elementBytes;
     uint64_t a = 256;
-    while (a > 4 && (p % a != 0 || (static_cast<uint64_t>(strideElements) * 4) % a != 0)) a /= 2;
+    while (a > elementBytes && (p % a != 0 || strideBytes % a != 0)) a /= 2;
     return static_cast<uint32_t>(a);
   }
 
@@ -366,7 +432,7 @@ class Libraries final : public CudaLibraries {
     const DevicePtr Z = e.residual ? ops[call.residualOperand()] : 0;
     const DevicePtr D = ops.back();
     // The fused ReLU where checkFusedRelu verified it for this dtype; else the separate one.
-    const bool fusedRelu = e.relu && fusedGemmRelu[dtypeIndex(g.dtype)] && !forceSeparate_;
+    const bool fusedRelu = e.relu && fusedGemmRelu[dtypeIndex(g.dtype)];
     if (e.relu && !fusedRelu && g.batch * g.m * g.n > std::numeric_limits<int>::max())
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
     if (e.geluTanh && !fusedGemmGelu[dtypeIndex(g.dtype)])
@@ -452,15 +518,16 @@ class Libraries final : public CudaLibraries {
                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes, sizeof wsBytes),
                  "MAX_WORKSPACE_BYTES"));
     const int64_t strideD = g.batch > 1 ? g.m * g.n : 0;
+    const size_t elem = ir::dtypeSize(g.dtype);
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(B, g.strideB)},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(A, g.strideA)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(B, g.strideB, elem)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(A, g.strideA, elem)},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
          alignment(e.residual                          ? Z
                    : g.c == GemmDescriptor::C::kMatrix ? C
                                                        : D,
-                   strideD)},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(D, strideD)}};
+                   strideD, elem)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(D, strideD, elem)}};
     for (const auto& [attr, bytes] : aligns)
       KILN_TRY(lt_(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes),
                    "MIN_ALIGNMENT"));
@@ -565,18 +632,6 @@ class Libraries final : public CudaLibraries {
                 "PoolingForward");
   }
 
-  // The first deterministic algorithm of cuDNN's heuristic that fits the workspace (gradients
-  // then come out the same at every step), else the first that fits.
-  template <class Perf, class Algo>
-  static Algo pickAlgorithm(const Perf* perf, int n, Algo fallback) {
-    for (bool deterministic : {true, false})
-      for (int k = 0; k < n; ++k)
-        if (perf[k].status == CUDNN_STATUS_SUCCESS && perf[k].memory <= kWorkspaceBytes &&
-            (!deterministic || perf[k].determinism == CUDNN_DETERMINISTIC))
-          return perf[k].algo;
-    return fallback;
-  }
-
   // The tensor, filter and convolution descriptors of `c` (destroyed with the struct).
   struct ConvDescs {
     Libraries& l;
@@ -593,16 +648,15 @@ class Libraries final : public CudaLibraries {
     }
   };
 
-  // cuDNN's gradient algorithms kiln times and runs: the deterministic ones (cuDNN reports each
-  // one's determinism per shape) without FFT or non-fused Winograd (their error).
+  // cuDNN's gradient algorithms kiln times and runs: the deterministic ones (a training step then
+  // gives the same update every time; cuDNN's headers mark BWD_DATA_ALGO_0 and BWD_FILTER_ALGO_0/3
+  // non-deterministic, and its heuristic reports each algorithm's determinism per shape) without
+  // FFT or non-fused Winograd (their error).
   static constexpr std::pair<ConvAlgo, cudnnConvolutionBwdDataAlgo_t> kBwdDataAlgos[] = {
-      {ConvAlgo::kCudnnBwdData0, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0},
       {ConvAlgo::kCudnnBwdData1, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1},
       {ConvAlgo::kCudnnBwdDataWinograd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD}};
   static constexpr std::pair<ConvAlgo, cudnnConvolutionBwdFilterAlgo_t> kBwdFilterAlgos[] = {
-      {ConvAlgo::kCudnnBwdFilter0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0},
-      {ConvAlgo::kCudnnBwdFilter1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1},
-      {ConvAlgo::kCudnnBwdFilter3, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3}};
+      {ConvAlgo::kCudnnBwdFilter1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1}};
 
   // The heuristic's deterministic algorithms in `table` that fit the workspace, in its order.
   template <class Perf, class Algo, size_t N>
@@ -622,15 +676,17 @@ class Libraries final : public CudaLibraries {
     return out;
   }
 
-  // `chosen` (ConvDescriptor::algo, timed at compile time) where cuDNN still offers it for
-  // these descriptors, else the heuristic's first deterministic algorithm.
+  // `chosen` (ConvDescriptor::algo, timed at compile time) where cuDNN offers it for these
+  // descriptors, else the heuristic's first that kiln runs, else `fallback` (ALGO_1,
+  // deterministic; cuDNN refuses it before writing anything where it cannot run the shape).
   template <class Perf, class Algo, size_t N>
   static Algo gradientAlgorithm(const Perf* perf, int n,
                                 const std::pair<ConvAlgo, Algo> (&table)[N], ConvAlgo chosen,
                                 Algo fallback) {
-    for (const auto& [kiln, cudnn] : deterministic(perf, n, table))
+    const auto usable = deterministic(perf, n, table);
+    for (const auto& [kiln, cudnn] : usable)
       if (kiln == chosen) return cudnn;
-    return pickAlgorithm(perf, n, fallback);
+    return usable.empty() ? fallback : usable.front().second;
   }
 
   // dx = conv^T(dy, w): operands dy, w, x (its shape only), dx.
@@ -816,8 +872,7 @@ class Libraries final : public CudaLibraries {
       return unimplemented("cuDNN: an activation over more than 2^31 elements");
     // y = relu(conv(x) + z + bias) in one call where cuDNN's fused ReLU keeps NaN; where cuDNN
     // does not take this configuration, the separate calls below (nothing is written yet).
-    if (e.relu && c.bias && fusedConvRelu[dtypeIndex(c.dtype)][c.channelsLast] && !residualInY &&
-        !forceSeparate_) {
+    if (e.relu && c.bias && fusedConvRelu[dtypeIndex(c.dtype)][c.channelsLast] && !residualInY) {
       cudnnActivationDescriptor_t act = nullptr;
       Status st = makeRelu(act);
       const float alpha2 = e.residual ? 1.f : 0.f;

@@ -29,6 +29,9 @@ class CudaLibraries {
   // cuDNN's forward algorithms for `c` that fit the workspace, in its heuristic's order, FFT and
   // non-fused Winograd left out (ConvAlgo).
   virtual std::vector<ConvAlgo> convAlgorithms(const ConvDescriptor& c) = 0;
+  // After checkFusedRelu: false for a GELU epilogue that did not match kiln's formula in every
+  // dtype (DeviceApi::takesEpilogue).
+  virtual bool takesEpilogue(const LibraryEpilogue& e) const = 0;
 };
 
 // dlopen's a CUDA library by soname, then from the toolkit's library directory (not always on the

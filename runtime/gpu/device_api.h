@@ -100,6 +100,13 @@ class DeviceApi {
   // pick first (ConvDescriptor::algo; compile-time autotuning times them). Empty: none to
   // choose from.
   virtual std::vector<ConvAlgo> convAlgorithms(const ConvDescriptor& c) = 0;
+  // Whether the library computes epilogue `e` as kiln does, as far as the device found at
+  // start-up (the real device's checks; emu applies kiln's formulas): the fusion pass only
+  // fuses chains a device takes in every dtype (what it refused stays generated kernels).
+  virtual bool takesEpilogue(const LibraryEpilogue& e) const {
+    (void)e;
+    return true;
+  }
   virtual Status libraryCall(const LibraryCall& call, std::span<const DevicePtr> operands,
                              StreamHandle s) = 0;
 

@@ -516,7 +516,8 @@ class GpuBackend final : public Backend {
     return dev_->hasLibraryCalls() && describesLibraryOp(op, dtype, layout);
   }
   bool runsPostOps(ir::OpKind op, std::span<const PostOp> post) const override {
-    return libraryEpilogueFor(op, post).has_value();
+    const std::optional<LibraryEpilogue> e = libraryEpilogueFor(op, post);
+    return e && dev_->takesEpilogue(*e);
   }
 
   // A convolution's or its gradient's algorithms on the device's library (cuDNN's, or on emu
