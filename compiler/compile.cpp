@@ -47,8 +47,7 @@ Status checkPrecision(Precision p, const runtime::Backend& backend) {
   if (autocastDType(p) != ir::DType::kF32 && !backend.caps().lowPrecision)
     return invalidArgument("--precision " + std::string(precisionName(p)) + ": backend '" +
                            std::string(backend.name()) +
-                           "' has no low-precision products (autocast is built for --device cuda "
-                           "and emu; the CPU's bf16 is not built yet); use fp32");
+                           "' has no low-precision products; use fp32");
   return Status::ok();
 }
 
@@ -153,6 +152,12 @@ class Driver {
     };
     KILN_TRY(passes::Pipeline::standard().run(graph_, ctx));
     report_.remarks = ctx.remarks;
+    if (ctx.autocast != ir::DType::kF32 && backend_->caps().lowPrecisionConverted)
+      report_.remarks.push_back(
+          "--precision " + std::string(precisionName(opts_.precision)) + ": backend '" +
+          std::string(backend_->name()) + "' converts " + std::string(ir::dtypeName(ctx.autocast)) +
+          " products to f32 and rounds their results (the numerics of autocast; native " +
+          "low-precision kernels are not built, so they run slower than fp32)");
     report_.algorithmChoices = ctx.algorithmChoices;
     report_.layoutConversions = ctx.layoutConversions;
     report_.nodesOptimized = static_cast<int>(graph_.numNodes());

@@ -103,6 +103,8 @@ class CpuBackend final : public Backend {
     caps_.kernelCode = "host-object";
     caps_.libraryEpilogues = true;
     caps_.channelsLast = BackendCaps::ChannelsLast::kAlways;
+    caps_.lowPrecision = true;  // Converted: lowPrecisionConverted.
+    caps_.lowPrecisionConverted = true;
     caps_.hostAddressable = true;
   }
   std::string_view name() const override { return "cpu"; }
@@ -131,11 +133,14 @@ class CpuBackend final : public Backend {
     return std::shared_ptr<KernelModule>(std::move(m));
   }
 
-  // oneDNN/OpenBLAS take f32 library ops (ops.def's kLibrary); those marked kChannelsLast
-  // also take NHWC activations.
+  // oneDNN/OpenBLAS take f32 library ops (ops.def's kLibrary), and f16/bf16 ones converted to
+  // f32 and back (autocast; runLibraryWithPostOps); those marked kChannelsLast also take NHWC
+  // activations.
   bool hasLibraryKernel(ir::OpKind op, ir::DType dtype, ir::Layout layout) const override {
     const ir::OpInfo& info = ir::opInfo(op);
-    if (!info.has(ir::kLibrary) || dtype != ir::DType::kF32) return false;
+    if (!info.has(ir::kLibrary) ||
+        (dtype != ir::DType::kF32 && dtype != ir::DType::kF16 && dtype != ir::DType::kBF16))
+      return false;
     return layout == ir::Layout::kPlain ||
            (layout == ir::Layout::kNHWC && info.has(ir::kChannelsLast));
   }

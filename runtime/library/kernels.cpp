@@ -9,6 +9,7 @@
 
 #include "runtime/library/epilogue.h"
 #include "runtime/library/families.h"
+#include "runtime/reference/helpers.h"
 
 namespace kiln::runtime {
 
@@ -205,10 +206,59 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
   }
 }
 
+namespace {
+
+bool isHalf(ir::DType t) {
+  return t == ir::DType::kF16 || t == ir::DType::kBF16;
+}
+
+// A copy of half-precision `t` widened to f32 (exact), in the same memory order.
+Expected<Tensor> widened(const Tensor& t) {
+  KILN_ASSIGN_OR_RETURN(Tensor w, Tensor::empty(ir::DType::kF32, t.shape()));
+  const bool bf16 = t.dtype() == ir::DType::kBF16;
+  const auto* src = t.data<uint16_t>();
+  float* dst = w.data<float>();
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    dst[i] =
+        static_cast<float>(bf16 ? ref::bf16BitsToDouble(src[i]) : ref::f16BitsToDouble(src[i]));
+  return w;
+}
+
+}  // namespace
+
 Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
                              std::span<const Tensor> inputs, std::span<const PostOp> post,
                              std::span<const Tensor> extra, Tensor& output,
                              const LibraryOptions& options) {
+  // f16/bf16 (autocast): the operands widened to f32 (exact), the f32 call with its post-ops,
+  // the result rounded once, as a GPU's library computes it. Converted, not native: slower than
+  // f32 on every CPU (oneDNN's bf16 kernels are not used yet).
+  if (output.defined() && isHalf(output.dtype())) {
+    for (const auto* group : {&inputs, &extra})
+      for (const Tensor& t : *group)
+        if (!t.defined() || t.dtype() != output.dtype() || !t.isContiguous())
+          return unimplemented(
+              std::string(ir::opName(op)) + ": a " + std::string(ir::dtypeName(output.dtype())) +
+              " library call takes contiguous " + std::string(ir::dtypeName(output.dtype())) +
+              " operands, got " + (t.defined() ? t.describe() : std::string("none")));
+    std::vector<Tensor> wideIn, wideExtra;
+    for (const Tensor& t : inputs) {
+      KILN_ASSIGN_OR_RETURN(Tensor w, widened(t));
+      wideIn.push_back(std::move(w));
+    }
+    for (const Tensor& t : extra) {
+      KILN_ASSIGN_OR_RETURN(Tensor w, widened(t));
+      wideExtra.push_back(std::move(w));
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor wideOut, Tensor::empty(ir::DType::kF32, output.shape()));
+    KILN_TRY(runLibraryWithPostOps(op, attrs, wideIn, post, wideExtra, wideOut, options));
+    const bool bf16 = output.dtype() == ir::DType::kBF16;
+    auto* dst = output.data<uint16_t>();
+    const float* src = wideOut.data<float>();
+    for (int64_t i = 0; i < output.numElements(); ++i)
+      dst[i] = bf16 ? ref::doubleToBf16Bits(src[i]) : ref::doubleToF16Bits(src[i]);
+    return Status::ok();
+  }
   KILN_TRY(validate(op, attrs, inputs, post, extra, output));
   if (output.numElements() == 0) return Status::ok();
   // oneDNN convolutions detach aliased extras themselves (their sum post-op reads dst).
