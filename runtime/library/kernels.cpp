@@ -4,6 +4,7 @@
 
 #include <dnnl.hpp>
 
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -16,6 +17,10 @@ namespace kiln::runtime {
 namespace {
 
 using ir::OpKind;
+
+bool isHalf(ir::DType t) {
+  return t == ir::DType::kF16 || t == ir::DType::kBF16;
+}
 
 bool hasLibraryKernel(OpKind op) {
   switch (op) {
@@ -132,6 +137,10 @@ Status abiKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
     const lib::Call call{attrs, in, {}, {}, out[0], options};
     Status s = runFamily(Op, call);
     if (s.code() != ErrorCode::kUnimplemented) return s;
+  } else if (isHalf(in[0].dtype()) && hasLibraryKernel(Op)) {
+    // Autocast's f16/bf16 products, converted as a compiled plan runs them.
+    Status s = runLibraryWithPostOps(Op, attrs, in, {}, {}, out[0], LibraryOptions{});
+    if (s.code() != ErrorCode::kUnimplemented) return s;
   }
   return referenceKernel(Op)(attrs, in, out);
 }
@@ -183,7 +192,7 @@ std::vector<ConvAlgo> convAlgorithms(const ir::AttrView& attrs, const ir::Shape&
 }
 
 RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
-  if (dtype != ir::DType::kF32) return nullptr;
+  if (dtype != ir::DType::kF32 && !isHalf(dtype)) return nullptr;
   switch (op) {
     case OpKind::kConv2d:
       return abiKernel<OpKind::kConv2d>;
@@ -208,20 +217,28 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
 
 namespace {
 
-bool isHalf(ir::DType t) {
-  return t == ir::DType::kF16 || t == ir::DType::kBF16;
-}
-
-// A copy of half-precision `t` widened to f32 (exact), in the same memory order.
+// A copy of half-precision `t` widened to f32 (exact), in the same memory order. bf16 is the
+// top half of an f32: a shift (a loop the compiler vectorizes).
 Expected<Tensor> widened(const Tensor& t) {
   KILN_ASSIGN_OR_RETURN(Tensor w, Tensor::empty(ir::DType::kF32, t.shape()));
-  const bool bf16 = t.dtype() == ir::DType::kBF16;
   const auto* src = t.data<uint16_t>();
-  float* dst = w.data<float>();
-  for (int64_t i = 0; i < t.numElements(); ++i)
-    dst[i] =
-        static_cast<float>(bf16 ? ref::bf16BitsToDouble(src[i]) : ref::f16BitsToDouble(src[i]));
+  const int64_t n = t.numElements();
+  if (t.dtype() == ir::DType::kBF16) {
+    auto* dst = w.data<uint32_t>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<uint32_t>(src[i]) << 16;
+  } else {
+    float* dst = w.data<float>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(ref::f16BitsToDouble(src[i]));
+  }
   return w;
+}
+
+// f32 to bf16 bits, to nearest even, NaN kept quiet (the reference's rounding, in integers).
+uint16_t toBf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 }  // namespace
@@ -251,12 +268,16 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
       wideExtra.push_back(std::move(w));
     }
     KILN_ASSIGN_OR_RETURN(Tensor wideOut, Tensor::empty(ir::DType::kF32, output.shape()));
-    KILN_TRY(runLibraryWithPostOps(op, attrs, wideIn, post, wideExtra, wideOut, options));
+    // No reordered-weight cache: its entries are keyed by the (here fresh) operand's address
+    // and would pin a new widened copy at every call.
+    LibraryOptions f32Options = options;
+    f32Options.cache = nullptr;
+    KILN_TRY(runLibraryWithPostOps(op, attrs, wideIn, post, wideExtra, wideOut, f32Options));
     const bool bf16 = output.dtype() == ir::DType::kBF16;
     auto* dst = output.data<uint16_t>();
     const float* src = wideOut.data<float>();
     for (int64_t i = 0; i < output.numElements(); ++i)
-      dst[i] = bf16 ? ref::doubleToBf16Bits(src[i]) : ref::doubleToF16Bits(src[i]);
+      dst[i] = bf16 ? toBf16(src[i]) : ref::doubleToF16Bits(src[i]);
     return Status::ok();
   }
   KILN_TRY(validate(op, attrs, inputs, post, extra, output));

@@ -96,8 +96,9 @@ struct LibraryOptions {
 
 // A library kernel for (op, dtype), or nullptr when there is none (use the reference).
 // Same ABI as reference kernels: contiguous inputs, preallocated contiguous outputs, plain
-// NCHW, no post-ops, no weight cache. f32 only. Attribute combinations that oneDNN cannot
-// express exactly run the reference kernel inside, so the result is always the reference's.
+// NCHW, no post-ops, no weight cache. f32, and f16/bf16 converted (widened, run, rounded once).
+// Attribute combinations that oneDNN cannot express exactly run the reference kernel inside, so the
+// result is always the reference's.
 RefKernel libraryKernel(ir::OpKind op, ir::DType dtype);
 
 // The same ops with an epilogue: `extra` holds the tensors kAdd post-ops read (same shape and

@@ -351,14 +351,14 @@ TEST_CASE("library conv2d RefKernel-ABI kernel equals the reference", "[library]
         ErrorCode::kUnimplemented);
 }
 
-TEST_CASE("libraryKernel is f32-only and exists only for library ops", "[library]") {
+TEST_CASE("libraryKernel is f32 (and converted f16/bf16) only, for library ops only", "[library]") {
   for (OpKind op :
        {OpKind::kConv2d, OpKind::kMaxPool2d, OpKind::kAvgPool2d, OpKind::kMatMul, OpKind::kGemm,
         OpKind::kLinear, OpKind::kConv2dBackwardData, OpKind::kConv2dBackwardWeight}) {
     INFO(ir::opName(op));
     CHECK(runtime::libraryKernel(op, DType::kF32) != nullptr);
     CHECK(runtime::libraryKernel(op, DType::kF64) == nullptr);
-    CHECK(runtime::libraryKernel(op, DType::kF16) == nullptr);
+    CHECK(runtime::libraryKernel(op, DType::kBF16) != nullptr);  // Widened, run, rounded.
     CHECK(runtime::libraryKernel(op, DType::kI64) == nullptr);
   }
   for (OpKind op : {OpKind::kAdd, OpKind::kRelu, OpKind::kSoftmax, OpKind::kGlobalAvgPool,
