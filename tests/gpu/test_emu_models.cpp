@@ -173,10 +173,11 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
 }
 
 TEST_CASE("emu: --precision bf16|fp16 autocasts every zoo model, compiled and eager") {
-  // Products in bf16/f16 (f32 accumulation, the result rounded once), everything else in f32.
-  // Against the CPU's reference kernels on the same autocast graph (the rounding points are the
-  // same, so differences are single-ulp flips carried through the network) and, loosely, against
-  // the fp32 model (the precision the user gave up).
+  // Products in bf16/f16 (f32 accumulation, the result rounded once), the ops after them as
+  // PyTorch runs them. Against the CPU's eager run of the same autocast graph (its library
+  // products converted, its other ops the reference kernels; the rounding points are the same,
+  // so differences are single-ulp flips carried through the network) and, loosely, against the
+  // fp32 model (the precision the user gave up).
   const std::string name = GENERATE(from_range(zooModelNames()));
   const compiler::Precision precision =
       GENERATE(compiler::Precision::kBf16, compiler::Precision::kFp16);
