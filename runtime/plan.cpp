@@ -375,7 +375,12 @@ Status PlanExecutor::enqueueSteps(Stream& stream_,
         call.postOps = s.postOps;
         call.numExtra = s.numExtra;
         call.options = s.libraryOptions;
-        call.options.cache = cache_.get();
+        // The library keeps reordered weights (a convolution's input 1) by address: only where
+        // that operand is a parameter, constant between parametersChanged() calls. A weight
+        // that is a graph input or an activation may hold other values at the same address.
+        const bool constantWeights =
+            s.inputs.size() > 1 && s.inputs[1].kind == BufferRef::Kind::kParameter;
+        call.options.cache = constantWeights ? cache_.get() : nullptr;
         KILN_TRY(stream->run(call, tin, tout).withContext(s.name));
         ++stats.opSteps;
         break;
