@@ -164,15 +164,11 @@ class Libraries final : public CudaLibraries {
     // Values in dtype t's bytes (all of them exact in f16 and bf16), and back.
     auto upload = [&](const std::vector<float>& v, ir::DType t) -> Expected<DevicePtr> {
       std::vector<std::byte> bytes(v.size() * ir::dtypeSize(t));
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (t == ir::DType::kF32) {
-          std::memcpy(bytes.data() + 4 * i, &v[i], 4);
-          continue;
-        }
-        const uint16_t h = t == ir::DType::kBF16 ? runtime::ref::doubleToBf16Bits(v[i])
-                                                 : runtime::ref::doubleToF16Bits(v[i]);
-        std::memcpy(bytes.data() + 2 * i, &h, 2);
-      }
+      if (t == ir::DType::kF32)
+        std::memcpy(bytes.data(), v.data(), bytes.size());
+      else
+        runtime::ref::floatToHalfBits(t, v.data(), reinterpret_cast<uint16_t*>(bytes.data()),
+                                      static_cast<int64_t>(v.size()));
       KILN_ASSIGN_OR_RETURN(DevicePtr p, dev.malloc(bytes.size()));
       buffers.push_back(p);
       KILN_TRY(dev.copyToDevice(p, bytes.data(), bytes.size(), *s));
@@ -183,16 +179,11 @@ class Libraries final : public CudaLibraries {
       KILN_TRY(dev.copyToHost(bytes.data(), p, bytes.size(), *s));
       KILN_TRY(dev.synchronize(*s));
       std::vector<float> v(n);
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        if (t == ir::DType::kF32) {
-          std::memcpy(&v[i], bytes.data() + 4 * i, 4);
-          continue;
-        }
-        std::memcpy(&h, bytes.data() + 2 * i, 2);
-        v[i] = static_cast<float>(t == ir::DType::kBF16 ? runtime::ref::bf16BitsToDouble(h)
-                                                        : runtime::ref::f16BitsToDouble(h));
-      }
+      if (t == ir::DType::kF32)
+        std::memcpy(v.data(), bytes.data(), bytes.size());
+      else
+        runtime::ref::halfBitsToFloat(t, reinterpret_cast<const uint16_t*>(bytes.data()), v.data(),
+                                      static_cast<int64_t>(n));
       return v;
     };
     enum class Act { kNone, kRelu, kGelu };

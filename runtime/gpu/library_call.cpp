@@ -359,7 +359,6 @@ namespace {
 // rounded once to the operands' type.
 Status runHalfCallOnHost(const LibraryCall& call, std::span<void* const> given) {
   const ir::DType t = dtypeOf(call);
-  const bool bf16 = t == ir::DType::kBF16;
   const std::vector<int64_t> bytes = operandBytes(call);
   std::vector<std::vector<float>> wide(given.size());
   std::vector<void*> operands;
@@ -367,17 +366,14 @@ Status runHalfCallOnHost(const LibraryCall& call, std::span<void* const> given) 
     const auto* src = static_cast<const uint16_t*>(given[i]);
     wide[i].resize(static_cast<size_t>(bytes[i]) / sizeof(uint16_t));
     if (i + 1 < given.size())  // The output is written, not read (a residual has its own copy).
-      for (size_t k = 0; k < wide[i].size(); ++k)
-        wide[i][k] =
-            static_cast<float>(bf16 ? ref::bf16BitsToDouble(src[k]) : ref::f16BitsToDouble(src[k]));
+      ref::halfBitsToFloat(t, src, wide[i].data(), static_cast<int64_t>(wide[i].size()));
     operands.push_back(wide[i].data());
   }
   LibraryCall f32 = call;
   std::visit([](auto& d) { d.dtype = ir::DType::kF32; }, f32.desc);
   KILN_TRY(runLibraryCallOnHost(f32, operands));
-  auto* out = static_cast<uint16_t*>(given.back());
-  for (size_t k = 0; k < wide.back().size(); ++k)
-    out[k] = bf16 ? ref::doubleToBf16Bits(wide.back()[k]) : ref::doubleToF16Bits(wide.back()[k]);
+  ref::floatToHalfBits(t, wide.back().data(), static_cast<uint16_t*>(given.back()),
+                       static_cast<int64_t>(wide.back().size()));
   return Status::ok();
 }
 

@@ -217,28 +217,11 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
 
 namespace {
 
-// A copy of half-precision `t` widened to f32 (exact), in the same memory order. bf16 is the
-// top half of an f32: a shift (a loop the compiler vectorizes).
+// A copy of half-precision `t` widened to f32 (exact), in the same memory order.
 Expected<Tensor> widened(const Tensor& t) {
   KILN_ASSIGN_OR_RETURN(Tensor w, Tensor::empty(ir::DType::kF32, t.shape()));
-  const auto* src = t.data<uint16_t>();
-  const int64_t n = t.numElements();
-  if (t.dtype() == ir::DType::kBF16) {
-    auto* dst = w.data<uint32_t>();
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<uint32_t>(src[i]) << 16;
-  } else {
-    float* dst = w.data<float>();
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(ref::f16BitsToDouble(src[i]));
-  }
+  ref::halfBitsToFloat(t.dtype(), t.data<uint16_t>(), w.data<float>(), t.numElements());
   return w;
-}
-
-// f32 to bf16 bits, to nearest even, NaN kept quiet (the reference's rounding, in integers).
-uint16_t toBf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 }  // namespace
@@ -273,11 +256,8 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
     LibraryOptions f32Options = options;
     f32Options.cache = nullptr;
     KILN_TRY(runLibraryWithPostOps(op, attrs, wideIn, post, wideExtra, wideOut, f32Options));
-    const bool bf16 = output.dtype() == ir::DType::kBF16;
-    auto* dst = output.data<uint16_t>();
-    const float* src = wideOut.data<float>();
-    for (int64_t i = 0; i < output.numElements(); ++i)
-      dst[i] = bf16 ? toBf16(src[i]) : ref::doubleToF16Bits(src[i]);
+    ref::floatToHalfBits(output.dtype(), wideOut.data<float>(), output.data<uint16_t>(),
+                         output.numElements());
     return Status::ok();
   }
   KILN_TRY(validate(op, attrs, inputs, post, extra, output));

@@ -160,6 +160,31 @@ uint16_t doubleToF16Bits(double v) {
 uint16_t doubleToBf16Bits(double v) {
   return fromDouble(kBF16, v);
 }
+void halfBitsToFloat(ir::DType t, const uint16_t* src, float* dst, int64_t n) {
+  if (t == ir::DType::kBF16) {  // The top half of an f32: a shift the compiler vectorizes.
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = static_cast<uint32_t>(src[i]) << 16;
+      std::memcpy(&dst[i], &u, 4);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(f16BitsToDouble(src[i]));
+}
+
+void floatToHalfBits(ir::DType t, const float* src, uint16_t* dst, int64_t n) {
+  if (t == ir::DType::kBF16) {  // Nearest even on the dropped 16 bits; NaN stays a quiet NaN.
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &src[i], 4);
+      dst[i] = (u & 0x7fffffffu) > 0x7f800000u
+                   ? static_cast<uint16_t>((u >> 16) | 0x40u)
+                   : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = doubleToF16Bits(src[i]);
+}
+
 uint16_t int64ToF16Bits(int64_t v) {
   return fromInt64(kF16, v);
 }

@@ -227,6 +227,11 @@ void copyStrided(const std::byte* src, int64_t srcOffset, const std::vector<int6
 // quiet NaN with its sign.
 uint16_t doubleToF16Bits(double v);
 uint16_t doubleToBf16Bits(double v);
+// n f16/bf16 values (`t`, as bits) widened to f32, exactly; and n f32 values rounded to `t`'s
+// bits once, to nearest even. The library calls that run f16/bf16 operands through f32 (the
+// CPU's converted products, emu's) use these.
+void halfBitsToFloat(ir::DType t, const uint16_t* src, float* dst, int64_t n);
+void floatToHalfBits(ir::DType t, const float* src, uint16_t* dst, int64_t n);
 uint16_t int64ToF16Bits(int64_t v);
 uint16_t int64ToBf16Bits(int64_t v);
 // Exact (every f16 and bf16 value is a double).
