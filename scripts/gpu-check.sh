@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA backend on a real GPU:
-#   scripts/gpu-check.sh [OUT_DIR]        (default gpu-check/)
-# 1. builds kiln (scripts/build.sh);
+#   scripts/gpu-check.sh [--bundle BUNDLE] [OUT_DIR]        (default gpu-check/)
+# 1. builds kiln (scripts/build.sh), or, with --bundle, unpacks the binaries and libraries that
+#    scripts/gpu-bundle.sh packed on a machine that can build them (the device machines here
+#    have no LLVM 16, oneDNN or OpenBLAS and no package registry); the CUDA libraries are the
+#    machine's own, found through the toolkit and the Python packages nvidia-* (cuDNN);
 # 2. runs every CUDA test on the device: the gpu suite's model tests with KILN_TEST_DEVICE=cuda
 #    (every zoo model compiled and eager, training steps, generated kernel kinds under random
 #    launch geometries, concurrent callers: each against the CPU), the NVRTC resource check;
@@ -18,15 +21,45 @@
 # On a machine without a usable CUDA device it prints "skipped: no CUDA device" and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bundle=
+if [[ ${1:-} == --bundle ]]; then
+  bundle=$(readlink -f "$2")
+  shift 2
+fi
 out=${1:-gpu-check}
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "skipped: no CUDA device (nvidia-smi finds none)"
   exit 0
 fi
-scripts/build.sh
-build=${KILN_BUILD_DIR:-build}
-kiln=$build/tools/kiln
+if [[ -n $bundle ]]; then
+  unpacked=$(mktemp -d)
+  trap 'rm -rf "$unpacked"' EXIT
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    "$bundle" "$unpacked"
+  libs=$unpacked/lib
+  for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia; print(*nvidia.__path__)' 2>/dev/null |
+    xargs -r -I{} find {} -name 'lib*.so*' -printf '%h\n' | sort -u); do
+    [[ -d $d ]] && libs=$libs:$d
+  done
+  export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # The paths the binaries were built with: clang's resource headers and the tests' data.
+  resource=$(cat "$unpacked/clang-resource-dir")
+  if [[ ! -e $resource/include ]] && mkdir -p "$resource" 2>/dev/null; then
+    ln -s "$unpacked/clang/include" "$resource/include"
+  fi
+  source_root=$(cat "$unpacked/source-root")
+  if [[ ! -e $source_root/tests/data ]] && mkdir -p "$(dirname "$source_root")" 2>/dev/null; then
+    ln -s "$PWD" "$source_root"
+  fi
+  kiln=$unpacked/bin/kiln
+  test_gpu=$unpacked/bin/test_gpu
+else
+  scripts/build.sh
+  build=${KILN_BUILD_DIR:-build}
+  kiln=$build/tools/kiln
+  test_gpu=$build/tests/test_gpu
+fi
 if ! reason=$("$kiln" run mlp --device cuda 2>&1 >/dev/null); then
   echo "skipped: no CUDA device (${reason#kiln run: error: })"
   exit 0
@@ -38,8 +71,9 @@ nvidia-smi -L | tee "$out/device.txt"
 
 echo "== CUDA tests on the device"
 status=0
-KILN_TEST_DEVICE=cuda "$build/tests/test_gpu" "emu:*" || status=1
-"$build/tests/test_gpu" "nvrtc*" 2>&1 | tee "$out/nvrtc.txt" | grep -E "^nvrtc|passed|failed" || status=1
+# KILN_GPU_CHECK_TEST_TIMEOUT: seconds the tests may take (a hung device fails them).
+KILN_TEST_DEVICE=cuda timeout "${KILN_GPU_CHECK_TEST_TIMEOUT:-1800}" "$test_gpu" "emu:*" -d yes 2>&1 | tee "$out/tests.txt" || status=1
+"$test_gpu" "nvrtc*" 2>&1 | tee "$out/nvrtc.txt" | grep -E "^nvrtc|passed|failed" || status=1
 
 echo "== benchmarks"
 results=()
@@ -68,9 +102,16 @@ py=${KILN_PEERS_VENV:+$KILN_PEERS_VENV/bin/python}
 py=${py:-python3}
 if "$py" -c "import torch, torchvision; assert torch.cuda.is_available()" 2>/dev/null; then
   echo "== PyTorch on the same GPU"
-  "$py" tools/peers/torch_gpu_bench.py --out "$out/torch.json" || status=1
-  "$py" tools/peers/torch_gpu_bench.py --out "$out/torch-tf32.json" --tf32 || status=1
-  "$py" tools/peers/torch_gpu_bench.py --out "$out/torch-bf16.json" --bf16 || status=1
+  # KILN_GPU_CHECK_TORCH: which of the three (torch.compile takes about a minute a model each).
+  for variant in ${KILN_GPU_CHECK_TORCH:-fp32 tf32 bf16}; do
+    case $variant in
+      fp32) "$py" tools/peers/torch_gpu_bench.py --out "$out/torch.json" || status=1 ;;
+      tf32 | bf16)
+        "$py" tools/peers/torch_gpu_bench.py --out "$out/torch-$variant.json" "--$variant" ||
+          status=1 ;;
+      *) echo "KILN_GPU_CHECK_TORCH: unknown variant $variant (fp32, tf32, bf16)" >&2; exit 2 ;;
+    esac
+  done
 else
   echo "PyTorch with CUDA not found: no torch eager / torch.compile columns"
 fi

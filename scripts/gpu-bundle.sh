@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# kiln's binaries for a GPU machine that cannot build them (no LLVM 16, oneDNN or OpenBLAS
+# packages, no package registry) and takes at most 64 MiB of files:
+#   scripts/gpu-bundle.sh [BUNDLE]        (default .gpu/bundle.tar.xz; build with scripts/build.sh)
+# packs build/tools/kiln, build/tests/test_gpu, every shared library they load except glibc's
+# and libstdc++'s (the GPU machine's are as new or newer), and clang 16's resource headers.
+# Two libraries that libLLVM and libxml2 load but kiln never calls into are replaced by stubs
+# to fit the size: libz3 (the static analyzer's SMT solver; each function aborts, naming
+# itself) and ICU's data (libicuuc needs the symbol at load time, not its 30 MB).
+# On the GPU machine, `scripts/gpu-check.sh --bundle BUNDLE [OUT]` unpacks it and runs from it.
+# The CUDA libraries are not packed: kiln dlopens the machine's own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bundle=${1:-.gpu/bundle.tar.xz}
+build=${KILN_BUILD_DIR:-build}
+bins=("$build/tools/kiln" "$build/tests/test_gpu")
+for b in "${bins[@]}"; do
+  [[ -x $b ]] || { echo "gpu-bundle: $b is missing: run scripts/build.sh first" >&2; exit 2; }
+done
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$stage/clang"
+cp "${bins[@]}" "$stage/bin/"
+for lib in $(ldd "${bins[@]}" | awk '/=>/ {print $3}' | sort -u); do
+  case $(basename "$lib") in
+    libc.so.* | libm.so.* | libstdc++.so.* | libgcc_s.so.*) ;;
+    libz3.so.* | libicudata.so.*) ;;  # stubs below
+    *) cp -L "$lib" "$stage/lib/" ;;
+  esac
+done
+llvm=$(dirname "$(ldd "${bins[0]}" | awk '/libLLVM/ {print $3}')")
+resource=$(echo "$llvm/clang/"*)
+cp -r "$resource/include" "$stage/clang/"
+echo "$resource" >"$stage/clang-resource-dir"
+echo "$PWD" >"$stage/source-root"
+
+# The stubs, by the names and symbols the real libraries export to these binaries.
+z3=$(ldd "${bins[0]}" | awk '/libz3/ {print $1}')
+icu=$(ldd "${bins[0]}" | awk '/libicudata/ {print $1}')
+{
+  echo '#include <stdio.h>'
+  echo '#include <stdlib.h>'
+  objdump -T "$llvm/libLLVM-"*.so.* | awk '$NF ~ /^Z3_/ && /UND/ {print $NF}' | sort -u |
+    while read -r f; do
+      echo "void $f(void) { fputs(\"kiln GPU bundle: $f called (libz3 is a stub)\\n\", stderr); abort(); }"
+    done
+} >"$stage/z3.c"
+cc -shared -fPIC -O1 -Wl,-soname,"$z3" -o "$stage/lib/$z3" "$stage/z3.c"
+sym=$(objdump -T "$(ldd "${bins[0]}" | awk '/libicuuc/ {print $3}')" |
+  awk '$NF ~ /^icudt[0-9]+_dat$/ {print $NF}')
+echo "const char $sym[64] = {0};" >"$stage/icu.c"
+cc -shared -fPIC -Wl,-soname,"$icu" -o "$stage/lib/$icu" "$stage/icu.c"
+rm "$stage/z3.c" "$stage/icu.c"
+
+mkdir -p "$(dirname "$bundle")"
+tar -C "$stage" -cf - . | xz -9e -T2 >"$bundle.tmp"
+mv "$bundle.tmp" "$bundle"
+ls -la "$bundle"
