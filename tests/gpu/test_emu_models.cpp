@@ -308,7 +308,11 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
   // tensor) when the input is scaled by 1 + 1e-6 on the CPU alone; a second step at slightly
   // different weights diverges further (measured: 59% L2). So resnet50 takes one step, and its
   // updates are compared in L2 (measured: at most 1.3% apart; a wrong gradient is O(1)).
+  // resnet18's two steps are compared in L2 too: on a real GPU (KILN_TEST_DEVICE=cuda) cuDNN's
+  // algorithms sum in other orders than the CPU's, and after the second step the largest
+  // difference in layer1.1.conv1.weight was 1.07% of its largest update (H100, cuDNN 9).
   const bool chaotic = name == "resnet50";
+  const bool l2 = name.starts_with("resnet");
   const models::ModelOptions mo{
       .batch = 4, .seed = 7, .imageSize = name.starts_with("resnet") ? 64 : 0};
   std::vector<std::unique_ptr<compiler::TrainingStep>> steps;
@@ -352,7 +356,7 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
       moved2 += m * m;
     }
     CHECK(moved > 0);
-    if (chaotic)
+    if (l2)
       CHECK(std::sqrt(diff2) <= 5e-2 * std::sqrt(moved2) + 1e-6);
     else
       CHECK(diff <= 1e-2 * moved + 1e-6);
