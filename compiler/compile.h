@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/flops.h"
 #include "ir/graph.h"
 #include "passes/fusion.h"
 #include "runtime/artifact.h"
@@ -98,6 +99,13 @@ struct KernelSource {
   std::string cuda;   // When cudaCheck.
 };
 
+// What one plan step computes, for profiles: its ops in order, each once ("conv2d+add+relu"),
+// and their work.
+struct StepWork {
+  std::string ops;
+  ir::WorkCount work;
+};
+
 struct CompileReport {
   double totalMs = 0, passesMs = 0, fusionMs = 0, codegenMs = 0, compileMs = 0, planMs = 0;
   int nodesIn = 0;         // Nodes of the graph handed to compile.
@@ -122,6 +130,7 @@ struct CompileReport {
   int inplaceReuses = 0;
   int64_t parameterBytes = 0;
   int cudaKernelsChecked = 0;
+  std::vector<StepWork> stepWork;       // Per plan step (empty for a loaded artifact's plan).
   std::vector<std::string> cudaErrors;  // NVRTC failures (should be empty).
 };
 

@@ -1,5 +1,7 @@
 #include "compiler/plan_builder.h"
 
+#include "ir/flops.h"
+
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -237,6 +239,14 @@ class PlanBuilder {
         }
       }
       plan->steps.push_back(std::move(s));
+      StepWork w;
+      for (const ir::Node* n : d.nodes) {
+        const std::string op(ir::opName(n->op()));
+        if (("+" + w.ops + "+").find("+" + op + "+") == std::string::npos)
+          w.ops += (w.ops.empty() ? "" : "+") + op;
+        w.work += ir::countWork(*n);
+      }
+      report_.stepWork.push_back(std::move(w));
     }
     if (!hostOps.empty()) {
       std::string list;
@@ -257,6 +267,7 @@ class PlanBuilder {
       o.type = graph_.outputs()[i]->type();
       s.outputs.push_back(o);
       plan->steps.push_back(std::move(s));
+      report_.stepWork.push_back({"copy", {}});
       ++report_.copySteps;
     }
     plan->backend = std::move(backend_);

@@ -74,6 +74,7 @@ class Scheduler {
     const ir::Node* head = g.nodes.front();
     const ir::OpKind op = head->op();
     StepDraft s(runtime::PlanStep::Kind::kOp, head->describe(), head);
+    s.nodes.assign(g.nodes.begin(), g.nodes.end());
     s.inputs.assign(head->inputs().begin(), head->inputs().end());
     const ir::TensorType& yt = head->output()->type();
     s.library = backend_.hasLibraryKernel(op, yt.dtype, yt.layout);
@@ -113,6 +114,7 @@ class Scheduler {
           return internalError(n->describe() +
                                " would run on a reference kernel with a channels-last output");
       StepDraft s(runtime::PlanStep::Kind::kOp, n->describe(), n);
+      s.nodes = {n};
       s.inputs.assign(n->inputs().begin(), n->inputs().end());
       s.outputs.assign(n->outputs().begin(), n->outputs().end());
       // An op outside the library groups that the backend's library still runs (the GPU's
@@ -160,6 +162,7 @@ class Scheduler {
             break;
           }
           StepDraft s(runtime::PlanStep::Kind::kKernel, name);
+          s.nodes.assign(g.nodes.begin(), g.nodes.end());
           s.kernel = static_cast<int>(s_.kernels.size());
           bool sawOutput = false;
           for (const auto& a : k->args) {

@@ -28,6 +28,7 @@ struct StepDraft {
   std::vector<const ir::Value*> outputs;
   int kernel = -1;  // Index into kernels.
   const ir::Node* node = nullptr;
+  std::vector<const ir::Node*> nodes;  // Every node the step computes (profiles count their work).
   // Library calls:
   bool library = false;
   std::vector<runtime::PostOp> postOps;

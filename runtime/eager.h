@@ -21,7 +21,8 @@ namespace kiln::runtime {
 
 struct EagerNodeTiming {
   const ir::Node* node;
-  double ms;  // On a backend with an asynchronous queue: the time to enqueue it.
+  double ms;           // On a backend with an asynchronous queue: the time to enqueue it.
+  double startMs = 0;  // From the start of the run.
 };
 
 struct EagerOpTiming {

@@ -345,6 +345,7 @@ Status PlanExecutor::enqueueSteps(Stream& stream_,
   auto tensor = [&](const BufferRef& b) { return DeviceTensor{address(b), b.type}; };
   std::vector<DeviceAddress> args;
   std::vector<DeviceTensor> tin, tout;
+  const auto first = std::chrono::steady_clock::now();
   for (size_t si = 0; si < p.steps.size(); ++si) {
     const PlanStep& s = p.steps[si];
     const auto ts =
@@ -390,7 +391,10 @@ Status PlanExecutor::enqueueSteps(Stream& stream_,
                               s.outputs[0].type.byteSize()));
         break;
     }
-    if (profiling) stats.stepMs.push_back(msBetween(ts, std::chrono::steady_clock::now()));
+    if (profiling) {
+      stats.stepMs.push_back(msBetween(ts, std::chrono::steady_clock::now()));
+      stats.stepStartMs.push_back(msBetween(first, ts));
+    }
   }
   return Status::ok();
 }

@@ -81,6 +81,8 @@ struct PlanRunStats {
   int64_t kernelSteps = 0;     // Generated kernels.
   int64_t opSteps = 0;         // Library and reference calls.
   std::vector<double> stepMs;  // Per step, when profiling.
+  // Per step, when profiling: when it started, from the start of the first step.
+  std::vector<double> stepStartMs;
   bool graphCaptured = false;  // This call recorded the plan's steps into a graph.
   bool graphReplayed = false;  // The steps ran as a replayed graph.
   // Device time of the call's enqueued work (copies in, steps, copies out) by the stream's

@@ -97,6 +97,7 @@ int runInfo(const Args&);
 int runCompile(const Args&);
 int runBench(const Args&);
 int runBenchKernels(const Args&);
+int runProfile(const Args&);
 int runDump(const Args&);
 int runRun(const Args&);
 int runExport(const Args&);

@@ -1,13 +1,16 @@
 // `kiln bench-kernels`: memory bandwidth of generated pointwise kernels against a plain copy,
 // measured in the same run: a copy (std::memcpy and a generated identity kernel), one fused
-// 10-op pointwise chain, and a fused softmax over rows.
+// 10-op pointwise chain, a fused softmax and a layernorm over rows; with --peak, the machine's
+// FMA peak and multi-threaded copy bandwidth (compiler/machine_peak.h) first.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "compiler/compile.h"
+#include "compiler/machine_peak.h"
 #include "ir/parser.h"
 #include "runtime/cpu/compute_threads.h"
 #include "tools/cli.h"
@@ -79,11 +82,31 @@ int runBenchKernels(const Args& args) {
                             " = add(%9, %x)\n return %10\n}";
   const std::string softmax = "graph sm(%x : f32" + shape + ") {\n %y : f32" + shape +
                               " = softmax(%x) {axis=1}\n return %y\n}";
+  const std::string layernorm = "graph ln(%x : f32" + shape + ", %g : f32" + bshape + ", %b : f32" +
+                                bshape + ") {\n %y : f32" + shape +
+                                " = layer_norm(%x, %g, %b) {axis=1}\n return %y\n}";
+  nlohmann::json j;
+  std::optional<compiler::MachinePeak> peak;
+  if (args.flag("peak")) {
+    auto m = compiler::measureMachinePeak(runtime::numThreads());
+    if (!m) return reportError("bench-kernels", m.status());
+    peak = *m;
+    j["peak"] = {{"threads", m->threads},
+                 {"fma_gflops", m->gflops},
+                 {"isa", m->isa},
+                 {"lanes", m->lanes},
+                 {"chains", m->chains},
+                 {"cpuinfo_mhz", m->cpuinfoMHz},
+                 {"implied_ghz_two_fma_units", m->impliedGHz},
+                 {"copy_gb_per_s", m->copyGBps},
+                 {"copy_bytes", m->copyBytes}};
+  }
 
   std::vector<std::pair<std::string, std::unique_ptr<compiler::CompiledModel>>> models;
   for (const auto& [name, text] : {std::pair{"identity kernel", copy},
                                    {"10-op pointwise chain", chain},
-                                   {"softmax (rows)", softmax}}) {
+                                   {"softmax (rows)", softmax},
+                                   {"layernorm (rows)", layernorm}}) {
     auto cm = compileText(text, *opts);
     if (!cm) return reportError("bench-kernels", cm.status());
     if ((*cm)->report().generatedKernels != 1)
@@ -98,7 +121,6 @@ int runBenchKernels(const Args& args) {
   for (int64_t i = 0; i < *cols; ++i) b.data<float>()[i] = 0.5f;
   runtime::Tensor dst = *runtime::Tensor::empty(ir::DType::kF32, {*rows, *cols});
   const double bytes = 2.0 * static_cast<double>(n) * 4;  // One read and one write per element.
-  nlohmann::json j;
   j["elements"] = n;
   j["threads"] = runtime::numThreads();
   auto record = [&](const std::string& name, double ms) {
@@ -112,6 +134,7 @@ int runBenchKernels(const Args& args) {
   for (auto& [name, cm] : models) {
     std::vector<runtime::Tensor> ins{x};
     if (name == "10-op pointwise chain") ins.push_back(b);
+    if (name == "layernorm (rows)") ins.insert(ins.end(), {b, b});
     Status failed;
     const double ms = timeMs(
         [&] {
@@ -123,7 +146,10 @@ int runBenchKernels(const Args& args) {
     const double gbs = record(name, ms);
     if (name == "identity kernel") copyGbs = gbs;
   }
-  for (auto& r : j["results"]) r["fraction_of_copy_kernel"] = r["gb_per_s"].get<double>() / copyGbs;
+  for (auto& r : j["results"]) {
+    r["fraction_of_copy_kernel"] = r["gb_per_s"].get<double>() / copyGbs;
+    if (peak) r["fraction_of_peak_copy"] = r["gb_per_s"].get<double>() / peak->copyGBps;
+  }
   j["fraction_of_memcpy"] = copyGbs / memcpyGbs;
   if (args.flag("json")) {
     std::cout << j.dump(2) << "\n";
@@ -134,10 +160,21 @@ int runBenchKernels(const Args& args) {
       "write per element\n",
       static_cast<long long>(*rows), static_cast<long long>(*cols), n * 4 / 1e6,
       runtime::numThreads(), static_cast<long long>(*runs));
-  for (const auto& r : j["results"])
-    std::printf("  %-24s %8.3f ms  %7.2f GB/s  %5.0f%% of the identity kernel\n",
+  if (peak) {
+    std::printf("peak: fp32 FMA %.1f GFLOP/s on %d threads (%s, %d chains of %d lanes",
+                peak->gflops, peak->threads, peak->isa.c_str(), peak->chains, peak->lanes);
+    std::printf("; two FMA units per core would run at %.2f GHz", peak->impliedGHz);
+    if (peak->cpuinfoMHz > 0) std::printf(", /proc/cpuinfo says %.2f", peak->cpuinfoMHz / 1e3);
+    std::printf(")\n      copy %.2f GB/s (%lld MB over %d threads, read + write)\n", peak->copyGBps,
+                static_cast<long long>(peak->copyBytes >> 20), peak->threads);
+  }
+  for (const auto& r : j["results"]) {
+    std::printf("  %-24s %8.3f ms  %7.2f GB/s  %5.0f%% of the identity kernel",
                 r["kernel"].get<std::string>().c_str(), r["median_ms"].get<double>(),
                 r["gb_per_s"].get<double>(), 100 * r["fraction_of_copy_kernel"].get<double>());
+    if (peak) std::printf("  %5.0f%% of peak copy", 100 * r["fraction_of_peak_copy"].get<double>());
+    std::printf("\n");
+  }
   return kExitOk;
 }
 

@@ -67,12 +67,32 @@ std::vector<Command> commands() {
                          {"warmup", true, "untimed runs first (default 2)"},
                          intRangeOption()})),
        &runBench},
-      {"bench-kernels", "kiln bench-kernels [--rows R] [--cols C] [--runs N] [--json]",
-       "Bandwidth of generated kernels (copy, fused pointwise chain, softmax) against memcpy.",
-       concat(compileOptionSpecs(), {{"rows", true, "rows of the test tensor (default 4096)"},
-                                     {"cols", true, "columns (default 4096)"},
-                                     {"runs", true, "timed runs (default 20)"},
-                                     {"json", false, "machine-readable output"}}),
+      {"profile", "kiln profile MODEL [--runs R] [--trace FILE] [--top K] [--no-peak] [--json]",
+       "Where the time goes, eager and compiled side by side: every step of profiled runs timed "
+       "and grouped by ops and kind (generated kernel, library call, reference kernel, copy) "
+       "with calls, total and mean ms, share, GFLOP/s and GB/s against this machine's FMA peak "
+       "and copy bandwidth measured in the same run; --trace writes a Chrome trace of both.",
+       withModel(concat(
+           compileOptionSpecs(),
+           {{"runs", true, "profiled runs of each (default 10)"},
+            {"warmup", true, "unprofiled runs first (default 2)"},
+            {"trace", true, "write a Chrome trace (JSON; ui.perfetto.dev) with one event per step"},
+            {"top", true, "rows per table (default 20; 0: all)"},
+            {"no-peak", false, "skip measuring the peaks (no %fma and %bw columns)"},
+            {"json", false, "machine-readable output"},
+            intRangeOption()})),
+       &runProfile},
+      {"bench-kernels", "kiln bench-kernels [--rows R] [--cols C] [--runs N] [--peak] [--json]",
+       "Bandwidth of generated kernels (copy, fused pointwise chain, softmax, layernorm) against "
+       "memcpy; with --peak, this machine's fp32 FMA peak and multi-threaded copy bandwidth, "
+       "and each kernel as a share of that bandwidth.",
+       concat(compileOptionSpecs(),
+              {{"rows", true, "rows of the test tensor (default 4096)"},
+               {"cols", true, "columns (default 4096)"},
+               {"runs", true, "timed runs (default 20)"},
+               {"peak", false,
+                "measure the fp32 FMA peak (GFLOP/s) and copy bandwidth (GB/s) on --threads"},
+               {"json", false, "machine-readable output"}}),
        &runBenchKernels},
       {"train",
        "kiln train MODEL [--steps N] [--batch B] [--lr X] [--optimizer sgd|adam] [--eager] "

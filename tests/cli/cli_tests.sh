@@ -121,6 +121,24 @@ check "unknown pass" 2 "unknown pass 'fold-all'" -- "$KILN" compile mlp --disabl
 check "bench" 0 "speedup" -- "$KILN" bench mlp --runs 3 --warmup 1
 check "bench --json" 0 '"compile_cold_ms"' -- "$KILN" bench mnist_cnn --runs 2 --warmup 0 --json
 check "bad --runs" 2 "--runs must be between" -- "$KILN" bench mlp --runs 0
+check "profile" 0 "conv2d\+relu +library" -- "$KILN" profile mnist_cnn --runs 2 --no-peak
+check "profile --trace" 0 "trace: trace.json \([0-9]+ events" -- \
+  "$KILN" profile mnist_cnn --runs 2 --warmup 0 --no-peak --trace trace.json
+# One complete event per executed step: 2 runs of eager's nodes and of the compiled plan's steps.
+check "profile trace events" 0 "^ok$" -- python3 -c '
+import json, subprocess, sys
+t = json.load(open("trace.json"))
+x = [e for e in t["traceEvents"] if e["ph"] == "X"]
+j = json.loads(subprocess.run([sys.argv[1], "profile", "mnist_cnn", "--runs", "2", "--no-peak",
+                               "--json"], capture_output=True, text=True).stdout)
+want = sum(2 * r["calls_per_run"] for side in ("eager", "compiled") for r in j[side]["ops"])
+print("ok" if len(x) == round(want) and all(e["dur"] >= 0 for e in x) else f"{len(x)} != {want}")
+' "$KILN"
+check "profile --trace into a missing directory" 2 "" -- \
+  "$KILN" profile mlp --runs 1 --no-peak --trace nowhere/trace.json
+absent "profile leaves no partial trace" nowhere
+check "bench-kernels --peak" 0 "fp32 FMA [0-9.]+ GFLOP/s.*" -- \
+  "$KILN" bench-kernels --peak --rows 64 --cols 64 --runs 2
 check "missing onnx file" 2 "model\.onnx" -- "$KILN" info model.onnx
 
 # ---- ONNX models with a symbolic batch dim ("N"), from the fuzz seeds.
