@@ -7,7 +7,7 @@ For each model it writes OUT/<name>/:
                     torch.export, opset 20, IR 10, the weights as external data)
   legacy.onnx       the legacy TorchScript exporter (dynamo=False), opset 17
                     (both with the batch dim symbolic, "batch")
-  input.npy         the input (float32, seeded)
+  input.npy         the input (float32, seeded; int64 token ids for gpt2_block)
   torch.npy         PyTorch eager's output on the CPU, in float32
   onnxruntime.npy   ONNX Runtime's output on model.onnx (CPUExecutionProvider)
   onnxruntime_legacy.npy   the same on legacy.onnx
@@ -75,7 +75,21 @@ MODELS = {
     "bert_layer": (models.BertLayer, (1, 128, 768)),
     "transformer_encoder": (transformer_encoder, (1, 64, 256)),
     "vit_small": (vit_small, (1, 3, 224, 224)),
+    "gpt2_block": (models.Gpt2Block, (1, 128)),  # Token ids: [batch, sequence] int64.
 }
+
+# Models whose input is integer token ids, and their vocabulary.
+TOKEN_MODELS = {"gpt2_block": 32000}
+
+
+def make_input(name, batch):
+    """The seeded input of `name` at `batch`: uniform token ids below the vocabulary for the
+    token models, standard normal floats for the others."""
+    _, shape = MODELS[name]
+    gen = torch.Generator().manual_seed(2)
+    if name in TOKEN_MODELS:
+        return torch.randint(0, TOKEN_MODELS[name], (batch, *shape[1:]), generator=gen)
+    return torch.randn(batch, *shape[1:], generator=gen)
 
 
 def check_model_list():
@@ -106,7 +120,7 @@ def export_one(name, out_dir):
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         randomize_batchnorm(model, gen)
-    x = torch.randn(*shape, generator=torch.Generator().manual_seed(2))
+    x = make_input(name, shape[0])
 
     os.makedirs(out_dir, exist_ok=True)
     names = {"input_names": ["input"], "output_names": ["output"],

@@ -96,3 +96,39 @@ class BertLayer(nn.Module):
     def forward(self, x):
         attention_output = self.attention(x)
         return self.output(self.intermediate(attention_output), attention_output)
+
+
+class Gpt2Block(nn.Module):
+    """A GPT-2-style decoder on integer token ids, as HuggingFace's GPT2Model lays it out: token
+    and position embeddings, one pre-LayerNorm block (causal self-attention through
+    F.scaled_dot_product_attention, an MLP with the tanh GELU), the final LayerNorm and the
+    language-model head tied to the token embedding. GPT-2 small's width (768, 12 heads) and a
+    32,000-token vocabulary; input [batch, seq] int64, output [batch, seq, vocab] logits."""
+
+    def __init__(self, vocab=32000, positions=1024, hidden=768, heads=12, eps=1e-5):
+        super().__init__()
+        self.heads = heads
+        self.wte = nn.Embedding(vocab, hidden)
+        self.wpe = nn.Embedding(positions, hidden)
+        self.ln_1 = nn.LayerNorm(hidden, eps=eps)
+        self.c_attn = nn.Linear(hidden, 3 * hidden)
+        self.c_proj = nn.Linear(hidden, hidden)
+        self.ln_2 = nn.LayerNorm(hidden, eps=eps)
+        self.c_fc = nn.Linear(hidden, 4 * hidden)
+        self.mlp_proj = nn.Linear(4 * hidden, hidden)
+        self.ln_f = nn.LayerNorm(hidden, eps=eps)
+        nn.init.normal_(self.wte.weight, std=0.02)
+        nn.init.normal_(self.wpe.weight, std=0.01)
+
+    def forward(self, ids):
+        b, s = ids.shape
+        h = self.wte.weight.shape[1]
+        d = h // self.heads
+        pos = torch.arange(s, device=ids.device)
+        x = self.wte(ids) + self.wpe(pos)
+        q, k, v = self.c_attn(self.ln_1(x)).split(h, dim=2)
+        q, k, v = (t.view(b, s, self.heads, d).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(a.transpose(1, 2).reshape(b, s, h))
+        x = x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return F.linear(self.ln_f(x), self.wte.weight)
