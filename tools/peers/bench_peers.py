@@ -1,0 +1,229 @@
+"""kiln against its peers, side by side in one run (scripts/bench-peers.sh runs this): for each
+model and batch, PyTorch eager, torch.compile (Inductor, CPU freezing on; default mode, and
+max-autotune with --max-autotune), ONNX Runtime and kiln eager / compiled, all on the same
+export (PyTorch's default exporter, tools/peers/export.py), thread count and input shapes. This
+machine's FMA peak and copy bandwidth (`kiln bench-kernels --peak`) are measured in the same run.
+Writes OUT/bench-peers.json and OUT/bench-peers.md and prints the table.
+
+Usage: python bench_peers.py --kiln KILN --peers-dir DIR --out OUT [--threads T] [--runs R]
+           [--warmup W] [--cases name:batch,...] [--max-autotune]
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import onnxruntime as ort
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export  # noqa: E402
+
+
+def default_cases():
+    """Every peer model at batch 1; resnet50 also at 32 and the BERT layer at 8."""
+    cases = [(name, 1) for name in export.MODELS]
+    cases.insert(cases.index(("resnet50", 1)) + 1, ("resnet50", 32))
+    cases.insert(cases.index(("bert_layer", 1)) + 1, ("bert_layer", 8))
+    return cases
+
+
+def median_ms(fn, runs, warmup):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def cpu_description():
+    model, flags = platform.processor(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("", "x86_64"):
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "avx2", "fma")
+           if f in flags]
+    return model, isa
+
+
+def torch_times(name, batch, args):
+    """PyTorch eager and torch.compile (default mode, and max-autotune when asked): medians, and
+    each compile's first call (the compile itself, as a user waits for it)."""
+    ctor, _ = export.MODELS[name]
+    torch.manual_seed(0)
+    model = ctor().eval()
+    x = export.make_input(name, batch)
+    out = {}
+    with torch.inference_mode():
+        out["torch_eager_ms"] = median_ms(lambda: model(x), args.runs, args.warmup)
+        modes = ["default"] + (["max-autotune"] if args.max_autotune else [])
+        for mode in modes:
+            torch._dynamo.reset()
+            compiled = torch.compile(model, mode=mode)
+            start = time.perf_counter()
+            compiled(x)
+            first = time.perf_counter() - start
+            key = "torch_compile" if mode == "default" else "torch_compile_max_autotune"
+            out[f"{key}_ms"] = median_ms(lambda: compiled(x), args.runs, args.warmup)
+            out[f"{key}_first_call_s"] = first
+    return out
+
+
+def ort_time(name, batch, args):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = args.threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    start = time.perf_counter()
+    session = ort.InferenceSession(os.path.join(args.peers_dir, name, "model.onnx"), options,
+                                   providers=["CPUExecutionProvider"])
+    load_s = time.perf_counter() - start
+    feed = {"input": export.make_input(name, batch).numpy()}
+    return {"onnxruntime_ms": median_ms(lambda: session.run(None, feed), args.runs, args.warmup),
+            "onnxruntime_session_s": load_s}
+
+
+def kiln_times(name, batch, args):
+    cmd = [args.kiln, "bench", os.path.join(args.peers_dir, name, "model.onnx"), "--batch",
+           str(batch), "--threads", str(args.threads), "--runs", str(args.runs), "--warmup",
+           str(args.warmup), "--json"]
+    if name in export.TOKEN_MODELS:
+        cmd += ["--int-range", f"0:{export.TOKEN_MODELS[name]}"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"kiln_error": (r.stderr or r.stdout).strip().splitlines()[-1]}
+    j = json.loads(r.stdout)
+    return {"kiln_eager_ms": j["eager"]["median_ms"], "kiln_compiled_ms": j["compiled"]["median_ms"],
+            "kiln_compile_s": j["compiled"]["compile_cold_ms"] / 1e3}
+
+
+def peak(args):
+    r = subprocess.run([args.kiln, "bench-kernels", "--peak", "--threads", str(args.threads),
+                        "--rows", "64", "--cols", "64", "--runs", "1", "--json"],
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)["peak"]
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def write_atomically(path, text):
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".bench-peers-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def table(results, meta, max_autotune):
+    f = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"
+    cols = ["model", "batch", "torch eager", "torch.compile"]
+    if max_autotune:
+        cols.append("torch.compile max-autotune")
+    cols += ["ONNX Runtime", "kiln eager", "kiln compiled", "kiln vs ORT",
+             "kiln vs torch.compile", "kiln vs torch eager", "kiln compile s",
+             "torch.compile first call s"]
+    lines = [
+        f"CPU: {meta['cpu']} ({', '.join(meta['isa'])}); {meta['threads']} threads for every "
+        f"engine; fp32 FMA peak {meta['peak']['fma_gflops']:.0f} GFLOP/s, copy "
+        f"{meta['peak']['copy_gb_per_s']:.1f} GB/s (kiln bench-kernels --peak, this run).",
+        f"PyTorch {meta['torch']} eager (inference_mode) and torch.compile (Inductor, "
+        f"freezing on, mode default{', and max-autotune' if max_autotune else ''}); ONNX Runtime "
+        f"{meta['onnxruntime']} (CPUExecutionProvider, ORT_ENABLE_ALL, intra_op_num_threads "
+        f"{meta['threads']}, inter_op 1, sequential, spinning on: its default); kiln "
+        f"{meta['kiln']} (compiled with its default heuristics). Each on PyTorch's default "
+        f"exporter's file (kiln, ONNX Runtime) or the PyTorch module it came from. Milliseconds, "
+        f"medians of {meta['runs']} runs after {meta['warmup']}; 'kiln vs X' is X's time over "
+        f"kiln compiled's (above 1: kiln faster).", "",
+        "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in results:
+        k = r.get("kiln_compiled_ms")
+        ratio = lambda key: r[key] / k if k and r.get(key) else None
+        row = [r["model"], str(r["batch"]), f(r.get("torch_eager_ms")),
+               f(r.get("torch_compile_ms"))]
+        if max_autotune:
+            row.append(f(r.get("torch_compile_max_autotune_ms")))
+        row += [f(r.get("onnxruntime_ms")), f(r.get("kiln_eager_ms")),
+                f(k) if k else "error: " + r.get("kiln_error", "?"),
+                f(ratio("onnxruntime_ms")), f(ratio("torch_compile_ms")),
+                f(ratio("torch_eager_ms")), f(r.get("kiln_compile_s")),
+                f(r.get("torch_compile_first_call_s"), 1)]
+        lines.append("| " + " | ".join(row) + " |")
+    g = meta["geomeans"]
+    lines += ["", f"Geometric means of kiln compiled's speedup: over ONNX Runtime "
+              f"{f(g['onnxruntime'])}x, over torch.compile {f(g['torch_compile'])}x, over PyTorch "
+              f"eager {f(g['torch_eager'])}x; slowest against ONNX Runtime "
+              f"{f(g['min_onnxruntime'])}x ({g['min_onnxruntime_case']})."]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--peers-dir", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--kiln-version", default="(this build)", help="for the table's header")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--cases", default="", help="name:batch,... (default: every model)")
+    ap.add_argument("--max-autotune", action="store_true",
+                    help="also torch.compile(mode='max-autotune') (slow to compile)")
+    args = ap.parse_args()
+    cases = ([(c.split(":")[0], int(c.split(":")[1]) if ":" in c else 1)
+              for c in args.cases.split(",") if c] or default_cases())
+    unknown = [n for n, _ in cases if n not in export.MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(export.MODELS)}")
+    torch.set_num_threads(args.threads)
+    torch._inductor.config.freezing = True  # Constant weights folded, as for inference.
+    cpu, isa = cpu_description()
+    meta = {"cpu": cpu, "isa": isa, "threads": args.threads, "runs": args.runs,
+            "warmup": args.warmup, "torch": torch.__version__, "onnxruntime": ort.__version__,
+            "kiln": args.kiln_version, "peak": peak(args)}
+    results = []
+    for name, batch in cases:
+        r = {"model": name, "batch": batch}
+        r.update(kiln_times(name, batch, args))
+        r.update(ort_time(name, batch, args))
+        r.update(torch_times(name, batch, args))
+        results.append(r)
+        print(json.dumps(r), flush=True)
+    speedups = {key: [r[f"{key}_ms"] / r["kiln_compiled_ms"] for r in results
+                      if r.get("kiln_compiled_ms") and r.get(f"{key}_ms")]
+                for key in ("onnxruntime", "torch_compile", "torch_eager")}
+    worst = min((r for r in results if r.get("kiln_compiled_ms")),
+                key=lambda r: r["onnxruntime_ms"] / r["kiln_compiled_ms"], default=None)
+    meta["geomeans"] = {key: geomean(v) for key, v in speedups.items()}
+    meta["geomeans"]["min_onnxruntime"] = (worst["onnxruntime_ms"] / worst["kiln_compiled_ms"]
+                                           if worst else None)
+    meta["geomeans"]["min_onnxruntime_case"] = (f"{worst['model']} batch {worst['batch']}"
+                                                if worst else "-")
+    os.makedirs(args.out, exist_ok=True)
+    write_atomically(os.path.join(args.out, "bench-peers.json"),
+                     json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    md = table(results, meta, args.max_autotune)
+    write_atomically(os.path.join(args.out, "bench-peers.md"), md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
