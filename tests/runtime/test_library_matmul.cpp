@@ -42,6 +42,7 @@ const std::vector<MatMulCase>& matmulCases() {
       {{17, 33}, {33, 9}},
       {{1, 64}, {64, 33}},
       {{2, 3, 4}, {4, 5}},         // B shared: the batch folds into rows.
+      {{7, 1, 16}, {16, 12}},      // ... also with one row per batch (ViT's exported in_proj).
       {{2, 9, 16}, {2, 16, 10}},   // Batched.
       {{12, 16, 8}, {12, 8, 16}},  // Attention-like.
       {{2, 1, 3, 4}, {5, 4, 6}},   // Both sides broadcast: [2,5,3,6].
