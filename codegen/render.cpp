@@ -465,6 +465,10 @@ class Printer {
         line(1, std::string(t_.sharedPrefix) + type(t) + ", kiln_smem_" +
                     std::string(scalarTypeName(t)) + ", 32);");
     }
+    if (lanes && columnar(rowDims)) {
+      columnarReductionBody(rowDims);
+      return;
+    }
     line(1, withCount(t_.rowLoop, k_.numUnits()));
     if (!rowDims.empty()) decompose(2, "kiln_u", rowDims);
     bases(2, rowDims);
@@ -567,6 +571,107 @@ class Printer {
       store(guarded ? 3 : 2, k_.stores[i], i, "", -1);
     }
     if (!t_.barrier.empty()) line(2, std::string(t_.barrier));
+    line(1, "}");
+  }
+
+  // Whether a CPU reduction runs column-wise: its units are one dim along which every access is
+  // contiguous (or constant), and its loads walk the reduced dim with a stride. A reduction over
+  // the pixels of a channels-last tensor per channel (squeeze-excite's mean, global pooling) is
+  // one: row by row, each unit would read one float of every 64-byte line.
+  bool columnar(const std::vector<int>& rowDims) const {
+    if (rowDims.size() != 1) return false;
+    const int ud = rowDims[0], rd = k_.reduceDim;
+    bool contiguous = false, strided = false;
+    auto check = [&](const Access& a) {
+      if (a.strides[ud] != 0 && a.strides[ud] != 1) return false;
+      contiguous = contiguous || a.strides[ud] == 1;
+      return true;
+    };
+    for (const Access& a : k_.loads) {
+      if (!check(a)) return false;
+      strided = strided || (a.strides[rd] != 0 && a.strides[rd] != 1);
+    }
+    for (const Store& st : k_.stores)
+      if (!check(st.access)) return false;
+    return contiguous && strided;
+  }
+
+  // The column-wise form: kColumnBlock adjacent units at a time, each stage a loop over the
+  // reduced dim around a loop over the units that the compiler vectorizes (contiguous loads, one
+  // accumulator per unit, summed in order). Row-level expressions are recomputed from the
+  // stages' results wherever a later loop needs them.
+  static constexpr int kColumnBlock = 64;
+  void columnarReductionBody(const std::vector<int>& rowDims) {
+    const int rd = k_.reduceDim;
+    const std::string R = std::to_string(k_.domain[rd]) + "LL";
+    const std::string B = std::to_string(kColumnBlock);
+    // Inside a loop over kiln_j: the unit, its bases, and stages [0, upTo) as scalars.
+    auto unit = [&](int indent, int upTo) {
+      line(indent, "const long long kiln_u = kiln_u0 + kiln_j;");
+      decompose(indent, "kiln_u", rowDims);
+      bases(indent, rowDims);
+      for (int s = 0; s < upTo; ++s) {
+        const std::string acc = "kiln_s" + std::to_string(s);
+        line(indent, "const " + type(k_.exprs[k_.stages[s].value].type) + " " + acc + " = " + acc +
+                         "_b[kiln_j];");
+      }
+    };
+    line(1, "for (long long kiln_u0 = kiln_begin; kiln_u0 < kiln_end; kiln_u0 += " + B + "LL) {");
+    line(2, "const long long kiln_nb = kiln_end - kiln_u0 < " + B +
+                "LL ? kiln_end - kiln_u0 : " + B + "LL;");
+    for (size_t s = 0; s < k_.stages.size(); ++s) {
+      const Stage& st = k_.stages[s];
+      const ScalarType t = k_.exprs[st.value].type;
+      const std::string T = type(t), acc = "kiln_s" + std::to_string(s);
+      const std::string init =
+          st.op == ReduceOp::kSum
+              ? literal(0, t)
+              : "(-" + std::string(t == ScalarType::kF32 ? "kiln_inf_f32()" : "kiln_inf_f64()") +
+                    ")";
+      const std::string v = "e" + std::to_string(st.value), a = acc + "_b[kiln_j]";
+      line(2, T + " " + acc + "_b[" + B + "];");
+      line(2, "bool " + acc + "_n[" + B + "];");
+      line(2, "for (int kiln_j = 0; kiln_j < " + B + "; ++kiln_j) { " + a + " = " + init + "; " +
+                  acc + "_n[kiln_j] = false; }");
+      line(2, "for (long long r = 0; r < " + R + "; ++r) {");
+      independentLoop(3);
+      line(3, "for (long long kiln_j = 0; kiln_j < kiln_nb; ++kiln_j) {");
+      unit(4, static_cast<int>(s));
+      emitNeeded(4, {st.value}, {}, "r", rd);
+      if (st.op == ReduceOp::kSum) {
+        line(4, a + " += " + v + ";");
+      } else {  // A vector max drops NaN: a flag keeps it.
+        line(4, a + " = " + v + " > " + a + " ? " + v + " : " + a + ";");
+        line(4, acc + "_n[kiln_j] |= " + v + " != " + v + ";");
+      }
+      line(3, "}");
+      line(2, "}");
+      if (st.op == ReduceOp::kMax)
+        line(2, "for (int kiln_j = 0; kiln_j < " + B + "; ++kiln_j) if (" + acc + "_n[kiln_j]) " +
+                    a + " = kiln_nan_" + std::string(scalarTypeName(t)) + "();");
+    }
+    const int stages = static_cast<int>(k_.stages.size());
+    std::vector<int> rowRoots, elementRoots;
+    for (const Store& st : k_.stores) (st.row ? rowRoots : elementRoots).push_back(st.value);
+    if (!rowRoots.empty()) {
+      line(2, "for (long long kiln_j = 0; kiln_j < kiln_nb; ++kiln_j) {");
+      unit(3, stages);
+      emitNeeded(3, rowRoots, {}, "", -1);
+      for (size_t i = 0; i < k_.stores.size(); ++i)
+        if (k_.stores[i].row) store(3, k_.stores[i], i, "", -1);
+      line(2, "}");
+    }
+    if (!elementRoots.empty()) {
+      line(2, "for (long long r = 0; r < " + R + "; ++r) {");
+      independentLoop(3);
+      line(3, "for (long long kiln_j = 0; kiln_j < kiln_nb; ++kiln_j) {");
+      unit(4, stages);
+      emitNeeded(4, elementRoots, {}, "r", rd);
+      for (size_t i = 0; i < k_.stores.size(); ++i)
+        if (!k_.stores[i].row) store(4, k_.stores[i], i, "r", rd);
+      line(3, "}");
+      line(2, "}");
+    }
     line(1, "}");
   }
 

@@ -183,6 +183,20 @@ graph g(%x : f32[3,19,5]) {
   %m : f32[3,5] = reduce_max(%x) {axes=[1], keepdims=0}
   return %m
 })"},
+    // Column-wise on the CPU (units contiguous, the reduced dim strided): 70 units are a block
+    // of 64 and a tail of 6.
+    {"column_sum", R"(
+graph g(%x : f32[150,70]) {
+  %e : f32[150,70] = exp(%x)
+  %m : f32[1,70] = reduce_sum(%e) {axes=[0]}
+  return %m
+})"},
+    {"column_softmax", R"(
+graph g(%x : f32[33,70]) {
+  %p : f32[33,70] = softmax(%x) {axis=0}
+  %m : f32[70] = reduce_max(%x) {axes=[0], keepdims=0}
+  return %p, %m
+})"},
     {"strided_view", R"(
 graph g(%x : f32[8,20]) {
   %s : f32[4,6] = slice(%x) {starts=[1,2], ends=[8,20], axes=[0,1], steps=[2,3]}
