@@ -73,8 +73,15 @@ class Selector {
     const ir::Shape& outShape = n->output()->type().shape;
     if (ctx_.hasLibraryKernel(n->op(), n->output()->type().dtype, ir::Layout::kNHWC) &&
         outShape.size() == 4) {
-      if (n->op() == ir::OpKind::kConv2d || isNhwc(n->input(0))) {
-        if (!isNhwc(n->input(0))) n->replaceInput(0, converted(n->input(0), ir::Layout::kNHWC, n));
+      const bool conv = n->op() == ir::OpKind::kConv2d;
+      // A convolution's input 0 is its activation; the other ops' (pooling, concat) are all
+      // activations, which join the region when one of them is in it.
+      bool anyNhwc = false;
+      for (const ir::Value* in : n->inputs()) anyNhwc = anyNhwc || isNhwc(in);
+      if (conv || anyNhwc) {
+        for (size_t i = 0; i < (conv ? 1 : n->inputs().size()); ++i)
+          if (!isNhwc(n->input(i)) && n->input(i)->type().rank() == 4)
+            n->replaceInput(i, converted(n->input(i), ir::Layout::kNHWC, n));
         // cuDNN's NHWC convolutions read KRSC filters: the weight [K,C,R,S] channels-last.
         if (n->op() == ir::OpKind::kConv2d && ctx_.channelsLastFilters && !isNhwc(n->input(1)))
           n->replaceInput(1, converted(n->input(1), ir::Layout::kNHWC, n, true));

@@ -51,6 +51,8 @@ Status runConvBackwardDnnl(const Call& call, bool weights);
 Status runConvIm2col(const Call& call, const ConvGeometry& g);
 
 Status runPool2d(const Call& call);  // max_pool2d and avg_pool2d.
+// concat: plain layout of any rank, and 4-D channels-last (LibraryOptions::channelsLast).
+Status runConcat(const Call& call);
 
 Status runMatMul(const Call& call);
 Status runGemm(const Call& call);

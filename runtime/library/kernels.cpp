@@ -30,6 +30,7 @@ bool hasLibraryKernel(OpKind op) {
     case OpKind::kMatMul:
     case OpKind::kGemm:
     case OpKind::kLinear:
+    case OpKind::kConcat:
       return true;
     default:
       return false;
@@ -73,6 +74,8 @@ Status runFamily(OpKind op, const lib::Call& call) {
         return lib::runGemm(call);
       case OpKind::kLinear:
         return lib::runLinear(call);
+      case OpKind::kConcat:
+        return lib::runConcat(call);
       default:
         break;
     }
@@ -210,6 +213,8 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
       return abiKernel<OpKind::kGemm>;
     case OpKind::kLinear:
       return abiKernel<OpKind::kLinear>;
+    case OpKind::kConcat:
+      return abiKernel<OpKind::kConcat>;
     default:
       return nullptr;
   }

@@ -486,3 +486,42 @@ TEST_CASE("a convolution whose weights are a graph input follows new weights at 
     CHECK(d <= 1e-4);
   }
 }
+
+TEST_CASE("a concat between convolutions stays channels-last and matches eager") {
+  // A SqueezeNet fire module: squeeze, two expands concatenated along channels, then a conv.
+  auto g = ir::parseGraph(R"(
+graph fire(%x : f32[2,8,9,9], %ws : f32[4,8,1,1], %we1 : f32[6,4,1,1], %we3 : f32[5,4,3,3],
+           %wn : f32[3,11,1,1]) {
+  %s : f32[2,4,9,9] = conv2d(%x, %ws)
+  %sr : f32[2,4,9,9] = relu(%s)
+  %e1 : f32[2,6,9,9] = conv2d(%sr, %we1)
+  %e3 : f32[2,5,9,9] = conv2d(%sr, %we3) {pads=[1,1,1,1]}
+  %c : f32[2,11,9,9] = concat(%e1, %e3) {axis=1}
+  %cr : f32[2,11,9,9] = relu(%c)
+  %y : f32[2,3,9,9] = conv2d(%cr, %wn)
+  return %y
+})");
+  INFO(g.status().message());
+  REQUIRE(g.hasValue());
+  std::mt19937 rng(5);
+  std::vector<Tensor> in;
+  for (const ir::Value* v : g->inputs()) in.push_back(randomTensor(v->type(), rng));
+  const std::string cache = tempCacheDir("concat_nhwc");
+  auto cm = compiler::compile(*g, testOptions(cache));
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  // One conversion in (the input), one out (the output): none around the concat.
+  CHECK((*cm)->report().layoutConversions == 2);
+  bool concatNhwc = false;
+  for (const auto& s : (*cm)->plan().steps)
+    if (s.kind == runtime::PlanStep::Kind::kOp && s.op == ir::OpKind::kConcat)
+      concatNhwc = s.library && s.libraryOptions.channelsLast;
+  CHECK(concatNhwc);
+  auto got = (*cm)->run(in);
+  REQUIRE(got.hasValue());
+  runtime::EagerExecutor eager(*g);
+  auto want = eager.run(in);
+  REQUIRE(want.hasValue());
+  CHECK(relError((*got)[0], (*want)[0]) < 1e-5);
+  std::filesystem::remove_all(cache);
+}

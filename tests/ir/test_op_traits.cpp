@@ -44,7 +44,7 @@ TEST_CASE("op traits: refinements imply what they refine") {
   CHECK(views == 7);         // reshape, flatten, squeeze, unsqueeze; transpose, expand, slice.
   CHECK(epilogues == 7);     // relu, leaky_relu, clip, sigmoid, tanh, gelu, add.
   CHECK(heads == 4);         // conv2d, linear, gemm, matmul.
-  CHECK(channelsLast == 3);  // conv2d, max_pool2d, avg_pool2d.
+  CHECK(channelsLast == 4);  // conv2d, max_pool2d, avg_pool2d, concat.
   CHECK(channelwise == 2);   // batch_norm, batch_norm_train.
   CHECK(rowBroadcast == 3);  // softmax, log_softmax, layer_norm.
 }
