@@ -151,7 +151,9 @@ def table(results, meta, max_autotune):
         f"{meta['kiln']} (compiled with its default heuristics). Each on PyTorch's default "
         f"exporter's file (kiln, ONNX Runtime) or the PyTorch module it came from. Milliseconds, "
         f"medians of {meta['runs']} runs after {meta['warmup']}; 'kiln vs X' is X's time over "
-        f"kiln compiled's (above 1: kiln faster).", "",
+        f"kiln compiled's (above 1: kiln faster). Compile times: kiln's cold (an empty kernel "
+        f"cache); torch.compile's first call with Inductor's on-disk caches as earlier runs left "
+        f"them (cold, it takes several times longer).", "",
         "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in results:
         k = r.get("kiln_compiled_ms")
