@@ -154,8 +154,32 @@ class PlanBuilder {
         requestOf[i] = static_cast<int>(requests.size());
         requests.push_back({storages[i].bytes, storages[i].firstStep, storages[i].lastStep, -1});
       }
+    // A library convolution whose first post-op adds a residual that nothing reads later writes
+    // its output over that residual: the libraries add it in place (oneDNN's sum post-op,
+    // cuDNN's beta = 1) instead of first copying it into the output (resnet50 batch 32: 705 MB
+    // a run). Library paths that cannot read it in place copy it aside first
+    // (runLibraryWithPostOps's detachAliasedExtras), as they would for any aliased operand.
+    auto residualInPlace = [&](const StepDraft& s, int si) {
+      if (s.kind != runtime::PlanStep::Kind::kOp || !s.library || !s.node ||
+          s.node->op() != ir::OpKind::kConv2d || s.postOps.empty() ||
+          s.postOps[0].kind != runtime::PostOp::Kind::kAdd || s.outputs.size() != 1)
+        return false;
+      const ir::Value* r = s.extra[static_cast<size_t>(s.postOps[0].input)];
+      const int out = requestOf[storageFor(s.outputs[0])];
+      const int in = requestOf[storageFor(r)];
+      if (out < 0 || in < 0 || requests[in].lastStep != si ||
+          requests[in].bytes != requests[out].bytes || root(r) != r ||
+          r->type() != s.outputs[0]->type())
+        return false;
+      int readers = 0;  // The residual's bytes reach the call through this operand alone.
+      for (const ir::Value* v : s.inputs) readers += storageFor(v) == storageFor(r);
+      if (readers != 1) return false;
+      requests[out].inplaceOf = in;
+      return true;
+    };
     for (int si = 0; si < numSteps; ++si) {
       const StepDraft& s = s_.steps[si];
+      if (residualInPlace(s, si)) continue;
       if (s.kind != runtime::PlanStep::Kind::kKernel || s.outputs.size() != 1) continue;
       const codegen::Kernel& k = s_.kernels[s.kernel];
       // Reduction kernels too: they read a row in every stage before their element loop writes

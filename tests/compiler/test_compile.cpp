@@ -525,3 +525,46 @@ graph fire(%x : f32[2,8,9,9], %ws : f32[4,8,1,1], %we1 : f32[6,4,1,1], %we3 : f3
   CHECK(relError((*got)[0], (*want)[0]) < 1e-5);
   std::filesystem::remove_all(cache);
 }
+
+TEST_CASE("a convolution's residual that nothing reads later is overwritten in place, right") {
+  const std::string algo = GENERATE(as<std::string>{}, "auto", "im2col_gemm");
+  INFO(algo);
+  auto g = ir::parseGraph(R"(
+graph res(%x : f32[2,8,10,10], %w1 : f32[8,8,3,3], %w2 : f32[8,8,1,1]) {
+  %a : f32[2,8,10,10] = conv2d(%x, %w1) {pads=[1,1,1,1]}
+  %r : f32[2,8,10,10] = relu(%a)
+  %b : f32[2,8,10,10] = conv2d(%r, %w2) {algo=")" +
+                          algo + R"("}
+  %s : f32[2,8,10,10] = add(%b, %a)
+  %y : f32[2,8,10,10] = relu(%s)
+  return %y
+})");
+  INFO(g.status().message());
+  REQUIRE(g.hasValue());
+  std::mt19937 rng(9);
+  std::vector<Tensor> in;
+  for (const ir::Value* v : g->inputs()) in.push_back(randomTensor(v->type(), rng));
+  const std::string cache = tempCacheDir("residual_inplace");
+  compiler::CompileOptions o = testOptions(cache);
+  o.autotune = false;
+  auto cm = compiler::compile(*g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  // The second convolution writes where its residual (the first's output) is.
+  const runtime::PlanStep* conv = nullptr;
+  for (const auto& s : (*cm)->plan().steps)
+    if (s.kind == runtime::PlanStep::Kind::kOp && s.op == ir::OpKind::kConv2d && !s.postOps.empty())
+      conv = &s;
+  REQUIRE(conv);
+  const runtime::BufferRef& residual = conv->inputs.back();
+  CHECK(residual.kind == runtime::BufferRef::Kind::kArena);
+  CHECK(conv->outputs[0].kind == runtime::BufferRef::Kind::kArena);
+  CHECK(conv->outputs[0].offset == residual.offset);
+  auto got = (*cm)->run(in);
+  REQUIRE(got.hasValue());
+  runtime::EagerExecutor eager(*g);
+  auto want = eager.run(in);
+  REQUIRE(want.hasValue());
+  CHECK(relError((*got)[0], (*want)[0]) < 1e-5);
+  std::filesystem::remove_all(cache);
+}
