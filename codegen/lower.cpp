@@ -340,9 +340,11 @@ class Lowerer {
       case OpKind::kLogSoftmax: {
         const int m = stage(in[0], ReduceOp::kMax);
         const int shifted = call("kiln_sub", {in[0], m}, t);
-        const int s = stage(call("kiln_exp", {shifted}, t), ReduceOp::kSum);
-        if (n.op() == OpKind::kSoftmax)
-          return call("kiln_div", {call("kiln_exp", {shifted}, t), s}, t);
+        // One expression for the exponential that the sum and the output both read: the CPU
+        // renderer then stores it during the sum and reads it back (Printer::spillOf).
+        const int ex = call("kiln_exp", {shifted}, t);
+        const int s = stage(ex, ReduceOp::kSum);
+        if (n.op() == OpKind::kSoftmax) return call("kiln_div", {ex, s}, t);
         return call("kiln_sub", {shifted, call("kiln_log", {s}, t)}, t);
       }
       case OpKind::kLayerNorm: {
