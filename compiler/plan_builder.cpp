@@ -1,7 +1,5 @@
 #include "compiler/plan_builder.h"
 
-#include "ir/flops.h"
-
 #include <map>
 #include <unordered_map>
 #include <unordered_set>

@@ -23,6 +23,13 @@ Profile finish(std::map<RowKey, ProfileRow>& rows, Profile p) {
 
 }  // namespace
 
+std::string_view stepKind(const runtime::PlanStep& s) {
+  return s.kind == runtime::PlanStep::Kind::kKernel ? "kernel"
+         : s.kind == runtime::PlanStep::Kind::kCopy ? "copy"
+         : s.library                                ? "library"
+                                                    : "reference";
+}
+
 Profile profileCompiled(const CompiledModel& model, std::span<const runtime::PlanRunStats> runs) {
   const runtime::Plan& plan = model.plan();
   const std::vector<StepWork>& work = model.report().stepWork;
@@ -34,10 +41,7 @@ Profile profileCompiled(const CompiledModel& model, std::span<const runtime::Pla
     const runtime::PlanRunStats& st = runs[r];
     for (size_t i = 0; i < st.stepMs.size() && i < plan.steps.size(); ++i) {
       const runtime::PlanStep& s = plan.steps[i];
-      const std::string kind = s.kind == runtime::PlanStep::Kind::kKernel ? "kernel"
-                               : s.kind == runtime::PlanStep::Kind::kCopy ? "copy"
-                               : s.library                                ? "library"
-                                                                          : "reference";
+      const std::string kind(stepKind(s));
       const std::string ops = haveWork ? work[i].ops
                               : s.kind == runtime::PlanStep::Kind::kOp
                                   ? std::string(ir::opName(s.op))

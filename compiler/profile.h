@@ -6,6 +6,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/compile.h"
@@ -37,6 +38,10 @@ struct Profile {
   std::vector<ProfileRow> rows;  // Slowest first.
   std::vector<ProfileEvent> events;
 };
+
+// A plan step's kind as profiles name it: "kernel" (generated), "copy", "library" or
+// "reference".
+std::string_view stepKind(const runtime::PlanStep& s);
 
 // `runs`: the statistics of profiled runs of `model` (CompiledModel::setProfiling(true)).
 Profile profileCompiled(const CompiledModel& model, std::span<const runtime::PlanRunStats> runs);

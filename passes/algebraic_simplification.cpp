@@ -123,7 +123,11 @@ bool mergeWithProducer(ir::Graph& g, ir::Node* n) {
 // GPT-2's 32,000 x 768 head, two transposes were two thirds of the run.
 // add(linear(a, w), b), b of shape [out], the linear's only use -> linear(a, w, b) (the bias
 // then rides in the library call).
-bool toLinear(ir::Graph& g, ir::Node* n, const std::unordered_set<const ir::Value*>& outputs) {
+bool isGraphOutput(const ir::Graph& g, const ir::Value* v) {
+  return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
+}
+
+bool toLinear(ir::Graph& g, ir::Node* n) {
   const ir::TensorType& out = n->output()->type();
   if (n->op() == ir::OpKind::kMatMul) {
     ir::Node* t = n->input(1)->producer();
@@ -145,7 +149,7 @@ bool toLinear(ir::Graph& g, ir::Node* n, const std::unordered_set<const ir::Valu
     ir::Node* l = n->input(side)->producer();
     ir::Value* b = n->input(1 - side);
     if (!l || l->op() != ir::OpKind::kLinear || l->inputs().size() != 2 ||
-        l->output()->users().size() != 1 || outputs.count(l->output()))
+        l->output()->users().size() != 1 || isGraphOutput(g, l->output()))
       continue;
     const ir::TensorType& lt = l->output()->type();
     if (lt != out || b->type().dtype != out.dtype ||
@@ -163,21 +167,18 @@ bool toLinear(ir::Graph& g, ir::Node* n, const std::unordered_set<const ir::Valu
 
 bool AlgebraicSimplification::run(ir::Graph& g, PassContext& ctx) {
   bool changed = false;
-  auto isGraphOutput = [&](const ir::Value* v) {
-    return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
-  };
-  const std::unordered_set<const ir::Value*> graphOutputs(g.outputs().begin(), g.outputs().end());
   // Each round removes or merges at least one node, so the rounds are bounded by the size.
   for (bool progress = true; progress;) {
     progress = false;
     for (ir::Node* n : g.nodes()) {
       // Skip multi-output nodes and dead ones (already rewritten in this round).
-      if (n->outputs().size() != 1 || (n->output()->users().empty() && !isGraphOutput(n->output())))
+      if (n->outputs().size() != 1 ||
+          (n->output()->users().empty() && !isGraphOutput(g, n->output())))
         continue;
       if (ir::Value* v = identityOperand(*n, ctx)) {
         g.replaceAllUsesWith(n->output(), v);
         progress = true;
-      } else if (mergeWithProducer(g, n) || toLinear(g, n, graphOutputs)) {
+      } else if (mergeWithProducer(g, n) || toLinear(g, n)) {
         progress = true;
       }
     }

@@ -83,7 +83,7 @@ class Selector {
           if (!isNhwc(n->input(i)) && n->input(i)->type().rank() == 4)
             n->replaceInput(i, converted(n->input(i), ir::Layout::kNHWC, n));
         // cuDNN's NHWC convolutions read KRSC filters: the weight [K,C,R,S] channels-last.
-        if (n->op() == ir::OpKind::kConv2d && ctx_.channelsLastFilters && !isNhwc(n->input(1)))
+        if (conv && ctx_.channelsLastFilters && !isNhwc(n->input(1)))
           n->replaceInput(1, converted(n->input(1), ir::Layout::kNHWC, n, true));
         setLayout(n->output(), ir::Layout::kNHWC);
         return;

@@ -172,7 +172,7 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
     }
     for (size_t dead : freeAfter_[i]) stream->free(std::move(env[dead]));
     const double ms = msSince(tn);
-    stats_.nodes.push_back({n, ms, std::chrono::duration<double, std::milli>(tn - t0).count()});
+    stats_.nodes.push_back({n, ms, msBetween(t0, tn)});
     auto& agg = stats_.ops[std::string(ir::opName(n->op()))];
     ++agg.count;
     agg.ms += ms;

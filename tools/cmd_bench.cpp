@@ -9,6 +9,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/eager_kernels.h"
+#include "compiler/profile.h"
 #include "runtime/cpu/compute_threads.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
@@ -163,10 +164,7 @@ int runBench(const Args& args) {
     nlohmann::json prof = nlohmann::json::array();
     for (size_t i : order) {
       const auto& s = steps[i];
-      const std::string kind = s.kind == runtime::PlanStep::Kind::kKernel ? "kernel"
-                               : s.kind == runtime::PlanStep::Kind::kCopy ? "copy"
-                               : s.library                                ? "library"
-                                                                          : "reference";
+      const std::string kind(compiler::stepKind(s));
       prof.push_back({{"step", i}, {"kind", kind}, {"name", s.name}, {"ms", ms[i]}});
     }
     j["compiled_profile"] = prof;

@@ -15,14 +15,8 @@ using dnnl::memory;
 
 memory::desc descOf(const ir::Shape& shape, bool channelsLast) {
   const memory::dims dims(shape.begin(), shape.end());
-  if (channelsLast) return memory::desc(dims, memory::data_type::f32, memory::format_tag::nhwc);
-  memory::dims strides(dims.size());
-  int64_t s = 1;
-  for (size_t d = dims.size(); d-- > 0;) {
-    strides[d] = s;
-    s *= std::max<int64_t>(dims[d], 1);
-  }
-  return memory::desc(dims, memory::data_type::f32, strides);
+  return channelsLast ? memory::desc(dims, memory::data_type::f32, memory::format_tag::nhwc)
+                      : plainMd(dims);
 }
 
 }  // namespace

@@ -87,6 +87,16 @@ void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumFo
   }
 }
 
+dnnl::memory::desc plainMd(const dnnl::memory::dims& dims) {
+  dnnl::memory::dims strides(dims.size());
+  int64_t s = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= dims[d];
+  }
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
 std::string describeMd(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
   std::string s = "md" + std::to_string(d.ndims) + ":" + std::to_string(d.data_type) + ":" +

@@ -136,6 +136,9 @@ size_t nanExactPostOpPrefix(std::span<const PostOp> post);
 void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumForFirstAdd,
                    const dnnl::memory::desc& addMd, std::vector<int>& binaryIndex);
 
+// An f32 row-major (dense, last dim fastest) descriptor of `dims`.
+dnnl::memory::desc plainMd(const dnnl::memory::dims& dims);
+
 // A memory descriptor's layout as text (dims, data type, strides and inner blocks), for keys
 // that must tell two formats apart and nothing else.
 std::string describeMd(const dnnl::memory::desc& md);

@@ -176,16 +176,6 @@ Status runDnnl(const Call& call, const DnnlProblem& p, const void* a, const void
   return Status::ok();
 }
 
-memory::desc plainMd(const memory::dims& dims) {
-  memory::dims strides(dims.size());
-  int64_t s = 1;
-  for (size_t d = dims.size(); d-- > 0;) {
-    strides[d] = s;
-    s *= dims[d];
-  }
-  return memory::desc(dims, memory::data_type::f32, strides);
-}
-
 // ---- Batch broadcasting.
 
 // For every index of the broadcast batch shape, the offset (in whole matrices) of the operand

@@ -70,8 +70,9 @@ compiler::CompileOptions testOptions(const std::string& cache) {
   return o;
 }
 
-void checkCompiledMatchesEager(const ir::Graph& g, const compiler::CompileOptions& opts, double tol,
-                               uint32_t seed) {
+// Compiles `g`, checks it against eager on seeded inputs, and returns the compiled model.
+std::unique_ptr<compiler::CompiledModel> checkCompiledMatchesEager(
+    const ir::Graph& g, const compiler::CompileOptions& opts, double tol, uint32_t seed) {
   auto cm = compiler::compile(g, opts);
   INFO(cm.status().message());
   REQUIRE(cm.hasValue());
@@ -92,6 +93,7 @@ void checkCompiledMatchesEager(const ir::Graph& g, const compiler::CompileOption
   }
   const auto& r = (*cm)->report();
   CHECK(r.arenaBytes <= static_cast<int64_t>(1.15 * static_cast<double>(r.arenaLowerBound)) + 64);
+  return std::move(*cm);
 }
 
 }  // namespace
@@ -503,26 +505,15 @@ graph fire(%x : f32[2,8,9,9], %ws : f32[4,8,1,1], %we1 : f32[6,4,1,1], %we3 : f3
 })");
   INFO(g.status().message());
   REQUIRE(g.hasValue());
-  std::mt19937 rng(5);
-  std::vector<Tensor> in;
-  for (const ir::Value* v : g->inputs()) in.push_back(randomTensor(v->type(), rng));
   const std::string cache = tempCacheDir("concat_nhwc");
-  auto cm = compiler::compile(*g, testOptions(cache));
-  INFO(cm.status().message());
-  REQUIRE(cm.hasValue());
+  auto cm = checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 5);
   // One conversion in (the input), one out (the output): none around the concat.
-  CHECK((*cm)->report().layoutConversions == 2);
+  CHECK(cm->report().layoutConversions == 2);
   bool concatNhwc = false;
-  for (const auto& s : (*cm)->plan().steps)
+  for (const auto& s : cm->plan().steps)
     if (s.kind == runtime::PlanStep::Kind::kOp && s.op == ir::OpKind::kConcat)
       concatNhwc = s.library && s.libraryOptions.channelsLast;
   CHECK(concatNhwc);
-  auto got = (*cm)->run(in);
-  REQUIRE(got.hasValue());
-  runtime::EagerExecutor eager(*g);
-  auto want = eager.run(in);
-  REQUIRE(want.hasValue());
-  CHECK(relError((*got)[0], (*want)[0]) < 1e-5);
   std::filesystem::remove_all(cache);
 }
 
@@ -541,18 +532,13 @@ graph res(%x : f32[2,8,10,10], %w1 : f32[8,8,3,3], %w2 : f32[8,8,1,1]) {
 })");
   INFO(g.status().message());
   REQUIRE(g.hasValue());
-  std::mt19937 rng(9);
-  std::vector<Tensor> in;
-  for (const ir::Value* v : g->inputs()) in.push_back(randomTensor(v->type(), rng));
   const std::string cache = tempCacheDir("residual_inplace");
   compiler::CompileOptions o = testOptions(cache);
   o.autotune = false;
-  auto cm = compiler::compile(*g, o);
-  INFO(cm.status().message());
-  REQUIRE(cm.hasValue());
+  auto cm = checkCompiledMatchesEager(*g, o, 1e-5, 9);
   // The second convolution writes where its residual (the first's output) is.
   const runtime::PlanStep* conv = nullptr;
-  for (const auto& s : (*cm)->plan().steps)
+  for (const auto& s : cm->plan().steps)
     if (s.kind == runtime::PlanStep::Kind::kOp && s.op == ir::OpKind::kConv2d && !s.postOps.empty())
       conv = &s;
   REQUIRE(conv);
@@ -560,11 +546,5 @@ graph res(%x : f32[2,8,10,10], %w1 : f32[8,8,3,3], %w2 : f32[8,8,1,1]) {
   CHECK(residual.kind == runtime::BufferRef::Kind::kArena);
   CHECK(conv->outputs[0].kind == runtime::BufferRef::Kind::kArena);
   CHECK(conv->outputs[0].offset == residual.offset);
-  auto got = (*cm)->run(in);
-  REQUIRE(got.hasValue());
-  runtime::EagerExecutor eager(*g);
-  auto want = eager.run(in);
-  REQUIRE(want.hasValue());
-  CHECK(relError((*got)[0], (*want)[0]) < 1e-5);
   std::filesystem::remove_all(cache);
 }
