@@ -120,6 +120,7 @@ class Driver {
         std::make_shared<const ir::Graph>(std::move(graph_)));
     KILN_TRY(model->limitMemory(opts_.maxMemoryBytes));
     model->setGraphs(opts_.cudaGraphs);
+    KILN_TRY(model->prepare());
     return model;
   }
 
@@ -356,6 +357,13 @@ CompiledModel::CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileR
       code_(code ? std::move(code) : std::make_shared<const CompiledCode>()),
       optimized_(optimized ? std::move(optimized) : std::make_shared<const ir::Graph>()),
       exec_(plan, threads) {}
+
+Status CompiledModel::prepare() {
+  const auto t = Clock::now();
+  KILN_TRY(exec_.prepare());
+  report_.prepareMs = msSince(t);
+  return Status::ok();
+}
 
 Expected<std::vector<runtime::Tensor>> CompiledModel::run(std::span<const runtime::Tensor> inputs,
                                                           runtime::PlanRunStats* stats) {

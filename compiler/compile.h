@@ -108,6 +108,9 @@ struct StepWork {
 
 struct CompileReport {
   double totalMs = 0, passesMs = 0, fusionMs = 0, codegenMs = 0, compileMs = 0, planMs = 0;
+  // Library primitives created and weights reordered ahead of the first run
+  // (runtime::PlanExecutor::prepare).
+  double prepareMs = 0;
   int nodesIn = 0;         // Nodes of the graph handed to compile.
   int nodesOptimized = 0;  // After the pass pipeline.
   int generatedKernels = 0;
@@ -156,6 +159,8 @@ class CompiledModel {
   Expected<std::vector<runtime::Tensor>> run(std::span<const runtime::Tensor> inputs,
                                              runtime::PlanRunStats* stats = nullptr);
   const CompileReport& report() const { return report_; }
+  // runtime::PlanExecutor::prepare, timed into the report (compile() calls it).
+  Status prepare();
   const runtime::Plan& plan() const { return *plan_; }
   // The statistics of the call that finished last (a copy; any thread's call).
   runtime::PlanRunStats lastStats() const { return exec_.lastStats(); }
@@ -167,6 +172,7 @@ class CompiledModel {
   void parametersChanged() { exec_.clearLibraryCache(); }
   // Scratch arenas held: the most calls that ever ran at once (each plan().arenaBytes).
   size_t arenasAllocated() const { return exec_.arenasAllocated(); }
+  size_t reorderedWeightBytes() const { return exec_.reorderedWeightBytes(); }
   Status limitMemory(int64_t limitBytes) { return exec_.limitMemory(limitBytes); }
   const CompiledCode& code() const { return *code_; }
   // The graph after the pass pipeline, as the plan runs it.

@@ -961,6 +961,13 @@ LoadedModel::LoadedModel(std::shared_ptr<const Plan> plan, ArtifactInfo info, in
       loadMs_(loadMs),
       recompiled_(recompiled) {}
 
+Status LoadedModel::prepare() {
+  const auto start = std::chrono::steady_clock::now();
+  KILN_TRY(exec_.prepare());
+  prepareMs_ = msSince(start);
+  return Status::ok();
+}
+
 Expected<std::vector<Tensor>> LoadedModel::run(std::span<const Tensor> inputs,
                                                PlanRunStats* stats) {
   return exec_.run(inputs, stats);
@@ -1072,6 +1079,7 @@ Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
   auto model = std::make_unique<LoadedModel>(std::move(parsed.plan), std::move(info),
                                              options.threads, ms, recompiled);
   KILN_TRY(model->limitMemory(options.maxMemoryBytes).withContext("artifact '" + path + "'"));
+  KILN_TRY(model->prepare().withContext("artifact '" + path + "'"));
   return model;
 }
 

@@ -126,8 +126,13 @@ class LoadedModel {
   // The statistics of the call that finished last (a copy; any thread's call).
   PlanRunStats lastStats() const { return exec_.lastStats(); }
   size_t arenasAllocated() const { return exec_.arenasAllocated(); }
+  size_t reorderedWeightBytes() const { return exec_.reorderedWeightBytes(); }
+  void setProfiling(bool on) { exec_.setProfiling(on); }  // PlanExecutor::setProfiling.
   Status limitMemory(int64_t limitBytes) { return exec_.limitMemory(limitBytes); }
-  double loadMs() const { return loadMs_; }        // Open, verify, map, link.
+  double loadMs() const { return loadMs_; }  // Open, verify, map, link.
+  // Library primitives created and weights reordered (PlanExecutor::prepare; load() calls it).
+  Status prepare();
+  double prepareMs() const { return prepareMs_; }
   bool recompiled() const { return recompiled_; }  // Object code rebuilt from the sources.
 
  private:
@@ -135,6 +140,7 @@ class LoadedModel {
   ArtifactInfo info_;
   PlanExecutor exec_;
   double loadMs_;
+  double prepareMs_ = 0;
   bool recompiled_;
 };
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include "ir/timing.h"
@@ -91,6 +92,35 @@ struct PlanExecutor::Arenas {
   size_t max = 0;  // 0: no bound.
 };
 
+// What a call holds while it runs: the run lock, shared (exclusive for a serialized plan: in-place
+// parameter writes run alone; clearLibraryCache waits for every call), and then a slot, given
+// back to the pool at the end.
+class PlanExecutor::Occupancy {
+ public:
+  explicit Occupancy(PlanExecutor& e)
+      : arenas_(*e.arenas_),
+        shared_(e.runMu_, std::defer_lock),
+        exclusive_(e.runMu_, std::defer_lock) {
+    if (e.serialized_)
+      exclusive_.lock();
+    else
+      shared_.lock();
+  }
+  ~Occupancy() {
+    if (slot) arenas_.give(std::move(slot));
+  }
+  Status takeSlot() {
+    KILN_ASSIGN_OR_RETURN(slot, arenas_.take());
+    return Status::ok();
+  }
+  std::unique_ptr<Slot> slot;
+
+ private:
+  Arenas& arenas_;
+  std::shared_lock<std::shared_mutex> shared_;
+  std::unique_lock<std::shared_mutex> exclusive_;
+};
+
 PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
     : plan_(std::move(plan)),
       backend_(plan_->backend ? plan_->backend : defaultBackend()),
@@ -170,6 +200,10 @@ Status PlanExecutor::limitMemory(int64_t limitBytes) {
   return Status::ok();
 }
 
+size_t PlanExecutor::reorderedWeightBytes() const {
+  return cache_->bytes();
+}
+
 size_t PlanExecutor::arenasAllocated() const {
   std::lock_guard lock(arenas_->mu);
   return arenas_->allocated;
@@ -192,22 +226,11 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     KILN_ASSIGN_OR_RETURN(Tensor c, inputs[i].contiguous());
     ins.push_back(std::move(c));
   }
-  // A serialized plan (in-place parameter writes) runs alone; clearLibraryCache waits for
-  // every run.
-  std::shared_lock<std::shared_mutex> shared(runMu_, std::defer_lock);
-  std::unique_lock<std::shared_mutex> exclusive(runMu_, std::defer_lock);
-  if (serialized_)
-    exclusive.lock();
-  else
-    shared.lock();
   // The arena first, then the threads: a call never holds compute threads while it waits for
   // memory (under limitMemory).
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Slot> slot, arenas_->take());
-  struct GiveBack {
-    Arenas& pool;
-    std::unique_ptr<Slot>& slot;
-    ~GiveBack() { pool.give(std::move(slot)); }
-  } giveBack{*arenas_, slot};
+  Occupancy held(*this);
+  KILN_TRY(held.takeSlot());
+  std::unique_ptr<Slot>& slot = held.slot;
   const DeviceAddress arena = slot->arena.address();
 
   // The stream is declared after the buffers its work uses, so it is destroyed first: destroying
@@ -337,6 +360,80 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   return outs;
 }
 
+Status PlanExecutor::prepare() {
+  const Plan& p = *plan_;
+  Occupancy held(*this);
+  KILN_TRY(held.takeSlot());
+  const DeviceAddress arena = held.slot->arena.address();
+  // Inputs and outputs: buffers of their sizes, whose contents no prepared call reads.
+  std::vector<DeviceBuffer> ins, outs;
+  for (const auto& t : p.inputs) {
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->allocate(t.byteSize()));
+    ins.push_back(std::move(b));
+  }
+  for (const auto& t : p.outputs) {
+    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->allocate(t.byteSize()));
+    outs.push_back(std::move(b));
+  }
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, backend_->openStream(threads_));
+  KILN_TRY(mapParameters(*stream));
+  if (backend_->caps().hostAddressable) {
+    // Page faults out of the first run: the arena's pages written, the parameters' (an
+    // artifact's are mapped from its file) read once a page.
+    std::memset(static_cast<std::byte*>(arena.handle) + arena.offset, 0,
+                static_cast<size_t>(p.arenaBytes));
+    unsigned char sum = 0;
+    for (const ir::TensorData& d : p.parameters) {
+      const auto* bytes = reinterpret_cast<const volatile unsigned char*>(d.data());
+      for (size_t i = 0; i < d.byteSize(); i += 4096) sum ^= bytes[i];
+    }
+    touched_.store(sum, std::memory_order_relaxed);
+  }
+  auto tensor = [&](const BufferRef& b) {
+    switch (b.kind) {
+      case BufferRef::Kind::kInput:
+        return DeviceTensor{ins[b.index].address(), b.type};
+      case BufferRef::Kind::kParameter:
+        return DeviceTensor{params_[b.index].address(), b.type};
+      case BufferRef::Kind::kArena:
+        return DeviceTensor{arena.at(b.offset), b.type};
+      case BufferRef::Kind::kOutput:
+        return DeviceTensor{outs[b.index].address(), b.type};
+    }
+    return DeviceTensor{};
+  };
+  std::vector<DeviceTensor> tin, tout;
+  for (const PlanStep& s : p.steps) {
+    if (s.kind != PlanStep::Kind::kOp || !s.library) continue;
+    tin.clear();
+    tout.clear();
+    for (const auto& b : s.inputs) tin.push_back(tensor(b));
+    for (const auto& b : s.outputs) tout.push_back(tensor(b));
+    OpCall call = opCall(s);
+    call.options.prepare = true;
+    KILN_TRY(stream->run(call, tin, tout).withContext(s.name));
+  }
+  return stream->synchronize();
+}
+
+OpCall PlanExecutor::opCall(const PlanStep& s) const {
+  OpCall call;
+  call.name = s.name;
+  call.op = s.op;
+  call.attrs = &s.attrs;
+  call.library = s.library;
+  call.postOps = s.postOps;
+  call.numExtra = s.numExtra;
+  call.options = s.libraryOptions;
+  // The library keeps reordered weights (a convolution's input 1) by address: only where
+  // that operand is a parameter, constant between parametersChanged() calls. A weight
+  // that is a graph input or an activation may hold other values at the same address.
+  const bool constantWeights =
+      s.inputs.size() > 1 && s.inputs[1].kind == BufferRef::Kind::kParameter;
+  call.options.cache = constantWeights ? cache_.get() : nullptr;
+  return call;
+}
+
 Status PlanExecutor::enqueueSteps(Stream& stream_,
                                   const std::function<DeviceAddress(const BufferRef&)>& address,
                                   bool profiling, PlanRunStats& stats) {
@@ -369,21 +466,7 @@ Status PlanExecutor::enqueueSteps(Stream& stream_,
         tout.clear();
         for (const auto& b : s.inputs) tin.push_back(tensor(b));
         for (const auto& b : s.outputs) tout.push_back(tensor(b));
-        OpCall call;
-        call.name = s.name;
-        call.op = s.op;
-        call.attrs = &s.attrs;
-        call.library = s.library;
-        call.postOps = s.postOps;
-        call.numExtra = s.numExtra;
-        call.options = s.libraryOptions;
-        // The library keeps reordered weights (a convolution's input 1) by address: only where
-        // that operand is a parameter, constant between parametersChanged() calls. A weight
-        // that is a graph input or an activation may hold other values at the same address.
-        const bool constantWeights =
-            s.inputs.size() > 1 && s.inputs[1].kind == BufferRef::Kind::kParameter;
-        call.options.cache = constantWeights ? cache_.get() : nullptr;
-        KILN_TRY(stream->run(call, tin, tout).withContext(s.name));
+        KILN_TRY(stream->run(opCall(s), tin, tout).withContext(s.name));
         ++stats.opSteps;
         break;
       }

@@ -105,6 +105,13 @@ class PlanExecutor {
   explicit PlanExecutor(std::shared_ptr<const Plan> plan, int threads = 0);
   ~PlanExecutor();
 
+  // Does ahead what the first run would otherwise do on its way: maps the parameters to the
+  // backend, allocates a scratch arena (kept in the pool for the next call), and creates every
+  // library step's primitive and reorders its constant weights (LibraryOptions::prepare), with
+  // the thread count a run is granted now. Computes nothing. compile() and load() call it, so
+  // that a model's first run costs about what its later runs do. Thread-safe; a later call
+  // finds everything made and returns quickly.
+  Status prepare();
   // Checks inputs against the plan (count, dtype, shape; errors name the input) and runs it.
   // `stats`, when given, receives this call's statistics.
   Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs, PlanRunStats* stats = nullptr);
@@ -128,6 +135,9 @@ class PlanExecutor {
   // Scratch arenas the pool holds (the most calls that ever ran at once), for tests and memory
   // reports: each is plan().arenaBytes.
   size_t arenasAllocated() const;
+  // Weights reordered for library calls (a copy of each in its library's format, beside the
+  // plan's own): what prepare() made and runs share.
+  size_t reorderedWeightBytes() const;
   // Bounds the memory of this model to `limitBytes` (0: no bound): kResourceExhausted, naming
   // the amounts, when the weights and one call do not fit; otherwise at most as many calls run
   // at once as fit, and the others wait for a free arena. Call it before the first run.
@@ -136,10 +146,13 @@ class PlanExecutor {
  private:
   struct Slot;
   struct Arenas;
+  class Occupancy;
   std::shared_ptr<const Plan> plan_;
   Status mapParameters(Stream& stream);
   Status enqueueSteps(Stream& stream, const std::function<DeviceAddress(const BufferRef&)>& address,
                       bool profiling, PlanRunStats& stats);
+  // A library or reference step's call, its weight cache set where its weights are constant.
+  OpCall opCall(const PlanStep& s) const;
 
   std::shared_ptr<Backend> backend_;
   int threads_;
@@ -161,6 +174,7 @@ class PlanExecutor {
   std::atomic<bool> profiling_{false};
   std::atomic<bool> graphs_{true};
   std::atomic<int64_t> graphsCaptured_{0};
+  std::atomic<unsigned char> touched_{0};  // prepare()'s page reads, kept so they are not elided.
 };
 
 }  // namespace kiln::runtime

@@ -229,9 +229,9 @@ int runCompile(const Args& args) {
   } else {
     std::printf(
         "compiled %s in %.1f ms (passes %.1f, fusion %.1f, codegen %.1f, kernel compile %.1f, plan "
-        "%.1f)\n",
+        "%.1f), then %.1f ms preparing library calls\n",
         args.positional[0].c_str(), r.totalMs, r.passesMs, r.fusionMs, r.codegenMs, r.compileMs,
-        r.planMs);
+        r.planMs, r.prepareMs);
     std::printf(
         "nodes %d -> %d after passes; %zu steps: %d generated kernels, %d library/reference calls, "
         "%d copies; %d reshapes became views\n",

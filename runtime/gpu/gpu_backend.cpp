@@ -282,6 +282,9 @@ class GpuStream final : public Stream {
 
   Status run(const OpCall& c, std::span<const DeviceTensor> inputs,
              std::span<const DeviceTensor> outputs) override {
+    // Nothing is prepared ahead on a GPU yet: cuDNN's and cuBLASLt's plans are made at the
+    // first call of each shape (and a CUDA graph records the steps at the first run).
+    if (c.options.prepare) return Status::ok();
     // A library op (a plan's library step, or an eager op call) goes to the device's library
     // where a descriptor takes it.
     if (outputs.size() == 1 && dev_.hasLibraryCalls() &&

@@ -39,6 +39,11 @@ Status runConcat(const Call& call) {
   if (srcs.empty()) return Status::ok();  // An empty output.
   const memory::desc dst = descOf(call.out.shape(), channelsLast);
   const dnnl::concat::primitive_desc pd(dst, static_cast<int>(axis), srcs, cpuEngine());
+  // The primitive is created at every call: oneDNN's primitive cache keeps it.
+  if (call.options.prepare) {
+    dnnl::concat prepared(pd);
+    return Status::ok();
+  }
   std::unordered_map<int, memory> args;
   for (size_t i = 0; i < used.size(); ++i)
     args.emplace(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i),

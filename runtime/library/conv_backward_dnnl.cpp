@@ -119,6 +119,7 @@ Status runConvBackwardDnnl(const Call& call, bool weights) {
           return unimplemented(std::string("oneDNN has no primitive: ") + e.what());
         }
       }));
+  if (call.options.prepare) return Status::ok();
   const void* a = grad.rawData();
   const void* b = weights ? x.rawData() : w.rawData();
   if (plan->aIn) {

@@ -201,7 +201,7 @@ Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
 
   // Source.
   const void* src = x.rawData();
-  if (plan->srcIn) {
+  if (plan->srcIn && !call.options.prepare) {
     void* tmp = scratch(Scratch::kSrc, plan->srcMd.get_size());
     runReorder(*plan->srcIn, src, tmp);
     src = tmp;
@@ -221,6 +221,7 @@ Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
       weights = tmp;
     }
   }
+  if (call.options.prepare) return Status::ok();
   // Destination, prefilled with the residual of a sum post-op.
   void* dst = plan->dstOut ? static_cast<void*>(scratch(Scratch::kDst, plan->dstMd.get_size()))
                            : static_cast<void*>(y);

@@ -101,6 +101,7 @@ void sgemm(CBLAS_TRANSPOSE transB, int64_t m, int64_t n, int64_t k, const float*
 }
 
 void runNchw(const Call& call, const ConvGeometry& g, std::span<const ResolvedPostOp> post) {
+  if (call.options.prepare) return;  // The OIHW weights are the GEMM's operand as they are.
   const float* x = call.in[0].data<float>();
   const float* w = call.in[1].data<float>();
   const Addend bias{call.in.size() == 3 ? call.in[2].data<float>() : nullptr, 1, 0, 1.f};
@@ -147,6 +148,7 @@ void runNhwc(const Call& call, const ConvGeometry& g, std::span<const ResolvedPo
       w = reinterpret_cast<const float*>(tmp);
     }
   }
+  if (call.options.prepare) return;
 
   if (pointwise && g.group == 1) {  // The whole batch is one [N*P, C] x [C, M] GEMM.
     sgemm(CblasTrans, g.n * p, g.m, g.c, x, g.c, w, g.c, y, g.m);

@@ -239,6 +239,7 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
   // the result rounded once, as a GPU's library computes it. Converted, not native: slower than
   // f32 on every CPU (oneDNN's bf16 kernels are not used yet).
   if (output.defined() && isHalf(output.dtype())) {
+    if (options.prepare) return Status::ok();
     for (const auto* group : {&inputs, &extra})
       for (const Tensor& t : *group)
         if (!t.defined() || t.dtype() != output.dtype() || !t.isContiguous())

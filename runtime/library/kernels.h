@@ -92,6 +92,11 @@ struct LibraryOptions {
   // mantissa, fp32 accumulation) on tensor cores (--precision tf32; BackendCaps::tf32). The
   // CPU's library has no TF32 and the compiler refuses it there.
   bool tf32 = false;
+  // Set-up only: create the call's primitive and reorder its weights into `cache`, as its first
+  // run would, and compute nothing (the activations' contents are not read). A plan prepares
+  // every library step at compile or load time (PlanExecutor::prepare), so that its first run
+  // pays no set-up. f16/bf16 calls (converted per call) have nothing to keep and return at once.
+  bool prepare = false;
 };
 
 // A library kernel for (op, dtype), or nullptr when there is none (use the reference).

@@ -150,6 +150,7 @@ Status runDnnl(const Call& call, const DnnlProblem& p, const void* a, const void
   KILN_ASSIGN_OR_RETURN(
       std::shared_ptr<const MatMulPlan> plan,
       matmulPlans().getOrCreate(key.str(), [&] { return makePlan(p, call.post); }));
+  if (call.options.prepare) return Status::ok();
   auto mem = [](const memory::desc& md, const void* data) {
     return memory(md, cpuEngine(), const_cast<void*>(data));
   };
@@ -222,6 +223,7 @@ Status runMatMul(const Call& call) {
   float* y = call.out.data<float>();
   const auto post = resolvePostOps(call.post, call.extra);
   if (k == 0) {  // Sums over nothing. BLAS rejects lda = 0.
+    if (call.options.prepare) return Status::ok();
     std::fill(y, y + call.out.numElements(), 0.f);
     applyEpilogue(y, batchCount * m, n, n, Addend{}, post);
     return Status::ok();
@@ -257,6 +259,7 @@ Status runMatMul(const Call& call) {
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
 
+  if (call.options.prepare) return Status::ok();  // OpenBLAS keeps no state.
   if (!fitsBlas({batchCount * m, n, k}))
     return unimplemented("matmul is too large for 32-bit BLAS");
   const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
@@ -302,6 +305,7 @@ Status runGemm(const Call& call) {
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
 
+  if (call.options.prepare) return Status::ok();  // OpenBLAS keeps no state.
   if (!fitsBlas({m, n, k})) return unimplemented("gemm is too large for 32-bit BLAS");
   const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   if (k == 0)
@@ -334,6 +338,7 @@ Status runLinear(const Call& call) {
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
 
+  if (call.options.prepare) return Status::ok();  // OpenBLAS keeps no state.
   if (!fitsBlas({rows, outF, inF})) return unimplemented("linear is too large for 32-bit BLAS");
   const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   if (inF == 0)

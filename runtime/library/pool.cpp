@@ -246,6 +246,7 @@ Status runPool2d(const Call& call) {
   KILN_ASSIGN_OR_RETURN(
       std::shared_ptr<const PoolPlan> plan,
       poolPlans().getOrCreate(key.str(), [&] { return makePlan(g, alg, channelsLast); }));
+  if (call.options.prepare) return Status::ok();
 
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, memory(plan->srcMd, cpuEngine(), call.in[0].rawData())},

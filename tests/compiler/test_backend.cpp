@@ -311,9 +311,12 @@ TEST_CASE(
   compiler::CompileOptions o;
   o.cacheDir = cache.path;
   o.backend = b;
+  const int64_t up = b->counters.uploads, down = b->counters.downloads;
   auto cm = compiler::compile(*g, o);
   INFO(cm.status().message());
   REQUIRE(cm.hasValue());
+  // compile() prepared the plan: the weights are on the backend before the first call.
+  CHECK(b->counters.uploads - up == static_cast<int64_t>((*cm)->plan().parameters.size()));
   const auto& r = (*cm)->report();
   // The plan builder asked the backend: no library calls, no channels-last, and generated
   // kernels only where the backend loads them.
@@ -321,7 +324,6 @@ TEST_CASE(
   CHECK(r.layoutConversions == 0);
   CHECK((r.generatedKernels > 0) == kernels);
 
-  const int64_t up = b->counters.uploads, down = b->counters.downloads;
   checkClose((*cm)->run(ins), *want);
   // Inputs and weights went in and the outputs came back by explicit copies.
   CHECK(b->counters.uploads - up ==

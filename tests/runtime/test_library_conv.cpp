@@ -277,6 +277,39 @@ TEST_CASE("library conv2d keeps reordered weights in the caller's cache", "[libr
   CHECK(cache.bytes() == 0);
 }
 
+TEST_CASE("a prepared conv2d call reorders its weights into the cache and computes nothing",
+          "[library][conv]") {
+  const ConvCase c{"3x3", {1, 16, 8, 8}, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true};
+  const ir::AttrMap attrs = attrsOf(c);
+  const std::vector<Tensor> in = inputsOf(c, 23);
+  const Tensor want = runRef(OpKind::kConv2d, in, attrs);
+  for (ConvAlgo algo : algorithmsOf(c, attrs)) {
+    for (bool nhwc : {false, true}) {
+      INFO(runtime::convAlgoName(algo) << (nhwc ? ", NHWC" : ", NCHW"));
+      runtime::LibraryCache cache;
+      LibraryOptions options;
+      options.algo = algo;
+      options.channelsLast = nhwc;
+      options.cache = &cache;
+      options.prepare = true;
+      Tensor out = emptyLike(want.shape());
+      for (int64_t i = 0; i < out.numElements(); ++i) out.data<float>()[i] = 12345.f;
+      const ir::AttrView view(ir::opInfo(OpKind::kConv2d), attrs);
+      REQUIRE(
+          runtime::runLibraryWithPostOps(OpKind::kConv2d, view, in, {}, {}, out, options).isOk());
+      for (int64_t i = 0; i < out.numElements(); ++i) REQUIRE(out.data<float>()[i] == 12345.f);
+      // The call after it finds its weights ready: no new entry, the same result.
+      const size_t entries = cache.numEntries(), hits = cache.hits();
+      options.prepare = false;
+      checkRelClose(runLib(OpKind::kConv2d, in, attrs, {}, {}, options), want, toleranceOf(algo));
+      CHECK(cache.numEntries() == entries);
+      if (entries > 0) CHECK(cache.hits() > hits);
+      // oneDNN's direct convolution reorders OIHW weights into a blocked format.
+      if (algo == ConvAlgo::kDirect) CHECK(entries > 0);
+    }
+  }
+}
+
 TEST_CASE("library conv2d is safe to call from several threads sharing a cache",
           "[library][conv]") {
   const std::vector<ConvCase> cases = {

@@ -245,3 +245,34 @@ TEST_CASE("library linear with an in-place residual and NaN through kiln's epilo
     checkRelClose(got, ref, 1e-5);  // NaN must match NaN.
   }
 }
+
+TEST_CASE("a prepared matmul, gemm or linear call computes nothing", "[library][matmul]") {
+  // LibraryOptions::prepare creates oneDNN's primitive and returns: the output keeps its bytes.
+  struct Case {
+    OpKind op;
+    std::vector<Tensor> in;
+    ir::AttrMap attrs;
+  };
+  const std::vector<Case> cases = {
+      {OpKind::kMatMul, {randomTensor({17, 33}, 1), randomTensor({33, 9}, 2)}, {}},
+      {OpKind::kMatMul, {randomTensor({3, 0}, 1), randomTensor({0, 4}, 2)}, {}},  // K = 0.
+      {OpKind::kGemm, {randomTensor({5, 7}, 3), randomTensor({7, 4}, 4)}, {}},
+      {OpKind::kLinear, {randomTensor({16, 64}, 5), randomTensor({32, 64}, 6)}, {}},
+  };
+  for (const Case& c : cases) {
+    for (GemmBackend be : kBackends) {
+      INFO(ir::opName(c.op) << " " << ir::shapeToString(c.in[0].shape()) << ", "
+                            << backendName(be));
+      Tensor out = emptyLike(inferredShape(c.op, c.in, c.attrs));
+      for (int64_t i = 0; i < out.numElements(); ++i) out.data<float>()[i] = 12345.f;
+      LibraryOptions options = withBackend(be);
+      options.prepare = true;
+      const ir::AttrView view(ir::opInfo(c.op), c.attrs);
+      REQUIRE(runtime::runLibraryWithPostOps(c.op, view, c.in, {}, {}, out, options).isOk());
+      for (int64_t i = 0; i < out.numElements(); ++i) REQUIRE(out.data<float>()[i] == 12345.f);
+      // The call itself after its preparation.
+      checkRelClose(runLib(c.op, c.in, c.attrs, {}, {}, withBackend(be)),
+                    runRef(c.op, c.in, c.attrs), 1e-5);
+    }
+  }
+}
