@@ -47,6 +47,13 @@ int runBench(const Args& args) {
   if (!warmup) return reportError("bench", warmup.status());
   opts->log = args.flag("json") ? nullptr : &std::cerr;
   if (args.value("concurrency")) return serveCompiled(args, *g, *opts);
+  const std::string only = args.value("only").value_or("");
+  if (!only.empty() && only != "eager" && only != "compiled")
+    return reportError("bench",
+                       invalidArgument("--only takes eager or compiled, got '" + only + "'"));
+  if (!only.empty() && args.flag("profile"))
+    return reportError("bench", invalidArgument("--profile times both: drop --only"));
+  const bool timeEager = only != "compiled", timeCompiled = only != "eager";
 
   // Compile cold (a fresh, empty cache directory) and warm (the same directory again).
   const auto tmp = std::filesystem::temp_directory_path() /
@@ -82,31 +89,36 @@ int runBench(const Args& args) {
   double firstCompiledMs = 0;  // The compiled model's first call (compile() prepared it).
   // Interleave eager and compiled runs so that machine noise hits both alike.
   for (int64_t i = 0; i < *warmup + *runs; ++i) {
-    auto e0 = std::chrono::steady_clock::now();
-    auto ye = eager.run(inputs);
-    const double em = msSince(e0);
-    if (!ye) return reportError("bench", ye.status());
-    eagerPeak = std::max(eagerPeak, eager.lastStats().peakActivationBytes);
-    auto c0 = std::chrono::steady_clock::now();
-    runtime::PlanRunStats cs;
-    auto yc = (*cm)->run(inputs, &cs);
-    const double cmMs = msSince(c0);
-    if (!yc) return reportError("bench", yc.status());
-    if (i == 0) firstCompiledMs = cmMs;
-    if (i >= *warmup) {
-      eagerMs.push_back(em);
-      compiledMs.push_back(cmMs);
-      // A device with a stream timer (CUDA events): its time for the enqueued work too.
-      if (eager.lastStats().deviceMs >= 0 && cs.deviceMs >= 0) {
-        eagerDeviceMs.push_back(eager.lastStats().deviceMs);
-        compiledDeviceMs.push_back(cs.deviceMs);
+    if (timeEager) {
+      auto e0 = std::chrono::steady_clock::now();
+      auto ye = eager.run(inputs);
+      const double em = msSince(e0);
+      if (!ye) return reportError("bench", ye.status());
+      eagerPeak = std::max(eagerPeak, eager.lastStats().peakActivationBytes);
+      if (i >= *warmup) {
+        eagerMs.push_back(em);
+        // A device with a stream timer (CUDA events): its time for the enqueued work too.
+        if (eager.lastStats().deviceMs >= 0) eagerDeviceMs.push_back(eager.lastStats().deviceMs);
+      }
+    }
+    if (timeCompiled) {
+      auto c0 = std::chrono::steady_clock::now();
+      runtime::PlanRunStats cs;
+      auto yc = (*cm)->run(inputs, &cs);
+      const double cmMs = msSince(c0);
+      if (!yc) return reportError("bench", yc.status());
+      if (i == 0) firstCompiledMs = cmMs;
+      if (i >= *warmup) {
+        compiledMs.push_back(cmMs);
+        if (cs.deviceMs >= 0) compiledDeviceMs.push_back(cs.deviceMs);
       }
     }
   }
-  const Timing te = summarize(eagerMs), tc = summarize(compiledMs);
-  const bool deviceTimed = !compiledDeviceMs.empty();
-  const Timing de = deviceTimed ? summarize(eagerDeviceMs) : Timing{},
-               dc = deviceTimed ? summarize(compiledDeviceMs) : Timing{};
+  // A skipped one reads as zeros (and is left out of the JSON).
+  auto timing = [](const std::vector<double>& ms) { return ms.empty() ? Timing{} : summarize(ms); };
+  const Timing te = timing(eagerMs), tc = timing(compiledMs);
+  const bool deviceTimed = !compiledDeviceMs.empty() || !eagerDeviceMs.empty();
+  const Timing de = timing(eagerDeviceMs), dc = timing(compiledDeviceMs);
   const auto& r = (*cm)->report();
   const int64_t batch = g->inputs().empty() || g->inputs()[0]->type().shape.empty()
                             ? 1
@@ -153,6 +165,25 @@ int runBench(const Args& args) {
     j["compiled"]["device_median_ms"] = dc.median;
     j["compiled"]["cuda_graph"] = opts->cudaGraphs;
     j["device_speedup"] = de.median / dc.median;
+  }
+  if (!only.empty()) {
+    j.erase(timeEager ? "compiled" : "eager");
+    for (const char* both : {"speedup", "memory_ratio", "device_speedup"}) j.erase(both);
+    const Timing& t = timeEager ? te : tc;
+    if (args.flag("json")) {
+      std::cout << j.dump(2) << "\n";
+      return kExitOk;
+    }
+    std::printf(
+        "%s, batch %lld, %d threads, %s alone, %lld runs: median %.3f ms (min %.3f, max "
+        "%.3f)\n",
+        args.positional[0].c_str(), static_cast<long long>(batch), runtime::numThreads(),
+        only.c_str(), static_cast<long long>(*runs), t.median, t.min, t.max);
+    if (deviceTimed) std::printf("device median %.3f ms\n", (timeEager ? de : dc).median);
+    if (timeCompiled)
+      std::printf("compile cold %.1f ms, warm %.1f ms; first run %.2f ms (%.2fx the median)\n",
+                  coldMs, warmMs, firstCompiledMs, firstCompiledMs / tc.median);
+    return kExitOk;
   }
   if (args.flag("profile")) {
     // One more run of each with per-step timing: the compiled plan's steps, eager's ops.

@@ -56,7 +56,8 @@ std::vector<Command> commands() {
                    {"output", true, "save an output as .npy, in graph output order", true}})),
        &runRun},
       {"bench",
-       "kiln bench MODEL [--batch N] [--threads T] [--runs R] [--concurrency 1,2,4] [--json]",
+       "kiln bench MODEL [--batch N] [--threads T] [--runs R] [--only eager|compiled] "
+       "[--concurrency 1,2,4] [--json]",
        "Run eager and compiled side by side: latency, throughput, peak memory, compile time. "
        "With --concurrency: serve the compiled model (or artifact) from that many client "
        "threads and report throughput and p50/p90/p99 latency per request.",
@@ -64,6 +65,11 @@ std::vector<Command> commands() {
                         {{"runs", true, "timed runs of each (default 10)"},
                          {"no-recompile", false, "artifacts: refuse code this CPU cannot run"},
                          {"profile", false, "print per-step times of one more run of each"},
+                         {"only", true,
+                          "eager or compiled: time that one alone in its own loop, as other "
+                          "engines are timed (the default interleaves the two, so that machine "
+                          "noise hits both alike; each then runs with the other's data in the "
+                          "caches)"},
                          {"warmup", true, "untimed runs first (default 2)"},
                          intRangeOption()})),
        &runBench},

@@ -100,17 +100,23 @@ def ort_time(name, batch, args):
 
 
 def kiln_times(name, batch, args):
-    cmd = [args.kiln, "bench", os.path.join(args.peers_dir, name, "model.onnx"), "--batch",
-           str(batch), "--threads", str(args.threads), "--runs", str(args.runs), "--warmup",
-           str(args.warmup), "--json"]
-    if name in export.TOKEN_MODELS:
-        cmd += ["--int-range", f"0:{export.TOKEN_MODELS[name]}"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        return {"kiln_error": (r.stderr or r.stdout).strip().splitlines()[-1]}
-    j = json.loads(r.stdout)
-    return {"kiln_eager_ms": j["eager"]["median_ms"], "kiln_compiled_ms": j["compiled"]["median_ms"],
-            "kiln_compile_s": j["compiled"]["compile_cold_ms"] / 1e3}
+    # Eager and compiled each timed alone in its own loop (kiln bench --only), as the peers are.
+    out = {}
+    for mode in ("eager", "compiled"):
+        cmd = [args.kiln, "bench", os.path.join(args.peers_dir, name, "model.onnx"), "--batch",
+               str(batch), "--threads", str(args.threads), "--runs", str(args.runs), "--warmup",
+               str(args.warmup), "--only", mode, "--json"]
+        if name in export.TOKEN_MODELS:
+            cmd += ["--int-range", f"0:{export.TOKEN_MODELS[name]}"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return {"kiln_error": (r.stderr or r.stdout).strip().splitlines()[-1]}
+        j = json.loads(r.stdout)[mode]
+        out[f"kiln_{mode}_ms"] = j["median_ms"]
+        if mode == "compiled":
+            out["kiln_compile_s"] = j["compile_cold_ms"] / 1e3
+            out["kiln_first_run_ms"] = j["first_run_ms"]
+    return out
 
 
 def peak(args):
@@ -139,7 +145,7 @@ def table(results, meta, max_autotune):
         cols.append("torch.compile max-autotune")
     cols += ["ONNX Runtime", "kiln eager", "kiln compiled", "kiln vs ORT",
              "kiln vs torch.compile", "kiln vs torch eager", "kiln compile s",
-             "torch.compile first call s"]
+             "kiln first run / median", "torch.compile first call s"]
     lines = [
         f"CPU: {meta['cpu']} ({', '.join(meta['isa'])}); {meta['threads']} threads for every "
         f"engine; fp32 FMA peak {meta['peak']['fma_gflops']:.0f} GFLOP/s, copy "
@@ -148,7 +154,8 @@ def table(results, meta, max_autotune):
         f"freezing on, mode default{', and max-autotune' if max_autotune else ''}); ONNX Runtime "
         f"{meta['onnxruntime']} (CPUExecutionProvider, ORT_ENABLE_ALL, intra_op_num_threads "
         f"{meta['threads']}, inter_op 1, sequential, spinning on: its default); kiln "
-        f"{meta['kiln']} (compiled with its default heuristics). Each on PyTorch's default "
+        f"{meta['kiln']} (compiled with its default heuristics; eager and compiled each timed "
+        f"alone, kiln bench --only). Each engine in its own loop on PyTorch's default "
         f"exporter's file (kiln, ONNX Runtime) or the PyTorch module it came from. Milliseconds, "
         f"medians of {meta['runs']} runs after {meta['warmup']}; 'kiln vs X' is X's time over "
         f"kiln compiled's (above 1: kiln faster). Compile times: kiln's cold (an empty kernel "
@@ -166,6 +173,7 @@ def table(results, meta, max_autotune):
                 f(k) if k else "error: " + r.get("kiln_error", "?"),
                 f(ratio("onnxruntime_ms")), f(ratio("torch_compile_ms")),
                 f(ratio("torch_eager_ms")), f(r.get("kiln_compile_s")),
+                f(r["kiln_first_run_ms"] / k if k and r.get("kiln_first_run_ms") else None),
                 f(r.get("torch_compile_first_call_s"), 1)]
         lines.append("| " + " | ".join(row) + " |")
     g = meta["geomeans"]
