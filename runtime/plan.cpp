@@ -413,7 +413,9 @@ Status PlanExecutor::prepare() {
     call.options.prepare = true;
     KILN_TRY(stream->run(call, tin, tout).withContext(s.name));
   }
-  return stream->synchronize();
+  KILN_TRY(stream->synchronize());
+  prepared_.store(true, std::memory_order_release);
+  return Status::ok();
 }
 
 OpCall PlanExecutor::opCall(const PlanStep& s) const {
@@ -431,6 +433,7 @@ OpCall PlanExecutor::opCall(const PlanStep& s) const {
   const bool constantWeights =
       s.inputs.size() > 1 && s.inputs[1].kind == BufferRef::Kind::kParameter;
   call.options.cache = constantWeights ? cache_.get() : nullptr;
+  call.options.validated = prepared_.load(std::memory_order_acquire);
   return call;
 }
 

@@ -174,7 +174,10 @@ class PlanExecutor {
   std::atomic<bool> profiling_{false};
   std::atomic<bool> graphs_{true};
   std::atomic<int64_t> graphsCaptured_{0};
-  std::atomic<unsigned char> touched_{0};  // prepare()'s page reads, kept so they are not elided.
+  std::atomic<unsigned char> touched_{0};
+  // prepare() succeeded: every library step was validated with the plan's types once, and its
+  // calls skip the checks (LibraryOptions::validated).
+  std::atomic<bool> prepared_{false};  // prepare()'s page reads, kept so they are not elided.
 };
 
 }  // namespace kiln::runtime

@@ -57,7 +57,10 @@ inline float* scratchFloats(Scratch slot, size_t count) {
 // A byte-string cache key built from the values that determine a primitive.
 class CacheKey {
  public:
-  explicit CacheKey(std::string_view family) : bytes_(family) {}
+  explicit CacheKey(std::string_view family) {
+    bytes_.reserve(256);  // A convolution's key is about 200 bytes: one allocation.
+    bytes_ = family;
+  }
   CacheKey& add(int64_t v) {
     bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
     return *this;

@@ -88,13 +88,19 @@ Status runFamily(OpKind op, const lib::Call& call) {
   return unimplemented("no library kernel for " + std::string(ir::opName(op)));
 }
 
-Status checkTensor(OpKind op, const Tensor& t, const std::string& what) {
-  if (!t.defined()) return invalidArgument(std::string(ir::opName(op)) + ": " + what + " is empty");
+// `what` names the tensor in errors, with `index` after it when >= 0. Nothing is built on success:
+// a plan runs these checks at every library call.
+Status checkTensor(OpKind op, const Tensor& t, std::string_view what, int64_t index = -1) {
+  auto named = [&] {
+    return index >= 0 ? std::string(what) + " " + std::to_string(index) : std::string(what);
+  };
+  if (!t.defined())
+    return invalidArgument(std::string(ir::opName(op)) + ": " + named() + " is empty");
   if (t.dtype() != ir::DType::kF32)
-    return unimplemented(std::string(ir::opName(op)) + ": library kernels run f32 only, " + what +
-                         " is " + t.describe());
+    return unimplemented(std::string(ir::opName(op)) + ": library kernels run f32 only, " +
+                         named() + " is " + t.describe());
   if (!t.isContiguous())
-    return invalidArgument(std::string(ir::opName(op)) + ": " + what + " " + t.describe() +
+    return invalidArgument(std::string(ir::opName(op)) + ": " + named() + " " + t.describe() +
                            " must be contiguous");
   return Status::ok();
 }
@@ -102,29 +108,29 @@ Status checkTensor(OpKind op, const Tensor& t, const std::string& what) {
 // Checks dtypes, contiguity, the output's shape against shape inference and the kAdd extras.
 Status validate(OpKind op, const ir::AttrView& attrs, std::span<const Tensor> inputs,
                 std::span<const PostOp> post, std::span<const Tensor> extra, const Tensor& output) {
-  const std::string name(ir::opName(op));
-  if (!hasLibraryKernel(op)) return unimplemented("no library kernel for " + name);
+  auto name = [op] { return std::string(ir::opName(op)); };
+  if (!hasLibraryKernel(op)) return unimplemented("no library kernel for " + name());
   if (attrs.op().kind != op)
-    return internalError(name + ": attributes are for " + std::string(attrs.op().name));
+    return internalError(name() + ": attributes are for " + std::string(attrs.op().name));
   std::vector<ir::TensorType> types;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    KILN_TRY(checkTensor(op, inputs[i], "input " + std::to_string(i)));
+    KILN_TRY(checkTensor(op, inputs[i], "input", static_cast<int64_t>(i)));
     types.push_back(inputs[i].type());
   }
   KILN_TRY(checkTensor(op, output, "output"));
   KILN_ASSIGN_OR_RETURN(auto inferred, ir::inferTypes(op, types, attrs.raw()));
   if (inferred.size() != 1 || inferred[0].shape != output.shape())
-    return invalidArgument(name + ": output " + output.describe() + " should be " +
+    return invalidArgument(name() + ": output " + output.describe() + " should be " +
                            (inferred.empty() ? std::string("?") : inferred[0].toString()));
   for (const PostOp& p : post) {
     if (p.kind != PostOp::Kind::kAdd) continue;
     if (p.input < 0 || static_cast<size_t>(p.input) >= extra.size())
-      return invalidArgument(name + ": add post-op reads extra input " + std::to_string(p.input) +
+      return invalidArgument(name() + ": add post-op reads extra input " + std::to_string(p.input) +
                              " of " + std::to_string(extra.size()));
     const Tensor& e = extra[static_cast<size_t>(p.input)];
-    KILN_TRY(checkTensor(op, e, "add post-op input " + std::to_string(p.input)));
+    KILN_TRY(checkTensor(op, e, "add post-op input", p.input));
     if (e.shape() != output.shape())
-      return invalidArgument(name + ": add post-op input " + e.describe() +
+      return invalidArgument(name() + ": add post-op input " + e.describe() +
                              " must have the output's shape " + output.describe());
   }
   return Status::ok();
@@ -266,7 +272,7 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
                          output.numElements());
     return Status::ok();
   }
-  KILN_TRY(validate(op, attrs, inputs, post, extra, output));
+  if (!options.validated) KILN_TRY(validate(op, attrs, inputs, post, extra, output));
   if (output.numElements() == 0) return Status::ok();
   // oneDNN convolutions detach aliased extras themselves (their sum post-op reads dst).
   const bool dnnlConv = op == OpKind::kConv2d && options.algo != ConvAlgo::kIm2colGemm;

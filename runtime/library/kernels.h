@@ -97,6 +97,10 @@ struct LibraryOptions {
   // every library step at compile or load time (PlanExecutor::prepare), so that its first run
   // pays no set-up. f16/bf16 calls (converted per call) have nothing to keep and return at once.
   bool prepare = false;
+  // The call's operands were validated before, with these types and attributes: a plan step
+  // after PlanExecutor::prepare validated it (a plan's steps keep their types). Skips the
+  // per-call checks (dtypes, contiguity, shape inference of the output).
+  bool validated = false;
 };
 
 // A library kernel for (op, dtype), or nullptr when there is none (use the reference).

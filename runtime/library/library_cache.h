@@ -39,8 +39,11 @@ struct LibraryCache::Impl {
   std::shared_ptr<const lib::AlignedBuffer> getOrCreate(const std::string& key,
                                                         const Tensor& source, size_t bytes,
                                                         Fill&& fill) {
-    const std::string fullKey =
-        key + '@' + std::to_string(reinterpret_cast<uintptr_t>(source.rawData()));
+    const auto address = reinterpret_cast<uintptr_t>(source.rawData());
+    std::string fullKey;
+    fullKey.reserve(key.size() + 1 + sizeof address);
+    fullKey.append(key).append(1, '@').append(reinterpret_cast<const char*>(&address),
+                                              sizeof address);
     {
       std::lock_guard<std::mutex> lock(mu);
       if (auto it = entries.find(fullKey); it != entries.end()) {

@@ -187,9 +187,12 @@ bool anyNaN(const float* x, int64_t n) {
 #pragma omp parallel for schedule(static) reduction(|| : found) if (blocks > 4)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t end = std::min(n, (b + 1) * kBlock);
-    bool nan = false;
-    for (int64_t i = b * kBlock; i < end; ++i) nan |= x[i] != x[i];  // Vectorizes; no branch.
-    found = found || nan;
+    // A count, not a bool: GCC vectorizes this form (an unordered compare per 4 lanes), and
+    // ran `nan |= x[i] != x[i]` one ucomiss at a time (mnist_cnn's pool: 14 us for 1 us of
+    // pooling).
+    int32_t nans = 0;
+    for (int64_t i = b * kBlock; i < end; ++i) nans += x[i] != x[i];
+    found = found || nans > 0;
   }
   return found;
 }
