@@ -29,6 +29,15 @@ WorkCount countWork(const Node& n) {
       w.macs = outElems * n.input(0)->type().shape.back();
       if (n.numInputs() > 2) w.otherFlops = outElems;
       break;
+    case OpKind::kAttention: {
+      // q @ kt and p @ v; the scores' scale, mask, exponential and sum about 5 ops each.
+      const Shape& q = n.input(0)->type().shape;
+      const int64_t t = n.input(1)->type().shape.back();
+      const int64_t scores = numElements(q) / q.back() * t;
+      w.macs = scores * q.back() + outElems * t;
+      w.otherFlops = 5 * scores;
+      break;
+    }
     case OpKind::kMaxPool2d:
     case OpKind::kAvgPool2d: {
       const auto& k = n.attr().getInts("kernel");

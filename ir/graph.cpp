@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <unordered_set>
 
 namespace kiln::ir {
 
@@ -243,6 +244,22 @@ void Graph::eraseNode(Node* n) {
     byName_.erase(out->name_);
     out->producer_ = nullptr;
   }
+}
+
+bool Graph::isOutput(const Value* v) const {
+  return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end();
+}
+
+size_t Graph::removeUnusedNodes() {
+  const std::unordered_set<const Value*> outputs(outputs_.begin(), outputs_.end());
+  size_t total = 0;
+  for (size_t removed = 1; removed > 0; total += removed)
+    removed = removeNodesIf([&](const Node& n) {
+      for (const Value* o : n.outputs())
+        if (!o->users().empty() || outputs.count(o)) return false;
+      return true;
+    });
+  return total;
 }
 
 size_t Graph::removeUnusedParameters() {

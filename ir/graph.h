@@ -154,6 +154,10 @@ class Graph {
   size_t removeNodesIf(Pred pred);
   // Removes parameters that no node reads and that are not graph outputs.
   size_t removeUnusedParameters();
+  // Removes nodes none of whose outputs is read or a graph output, until none is left (a
+  // rewrite's replaced nodes and the producers they orphaned). Returns how many.
+  size_t removeUnusedNodes();
+  bool isOutput(const Value* v) const;  // One of the graph's outputs.
 
   // Sum of trainable parameter elements (what PyTorch's parameters() counts).
   int64_t numTrainableParameters() const;

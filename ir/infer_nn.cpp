@@ -281,6 +281,38 @@ Expected<std::vector<TensorType>> inferLayerNorm(std::span<const TensorType> in,
   return one(in[0]);
 }
 
+Expected<std::vector<TensorType>> inferAttention(std::span<const TensorType> in, const AttrView&) {
+  KILN_TRY(requireFloat(in[0], "q"));
+  const char* names[] = {"q", "kt", "v", "mask"};
+  for (size_t i = 1; i < in.size(); ++i) KILN_TRY(requireSameDType(in[0], in[i], names[i]));
+  for (size_t i = 0; i < 3; ++i)
+    if (in[i].rank() < 2)
+      return invalidArgument(std::string(names[i]) + " must have rank >= 2, got " +
+                             in[i].toString());
+  const Shape &q = in[0].shape, &kt = in[1].shape, &v = in[2].shape;
+  const Shape batch(q.begin(), q.end() - 2);
+  if (Shape(kt.begin(), kt.end() - 2) != batch || Shape(v.begin(), v.end() - 2) != batch)
+    return invalidArgument("q " + dims(q) + ", kt " + dims(kt) + " and v " + dims(v) +
+                           " must share their batch dims");
+  const int64_t s = q[q.size() - 2], d = q.back(), t = kt.back();
+  if (kt[kt.size() - 2] != d || v[v.size() - 2] != t)
+    return invalidArgument("q " + dims(q) + " @ kt " + dims(kt) + " @ v " + dims(v) +
+                           ": expected kt [..., " + std::to_string(d) + ", T] and v [..., T, Dv]");
+  Shape scores = batch;
+  scores.push_back(s);
+  scores.push_back(t);
+  if (in.size() == 4) {
+    const Expected<Shape> b = broadcastShapes(in[3].shape, scores);
+    if (!b || *b != scores)
+      return invalidArgument("mask " + dims(in[3].shape) + " does not broadcast to the scores " +
+                             dims(scores));
+  }
+  Shape out = batch;
+  out.push_back(s);
+  out.push_back(v.back());
+  return one({in[0].dtype, out, Layout::kPlain});
+}
+
 Expected<std::vector<TensorType>> inferArgReduce(std::span<const TensorType> in,
                                                  const AttrView& a) {
   KILN_TRY(requireNumeric(in[0], "input"));

@@ -123,10 +123,6 @@ bool mergeWithProducer(ir::Graph& g, ir::Node* n) {
 // GPT-2's 32,000 x 768 head, two transposes were two thirds of the run.
 // add(linear(a, w), b), b of shape [out], the linear's only use -> linear(a, w, b) (the bias
 // then rides in the library call).
-bool isGraphOutput(const ir::Graph& g, const ir::Value* v) {
-  return std::find(g.outputs().begin(), g.outputs().end(), v) != g.outputs().end();
-}
-
 bool toLinear(ir::Graph& g, ir::Node* n) {
   const ir::TensorType& out = n->output()->type();
   if (n->op() == ir::OpKind::kMatMul) {
@@ -149,7 +145,7 @@ bool toLinear(ir::Graph& g, ir::Node* n) {
     ir::Node* l = n->input(side)->producer();
     ir::Value* b = n->input(1 - side);
     if (!l || l->op() != ir::OpKind::kLinear || l->inputs().size() != 2 ||
-        l->output()->users().size() != 1 || isGraphOutput(g, l->output()))
+        l->output()->users().size() != 1 || g.isOutput(l->output()))
       continue;
     const ir::TensorType& lt = l->output()->type();
     if (lt != out || b->type().dtype != out.dtype ||
@@ -172,8 +168,7 @@ bool AlgebraicSimplification::run(ir::Graph& g, PassContext& ctx) {
     progress = false;
     for (ir::Node* n : g.nodes()) {
       // Skip multi-output nodes and dead ones (already rewritten in this round).
-      if (n->outputs().size() != 1 ||
-          (n->output()->users().empty() && !isGraphOutput(g, n->output())))
+      if (n->outputs().size() != 1 || (n->output()->users().empty() && !g.isOutput(n->output())))
         continue;
       if (ir::Value* v = identityOperand(*n, ctx)) {
         g.replaceAllUsesWith(n->output(), v);
@@ -183,14 +178,7 @@ bool AlgebraicSimplification::run(ir::Graph& g, PassContext& ctx) {
       }
     }
     if (progress) {
-      // Rewritten nodes now have no users; drop them (and any producer they orphaned).
-      std::unordered_set<const ir::Value*> outputs(g.outputs().begin(), g.outputs().end());
-      for (bool removed = true; removed;)
-        removed = g.removeNodesIf([&](const ir::Node& n) {
-          for (const ir::Value* o : n.outputs())
-            if (!o->users().empty() || outputs.count(o)) return false;
-          return true;
-        }) > 0;
+      g.removeUnusedNodes();  // The rewritten nodes and any producer they orphaned.
       changed = true;
     }
   }

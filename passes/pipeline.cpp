@@ -15,6 +15,8 @@ Pipeline Pipeline::standard() {
       "algebraic-simplification",  // Remove identities (x*1, dropout, double transposes) early;
                                    // this exposes constants and duplicates.
       "constant-folding",          // Fold weight-only subgraphs (e.g. a transposed weight).
+      "attention-fusion",          // Inference: matmul-softmax-matmul as one attention op,
+                                   // after folding made its scale a constant.
       "batchnorm-folding",         // Inference: BatchNorm disappears into conv/linear weights,
                                    // so the conv's epilogue can take the following ReLU.
       "autocast",                  // --precision bf16|fp16: products in the low precision and

@@ -55,6 +55,8 @@ Status runPool2d(const Call& call);  // max_pool2d and avg_pool2d.
 Status runConcat(const Call& call);
 
 Status runMatMul(const Call& call);
+// attention: tiled, with an online softmax, on OpenBLAS (attention.cpp).
+Status runAttention(const Call& call);
 Status runGemm(const Call& call);
 Status runLinear(const Call& call);
 

@@ -31,6 +31,7 @@ bool hasLibraryKernel(OpKind op) {
     case OpKind::kGemm:
     case OpKind::kLinear:
     case OpKind::kConcat:
+    case OpKind::kAttention:
       return true;
     default:
       return false;
@@ -76,6 +77,8 @@ Status runFamily(OpKind op, const lib::Call& call) {
         return lib::runLinear(call);
       case OpKind::kConcat:
         return lib::runConcat(call);
+      case OpKind::kAttention:
+        return lib::runAttention(call);
       default:
         break;
     }
@@ -221,6 +224,8 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
       return abiKernel<OpKind::kLinear>;
     case OpKind::kConcat:
       return abiKernel<OpKind::kConcat>;
+    case OpKind::kAttention:
+      return abiKernel<OpKind::kAttention>;
     default:
       return nullptr;
   }

@@ -1,5 +1,7 @@
 // Reference kernels for matmul (NumPy rules: batched, broadcasting, 1-D promotion), gemm
 // (ONNX: transA/transB, alpha, beta, broadcast C) and linear (x W^T + b).
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "runtime/reference/helpers.h"
@@ -103,9 +105,55 @@ Status linearKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::
   });
 }
 
+// attention(q, kt, v[, mask]): per batch, scores = scale * (q @ kt) (+ mask), softmax over T
+// with the softmax kernel's formula (maximum subtracted, NaN kept), then @ v.
+Status attentionKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                       std::span<Tensor> out) {
+  const ir::Shape& qs = in[0].shape();
+  const int64_t s = qs[qs.size() - 2], d = qs.back(), t = in[1].shape().back();
+  const int64_t dv = in[2].shape().back();
+  const int64_t batches = ir::numElements(ir::Shape(qs.begin(), qs.end() - 2));
+  ir::Shape scoresShape(qs.begin(), qs.end() - 2);
+  scoresShape.push_back(s);
+  scoresShape.push_back(t);
+  const double scale = attrs.getFloat("scale");
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    // The mask broadcast to the scores' shape.
+    std::vector<T> mask;
+    if (in.size() == 4) {
+      mask.resize(static_cast<size_t>(batches * s * t));
+      const T* m = in[3].data<T>();
+      ref::forEachStrided<1>(scoresShape, {ref::broadcastStrides(in[3].shape(), scoresShape)}, {0},
+                             [&](int64_t i, const std::array<int64_t, 1>& off) {
+                               mask[static_cast<size_t>(i)] = m[off[0]];
+                             });
+    }
+    std::vector<T> sc(static_cast<size_t>(s * t));
+    for (int64_t b = 0; b < batches; ++b) {
+      matmul2d(in[0].data<T>() + b * s * d, in[1].data<T>() + b * d * t, sc.data(), s, d, t);
+      for (int64_t i = 0; i < s * t; ++i) {
+        sc[i] = sc[i] * static_cast<T>(scale);
+        if (!mask.empty()) sc[i] += mask[b * s * t + i];
+      }
+      for (int64_t r = 0; r < s; ++r) {
+        T* x = sc.data() + r * t;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < t; ++j)
+          if (x[j] > mx || ref::isNaN(x[j])) mx = x[j];
+        T sum = T(0);
+        for (int64_t j = 0; j < t; ++j) sum += std::exp(x[j] - mx);
+        for (int64_t j = 0; j < t; ++j) x[j] = std::exp(x[j] - mx) / sum;
+      }
+      matmul2d(sc.data(), in[2].data<T>() + b * t * dv, out[0].data<T>() + b * s * dv, s, t, dv);
+    }
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerLinalgKernels(RefKernelTable& t) {
+  ref::setKernel(t, ir::OpKind::kAttention, attentionKernel);
   ref::setKernel(t, ir::OpKind::kMatMul, matmulKernel);
   ref::setKernel(t, ir::OpKind::kGemm, gemmKernel);
   ref::setKernel(t, ir::OpKind::kLinear, linearKernel);

@@ -474,7 +474,8 @@ TEST_CASE("codegen golden: every op lowers to a kernel or has a declared route")
   }
   CHECK(generated + library + referenceOnly == ir::kNumOps);
   CHECK(generated >= 40);
-  CHECK(library == 7);  // conv2d, max_pool2d, avg_pool2d, matmul, gemm, linear, concat.
+  // conv2d, max_pool2d, avg_pool2d, matmul, gemm, linear, concat, attention.
+  CHECK(library == 8);
 }
 
 TEST_CASE("codegen golden: generated unary math matches the reference kernels") {

@@ -551,3 +551,32 @@ graph res(%x : f32[2,8,10,10], %w1 : f32[8,8,3,3], %w2 : f32[8,8,1,1]) {
   CHECK(conv->outputs[0].offset == residual.offset);
   std::filesystem::remove_all(cache);
 }
+
+TEST_CASE("exported attention compiles to one attention step and matches eager") {
+  // As PyTorch's exporter writes HF BERT's self-attention: K transposed, the scores divided by
+  // sqrt(d), a padding mask added, softmax, the product with V.
+  auto g = ir::parseGraph(R"(graph g(%q : f32[2,4,70,16], %k : f32[2,70,4,16], %v : f32[2,4,70,16], %mask : f32[2,1,1,70]) {
+  param %c : f32[] buffer
+  %kt : f32[2,4,16,70] = transpose(%k) {perm=[0,2,3,1]}
+  %s : f32[2,4,70,70] = matmul(%q, %kt)
+  %d : f32[2,4,70,70] = div(%s, %c)
+  %m : f32[2,4,70,70] = add(%d, %mask)
+  %p : f32[2,4,70,70] = softmax(%m) {axis=-1}
+  %y : f32[2,4,70,16] = matmul(%p, %v)
+  return %y
+})");
+  REQUIRE(g.hasValue());
+  ir::TensorData c(ir::DType::kF32, {});
+  c.as<float>()[0] = 4.0f;
+  g->findValue("c")->setData(c);
+  const std::string cache = tempCacheDir("attention");
+  auto cm = checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 5);
+  int attention = 0, softmax = 0;
+  for (const ir::Node* n : cm->optimizedGraph().nodes()) {
+    attention += n->op() == ir::OpKind::kAttention;
+    softmax += n->op() == ir::OpKind::kSoftmax;
+  }
+  CHECK(attention == 1);
+  CHECK(softmax == 0);
+  std::filesystem::remove_all(cache);
+}

@@ -1,6 +1,8 @@
 // Pass tests: textual IR in, run one pass, assert `changed` and the structure out.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <sstream>
 
 #include "ir/fusion_group.h"
@@ -446,4 +448,77 @@ TEST_CASE("autocast: products in bf16, their results flowing on through kLowPrec
       INFO("output " << o << " element " << i);
       CHECK(std::fabs(a - b) <= 3e-2 * std::max(1.0, std::fabs(b)));
     }
+}
+
+TEST_CASE("attention fusion: matmul, scale, mask add, softmax and matmul become one attention") {
+  const std::string text = R"(
+graph g(%q : f32[2,3,5,8], %kt : f32[2,3,8,7], %v : f32[2,3,7,4], %mask : f32[2,1,1,7]) {
+  param %c : f32[] buffer
+  %s : f32[2,3,5,7] = matmul(%q, %kt)
+  %d : f32[2,3,5,7] = div(%s, %c)
+  %m : f32[2,3,5,7] = add(%d, %mask)
+  %p : f32[2,3,5,7] = softmax(%m) {axis=3}
+  %y : f32[2,3,5,4] = matmul(%p, %v)
+  return %y
+})";
+  auto library = [](ir::OpKind op, ir::DType, ir::Layout) {
+    return op == ir::OpKind::kAttention;
+  };
+  SECTION("fused, with the divisor as a scale, matching the unfused ops") {
+    ir::Graph g = parse(text);
+    ir::Graph unfused = parse(text);
+    fill(g, "c", 2.0f);
+    fill(unfused, "c", 2.0f);
+    passes::PassContext ctx;
+    ctx.hasLibraryKernel = library;
+    CHECK(runPass("attention-fusion", g, ctx));
+    CHECK(ops(g) == "attention");
+    const ir::Node* a = g.nodes()[0];
+    CHECK(a->attr().getFloat("scale") == 0.5);
+    CHECK(a->input(3)->name() == "mask");
+    // Eager runs the reference kernels: the fused op against the ops it replaced.
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist;
+    std::vector<runtime::Tensor> ins;
+    for (const ir::Value* v : g.inputs()) {
+      runtime::Tensor t = *runtime::Tensor::empty(v->type().dtype, v->type().shape);
+      for (int64_t i = 0; i < t.numElements(); ++i) t.data<float>()[i] = dist(rng);
+      ins.push_back(t);
+    }
+    ins[3].data<float>()[6] = -std::numeric_limits<float>::infinity();  // A masked key.
+    auto got = runtime::EagerExecutor(g).run(ins);
+    auto want = runtime::EagerExecutor(unfused).run(ins);
+    REQUIRE(got.hasValue());
+    REQUIRE(want.hasValue());
+    for (int64_t i = 0; i < (*want)[0].numElements(); ++i)
+      CHECK((*got)[0].data<float>()[i] == Approx((*want)[0].data<float>()[i]).margin(1e-6));
+  }
+  SECTION("not where the backend's library lacks it, for training, or with another reader") {
+    ir::Graph g = parse(text);
+    fill(g, "c", 2.0f);
+    passes::PassContext ctx;
+    ctx.hasLibraryKernel = [](ir::OpKind, ir::DType, ir::Layout) { return false; };
+    CHECK_FALSE(runPass("attention-fusion", g, ctx));
+    ctx.hasLibraryKernel = library;
+    ctx.inference = false;
+    CHECK_FALSE(runPass("attention-fusion", g, ctx));
+    ir::Graph shared = parse(R"(
+graph g(%q : f32[3,5,8], %kt : f32[3,8,7], %v : f32[3,7,4]) {
+  %s : f32[3,5,7] = matmul(%q, %kt)
+  %p : f32[3,5,7] = softmax(%s) {axis=2}
+  %y : f32[3,5,4] = matmul(%p, %v)
+  return %y, %p
+})");
+    passes::PassContext inference;
+    inference.hasLibraryKernel = library;
+    CHECK_FALSE(runPass("attention-fusion", shared, inference));  // The scores are an output.
+    ir::Graph otherAxis = parse(R"(
+graph g(%q : f32[3,5,8], %kt : f32[3,8,7], %v : f32[3,7,4]) {
+  %s : f32[3,5,7] = matmul(%q, %kt)
+  %p : f32[3,5,7] = softmax(%s) {axis=1}
+  %y : f32[3,5,4] = matmul(%p, %v)
+  return %y
+})");
+    CHECK_FALSE(runPass("attention-fusion", otherAxis, inference));
+  }
 }
