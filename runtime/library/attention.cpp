@@ -29,7 +29,7 @@ namespace kiln::runtime::lib {
 
 namespace {
 
-constexpr int64_t kRows = 64;   // Query rows per task.
+constexpr int64_t kRows = 32;   // Query rows per task.
 constexpr int64_t kKeys = 128;  // Keys per tile: a 64 x 128 tile is 32 KiB.
 
 // exp(x) for x <= 0 or NaN (scores minus their running maximum): Cephes' range reduction and
@@ -62,6 +62,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float expShiftedSum
                                                                                  int64_t n,
                                                                                  float m) {
   float sum = 0.f;
+  // The sum in any order (a reduction over vector lanes): GCC keeps a float sum in order,
+  // and so scalar, without leave to reassociate it.
+#pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < n; ++j) {
     const float e = expNonPositive(p[j] - m);
     p[j] = e;
@@ -74,7 +77,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float expShiftedSum
 __attribute__((target_clones("avx512f", "avx2", "default"))) float rowMax(const float* x,
                                                                           int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
-  int32_t nans = 0;  // A count, not a bool: the loop vectorizes (pool.cpp's anyNaN).
+  int32_t nans = 0;  // Counted apart: the max reduction below may ignore a NaN.
+#pragma omp simd reduction(max : m) reduction(+ : nans)
   for (int64_t j = 0; j < n; ++j) {
     m = x[j] > m ? x[j] : m;
     nans += x[j] != x[j];
