@@ -560,6 +560,9 @@ class Printer {
     bool elementStores = false;
     const int spillStore = spill.first, spilled = spill.second;
     for (const Store& s : k_.stores) elementStores = elementStores || !s.row;
+    // The one element store is the spilled value itself: the last stage wrote it already.
+    if (spilled >= 0 && k_.stores[static_cast<size_t>(spillStore)].value == spilled)
+      elementStores = false;
     if (elementStores) {
       std::vector<int> roots;
       for (const Store& s : k_.stores)
@@ -598,6 +601,7 @@ class Printer {
   std::pair<int, int> spillOf() const {
     if (k_.stages.empty()) return {-1, -1};
     const int v = k_.stages.back().value;
+    if (k_.exprs[v].kind == ExprKind::kLoad) return {-1, -1};  // A load is no cheaper read back.
     int store = -1;
     std::vector<int> roots;
     for (size_t i = 0; i < k_.stores.size(); ++i) {
@@ -657,6 +661,7 @@ class Printer {
   static constexpr int kColumnBlock = 64;
   void columnarReductionBody(const std::vector<int>& rowDims) {
     const int rd = k_.reduceDim;
+    const std::pair<int, int> spill = spillOf();
     const std::string R = std::to_string(k_.domain[rd]) + "LL";
     const std::string B = std::to_string(kColumnBlock);
     // Inside a loop over kiln_j: the unit, its bases, and stages [0, upTo) as scalars.
@@ -692,6 +697,11 @@ class Printer {
       line(3, "for (long long kiln_j = 0; kiln_j < kiln_nb; ++kiln_j) {");
       unit(4, static_cast<int>(s));
       emitNeeded(4, {st.value}, {}, "r", rd);
+      if (spill.second == st.value && s + 1 == k_.stages.size()) {
+        const Store& out = k_.stores[static_cast<size_t>(spill.first)];
+        line(4, arg(out.access.arg) + "[s" + std::to_string(spill.first) +
+                    index(out.access.strides[rd], "r") + "] = " + v + ";");
+      }
       if (st.op == ReduceOp::kSum) {
         line(4, a + " += " + v + ";");
       } else {  // A vector max drops NaN: a flag keeps it.
@@ -715,12 +725,23 @@ class Printer {
         if (k_.stores[i].row) store(3, k_.stores[i], i, "", -1);
       line(2, "}");
     }
-    if (!elementRoots.empty()) {
+    // The element store is the spilled value itself (SiLU before squeeze-excite's mean): the
+    // last stage wrote it already.
+    const bool stored = spill.second >= 0 && elementRoots == std::vector<int>{spill.second};
+    if (!elementRoots.empty() && !stored) {
       line(2, "for (long long r = 0; r < " + R + "; ++r) {");
       independentLoop(3);
       line(3, "for (long long kiln_j = 0; kiln_j < kiln_nb; ++kiln_j) {");
       unit(4, stages);
-      emitNeeded(4, elementRoots, {}, "r", rd);
+      std::set<int> done;
+      if (spill.second >= 0) {  // Read back what the last stage stored.
+        const Store& st = k_.stores[static_cast<size_t>(spill.first)];
+        line(4, "const " + type(k_.exprs[spill.second].type) + " e" + std::to_string(spill.second) +
+                    " = " + arg(st.access.arg) + "[s" + std::to_string(spill.first) +
+                    index(st.access.strides[rd], "r") + "];");
+        done.insert(spill.second);
+      }
+      emitNeeded(4, elementRoots, done, "r", rd);
       for (size_t i = 0; i < k_.stores.size(); ++i)
         if (!k_.stores[i].row) store(4, k_.stores[i], i, "r", rd);
       line(3, "}");

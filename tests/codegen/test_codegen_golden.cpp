@@ -197,6 +197,14 @@ graph g(%x : f32[33,70]) {
   %m : f32[70] = reduce_max(%x) {axes=[0], keepdims=0}
   return %p, %m
 })"},
+    // Squeeze-excite's SiLU and mean over channels-last pixels: the SiLU is stored while it is
+    // summed (one pass; no element loop computes it again).
+    {"column_silu_mean", R"(
+graph g(%x : f32[40,70]) {
+  %s : f32[40,70] = silu(%x)
+  %m : f32[70] = reduce_mean(%s) {axes=[0], keepdims=0}
+  return %s, %m
+})"},
     {"strided_view", R"(
 graph g(%x : f32[8,20]) {
   %s : f32[4,6] = slice(%x) {starts=[1,2], ends=[8,20], axes=[0,1], steps=[2,3]}
