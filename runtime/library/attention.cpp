@@ -12,8 +12,6 @@
 // scores so far are all -inf (masked) takes no weight (p = 0, l = 0) instead of exp(-inf -
 // -inf) = NaN, so a later unmasked tile still gives the right row, and a row masked throughout
 // ends as 0 / 0 = NaN, as softmax of an all -inf row.
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -96,13 +94,6 @@ float nanMax(float a, float b) {
   return a != a || b != b ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
 }
 
-void sgemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda),
-              b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
-
 }  // namespace
 
 Status runAttention(const Call& call) {
@@ -167,7 +158,7 @@ Status runAttention(const Call& call) {
       if (d == 0)
         std::fill(tile, tile + rows * keys, 0.f);  // Empty dot products.
       else
-        sgemm(rows, keys, d, scale, qb, d, ktb + j0, t, 0.f, tile, keys);
+        sgemm(false, false, rows, keys, d, scale, qb, d, ktb + j0, t, 0.f, tile, keys);
       for (int64_t i = 0; i < rows; ++i) {
         float* p = tile + i * keys;
         if (mask) {
@@ -185,7 +176,7 @@ Status runAttention(const Call& call) {
         m[i] = mNew;
         if (c != 1.f) scaleRow(out + i * dv, dv, c);
       }
-      sgemm(rows, dv, keys, 1.f, tile, keys, vb + j0 * dv, dv, 1.f, out, dv);
+      sgemm(false, false, rows, dv, keys, 1.f, tile, keys, vb + j0 * dv, dv, 1.f, out, dv);
     }
     for (int64_t i = 0; i < rows; ++i)  // 0 / 0 = NaN where a row was masked throughout.
       scaleRow(out + i * dv, dv, 1.f / l[i]);

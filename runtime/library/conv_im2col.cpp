@@ -93,13 +93,6 @@ void weightsToChannelsLast(const float* w, float* out, const ConvGeometry& g) {
       for (int64_t t = 0; t < taps; ++t) out[(m * taps + t) * cg + c] = w[(m * cg + c) * taps + t];
 }
 
-void sgemm(CBLAS_TRANSPOSE transB, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-           const float* b, int64_t ldb, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, transB, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), 1.f, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), 0.f, c, static_cast<blasint>(ldc));
-}
-
 void runNchw(const Call& call, const ConvGeometry& g, std::span<const ResolvedPostOp> post) {
   if (call.options.prepare) return;  // The OIHW weights are the GEMM's operand as they are.
   const float* x = call.in[0].data<float>();
@@ -113,7 +106,7 @@ void runNchw(const Call& call, const ConvGeometry& g, std::span<const ResolvedPo
     for (int64_t gi = 0; gi < g.group; ++gi) {
       const float* xg = x + (n * g.c + gi * cg) * g.h * g.w;
       if (!pointwise) im2colNchw(xg, col, g);
-      sgemm(CblasNoTrans, mg, p, k, w + gi * mg * k, k, pointwise ? xg : col, p,
+      sgemm(false, false, mg, p, k, 1.f, w + gi * mg * k, k, pointwise ? xg : col, p, 0.f,
             y + (n * g.m + gi * mg) * p, p);
     }
     const int64_t offset = n * g.m * p;
@@ -151,7 +144,7 @@ void runNhwc(const Call& call, const ConvGeometry& g, std::span<const ResolvedPo
   if (call.options.prepare) return;
 
   if (pointwise && g.group == 1) {  // The whole batch is one [N*P, C] x [C, M] GEMM.
-    sgemm(CblasTrans, g.n * p, g.m, g.c, x, g.c, w, g.c, y, g.m);
+    sgemm(false, true, g.n * p, g.m, g.c, 1.f, x, g.c, w, g.c, 0.f, y, g.m);
     applyEpilogue(y, g.n * p, g.m, g.m, bias, post);
     return;
   }
@@ -160,8 +153,8 @@ void runNhwc(const Call& call, const ConvGeometry& g, std::span<const ResolvedPo
     const float* xn = x + n * g.h * g.w * g.c;
     for (int64_t gi = 0; gi < g.group; ++gi) {
       if (!pointwise) im2colNhwc(xn, gi, col, g);
-      sgemm(CblasTrans, p, mg, k, pointwise ? xn + gi * cg : col, pointwise ? g.c : k,
-            w + gi * mg * k, k, y + n * p * g.m + gi * mg, g.m);
+      sgemm(false, true, p, mg, k, 1.f, pointwise ? xn + gi * cg : col, pointwise ? g.c : k,
+            w + gi * mg * k, k, 0.f, y + n * p * g.m + gi * mg, g.m);
     }
     const int64_t offset = n * p * g.m;
     applyEpilogue(y + offset, p, g.m, g.m, bias, offsetPostOps(post, offset));

@@ -27,6 +27,21 @@ int maxThreads() {
   return omp_get_max_threads();
 }
 
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 1 && n > 0 && k > 0) {  // Row 0 of op(A) is a[i * (transA ? lda : 1)].
+    cblas_sgemv(CblasRowMajor, transB ? CblasNoTrans : CblasTrans,
+                static_cast<blasint>(transB ? n : k), static_cast<blasint>(transB ? k : n), alpha,
+                b, static_cast<blasint>(ldb), a, static_cast<blasint>(transA ? lda : 1), beta, c,
+                1);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(ldc));
+}
+
 BlasThreads::BlasThreads() {
   // Inside a parallel region OpenBLAS runs single-threaded by itself, reading no count.
   if (omp_in_parallel()) return;

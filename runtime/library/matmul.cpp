@@ -60,23 +60,6 @@ bool fitsBlas(std::initializer_list<int64_t> sizes) {
   return std::all_of(sizes.begin(), sizes.end(), [](int64_t v) { return v <= INT_MAX; });
 }
 
-void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-  if (m == 1 && n > 0 && k > 0) {
-    // One row: a matrix-vector product. OpenBLAS's sgemm packs all of B first at every call
-    // (its GEMV forwarding came in 0.3.27): mnist_cnn's 9216 x 128 fc1 at batch 1 took 0.17 ms,
-    // most of the model. Row 0 of op(A) is a[i * (transA ? lda : 1)].
-    cblas_sgemv(CblasRowMajor, transB ? CblasNoTrans : CblasTrans,
-                static_cast<blasint>(transB ? n : k), static_cast<blasint>(transB ? k : n), alpha,
-                b, static_cast<blasint>(ldb), a, static_cast<blasint>(transA ? lda : 1), 0.f, c, 1);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.f, c,
-              static_cast<blasint>(ldc));
-}
-
 // ---- oneDNN matmul plans.
 
 struct MatMulPlan {
@@ -264,11 +247,11 @@ Status runMatMul(const Call& call) {
     return unimplemented("matmul is too large for 32-bit BLAS");
   const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   if (foldBatch) {
-    sgemm(false, false, batchCount * m, n, k, 1.f, a, k, b, n, y, n);
+    sgemm(false, false, batchCount * m, n, k, 1.f, a, k, b, n, 0.f, y, n);
   } else {
     const auto aOff = batchOffsets(aBatch, batch), bOff = batchOffsets(bBatch, batch);
     for (int64_t i = 0; i < batchCount; ++i)
-      sgemm(false, false, m, n, k, 1.f, a + aOff[i] * m * k, k, b + bOff[i] * k * n, n,
+      sgemm(false, false, m, n, k, 1.f, a + aOff[i] * m * k, k, b + bOff[i] * k * n, n, 0.f,
             y + i * m * n, n);
   }
   applyEpilogue(y, batchCount * m, n, n, Addend{}, post);
@@ -311,7 +294,7 @@ Status runGemm(const Call& call) {
   if (k == 0)
     std::fill(y, y + m * n, 0.f);
   else
-    sgemm(transA, transB, m, n, k, alpha, a, transA ? m : k, b, transB ? k : n, y, n);
+    sgemm(transA, transB, m, n, k, alpha, a, transA ? m : k, b, transB ? k : n, 0.f, y, n);
   // y = alpha*AB + beta*C as the reference computes it: even beta = 0 adds 0*C (NaN for inf).
   Addend addend;
   if (c) addend = {c->data<float>(), cRows == 1 ? 0 : cCols, cCols == 1 ? 0 : 1, beta};
@@ -344,7 +327,7 @@ Status runLinear(const Call& call) {
   if (inF == 0)
     std::fill(y, y + rows * outF, 0.f);
   else
-    sgemm(false, true, rows, outF, inF, 1.f, x, inF, w, inF, y, outF);
+    sgemm(false, true, rows, outF, inF, 1.f, x, inF, w, inF, 0.f, y, outF);
   applyEpilogue(y, rows, outF, outF, Addend{bias, 0, 1, 1.f},
                 resolvePostOps(call.post, call.extra));
   return Status::ok();

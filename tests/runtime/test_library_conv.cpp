@@ -49,6 +49,8 @@ const std::vector<ConvCase>& convCases() {
        false},
       {"1x1", {2, 32, 7, 7}, 16, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true},
       {"1x1 stride 2", {1, 16, 9, 9}, 8, 1, 1, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1, true},
+      // Squeeze-excite's: one pixel, a matrix-vector product (kAuto takes sgemv).
+      {"1x1 on one pixel", {1, 40, 1, 1}, 10, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true},
       {"1x1 groups 4", {1, 16, 5, 6}, 8, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 4, true},
       {"5x3 odd, mixed stride and dilation",
        {1, 3, 13, 11},
