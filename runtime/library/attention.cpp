@@ -21,6 +21,7 @@
 
 #include "runtime/library/dnnl_support.h"
 #include "runtime/library/families.h"
+#include "runtime/library/vmath.h"
 #include "runtime/reference/helpers.h"
 
 namespace kiln::runtime::lib {
@@ -29,30 +30,6 @@ namespace {
 
 constexpr int64_t kRows = 32;   // Query rows per task.
 constexpr int64_t kKeys = 128;  // Keys per tile: a 64 x 128 tile is 32 KiB.
-
-// exp(x) for x <= 0 or NaN (scores minus their running maximum): Cephes' range reduction and
-// polynomial, about 1 ulp, results below the normal range flushed to zero, written so that
-// the loop vectorizes. The polynomial of the generated kernels' kiln_vexp
-// (codegen/prelude.cpp), which the library, compiled apart from generated code, cannot call.
-inline float expNonPositive(float x) {
-  // Clamped into [-87.34, 0] (a NaN too, so that the conversion below is defined).
-  const float xc = x >= -87.3365f && x <= 0.f ? x : (x > 0.f ? 0.f : -87.3365f);
-  // Round to nearest by adding and removing 1.5 * 2^23 (no SSE4.1 rounding needed).
-  const float k = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
-  float r = xc - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23;
-  float s;
-  std::memcpy(&s, &bits, sizeof s);
-  return x != x ? x : (x < -87.3365f ? 0.0f : y * s);
-}
 
 // p[j] = exp(p[j] - m) in place; returns their sum. Cloned for AVX-512 and AVX2 (the library
 // is compiled for every x86-64; the loader picks the clone this CPU runs).
@@ -64,7 +41,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float expShiftedSum
   // and so scalar, without leave to reassociate it.
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < n; ++j) {
-    const float e = expNonPositive(p[j] - m);
+    const float e = vexp(p[j] - m);  // p[j] <= m, or NaN.
     p[j] = e;
     sum += e;
   }

@@ -10,12 +10,21 @@
 #include <new>
 #include <numbers>
 
+#include "runtime/library/vmath.h"
+
 namespace kiln::runtime::lib {
 
 namespace {
 
 constexpr int64_t kChunk = 2048;           // Floats per task: 8 KiB, well inside L1.
 constexpr int64_t kParallelMin = 1 << 14;  // Below this many elements one thread is faster.
+
+// y = sigmoid(y), vectorized (vmath.h; libm's expf one element at a time made efficientnet's
+// squeeze-excite gates, conv + sigmoid over a few hundred channels, 14 us a call). Cloned for
+// AVX-512 and AVX2.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void sigmoidRow(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = vsigmoid(y[i]);
+}
 
 // One post-op over n contiguous elements, with the reference kernels' formulas
 // (runtime/reference/pointwise.cpp) in float.
@@ -38,7 +47,7 @@ void applyOne(const ResolvedPostOp& op, float* __restrict y, const float* __rest
       break;
     }
     case PostOp::Kind::kSigmoid:
-      for (int64_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + std::exp(-y[i]));
+      sigmoidRow(y, n);
       break;
     case PostOp::Kind::kTanh:
       for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(y[i]);
