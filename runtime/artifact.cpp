@@ -716,6 +716,17 @@ Expected<ParsedPlan> parsePlan(std::span<const std::byte> bytes, ArtifactInfo& i
     plan->steps.push_back(std::move(s));
   }
   if (r.ok() && !r.atEnd()) r.fail("bytes after the last step");
+  // The arena is what its buffers span (the memory planner's, each rounded up to 64 bytes):
+  // load prepares the plan and so allocates it, and a damaged size must not ask for terabytes.
+  int64_t spanned = 0;
+  for (const PlanStep& s : plan->steps)
+    for (const auto* list : {&s.inputs, &s.outputs})
+      for (const BufferRef& b : *list)
+        if (b.kind == BufferRef::Kind::kArena)
+          spanned = std::max(spanned, b.offset + (checkedBytes(b.type) + 63) / 64 * 64);
+  if (r.ok() && plan->arenaBytes > spanned)
+    r.fail("arena size " + std::to_string(plan->arenaBytes) + " beyond the " +
+           std::to_string(spanned) + " bytes its buffers span");
   KILN_TRY(r.status());
   info.inputNames = plan->inputNames;
   info.inputs = plan->inputs;
