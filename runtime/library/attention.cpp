@@ -33,9 +33,7 @@ constexpr int64_t kKeys = 128;  // Keys per tile: a 64 x 128 tile is 32 KiB.
 
 // p[j] = exp(p[j] - m) in place; returns their sum. Cloned for AVX-512 and AVX2 (the library
 // is compiled for every x86-64; the loader picks the clone this CPU runs).
-__attribute__((target_clones("avx512f", "avx2", "default"))) float expShiftedSum(float* p,
-                                                                                 int64_t n,
-                                                                                 float m) {
+KILN_CPU_CLONES float expShiftedSum(float* p, int64_t n, float m) {
   float sum = 0.f;
   // The sum in any order (a reduction over vector lanes): GCC keeps a float sum in order,
   // and so scalar, without leave to reassociate it.
@@ -49,8 +47,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float expShiftedSum
 }
 
 // The maximum of x[0..n), NaN if any is NaN (as the softmax reference's).
-__attribute__((target_clones("avx512f", "avx2", "default"))) float rowMax(const float* x,
-                                                                          int64_t n) {
+KILN_CPU_CLONES float rowMax(const float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();
   int32_t nans = 0;  // Counted apart: the max reduction below may ignore a NaN.
 #pragma omp simd reduction(max : m) reduction(+ : nans)
@@ -62,8 +59,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float rowMax(const 
 }
 
 // y[0..n) *= c.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void scaleRow(float* y, int64_t n,
-                                                                           float c) {
+KILN_CPU_CLONES void scaleRow(float* y, int64_t n, float c) {
   for (int64_t k = 0; k < n; ++k) y[k] *= c;
 }
 

@@ -22,7 +22,7 @@ constexpr int64_t kParallelMin = 1 << 14;  // Below this many elements one threa
 // y = sigmoid(y), vectorized (vmath.h; libm's expf one element at a time made efficientnet's
 // squeeze-excite gates, conv + sigmoid over a few hundred channels, 14 us a call). Cloned for
 // AVX-512 and AVX2.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void sigmoidRow(float* y, int64_t n) {
+KILN_CPU_CLONES void sigmoidRow(float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = vsigmoid(y[i]);
 }
 

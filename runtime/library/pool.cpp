@@ -24,6 +24,7 @@
 #include "runtime/library/dnnl_support.h"
 #include "runtime/library/epilogue.h"
 #include "runtime/library/families.h"
+#include "runtime/library/vmath.h"
 
 namespace kiln::runtime::lib {
 
@@ -181,8 +182,7 @@ void fixEmptyMaxWindows(const Tensor& x, Tensor& y, const PoolGeometry& g, bool 
 }
 
 // Cloned for AVX-512 and AVX2: the scan reads the whole input, about as long as the pooling.
-__attribute__((target_clones("avx512f", "avx2", "default"))) bool anyNaN(const float* x,
-                                                                         int64_t n) {
+KILN_CPU_CLONES bool anyNaN(const float* x, int64_t n) {
   constexpr int64_t kBlock = 1 << 14;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   bool found = false;
