@@ -3,7 +3,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 
 #include "ir/timing.h"
@@ -362,26 +361,17 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
 
 Status PlanExecutor::prepare() {
   const Plan& p = *plan_;
-  Occupancy held(*this);
-  KILN_TRY(held.takeSlot());
-  const DeviceAddress arena = held.slot->arena.address();
-  // Inputs and outputs: buffers of their sizes, whose contents no prepared call reads.
-  std::vector<DeviceBuffer> ins, outs;
-  for (const auto& t : p.inputs) {
-    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->allocate(t.byteSize()));
-    ins.push_back(std::move(b));
-  }
-  for (const auto& t : p.outputs) {
-    KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->allocate(t.byteSize()));
-    outs.push_back(std::move(b));
-  }
+  Occupancy held(*this);  // The run lock only: no arena.
+  // A prepared call reads only its weights (parameters) and its operands' types, never the
+  // activations: inputs, outputs and arena buffers all stand on one small placeholder, so that
+  // preparing allocates nothing of the plan's size (a damaged artifact's arena could ask for
+  // terabytes; a real one is allocated by the first run, which touches it anyway).
+  KILN_ASSIGN_OR_RETURN(DeviceBuffer placeholder, backend_->allocate(64));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, backend_->openStream(threads_));
   KILN_TRY(mapParameters(*stream));
   if (backend_->caps().hostAddressable) {
-    // Page faults out of the first run: the arena's pages written, the parameters' (an
-    // artifact's are mapped from its file) read once a page.
-    std::memset(static_cast<std::byte*>(arena.handle) + arena.offset, 0,
-                static_cast<size_t>(p.arenaBytes));
+    // Page faults out of the first run: the parameters' pages (an artifact's are mapped from
+    // its file) read once each.
     unsigned char sum = 0;
     for (const ir::TensorData& d : p.parameters) {
       const auto* bytes = reinterpret_cast<const volatile unsigned char*>(d.data());
@@ -390,17 +380,9 @@ Status PlanExecutor::prepare() {
     touched_.store(sum, std::memory_order_relaxed);
   }
   auto tensor = [&](const BufferRef& b) {
-    switch (b.kind) {
-      case BufferRef::Kind::kInput:
-        return DeviceTensor{ins[b.index].address(), b.type};
-      case BufferRef::Kind::kParameter:
-        return DeviceTensor{params_[b.index].address(), b.type};
-      case BufferRef::Kind::kArena:
-        return DeviceTensor{arena.at(b.offset), b.type};
-      case BufferRef::Kind::kOutput:
-        return DeviceTensor{outs[b.index].address(), b.type};
-    }
-    return DeviceTensor{};
+    return DeviceTensor{
+        b.kind == BufferRef::Kind::kParameter ? params_[b.index].address() : placeholder.address(),
+        b.type};
   };
   std::vector<DeviceTensor> tin, tout;
   for (const PlanStep& s : p.steps) {

@@ -310,6 +310,7 @@ class GpuStream final : public Stream {
     h->postOps.assign(c.postOps.begin(), c.postOps.end());
     h->numExtra = c.numExtra;
     h->options = c.options;
+    h->options.validated = false;  // The device's prepare validated nothing on the host.
     auto pinned = [&](size_t bytes) -> Expected<void*> { return dev_.mallocHost(bytes); };
     for (const DeviceTensor& t : inputs) {
       KILN_ASSIGN_OR_RETURN(void* p, pinned(t.type.byteSize()));

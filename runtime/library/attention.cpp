@@ -28,7 +28,7 @@ namespace kiln::runtime::lib {
 
 namespace {
 
-constexpr int64_t kRows = 32;   // Query rows per task.
+constexpr int64_t kRows = 64;   // Query rows per task.
 constexpr int64_t kKeys = 128;  // Keys per tile: a 64 x 128 tile is 32 KiB.
 
 // p[j] = exp(p[j] - m) in place; returns their sum. Cloned for AVX-512 and AVX2 (the library

@@ -58,7 +58,8 @@ Status runConcat(const Call& call) {
   KILN_ASSIGN_OR_RETURN(
       std::shared_ptr<const ConcatPlan> plan,
       concatPlans().getOrCreate(key.str(), [&]() -> Expected<std::shared_ptr<const ConcatPlan>> {
-        const dnnl::concat::primitive_desc pd(dst, static_cast<int>(axis), srcs, cpuEngine());
+        const dnnl::concat::primitive_desc pd(dst, static_cast<int>(axis), srcs, cpuEngine(),
+                                              makeAttr(dnnl::post_ops()));
         auto made = std::make_shared<ConcatPlan>();
         made->prim = dnnl::concat(pd);
         made->scratchMd = pd.scratchpad_desc();

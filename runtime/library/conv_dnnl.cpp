@@ -194,7 +194,10 @@ Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
   int keep = plan->sumPostOp >= 0 ? call.post[plan->sumPostOp].input : -1;
   for (size_t i = 0; i < call.post.size(); ++i)
     if (static_cast<int>(i) != plan->sumPostOp && call.post[i].input == keep) keep = -1;
-  const std::vector<Tensor> extra = detachAliasedExtras(call.extra, call.out, keep);
+  // (Not while preparing: the activations are placeholders then, all at one address.)
+  const std::vector<Tensor> extra = call.options.prepare
+                                        ? std::vector<Tensor>(call.extra.begin(), call.extra.end())
+                                        : detachAliasedExtras(call.extra, call.out, keep);
   const Tensor& x = call.in[0];
   const Tensor& w = call.in[1];
   float* y = call.out.data<float>();
@@ -206,6 +209,8 @@ Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
     runReorder(*plan->srcIn, src, tmp);
     src = tmp;
   }
+  // Preparing without a cache (weights that are no parameter) keeps nothing, and reads none.
+  if (call.options.prepare && !call.options.cache) return Status::ok();
   // Weights: the caller's, cached reordered ones, or reordered now.
   const void* weights = w.rawData();
   std::shared_ptr<const AlignedBuffer> cached;  // Keeps a cache entry alive during the call.

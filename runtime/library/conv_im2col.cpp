@@ -122,6 +122,7 @@ void runNhwc(const Call& call, const ConvGeometry& g, std::span<const ResolvedPo
   const int64_t cg = g.cPerGroup(), mg = g.mPerGroup(), k = cg * g.kh * g.kw, p = g.oh * g.ow;
   const bool pointwise = g.isPointwise();
 
+  if (call.options.prepare && !call.options.cache) return;  // Nothing to keep, nothing read.
   // With one tap the OIHW weights already are [M][kh][kw][C/g].
   const float* w = wt.data<float>();
   std::shared_ptr<const AlignedBuffer> cached;

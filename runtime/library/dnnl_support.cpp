@@ -36,6 +36,13 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alph
                 1);
     return;
   }
+  if (n == 1 && m > 0 && k > 0) {  // One column of op(B): b[i * (transB ? 1 : ldb)].
+    cblas_sgemv(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(transA ? k : m), static_cast<blasint>(transA ? m : k), alpha,
+                a, static_cast<blasint>(lda), b, static_cast<blasint>(transB ? 1 : ldb), beta, c,
+                static_cast<blasint>(ldc));
+    return;
+  }
   cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,

@@ -45,9 +45,9 @@ class BlasThreads {
 };
 
 // Row-major C = alpha op(A) op(B) + beta C through OpenBLAS (hold a BlasThreads around it). One
-// row (m = 1) goes to sgemv: OpenBLAS 0.3.21's sgemm packs all of B first at every call (its
-// GEMV forwarding came in 0.3.27): mnist_cnn's 9216 x 128 fc1 at batch 1 took 0.17 ms, most of
-// the model.
+// row (m = 1) or one column (n = 1) goes to sgemv: OpenBLAS 0.3.21's sgemm packs all of B first at
+// every call (its GEMV forwarding came in 0.3.27): mnist_cnn's 9216 x 128 fc1 at batch 1 took 0.17
+// ms, most of the model.
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

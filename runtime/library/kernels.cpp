@@ -38,17 +38,20 @@ bool hasLibraryKernel(OpKind op) {
   }
 }
 
+// The algorithm kAuto stands for. A 1x1 convolution of one pixel (squeeze-excite's, at batch 1)
+// is a matrix-vector product: OpenBLAS's sgemv in 1-4 us where oneDNN's primitive takes 3-6 us
+// (autotuned on mobilenet_v3_small's 18 of them, 2 threads); everything else runs on oneDNN.
+ConvAlgo resolvedConvAlgo(ConvAlgo algo, const lib::ConvGeometry& g) {
+  if (algo != ConvAlgo::kAuto) return algo;
+  return g.isPointwise() && g.group == 1 && g.n * g.oh * g.ow == 1 ? ConvAlgo::kIm2colGemm
+                                                                   : ConvAlgo::kDirect;
+}
+
 Status runConv2d(const lib::Call& call) {
   const lib::ConvGeometry g =
       lib::ConvGeometry::of(call.attrs, call.in[0].shape(), call.in[1].shape());
   if (g.c == 0) return unimplemented("conv2d with no input channels");
-  // kAuto: a 1x1 convolution of one pixel (squeeze-excite's, at batch 1) is a matrix-vector
-  // product: OpenBLAS's sgemv in 1-4 us where oneDNN's primitive takes 3-6 us (autotuned on
-  // mobilenet_v3_small's 18 of them, 2 threads); everything else on oneDNN.
-  if (call.options.algo == ConvAlgo::kAuto && g.isPointwise() && g.group == 1 &&
-      g.n * g.oh * g.ow == 1)
-    return lib::runConvIm2col(call, g);
-  switch (call.options.algo) {
+  switch (resolvedConvAlgo(call.options.algo, g)) {
     case ConvAlgo::kAuto:
     case ConvAlgo::kDirect:
     case ConvAlgo::kWinograd:
@@ -278,6 +281,7 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
     // and would pin a new widened copy at every call.
     LibraryOptions f32Options = options;
     f32Options.cache = nullptr;
+    f32Options.validated = false;  // A prepared half call returned before validating.
     KILN_TRY(runLibraryWithPostOps(op, attrs, wideIn, post, wideExtra, wideOut, f32Options));
     ref::floatToHalfBits(output.dtype(), wideOut.data<float>(), output.data<uint16_t>(),
                          output.numElements());
@@ -285,10 +289,15 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
   }
   if (!options.validated) KILN_TRY(validate(op, attrs, inputs, post, extra, output));
   if (output.numElements() == 0) return Status::ok();
-  // oneDNN convolutions detach aliased extras themselves (their sum post-op reads dst).
-  const bool dnnlConv = op == OpKind::kConv2d && options.algo != ConvAlgo::kIm2colGemm;
+  // oneDNN convolutions detach aliased extras themselves (their sum post-op reads dst; a
+  // residual planned in place over the output stays there); im2col writes the output first.
+  const bool dnnlConv =
+      op == OpKind::kConv2d &&
+      resolvedConvAlgo(options.algo,
+                       lib::ConvGeometry::of(attrs, inputs[0].shape(), inputs[1].shape())) !=
+          ConvAlgo::kIm2colGemm;
   std::vector<Tensor> detached;
-  if (!dnnlConv && !extra.empty()) {
+  if (!dnnlConv && !extra.empty() && !options.prepare) {
     try {
       detached = lib::detachAliasedExtras(extra, output);
     } catch (const std::bad_alloc&) {

@@ -220,24 +220,29 @@ TEST_CASE("library conv2d fuses every post-op kind for every algorithm and layou
 
 TEST_CASE("library conv2d with an in-place residual (the output is the kAdd input)",
           "[library][conv][postops]") {
-  const ConvCase c{"3x3", {1, 16, 6, 6}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true};
-  const ir::AttrMap attrs = attrsOf(c);
-  const std::vector<Tensor> in = inputsOf(c, 5);
-  const Tensor residual = randomTensor({1, 16, 6, 6}, 9);
-  const std::vector<PostOp> post{postOp(Kind::kAdd, 0, 0, 0), postOp(Kind::kRelu)};
-  const Tensor want = referenceWithPostOps(OpKind::kConv2d, in, attrs, post, {residual});
-  for (ConvAlgo algo : algorithmsOf(c, attrs)) {
-    INFO(runtime::convAlgoName(algo));
-    Tensor out = emptyLike(residual.shape());
-    REQUIRE(out.copyFrom(residual).isOk());
-    LibraryOptions options;
-    options.algo = algo;
-    const std::vector<Tensor> extra{out};  // Shares the output's storage.
-    REQUIRE(runtime::runLibraryWithPostOps(OpKind::kConv2d,
-                                           ir::AttrView(ir::opInfo(OpKind::kConv2d), attrs), in,
-                                           post, extra, out, options)
-                .isOk());
-    checkRelClose(out, want, toleranceOf(algo));
+  // kAuto runs the one-pixel 1x1 case on im2col, which writes the output before it adds.
+  for (const ConvCase& c :
+       {ConvCase{"3x3", {1, 16, 6, 6}, 16, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true},
+        ConvCase{
+            "1x1 on one pixel", {1, 16, 1, 1}, 16, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true}}) {
+    const ir::AttrMap attrs = attrsOf(c);
+    const std::vector<Tensor> in = inputsOf(c, 5);
+    const Tensor residual = randomTensor({1, 16, c.x[2], c.x[3]}, 9);
+    const std::vector<PostOp> post{postOp(Kind::kAdd, 0, 0, 0), postOp(Kind::kRelu)};
+    const Tensor want = referenceWithPostOps(OpKind::kConv2d, in, attrs, post, {residual});
+    for (ConvAlgo algo : algorithmsOf(c, attrs)) {
+      INFO(c.name << ", " << runtime::convAlgoName(algo));
+      Tensor out = emptyLike(residual.shape());
+      REQUIRE(out.copyFrom(residual).isOk());
+      LibraryOptions options;
+      options.algo = algo;
+      const std::vector<Tensor> extra{out};  // Shares the output's storage.
+      REQUIRE(runtime::runLibraryWithPostOps(OpKind::kConv2d,
+                                             ir::AttrView(ir::opInfo(OpKind::kConv2d), attrs), in,
+                                             post, extra, out, options)
+                  .isOk());
+      checkRelClose(out, want, toleranceOf(algo));
+    }
   }
 }
 
