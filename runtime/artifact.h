@@ -127,7 +127,6 @@ class LoadedModel {
   PlanRunStats lastStats() const { return exec_.lastStats(); }
   size_t arenasAllocated() const { return exec_.arenasAllocated(); }
   size_t reorderedWeightBytes() const { return exec_.reorderedWeightBytes(); }
-  void setProfiling(bool on) { exec_.setProfiling(on); }  // PlanExecutor::setProfiling.
   Status limitMemory(int64_t limitBytes) { return exec_.limitMemory(limitBytes); }
   double loadMs() const { return loadMs_; }  // Open, verify, map, link.
   // Library primitives created and weights reordered (PlanExecutor::prepare; load() calls it).

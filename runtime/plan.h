@@ -106,10 +106,10 @@ class PlanExecutor {
   ~PlanExecutor();
 
   // Does ahead what the first run would otherwise do on its way: maps the parameters to the
-  // backend (and reads their pages), allocates a scratch arena (kept in the pool for the next
-  // call), and creates every library step's primitive and reorders its constant weights
-  // (LibraryOptions::prepare), validating each step's operands once, with the thread count a run
-  // is granted now. Computes nothing. compile() and load() call it, so that a model's first run
+  // backend (and reads their pages), and creates every library step's primitive and reorders its
+  // constant weights (LibraryOptions::prepare), validating each step's operands once, with the
+  // thread count a run is granted now. Computes nothing and allocates nothing of the plan's size
+  // (the first run takes its arena). compile() and load() call it, so that a model's first run
   // costs about what its later runs do. Thread-safe; a later call finds the primitives and
   // weights made.
   Status prepare();
@@ -175,7 +175,6 @@ class PlanExecutor {
   std::atomic<bool> profiling_{false};
   std::atomic<bool> graphs_{true};
   std::atomic<int64_t> graphsCaptured_{0};
-  std::atomic<unsigned char> touched_{0};  // prepare()'s page reads, kept so they are not elided.
   // prepare() succeeded: every library step was validated with the plan's types once, and its
   // calls skip the checks (LibraryOptions::validated).
   std::atomic<bool> prepared_{false};

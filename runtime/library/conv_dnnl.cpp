@@ -183,35 +183,16 @@ bool winogradAvailable(const ConvGeometry& g) {
 }
 
 Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
-  if (algo == ConvAlgo::kAuto) algo = ConvAlgo::kDirect;
   const bool bias = call.in.size() == 3;
   const bool channelsLast = call.options.channelsLast;
   const std::string key = planKey(g, algo, channelsLast, bias, call.post);
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<const ConvPlan> plan, convPlans().getOrCreate(key, [&] {
     return makePlan(key, g, algo, channelsLast, bias, call.post);
   }));
-  // The sum post-op's residual may be the output itself; any other aliased extra is copied.
-  int keep = plan->sumPostOp >= 0 ? call.post[plan->sumPostOp].input : -1;
-  for (size_t i = 0; i < call.post.size(); ++i)
-    if (static_cast<int>(i) != plan->sumPostOp && call.post[i].input == keep) keep = -1;
-  // (Not while preparing: the activations are placeholders then, all at one address.)
-  const std::vector<Tensor> extra = call.options.prepare
-                                        ? std::vector<Tensor>(call.extra.begin(), call.extra.end())
-                                        : detachAliasedExtras(call.extra, call.out, keep);
-  const Tensor& x = call.in[0];
-  const Tensor& w = call.in[1];
-  float* y = call.out.data<float>();
-
-  // Source.
-  const void* src = x.rawData();
-  if (plan->srcIn && !call.options.prepare) {
-    void* tmp = scratch(Scratch::kSrc, plan->srcMd.get_size());
-    runReorder(*plan->srcIn, src, tmp);
-    src = tmp;
-  }
-  // Preparing without a cache (weights that are no parameter) keeps nothing, and reads none.
+  // Preparing reads the weights only, and keeps them only in a cache.
   if (call.options.prepare && !call.options.cache) return Status::ok();
   // Weights: the caller's, cached reordered ones, or reordered now.
+  const Tensor& w = call.in[1];
   const void* weights = w.rawData();
   std::shared_ptr<const AlignedBuffer> cached;  // Keeps a cache entry alive during the call.
   if (plan->weightsIn) {
@@ -227,6 +208,19 @@ Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
     }
   }
   if (call.options.prepare) return Status::ok();
+  // The sum post-op's residual may be the output itself; any other aliased extra is copied.
+  int keep = plan->sumPostOp >= 0 ? call.post[plan->sumPostOp].input : -1;
+  for (size_t i = 0; i < call.post.size(); ++i)
+    if (static_cast<int>(i) != plan->sumPostOp && call.post[i].input == keep) keep = -1;
+  const std::vector<Tensor> extra = detachAliasedExtras(call.extra, call.out, keep);
+  float* y = call.out.data<float>();
+  // Source.
+  const void* src = call.in[0].rawData();
+  if (plan->srcIn) {
+    void* tmp = scratch(Scratch::kSrc, plan->srcMd.get_size());
+    runReorder(*plan->srcIn, src, tmp);
+    src = tmp;
+  }
   // Destination, prefilled with the residual of a sum post-op.
   void* dst = plan->dstOut ? static_cast<void*>(scratch(Scratch::kDst, plan->dstMd.get_size()))
                            : static_cast<void*>(y);

@@ -40,7 +40,7 @@ struct ConvGeometry {
   }
 };
 
-// conv2d with oneDNN (kDirect, kWinograd; kAuto means kDirect).
+// conv2d with oneDNN (kDirect or kWinograd).
 Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo);
 // Whether oneDNN 2.6 implements winograd for this geometry on this CPU (probed, cached).
 bool winogradAvailable(const ConvGeometry& g);

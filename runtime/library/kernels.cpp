@@ -22,20 +22,9 @@ bool isHalf(ir::DType t) {
   return t == ir::DType::kF16 || t == ir::DType::kBF16;
 }
 
+// The op table's library ops (ops.def's kLibrary).
 bool hasLibraryKernel(OpKind op) {
-  switch (op) {
-    case OpKind::kConv2d:
-    case OpKind::kMaxPool2d:
-    case OpKind::kAvgPool2d:
-    case OpKind::kMatMul:
-    case OpKind::kGemm:
-    case OpKind::kLinear:
-    case OpKind::kConcat:
-    case OpKind::kAttention:
-      return true;
-    default:
-      return false;
-  }
+  return ir::opInfo(op).has(ir::kLibrary);
 }
 
 // The algorithm kAuto stands for. A 1x1 convolution of one pixel (squeeze-excite's, at batch 1)
@@ -51,11 +40,11 @@ Status runConv2d(const lib::Call& call) {
   const lib::ConvGeometry g =
       lib::ConvGeometry::of(call.attrs, call.in[0].shape(), call.in[1].shape());
   if (g.c == 0) return unimplemented("conv2d with no input channels");
-  switch (resolvedConvAlgo(call.options.algo, g)) {
-    case ConvAlgo::kAuto:
+  const ConvAlgo algo = resolvedConvAlgo(call.options.algo, g);
+  switch (algo) {
     case ConvAlgo::kDirect:
     case ConvAlgo::kWinograd:
-      return lib::runConvDnnl(call, g, call.options.algo);
+      return lib::runConvDnnl(call, g, algo);
     case ConvAlgo::kIm2colGemm:
       return lib::runConvIm2col(call, g);
     default:
