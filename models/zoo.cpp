@@ -1,6 +1,10 @@
 #include "models/zoo.h"
 
 #include <array>
+#include <filesystem>
+
+#include "frontends/json/graph_json.h"
+#include "frontends/onnx/onnx_import.h"
 
 namespace kiln::models {
 
@@ -61,6 +65,21 @@ std::vector<ModelInfo> listModels() {
   for (const Entry& e : kModels)
     out.push_back({std::string(e.name), std::string(e.description), std::string(e.input)});
   return out;
+}
+
+Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t seed) {
+  namespace fs = std::filesystem;
+  const bool looksLikeFile = model.find('/') != std::string::npos ||
+                             model.find('.') != std::string::npos || fs::exists(model);
+  if (!looksLikeFile) return buildModel(model, {batch, seed});
+  const std::string ext = fs::path(model).extension().string();
+  if (ext == ".json") return frontends::loadGraphJson(model);
+  if (ext == ".onnx")
+    return frontends::loadOnnx(model, {.dimValues = {}, .defaultBatch = batch, .inputValues = {}});
+  if (!fs::exists(model))
+    return notFound("'" + model + "' is neither a zoo model nor an existing file");
+  return invalidArgument(model + ": unknown model file type '" + ext +
+                         "' (expected a zoo name, a .json kiln graph or an .onnx model)");
 }
 
 }  // namespace kiln::models

@@ -29,6 +29,11 @@ struct ModelInfo {
 Expected<ir::Graph> buildModel(std::string_view name, const ModelOptions& options = {});
 std::vector<ModelInfo> listModels();
 
+// What the `kiln` tool and the Python package take as MODEL: a zoo name ("resnet50", built at
+// `batch` with weights from `seed`), a kiln JSON graph (".json") or an ONNX model (".onnx", an
+// unnamed symbolic first dim taking `batch`). Errors name the file or list the zoo's names.
+Expected<ir::Graph> loadModel(const std::string& model, int64_t batch = 1, uint64_t seed = 0);
+
 // Checks options shared by every model (batch >= 1, an image size only where the model takes
 // one); each family calls it first.
 Status checkOptions(std::string_view model, const ModelOptions& options, bool anyImageSize = false);

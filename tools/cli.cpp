@@ -6,8 +6,6 @@
 #include <iostream>
 #include <random>
 
-#include "frontends/json/graph_json.h"
-#include "frontends/onnx/onnx_import.h"
 #include "models/zoo.h"
 #include "runtime/reference/helpers.h"
 
@@ -102,28 +100,13 @@ std::vector<OptionSpec> modelOptions() {
           {"json", false, "machine-readable output"}};
 }
 
-Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t seed) {
-  namespace fs = std::filesystem;
-  const bool looksLikeFile = model.find('/') != std::string::npos ||
-                             model.find('.') != std::string::npos || fs::exists(model);
-  if (!looksLikeFile) return models::buildModel(model, {batch, seed});
-  const std::string ext = fs::path(model).extension().string();
-  if (ext == ".json") return frontends::loadGraphJson(model);
-  if (ext == ".onnx")
-    return frontends::loadOnnx(model, {.dimValues = {}, .defaultBatch = batch, .inputValues = {}});
-  if (!fs::exists(model))
-    return notFound("'" + model + "' is neither a zoo model nor an existing file");
-  return invalidArgument(model + ": unknown model file type '" + ext +
-                         "' (expected a zoo name, a .json kiln graph or an .onnx model)");
-}
-
 Expected<ir::Graph> loadModelFromArgs(const Args& args) {
   if (args.positional.empty()) return invalidArgument("missing MODEL (a zoo name or a file)");
   if (args.positional.size() > 1)
     return invalidArgument("unexpected argument '" + args.positional[1] + "'");
   KILN_ASSIGN_OR_RETURN(int64_t batch, args.intValue("batch", 1, 1, 1 << 20));
   KILN_ASSIGN_OR_RETURN(int64_t seed, args.intValue("seed", 0, 0, INT64_MAX));
-  return loadModel(args.positional[0], batch, static_cast<uint64_t>(seed));
+  return models::loadModel(args.positional[0], batch, static_cast<uint64_t>(seed));
 }
 
 OptionSpec intRangeOption() {

@@ -51,8 +51,6 @@ struct Command {
 Expected<Args> parseArgs(const Command& cmd, const std::vector<std::string>& argv);
 std::string helpText(const Command& cmd);
 
-// MODEL is a zoo name ("resnet50") or a kiln JSON graph file ("model.json").
-Expected<ir::Graph> loadModel(const std::string& model, int64_t batch, uint64_t seed);
 // The options every model-taking command accepts.
 std::vector<OptionSpec> modelOptions();
 // Reads --batch and --seed and loads MODEL (the first positional argument).

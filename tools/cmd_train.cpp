@@ -11,6 +11,7 @@
 #include "compiler/train.h"
 #include "frontends/npy/npy.h"
 #include "models/synthetic.h"
+#include "models/zoo.h"
 #include "runtime/cpu/compute_threads.h"
 #include "tools/cli.h"
 
@@ -148,7 +149,7 @@ int runTrain(const Args& args) {
   o.compile = *copts;
   const bool json = args.flag("json");
 
-  auto g = loadModel(args.positional[0], *batch, static_cast<uint64_t>(*seed));
+  auto g = models::loadModel(args.positional[0], *batch, static_cast<uint64_t>(*seed));
   if (!g) return reportError("train", g.status());
   const ir::Shape inputShape = g->inputs()[0]->type().shape;
   if (g->outputs().size() != 1 || g->outputs()[0]->type().rank() != 2)

@@ -1,0 +1,859 @@
+"""PyTorch capture: torch.export's core ATen graph translated to a kiln graph.
+
+    model = kiln.from_torch(module, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    y = model(x)
+
+`from_torch` exports `module` with torch.export, decomposes to the core ATen op set, and
+translates each node to kiln ops (`Translator`). Parameters and buffers are shared with the
+module, not copied (kiln reads them where they lie; a 64-byte misaligned one is copied). kiln
+compiles for static shapes, as XLA does: a symbolic dim (torch.export.Dim) is checked against
+its range at each call and the graph is translated again and compiled once per size it meets.
+Every ATen op kiln cannot express is reported together, each with its source line.
+
+The same Translator turns the ATen graphs that the torch.compile backend (kiln.dynamo) gets
+into kiln graphs.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+
+import numpy as np
+import torch
+
+from . import CompiledModel, Model, UserError, _kiln
+
+aten = torch.ops.aten
+
+TORCH_TO_KILN = {
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+}
+KILN_TO_TORCH = {v: k for k, v in TORCH_TO_KILN.items()}
+
+
+class Unsupported(Exception):
+    """A node kiln cannot express; `reason` says what of it."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def source_line(node) -> str:
+    """The user's source line of an fx node ("model.py:12: x = torch.foo(y)"), or ""."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)', trace)
+    if not frames:
+        return ""
+    path, line, code = frames[-1]
+    return f"{path}:{line}: {code.strip()}"
+
+
+def describe(node) -> str:
+    where = source_line(node)
+    return f"{node.target} (node '{node.name}'" + (f", {where})" if where else ")")
+
+
+class _Value:
+    """A kiln value: its name in the graph under construction, dtype and (concrete) shape."""
+
+    __slots__ = ("name", "dtype", "shape")
+
+    def __init__(self, name: str, dtype: str, shape):
+        self.name = name
+        self.dtype = dtype
+        self.shape = list(shape)
+
+
+def _ident(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return s if s and not s[0].isdigit() else "v_" + s
+
+
+class Translator:
+    """Builds a kiln graph from an ATen fx graph, node by node, for concrete input shapes.
+
+    `bind(node, tensor)` gives a placeholder either as a graph input (`tensor` a shape/dtype
+    spec: (dtype, shape)) or as a constant parameter (`tensor` a torch.Tensor, shared)."""
+
+    def __init__(self, name: str = "torch"):
+        self.b = _kiln.GraphBuilder(_ident(name))
+        self.env = {}
+        self.counter = 0
+        self.input_names = []
+
+    # ---- values -------------------------------------------------------------------------
+
+    def _fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{_ident(base)}__{self.counter}"
+
+    def _wrap(self, name: str) -> _Value:
+        t = self.b.type(name)
+        return _Value(name, t["dtype"], t["shape"])
+
+    def input(self, name: str, dtype: torch.dtype, shape) -> _Value:
+        if dtype not in TORCH_TO_KILN:
+            raise UserError(f"input '{name}': dtype {dtype} is not supported by kiln")
+        n = self.b.input(_ident(name), TORCH_TO_KILN[dtype], [int(d) for d in shape])
+        self.input_names.append(n)
+        return self._wrap(n)
+
+    def constant(self, name: str, tensor: torch.Tensor) -> _Value:
+        t = tensor.detach()
+        if t.dtype not in TORCH_TO_KILN:
+            raise Unsupported(f"a constant of dtype {t.dtype}")
+        if not t.is_contiguous():
+            t = t.contiguous()
+        n = self.b.parameter(name, tensor, t, False)
+        return self._wrap(n)
+
+    def scalar(self, value, dtype: str) -> _Value:
+        np_dtype = {"bf16": np.float32, "f16": np.float16}.get(dtype, None)
+        if dtype == "bf16":
+            arr = torch.tensor(value, dtype=torch.bfloat16)
+        else:
+            arr = np.array(value, dtype=np_dtype or _NP[dtype])
+        name = self._fresh("const")
+        n = self.b.parameter(name, arr, arr, False)
+        return self._wrap(n)
+
+    def array(self, arr: np.ndarray) -> _Value:
+        arr = np.ascontiguousarray(arr)
+        n = self.b.parameter(self._fresh("const"), arr, arr, False)
+        return self._wrap(n)
+
+    def op(self, op: str, inputs, attrs=None, name: str = "") -> _Value:
+        outs = self.b.node(op, [v.name for v in inputs], attrs or {}, [], name)
+        return self._wrap(outs[0])
+
+    def cast(self, v: _Value, dtype: str) -> _Value:
+        return v if v.dtype == dtype else self.op("cast", [v], {"to": dtype})
+
+    # ---- the graph ----------------------------------------------------------------------
+
+    def run(self, graph, bindings: dict):
+        """Translates every node of `graph`; `bindings` maps each placeholder's name to a torch
+        tensor (a constant) or (torch.dtype, shape) (an input). Returns the output values.
+        Raises UserError listing every unsupported node."""
+        unsupported = []
+        for node in graph.nodes:
+            if node.op == "placeholder":
+                bound = bindings[node.name]
+                if isinstance(bound, torch.Tensor):
+                    self.env[node] = self.constant(node.name, bound)
+                else:
+                    self.env[node] = self.input(node.name, *bound)
+            elif node.op == "call_function":
+                try:
+                    self.env[node] = self.call(node)
+                except Unsupported as e:
+                    unsupported.append(f"{describe(node)}: {e.reason}")
+                    self.env[node] = None
+                except _Missing:
+                    self.env[node] = None  # An input was unsupported: reported there.
+                except UserError as e:
+                    unsupported.append(f"{describe(node)}: {e}")
+                    self.env[node] = None
+            elif node.op == "output":
+                if unsupported:
+                    raise UserError(
+                        f"kiln cannot translate {len(unsupported)} node(s) of the PyTorch "
+                        "graph:\n  " + "\n  ".join(unsupported))
+                outs = node.args[0]
+                return [self.arg(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
+            elif node.op == "get_attr":
+                raise UserError(f"get_attr node '{node.name}' (lift constants first)")
+        raise UserError("the graph has no output node")
+
+    def arg(self, a):
+        """An fx argument as a kiln value, Python number or list."""
+        if isinstance(a, torch.fx.Node):
+            v = self.env[a]
+            if v is None:
+                raise _Missing()
+            return v
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.arg(x) for x in a)
+        return a
+
+    def call(self, node):
+        handler = HANDLERS.get(node.target)
+        if handler is None:
+            if node.target in SKIP:
+                return None
+            raise Unsupported("no kiln translation for this op")
+        args = [self.arg(a) for a in node.args]
+        kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
+        self.node = node
+        return handler(self, *args, **kwargs)
+
+    def finish(self, outputs):
+        for o in outputs:
+            if not isinstance(o, _Value):
+                raise UserError(f"a graph output is not a tensor ({type(o).__name__})")
+        names = [o.name for o in outputs]
+        # kiln outputs are values computed by nodes: an input or parameter returned as is
+        # passes through an identity.
+        return Model(self.b.finish(names))
+
+
+class _Missing(Exception):
+    pass
+
+
+_NP = {
+    "f32": np.float32, "f64": np.float64, "f16": np.float16, "i64": np.int64, "i32": np.int32,
+    "i16": np.int16, "i8": np.int8, "u8": np.uint8, "bool": np.bool_,
+}
+_FLOATS = ("f32", "f64", "f16", "bf16")
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype in _FLOATS
+
+
+# ---- handlers: one per ATen op (args as ATen's schema) ------------------------------------
+
+HANDLERS = {}
+SKIP = {
+    aten._assert_tensor_metadata.default,
+    aten._assert_scalar.default,
+    torch.ops.aten.sym_constrain_range_for_size.default,
+}
+
+
+def handles(*targets):
+    def register(fn):
+        for t in targets:
+            HANDLERS[t] = fn
+        return fn
+
+    return register
+
+
+def _out_dtype(t: Translator) -> str | None:
+    val = t.node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return TORCH_TO_KILN.get(val.dtype)
+    return None
+
+
+def _operands(t: Translator, a, b, dtype: str | None = None):
+    """Both operands of a binary op as kiln values of one dtype (numbers become constants)."""
+    if dtype is None:
+        dtype = _out_dtype(t)
+    if dtype is None:
+        dtype = a.dtype if isinstance(a, _Value) else b.dtype
+    a = t.scalar(a, dtype) if not isinstance(a, _Value) else t.cast(a, dtype)
+    b = t.scalar(b, dtype) if not isinstance(b, _Value) else t.cast(b, dtype)
+    return a, b
+
+
+def _binary(kiln_op):
+    def fn(t, a, b, alpha=1):
+        if not isinstance(a, _Value) and not isinstance(b, _Value):
+            raise Unsupported("both operands are numbers")
+        a, b = _operands(t, a, b)
+        if alpha != 1:
+            b = t.op("mul", [b, t.scalar(alpha, b.dtype)])
+        return t.op(kiln_op, [a, b])
+
+    return fn
+
+
+handles(aten.add.Tensor, aten.add.Scalar)(_binary("add"))
+handles(aten.sub.Tensor, aten.sub.Scalar)(_binary("sub"))
+handles(aten.mul.Tensor, aten.mul.Scalar)(_binary("mul"))
+handles(aten.maximum.default)(_binary("maximum"))
+handles(aten.minimum.default)(_binary("minimum"))
+handles(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)(_binary("pow"))
+
+
+@handles(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(t, a, b, alpha=1):
+    return _binary("sub")(t, b, a, 1) if alpha == 1 else _binary("sub")(
+        t, b, t.op("mul", [a, t.scalar(alpha, a.dtype)]))
+
+
+@handles(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode)
+def _div(t, a, b, rounding_mode=None):
+    a, b = _operands(t, a, b)
+    y = t.op("div", [a, b])
+    if rounding_mode is None:
+        return y
+    if rounding_mode == "floor" and _is_float(y.dtype):
+        return t.op("floor", [y])
+    if rounding_mode == "trunc" and _is_float(y.dtype):
+        return t.op("where", [t.op("less", [y, t.scalar(0, y.dtype)]), t.op("ceil", [y]),
+                              t.op("floor", [y])])
+    raise Unsupported(f"division with rounding_mode={rounding_mode!r} on {y.dtype}")
+
+
+def _compare(kiln_op):
+    def fn(t, a, b):
+        da = a.dtype if isinstance(a, _Value) else None
+        db = b.dtype if isinstance(b, _Value) else None
+        if da and db and da != db:
+            common = TORCH_TO_KILN[torch.promote_types(KILN_TO_TORCH[da], KILN_TO_TORCH[db])]
+        else:
+            common = da or db
+            other = b if da else a
+            if not _is_float(common) and isinstance(other, float):
+                common = "f32"
+        a, b = _operands(t, a, b, common)
+        return t.op(kiln_op, [a, b])
+
+    return fn
+
+
+for _ops, _k in [((aten.eq.Tensor, aten.eq.Scalar), "equal"), ((aten.lt.Tensor, aten.lt.Scalar), "less"),
+                 ((aten.le.Tensor, aten.le.Scalar), "less_equal"),
+                 ((aten.gt.Tensor, aten.gt.Scalar), "greater"),
+                 ((aten.ge.Tensor, aten.ge.Scalar), "greater_equal")]:
+    handles(*_ops)(_compare(_k))
+
+
+@handles(aten.ne.Tensor, aten.ne.Scalar)
+def _ne(t, a, b):
+    return t.op("logical_not", [_compare("equal")(t, a, b)])
+
+
+for _op, _k in [(aten.logical_and.default, "logical_and"), (aten.logical_or.default, "logical_or"),
+                (aten.logical_xor.default, "logical_xor")]:
+    handles(_op)(lambda t, a, b, _k=_k: t.op(_k, [t.cast(a, "bool"), t.cast(b, "bool")]))
+
+
+@handles(aten.logical_not.default)
+def _logical_not(t, a):
+    return t.op("logical_not", [t.cast(a, "bool")])
+
+
+def _unary(kiln_op):
+    return lambda t, x: t.op(kiln_op, [x])
+
+
+for _op, _k in [(aten.relu.default, "relu"), (aten.sigmoid.default, "sigmoid"),
+                (aten.tanh.default, "tanh"), (aten.exp.default, "exp"), (aten.log.default, "log"),
+                (aten.sqrt.default, "sqrt"), (aten.rsqrt.default, "rsqrt"),
+                (aten.neg.default, "neg"), (aten.abs.default, "abs"), (aten.erf.default, "erf"),
+                (aten.silu.default, "silu"), (aten.mish.default, "mish"),
+                (aten.floor.default, "floor"), (aten.ceil.default, "ceil"),
+                (aten.sin.default, "sin"), (aten.cos.default, "cos"),
+                (aten.sign.default, "sign"), (aten.round.default, "round")]:
+    handles(_op)(_unary(_k))
+
+
+@handles(aten.gelu.default)
+def _gelu(t, x, approximate="none"):
+    return t.op("gelu", [x], {"approximate": approximate})
+
+
+@handles(aten.leaky_relu.default)
+def _leaky_relu(t, x, negative_slope=0.01):
+    return t.op("leaky_relu", [x], {"alpha": float(negative_slope)})
+
+
+@handles(aten.elu.default)
+def _elu(t, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    if scale != 1.0 or input_scale != 1.0:
+        raise Unsupported("elu with scale or input_scale other than 1")
+    return t.op("elu", [x], {"alpha": float(alpha)})
+
+
+@handles(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default,
+         aten.hardtanh.default)
+def _clamp(t, x, lo=None, hi=None):
+    if t.node.target == aten.clamp_max.default:
+        lo, hi = None, lo
+    if t.node.target == aten.hardtanh.default:
+        lo = -1.0 if lo is None else lo
+        hi = 1.0 if hi is None else hi
+    attrs = {}
+    if lo is not None:
+        attrs["min"] = float(lo)
+    if hi is not None:
+        attrs["max"] = float(hi)
+    return t.op("clip", [x], attrs)
+
+
+@handles(aten.hardsigmoid.default)
+def _hardsigmoid(t, x):
+    y = t.op("add", [t.op("div", [x, t.scalar(6.0, x.dtype)]), t.scalar(0.5, x.dtype)])
+    return t.op("clip", [y], {"min": 0.0, "max": 1.0})
+
+
+@handles(aten.hardswish.default)
+def _hardswish(t, x):
+    return t.op("mul", [x, _hardsigmoid(t, x)])
+
+
+@handles(aten.where.self)
+def _where(t, c, a, b):
+    a, b = _operands(t, a, b)
+    return t.op("where", [t.cast(c, "bool"), a, b])
+
+
+# ---- products and convolutions ------------------------------------------------------------
+
+
+def _weight_of_transpose(t, v: _Value):
+    """The [out, in] matrix W when `v` was made as W.t() (a permute [1, 0] of a 2-D value)."""
+    return t.transposed.get(v.name) if hasattr(t, "transposed") else None
+
+
+@handles(aten.permute.default)
+def _permute(t, x, dims):
+    dims = [d % len(x.shape) for d in dims]
+    y = t.op("transpose", [x], {"perm": dims})
+    if len(dims) == 2 and dims == [1, 0]:
+        if not hasattr(t, "transposed"):
+            t.transposed = {}
+        t.transposed[y.name] = x
+    return y
+
+
+@handles(aten.t.default)
+def _t(t, x):
+    return _permute(t, x, [1, 0]) if len(x.shape) == 2 else x
+
+
+@handles(aten.transpose.int)
+def _transpose(t, x, d0, d1):
+    perm = list(range(len(x.shape)))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _permute(t, x, perm)
+
+
+@handles(aten.addmm.default)
+def _addmm(t, bias, a, b, beta=1, alpha=1):
+    w = _weight_of_transpose(t, b)
+    if w is not None and beta == 1 and alpha == 1 and len(bias.shape) == 1:
+        return t.op("linear", [a, w, bias])  # torch.nn.Linear: x W^T + b, one library call.
+    return t.op("gemm", [a, b, bias], {"alpha": float(alpha), "beta": float(beta)})
+
+
+@handles(aten.mm.default)
+def _mm(t, a, b):
+    w = _weight_of_transpose(t, b)
+    if w is not None:
+        return t.op("linear", [a, w])
+    return t.op("matmul", [a, b])
+
+
+@handles(aten.bmm.default, aten.matmul.default)
+def _bmm(t, a, b):
+    return t.op("matmul", [a, b])
+
+
+@handles(aten.linear.default)
+def _linear(t, x, w, b=None):
+    return t.op("linear", [x, w] + ([b] if b is not None else []))
+
+
+@handles(aten.convolution.default)
+def _convolution(t, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        raise Unsupported("transposed convolution (kiln has no conv_transpose)")
+    if len(w.shape) != 4:
+        raise Unsupported(f"a {len(w.shape) - 2}-D convolution (kiln has conv2d only)")
+    pads = [int(padding[0]), int(padding[1]), int(padding[0]), int(padding[1])]
+    attrs = {"strides": [int(s) for s in stride], "pads": pads,
+             "dilations": [int(d) for d in dilation], "group": int(groups)}
+    return t.op("conv2d", [x, w] + ([b] if b is not None else []), attrs)
+
+
+# ---- normalization, softmax, pooling, reductions ----------------------------------------
+
+
+@handles(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm(t, x, w, b, mean, var, momentum, eps):
+    c = x.shape[1]
+    if w is None:
+        w = t.array(np.ones(c, dtype=_NP[x.dtype]))
+    if b is None:
+        b = t.array(np.zeros(c, dtype=_NP[x.dtype]))
+    y = t.op("batch_norm", [x, w, b, mean, var], {"epsilon": float(eps)})
+    return (y, None, None)
+
+
+@handles(aten.native_layer_norm.default)
+def _layer_norm(t, x, shape, w, b, eps):
+    if len(shape) != 1:
+        raise Unsupported("layer norm over more than the last dim")
+    inputs = [x] + ([w] if w is not None else []) + ([b] if b is not None else [])
+    if w is None and b is not None:
+        raise Unsupported("layer norm with a bias but no weight")
+    y = t.op("layer_norm", inputs, {"axis": -1, "epsilon": float(eps)})
+    return (y, None, None)
+
+
+@handles(aten._softmax.default)
+def _softmax(t, x, dim, half_to_float=False):
+    return t.op("softmax", [x], {"axis": int(dim)})
+
+
+@handles(aten._log_softmax.default)
+def _log_softmax(t, x, dim, half_to_float=False):
+    return t.op("log_softmax", [x], {"axis": int(dim)})
+
+
+def _pair(v, default=None):
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        return default
+    if isinstance(v, int):
+        return [v, v]
+    return [int(v[0]), int(v[-1])] if len(v) == 1 else [int(v[0]), int(v[1])]
+
+
+@handles(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
+def _max_pool(t, x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False):
+    k = _pair(kernel)
+    p = _pair(padding, [0, 0])
+    attrs = {"kernel": k, "strides": _pair(stride, k), "pads": p + p,
+             "dilations": _pair(dilation, [1, 1]), "ceil_mode": int(bool(ceil_mode))}
+    y = t.op("max_pool2d", [x], attrs)
+    return (y, None) if t.node.target == aten.max_pool2d_with_indices.default else y
+
+
+@handles(aten.avg_pool2d.default)
+def _avg_pool(t, x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+    if divisor_override is not None:
+        raise Unsupported("avg_pool2d with divisor_override")
+    k = _pair(kernel)
+    p = _pair(padding, [0, 0])
+    return t.op("avg_pool2d", [x], {"kernel": k, "strides": _pair(stride, k), "pads": p + p,
+                                    "ceil_mode": int(bool(ceil_mode)),
+                                    "count_include_pad": int(bool(count_include_pad))})
+
+
+@handles(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
+def _adaptive_avg_pool(t, x, size):
+    if list(size) == [1, 1]:
+        return t.op("reduce_mean", [x], {"axes": [2, 3], "keepdims": 1})
+    h, w = x.shape[2], x.shape[3]
+    oh, ow = int(size[0]), int(size[1])
+    if h % oh or w % ow:
+        raise Unsupported(f"adaptive average pooling {h}x{w} -> {oh}x{ow} (not a divisor)")
+    k = [h // oh, w // ow]
+    return t.op("avg_pool2d", [x], {"kernel": k, "strides": k})
+
+
+def _reduce(kiln_op):
+    def fn(t, x, dims=None, keepdim=False, dtype=None):
+        axes = [] if dims is None else ([dims] if isinstance(dims, int) else list(dims))
+        if not axes:
+            axes = list(range(len(x.shape)))
+        if dtype is not None:
+            x = t.cast(x, TORCH_TO_KILN[dtype])
+        return t.op(kiln_op, [x], {"axes": [a % max(len(x.shape), 1) for a in axes],
+                                   "keepdims": int(bool(keepdim))})
+
+    return fn
+
+
+handles(aten.mean.dim, aten.mean.default)(_reduce("reduce_mean"))
+handles(aten.sum.dim_IntList, aten.sum.default)(_reduce("reduce_sum"))
+handles(aten.amax.default)(_reduce("reduce_max"))
+
+
+@handles(aten.any.dim, aten.any.dims, aten.any.default)
+def _any(t, x, dim=None, keepdim=False):
+    f = t.cast(t.cast(x, "bool"), "f32")
+    y = _reduce("reduce_max")(t, f, dim, keepdim)
+    return t.cast(y, "bool")
+
+
+@handles(aten.argmax.default)
+def _argmax(t, x, dim=None, keepdim=False):
+    if dim is None:
+        raise Unsupported("argmax over all dims")
+    return t.op("argmax", [x], {"axis": int(dim), "keepdims": int(bool(keepdim))})
+
+
+# ---- movement ---------------------------------------------------------------------------
+
+
+@handles(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+def _view(t, x, shape):
+    return t.op("reshape", [x], {"shape": [int(s) for s in shape]})
+
+
+@handles(aten.expand.default)
+def _expand(t, x, shape, implicit=False):
+    shape = [int(s) for s in shape]
+    off = len(shape) - len(x.shape)
+    shape = [x.shape[i - off] if s == -1 else s for i, s in enumerate(shape)]
+    if shape == x.shape:
+        return x
+    return t.op("expand", [x], {"shape": shape})
+
+
+@handles(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default,
+         aten.contiguous.default)
+def _identity(t, x, memory_format=None):
+    return x
+
+
+@handles(aten._to_copy.default)
+def _to_copy(t, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    if device is not None and torch.device(device).type != "cpu":
+        raise Unsupported(f"a copy to {device}")
+    return x if dtype is None else t.cast(x, TORCH_TO_KILN[dtype])
+
+
+@handles(aten.cat.default)
+def _cat(t, tensors, dim=0):
+    tensors = [v for v in tensors if not (len(v.shape) == 1 and v.shape[0] == 0)]
+    if len(tensors) == 1:
+        return tensors[0]
+    dtype = _out_dtype(t) or tensors[0].dtype
+    return t.op("concat", [t.cast(v, dtype) for v in tensors], {"axis": int(dim)})
+
+
+@handles(aten.unsqueeze.default)
+def _unsqueeze(t, x, dim):
+    return t.op("unsqueeze", [x], {"axes": [dim % (len(x.shape) + 1)]})
+
+
+@handles(aten.squeeze.dims, aten.squeeze.dim, aten.squeeze.default)
+def _squeeze(t, x, dims=None):
+    if dims is None:
+        dims = [i for i, s in enumerate(x.shape) if s == 1]
+    elif isinstance(dims, int):
+        dims = [dims]
+    dims = [d % len(x.shape) for d in dims if x.shape[d % len(x.shape)] == 1]
+    return t.op("squeeze", [x], {"axes": dims}) if dims else x
+
+
+@handles(aten.slice.Tensor)
+def _slice(t, x, dim=0, start=None, end=None, step=1):
+    n = x.shape[dim]
+    start = 0 if start is None else start
+    end = n if end is None else min(end, n)
+    if start == 0 and end >= n and step == 1:
+        return x
+    return t.op("slice", [x], {"starts": [int(start)], "ends": [int(end)],
+                               "axes": [dim % len(x.shape)], "steps": [int(step)]})
+
+
+@handles(aten.select.int)
+def _select(t, x, dim, index):
+    dim %= len(x.shape)
+    index %= x.shape[dim]
+    y = t.op("slice", [x], {"starts": [index], "ends": [index + 1], "axes": [dim]})
+    return t.op("squeeze", [y], {"axes": [dim]})
+
+
+@handles(aten.split_with_sizes.default, aten.split.Tensor)
+def _split(t, x, sizes, dim=0):
+    dim %= len(x.shape)
+    if isinstance(sizes, int):
+        n = x.shape[dim]
+        sizes = [min(sizes, n - s) for s in range(0, n, sizes)]
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(_slice(t, x, dim, start, start + s, 1))
+        start += s
+    return tuple(outs)
+
+
+@handles(aten.embedding.default)
+def _embedding(t, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return t.op("gather", [weight, indices], {"axis": 0})
+
+
+@handles(aten.flatten.using_ints)
+def _flatten(t, x, start=0, end=-1):
+    r = len(x.shape)
+    start, end = start % r, end % r
+    shape = x.shape[:start] + [math.prod(x.shape[start:end + 1])] + x.shape[end + 1:]
+    return _view(t, x, shape)
+
+
+# ---- constants made from shapes (concrete at translation) --------------------------------
+
+
+def _np_dtype(dtype, default="f32"):
+    k = TORCH_TO_KILN[dtype] if dtype is not None else default
+    if k == "bf16":
+        raise Unsupported("a bfloat16 constant")
+    return _NP[k]
+
+
+@handles(aten.full.default)
+def _full(t, size, value, dtype=None, layout=None, device=None, pin_memory=None):
+    default = "f32" if isinstance(value, float) else ("bool" if isinstance(value, bool) else "i64")
+    return t.array(np.full([int(s) for s in size], value, dtype=_np_dtype(dtype, default)))
+
+
+@handles(aten.full_like.default)
+def _full_like(t, x, value, dtype=None, layout=None, device=None, pin_memory=None,
+               memory_format=None):
+    dt = _np_dtype(dtype, x.dtype) if dtype is not None else _NP.get(x.dtype)
+    if dt is None:
+        raise Unsupported(f"full_like of {x.dtype}")
+    return t.array(np.full(x.shape, value, dtype=dt))
+
+
+@handles(aten.scalar_tensor.default)
+def _scalar_tensor(t, value, dtype=None, layout=None, device=None, pin_memory=None):
+    return t.array(np.array(value, dtype=_np_dtype(dtype)))
+
+
+@handles(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def _arange(t, *args, dtype=None, layout=None, device=None, pin_memory=None):
+    if len(args) == 1:
+        start, end, step = 0, args[0], 1
+    else:
+        start, end, step = (list(args) + [1])[:3]
+    ints = all(isinstance(v, int) for v in (start, end, step))
+    default = "i64" if ints else "f32"
+    return t.array(np.arange(start, end, step, dtype=_np_dtype(dtype, default)))
+
+
+@handles(aten.sym_size.int)
+def _sym_size(t, x, dim):
+    return x.shape[dim]
+
+
+for _op in (operator.mul, operator.add, operator.sub, operator.floordiv, operator.truediv,
+            operator.mod, operator.neg):
+    handles(_op)(lambda t, *a, _op=_op: _op(*a))
+
+
+@handles(operator.getitem)
+def _getitem(t, seq, i):
+    v = seq[i]
+    if v is None:
+        raise Unsupported(f"output {i} of a multi-output op (kiln computes only the first)")
+    return v
+
+
+# ---- exported programs ------------------------------------------------------------------
+
+
+def _check_dims(ep, user_nodes, args):
+    """The call's inputs against the export's: static dims equal, symbolic dims in range and
+    consistent. Errors name the input and dim."""
+    sizes = {}
+    for i, (node, a) in enumerate(zip(user_nodes, args)):
+        val = node.meta["val"]
+        if not isinstance(a, torch.Tensor):
+            raise UserError(f"input {i} ('{node.name}'): expected a tensor, got {type(a).__name__}")
+        if a.dtype != val.dtype:
+            raise UserError(f"input {i} ('{node.name}'): expected dtype {val.dtype}, got {a.dtype}")
+        if a.dim() != val.dim():
+            raise UserError(f"input {i} ('{node.name}'): expected {val.dim()} dims, got "
+                            f"{a.dim()} (shape {list(a.shape)})")
+        for d, (want, got) in enumerate(zip(val.shape, a.shape)):
+            if isinstance(want, int):
+                if want != got:
+                    raise UserError(
+                        f"input {i} ('{node.name}') dim {d}: expected {want}, got {got} (this dim "
+                        "was exported as static; give it a torch.export.Dim to vary it)")
+                continue
+            sym = want.node.expr
+            rng = ep.range_constraints.get(sym)
+            if rng is not None and not (int(rng.lower) <= got <= _upper(rng.upper)):
+                raise UserError(f"input {i} ('{node.name}') dim {d} ({sym}): {got} is outside "
+                                f"its range [{rng.lower}, {rng.upper}]")
+            if sizes.setdefault(str(sym), got) != got:
+                raise UserError(f"input {i} ('{node.name}') dim {d} ({sym}): {got}, but another "
+                                f"input has {sym} = {sizes[str(sym)]}")
+
+
+def _upper(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return float("inf")
+
+
+class TorchModel:
+    """A PyTorch module captured by kiln.from_torch: called like the module on tensors of the
+    exported signature (symbolic dims may vary within their ranges). Compiles once per input
+    shape; `.model(...)` and `.compiled(...)` give the kiln graph and compiled model."""
+
+    def __init__(self, ep, compile_options):
+        self.exported = ep
+        self._options = compile_options
+        self._compiled = {}
+        sig = ep.graph_signature
+        self._user = []
+        self._bindings = {}
+        consts = {**ep.state_dict, **ep.constants}
+        for spec in sig.input_specs:
+            name = spec.arg.name
+            if spec.kind.name == "USER_INPUT":
+                self._user.append(name)
+            else:
+                self._bindings[name] = consts[spec.target]
+        nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+        self._user_nodes = [nodes[n] for n in self._user]
+
+    def model(self, *args) -> Model:
+        """The kiln graph for inputs shaped like `args` (torch tensors)."""
+        _check_dims(self.exported, self._user_nodes, args)
+        t = Translator(type(self).__name__)
+        bindings = dict(self._bindings)
+        for name, a in zip(self._user, args):
+            bindings[name] = (a.dtype, list(a.shape))
+        outs = t.run(self.exported.graph, bindings)
+        return t.finish(outs)
+
+    def compiled(self, *args) -> CompiledModel:
+        key = tuple((a.dtype, tuple(a.shape)) for a in args)
+        c = self._compiled.get(key)
+        if c is None:
+            from . import compile as _compile
+
+            c = _compile(self.model(*args), **self._options)
+            self._compiled[key] = c
+        return c
+
+    def __call__(self, *args):
+        if len(args) != len(self._user):
+            raise UserError(f"expected {len(self._user)} inputs, got {len(args)}")
+        return self.compiled(*args)(*args)
+
+    @property
+    def compiles(self) -> int:
+        return len(self._compiled)
+
+
+def from_torch(module, example_inputs, dynamic_shapes=None, **compile_options) -> TorchModel:
+    """Exports `module` with torch.export (strict=False), decomposes to core ATen, translates to
+    kiln and compiles for `example_inputs`. compile_options go to kiln.compile (threads,
+    autotune, precision, ...). Returns a TorchModel; unsupported ATen ops raise UserError, each
+    named with its source line."""
+    if not isinstance(example_inputs, tuple):
+        example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
+    was_training = getattr(module, "training", False)
+    if was_training:
+        module.eval()
+    try:
+        ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
+                                 strict=False)
+        ep = ep.run_decompositions()
+    except Exception as e:  # torch.export's own errors: say where they come from.
+        raise UserError(f"torch.export could not capture {type(module).__name__}: {e}") from e
+    finally:
+        if was_training:
+            module.train()
+    tm = TorchModel(ep, compile_options)
+    tm.compiled(*example_inputs)
+    return tm

@@ -1,0 +1,635 @@
+// kiln._kiln: the Python extension (nanobind) over the compiler and the runtime. It trades in
+// DLPack tensors (nb::ndarray): inputs are read where they lie when C-contiguous on the CPU,
+// outputs are handed over without a copy, each owning its kiln tensor. The GIL is released
+// while kiln compiles or runs. Errors become kiln.Error, or kiln.UserError (also a ValueError)
+// where the user has something to fix. The Python side (python/kiln/) wraps these classes.
+#include <Python.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "compiler/artifact.h"
+#include "compiler/compile.h"
+#include "compiler/jit.h"
+#include "frontends/json/graph_json.h"
+#include "frontends/onnx/onnx_import.h"
+#include "ir/op_table.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "models/zoo.h"
+#include "runtime/artifact.h"
+#include "runtime/backend.h"
+#include "runtime/eager.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace kiln::python {
+namespace {
+
+// ---- Errors ------------------------------------------------------------------------------
+
+PyObject* gError = nullptr;      // kiln.Error(Exception)
+PyObject* gUserError = nullptr;  // kiln.UserError(kiln.Error, ValueError)
+
+struct KilnError : std::runtime_error {
+  KilnError(const Status& s) : std::runtime_error(s.message()), user(s.isUserError()) {}
+  bool user;
+};
+
+void check(const Status& s) {
+  if (!s.isOk()) throw KilnError(s);
+}
+template <class T>
+T take(Expected<T> e) {
+  if (!e) throw KilnError(e.status());
+  return std::move(*e);
+}
+
+// ---- Tensors -----------------------------------------------------------------------------
+
+using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+
+ir::DType fromDlpack(nb::dlpack::dtype t, size_t index) {
+  using C = nb::dlpack::dtype_code;
+  const auto code = static_cast<C>(t.code);
+  if (t.lanes == 1) {
+    if (code == C::Float && t.bits == 32) return ir::DType::kF32;
+    if (code == C::Float && t.bits == 64) return ir::DType::kF64;
+    if (code == C::Float && t.bits == 16) return ir::DType::kF16;
+    if (code == C::Bfloat && t.bits == 16) return ir::DType::kBF16;
+    if (code == C::Int && t.bits == 64) return ir::DType::kI64;
+    if (code == C::Int && t.bits == 32) return ir::DType::kI32;
+    if (code == C::Int && t.bits == 16) return ir::DType::kI16;
+    if (code == C::Int && t.bits == 8) return ir::DType::kI8;
+    if (code == C::UInt && t.bits == 8) return ir::DType::kU8;
+    if (code == C::UInt && t.bits == 16) return ir::DType::kU16;
+    if (code == C::UInt && t.bits == 32) return ir::DType::kU32;
+    if (code == C::UInt && t.bits == 64) return ir::DType::kU64;
+    if (code == C::Bool && t.bits == 8) return ir::DType::kBool;
+  }
+  throw KilnError(invalidArgument(
+      "input " + std::to_string(index) + ": unsupported DLPack dtype (code " +
+      std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) +
+      " lanes); kiln takes float32/64/16, bfloat16, int8/16/32/64, uint8/16/32/64 and bool"));
+}
+
+nb::dlpack::dtype toDlpack(ir::DType t) {
+  using C = nb::dlpack::dtype_code;
+  auto make = [](C c, int bits) {
+    return nb::dlpack::dtype{static_cast<uint8_t>(c), static_cast<uint8_t>(bits), 1};
+  };
+  switch (t) {
+    case ir::DType::kF32:
+      return make(C::Float, 32);
+    case ir::DType::kF64:
+      return make(C::Float, 64);
+    case ir::DType::kF16:
+      return make(C::Float, 16);
+    case ir::DType::kBF16:
+      return make(C::Bfloat, 16);
+    case ir::DType::kI64:
+      return make(C::Int, 64);
+    case ir::DType::kI32:
+      return make(C::Int, 32);
+    case ir::DType::kI16:
+      return make(C::Int, 16);
+    case ir::DType::kI8:
+      return make(C::Int, 8);
+    case ir::DType::kU8:
+      return make(C::UInt, 8);
+    case ir::DType::kU16:
+      return make(C::UInt, 16);
+    case ir::DType::kU32:
+      return make(C::UInt, 32);
+    case ir::DType::kU64:
+      return make(C::UInt, 64);
+    case ir::DType::kBool:
+      return make(C::Bool, 8);
+  }
+  throw KilnError(internalError("unknown dtype"));
+}
+
+// A kiln view of the array's bytes (no copy); the caller keeps the array alive.
+runtime::Tensor viewOf(const InArray& a, size_t index) {
+  const ir::DType dt = fromDlpack(a.dtype(), index);
+  ir::Shape shape(a.ndim());
+  for (size_t d = 0; d < a.ndim(); ++d) shape[d] = static_cast<int64_t>(a.shape(d));
+  auto* data = static_cast<std::byte*>(const_cast<void*>(a.data()));
+  return runtime::Tensor::wrap(data, dt, std::move(shape));
+}
+
+std::vector<runtime::Tensor> viewsOf(const std::vector<InArray>& arrays) {
+  std::vector<runtime::Tensor> out;
+  out.reserve(arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) out.push_back(viewOf(arrays[i], i));
+  return out;
+}
+
+// An output handed to Python: the ndarray owns a copy of the kiln tensor (sharing its storage).
+// An output that views an input's bytes (an identity) is copied, since the input may die first.
+// `torch`: a torch.Tensor, else a NumPy array (both share the kiln tensor's bytes).
+nb::object handOver(runtime::Tensor t, const std::vector<InArray>& inputs, bool torch) {
+  if (!t.isContiguous()) t = take(t.contiguous());
+  const std::byte* p = t.rawData();
+  for (const InArray& a : inputs) {
+    const auto* lo = static_cast<const std::byte*>(a.data());
+    if (p >= lo && p < lo + a.nbytes()) {
+      runtime::Tensor copy = take(runtime::Tensor::empty(t.dtype(), t.shape()));
+      check(copy.copyFrom(t));
+      t = std::move(copy);
+      break;
+    }
+  }
+  auto* owned = new runtime::Tensor(std::move(t));
+  nb::capsule owner(owned, [](void* q) noexcept { delete static_cast<runtime::Tensor*>(q); });
+  std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
+  const nb::dlpack::dtype dt = toDlpack(owned->dtype());
+  if (torch)
+    return nb::cast(nb::ndarray<nb::pytorch>(owned->rawData(), shape.size(), shape.data(), owner,
+                                             nullptr, dt, nb::device::cpu::value));
+  return nb::cast(nb::ndarray<nb::numpy>(owned->rawData(), shape.size(), shape.data(), owner,
+                                         nullptr, dt, nb::device::cpu::value));
+}
+
+nb::list handOverAll(std::vector<runtime::Tensor> outs, const std::vector<InArray>& inputs,
+                     bool torch) {
+  nb::list l;
+  for (runtime::Tensor& t : outs) l.append(handOver(std::move(t), inputs, torch));
+  return l;
+}
+
+// Parameter bytes borrowed from a Python object (a torch tensor or NumPy array): the object is
+// kept alive while any kiln copy of the data lives; released under the GIL.
+ir::TensorData borrow(nb::object owner, const InArray& a, const std::string& name) {
+  const ir::DType dt = fromDlpack(a.dtype(), 0);
+  ir::Shape shape(a.ndim());
+  for (size_t d = 0; d < a.ndim(); ++d) shape[d] = static_cast<int64_t>(a.shape(d));
+  auto* data = static_cast<std::byte*>(const_cast<void*>(a.data()));
+  // Generated kernels and the libraries assume 64-byte aligned parameters (as kiln allocates
+  // them); an unaligned view (a slice) is copied.
+  if (reinterpret_cast<uintptr_t>(data) % 64 != 0 || a.nbytes() == 0) {
+    ir::TensorData copy(dt, shape);
+    if (a.nbytes() > 0) std::memcpy(copy.data(), data, a.nbytes());
+    return copy;
+  }
+  (void)name;
+  PyObject* ref = owner.release().ptr();
+  std::shared_ptr<void> keep(ref, [](void* o) {
+    if (!Py_IsInitialized()) return;
+    PyGILState_STATE s = PyGILState_Ensure();
+    Py_DECREF(static_cast<PyObject*>(o));
+    PyGILState_Release(s);
+  });
+  return ir::TensorData::wrap(dt, std::move(shape), data, std::move(keep));
+}
+
+// ---- Graphs ------------------------------------------------------------------------------
+
+// A model graph and where it came from (an ONNX file is imported again for other input
+// shapes by kiln.jit and kiln.compile(batch=...)).
+struct PyGraph {
+  std::shared_ptr<ir::Graph> graph;
+  std::string source;  // File or zoo name; empty for built graphs.
+};
+
+nb::dict typeDict(const std::string& name, const ir::TensorType& t,
+                  const std::vector<std::string>& dimNames = {}) {
+  nb::dict d;
+  d["name"] = name;
+  d["dtype"] = std::string(ir::dtypeName(t.dtype));
+  d["shape"] = std::vector<int64_t>(t.shape.begin(), t.shape.end());
+  if (!dimNames.empty()) d["dim_names"] = dimNames;
+  return d;
+}
+
+nb::list graphInputs(const ir::Graph& g) {
+  nb::list l;
+  for (const ir::Value* v : g.inputs()) l.append(typeDict(v->name(), v->type(), v->dimNames()));
+  return l;
+}
+nb::list graphOutputs(const ir::Graph& g) {
+  nb::list l;
+  for (const ir::Value* v : g.outputs()) l.append(typeDict(v->name(), v->type()));
+  return l;
+}
+
+PyGraph loadGraph(const std::string& model, int64_t batch, uint64_t seed) {
+  Expected<ir::Graph> g = [&] {
+    nb::gil_scoped_release release;
+    return models::loadModel(model, batch, seed);
+  }();
+  return {std::make_shared<ir::Graph>(take(std::move(g))), model};
+}
+
+bool isOnnx(const std::string& source) {
+  return source.size() > 5 && source.compare(source.size() - 5, 5, ".onnx") == 0;
+}
+
+// ---- Options -----------------------------------------------------------------------------
+
+std::shared_ptr<runtime::Backend> backendNamed(const std::string& device) {
+  if (device.empty() || device == "cpu") return runtime::defaultBackend();
+  return take(runtime::findBackend(device));
+}
+
+compiler::CompileOptions compileOptions(const std::string& device, bool autotune,
+                                        const std::string& precision, int threads, bool inference,
+                                        const std::string& targetCpu, int64_t maxMemory) {
+  compiler::CompileOptions o;
+  o.backend = backendNamed(device);
+  o.autotune = autotune;
+  o.precision = take(compiler::parsePrecision(precision));
+  check(compiler::checkPrecision(o.precision, *o.backend));
+  if (threads < 0) throw KilnError(invalidArgument("threads must be >= 0 (0: all cores)"));
+  o.runThreads = threads;
+  o.inference = inference;
+  if (!targetCpu.empty()) check(compiler::checkTargetCpu(targetCpu));
+  o.targetCpu = targetCpu;
+  if (maxMemory < 0) throw KilnError(invalidArgument("max_memory must be >= 0 (0: no bound)"));
+  o.maxMemoryBytes = maxMemory;
+  return o;
+}
+
+// ---- Compiled and loaded models -----------------------------------------------------------
+
+struct PyCompiled {
+  std::shared_ptr<compiler::CompiledModel> compiled;  // One of the two is set.
+  std::shared_ptr<runtime::LoadedModel> loaded;
+  std::vector<std::string> inputNames, outputNames;
+
+  nb::list run(const std::vector<InArray>& arrays, bool torch) {
+    std::vector<runtime::Tensor> inputs = viewsOf(arrays);
+    Expected<std::vector<runtime::Tensor>> outs = [&] {
+      nb::gil_scoped_release release;
+      return compiled ? compiled->run(inputs) : loaded->run(inputs);
+    }();
+    return handOverAll(take(std::move(outs)), arrays, torch);
+  }
+
+  nb::dict report() const {
+    nb::dict d;
+    if (loaded) {
+      const runtime::ArtifactInfo& i = loaded->info();
+      d["kind"] = "artifact";
+      d["path"] = i.path;
+      d["load_ms"] = loaded->loadMs();
+      d["prepare_ms"] = loaded->prepareMs();
+      d["recompiled"] = loaded->recompiled();
+      d["arena_bytes"] = i.arenaBytes;
+      d["parameter_bytes"] = i.parameterBytes;
+      d["steps"] = i.numSteps;
+      d["precision"] = i.precision;
+      return d;
+    }
+    const compiler::CompileReport& r = compiled->report();
+    d["kind"] = "compiled";
+    d["compile_ms"] = r.totalMs;
+    d["passes_ms"] = r.passesMs;
+    d["codegen_ms"] = r.codegenMs + r.compileMs;
+    d["prepare_ms"] = r.prepareMs;
+    d["nodes_in"] = r.nodesIn;
+    d["nodes_optimized"] = r.nodesOptimized;
+    d["generated_kernels"] = r.generatedKernels;
+    d["library_steps"] = r.referenceSteps;
+    d["cache_hits"] = r.cacheHits;
+    d["cache_misses"] = r.cacheMisses;
+    d["arena_bytes"] = r.arenaBytes;
+    d["parameter_bytes"] = r.parameterBytes;
+    d["precision"] = r.precision;
+    return d;
+  }
+
+  std::string explain(const std::string& what) const {
+    auto lines = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (const std::string& l : v) s += l + "\n";
+      return s;
+    };
+    if (loaded) {
+      if (what == "algos") return lines(loaded->info().algorithmChoices);
+      if (what == "graph") return loaded->info().optimizedGraph;
+      throw KilnError(invalidArgument("explain('" + what +
+                                      "'): a loaded artifact explains 'algos' and 'graph' "
+                                      "(fusion and cache are decided when it is compiled)"));
+    }
+    const compiler::CompileReport& r = compiled->report();
+    if (what == "fusion") return r.fusionExplanation;
+    if (what == "algos") return lines(r.algorithmChoices);
+    if (what == "cache") return lines(r.cacheExplanations);
+    if (what == "graph") return ir::printGraph(compiled->optimizedGraph());
+    if (what == "remarks") return lines(r.remarks);
+    throw KilnError(invalidArgument("explain('" + what +
+                                    "'): expected 'fusion', 'algos', 'cache', 'graph' or "
+                                    "'remarks'"));
+  }
+
+  void save(const std::string& path, const std::string& name) const {
+    if (!compiled)
+      throw KilnError(
+          invalidArgument("save(): this model was loaded from an "
+                          "artifact already (" +
+                          loaded->info().path + ")"));
+    nb::gil_scoped_release release;
+    check(compiler::saveArtifact(*compiled, path, name));
+  }
+};
+
+PyCompiled wrapCompiled(std::unique_ptr<compiler::CompiledModel> m) {
+  PyCompiled c;
+  c.compiled = std::move(m);
+  return c;
+}
+
+PyCompiled compileGraph(const PyGraph& g, std::optional<int64_t> batch, const std::string& device,
+                        bool autotune, const std::string& precision, int threads, bool inference,
+                        const std::string& targetCpu, int64_t maxMemory) {
+  compiler::CompileOptions o =
+      compileOptions(device, autotune, precision, threads, inference, targetCpu, maxMemory);
+  nb::gil_scoped_release release;
+  std::shared_ptr<ir::Graph> graph = g.graph;
+  if (batch) {
+    if (*batch < 1) throw KilnError(invalidArgument("batch must be >= 1"));
+    if (g.source.empty())
+      throw KilnError(invalidArgument(
+          "compile(batch=...): this graph was built in memory, not loaded from a file or the "
+          "zoo; build it for the batch you want (or use kiln.jit, which specializes per call)"));
+    graph = std::make_shared<ir::Graph>(take(models::loadModel(g.source, *batch, 0)));
+  }
+  return wrapCompiled(take(compiler::compile(*graph, o)));
+}
+
+PyCompiled loadArtifact(const std::string& path, const std::string& device, int threads,
+                        bool recompile) {
+  runtime::LoadOptions o;
+  o.backend = backendNamed(device);
+  o.threads = threads;
+  if (recompile) o.recompile = compiler::recompileForHost;
+  nb::gil_scoped_release release;
+  PyCompiled c;
+  c.loaded = take(runtime::loadArtifact(path, o));
+  return c;
+}
+
+// ---- Eager and JIT -----------------------------------------------------------------------
+
+struct PyEager {
+  std::shared_ptr<ir::Graph> graph;
+  std::shared_ptr<runtime::Backend> backend;
+
+  nb::list run(const std::vector<InArray>& arrays, bool torch) {
+    std::vector<runtime::Tensor> inputs = viewsOf(arrays);
+    Expected<std::vector<runtime::Tensor>> outs = [&] {
+      nb::gil_scoped_release release;
+      // An executor per call: EagerExecutor runs one call at a time, and Python threads may
+      // call at once.
+      runtime::EagerExecutor exec(*graph, backend);
+      return exec.run(inputs);
+    }();
+    return handOverAll(take(std::move(outs)), arrays, torch);
+  }
+};
+
+struct PyJit {
+  std::shared_ptr<compiler::JitModule> jit;
+
+  nb::list run(const std::vector<InArray>& arrays, bool torch) {
+    std::vector<runtime::Tensor> inputs = viewsOf(arrays);
+    Expected<std::vector<runtime::Tensor>> outs = [&] {
+      nb::gil_scoped_release release;
+      return (*jit)(inputs);
+    }();
+    return handOverAll(take(std::move(outs)), arrays, torch);
+  }
+};
+
+// ---- Building graphs (kiln.from_torch) ----------------------------------------------------
+
+ir::AttrValue attrFrom(const ir::OpInfo& op, const std::string& name, nb::handle v,
+                       const std::string& where) {
+  const ir::AttrSpec* spec = op.findAttr(name);
+  if (!spec)
+    throw KilnError(invalidArgument(where + ": op '" + std::string(op.name) +
+                                    "' has no attribute '" + name + "'"));
+  try {
+    switch (spec->kind) {
+      case ir::AttrKind::kInt:
+        return nb::cast<int64_t>(v);
+      case ir::AttrKind::kFloat:
+        return nb::cast<double>(v);
+      case ir::AttrKind::kString:
+        return nb::cast<std::string>(v);
+      case ir::AttrKind::kInts:
+        return nb::cast<std::vector<int64_t>>(v);
+      case ir::AttrKind::kFloats:
+        return nb::cast<std::vector<double>>(v);
+      case ir::AttrKind::kTensor:
+        break;
+    }
+  } catch (const nb::cast_error&) {
+    throw KilnError(invalidArgument(where + ": attribute '" + name + "' of op '" +
+                                    std::string(op.name) + "' has the wrong type (" +
+                                    nb::cast<std::string>(nb::str(v.type())) + ")"));
+  }
+  throw KilnError(unimplemented(where + ": tensor attributes are not taken from Python"));
+}
+
+struct PyBuilder {
+  std::shared_ptr<ir::Graph> graph;
+
+  ir::Value* value(const std::string& name, const std::string& where) const {
+    ir::Value* v = graph->findValue(name);
+    if (!v) throw KilnError(invalidArgument(where + ": no value named '" + name + "'"));
+    return v;
+  }
+
+  std::string input(const std::string& name, const std::string& dtype,
+                    const std::vector<int64_t>& shape, const std::vector<std::string>& dimNames) {
+    std::optional<ir::DType> dt = ir::parseDType(dtype);
+    if (!dt)
+      throw KilnError(invalidArgument("input '" + name + "': unknown dtype '" + dtype + "'"));
+    ir::Value* v = take(graph->addInput(name, {*dt, ir::Shape(shape), ir::Layout::kPlain}));
+    if (!dimNames.empty()) check(graph->setDimNames(v, dimNames));
+    return v->name();
+  }
+
+  std::string parameter(const std::string& name, nb::object owner, const InArray& a,
+                        bool trainable) {
+    return take(graph->addParameter(name, borrow(std::move(owner), a, name), trainable))->name();
+  }
+
+  std::vector<std::string> node(const std::string& op, const std::vector<std::string>& inputs,
+                                nb::dict attrs, const std::vector<std::string>& outputNames,
+                                const std::string& nodeName) {
+    const ir::OpInfo* info = ir::findOp(op);
+    const std::string where = nodeName.empty() ? op : nodeName;
+    if (!info) throw KilnError(invalidArgument(where + ": kiln has no op '" + op + "'"));
+    std::vector<ir::Value*> ins;
+    for (const std::string& n : inputs) ins.push_back(value(n, where));
+    ir::AttrMap am;
+    for (auto [k, v] : attrs) {
+      const std::string key = nb::cast<std::string>(k);
+      am[key] = attrFrom(*info, key, v, where);
+    }
+    Expected<ir::Node*> n = graph->addNode(info->kind, std::move(ins), std::move(am), outputNames);
+    if (!n) throw KilnError(n.status().withContext(where));
+    if (!nodeName.empty()) (*n)->setName(nodeName);
+    std::vector<std::string> outs;
+    for (const ir::Value* v : (*n)->outputs()) outs.push_back(v->name());
+    return outs;
+  }
+
+  nb::dict type(const std::string& name) const {
+    const ir::Value* v = value(name, "type");
+    return typeDict(v->name(), v->type());
+  }
+
+  PyGraph finish(const std::vector<std::string>& outputs) {
+    std::vector<ir::Value*> outs;
+    for (const std::string& n : outputs) outs.push_back(value(n, "outputs"));
+    graph->setOutputs(std::move(outs));
+    graph->removeUnusedNodes();
+    graph->removeUnusedParameters();
+    check(ir::verify(*graph));
+    PyGraph g{graph, ""};
+    graph = std::make_shared<ir::Graph>(graph->name());  // The builder is spent.
+    return g;
+  }
+};
+
+}  // namespace
+}  // namespace kiln::python
+
+NB_MODULE(_kiln, m) {
+  using namespace kiln::python;
+  namespace ir = kiln::ir;
+  m.doc() = "kiln's compiler and runtime (use the `kiln` package, not this module)";
+
+  gError = PyErr_NewException("kiln.Error", PyExc_Exception, nullptr);
+  PyObject* bases = PyTuple_Pack(2, gError, PyExc_ValueError);
+  gUserError = PyErr_NewException("kiln.UserError", bases, nullptr);
+  Py_DECREF(bases);
+  m.attr("Error") = nb::handle(gError);
+  m.attr("UserError") = nb::handle(gUserError);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const KilnError& e) {
+      PyErr_SetString(e.user ? gUserError : gError, e.what());
+    }
+  });
+
+  m.def("version", [] { return std::string("0.1.0"); });
+  m.def(
+      "data_pointer", [](const InArray& a) { return reinterpret_cast<uintptr_t>(a.data()); },
+      "a"_a.noconvert(),
+      "The address kiln reads an array at (no copy was made if it equals "
+      "the producer's own pointer).");
+  m.def("ops", [] {
+    std::vector<std::string> names;
+    for (int k = 0; k < ir::kNumOps; ++k)
+      names.emplace_back(ir::opName(static_cast<ir::OpKind>(k)));
+    return names;
+  });
+  m.def("zoo", [] {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const kiln::models::ModelInfo& i : kiln::models::listModels())
+      out.emplace_back(i.name, i.description);
+    return out;
+  });
+
+  nb::class_<PyGraph>(m, "Graph")
+      .def_prop_ro("name", [](const PyGraph& g) { return g.graph->name(); })
+      .def_prop_ro("source", [](const PyGraph& g) { return g.source; })
+      .def_prop_ro("inputs", [](const PyGraph& g) { return graphInputs(*g.graph); })
+      .def_prop_ro("outputs", [](const PyGraph& g) { return graphOutputs(*g.graph); })
+      .def_prop_ro("num_nodes", [](const PyGraph& g) { return g.graph->numNodes(); })
+      .def_prop_ro("parameter_bytes", [](const PyGraph& g) { return g.graph->parameterBytes(); })
+      .def("text", [](const PyGraph& g) { return ir::printGraph(*g.graph); })
+      .def("save_json", [](const PyGraph& g, const std::string& path) {
+        nb::gil_scoped_release release;
+        check(kiln::frontends::saveGraphJson(*g.graph, path));
+      });
+  m.def("load_graph", &loadGraph, "model"_a, "batch"_a = 1, "seed"_a = 0);
+
+  nb::class_<PyCompiled>(m, "Compiled")
+      .def("run", &PyCompiled::run, "inputs"_a, "torch"_a = false)
+      .def("report", &PyCompiled::report)
+      .def("explain", &PyCompiled::explain)
+      .def("save", &PyCompiled::save, "path"_a, "name"_a = "model")
+      .def_prop_ro("inputs",
+                   [](const PyCompiled& c) {
+                     if (c.compiled) return graphInputs(c.compiled->optimizedGraph());
+                     nb::list l;
+                     const kiln::runtime::ArtifactInfo& i = c.loaded->info();
+                     for (size_t k = 0; k < i.inputs.size(); ++k)
+                       l.append(typeDict(i.inputNames[k], i.inputs[k]));
+                     return l;
+                   })
+      .def_prop_ro("outputs", [](const PyCompiled& c) {
+        if (c.compiled) return graphOutputs(c.compiled->optimizedGraph());
+        nb::list l;
+        const kiln::runtime::ArtifactInfo& i = c.loaded->info();
+        for (size_t k = 0; k < i.outputs.size(); ++k)
+          l.append(typeDict(i.outputNames[k], i.outputs[k]));
+        return l;
+      });
+  m.def("compile", &compileGraph, "graph"_a, "batch"_a = nb::none(), "device"_a = "cpu",
+        "autotune"_a = false, "precision"_a = "fp32", "threads"_a = 0, "inference"_a = true,
+        "target_cpu"_a = "", "max_memory"_a = 0);
+  m.def("load_artifact", &loadArtifact, "path"_a, "device"_a = "cpu", "threads"_a = 0,
+        "recompile"_a = true);
+
+  nb::class_<PyEager>(m, "Eager").def("run", &PyEager::run, "inputs"_a, "torch"_a = false);
+  m.def(
+      "eager",
+      [](const PyGraph& g, const std::string& device) {
+        return PyEager{g.graph, backendNamed(device)};
+      },
+      "graph"_a, "device"_a = "cpu");
+
+  nb::class_<PyJit>(m, "Jit")
+      .def("run", &PyJit::run, "inputs"_a, "torch"_a = false)
+      .def_prop_ro("compiles", [](const PyJit& j) { return j.jit->compiles(); })
+      .def_prop_ro("log", [](const PyJit& j) { return j.jit->log(); });
+  m.def(
+      "jit",
+      [](const PyGraph& g, const std::string& device, bool autotune, const std::string& precision,
+         int threads, int recompileLimit) {
+        kiln::compiler::CompileOptions o =
+            compileOptions(device, autotune, precision, threads, true, "", 0);
+        ir::GraphSpecializer spec;
+        if (isOnnx(g.source)) spec = take(kiln::frontends::onnxSpecializer(g.source));
+        return PyJit{std::make_shared<kiln::compiler::JitModule>(*g.graph, std::move(o),
+                                                                 recompileLimit, std::move(spec))};
+      },
+      "graph"_a, "device"_a = "cpu", "autotune"_a = false, "precision"_a = "fp32", "threads"_a = 0,
+      "recompile_limit"_a = 8);
+
+  nb::class_<PyBuilder>(m, "GraphBuilder")
+      .def("__init__",
+           [](PyBuilder* b, const std::string& name) {
+             new (b) PyBuilder{std::make_shared<ir::Graph>(name)};
+           })
+      .def("input", &PyBuilder::input, "name"_a, "dtype"_a, "shape"_a,
+           "dim_names"_a = std::vector<std::string>{})
+      .def("parameter", &PyBuilder::parameter, "name"_a, "owner"_a, "array"_a,
+           "trainable"_a = false)
+      .def("node", &PyBuilder::node, "op"_a, "inputs"_a, "attrs"_a = nb::dict(),
+           "output_names"_a = std::vector<std::string>{}, "node_name"_a = "")
+      .def("type", &PyBuilder::type)
+      .def("finish", &PyBuilder::finish);
+}
