@@ -4,7 +4,9 @@
 # (scripts/fuzz.sh). The `peer` tests first run tools/peers/setup.sh (ctest `peer: setup`), which
 # makes or reuses the pinned PyTorch / ONNX Runtime environment and the exports under
 # ~/.cache/kiln; they are skipped only when it cannot be made (no PyPI). The ONNX conformance test
-# does the same for its own environment. Exits non-zero on any failure.
+# does the same for its own environment. The Python package (python/) is built against that
+# environment (tools/peers/setup.sh --python) and its pytest suite runs as the ctest test
+# "python: pytest"; without PyPI both are skipped. Exits non-zero on any failure.
 #   scripts/test.sh [ctest args...]
 #   scripts/test.sh --sanitize address|thread [ctest args...]
 # --sanitize builds the test binaries the ctest label `sanitize` needs with ASan+UBSan
@@ -33,6 +35,11 @@ if [ "${1:-}" = --sanitize ]; then
   exit 0
 fi
 
+if python=$(tools/peers/setup.sh --python); then
+  export KILN_PYTHON_EXECUTABLE=$python
+else
+  echo "test.sh: no Python environment; the Python package is not built or tested" >&2
+fi
 scripts/build.sh
 (cd "${KILN_BUILD_DIR:-build}" && ctest --output-on-failure -j"$(nproc)" "$@")
 fuzz_seconds=${KILN_FUZZ_SECONDS:-0}

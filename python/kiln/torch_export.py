@@ -151,7 +151,9 @@ class Translator:
         for node in graph.nodes:
             if node.op == "placeholder":
                 bound = bindings[node.name]
-                if isinstance(bound, torch.Tensor):
+                if isinstance(bound, (int, float, bool)):
+                    self.env[node] = bound  # A SymInt's value, constant for this signature.
+                elif isinstance(bound, torch.Tensor):
                     self.env[node] = self.constant(node.name, bound)
                 else:
                     self.env[node] = self.input(node.name, *bound)

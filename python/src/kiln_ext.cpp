@@ -142,7 +142,8 @@ std::vector<runtime::Tensor> viewsOf(const std::vector<InArray>& arrays) {
 // An output handed to Python: the ndarray owns a copy of the kiln tensor (sharing its storage).
 // An output that views an input's bytes (an identity) is copied, since the input may die first.
 // `torch`: a torch.Tensor, else a NumPy array (both share the kiln tensor's bytes).
-nb::object handOver(runtime::Tensor t, const std::vector<InArray>& inputs, bool torch) {
+nb::object handOver(runtime::Tensor t, const std::vector<InArray>& inputs, bool torch,
+                    uintptr_t* address) {
   if (!t.isContiguous()) t = take(t.contiguous());
   const std::byte* p = t.rawData();
   for (const InArray& a : inputs) {
@@ -155,6 +156,7 @@ nb::object handOver(runtime::Tensor t, const std::vector<InArray>& inputs, bool 
     }
   }
   auto* owned = new runtime::Tensor(std::move(t));
+  *address = reinterpret_cast<uintptr_t>(owned->rawData());
   nb::capsule owner(owned, [](void* q) noexcept { delete static_cast<runtime::Tensor*>(q); });
   std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
   const nb::dlpack::dtype dt = toDlpack(owned->dtype());
@@ -165,10 +167,15 @@ nb::object handOver(runtime::Tensor t, const std::vector<InArray>& inputs, bool 
                                          nullptr, dt, nb::device::cpu::value));
 }
 
+// `record`, when given, receives the address of each output's kiln tensor (zero-copy tests).
 nb::list handOverAll(std::vector<runtime::Tensor> outs, const std::vector<InArray>& inputs,
-                     bool torch) {
+                     bool torch, std::vector<uintptr_t>* record = nullptr) {
   nb::list l;
-  for (runtime::Tensor& t : outs) l.append(handOver(std::move(t), inputs, torch));
+  for (runtime::Tensor& t : outs) {
+    uintptr_t address = 0;
+    l.append(handOver(std::move(t), inputs, torch, &address));
+    if (record) record->push_back(address);
+  }
   return l;
 }
 
@@ -269,15 +276,15 @@ compiler::CompileOptions compileOptions(const std::string& device, bool autotune
 struct PyCompiled {
   std::shared_ptr<compiler::CompiledModel> compiled;  // One of the two is set.
   std::shared_ptr<runtime::LoadedModel> loaded;
-  std::vector<std::string> inputNames, outputNames;
 
-  nb::list run(const std::vector<InArray>& arrays, bool torch) {
+  nb::list run(const std::vector<InArray>& arrays, bool torch,
+               std::vector<uintptr_t>* record = nullptr) {
     std::vector<runtime::Tensor> inputs = viewsOf(arrays);
     Expected<std::vector<runtime::Tensor>> outs = [&] {
       nb::gil_scoped_release release;
       return compiled ? compiled->run(inputs) : loaded->run(inputs);
     }();
-    return handOverAll(take(std::move(outs)), arrays, torch);
+    return handOverAll(take(std::move(outs)), arrays, torch, record);
   }
 
   nb::dict report() const {
@@ -566,7 +573,23 @@ NB_MODULE(_kiln, m) {
   m.def("load_graph", &loadGraph, "model"_a, "batch"_a = 1, "seed"_a = 0);
 
   nb::class_<PyCompiled>(m, "Compiled")
-      .def("run", &PyCompiled::run, "inputs"_a, "torch"_a = false)
+      .def(
+          "run",
+          [](PyCompiled& c, const std::vector<InArray>& arrays, bool torch) {
+            return c.run(arrays, torch);
+          },
+          "inputs"_a, "torch"_a = false)
+      .def(
+          "run_with_pointers",
+          [](PyCompiled& c, const std::vector<InArray>& arrays, bool torch) {
+            // The outputs and the address of each one's kiln tensor, for zero-copy tests.
+            std::vector<uintptr_t> kilnPointers;
+            nb::list outs = c.run(arrays, torch, &kilnPointers), pairs;
+            for (size_t i = 0; i < outs.size(); ++i)
+              pairs.append(nb::make_tuple(outs[i], kilnPointers[i]));
+            return pairs;
+          },
+          "inputs"_a, "torch"_a = false)
       .def("report", &PyCompiled::report)
       .def("explain", &PyCompiled::explain)
       .def("save", &PyCompiled::save, "path"_a, "name"_a = "model")

@@ -1,0 +1,268 @@
+"""torch.compile(model, backend="kiln"): a TorchDynamo backend.
+
+Dynamo hands each captured graph to `kiln_backend`, which runs AOTAutograd over it (core ATen
+decompositions; forward and backward graphs for training, one inference graph under no_grad).
+Each ATen graph is partitioned (torch.fx's CapabilityBasedPartitioner) into the subgraphs kiln
+translates (kiln.torch_export.Translator) and the nodes it does not, which stay in PyTorch; each
+kiln subgraph is compiled at its first call for its input shapes and again for new ones.
+`KILN_LOG=fallback` prints every node left to PyTorch with the reason (also on the `kiln`
+logger at INFO).
+
+Under no_grad the module's parameters and buffers are frozen into the kiln graph (shared, not
+copied), so that BatchNorm folds into convolutions and weights are reordered once, as
+Inductor's freezing does; each call checks their version counters and compiles again after an
+in-place change (an optimizer step, load_state_dict). In training they stay inputs.
+
+The backend is registered under the `torch_dynamo_backends` entry point (python/pyproject.toml,
+and the dist-info the build writes into build/python/), so `backend="kiln"` works without an
+import; importing kiln.dynamo registers it too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupport
+
+from . import UserError
+from .torch_export import HANDLERS, SKIP, TORCH_TO_KILN, Translator, describe
+
+log = logging.getLogger("kiln")
+aten = torch.ops.aten
+
+# Ops whose further outputs (BatchNorm's statistics, max-pooling's indices, layer norm's mean
+# and rstd) kiln does not compute: the node is kiln's only where every user reads output 0.
+_FIRST_OUTPUT_ONLY = {
+    aten._native_batch_norm_legit_no_training.default,
+    aten.native_layer_norm.default,
+    aten.max_pool2d_with_indices.default,
+}
+# Movement and constant ops: a partition made of these alone is left to PyTorch (a kiln call
+# would cost more than it saves).
+_NON_COMPUTE = [
+    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+    "aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.expand.default",
+    "aten.clone.default", "aten.alias.default", "aten.unsqueeze.default", "aten.squeeze.dim",
+    "aten.squeeze.dims", "aten.slice.Tensor", "aten.select.int", "aten.detach.default",
+    "_operator.getitem", "aten.sym_size.int", "aten.full.default", "aten.scalar_tensor.default",
+    "aten.arange.start_step", "aten.full_like.default",
+]
+
+
+def _fallback_enabled() -> bool:
+    return "fallback" in os.environ.get("KILN_LOG", "").split(",")
+
+
+def _report_fallback(node, reason: str) -> None:
+    msg = f"kiln: fallback to PyTorch: {describe(node)}: {reason}"
+    log.info(msg)
+    if _fallback_enabled():
+        print(msg, file=sys.stderr)
+
+
+def _tensor_ok(v) -> str | None:
+    if isinstance(v, torch.Tensor):
+        if v.dtype not in TORCH_TO_KILN:
+            return f"dtype {v.dtype}"
+        if v.device.type != "cpu":
+            return f"device {v.device}"
+        if v.layout != torch.strided:
+            return f"layout {v.layout}"
+    return None
+
+
+def unsupported_reason(node) -> str | None:
+    """Why kiln does not take `node` (None: it does)."""
+    if node.op != "call_function":
+        return "not a function call"
+    if node.target is _getitem:
+        src = node.args[0]
+        if src.target in _FIRST_OUTPUT_ONLY and node.args[1] != 0:
+            return f"output {node.args[1]} of {src.target} (kiln computes output 0 only)"
+        return unsupported_reason(src) if isinstance(src, torch.fx.Node) else None
+    if node.target not in HANDLERS and node.target not in SKIP:
+        return "no kiln translation for this op"
+    if node.target in _FIRST_OUTPUT_ONLY:
+        for u in node.users:
+            if u.target is not _getitem or u.args[1] != 0:
+                return "its further outputs are used (kiln computes output 0 only)"
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    for v in vals:
+        r = _tensor_ok(v)
+        if r:
+            return f"an output of {r}"
+    for a in node.all_input_nodes:
+        r = _tensor_ok(a.meta.get("val"))
+        if r:
+            return f"an input of {r}"
+    if node.target == aten.convolution.default:
+        if node.args[6]:
+            return "transposed convolution (kiln has no conv_transpose)"
+        w = node.args[1].meta.get("val")
+        if w is not None and w.dim() != 4:
+            return f"a {w.dim() - 2}-D convolution (kiln has conv2d only)"
+    if node.target == aten.native_layer_norm.default and len(node.args[1]) != 1:
+        return "layer norm over more than the last dim"
+    return None
+
+
+import operator as _operator  # noqa: E402
+
+_getitem = _operator.getitem
+
+
+class _Support(OperatorSupport):
+    def is_node_supported(self, submodules, node) -> bool:
+        return unsupported_reason(node) is None
+
+
+class KilnSubgraph(torch.nn.Module):
+    """One partition: translated and compiled by kiln per input signature; falls back to the
+    PyTorch subgraph (logged) if translation fails."""
+
+    def __init__(self, gm: torch.fx.GraphModule, frozen: list[bool], name: str, options: dict):
+        super().__init__()
+        self.gm = gm
+        self.frozen = frozen
+        self.name = name
+        self.options = options
+        self.cache = {}  # Signature of the runtime inputs -> (compiled model, their indices).
+        self.frozen_state = None  # (data_ptr, version) of each frozen tensor the cache is for.
+        self.fallback = False
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        self.single = not isinstance(out.args[0], (list, tuple))
+
+    def _compile(self, args):
+        from . import compile as kiln_compile
+
+        t = Translator(self.name)
+        bindings = {}
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for node, a, f in zip(placeholders, args, self.frozen):
+            if not isinstance(a, torch.Tensor) or f:
+                bindings[node.name] = a  # A SymInt's value or a frozen tensor: constants.
+            else:
+                bindings[node.name] = (a.dtype, list(a.shape))
+        model = t.finish(t.run(self.gm.graph, bindings))
+        compiled = kiln_compile(model, **self.options)
+        index = [i for i, (a, f) in enumerate(zip(args, self.frozen))
+                 if isinstance(a, torch.Tensor) and not f]
+        return compiled, index
+
+    def forward(self, *args):
+        if self.fallback:
+            return self.gm(*args)
+        frozen_state = tuple((a.data_ptr(), a._version)
+                             for a, f in zip(args, self.frozen) if f)
+        if frozen_state != self.frozen_state:
+            self.cache.clear()  # Frozen weights changed in place: compile again.
+            self.frozen_state = frozen_state
+        key = tuple((a.dtype, tuple(a.shape)) if isinstance(a, torch.Tensor) else a
+                    for a, f in zip(args, self.frozen) if not f)
+        entry = self.cache.get(key)
+        if entry is None:
+            try:
+                entry = self._compile(args)
+            except UserError as e:
+                self.fallback = True
+                for n in self.gm.graph.nodes:
+                    if n.op == "call_function":
+                        _report_fallback(n, f"its subgraph {self.name} did not translate: {e}")
+                return self.gm(*args)
+            self.cache[key] = entry
+        compiled, index = entry
+        inputs = []
+        for i in index:
+            a = args[i].detach()
+            inputs.append(a if a.is_contiguous() else a.contiguous())
+        outs = compiled._impl.run(inputs, True)
+        return outs[0] if self.single else tuple(outs)
+
+
+def _partition(gm: torch.fx.GraphModule, frozen_inputs: set, options: dict, tag: str):
+    """`gm` with kiln's partitions replaced by KilnSubgraph modules; reports the rest."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            r = unsupported_reason(node)
+            if r and node.target not in (_getitem,):
+                _report_fallback(node, r)
+    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True,
+                                             non_compute_ops=_NON_COMPUTE)
+    partitions = partitioner.propose_partitions()
+    if not partitions:
+        return gm
+    fused = partitioner.fuse_partitions(partitions, prefix="kiln_")
+    placeholders = {n.name for n in fused.graph.nodes if n.op == "placeholder"
+                    and n.name in frozen_inputs}
+    for node in list(fused.graph.nodes):
+        if node.op == "call_module" and node.target.startswith("kiln_"):
+            sub = getattr(fused, node.target)
+            frozen = [isinstance(a, torch.fx.Node) and a.name in placeholders for a in node.args]
+            setattr(fused, node.target, KilnSubgraph(sub, frozen, f"{tag}_{node.target}", options))
+    fused.recompile()
+    return fused
+
+
+def _frozen_names(dynamo_gm, aten_gm, example_inputs) -> set:
+    """Placeholders of the ATen graph that are the module's parameters or buffers (by Dynamo's
+    names for them: L_self_..._parameters_... / _buffers_...), matched by position."""
+    dyn = [n for n in dynamo_gm.graph.nodes if n.op == "placeholder"]
+    at = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
+    if len(dyn) != len(at):
+        return set()
+    out = set()
+    for d, a in zip(dyn, at):
+        if "_parameters_" in d.name or "_buffers_" in d.name:
+            out.add(a.name)
+    return out
+
+
+def _make_compiler(dynamo_gm, options: dict, freeze: bool, tag: str):
+    def compiler(aten_gm: torch.fx.GraphModule, example_inputs):
+        frozen = _frozen_names(dynamo_gm, aten_gm, example_inputs) if freeze else set()
+        fused = _partition(aten_gm, frozen, options, tag)
+
+        def run(args):
+            args = list(args)
+            out = fused(*args)
+            args.clear()
+            return out
+
+        run._boxed_call = True
+        return run
+
+    return compiler
+
+
+def kiln_backend(gm: torch.fx.GraphModule, example_inputs, **options):
+    """The torch.compile backend: options (torch.compile(..., options={...})) go to
+    kiln.compile (threads, autotune, precision)."""
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    options = dict(options.get("options") or {}) if "options" in options else dict(options)
+    decomps = core_aten_decompositions()
+    return aot_autograd(
+        fw_compiler=_make_compiler(gm, options, False, "fw"),
+        bw_compiler=_make_compiler(gm, options, False, "bw"),
+        inference_compiler=_make_compiler(gm, options, True, "inf"),
+        decompositions=decomps,
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)
+
+
+def register() -> None:
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+
+    if "kiln" not in _BACKENDS or _BACKENDS["kiln"] is None:
+        register_backend(name="kiln", compiler_fn=kiln_backend)
+
+
+register()

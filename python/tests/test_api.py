@@ -1,0 +1,131 @@
+"""kiln's Python API on kiln's own models: compiled == eager, DLPack without copies, errors,
+threads, artifacts, JIT. Run by ctest ("python: pytest") with PYTHONPATH=build/python."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return kiln.load("mlp", batch=2)
+
+
+@pytest.fixture(scope="module")
+def mlp_compiled(mlp):
+    return kiln.compile(mlp)
+
+
+def test_compiled_matches_eager_numpy_and_torch(mlp, mlp_compiled):
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 784)).astype(np.float32)
+    y = mlp_compiled(x)
+    assert isinstance(y, np.ndarray) and y.shape == (2, 10) and y.dtype == np.float32
+    ref = kiln.eager(mlp)(x)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+    yt = mlp_compiled(torch.from_numpy(x))
+    assert isinstance(yt, torch.Tensor) and yt.dtype == torch.float32
+    np.testing.assert_allclose(yt.numpy(), ref, rtol=1e-5, atol=1e-6)
+    assert np.abs(ref).max() > 0.01  # A check of something.
+
+
+def test_zero_copy_inputs_and_outputs(mlp_compiled):
+    x = torch.rand(2, 784)
+    # Inputs: kiln reads the tensor's own bytes.
+    assert kiln._kiln.data_pointer(x) == x.data_ptr()
+    a = np.random.rand(2, 784).astype(np.float32)
+    assert kiln._kiln.data_pointer(a) == a.ctypes.data
+    # Outputs: the returned tensor is kiln's tensor, not a copy of it.
+    (out, kiln_ptr), = mlp_compiled._impl.run_with_pointers([x], True)
+    assert isinstance(out, torch.Tensor) and out.data_ptr() == kiln_ptr
+    (out, kiln_ptr), = mlp_compiled._impl.run_with_pointers([a], False)
+    assert isinstance(out, np.ndarray) and out.ctypes.data == kiln_ptr
+    # Two calls give two distinct outputs (no arena slot is handed out twice).
+    y1, y2 = mlp_compiled(x), mlp_compiled(x)
+    assert y1.data_ptr() != y2.data_ptr() and torch.equal(y1, y2)
+
+
+def test_non_contiguous_input_is_copied_once(mlp_compiled):
+    x = torch.rand(784, 2).t()  # A transposed view.
+    assert not x.is_contiguous()
+    torch.testing.assert_close(mlp_compiled(x), mlp_compiled(x.contiguous()))
+
+
+def test_bad_inputs_raise_kiln_errors(mlp_compiled):
+    with pytest.raises(kiln.UserError, match=r"input 'input' \(#0\): expected f32\[2,784\], got "
+                                             r"f32\[3,784\]") as e:
+        mlp_compiled(np.zeros((3, 784), np.float32))
+    assert isinstance(e.value, ValueError) and isinstance(e.value, kiln.Error)
+    with pytest.raises(kiln.Error, match=r"expected f32\[2,784\], got f64\[2,784\]"):
+        mlp_compiled(np.zeros((2, 784), np.float64))
+    with pytest.raises(kiln.UserError, match="unsupported DLPack dtype"):
+        mlp_compiled(torch.zeros(2, 784, dtype=torch.complex64))
+    with pytest.raises(kiln.UserError, match="takes 1 inputs, got 2"):
+        mlp_compiled(np.zeros((2, 784), np.float32), np.zeros((2, 784), np.float32))
+    with pytest.raises(kiln.UserError, match="does not exist"):
+        kiln.load("no/such/model.onnx")
+    with pytest.raises(kiln.UserError, match="expected 'fusion'"):
+        mlp_compiled.explain("everything")
+    with pytest.raises(kiln.UserError, match="precision"):
+        kiln.compile("mlp", precision="fp8")
+
+
+def test_concurrent_calls_from_python_threads():
+    model = kiln.load("mnist_cnn", batch=4)
+    compiled = kiln.compile(model)
+    eager = kiln.eager(model)
+    rng = np.random.default_rng(1)
+    inputs = [rng.uniform(-1, 1, (4, 1, 28, 28)).astype(np.float32) for _ in range(8)]
+    expected = [eager(x) for x in inputs]
+    errors = []
+
+    def worker(k):
+        try:
+            for _ in range(10):
+                for i in range(k, len(inputs), 4):
+                    np.testing.assert_allclose(compiled(inputs[i]), expected[i], rtol=1e-4,
+                                               atol=1e-5)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_jit_compiles_per_signature():
+    j = kiln.jit(kiln.load("mlp", batch=1))
+    rng = np.random.default_rng(2)
+    for batch in (1, 3, 1):
+        x = rng.uniform(-1, 1, (batch, 784)).astype(np.float32)
+        np.testing.assert_allclose(j(x), kiln.eager(kiln.load("mlp", batch=batch))(x), rtol=1e-5,
+                                   atol=1e-6)
+    assert j.compiles == 2
+    assert len(j.log) == 2
+
+
+def test_artifact_round_trip(tmp_path, mlp, mlp_compiled):
+    path = str(tmp_path / "mlp.kiln")
+    mlp_compiled.save(path)
+    loaded = kiln.load(path)
+    assert isinstance(loaded, kiln.CompiledModel) and loaded.report["kind"] == "artifact"
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 784)).astype(np.float32)
+    np.testing.assert_array_equal(loaded(x), mlp_compiled(x))
+    with pytest.raises(kiln.UserError, match="loaded from an artifact"):
+        loaded.save(str(tmp_path / "again.kiln"))
+
+
+def test_explain_report_and_bench(mlp_compiled):
+    assert "linear" in mlp_compiled.explain("graph")
+    assert isinstance(mlp_compiled.explain("fusion"), str)
+    r = mlp_compiled.report
+    assert r["kind"] == "compiled" and r["parameter_bytes"] > 0
+    b = kiln.bench("mlp", iters=3, warmup=1)
+    assert b["compiled_ms"] > 0 and b["eager_ms"] > 0 and b["speedup"] > 0

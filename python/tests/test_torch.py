@@ -1,0 +1,148 @@
+"""kiln.from_torch (torch.export -> kiln) and torch.compile(backend="kiln") against PyTorch
+eager, on the peer benchmark's models (tools/peers/export.py builds them)."""
+
+import copy
+import importlib.metadata
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+import torch.nn.functional as F  # noqa: E402
+
+import kiln  # noqa: E402
+import kiln.dynamo  # noqa: E402,F401
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "peers"))
+import export as peers  # noqa: E402
+
+
+def close(y, ref, rtol=1e-4):
+    """fp32 tolerance: relative to the output's scale (kiln's convolutions and matmuls sum in
+    another order than PyTorch's)."""
+    torch.testing.assert_close(y, ref, rtol=rtol, atol=rtol * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "vit_small", "bert_layer"])
+def test_from_torch_matches_eager_with_dynamic_batch(name):
+    torch.manual_seed(0)
+    ctor, _ = peers.MODELS[name]
+    module = ctor().eval()
+    batch = torch.export.Dim("batch", min=1, max=16)
+    x2 = peers.make_input(name, 2)
+    model = kiln.from_torch(module, (x2,), dynamic_shapes=({0: batch},))
+    x3 = peers.make_input(name, 3)
+    with torch.no_grad():
+        for x in (x2, x3):
+            close(model(x), module(x))
+    assert model.compiles == 2
+    with pytest.raises(kiln.UserError, match=r"dim 0 .*17 is outside its range \[1, 16\]"):
+        model(peers.make_input(name, 17))
+    if name != "bert_layer":
+        x = peers.make_input(name, 2)
+        bad = x[:, :, :-1] if x.dim() == 4 else x[:, :-1]
+        with pytest.raises(kiln.UserError, match="was exported as static"):
+            model(bad)
+
+
+def test_from_torch_shares_parameters():
+    lin = torch.nn.Linear(64, 64)
+    model = kiln.from_torch(lin, (torch.randn(2, 64),))
+    graph = model.model(torch.randn(2, 64))
+    assert "linear" in graph.text()
+    # The exported program's parameter is the module's own tensor: kiln borrowed it.
+    weight = model.exported.state_dict["weight"]
+    assert weight.data_ptr() == lin.weight.data_ptr()
+
+
+class Bessel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        h = torch.special.bessel_j0(h)  # kiln has no Bessel function: a graph break for kiln.
+        return self.b(h).softmax(-1)
+
+
+def test_from_torch_names_unsupported_ops_with_source_lines():
+    with pytest.raises(kiln.UserError) as e:
+        kiln.from_torch(Bessel().eval(), (torch.randn(4, 16),))
+    msg = str(e.value)
+    assert "aten.special_bessel_j0.default" in msg and "test_torch.py:" in msg
+    assert "torch.special.bessel_j0(h)" in msg
+
+
+def test_torch_compile_backend_falls_back_and_logs(monkeypatch, capfd):
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    m = Bessel().eval()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        close(torch.compile(m, backend="kiln")(x), m(x), rtol=1e-5)
+    err = capfd.readouterr().err
+    assert "kiln: fallback to PyTorch: aten.special_bessel_j0.default" in err
+    assert "no kiln translation for this op" in err
+
+
+def test_torch_compile_resnet18_inference_and_weight_updates():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = peers.MODELS["resnet18"][0]().eval()
+    x = torch.randn(1, 3, 224, 224)
+    c = torch.compile(m, backend="kiln")
+    with torch.no_grad():
+        close(c(x), m(x))
+        # Frozen weights changed in place: kiln compiles again instead of using stale folds.
+        m.fc.weight.mul_(2.0)
+        m.layer1[0].bn1.running_var.mul_(4.0)
+        close(c(x), m(x))
+
+
+class SmallCnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(1, 8, 3)
+        self.c2 = torch.nn.Conv2d(8, 16, 3)
+        self.fc = torch.nn.Linear(16 * 5 * 5, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.c1(x)), 2)
+        x = F.max_pool2d(F.relu(self.c2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+def _train(model, steps=20):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(32, 1, 28, 28, generator=g)
+        y = torch.randint(0, 10, (32,), generator=g)
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_torch_compile_training_matches_eager():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = SmallCnn()
+    m2 = copy.deepcopy(m)
+    eager = _train(m)
+    compiled = _train(torch.compile(m2, backend="kiln"))
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
+    assert eager[-1] != eager[0]  # The parameters moved.
+
+
+def test_backend_entry_point_is_registered():
+    eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    assert any(ep.name == "kiln" and ep.value == "kiln.dynamo:kiln_backend" for ep in eps)
