@@ -779,9 +779,13 @@ def _check_dims(ep, user_nodes, args):
 
 
 def _upper(v):
+    """A range's upper bound as a number: infinity for a Dim without max (sympy's oo, torch's
+    int_oo)."""
+    if getattr(v, "is_finite", True) is False:
+        return float("inf")
     try:
         return int(v)
-    except (TypeError, ValueError, OverflowError):
+    except Exception:  # noqa: BLE001 - any other symbolic bound: no bound to check.
         return float("inf")
 
 

@@ -50,7 +50,12 @@ def test_from_torch_matches_eager_with_dynamic_batch(name):
 
 def test_from_torch_shares_parameters():
     lin = torch.nn.Linear(64, 64)
-    model = kiln.from_torch(lin, (torch.randn(2, 64),))
+    # A Dim without bounds (as in the README's quick start).
+    model = kiln.from_torch(lin, (torch.randn(2, 64),),
+                            dynamic_shapes=({0: torch.export.Dim("batch")},))
+    with torch.no_grad():
+        x = torch.randn(1000, 64)
+        close(model(x), lin(x))
     graph = model.model(torch.randn(2, 64))
     assert "linear" in graph.text()
     # The exported program's parameter is the module's own tensor: kiln borrowed it.
