@@ -94,11 +94,20 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--skip-inductor", action="store_true")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--cold-inductor", action="store_true",
+                    help="time Inductor's first call without its caches (FX graph and AOTAutograd "
+                         "caches off, a fresh cache directory), as on a new machine")
     ap.add_argument("--kiln", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                    "build", "tools", "kiln"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    result = {"threads": args.threads, "cpu": _cpu()}
+    if args.cold_inductor:
+        import tempfile
+
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cold-")
+        torch._inductor.config.fx_graph_cache = False
+        torch._functorch.config.enable_autograd_cache = False
+    result = {"threads": args.threads, "cpu": _cpu(), "cold_inductor": args.cold_inductor}
 
     result["call_overhead"] = co = call_overhead(args.kiln, args.threads)
     print(f"## Call overhead, mlp batch 1 ({args.threads} threads)\n")
