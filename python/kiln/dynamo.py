@@ -217,6 +217,11 @@ def _frozen_names(dynamo_gm, aten_gm, example_inputs) -> set:
         return set()
     out = set()
     for d, a in zip(dyn, at):
+        dv, av = d.meta.get("example_value"), a.meta.get("val")
+        if not (isinstance(dv, torch.Tensor) and isinstance(av, torch.Tensor)):
+            continue
+        if dv.dtype != av.dtype or tuple(dv.shape) != tuple(av.shape):
+            return set()  # Not the same order after all: freeze nothing.
         if "_parameters_" in d.name or "_buffers_" in d.name:
             out.add(a.name)
     return out

@@ -151,3 +151,17 @@ def test_torch_compile_training_matches_eager():
 def test_backend_entry_point_is_registered():
     eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
     assert any(ep.name == "kiln" and ep.value == "kiln.dynamo:kiln_backend" for ep in eps)
+
+
+@pytest.mark.parametrize("name", list(peers.MODELS))
+def test_torch_compile_backend_on_every_peer_model(name, monkeypatch, capfd):
+    """Inference through the Dynamo backend on every model of the peer benchmark: eager's output
+    within fp32 tolerance, and nothing left to PyTorch (no fallback logged)."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = peers.MODELS[name][0]().eval()
+    x = peers.make_input(name, 2)
+    with torch.no_grad():
+        close(torch.compile(m, backend="kiln")(x), m(x))
+    assert "fallback to PyTorch" not in capfd.readouterr().err
