@@ -244,6 +244,9 @@ def _make_compiler(dynamo_gm, options: dict, freeze: bool, tag: str):
     return compiler
 
 
+_DECOMPOSITIONS = None
+
+
 def kiln_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The torch.compile backend: options (torch.compile(..., options={...})) go to
     kiln.compile (threads, autotune, precision)."""
@@ -252,7 +255,10 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     options = dict(options.get("options") or {}) if "options" in options else dict(options)
-    decomps = core_aten_decompositions()
+    global _DECOMPOSITIONS
+    if _DECOMPOSITIONS is None:  # Built once: making the table takes tens of ms.
+        _DECOMPOSITIONS = core_aten_decompositions()
+    decomps = _DECOMPOSITIONS
     return aot_autograd(
         fw_compiler=_make_compiler(gm, options, False, "fw"),
         bw_compiler=_make_compiler(gm, options, False, "bw"),
