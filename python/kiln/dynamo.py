@@ -100,12 +100,16 @@ def unsupported_reason(node) -> str | None:
         r = _tensor_ok(a.meta.get("val"))
         if r:
             return f"an input of {r}"
-    if node.target == aten.convolution.default:
-        if node.args[6]:
+    conv = {aten.convolution.default: (6, 1), aten.convolution_backward.default: (7, 2)}
+    if node.target in conv:
+        transposed, weight = conv[node.target]
+        if node.args[transposed]:
             return "transposed convolution (kiln has no conv_transpose)"
-        w = node.args[1].meta.get("val")
+        w = node.args[weight].meta.get("val")
         if w is not None and w.dim() != 4:
             return f"a {w.dim() - 2}-D convolution (kiln has conv2d only)"
+    if node.target == aten.threshold_backward.default and node.args[2] != 0:
+        return "threshold_backward away from 0 (kiln has ReLU's)"
     if node.target == aten.native_layer_norm.default and len(node.args[1]) != 1:
         return "layer norm over more than the last dim"
     return None
@@ -255,10 +259,20 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     options = dict(options.get("options") or {}) if "options" in options else dict(options)
+    training = torch.is_grad_enabled() and any(
+        getattr(t, "requires_grad", False) for t in example_inputs)
     global _DECOMPOSITIONS
     if _DECOMPOSITIONS is None:  # Built once: making the table takes tens of ms.
-        _DECOMPOSITIONS = core_aten_decompositions()
-    decomps = _DECOMPOSITIONS
+        table = core_aten_decompositions()
+        # For training, scaled_dot_product_attention's CPU flash kernel is not decomposed:
+        # PyTorch 2.15 decomposes the forward into math ops but keeps the flash backward, which
+        # then reads the probabilities as its logsumexp and gives wrong gradients (the same with
+        # aot_eager and this table; tests/test_torch.py has the case). Forward and backward stay
+        # PyTorch's flash kernels; in inference the math form is what kiln fuses into attention.
+        training_table = {k: v for k, v in table.items()
+                          if k != aten._scaled_dot_product_flash_attention_for_cpu.default}
+        _DECOMPOSITIONS = (table, training_table)
+    decomps = _DECOMPOSITIONS[1 if training else 0]
     return aot_autograd(
         fw_compiler=_make_compiler(gm, options, False, "fw"),
         bw_compiler=_make_compiler(gm, options, False, "bw"),

@@ -585,6 +585,77 @@ def _argmax(t, x, dim=None, keepdim=False):
     return t.op("argmax", [x], {"axis": int(dim), "keepdims": int(bool(keepdim))})
 
 
+# ---- backward ops (AOTAutograd's backward graphs) -----------------------------------------
+
+
+@handles(aten.convolution_backward.default)
+def _convolution_backward(t, grad, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    if transposed:
+        raise Unsupported("transposed convolution (kiln has no conv_transpose)")
+    if len(w.shape) != 4:
+        raise Unsupported(f"a {len(w.shape) - 2}-D convolution (kiln has conv2d only)")
+    attrs = {"strides": [int(s) for s in stride],
+             "pads": [int(padding[0]), int(padding[1]), int(padding[0]), int(padding[1])],
+             "dilations": [int(d) for d in dilation], "group": int(groups)}
+    gi = t.op("conv2d_backward_data", [grad, w, x], attrs) if output_mask[0] else None
+    gw = t.op("conv2d_backward_weight", [grad, x, w], attrs) if output_mask[1] else None
+    gb = (t.op("reduce_sum", [grad], {"axes": [0, 2, 3], "keepdims": 0})
+          if output_mask[2] else None)
+    return (gi, gw, gb)
+
+
+@handles(aten.max_pool2d_with_indices_backward.default)
+def _max_pool_backward(t, grad, x, kernel, stride, padding, dilation, ceil_mode, indices):
+    # kiln routes each window's gradient to its first maximum (NaN first), the element PyTorch's
+    # forward recorded in `indices`; the indices themselves are not read.
+    k = _pair(kernel)
+    p = _pair(padding, [0, 0])
+    return t.op("max_pool2d_backward", [grad, x],
+                {"kernel": k, "strides": _pair(stride, k), "pads": p + p,
+                 "dilations": _pair(dilation, [1, 1]), "ceil_mode": int(bool(ceil_mode))})
+
+
+@handles(aten.avg_pool2d_backward.default)
+def _avg_pool_backward(t, grad, x, kernel, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override):
+    if divisor_override is not None:
+        raise Unsupported("avg_pool2d with divisor_override")
+    k = _pair(kernel)
+    p = _pair(padding, [0, 0])
+    return t.op("avg_pool2d_backward", [grad, x],
+                {"kernel": k, "strides": _pair(stride, k), "pads": p + p,
+                 "ceil_mode": int(bool(ceil_mode)),
+                 "count_include_pad": int(bool(count_include_pad))})
+
+
+@handles(aten.threshold_backward.default)
+def _threshold_backward(t, grad, x, threshold):
+    if threshold != 0:
+        raise Unsupported(f"threshold_backward at {threshold} (kiln has ReLU's, at 0)")
+    return t.op("relu_backward", [grad, x])
+
+
+@handles(aten.gelu_backward.default)
+def _gelu_backward(t, grad, x, approximate="none"):
+    return t.op("gelu_backward", [grad, x], {"approximate": approximate})
+
+
+@handles(aten._softmax_backward_data.default)
+def _softmax_backward(t, grad, y, dim, input_dtype):
+    # dx = y * (grad - sum(grad * y, dim))
+    s = t.op("reduce_sum", [t.op("mul", [grad, y])], {"axes": [dim % len(y.shape)],
+                                                      "keepdims": 1})
+    return t.op("mul", [y, t.op("sub", [grad, s])])
+
+
+@handles(aten._log_softmax_backward_data.default)
+def _log_softmax_backward(t, grad, y, dim, input_dtype):
+    # dx = grad - exp(y) * sum(grad, dim)
+    s = t.op("reduce_sum", [grad], {"axes": [dim % len(y.shape)], "keepdims": 1})
+    return t.op("sub", [grad, t.op("mul", [t.op("exp", [y]), s])])
+
+
 # ---- movement ---------------------------------------------------------------------------
 
 
