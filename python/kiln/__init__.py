@@ -70,8 +70,9 @@ def _arrays(args):
 class _Callable:
     """Calls `self._impl.run` on DLPack arrays: NumPy in, NumPy out; torch in, torch out."""
 
-    _impl = None
-    _single = True
+    def __init__(self, impl, n_outputs: int):
+        self._impl = impl
+        self._single = n_outputs == 1
 
     def __call__(self, *args):
         arrays, torch_in = _arrays(args)
@@ -115,8 +116,7 @@ class CompiledModel(_Callable):
     """A compiled model (kiln.compile) or a loaded artifact (kiln.load("x.kiln"))."""
 
     def __init__(self, impl: "_kiln.Compiled"):
-        self._impl = impl
-        self._single = len(impl.outputs) == 1
+        super().__init__(impl, len(impl.outputs))
 
     @property
     def inputs(self):
@@ -148,17 +148,9 @@ class CompiledModel(_Callable):
 class EagerModel(_Callable):
     """The same graph run op by op (no fusion, no planning): the baseline."""
 
-    def __init__(self, impl, n_outputs: int):
-        self._impl = impl
-        self._single = n_outputs == 1
-
 
 class JitModel(_Callable):
     """Compiles at the first call of each input signature (dtypes and shapes are the guards)."""
-
-    def __init__(self, impl, n_outputs: int):
-        self._impl = impl
-        self._single = n_outputs == 1
 
     @property
     def compiles(self) -> int:

@@ -122,13 +122,13 @@ class SmallCnn(torch.nn.Module):
         return self.fc(x.flatten(1))
 
 
-def _train(model, steps=20):
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+def _train(model, opt, steps, x_shape, classes):
+    """Losses of `steps` steps on seeded random data: x of `x_shape`, labels below `classes`."""
     g = torch.Generator().manual_seed(1)
     losses = []
     for _ in range(steps):
-        x = torch.randn(32, 1, 28, 28, generator=g)
-        y = torch.randint(0, 10, (32,), generator=g)
+        x = torch.randn(*x_shape, generator=g)
+        y = torch.randint(0, classes, (x_shape[0],), generator=g)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -142,8 +142,12 @@ def test_torch_compile_training_matches_eager():
     torch.manual_seed(0)
     m = SmallCnn()
     m2 = copy.deepcopy(m)
-    eager = _train(m)
-    compiled = _train(torch.compile(m2, backend="kiln"))
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    eager = _train(m, sgd(m), 20, (32, 1, 28, 28), 10)
+    c = torch.compile(m2, backend="kiln")
+    compiled = _train(c, sgd(m2), 20, (32, 1, 28, 28), 10)
     assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
     assert eager[-1] != eager[0]  # The parameters moved.
 
@@ -171,22 +175,11 @@ def test_torch_compile_training_attention_matches_eager():
     m = AttentionHead()
     m2 = copy.deepcopy(m)
 
-    def train(model):
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        g = torch.Generator().manual_seed(1)
-        losses = []
-        for _ in range(8):
-            x = torch.randn(8, 16, 32, generator=g)
-            y = torch.randint(0, 5, (8,), generator=g)
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        return losses
+    def adam(model):
+        return torch.optim.Adam(model.parameters(), lr=1e-2)
 
-    eager = train(m)
-    compiled = train(torch.compile(m2, backend="kiln"))
+    eager = _train(m, adam(m), 8, (8, 16, 32), 5)
+    compiled = _train(torch.compile(m2, backend="kiln"), adam(m2), 8, (8, 16, 32), 5)
     assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
 
 
