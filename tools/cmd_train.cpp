@@ -1,67 +1,119 @@
 // `kiln train`: train a zoo model with a cross-entropy loss, compiled (forward, backward and
-// optimizer update as one graph) or --eager, on the built-in synthetic dataset or .npy data.
+// optimizer update as one graph) or --eager, on the built-in synthetic dataset or a dataset
+// (--data: IDX files or .npy pairs, shuffled per epoch, batches prepared on a background
+// thread, validation accuracy per epoch).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "compiler/train.h"
-#include "frontends/npy/npy.h"
+#include "frontends/data/dataset.h"
 #include "models/synthetic.h"
 #include "models/zoo.h"
 #include "runtime/cpu/compute_threads.h"
+#include "runtime/eager.h"
 #include "tools/cli.h"
 
 namespace kiln::cli {
 
 namespace {
 
-// Batches from --data x.npy [M, ...] and --labels y.npy [M] (i64 or i32), taken in order and
-// wrapping around.
-struct NpyDataset {
-  ir::TensorData x, labels;
-};
-
-Expected<NpyDataset> loadDataset(const std::string& data, const std::string& labels,
-                                 const ir::Shape& inputShape) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorData x, frontends::readNpy(data));
-  KILN_ASSIGN_OR_RETURN(ir::TensorData y, frontends::readNpy(labels));
-  ir::Shape sample(inputShape.begin() + 1, inputShape.end());
-  if (x.dtype() != ir::DType::kF32 || x.shape().size() != inputShape.size() ||
-      !std::equal(sample.begin(), sample.end(), x.shape().begin() + 1))
-    return invalidArgument(data + ": the model takes samples of f32" + ir::shapeToString(sample) +
-                           ", the file holds " + x.type().toString() + " (expected [M" +
-                           ir::shapeToString(sample).substr(1));
-  if ((y.dtype() != ir::DType::kI64 && y.dtype() != ir::DType::kI32) || y.shape().size() != 1 ||
-      y.shape()[0] != x.shape()[0])
-    return invalidArgument(labels + ": expected i64 or i32 [" + std::to_string(x.shape()[0]) +
-                           "] class indices, got " + y.type().toString());
-  if (x.shape()[0] < inputShape[0])
-    return invalidArgument(data + " holds " + std::to_string(x.shape()[0]) +
-                           " samples, fewer than one batch of " + std::to_string(inputShape[0]));
-  if (y.dtype() == ir::DType::kI32) {
-    ir::TensorData wide(ir::DType::kI64, y.shape());
-    for (int64_t i = 0; i < y.numElements(); ++i) wide.as<int64_t>()[i] = y.as<int32_t>()[i];
-    y = std::move(wide);
+// The training data of --data (and --labels, the older form of npy pairs), checked against the
+// model: samples of its input's shape, labels below its number of classes, at least one batch;
+// a validation set from the data's own split or --val-split.
+Expected<frontends::DataSplit> loadTrainingData(const Args& args, const ir::Shape& inputShape,
+                                                int64_t classes, uint64_t seed) {
+  const std::string spec = *args.value("data");
+  frontends::DataSplit split;
+  if (const auto labels = args.value("labels")) {
+    KILN_ASSIGN_OR_RETURN(split.train, frontends::readNpyPair(spec, *labels));
+  } else {
+    KILN_ASSIGN_OR_RETURN(split, frontends::loadDataSpec(spec));
   }
-  return NpyDataset{std::move(x), std::move(y)};
+  auto check = [&](const frontends::Dataset& d) -> Status {
+    const ir::Shape& xs = d.x.shape();
+    if (!std::equal(xs.begin() + 1, xs.end(), inputShape.begin() + 1, inputShape.end()))
+      return invalidArgument(
+          d.source + ": samples of " + ir::shapeToString(ir::Shape(xs.begin() + 1, xs.end())) +
+          ", the model takes " +
+          ir::shapeToString(ir::Shape(inputShape.begin() + 1, inputShape.end())));
+    const int64_t* y = d.labels.as<int64_t>();
+    for (int64_t i = 0; i < d.size(); ++i)
+      if (y[i] < 0 || y[i] >= classes)
+        return invalidArgument(d.source + ": sample " + std::to_string(i) + " has label " +
+                               std::to_string(y[i]) + ", the model has " + std::to_string(classes) +
+                               " classes");
+    return Status::ok();
+  };
+  KILN_TRY(check(split.train));
+  if (split.validation) KILN_TRY(check(*split.validation));
+  double fraction = 0;
+  if (const auto v = args.value("val-split")) {
+    char* end = nullptr;
+    fraction = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !(fraction >= 0 && fraction < 1))
+      return invalidArgument("--val-split expects a fraction in [0, 1), got '" + *v + "'");
+    if (split.validation && fraction > 0)
+      return invalidArgument("--val-split: " + spec + " has a validation set of its own");
+  } else if (!split.validation && args.value("epochs")) {
+    fraction = 0.1;  // The default hold-out for epochs over data without a validation set.
+  }
+  if (fraction > 0) {
+    KILN_ASSIGN_OR_RETURN(split,
+                          frontends::splitValidation(std::move(split.train), fraction, seed));
+  }
+  if (split.train.size() < inputShape[0])
+    return invalidArgument(split.train.source + ": " + std::to_string(split.train.size()) +
+                           " training samples, fewer than one batch of " +
+                           std::to_string(inputShape[0]));
+  return split;
 }
 
-models::SyntheticBatch datasetBatch(const NpyDataset& d, const ir::Shape& inputShape,
-                                    uint64_t index) {
-  const int64_t batch = inputShape[0], m = d.x.shape()[0];
-  const int64_t per = d.x.numElements() / m;
-  models::SyntheticBatch b{ir::TensorData(ir::DType::kF32, inputShape),
-                           ir::TensorData(ir::DType::kI64, {batch})};
-  for (int64_t n = 0; n < batch; ++n) {
-    const int64_t src = static_cast<int64_t>((index * batch + n) % static_cast<uint64_t>(m));
-    std::copy_n(d.x.as<float>() + src * per, per, b.x.as<float>() + n * per);
-    b.labels.as<int64_t>()[n] = d.labels.as<int64_t>()[src];
+// Accuracy of the model's current weights on `d`: `eval` is the inference graph (its own copy of
+// the weights), refreshed from the training step's parameters and running statistics by name,
+// then run eagerly batch by batch (a last partial batch padded, its padding not counted).
+Expected<double> validationAccuracy(ir::Graph& eval, const ir::Graph& trained,
+                                    const frontends::Dataset& d) {
+  for (ir::Value* p : eval.parameters()) {
+    const ir::Value* q = trained.findValue(p->name());
+    if (!q || !q->isParameter() || q->data().byteSize() != p->data().byteSize()) continue;
+    ir::TensorData copy = p->data();
+    std::memcpy(copy.data(), q->data().data(), copy.byteSize());
   }
-  return b;
+  const int64_t batch = eval.inputs()[0]->type().shape[0];
+  runtime::EagerExecutor exec(eval);
+  int64_t correct = 0;
+  std::vector<int64_t> order;
+  for (int64_t first = 0; first < d.size(); first += batch) {
+    const int64_t n = std::min(batch, d.size() - first);
+    order.clear();
+    for (int64_t k = 0; k < batch; ++k) order.push_back(k < n ? first + k : 0);
+    frontends::Batch b = frontends::gatherBatch(d, order, 0, batch);
+    const runtime::Tensor x = runtime::Tensor::fromData(b.x);
+    KILN_ASSIGN_OR_RETURN(auto out, exec.run(std::span<const runtime::Tensor>(&x, 1)));
+    const runtime::Tensor& logits = out[0];
+    const int64_t classes = logits.shape()[1];
+    const float* l = logits.data<float>();
+    for (int64_t k = 0; k < n; ++k) {
+      const float* row = l + k * classes;
+      correct += (std::max_element(row, row + classes) - row) == b.labels.as<int64_t>()[k];
+    }
+  }
+  return static_cast<double>(correct) / static_cast<double>(d.size());
+}
+
+std::string clock(double seconds) {
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld", s / 60, s % 60);
+  return buf;
 }
 
 // Where one profiled step's time went, to stderr: totals per kind (generated kernels, each op
@@ -161,55 +213,129 @@ int runTrain(const Args& args) {
                         ". Other models train through the C++ API "
                         "(compiler::TrainingStep, MSE loss)"));
   const int64_t classes = g->outputs()[0]->type().shape[1];
-  std::optional<NpyDataset> data;
-  const auto dataFile = args.value("data");
-  const auto labelFile = args.value("labels");
-  if (dataFile.has_value() != labelFile.has_value())
-    return reportError("train", invalidArgument("--data and --labels go together"));
-  if (dataFile) {
-    auto d = loadDataset(*dataFile, *labelFile, inputShape);
+  std::optional<frontends::DataSplit> data;
+  const auto dataSpec = args.value("data");
+  if (args.value("labels") && !dataSpec)
+    return reportError("train", invalidArgument("--labels goes with --data x.npy"));
+  if (dataSpec) {
+    auto d = loadTrainingData(args, inputShape, classes, static_cast<uint64_t>(*seed));
     if (!d) return reportError("train", d.status());
     data = std::move(*d);
+  } else if (args.value("epochs") || args.value("val-split")) {
+    return reportError("train", invalidArgument("--epochs and --val-split need --data"));
+  }
+  std::unique_ptr<frontends::BatchLoader> loader;
+  int64_t totalSteps = *steps, epochs = 0;
+  if (data) {
+    loader = std::make_unique<frontends::BatchLoader>(
+        data->train, *batch, static_cast<uint64_t>(*seed), !args.flag("no-shuffle"));
+    auto e = args.intValue("epochs", 0, 1, 1'000'000);
+    if (!e) return reportError("train", e.status());
+    if (args.value("epochs")) {
+      epochs = *e;
+      totalSteps = epochs * loader->batchesPerEpoch();
+    }
+  }
+  // The inference graph, with weights of its own, for the validation accuracy.
+  std::optional<ir::Graph> eval;
+  if (data && data->validation) {
+    eval = g->clone();
+    for (ir::Value* p : eval->parameters()) p->setData(p->data().clone());
   }
 
   const auto t0 = std::chrono::steady_clock::now();
   auto step = compiler::TrainingStep::create(std::move(*g), o);
   if (!step) return reportError("train", step.status());
   const double setupMs = msSince(t0);
-  if (!json)
+  if (!json) {
+    std::string on = "the synthetic dataset";
+    if (data) {
+      on = data->train.source + " (" + std::to_string(data->train.size()) + " samples";
+      if (data->validation)
+        on += ", " + std::to_string(data->validation->size()) + " for validation";
+      on += ")";
+    }
     std::printf("training %s (batch %lld, %s, lr %g, %s) on %s; %s in %.0f ms\n",
                 args.positional[0].c_str(), static_cast<long long>(*batch), optimizer.c_str(), lr,
-                o.eager ? "eager" : "compiled", data ? dataFile->c_str() : "the synthetic dataset",
+                o.eager ? "eager" : "compiled", on.c_str(),
                 o.eager ? "built the step graph" : "compiled the step", setupMs);
+  }
 
   std::vector<double> stepMs;
   double firstLoss = 0, lastLoss = 0;
   int64_t windowCorrect = 0, windowSeen = 0;
-  double lastAccuracy = 0;
-  const int64_t report = std::max<int64_t>(1, *steps / 10);
-  for (int64_t s = 0; s < *steps; ++s) {
-    models::SyntheticBatch b =
-        data ? datasetBatch(*data, inputShape, static_cast<uint64_t>(s))
-             : models::syntheticBatch(inputShape, classes, static_cast<uint64_t>(*seed),
-                                      static_cast<uint64_t>(s));
+  double lastAccuracy = 0, windowLoss = 0, valAccuracy = -1;
+  nlohmann::json epochLog = nlohmann::json::array();
+  const int64_t perEpoch = loader ? loader->batchesPerEpoch() : 0;
+  const int64_t report = epochs > 0 ? perEpoch : std::max<int64_t>(1, *steps / 10);
+  const bool bar = !json && isatty(fileno(stdout)) != 0;
+  const auto runStart = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < totalSteps; ++s) {
+    frontends::Batch fb;
+    models::SyntheticBatch sb;
+    if (loader) {
+      fb = loader->next();
+    } else {
+      sb = models::syntheticBatch(inputShape, classes, static_cast<uint64_t>(*seed),
+                                  static_cast<uint64_t>(s));
+    }
+    const ir::TensorData& bx = loader ? fb.x : sb.x;
+    const ir::TensorData& by = loader ? fb.labels : sb.labels;
     const auto ts = std::chrono::steady_clock::now();
-    auto r = (**step)(runtime::Tensor::fromData(b.x), runtime::Tensor::fromData(b.labels));
+    auto r = (**step)(runtime::Tensor::fromData(bx), runtime::Tensor::fromData(by));
     stepMs.push_back(msSince(ts));
     if (!r) return reportError("train", r.status());
     if (s == 0) firstLoss = r->loss;
     lastLoss = r->loss;
     windowCorrect += r->correct;
     windowSeen += *batch;
-    if ((s + 1) % report == 0 || s + 1 == *steps) {
+    windowLoss += r->loss;
+    const double elapsed = msSince(runStart) / 1000;
+    const double eta =
+        elapsed / static_cast<double>(s + 1) * static_cast<double>(totalSteps - s - 1);
+    if (bar && (s + 1) % report != 0) {
+      // A progress bar within the report window (an epoch with --epochs), on a terminal only.
+      const int64_t inWindow = s % report + 1, width = 24;
+      const int64_t filled = inWindow * width / report;
+      std::printf("\r%s [%s%s] %lld/%lld  loss %.4f  %.0f samples/s  ETA %s ",
+                  epochs > 0 ? ("epoch " + std::to_string(s / perEpoch + 1)).c_str() : "steps",
+                  std::string(static_cast<size_t>(filled), '=').c_str(),
+                  std::string(static_cast<size_t>(width - filled), ' ').c_str(),
+                  static_cast<long long>(inWindow), static_cast<long long>(report), r->loss,
+                  static_cast<double>(*batch) * 1000.0 / stepMs.back(), clock(eta).c_str());
+      std::fflush(stdout);
+    }
+    if ((s + 1) % report == 0 || s + 1 == totalSteps) {
+      const int64_t windowSteps = windowSeen / *batch;
       lastAccuracy = static_cast<double>(windowCorrect) / static_cast<double>(windowSeen);
+      if (eval) {
+        auto acc = validationAccuracy(*eval, (*step)->graph(), *data->validation);
+        if (!acc) return reportError("train", acc.status());
+        valAccuracy = *acc;
+      }
+      const double waitShare = loader ? loader->waitMs() / (elapsed * 1000) : 0;
+      if (epochs > 0)
+        epochLog.push_back({{"epoch", s / perEpoch + 1},
+                            {"loss", windowLoss / static_cast<double>(windowSteps)},
+                            {"accuracy", lastAccuracy},
+                            {"val_accuracy", valAccuracy},
+                            {"elapsed_s", elapsed}});
       if (!json) {
         const double ms = stepMs.back();
-        std::printf("step %6lld/%lld  loss %.4f  accuracy %5.1f%%  %8.1f samples/s\n",
-                    static_cast<long long>(s + 1), static_cast<long long>(*steps), r->loss,
-                    100 * lastAccuracy, static_cast<double>(*batch) * 1000.0 / ms);
+        std::string head =
+            epochs > 0 ? "epoch " + std::to_string(s / perEpoch + 1) + "/" + std::to_string(epochs)
+                       : "step " + std::to_string(s + 1) + "/" + std::to_string(totalSteps);
+        std::printf("%s%-14s loss %.4f  accuracy %5.1f%%", bar ? "\r" : "", head.c_str(),
+                    epochs > 0 ? windowLoss / static_cast<double>(windowSteps) : r->loss,
+                    100 * lastAccuracy);
+        if (valAccuracy >= 0) std::printf("  val %5.1f%%", 100 * valAccuracy);
+        std::printf("  %8.1f samples/s", static_cast<double>(*batch) * 1000.0 / ms);
+        if (loader) std::printf("  data wait %.1f%%", 100 * waitShare);
+        std::printf("  ETA %s%s\n", clock(eta).c_str(), bar ? "          " : "");
         std::fflush(stdout);
       }
       windowCorrect = windowSeen = 0;
+      windowLoss = 0;
     }
   }
   if (args.flag("profile")) {
@@ -232,7 +358,7 @@ int runTrain(const Args& args) {
                      {"optimizer", optimizer},
                      {"lr", lr},
                      {"batch", *batch},
-                     {"steps", *steps},
+                     {"steps", totalSteps},
                      {"first_loss", firstLoss},
                      {"final_loss", lastLoss},
                      {"final_accuracy", lastAccuracy},
@@ -243,6 +369,17 @@ int runTrain(const Args& args) {
                      {"parameter_bytes", (*step)->graph().parameterBytes()}};
     if (const compiler::CompiledModel* cm = (*step)->compiled())
       j["arena_lower_bound_bytes"] = cm->report().arenaLowerBound;
+    if (loader) {
+      const double totalMs = msSince(runStart);
+      j["data_wait_ms"] = loader->waitMs();
+      j["data_wait_fraction"] = loader->waitMs() / totalMs;
+      j["train_samples"] = data->train.size();
+    }
+    if (valAccuracy >= 0) j["val_accuracy"] = valAccuracy;
+    if (epochs > 0) {
+      j["epochs"] = epochs;
+      j["epoch_log"] = epochLog;
+    }
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(

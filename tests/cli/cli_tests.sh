@@ -348,7 +348,34 @@ check "train --device emu --precision bf16" 0 "loss 2\.[0-9]+ -> 2\." -- \
   "$KILN" train mlp --device emu --precision bf16 --steps 2 --batch 8 --cache-dir cache
 check "train --precision fp16 is refused" 2 "training in fp16 needs dynamic loss scaling" -- \
   "$KILN" train mlp --device emu --precision fp16 --steps 2 --batch 8
-check "train labels without data" 2 "--data and --labels go together" -- "$KILN" train mlp --labels y.npy
+check "train labels without data" 2 "--labels goes with --data x.npy" -- "$KILN" train mlp --labels y.npy
+# --data: IDX files (a tiny MNIST-shaped set: 70 images of 28x28, labels 0-9) and its errors.
+idx() {  # idx FILE TYPE_RANK DIMS... : an IDX header then bytes i % 256
+  local file=$1 rank=$2; shift 2
+  local n=1
+  { printf '\x00\x00\x08'; printf "\\x$(printf %02x "$rank")"
+    for d in "$@"; do printf "\\x$(printf %02x $((d >> 24 & 255)))\\x$(printf %02x $((d >> 16 & 255)))\\x$(printf %02x $((d >> 8 & 255)))\\x$(printf %02x $((d & 255)))"; n=$((n * d)); done
+    python3 -c "import sys; sys.stdout.buffer.write(bytes(i % ${mod:-256} for i in range($n)))"; } >"$file"
+}
+mkdir -p digits
+idx digits/train-images-idx3-ubyte 3 70 28 28
+mod=10 idx digits/train-labels-idx1-ubyte 1 70
+check "train --data idx: --epochs" 0 "epoch 2/2 .*val .*data wait" -- \
+  "$KILN" train mnist_cnn --data idx:digits --epochs 2 --batch 16 --cache-dir cache
+check "train --data idx: --json" 0 '"val_accuracy"' -- \
+  "$KILN" train mnist_cnn --data idx:digits --epochs 1 --batch 16 --json --cache-dir cache
+check "train --data: unknown form" 2 "expected idx:DIR .* or npy:X.npy,Y.npy" -- \
+  "$KILN" train mnist_cnn --data csv:digits --epochs 1
+check "train --data: samples of another shape" 2 "samples of \[1,28,28\], the model takes \[784\]" -- \
+  "$KILN" train mlp --data idx:digits --epochs 1 --batch 16
+mkdir -p badlabels && cp digits/train-images-idx3-ubyte badlabels/
+idx badlabels/train-labels-idx1-ubyte 1 70
+check "train --data: a label beyond the classes" 2 "sample 10 has label 10, the model has 10 classes" -- \
+  "$KILN" train mnist_cnn --data idx:badlabels --epochs 1 --batch 16
+check "train --epochs without data" 2 "--epochs and --val-split need --data" -- \
+  "$KILN" train mnist_cnn --epochs 2
+check "train --data: fewer samples than a batch" 2 "63 training samples, fewer than one batch of 64" -- \
+  "$KILN" train mnist_cnn --data idx:digits --epochs 1
 
 leftovers=$(ls -A | grep -E '\.tmp|~$' || true)
 if [ -n "$leftovers" ]; then echo "FAIL: temporary files left: $leftovers"; fail=$((fail + 1)); else pass=$((pass + 1)); fi

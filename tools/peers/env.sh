@@ -7,11 +7,12 @@
 #   peers_venv   the virtual environment ($KILN_PEERS_VENV overrides)
 #   peers_dir    the exports, one folder per model ($KILN_PEERS_DIR overrides)
 #   python_pins  what building and testing kiln's Python package adds to that environment
-#                (nanobind, scikit-build-core, pytest); installed by setup.sh --python, marked
+#                (nanobind, scikit-build-core, pytest) and the digits data set needs
+#                (scikit-learn); installed by setup.sh --python, marked
 #                by $peers_venv/.python-<key>, so that changing them does not remake the rest
 # shellcheck shell=bash
 peers_pins="torch==2.15.0 torchvision==0.29.2 onnx==1.23.2 onnxscript==0.7.2 onnxruntime==1.31.1 numpy==2.4.6"
-python_pins="nanobind==2.9.2 scikit-build-core==0.11.6 pytest==8.4.2"
+python_pins="nanobind==2.9.2 scikit-build-core==0.11.6 pytest==8.4.2 scikit-learn==1.9.1"
 python_marker=.python-$(printf '%s' "$python_pins" | sha256sum | cut -c1-12)
 _peers_root=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 _peers_cache=${KILN_CACHE_DIR:-$HOME/.cache/kiln}

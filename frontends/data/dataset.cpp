@@ -1,0 +1,255 @@
+#include "frontends/data/dataset.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "frontends/file_io.h"
+#include "frontends/npy/npy.h"
+
+namespace kiln::frontends {
+
+namespace {
+
+struct IdxArray {
+  uint8_t type = 0;
+  std::vector<uint64_t> dims;
+  std::vector<uint8_t> bytes;
+};
+
+constexpr uint8_t kIdxUnsignedByte = 0x08;
+
+Expected<IdxArray> readIdxFile(const std::string& path, size_t expectedRank) {
+  KILN_ASSIGN_OR_RETURN(InputFile f, openInputFile(path, "IDX file"));
+  unsigned char header[4];
+  if (f.size < 4 || !f.stream.read(reinterpret_cast<char*>(header), 4))
+    return invalidArgument("IDX file '" + path + "': shorter than its 4-byte magic");
+  if (header[0] != 0 || header[1] != 0)
+    return invalidArgument("IDX file '" + path +
+                           "': not an IDX file (it must start with two zero bytes)");
+  IdxArray a;
+  a.type = header[2];
+  if (a.type != kIdxUnsignedByte)
+    return unimplemented("IDX file '" + path + "': element type 0x" +
+                         std::string(1, "0123456789abcdef"[a.type >> 4]) +
+                         std::string(1, "0123456789abcdef"[a.type & 15]) +
+                         " (kiln reads unsigned bytes, 0x08, as MNIST and Fashion-MNIST use)");
+  if (header[3] != expectedRank)
+    return invalidArgument("IDX file '" + path + "': rank " + std::to_string(header[3]) +
+                           ", expected " + std::to_string(expectedRank) +
+                           (expectedRank == 3 ? " (images: count, rows, columns)" : " (labels)"));
+  if (f.size < 4 + 4 * uint64_t{header[3]})
+    return invalidArgument("IDX file '" + path + "': truncated header");
+  for (int d = 0; d < header[3]; ++d) {
+    unsigned char b[4];
+    f.stream.read(reinterpret_cast<char*>(b), 4);
+    a.dims.push_back((uint64_t{b[0]} << 24) | (uint64_t{b[1]} << 16) | (uint64_t{b[2]} << 8) |
+                     uint64_t{b[3]});
+  }
+  const std::optional<uint64_t> bytes = checkedByteSize(a.dims, 1);
+  const uint64_t headerBytes = 4 + 4 * uint64_t{header[3]};
+  if (!bytes || *bytes != f.size - headerBytes)
+    return invalidArgument("IDX file '" + path + "': its header gives " +
+                           (bytes ? std::to_string(*bytes) : std::string("too many")) +
+                           " bytes of data, the file holds " +
+                           std::to_string(f.size - headerBytes));
+  a.bytes.resize(*bytes);
+  if (*bytes > 0 &&
+      !f.stream.read(reinterpret_cast<char*>(a.bytes.data()), static_cast<std::streamsize>(*bytes)))
+    return ioError("IDX file '" + path + "': read failed");
+  return a;
+}
+
+}  // namespace
+
+Expected<Dataset> readIdx(const std::string& imagesPath, const std::string& labelsPath) {
+  KILN_ASSIGN_OR_RETURN(IdxArray images, readIdxFile(imagesPath, 3));
+  KILN_ASSIGN_OR_RETURN(IdxArray labels, readIdxFile(labelsPath, 1));
+  if (images.dims[0] != labels.dims[0])
+    return invalidArgument("IDX files '" + imagesPath + "' and '" + labelsPath +
+                           "': " + std::to_string(images.dims[0]) + " images but " +
+                           std::to_string(labels.dims[0]) + " labels");
+  if (images.dims[0] == 0) return invalidArgument("IDX file '" + imagesPath + "' holds no images");
+  const auto m = static_cast<int64_t>(images.dims[0]);
+  const auto h = static_cast<int64_t>(images.dims[1]), w = static_cast<int64_t>(images.dims[2]);
+  Dataset d{ir::TensorData(ir::DType::kF32, {m, 1, h, w}), ir::TensorData(ir::DType::kI64, {m}),
+            imagesPath};
+  float* x = d.x.as<float>();
+  for (size_t i = 0; i < images.bytes.size(); ++i)
+    x[i] = static_cast<float>(images.bytes[i]) / 255.f;
+  int64_t* y = d.labels.as<int64_t>();
+  for (int64_t i = 0; i < m; ++i) y[i] = labels.bytes[static_cast<size_t>(i)];
+  return d;
+}
+
+Expected<Dataset> readNpyPair(const std::string& xPath, const std::string& yPath) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorData x, readNpy(xPath));
+  KILN_ASSIGN_OR_RETURN(ir::TensorData y, readNpy(yPath));
+  if (x.dtype() != ir::DType::kF32 || x.shape().empty())
+    return invalidArgument(xPath + ": expected f32 samples [M, ...], got " + x.type().toString());
+  if ((y.dtype() != ir::DType::kI64 && y.dtype() != ir::DType::kI32) || y.shape().size() != 1 ||
+      y.shape()[0] != x.shape()[0])
+    return invalidArgument(yPath + ": expected i64 or i32 [" + std::to_string(x.shape()[0]) +
+                           "] class indices, got " + y.type().toString());
+  if (y.dtype() == ir::DType::kI32) {
+    ir::TensorData wide(ir::DType::kI64, y.shape());
+    for (int64_t i = 0; i < y.numElements(); ++i) wide.as<int64_t>()[i] = y.as<int32_t>()[i];
+    y = std::move(wide);
+  }
+  return Dataset{std::move(x), std::move(y), xPath};
+}
+
+Expected<DataSplit> loadDataSpec(const std::string& spec) {
+  namespace fs = std::filesystem;
+  auto usage = [&](const std::string& why) {
+    return invalidArgument("--data '" + spec + "': " + why +
+                           "; expected idx:DIR (MNIST-format IDX files) or npy:X.npy,Y.npy");
+  };
+  if (spec.rfind("idx:", 0) == 0) {
+    const std::string dir = spec.substr(4);
+    if (!fs::is_directory(dir))
+      return notFound("--data '" + spec + "': no directory '" + dir + "'");
+    DataSplit s;
+    KILN_ASSIGN_OR_RETURN(
+        s.train, readIdx(dir + "/train-images-idx3-ubyte", dir + "/train-labels-idx1-ubyte"));
+    const std::string vi = dir + "/t10k-images-idx3-ubyte", vl = dir + "/t10k-labels-idx1-ubyte";
+    if (fs::exists(vi) && fs::exists(vl)) {
+      KILN_ASSIGN_OR_RETURN(Dataset v, readIdx(vi, vl));
+      if (!std::equal(v.x.shape().begin() + 1, v.x.shape().end(), s.train.x.shape().begin() + 1,
+                      s.train.x.shape().end()))
+        return invalidArgument(vi + ": images of " + v.x.type().toString() +
+                               ", the training images are " + s.train.x.type().toString());
+      s.validation = std::move(v);
+    }
+    return s;
+  }
+  if (spec.rfind("npy:", 0) == 0) {
+    const std::string rest = spec.substr(4);
+    const size_t comma = rest.find(',');
+    if (comma == std::string::npos) return usage("npy: needs two files, X.npy,Y.npy");
+    DataSplit s;
+    KILN_ASSIGN_OR_RETURN(s.train, readNpyPair(rest.substr(0, comma), rest.substr(comma + 1)));
+    return s;
+  }
+  return usage("unknown form");
+}
+
+std::vector<int64_t> epochOrder(int64_t size, uint64_t seed, int64_t epoch, bool shuffle) {
+  std::vector<int64_t> order(static_cast<size_t>(size));
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle) {
+    // Fisher-Yates with a generator of (seed, epoch) alone; std::shuffle's algorithm is not
+    // specified, and a resumed run must see the same order on every library.
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1);
+    for (int64_t i = size - 1; i > 0; --i) {
+      const auto j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
+      std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+    }
+  }
+  return order;
+}
+
+Expected<DataSplit> splitValidation(Dataset d, double fraction, uint64_t seed) {
+  if (!(fraction > 0 && fraction < 1))
+    return invalidArgument("--val-split must be in (0, 1), got " + std::to_string(fraction));
+  const int64_t m = d.size();
+  const auto nVal = static_cast<int64_t>(static_cast<double>(m) * fraction);
+  if (nVal < 1 || nVal >= m)
+    return invalidArgument("--val-split " + std::to_string(fraction) + " of " + std::to_string(m) +
+                           " samples leaves no validation or no training set");
+  std::vector<int64_t> perm = epochOrder(m, seed, -1, true);
+  std::vector<int64_t> val(perm.begin(), perm.begin() + nVal),
+      train(perm.begin() + nVal, perm.end());
+  std::sort(val.begin(), val.end());
+  std::sort(train.begin(), train.end());
+  DataSplit s;
+  Batch t = gatherBatch(d, train, 0, static_cast<int64_t>(train.size()));
+  Batch v = gatherBatch(d, val, 0, nVal);
+  s.train = {std::move(t.x), std::move(t.labels), d.source};
+  s.validation = Dataset{std::move(v.x), std::move(v.labels), d.source + " (validation split)"};
+  return s;
+}
+
+Batch gatherBatch(const Dataset& d, const std::vector<int64_t>& order, int64_t first, int64_t n) {
+  ir::Shape shape = d.x.shape();
+  const int64_t per = d.x.numElements() / shape[0];
+  shape[0] = n;
+  Batch b{ir::TensorData(ir::DType::kF32, shape), ir::TensorData(ir::DType::kI64, {n}), 0, 0};
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t src = order[static_cast<size_t>(first + k)];
+    std::memcpy(b.x.as<float>() + k * per, d.x.as<float>() + src * per,
+                static_cast<size_t>(per) * sizeof(float));
+    b.labels.as<int64_t>()[k] = d.labels.as<int64_t>()[src];
+  }
+  return b;
+}
+
+BatchLoader::BatchLoader(const Dataset& dataset, int64_t batch, uint64_t seed, bool shuffle,
+                         int prefetch, int64_t startEpoch, int64_t startIndex)
+    : data_(dataset),
+      batch_(batch),
+      perEpoch_(dataset.size() / batch),
+      seed_(seed),
+      shuffle_(shuffle),
+      prefetch_(static_cast<size_t>(std::max(1, prefetch))),
+      epoch_(startEpoch),
+      index_(startIndex) {
+  worker_ = std::thread([this] { produce(); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void BatchLoader::produce() {
+  std::vector<int64_t> order;
+  int64_t orderEpoch = -1;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || ready_.size() < prefetch_; });
+      if (stop_) return;
+    }
+    if (perEpoch_ == 0) return;  // Fewer samples than one batch: next() reports nothing.
+    if (index_ >= perEpoch_) {
+      ++epoch_;
+      index_ = 0;
+    }
+    if (orderEpoch != epoch_) {
+      order = epochOrder(data_.size(), seed_, epoch_, shuffle_);
+      orderEpoch = epoch_;
+    }
+    Batch b = gatherBatch(data_, order, index_ * batch_, batch_);
+    b.epoch = epoch_;
+    b.index = index_++;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.push_back(std::move(b));
+    }
+    cv_.notify_all();
+  }
+}
+
+Batch BatchLoader::next() {
+  if (perEpoch_ == 0) return {};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !ready_.empty(); });
+  waitMs_ +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  Batch b = std::move(ready_.front());
+  ready_.pop_front();
+  lock.unlock();
+  cv_.notify_all();
+  return b;
+}
+
+}  // namespace kiln::frontends

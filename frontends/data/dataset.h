@@ -1,0 +1,98 @@
+// Labelled datasets for training (`kiln train --data`): readers of IDX files (the MNIST /
+// Fashion-MNIST format) and NumPy .npy pairs into memory, the train/validation split, and a
+// batch loader that shuffles per epoch and prepares batches on a background thread while the
+// step runs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ir/status.h"
+#include "ir/tensor_data.h"
+
+namespace kiln::frontends {
+
+// Samples x (f32 [M, ...]) and their class labels (i64 [M]), in memory.
+struct Dataset {
+  ir::TensorData x, labels;
+  std::string source;  // What it was read from, for messages.
+  int64_t size() const { return x.shape().empty() ? 0 : x.shape()[0]; }
+};
+
+// IDX files: a big-endian header (two zero bytes, a type byte, the rank, then each dim as u32)
+// and the data. Images of unsigned bytes [M, H, W] become f32 [M, 1, H, W] scaled to [0, 1];
+// labels of unsigned bytes [M] become i64. Errors name the file: a wrong magic or type, a rank
+// other than 3 (images) or 1 (labels), a size that is not the header's, counts that differ.
+Expected<Dataset> readIdx(const std::string& imagesPath, const std::string& labelsPath);
+
+// x.npy (f32 [M, ...]) and y.npy (i64 or i32 [M]).
+Expected<Dataset> readNpyPair(const std::string& xPath, const std::string& yPath);
+
+struct DataSplit {
+  Dataset train;
+  std::optional<Dataset> validation;
+};
+
+// A --data spec: "idx:DIR" reads DIR/train-images-idx3-ubyte and DIR/train-labels-idx1-ubyte,
+// and DIR/t10k-images-idx3-ubyte with DIR/t10k-labels-idx1-ubyte as the validation set when
+// both exist; "npy:X.npy,Y.npy" reads a pair (no validation set). Errors list the forms.
+Expected<DataSplit> loadDataSpec(const std::string& spec);
+
+// Moves a seeded random `fraction` (0 < fraction < 1) of `d` into a validation set, keeping
+// the rest (in their original order) for training.
+Expected<DataSplit> splitValidation(Dataset d, double fraction, uint64_t seed);
+
+// Samples `order[first, first + n)` of `d` copied into one batch (x [n, ...], labels [n]).
+struct Batch {
+  ir::TensorData x, labels;
+  int64_t epoch = 0, index = 0;  // Which epoch, and which batch of it.
+};
+Batch gatherBatch(const Dataset& d, const std::vector<int64_t>& order, int64_t first, int64_t n);
+
+// The order of epoch `epoch`'s samples: a permutation drawn from (seed, epoch) alone, so that
+// a resumed run sees the same order; the identity when not shuffling.
+std::vector<int64_t> epochOrder(int64_t size, uint64_t seed, int64_t epoch, bool shuffle);
+
+// Batches of `batch` samples, the last partial batch of each epoch dropped (the compiled step
+// has a fixed batch), shuffled per epoch (epochOrder), prepared up to `prefetch` batches ahead
+// by a background thread so that gathering overlaps the step. Starts at batch `startIndex` of
+// epoch `startEpoch` (a resumed run). `dataset` must outlive the loader.
+class BatchLoader {
+ public:
+  BatchLoader(const Dataset& dataset, int64_t batch, uint64_t seed, bool shuffle, int prefetch = 2,
+              int64_t startEpoch = 0, int64_t startIndex = 0);
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // The next batch; blocks while the thread prepares it (that wait is counted in waitMs()).
+  // An empty batch when the dataset holds fewer samples than one batch.
+  Batch next();
+  int64_t batchesPerEpoch() const { return perEpoch_; }
+  // Milliseconds next() spent waiting for batches, in total.
+  double waitMs() const { return waitMs_; }
+
+ private:
+  void produce();
+
+  const Dataset& data_;
+  const int64_t batch_, perEpoch_;
+  const uint64_t seed_;
+  const bool shuffle_;
+  const size_t prefetch_;
+  int64_t epoch_, index_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> ready_;
+  bool stop_ = false;
+  double waitMs_ = 0;
+  std::thread worker_;
+};
+
+}  // namespace kiln::frontends

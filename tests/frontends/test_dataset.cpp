@@ -1,0 +1,167 @@
+// Training data: IDX reading and its refusals, the validation split, per-epoch orders and the
+// prefetching batch loader.
+#include "frontends/data/dataset.h"
+
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "frontends/test_files.h"
+
+namespace kiln::frontends {
+namespace {
+
+using test::errorOf;
+
+std::string idxBytes(uint8_t type, const std::vector<uint32_t>& dims, size_t dataBytes,
+                     uint8_t fill = 0) {
+  std::string s{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
+  for (uint32_t d : dims)
+    for (int shift = 24; shift >= 0; shift -= 8) s.push_back(static_cast<char>((d >> shift) & 255));
+  for (size_t i = 0; i < dataBytes; ++i) s.push_back(static_cast<char>(fill + i));
+  return s;
+}
+
+struct IdxFiles {
+  test::TempDir dir;
+  std::string images = dir.file("images"), labels = dir.file("labels");
+  IdxFiles(const std::string& imageBytes, const std::string& labelBytes) {
+    test::writeBytes(images, imageBytes);
+    test::writeBytes(labels, labelBytes);
+  }
+};
+
+TEST_CASE("IDX images and labels become f32 [M,1,H,W] in [0,1] and i64 labels") {
+  IdxFiles f(idxBytes(0x08, {3, 2, 2}, 12), idxBytes(0x08, {3}, 3, 7));
+  auto d = readIdx(f.images, f.labels);
+  KILN_REQUIRE_OK(d);
+  CHECK(d->x.shape() == ir::Shape{3, 1, 2, 2});
+  CHECK(d->size() == 3);
+  CHECK(d->x.as<float>()[0] == 0.f);
+  CHECK(d->x.as<float>()[11] == Approx(11.f / 255.f));
+  CHECK(d->labels.as<int64_t>()[0] == 7);
+  CHECK(d->labels.as<int64_t>()[2] == 9);
+}
+
+TEST_CASE("malformed IDX files are refused, naming the file and what is wrong") {
+  const std::string labels = idxBytes(0x08, {3}, 3);
+  struct Case {
+    std::string images, expected;
+  };
+  const std::vector<Case> cases = {
+      {"\x01\x02", "shorter than its 4-byte magic"},
+      {idxBytes(0x08, {3, 2, 2}, 12).replace(0, 1, "\x05"), "not an IDX file"},
+      {idxBytes(0x0D, {3, 2, 2}, 48), "element type 0x0d"},
+      {idxBytes(0x08, {3, 4}, 12), "rank 2, expected 3"},
+      {idxBytes(0x08, {3, 2, 2}, 11), "header gives 12 bytes of data, the file holds 11"},
+      {idxBytes(0x08, {3, 2, 2}, 13), "header gives 12 bytes of data, the file holds 13"},
+      {idxBytes(0x08, {4, 2, 2}, 16), "4 images but 3 labels"},
+      {idxBytes(0x08, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, 0), "the file holds 0"},
+      {std::string("\0\0\x08\x03\0\0", 6), "truncated header"},
+  };
+  for (const Case& c : cases) {
+    IdxFiles f(c.images, labels);
+    const Status st = errorOf(readIdx(f.images, f.labels));
+    INFO(st.message());
+    CHECK(st.message().find(c.expected) != std::string::npos);
+    CHECK(st.message().find(f.images) != std::string::npos);
+  }
+  IdxFiles f(idxBytes(0x08, {3, 2, 2}, 12), idxBytes(0x08, {3}, 3));
+  CHECK(errorOf(readIdx(f.images, f.dir.file("missing"))).code() == ErrorCode::kNotFound);
+}
+
+TEST_CASE("--data specs: idx:DIR with its t10k validation set, npy pairs, and errors") {
+  test::TempDir dir;
+  test::writeBytes(dir.file("train-images-idx3-ubyte"), idxBytes(0x08, {5, 2, 2}, 20));
+  test::writeBytes(dir.file("train-labels-idx1-ubyte"), idxBytes(0x08, {5}, 5));
+  auto s = loadDataSpec("idx:" + dir.path());
+  KILN_REQUIRE_OK(s);
+  CHECK(s->train.size() == 5);
+  CHECK_FALSE(s->validation.has_value());
+  test::writeBytes(dir.file("t10k-images-idx3-ubyte"), idxBytes(0x08, {2, 2, 2}, 8));
+  test::writeBytes(dir.file("t10k-labels-idx1-ubyte"), idxBytes(0x08, {2}, 2));
+  s = loadDataSpec("idx:" + dir.path());
+  KILN_REQUIRE_OK(s);
+  REQUIRE(s->validation.has_value());
+  CHECK(s->validation->size() == 2);
+  test::writeBytes(dir.file("t10k-images-idx3-ubyte"), idxBytes(0x08, {2, 3, 3}, 18));
+  CHECK(errorOf(loadDataSpec("idx:" + dir.path())).message().find("the training images are") !=
+        std::string::npos);
+  CHECK(errorOf(loadDataSpec("csv:x.csv")).message().find("expected idx:DIR") != std::string::npos);
+  CHECK(errorOf(loadDataSpec("npy:x.npy")).message().find("two files") != std::string::npos);
+  CHECK(errorOf(loadDataSpec("idx:" + dir.file("nope"))).code() == ErrorCode::kNotFound);
+}
+
+Dataset indexed(int64_t m) {
+  // Sample i holds the value i and has label i: what a batch holds says where it came from.
+  Dataset d{ir::TensorData(ir::DType::kF32, {m, 1}), ir::TensorData(ir::DType::kI64, {m}), "t"};
+  for (int64_t i = 0; i < m; ++i) {
+    d.x.as<float>()[i] = static_cast<float>(i);
+    d.labels.as<int64_t>()[i] = i;
+  }
+  return d;
+}
+
+TEST_CASE("epoch orders are seeded permutations, new each epoch, the identity unshuffled") {
+  const auto a = epochOrder(100, 7, 0, true), b = epochOrder(100, 7, 0, true);
+  CHECK(a == b);
+  CHECK(std::set<int64_t>(a.begin(), a.end()).size() == 100);
+  CHECK(a != epochOrder(100, 7, 1, true));
+  CHECK(a != epochOrder(100, 8, 0, true));
+  const auto id = epochOrder(5, 7, 3, false);
+  CHECK(id == std::vector<int64_t>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("the validation split is seeded, disjoint and complete") {
+  auto s = splitValidation(indexed(50), 0.2, 3);
+  KILN_REQUIRE_OK(s);
+  REQUIRE(s->validation.has_value());
+  CHECK(s->validation->size() == 10);
+  CHECK(s->train.size() == 40);
+  std::set<int64_t> all;
+  for (const Dataset* d : {&s->train, &*s->validation})
+    for (int64_t i = 0; i < d->size(); ++i) all.insert(d->labels.as<int64_t>()[i]);
+  CHECK(all.size() == 50);
+  CHECK(errorOf(splitValidation(indexed(50), 1.5, 3)).message().find("(0, 1)") !=
+        std::string::npos);
+  CHECK(errorOf(splitValidation(indexed(3), 0.1, 3)).message().find("leaves no") !=
+        std::string::npos);
+}
+
+TEST_CASE("the batch loader covers each epoch once, drops the last partial batch and resumes") {
+  const Dataset d = indexed(23);
+  BatchLoader loader(d, 5, 11, true, 3);
+  CHECK(loader.batchesPerEpoch() == 4);
+  std::vector<Batch> seen;
+  for (int k = 0; k < 12; ++k) seen.push_back(loader.next());  // Three epochs.
+  for (int64_t e = 0; e < 3; ++e) {
+    const std::vector<int64_t> order = epochOrder(23, 11, e, true);
+    std::set<int64_t> labels;
+    for (int64_t b = 0; b < 4; ++b) {
+      const Batch& batch = seen[static_cast<size_t>(e * 4 + b)];
+      CHECK(batch.epoch == e);
+      CHECK(batch.index == b);
+      for (int64_t k = 0; k < 5; ++k) {
+        const int64_t label = batch.labels.as<int64_t>()[k];
+        CHECK(label == order[static_cast<size_t>(b * 5 + k)]);
+        CHECK(batch.x.as<float>()[k] == static_cast<float>(label));
+        labels.insert(label);
+      }
+    }
+    CHECK(labels.size() == 20);  // 20 distinct samples; 3 dropped with the partial batch.
+  }
+  CHECK(loader.waitMs() >= 0);
+  // A loader started at epoch 1, batch 2 continues where the first one was then.
+  BatchLoader resumed(d, 5, 11, true, 2, 1, 2);
+  for (int k = 6; k < 12; ++k) {
+    const Batch b = resumed.next();
+    CHECK(b.epoch == seen[static_cast<size_t>(k)].epoch);
+    CHECK(b.index == seen[static_cast<size_t>(k)].index);
+    CHECK(b.labels.bitwiseEqual(seen[static_cast<size_t>(k)].labels));
+  }
+  BatchLoader tooSmall(indexed(3), 5, 0, true);
+  CHECK(tooSmall.batchesPerEpoch() == 0);
+  CHECK(tooSmall.next().x.empty());
+}
+
+}  // namespace
+}  // namespace kiln::frontends
