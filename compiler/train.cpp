@@ -126,4 +126,33 @@ Expected<TrainingStep::Result> TrainingStep::operator()(const runtime::Tensor& x
   return r;
 }
 
+std::map<std::string, ir::TensorData> TrainingStep::state() const {
+  std::map<std::string, ir::TensorData> out;
+  for (const ir::Value* p : graph_->parameters()) out.emplace(p->name(), p->data());
+  return out;
+}
+
+Status TrainingStep::restore(const std::map<std::string, ir::TensorData>& state, int64_t stepsRun) {
+  std::lock_guard lock(mu_);
+  // Check everything before changing anything: a bad checkpoint leaves the step as it was.
+  for (const ir::Value* p : graph_->parameters()) {
+    auto it = state.find(p->name());
+    if (it == state.end())
+      return invalidArgument("the checkpoint has no tensor '" + p->name() + "' (" +
+                             p->type().toString() + ")");
+    if (it->second.dtype() != p->data().dtype() || it->second.shape() != p->data().shape())
+      return invalidArgument("the checkpoint's '" + p->name() + "' is " +
+                             it->second.type().toString() + ", the step's is " +
+                             p->data().type().toString());
+  }
+  for (ir::Value* p : graph_->parameters()) {
+    ir::TensorData dst = p->data();  // Shares the bytes the plan reads.
+    std::memcpy(dst.data(), state.at(p->name()).data(), dst.byteSize());
+  }
+  if (compiled_) compiled_->parametersChanged();
+  if (eager_) eager_->parametersChanged();
+  steps_ = stepsRun;
+  return Status::ok();
+}
+
 }  // namespace kiln::compiler

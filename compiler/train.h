@@ -4,6 +4,8 @@
 // back over the old ones, in place.
 #pragma once
 
+#include <map>
+
 #include <memory>
 #include <mutex>
 
@@ -60,6 +62,16 @@ class TrainingStep {
     if (compiled_) compiled_->setProfiling(on);
   }
   const runtime::EagerExecutor* eager() const { return eager_.get(); }
+
+  // Everything a checkpoint holds, by name: every parameter of the step graph (the model's
+  // weights, the optimizer's momenta, moments and step count, BatchNorm's running statistics,
+  // dropout's step counter). The tensors share the step's bytes.
+  std::map<std::string, ir::TensorData> state() const;
+  // Copies `state` over the step's parameters (every one present, with its dtype and shape;
+  // errors name the first that is not) and sets the count of steps run to `stepsRun`, so that
+  // the next step continues a checkpointed run exactly.
+  Status restore(const std::map<std::string, ir::TensorData>& state, int64_t stepsRun);
+  int64_t stepsRun() const { return steps_; }
 
  private:
   std::mutex mu_;  // One step at a time.

@@ -8,6 +8,7 @@
 
 #include "models/zoo.h"
 #include "runtime/reference/helpers.h"
+#include "tools/checkpoint.h"
 
 namespace kiln::cli {
 
@@ -97,6 +98,9 @@ std::vector<OptionSpec> modelOptions() {
   return {{"batch", true,
            "batch size for zoo models and symbolic batch dims of ONNX models (default 1)"},
           {"seed", true, "seed for zoo model weights and random inputs (default 0)"},
+          {"weights", true,
+           "the model's weights from a checkpoint (kiln train --checkpoint DIR, or its "
+           "ckpt-*.safetensors) or a safetensors file of state_dict names"},
           {"json", false, "machine-readable output"}};
 }
 
@@ -106,7 +110,10 @@ Expected<ir::Graph> loadModelFromArgs(const Args& args) {
     return invalidArgument("unexpected argument '" + args.positional[1] + "'");
   KILN_ASSIGN_OR_RETURN(int64_t batch, args.intValue("batch", 1, 1, 1 << 20));
   KILN_ASSIGN_OR_RETURN(int64_t seed, args.intValue("seed", 0, 0, INT64_MAX));
-  return models::loadModel(args.positional[0], batch, static_cast<uint64_t>(seed));
+  KILN_ASSIGN_OR_RETURN(ir::Graph g,
+                        models::loadModel(args.positional[0], batch, static_cast<uint64_t>(seed)));
+  if (const auto weights = args.value("weights")) KILN_TRY(applyWeights(g, *weights));
+  return g;
 }
 
 OptionSpec intRangeOption() {

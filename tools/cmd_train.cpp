@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "models/zoo.h"
 #include "runtime/cpu/compute_threads.h"
 #include "runtime/eager.h"
+#include "tools/checkpoint.h"
 #include "tools/cli.h"
 
 namespace kiln::cli {
@@ -171,6 +173,10 @@ int runTrain(const Args& args) {
   auto threads = args.intValue("threads", 0, 0, 1024);
   if (!threads) return reportError("train", threads.status());
   if (*threads > 0) runtime::setNumThreads(static_cast<int>(*threads));
+  // Every step runs on the same number of threads, whatever else loads the machine: the
+  // libraries' reductions split work by thread count, and a run (and a resumed one) must be
+  // reproducible bit for bit. Load awareness (runtime/cpu/compute_threads.h) is for serving.
+  runtime::ComputeThreads::setLoadAware(false);
 
   compiler::TrainOptions o;
   const std::string optimizer = args.value("optimizer").value_or("sgd");
@@ -203,6 +209,8 @@ int runTrain(const Args& args) {
 
   auto g = models::loadModel(args.positional[0], *batch, static_cast<uint64_t>(*seed));
   if (!g) return reportError("train", g.status());
+  if (const auto weights = args.value("weights"))  // Fine-tuning from trained weights.
+    if (Status st = applyWeights(*g, *weights); !st) return reportError("train", st);
   const ir::Shape inputShape = g->inputs()[0]->type().shape;
   if (g->outputs().size() != 1 || g->outputs()[0]->type().rank() != 2)
     return reportError(
@@ -224,11 +232,56 @@ int runTrain(const Args& args) {
   } else if (args.value("epochs") || args.value("val-split")) {
     return reportError("train", invalidArgument("--epochs and --val-split need --data"));
   }
+  // Checkpoints: the settings that decide the batches and the update rule, which a resumed run
+  // must repeat, and the checkpoint to resume from.
+  const std::optional<std::string> checkpointDir = args.value("checkpoint");
+  auto saveEvery = args.intValue("save-every", 0, 1, 1'000'000'000);
+  if (!saveEvery) return reportError("train", saveEvery.status());
+  if ((args.value("save-every") || args.flag("resume")) && !checkpointDir)
+    return reportError("train", invalidArgument("--save-every and --resume need --checkpoint DIR"));
+  char lrText[32];
+  std::snprintf(lrText, sizeof lrText, "%.17g", lr);
+  CheckpointInfo info;
+  info.settings = {{"model", args.positional[0]},
+                   {"batch", std::to_string(*batch)},
+                   {"seed", std::to_string(*seed)},
+                   {"optimizer", optimizer},
+                   {"lr", lrText},
+                   {"data", dataSpec.value_or("synthetic") +
+                                (args.value("labels") ? "," + *args.value("labels") : "")},
+                   {"shuffle", args.flag("no-shuffle") ? "no" : "yes"},
+                   {"dropout", o.mode.dropout ? "yes" : "no"},
+                   {"val-split", args.value("val-split").value_or("default")},
+                   {"precision", std::string(compiler::precisionName(o.compile.precision))}};
+  std::optional<Checkpoint> resumeFrom;
+  if (args.flag("resume")) {
+    auto c = loadCheckpoint(*checkpointDir);
+    if (!c) return reportError("train", c.status());
+    for (const auto& [key, value] : info.settings) {
+      auto it = c->info.settings.find(key);
+      const std::string was = it == c->info.settings.end() ? "(none)" : it->second;
+      if (was != value)
+        return reportError("train", invalidArgument("--resume: " + c->path + " was trained with " +
+                                                    key + " " + was + ", this run has " + value +
+                                                    " (a resumed run repeats the settings that "
+                                                    "decide its batches and updates)"));
+    }
+    resumeFrom = std::move(*c);
+  }
+  if (checkpointDir && !resumeFrom &&
+      std::filesystem::exists(std::filesystem::path(*checkpointDir) / "latest.json"))
+    return reportError("train", invalidArgument("--checkpoint '" + *checkpointDir +
+                                                "' holds a checkpoint already: --resume to "
+                                                "continue that run, or give another directory"));
+  const int64_t startStep = resumeFrom ? resumeFrom->info.step : 0;
+
   std::unique_ptr<frontends::BatchLoader> loader;
   int64_t totalSteps = *steps, epochs = 0;
   if (data) {
+    const int64_t perEpoch = data->train.size() / *batch;
     loader = std::make_unique<frontends::BatchLoader>(
-        data->train, *batch, static_cast<uint64_t>(*seed), !args.flag("no-shuffle"));
+        data->train, *batch, static_cast<uint64_t>(*seed), !args.flag("no-shuffle"), 2,
+        startStep / perEpoch, startStep % perEpoch);
     auto e = args.intValue("epochs", 0, 1, 1'000'000);
     if (!e) return reportError("train", e.status());
     if (args.value("epochs")) {
@@ -236,6 +289,10 @@ int runTrain(const Args& args) {
       totalSteps = epochs * loader->batchesPerEpoch();
     }
   }
+  if (startStep >= totalSteps)
+    return reportError("train", invalidArgument("--resume: " + resumeFrom->path + " is at step " +
+                                                std::to_string(startStep) + ", this run ends at " +
+                                                std::to_string(totalSteps)));
   // The inference graph, with weights of its own, for the validation accuracy.
   std::optional<ir::Graph> eval;
   if (data && data->validation) {
@@ -247,6 +304,7 @@ int runTrain(const Args& args) {
   auto step = compiler::TrainingStep::create(std::move(*g), o);
   if (!step) return reportError("train", step.status());
   const double setupMs = msSince(t0);
+
   if (!json) {
     std::string on = "the synthetic dataset";
     if (data) {
@@ -261,6 +319,13 @@ int runTrain(const Args& args) {
                 o.eager ? "built the step graph" : "compiled the step", setupMs);
   }
 
+  if (resumeFrom) {
+    if (Status st = (*step)->restore(resumeFrom->tensors, startStep); !st)
+      return reportError("train", st.withContext("--resume: " + resumeFrom->path));
+    if (!json)
+      std::printf("resumed from %s at step %lld\n", resumeFrom->path.c_str(),
+                  static_cast<long long>(startStep));
+  }
   std::vector<double> stepMs;
   double firstLoss = 0, lastLoss = 0;
   int64_t windowCorrect = 0, windowSeen = 0;
@@ -270,7 +335,7 @@ int runTrain(const Args& args) {
   const int64_t report = epochs > 0 ? perEpoch : std::max<int64_t>(1, *steps / 10);
   const bool bar = !json && isatty(fileno(stdout)) != 0;
   const auto runStart = std::chrono::steady_clock::now();
-  for (int64_t s = 0; s < totalSteps; ++s) {
+  for (int64_t s = startStep; s < totalSteps; ++s) {
     frontends::Batch fb;
     models::SyntheticBatch sb;
     if (loader) {
@@ -285,7 +350,7 @@ int runTrain(const Args& args) {
     auto r = (**step)(runtime::Tensor::fromData(bx), runtime::Tensor::fromData(by));
     stepMs.push_back(msSince(ts));
     if (!r) return reportError("train", r.status());
-    if (s == 0) firstLoss = r->loss;
+    if (s == startStep) firstLoss = r->loss;
     lastLoss = r->loss;
     windowCorrect += r->correct;
     windowSeen += *batch;
@@ -336,6 +401,11 @@ int runTrain(const Args& args) {
       }
       windowCorrect = windowSeen = 0;
       windowLoss = 0;
+    }
+    if (checkpointDir && ((*saveEvery > 0 && (s + 1) % *saveEvery == 0) || s + 1 == totalSteps)) {
+      info.step = s + 1;
+      if (Status st = saveCheckpoint(*checkpointDir, info, (*step)->state()); !st)
+        return reportError("train", st);
     }
   }
   if (args.flag("profile")) {

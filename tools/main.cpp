@@ -102,34 +102,42 @@ std::vector<Command> commands() {
        &runBenchKernels},
       {"train",
        "kiln train MODEL [--steps N | --data SPEC --epochs N [--val-split F]] [--batch B] "
-       "[--lr X] [--optimizer sgd|adam] [--eager] [--no-dropout] [--profile] [--json]",
+       "[--lr X] [--optimizer sgd|adam] [--checkpoint DIR [--save-every N] [--resume]] "
+       "[--eager] [--no-dropout] [--profile] [--json]",
        "Train a classifier with a cross-entropy loss: forward, backward and the optimizer update "
        "compiled as one step (or --eager), BatchNorm with batch statistics and dropout active, "
        "on a built-in learnable synthetic dataset or --data (IDX files or .npy pairs, shuffled "
        "each epoch, batches prepared on a background thread); prints loss, accuracy, "
        "validation accuracy, samples/s, the time spent waiting for data and the ETA. Here "
        "--batch defaults to 64.",
-       withModel(concat(compileOptionSpecs(),
-                        {{"steps", true, "training steps (default 100)"},
-                         {"lr", true, "learning rate (default 0.01 for sgd, 1e-3 for adam)"},
-                         {"optimizer", true, "sgd (momentum 0.9) or adam (default sgd)"},
-                         {"eager", false, "run each step op by op instead of compiled"},
-                         {"no-dropout", false, "dropout stays the identity while training"},
-                         {"allow-nonfinite", false,
-                          "go on when the loss is NaN or infinite (default: stop with an error)"},
-                         {"profile", false, "per-step times of one more step (to stderr)"},
-                         {"data", true,
-                          "idx:DIR (MNIST-format train-/t10k-images-idx3-ubyte and "
-                          "-labels-idx1-ubyte; t10k is the validation set), npy:X.npy,Y.npy, "
-                          "or X.npy with --labels"},
-                         {"labels", true, "class indices, i64 or i32 [M] .npy (with --data X.npy)"},
-                         {"epochs", true, "passes over the training data (instead of --steps)"},
-                         {"val-split", true,
-                          "hold out this fraction for validation (default with --epochs: 0.1 "
-                          "where the data has no validation set; 0: none)"},
-                         {"no-shuffle", false,
-                          "keep the data's order (default: a seeded "
-                          "shuffle per epoch)"}})),
+       withModel(concat(
+           compileOptionSpecs(),
+           {{"steps", true, "training steps (default 100)"},
+            {"lr", true, "learning rate (default 0.01 for sgd, 1e-3 for adam)"},
+            {"optimizer", true, "sgd (momentum 0.9) or adam (default sgd)"},
+            {"eager", false, "run each step op by op instead of compiled"},
+            {"no-dropout", false, "dropout stays the identity while training"},
+            {"allow-nonfinite", false,
+             "go on when the loss is NaN or infinite (default: stop with an error)"},
+            {"profile", false, "per-step times of one more step (to stderr)"},
+            {"data", true,
+             "idx:DIR (MNIST-format train-/t10k-images-idx3-ubyte and "
+             "-labels-idx1-ubyte; t10k is the validation set), npy:X.npy,Y.npy, "
+             "or X.npy with --labels"},
+            {"labels", true, "class indices, i64 or i32 [M] .npy (with --data X.npy)"},
+            {"epochs", true, "passes over the training data (instead of --steps)"},
+            {"val-split", true,
+             "hold out this fraction for validation (default with --epochs: 0.1 "
+             "where the data has no validation set; 0: none)"},
+            {"no-shuffle", false, "keep the data's order (default: a seeded shuffle per epoch)"},
+            {"checkpoint", true,
+             "save the step's whole state (weights, optimizer state, step; "
+             "safetensors + JSON) into DIR at the end and every --save-every "
+             "steps, atomically"},
+            {"save-every", true, "steps between checkpoints"},
+            {"resume", false,
+             "continue from DIR's latest checkpoint (same settings; bitwise the "
+             "same parameters as an uninterrupted run)"}})),
        &runTrain},
       {"inspect",
        "kiln inspect model.kiln [--json]",

@@ -372,6 +372,50 @@ mkdir -p badlabels && cp digits/train-images-idx3-ubyte badlabels/
 idx badlabels/train-labels-idx1-ubyte 1 70
 check "train --data: a label beyond the classes" 2 "sample 10 has label 10, the model has 10 classes" -- \
   "$KILN" train mnist_cnn --data idx:badlabels --epochs 1 --batch 16
+# Checkpoints: a resumed run is bitwise the uninterrupted one; refusals; serving the weights.
+T=(train mnist_cnn --data idx:digits --batch 16 --cache-dir cache)
+check "train --checkpoint" 0 "" -- "$KILN" "${T[@]}" --steps 8 --checkpoint full --save-every 4
+check "train --checkpoint, half" 0 "" -- "$KILN" "${T[@]}" --steps 4 --checkpoint half
+check "train --resume" 0 "resumed from half/ckpt-00000004.safetensors at step 4" -- \
+  "$KILN" "${T[@]}" --steps 8 --checkpoint half --resume
+check "resumed run == uninterrupted run, bit for bit" 0 "" -- \
+  cmp full/ckpt-00000008.safetensors half/ckpt-00000008.safetensors
+check "train --resume with another lr" 2 "was trained with lr 0.01.*this run has 0.02" -- \
+  "$KILN" "${T[@]}" --steps 12 --checkpoint half --resume --lr 0.02
+check "train --resume past its end" 2 "is at step 8, this run ends at 8" -- \
+  "$KILN" "${T[@]}" --steps 8 --checkpoint half --resume
+check "train --resume without a checkpoint" 2 "checkpoint 'empty' does not exist" -- \
+  "$KILN" "${T[@]}" --steps 8 --checkpoint empty --resume
+check "train into a directory that holds a checkpoint" 2 "holds a checkpoint already: --resume" -- \
+  "$KILN" "${T[@]}" --steps 8 --checkpoint half
+check "train --save-every without --checkpoint" 2 "need --checkpoint DIR" -- \
+  "$KILN" "${T[@]}" --steps 8 --save-every 2
+head -c 1000 full/ckpt-00000008.safetensors >full/cut && mv full/cut full/ckpt-00000008.safetensors
+check "train --resume from a damaged checkpoint" 2 "full/ckpt-00000008.safetensors" -- \
+  "$KILN" "${T[@]}" --steps 12 --checkpoint full --resume
+check "compile --weights from a checkpoint" 0 "" -- \
+  "$KILN" compile mnist_cnn --weights half -o trained.kiln --cache-dir cache
+check "run the trained artifact" 0 "" -- "$KILN" run trained.kiln --output y_art.npy
+check "run the untrained model" 0 "" -- "$KILN" run mnist_cnn --output y0.npy --cache-dir cache
+check "run the model with the checkpoint's weights" 0 "" -- \
+  "$KILN" run mnist_cnn --weights half/ckpt-00000008.safetensors --output y_ckpt.npy --cache-dir cache
+npy_close() {  # npy_close A B: two f32 .npy files of one shape, equal within 1e-5 relative
+  python3 - "$1" "$2" <<'PY'
+import struct, sys
+def floats(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<H", b[8:10])[0]
+    return struct.unpack(f"<{(len(b) - 10 - n) // 4}f", b[10 + n:])
+a, b = floats(sys.argv[1]), floats(sys.argv[2])
+scale = max(abs(x) for x in a)
+assert len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) <= 1e-5 * scale, "differ"
+PY
+}
+check "the artifact computes with the trained weights" 0 "" -- npy_close y_art.npy y_ckpt.npy
+check "... which are not the untrained ones" 1 "differ" -- npy_close y_art.npy y0.npy
+check "--weights of another model" 2 "'fc1.weight' is f32\[128,9216\], the model's is f32\[512,784\]" -- \
+  "$KILN" compile mlp --weights half -o x.kiln
+absent "no artifact from refused weights" x.kiln
 check "train --epochs without data" 2 "--epochs and --val-split need --data" -- \
   "$KILN" train mnist_cnn --epochs 2
 check "train --data: fewer samples than a batch" 2 "63 training samples, fewer than one batch of 64" -- \

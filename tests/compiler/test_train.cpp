@@ -13,6 +13,7 @@
 #include "ir/parser.h"
 #include "models/synthetic.h"
 #include "models/zoo.h"
+#include "runtime/cpu/compute_threads.h"
 #include "runtime/eager.h"
 
 using namespace kiln;
@@ -277,6 +278,52 @@ TEST_CASE("training: the mlp learns a learnable problem (loss falls)") {
   INFO("loss " << first << " -> " << last);
   CHECK(first > 1.5);
   CHECK(last < 0.25 * first);
+  std::filesystem::remove_all(o.compile.cacheDir);
+}
+
+TEST_CASE("training: restore() of a saved state continues the run bit for bit") {
+  runtime::ComputeThreads::setLoadAware(false);  // The same threads every step, as kiln train.
+  compiler::TrainOptions o;
+  o.compile.cacheDir = tempCache();
+  o.optimizer = compiler::TrainOptions::Optimizer::kAdam;  // State: moments and a step count.
+  auto step = compiler::TrainingStep::create(zoo("mnist_cnn", {8, 1}), o);
+  REQUIRE(step.hasValue());
+  const ir::Shape shape = (*step)->graph().inputs()[0]->type().shape;
+  auto run = [&](uint32_t from, uint32_t to) {
+    for (uint32_t s = from; s < to; ++s) {
+      auto [x, t] = batch(shape, 10, s);
+      REQUIRE((**step)(x, t).hasValue());
+    }
+  };
+  auto snapshot = [&] {
+    std::map<std::string, ir::TensorData> copy;
+    for (const auto& [name, t] : (*step)->state()) copy.emplace(name, t.clone());
+    return copy;
+  };
+  run(0, 2);
+  const auto saved = snapshot();
+  CHECK(saved.count("conv1.weight") == 1);
+  run(2, 4);
+  const auto uninterrupted = snapshot();
+  REQUIRE((*step)->restore(saved, 2).isOk());
+  CHECK((*step)->stepsRun() == 2);
+  run(2, 4);
+  const auto resumed = snapshot();
+  for (const auto& [name, t] : uninterrupted) {
+    INFO(name);
+    CHECK(t.bitwiseEqual(resumed.at(name)));
+  }
+  // A state that is not this step's is refused before anything changes.
+  auto missing = saved;
+  missing.erase("fc1.bias");
+  Status st = (*step)->restore(missing, 2);
+  CHECK_THAT(st.message(), Catch::Matchers::Contains("no tensor 'fc1.bias'"));
+  auto reshaped = saved;
+  reshaped["fc2.weight"] = ir::TensorData(ir::DType::kF32, {3, 3});
+  st = (*step)->restore(reshaped, 2);
+  CHECK_THAT(st.message(), Catch::Matchers::Contains("'fc2.weight' is f32[3,3], the step's is"));
+  for (const auto& [name, t] : (*step)->state()) CHECK(t.bitwiseEqual(resumed.at(name)));
+  runtime::ComputeThreads::setLoadAware(true);
   std::filesystem::remove_all(o.compile.cacheDir);
 }
 
