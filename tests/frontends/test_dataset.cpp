@@ -30,7 +30,7 @@ struct IdxFiles {
   }
 };
 
-TEST_CASE("IDX images and labels become f32 [M,1,H,W] in [0,1] and i64 labels") {
+TEST_CASE("IDX images and labels become f32 images scaled to 0..1 and i64 labels") {
   IdxFiles f(idxBytes(0x08, {3, 2, 2}, 12), idxBytes(0x08, {3}, 3, 7));
   auto d = readIdx(f.images, f.labels);
   KILN_REQUIRE_OK(d);
@@ -69,7 +69,7 @@ TEST_CASE("malformed IDX files are refused, naming the file and what is wrong") 
   CHECK(errorOf(readIdx(f.images, f.dir.file("missing"))).code() == ErrorCode::kNotFound);
 }
 
-TEST_CASE("--data specs: idx:DIR with its t10k validation set, npy pairs, and errors") {
+TEST_CASE("data specs: idx:DIR with its t10k validation set; npy pairs; errors") {
   test::TempDir dir;
   test::writeBytes(dir.file("train-images-idx3-ubyte"), idxBytes(0x08, {5, 2, 2}, 20));
   test::writeBytes(dir.file("train-labels-idx1-ubyte"), idxBytes(0x08, {5}, 5));
