@@ -20,8 +20,8 @@ if [ "${1:-}" = --sanitize ]; then
   mode=${2:-}
   shift 2 || true
   case $mode in
-    address) dir=build-asan; targets=(test_ir test_runtime test_codegen test_compiler test_gpu) ;;
-    thread) dir=build-tsan; targets=(test_codegen test_compiler test_gpu) ;;
+    address) dir=build-asan; targets=(test_ir test_runtime test_codegen test_compiler test_frontends test_gpu) ;;
+    thread) dir=build-tsan; targets=(test_codegen test_compiler test_frontends test_gpu) ;;
     *) echo "usage: scripts/test.sh --sanitize address|thread [ctest args...]" >&2; exit 2 ;;
   esac
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
