@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "frontends/data/dataset.h"
 #include "frontends/json/graph_json.h"
 #include "frontends/json/safetensors.h"
 #include "frontends/npy/npy.h"
@@ -196,6 +197,31 @@ inline Outcome checkNpy(std::string_view bytes) {
   return {true, std::nullopt};
 }
 
+// ---- idx: an MNIST-format pair, the images file, the separator, then the labels file. What is
+// accepted must be consistent: f32 [M, 1, H, W] with values in [0, 1], M labels below 256.
+inline constexpr std::string_view kIdxSeparator = "\n#kiln-fuzz: labels follow#\n";
+inline Outcome checkIdx(std::string_view bytes) {
+  const size_t cut = bytes.find(kIdxSeparator);
+  const std::string images = scratchFile("images-idx3-ubyte"),
+                    labels = scratchFile("labels-idx1-ubyte");
+  writeFile(images, bytes.substr(0, cut));
+  writeFile(labels, cut == std::string_view::npos ? std::string_view()
+                                                  : bytes.substr(cut + kIdxSeparator.size()));
+  auto d = frontends::readIdx(images, labels);
+  if (!d) return rejected(d.status());
+  const ir::Shape& s = d->x.shape();
+  if (s.size() != 4 || s[1] != 1 || d->labels.shape() != ir::Shape{s[0]} || d->size() < 1)
+    return violated("accepted images of " + d->x.type().toString() + " with labels " +
+                    d->labels.type().toString());
+  for (int64_t i = 0; i < d->x.numElements(); ++i)
+    if (!(d->x.as<float>()[i] >= 0.f && d->x.as<float>()[i] <= 1.f))
+      return violated("a pixel outside [0, 1]");
+  for (int64_t i = 0; i < d->size(); ++i)
+    if (d->labels.as<int64_t>()[i] < 0 || d->labels.as<int64_t>()[i] > 255)
+      return violated("a label outside [0, 255]");
+  return {true, std::nullopt};
+}
+
 // ---- onnx: loadOnnxFromBytes, in memory, with no model directory (external data is an error),
 // and a batch for symbolic first dims so that such models import. Accepted graphs must pass
 // checkGraph.
@@ -217,6 +243,7 @@ inline constexpr Target kTargets[] = {
     {"safetensors", checkSafetensors},
     {"npy", checkNpy},
     {"onnx", checkOnnx},
+    {"idx", checkIdx},
 };
 
 // The index of `name` in kTargets, or -1.

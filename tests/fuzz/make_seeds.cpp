@@ -66,7 +66,8 @@ const Source kGraphs[] = {
   %d = nll_loss_backward(%l, %r, %t) {reduction = "sum", ignore_index = 1}
   return %d
 })"},
-    {"conv_backward", R"(graph conv_backward(%x : f32[1,2,5,5], %w : f32[3,2,3,3], %dy : f32[1,3,3,3], %dp : f32[1,2,2,2]) {
+    {"conv_backward",
+     R"(graph conv_backward(%x : f32[1,2,5,5], %w : f32[3,2,3,3], %dy : f32[1,3,3,3], %dp : f32[1,2,2,2]) {
   %dx = conv2d_backward_data(%dy, %w, %x)
   %dw = conv2d_backward_weight(%dy, %x, %w) {strides = [1,1], pads = [0,0,0,0]}
   %m = max_pool2d_backward(%dp, %x) {kernel = [2,2], strides = [2,2]}
@@ -245,6 +246,23 @@ void safetensorsSeeds(const fs::path& corpus, std::mt19937& rng) {
   orDie(frontends::writeSafetensors((corpus / "safetensors" / "no_tensors.safetensors").string(),
                                     {}, {{"only", "metadata"}}),
         "no_tensors");
+}
+
+// MNIST-format pairs (fuzz_checks.h: images, the separator, labels) that read: the mutations
+// reach the header checks and the data.
+void idxSeeds(const fs::path& corpus) {
+  auto idx = [](uint8_t type, std::vector<uint32_t> dims, size_t bytes) {
+    std::string s{'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
+    for (uint32_t d : dims)
+      for (int shift = 24; shift >= 0; shift -= 8) s.push_back(static_cast<char>(d >> shift));
+    for (size_t i = 0; i < bytes; ++i) s.push_back(static_cast<char>(i * 37));
+    return s;
+  };
+  const std::string sep(fuzz::kIdxSeparator);
+  const fs::path dir = corpus / "idx";
+  writeBytes(dir / "three_4x4", idx(8, {3, 4, 4}, 48) + sep + idx(8, {3}, 3));
+  writeBytes(dir / "one_28x28", idx(8, {1, 28, 28}, 784) + sep + idx(8, {1}, 1));
+  writeBytes(dir / "two_1x5", idx(8, {2, 1, 5}, 10) + sep + idx(8, {2}, 2));
 }
 
 void npySeeds(const fs::path& corpus, std::mt19937& rng) {
@@ -487,6 +505,7 @@ int main(int argc, char** argv) {
   safetensorsSeeds(corpus, rng);
   npySeeds(corpus, rng);
   onnxSeeds(corpus, rng);
+  idxSeeds(corpus);
   std::printf("wrote the seed corpora under %s\n", corpus.c_str());
   return 0;
 }
