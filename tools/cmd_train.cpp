@@ -326,6 +326,14 @@ int runTrain(const Args& args) {
       std::printf("resumed from %s at step %lld\n", resumeFrom->path.c_str(),
                   static_cast<long long>(startStep));
   }
+  if (!json && o.compile.precision == compiler::Precision::kBf16 &&
+      (!o.compile.backend || o.compile.backend->name() == "cpu"))
+    std::printf(
+        "bf16 on the CPU: convolutions and matmuls read bf16 operands widened to f32 "
+        "and round their results once (%s; kiln does not call native bf16 kernels "
+        "yet)\n",
+        __builtin_cpu_supports("avx512bf16") ? "this CPU has AVX512-BF16"
+                                             : "this CPU has no native bf16 arithmetic");
   std::vector<double> stepMs;
   double firstLoss = 0, lastLoss = 0;
   int64_t windowCorrect = 0, windowSeen = 0;

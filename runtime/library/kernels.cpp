@@ -137,6 +137,34 @@ Status validate(OpKind op, const ir::AttrView& attrs, std::span<const Tensor> in
   return Status::ok();
 }
 
+// A copy of half-precision `t` widened to f32 (exact), in the same memory order.
+Expected<Tensor> widened(const Tensor& t) {
+  KILN_ASSIGN_OR_RETURN(Tensor w, Tensor::empty(ir::DType::kF32, t.shape()));
+  ref::halfBitsToFloat(t.dtype(), t.data<uint16_t>(), w.data<float>(), t.numElements());
+  return w;
+}
+
+// A family's f32 call on f16/bf16 operands: each widened to f32 (exact), the result rounded
+// once into `output`. kUnimplemented where the family has no kernel for the shape, or the
+// operands are not all contiguous in `output`'s dtype.
+Status runWidened(OpKind op, const ir::AttrView& attrs, std::span<const Tensor> in,
+                  Tensor& output) {
+  for (const Tensor& t : in)
+    if (!t.defined() || t.dtype() != output.dtype() || !t.isContiguous())
+      return unimplemented(std::string(ir::opName(op)) + ": mixed or strided half operands");
+  std::vector<Tensor> wide;
+  for (const Tensor& t : in) {
+    KILN_ASSIGN_OR_RETURN(Tensor w, widened(t));
+    wide.push_back(std::move(w));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor wideOut, Tensor::empty(ir::DType::kF32, output.shape()));
+  const LibraryOptions options;
+  KILN_TRY(runFamily(op, lib::Call{attrs, wide, {}, {}, wideOut, options}));
+  ref::floatToHalfBits(output.dtype(), wideOut.data<float>(), output.data<uint16_t>(),
+                       output.numElements());
+  return Status::ok();
+}
+
 // The RefKernel-ABI library kernel of Op: plain NCHW, no post-ops, no weight cache. What the
 // library cannot express runs the reference kernel, so the result is always the reference's.
 template <OpKind Op>
@@ -147,9 +175,13 @@ Status abiKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
     const lib::Call call{attrs, in, {}, {}, out[0], options};
     Status s = runFamily(Op, call);
     if (s.code() != ErrorCode::kUnimplemented) return s;
-  } else if (isHalf(in[0].dtype()) && hasLibraryKernel(Op)) {
-    // Autocast's f16/bf16 products, converted as a compiled plan runs them.
-    Status s = runLibraryWithPostOps(Op, attrs, in, {}, {}, out[0], LibraryOptions{});
+  } else if (isHalf(in[0].dtype())) {
+    // Autocast's f16/bf16 products, converted as a compiled plan runs them: the library ops
+    // through runLibraryWithPostOps, the other families (the convolution gradients: no
+    // post-ops, no layouts, so no kLibrary trait) widened here.
+    Status s = hasLibraryKernel(Op)
+                   ? runLibraryWithPostOps(Op, attrs, in, {}, {}, out[0], LibraryOptions{})
+                   : runWidened(Op, attrs, in, out[0]);
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
   return referenceKernel(Op)(attrs, in, out);
@@ -228,17 +260,6 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
       return nullptr;
   }
 }
-
-namespace {
-
-// A copy of half-precision `t` widened to f32 (exact), in the same memory order.
-Expected<Tensor> widened(const Tensor& t) {
-  KILN_ASSIGN_OR_RETURN(Tensor w, Tensor::empty(ir::DType::kF32, t.shape()));
-  ref::halfBitsToFloat(t.dtype(), t.data<uint16_t>(), w.data<float>(), t.numElements());
-  return w;
-}
-
-}  // namespace
 
 Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
                              std::span<const Tensor> inputs, std::span<const PostOp> post,
