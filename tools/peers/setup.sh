@@ -47,3 +47,5 @@ if [ "$python_only" = 1 ]; then echo "$peers_venv/bin/python"; exit 0; fi
 mkdir -p "$peers_dir"
 "$peers_venv/bin/python" tools/peers/export.py "$peers_dir" "$@"
 "$peers_venv/bin/python" tools/peers/train_export.py "$peers_dir" "$@"
+# Optimizer variants (AdamW, Nesterov): their own script hash in each folder, not in the key.
+"$peers_venv/bin/python" tools/peers/optim_export.py "$peers_dir"
