@@ -40,7 +40,8 @@ constexpr double kUpdateTolerance = 1e-3;  // Of the largest parameter update.
 // Adam moves every element by about lr per step whatever its gradient's size, so an element
 // whose gradient is near eps (fc1's, behind ReLUs that rarely fire) turns the rounding of two
 // summation orders into a visible part of an update: measured 0.3% of the largest update on
-// mnist_cnn's fc1.weight after 5 AdamW steps, eager and compiled alike.
+// mnist_cnn's fc1.weight after 5 AdamW steps, eager and compiled alike (1.04e-3 and 1.23e-3 of
+// its max), where PyTorch's own f32 run differs from its f64 run by 1.85e-3 of that max.
 constexpr double kAdamUpdateTolerance = 1e-2;
 
 }  // namespace
