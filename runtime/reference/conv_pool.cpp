@@ -310,6 +310,50 @@ Status conv2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> i
   });
 }
 
+// max_pool2d_backward of the most common pooling, 2x2 windows with stride 2, no padding, every
+// window inside the input (CNNs' downsampling): the windows tile the input without overlap, so
+// each input element is written once (its window's gradient or 0) in one pass, with no zeroing
+// pass and no window arithmetic. The choice is the general kernel's, in its scan order: the
+// first NaN, else the first strictly larger element.
+template <class T>
+void maxPool2x2Backward(const T* __restrict x, const T* __restrict dy, T* __restrict dx,
+                        int64_t planes, const Window& wh, const Window& ww) {
+  const int64_t win = ww.in, hout = wh.out, wout = ww.out;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * wh.in * win;
+    const T* gp = dy + p * hout * wout;
+    T* dp = dx + p * wh.in * win;
+    for (int64_t oh = 0; oh < hout; ++oh) {
+      const T* r0 = xp + 2 * oh * win;
+      const T* r1 = r0 + win;
+      T* d0 = dp + 2 * oh * win;
+      T* d1 = d0 + win;
+      const T* g = gp + oh * wout;
+      for (int64_t ow = 0; ow < wout; ++ow) {
+        const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+        T best = a;
+        int arg = 0;
+        if (best == best) {
+          if (b > best || b != b) best = b, arg = 1;
+          if (best == best) {
+            if (c > best || c != c) best = c, arg = 2;
+            if (best == best && (d > best || d != d)) arg = 3;
+          }
+        }
+        const T v = g[ow];
+        d0[2 * ow] = arg == 0 ? v : T(0);
+        d0[2 * ow + 1] = arg == 1 ? v : T(0);
+        d1[2 * ow] = arg == 2 ? v : T(0);
+        d1[2 * ow + 1] = arg == 3 ? v : T(0);
+      }
+      std::fill(d0 + 2 * wout, d0 + win, T(0));  // An odd width's last column: in no window.
+      std::fill(d1 + 2 * wout, d1 + win, T(0));
+    }
+    std::fill(dp + 2 * hout * win, dp + wh.in * win, T(0));  // An odd height's last row.
+  }
+}
+
 Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                                std::span<Tensor> out) {
   const Tensor& dy = in[0];
@@ -321,6 +365,12 @@ Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
   return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
     const int64_t planes = x.shape()[0] * x.shape()[1];
     T* dx = out[0].data<T>();
+    if (k[0] == 2 && k[1] == 2 && wh.stride == 2 && ww.stride == 2 && wh.dilation == 1 &&
+        ww.dilation == 1 && wh.padBegin == 0 && ww.padBegin == 0 && 2 * wh.out <= wh.in &&
+        2 * ww.out <= ww.in) {
+      maxPool2x2Backward(x.data<T>(), dy.data<T>(), dx, planes, wh, ww);
+      return Status::ok();
+    }
     // Planes are independent: each thread zeroes and fills its own.
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < planes; ++p) {

@@ -3,6 +3,7 @@
 // windows.
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "runtime/reference_test_util.h"
 
@@ -223,4 +224,40 @@ TEMPLATE_TEST_CASE("reference max_pool2d_backward: ties go to the first maximum,
                         0, 0, 0, 0,    //
                         0, 70, 0, 0,   //
                         0, 0, 0, 0});
+}
+
+TEMPLATE_TEST_CASE(
+    "reference max_pool2d_backward 2x2 stride 2 (one pass) on ties, NaNs and odd sizes",
+    "[reference][pool]", float, double) {
+  // The one-pass kernel of the common pooling against the rule itself, brute force: each
+  // window's gradient goes to its first NaN in scan order, else its first strict maximum;
+  // elements in no window (an odd last row or column) get 0. Values from {0, 1, 2, NaN} make
+  // ties and NaNs common.
+  const TestType nan = std::numeric_limits<TestType>::quiet_NaN();
+  const int64_t n = 2, c = 3, h = 7, w = 9, oh = 3, ow = 4;
+  std::mt19937 gen(5);
+  std::vector<double> xv(n * c * h * w), gv(n * c * oh * ow);
+  for (double& v : xv) {
+    const int r = static_cast<int>(gen() % 7);
+    v = r == 6 ? static_cast<double>(nan) : r % 3;
+  }
+  for (size_t i = 0; i < gv.size(); ++i) gv[i] = static_cast<double>(i + 1);
+  const Tensor x = make<TestType>({n, c, h, w}, xv);
+  const Tensor dy = make<TestType>({n, c, oh, ow}, gv);
+  const ir::AttrMap k2s2 = {{"kernel", attrInts({2, 2})}, {"strides", attrInts({2, 2})}};
+  std::vector<double> want(xv.size(), 0.0);
+  for (int64_t p = 0; p < n * c; ++p)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        int64_t arg = -1;
+        double best = 0;
+        for (int64_t a = 0; a < 2 && !(arg >= 0 && std::isnan(best)); ++a)
+          for (int64_t b = 0; b < 2; ++b) {
+            const int64_t at = p * h * w + (2 * i + a) * w + 2 * j + b;
+            if (arg < 0 || xv[at] > best || std::isnan(xv[at])) best = xv[at], arg = at;
+            if (std::isnan(best)) break;
+          }
+        want[arg] += gv[p * oh * ow + i * ow + j];
+      }
+  checkClose<TestType>(run(OpKind::kMaxPool2dBackward, {dy, x}, k2s2), {n, c, h, w}, want);
 }
