@@ -40,6 +40,37 @@ Status batchNormKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
 // over channels (reductions, accumulated in double) or over the N x C planes (pointwise).
 
 // stats [2, C]: mean, biased variance (two passes).
+// A sum in kLanes independent double accumulators, so that it vectorizes (one accumulator is
+// one dependent add per element: resnet18's BatchNorm statistics took 48 ms a training step at
+// batch 32), added up in a fixed order at the end: deterministic, and within rounding of a plain
+// loop's sum.
+struct Lanes {
+  static constexpr int kLanes = 8;
+  double lane[kLanes] = {};
+  double tail = 0;
+  // Adds term(i) for i in [0, n).
+  template <class Term>
+  void add(int64_t n, Term term) {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lane[l] += term(i + l);
+    for (; i < n; ++i) tail += term(i);
+  }
+  // Adds into two sums at once: term(i, a, b) adds element i's terms to a and b.
+  template <class Term>
+  static void add2(int64_t n, Lanes& x, Lanes& y, Term term) {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) term(i + l, x.lane[l], y.lane[l]);
+    for (; i < n; ++i) term(i, x.tail, y.tail);
+  }
+  double total() const {
+    double t = tail;
+    for (int l = 0; l < kLanes; ++l) t += lane[l];
+    return t;
+  }
+};
+
 Status batchNormStatsKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                             std::span<Tensor> out) {
   const ref::AxisSplit split = ref::splitAt(in[0].shape(), 1);
@@ -49,22 +80,22 @@ Status batchNormStatsKernel(const ir::AttrView& attrs, std::span<const Tensor> i
     const int64_t c = split.dim, inner = split.inner, count = split.outer * inner;
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < c; ++k) {
-      double sum = 0;
+      Lanes sum;
       for (int64_t n = 0; n < split.outer; ++n) {
         const T* p = x + (n * c + k) * inner;
-        for (int64_t i = 0; i < inner; ++i) sum += static_cast<double>(p[i]);
+        sum.add(inner, [&](int64_t i) { return static_cast<double>(p[i]); });
       }
-      const double mean = sum / static_cast<double>(count);
-      double sq = 0;
+      const double mean = sum.total() / static_cast<double>(count);
+      Lanes sq;
       for (int64_t n = 0; n < split.outer; ++n) {
         const T* p = x + (n * c + k) * inner;
-        for (int64_t i = 0; i < inner; ++i) {
+        sq.add(inner, [&](int64_t i) {
           const double d = static_cast<double>(p[i]) - mean;
-          sq += d * d;
-        }
+          return d * d;
+        });
       }
       stats[k] = static_cast<T>(mean);
-      stats[c + k] = static_cast<T>(sq / static_cast<double>(count));
+      stats[c + k] = static_cast<T>(sq.total() / static_cast<double>(count));
     }
     return Status::ok();
   });
@@ -86,17 +117,19 @@ Status batchNormBackwardReduceKernel(const ir::AttrView& attrs, std::span<const 
     for (int64_t k = 0; k < c; ++k) {
       const double mean = static_cast<double>(meanOf[k]);
       const double inv = 1 / std::sqrt(static_cast<double>(varOf[k]) + eps);
-      double sg = 0, sgx = 0;
+      Lanes sg, sgx;
       for (int64_t n = 0; n < split.outer; ++n) {
         const T* gp = g + (n * c + k) * inner;
         const T* xp = x + (n * c + k) * inner;
-        for (int64_t i = 0; i < inner; ++i) {
-          sg += static_cast<double>(gp[i]);
-          sgx += static_cast<double>(gp[i]) * (static_cast<double>(xp[i]) - mean);
-        }
+        // Both sums in one pass over grad and x.
+        Lanes::add2(inner, sg, sgx, [&](int64_t i, double& a, double& b) {
+          const double gi = static_cast<double>(gp[i]);
+          a += gi;
+          b += gi * (static_cast<double>(xp[i]) - mean);
+        });
       }
-      sums[k] = static_cast<T>(sgx * inv);
-      sums[c + k] = static_cast<T>(sg);
+      sums[k] = static_cast<T>(sgx.total() * inv);
+      sums[c + k] = static_cast<T>(sg.total());
     }
     return Status::ok();
   });
