@@ -15,6 +15,7 @@ PACKAGES=(
   libopenblas-openmp-dev                     # OpenBLAS on the OpenMP pool
   libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX importer (libonnx 1.12, protobuf)
   libxxhash-dev                              # section checksums of AOT artifacts (XXH3)
+  libpng-dev libturbojpeg0-dev               # kiln train --data folder: (PNG and JPEG decoding)
   python3-venv                               # the pinned Python environments (ONNX conformance, peers)
 )
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 
 #include "compiler/train.h"
 #include "frontends/data/dataset.h"
@@ -34,18 +36,44 @@ Expected<frontends::DataSplit> loadTrainingData(const Args& args, const ir::Shap
                                                 int64_t classes, uint64_t seed) {
   const std::string spec = *args.value("data");
   frontends::DataSplit split;
+  const ir::Shape sample(inputShape.begin() + 1, inputShape.end());
+  std::vector<float> mean, stdev;
+  if (const auto n = args.value("normalize")) {
+    // MEAN,...:STD,... per channel, as torchvision's Normalize.
+    const size_t colon = n->find(':');
+    auto parse = [](const std::string& list, std::vector<float>& out) {
+      std::stringstream in(list);
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        char* end = nullptr;
+        const float v = std::strtof(item.c_str(), &end);
+        if (item.empty() || *end != '\0' || !std::isfinite(v)) return false;
+        out.push_back(v);
+      }
+      return !out.empty();
+    };
+    if (colon == std::string::npos || !parse(n->substr(0, colon), mean) ||
+        !parse(n->substr(colon + 1), stdev) || mean.size() != stdev.size() ||
+        std::any_of(stdev.begin(), stdev.end(), [](float v) { return !(v > 0); }))
+      return invalidArgument(
+          "--normalize expects MEAN,...:STD,... (one per channel, STD > 0), "
+          "got '" +
+          *n + "'");
+    if (spec.rfind("folder:", 0) != 0)
+      return invalidArgument("--normalize applies to image folders (folder:DIR)");
+  }
   if (const auto labels = args.value("labels")) {
     KILN_ASSIGN_OR_RETURN(split.train, frontends::readNpyPair(spec, *labels));
+  } else if (spec.rfind("folder:", 0) == 0) {
+    KILN_ASSIGN_OR_RETURN(split, frontends::readImageFolder(spec.substr(7), sample, mean, stdev));
   } else {
-    KILN_ASSIGN_OR_RETURN(split, frontends::loadDataSpec(spec));
+    KILN_ASSIGN_OR_RETURN(split, frontends::loadDataSpec(spec, sample));
   }
   auto check = [&](const frontends::Dataset& d) -> Status {
-    const ir::Shape& xs = d.x.shape();
-    if (!std::equal(xs.begin() + 1, xs.end(), inputShape.begin() + 1, inputShape.end()))
-      return invalidArgument(
-          d.source + ": samples of " + ir::shapeToString(ir::Shape(xs.begin() + 1, xs.end())) +
-          ", the model takes " +
-          ir::shapeToString(ir::Shape(inputShape.begin() + 1, inputShape.end())));
+    const ir::Shape xs = d.sampleShape();
+    if (xs != sample)
+      return invalidArgument(d.source + ": samples of " + ir::shapeToString(xs) +
+                             ", the model takes " + ir::shapeToString(sample));
     const int64_t* y = d.labels.as<int64_t>();
     for (int64_t i = 0; i < d.size(); ++i)
       if (y[i] < 0 || y[i] >= classes)
@@ -97,7 +125,7 @@ Expected<double> validationAccuracy(ir::Graph& eval, const ir::Graph& trained,
     const int64_t n = std::min(batch, d.size() - first);
     order.clear();
     for (int64_t k = 0; k < batch; ++k) order.push_back(k < n ? first + k : 0);
-    frontends::Batch b = frontends::gatherBatch(d, order, 0, batch);
+    KILN_ASSIGN_OR_RETURN(frontends::Batch b, frontends::gatherBatch(d, order, 0, batch));
     const runtime::Tensor x = runtime::Tensor::fromData(b.x);
     KILN_ASSIGN_OR_RETURN(auto out, exec.run(std::span<const runtime::Tensor>(&x, 1)));
     const runtime::Tensor& logits = out[0];
@@ -347,7 +375,9 @@ int runTrain(const Args& args) {
     frontends::Batch fb;
     models::SyntheticBatch sb;
     if (loader) {
-      fb = loader->next();
+      auto next = loader->next();
+      if (!next) return reportError("train", next.status());
+      fb = std::move(*next);
     } else {
       sb = models::syntheticBatch(inputShape, classes, static_cast<uint64_t>(*seed),
                                   static_cast<uint64_t>(s));

@@ -123,8 +123,13 @@ std::vector<Command> commands() {
             {"data", true,
              "idx:DIR (MNIST-format train-/t10k-images-idx3-ubyte and "
              "-labels-idx1-ubyte; t10k is the validation set), npy:X.npy,Y.npy, "
-             "or X.npy with --labels"},
+             "folder:DIR (DIR/<class>/*.png|jpg, or DIR/train and DIR/val; "
+             "decoded, resized and center-cropped to the model's input on the "
+             "loader's thread), or X.npy with --labels"},
             {"labels", true, "class indices, i64 or i32 [M] .npy (with --data X.npy)"},
+            {"normalize", true,
+             "MEAN,...:STD,... per channel for folder: images (after scaling to "
+             "[0, 1]), as torchvision's Normalize"},
             {"epochs", true, "passes over the training data (instead of --steps)"},
             {"val-split", true,
              "hold out this fraction for validation (default with --epochs: 0.1 "

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "frontends/data/images.h"
 #include "frontends/file_io.h"
 #include "frontends/npy/npy.h"
 
@@ -75,8 +76,11 @@ Expected<Dataset> readIdx(const std::string& imagesPath, const std::string& labe
   if (images.dims[0] == 0) return invalidArgument("IDX file '" + imagesPath + "' holds no images");
   const auto m = static_cast<int64_t>(images.dims[0]);
   const auto h = static_cast<int64_t>(images.dims[1]), w = static_cast<int64_t>(images.dims[2]);
-  Dataset d{ir::TensorData(ir::DType::kF32, {m, 1, h, w}), ir::TensorData(ir::DType::kI64, {m}),
-            imagesPath};
+  Dataset d{ir::TensorData(ir::DType::kF32, {m, 1, h, w}),
+            ir::TensorData(ir::DType::kI64, {m}),
+            imagesPath,
+            {},
+            {}};
   float* x = d.x.as<float>();
   for (size_t i = 0; i < images.bytes.size(); ++i)
     x[i] = static_cast<float>(images.bytes[i]) / 255.f;
@@ -99,14 +103,15 @@ Expected<Dataset> readNpyPair(const std::string& xPath, const std::string& yPath
     for (int64_t i = 0; i < y.numElements(); ++i) wide.as<int64_t>()[i] = y.as<int32_t>()[i];
     y = std::move(wide);
   }
-  return Dataset{std::move(x), std::move(y), xPath};
+  return Dataset{std::move(x), std::move(y), xPath, {}, {}};
 }
 
-Expected<DataSplit> loadDataSpec(const std::string& spec) {
+Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampleShape) {
   namespace fs = std::filesystem;
   auto usage = [&](const std::string& why) {
     return invalidArgument("--data '" + spec + "': " + why +
-                           "; expected idx:DIR (MNIST-format IDX files) or npy:X.npy,Y.npy");
+                           "; expected idx:DIR (MNIST-format IDX files), npy:X.npy,Y.npy or "
+                           "folder:DIR (DIR/<class>/*.png|jpg)");
   };
   if (spec.rfind("idx:", 0) == 0) {
     const std::string dir = spec.substr(4);
@@ -134,7 +139,110 @@ Expected<DataSplit> loadDataSpec(const std::string& spec) {
     KILN_ASSIGN_OR_RETURN(s.train, readNpyPair(rest.substr(0, comma), rest.substr(comma + 1)));
     return s;
   }
+  if (spec.rfind("folder:", 0) == 0) return readImageFolder(spec.substr(7), sampleShape);
   return usage("unknown form");
+}
+
+namespace {
+
+bool isImageFile(const std::filesystem::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char ch) { return std::tolower(ch); });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+// The classes (sorted subdirectories) of `dir`, or those given.
+Expected<Dataset> readFolder(const std::string& dir, std::vector<std::string>& classes,
+                             const ir::Shape& shape, const std::vector<float>& mean,
+                             const std::vector<float>& std) {
+  namespace fs = std::filesystem;
+  const bool given = !classes.empty();
+  if (!given) {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_directory()) classes.push_back(e.path().filename().string());
+    std::sort(classes.begin(), classes.end());
+    if (classes.empty())
+      return invalidArgument("image folder '" + dir +
+                             "': no class subdirectories (expected DIR/<class>/<image>.png)");
+  }
+  auto files = std::make_shared<std::vector<std::string>>();
+  std::vector<int64_t> labels;
+  for (size_t k = 0; k < classes.size(); ++k) {
+    const fs::path sub = fs::path(dir) / classes[k];
+    if (!fs::is_directory(sub)) {
+      if (given) continue;  // A validation set may lack a class.
+      return invalidArgument("image folder '" + sub.string() + "' is not a directory");
+    }
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(sub))
+      if (e.is_regular_file() && isImageFile(e.path())) names.push_back(e.path().string());
+    std::sort(names.begin(), names.end());
+    for (std::string& n : names) {
+      files->push_back(std::move(n));
+      labels.push_back(static_cast<int64_t>(k));
+    }
+  }
+  if (given)
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_directory() &&
+          std::find(classes.begin(), classes.end(), e.path().filename().string()) == classes.end())
+        return invalidArgument("image folder '" + dir + "': class '" +
+                               e.path().filename().string() +
+                               "' is not one of the training set's classes");
+  if (files->empty())
+    return invalidArgument("image folder '" + dir + "': no .png, .jpg or .jpeg files in " +
+                           std::to_string(classes.size()) + " class directories");
+  Dataset d;
+  d.source = dir;
+  d.labels = ir::TensorData(ir::DType::kI64, {static_cast<int64_t>(labels.size())});
+  std::copy(labels.begin(), labels.end(), d.labels.as<int64_t>());
+  d.lazyShape = shape;
+  const int channels = static_cast<int>(shape[0]);
+  const int64_t h = shape[1], w = shape[2];
+  d.sample = [files, channels, h, w, mean, std](int64_t i, float* dst) -> Status {
+    KILN_ASSIGN_OR_RETURN(Image im, decodeImage((*files)[static_cast<size_t>(i)], channels));
+    imageToTensor(im, h, w, dst);
+    if (!mean.empty())
+      for (int c = 0; c < channels; ++c)
+        for (int64_t k = 0; k < h * w; ++k)
+          dst[c * h * w + k] =
+              (dst[c * h * w + k] - mean[static_cast<size_t>(c)]) / std[static_cast<size_t>(c)];
+    return Status::ok();
+  };
+  std::vector<float> first(static_cast<size_t>(channels * h * w));
+  KILN_TRY(d.sample(0, first.data()));  // A folder of unreadable files fails now.
+  return d;
+}
+
+}  // namespace
+
+Expected<DataSplit> readImageFolder(const std::string& dir, const ir::Shape& sampleShape,
+                                    std::vector<float> mean, std::vector<float> std) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) return notFound("image folder '" + dir + "' does not exist");
+  if (sampleShape.size() != 3 || (sampleShape[0] != 1 && sampleShape[0] != 3) ||
+      sampleShape[1] < 1 || sampleShape[2] < 1)
+    return invalidArgument("image folder '" + dir + "': the model's samples are " +
+                           ir::shapeToString(sampleShape) +
+                           "; images become [C, H, W] with C 1 (grey) or 3 (RGB)");
+  if (mean.size() != std.size() ||
+      (!mean.empty() && mean.size() != static_cast<size_t>(sampleShape[0])))
+    return invalidArgument("image folder '" + dir +
+                           "': normalization needs one mean and one "
+                           "std per channel");
+  std::vector<std::string> classes;
+  DataSplit s;
+  const bool split =
+      fs::is_directory(fs::path(dir) / "train") && fs::is_directory(fs::path(dir) / "val");
+  KILN_ASSIGN_OR_RETURN(s.train, readFolder(split ? (fs::path(dir) / "train").string() : dir,
+                                            classes, sampleShape, mean, std));
+  if (split) {
+    KILN_ASSIGN_OR_RETURN(
+        Dataset v, readFolder((fs::path(dir) / "val").string(), classes, sampleShape, mean, std));
+    s.validation = std::move(v);
+  }
+  return s;
 }
 
 std::vector<int64_t> epochOrder(int64_t size, uint64_t seed, int64_t epoch, bool shuffle) {
@@ -166,22 +274,45 @@ Expected<DataSplit> splitValidation(Dataset d, double fraction, uint64_t seed) {
   std::sort(val.begin(), val.end());
   std::sort(train.begin(), train.end());
   DataSplit s;
-  Batch t = gatherBatch(d, train, 0, static_cast<int64_t>(train.size()));
-  Batch v = gatherBatch(d, val, 0, nVal);
-  s.train = {std::move(t.x), std::move(t.labels), d.source};
-  s.validation = Dataset{std::move(v.x), std::move(v.labels), d.source + " (validation split)"};
+  if (d.sample) {  // Read lazily: each part reads through its own index map.
+    auto part = [&](const std::vector<int64_t>& idx, std::string source) {
+      Dataset p;
+      p.source = std::move(source);
+      p.lazyShape = d.lazyShape;
+      p.labels = ir::TensorData(ir::DType::kI64, {static_cast<int64_t>(idx.size())});
+      for (size_t k = 0; k < idx.size(); ++k)
+        p.labels.as<int64_t>()[k] = d.labels.as<int64_t>()[idx[k]];
+      p.sample = [base = d.sample, idx](int64_t i, float* dst) {
+        return base(idx[static_cast<size_t>(i)], dst);
+      };
+      return p;
+    };
+    s.train = part(train, d.source);
+    s.validation = part(val, d.source + " (validation split)");
+    return s;
+  }
+  KILN_ASSIGN_OR_RETURN(Batch t, gatherBatch(d, train, 0, static_cast<int64_t>(train.size())));
+  KILN_ASSIGN_OR_RETURN(Batch v, gatherBatch(d, val, 0, nVal));
+  s.train = {std::move(t.x), std::move(t.labels), d.source, {}, {}};
+  s.validation =
+      Dataset{std::move(v.x), std::move(v.labels), d.source + " (validation split)", {}, {}};
   return s;
 }
 
-Batch gatherBatch(const Dataset& d, const std::vector<int64_t>& order, int64_t first, int64_t n) {
-  ir::Shape shape = d.x.shape();
-  const int64_t per = d.x.numElements() / shape[0];
-  shape[0] = n;
-  Batch b{ir::TensorData(ir::DType::kF32, shape), ir::TensorData(ir::DType::kI64, {n}), 0, 0};
+Expected<Batch> gatherBatch(const Dataset& d, const std::vector<int64_t>& order, int64_t first,
+                            int64_t n) {
+  ir::Shape shape = d.sampleShape();
+  const int64_t per = ir::numElements(shape);
+  shape.insert(shape.begin(), n);
+  Batch b{ir::TensorData(ir::DType::kF32, shape), ir::TensorData(ir::DType::kI64, {n}), 0, 0, {}};
   for (int64_t k = 0; k < n; ++k) {
     const int64_t src = order[static_cast<size_t>(first + k)];
-    std::memcpy(b.x.as<float>() + k * per, d.x.as<float>() + src * per,
-                static_cast<size_t>(per) * sizeof(float));
+    if (d.sample) {
+      KILN_TRY(d.sample(src, b.x.as<float>() + k * per));
+    } else {
+      std::memcpy(b.x.as<float>() + k * per, d.x.as<float>() + src * per,
+                  static_cast<size_t>(per) * sizeof(float));
+    }
     b.labels.as<int64_t>()[k] = d.labels.as<int64_t>()[src];
   }
   return b;
@@ -227,7 +358,12 @@ void BatchLoader::produce() {
       order = epochOrder(data_.size(), seed_, epoch_, shuffle_);
       orderEpoch = epoch_;
     }
-    Batch b = gatherBatch(data_, order, index_ * batch_, batch_);
+    Expected<Batch> got = gatherBatch(data_, order, index_ * batch_, batch_);
+    Batch b;
+    if (got)
+      b = std::move(*got);
+    else
+      b.status = got.status();
     b.epoch = epoch_;
     b.index = index_++;
     {
@@ -238,8 +374,8 @@ void BatchLoader::produce() {
   }
 }
 
-Batch BatchLoader::next() {
-  if (perEpoch_ == 0) return {};
+Expected<Batch> BatchLoader::next() {
+  if (perEpoch_ == 0) return Batch{};
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !ready_.empty(); });
@@ -249,6 +385,7 @@ Batch BatchLoader::next() {
   ready_.pop_front();
   lock.unlock();
   cv_.notify_all();
+  if (!b.status) return b.status;
   return b;
 }
 

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -18,11 +19,18 @@
 
 namespace kiln::frontends {
 
-// Samples x (f32 [M, ...]) and their class labels (i64 [M]), in memory.
+// Samples x (f32 [M, ...]) and their class labels (i64 [M]), in memory; or, for image folders,
+// the labels in memory and the samples read when a batch is gathered (`sample`, on the loader's
+// thread), x left empty.
 struct Dataset {
   ir::TensorData x, labels;
-  std::string source;  // What it was read from, for messages.
-  int64_t size() const { return x.shape().empty() ? 0 : x.shape()[0]; }
+  std::string source;   // What it was read from, for messages.
+  ir::Shape lazyShape;  // One sample's shape, where `sample` reads them.
+  std::function<Status(int64_t index, float* dst)> sample;
+  int64_t size() const { return labels.shape().empty() ? 0 : labels.shape()[0]; }
+  ir::Shape sampleShape() const {
+    return sample ? lazyShape : ir::Shape(x.shape().begin() + 1, x.shape().end());
+  }
 };
 
 // IDX files: a big-endian header (two zero bytes, a type byte, the rank, then each dim as u32)
@@ -39,21 +47,35 @@ struct DataSplit {
   std::optional<Dataset> validation;
 };
 
+// Image folders as torchvision's ImageFolder lays them out: DIR/<class>/<image>.png|.jpg|.jpeg,
+// the classes sorted by name (class i is label i), the images of a class sorted by name; with
+// DIR/train/ and DIR/val/ the two are the training and validation sets (val's classes must be
+// train's). Each image is decoded when its batch is gathered, to `sampleShape` ([C, H, W], C 1
+// or 3): resized and center-cropped (images.h), then normalized as (v - mean[c]) / std[c] when
+// `mean` is given. The first image is decoded at once, so that a folder of unreadable files
+// fails here, naming the file.
+Expected<DataSplit> readImageFolder(const std::string& dir, const ir::Shape& sampleShape,
+                                    std::vector<float> mean = {}, std::vector<float> std = {});
+
 // A --data spec: "idx:DIR" reads DIR/train-images-idx3-ubyte and DIR/train-labels-idx1-ubyte,
 // and DIR/t10k-images-idx3-ubyte with DIR/t10k-labels-idx1-ubyte as the validation set when
-// both exist; "npy:X.npy,Y.npy" reads a pair (no validation set). Errors list the forms.
-Expected<DataSplit> loadDataSpec(const std::string& spec);
+// both exist; "npy:X.npy,Y.npy" reads a pair (no validation set); "folder:DIR" an image folder
+// (readImageFolder, for samples of `sampleShape`). Errors list the forms.
+Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampleShape = {});
 
 // Moves a seeded random `fraction` (0 < fraction < 1) of `d` into a validation set, keeping
 // the rest (in their original order) for training.
 Expected<DataSplit> splitValidation(Dataset d, double fraction, uint64_t seed);
 
-// Samples `order[first, first + n)` of `d` copied into one batch (x [n, ...], labels [n]).
+// Samples `order[first, first + n)` of `d` copied (or read) into one batch (x [n, ...],
+// labels [n]); an error where reading a sample failed.
 struct Batch {
   ir::TensorData x, labels;
   int64_t epoch = 0, index = 0;  // Which epoch, and which batch of it.
+  Status status;                 // Of the loader's gathering.
 };
-Batch gatherBatch(const Dataset& d, const std::vector<int64_t>& order, int64_t first, int64_t n);
+Expected<Batch> gatherBatch(const Dataset& d, const std::vector<int64_t>& order, int64_t first,
+                            int64_t n);
 
 // The order of epoch `epoch`'s samples: a permutation drawn from (seed, epoch) alone, so that
 // a resumed run sees the same order; the identity when not shuffling.
@@ -72,8 +94,9 @@ class BatchLoader {
   BatchLoader& operator=(const BatchLoader&) = delete;
 
   // The next batch; blocks while the thread prepares it (that wait is counted in waitMs()).
-  // An empty batch when the dataset holds fewer samples than one batch.
-  Batch next();
+  // An empty batch when the dataset holds fewer samples than one batch; the error where a
+  // sample could not be read (an image folder's damaged file).
+  Expected<Batch> next();
   int64_t batchesPerEpoch() const { return perEpoch_; }
   // Milliseconds next() spent waiting for batches, in total.
   double waitMs() const { return waitMs_; }

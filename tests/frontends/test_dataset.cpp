@@ -2,9 +2,15 @@
 // prefetching batch loader.
 #include "frontends/data/dataset.h"
 
+#include <png.h>
+#include <turbojpeg.h>
+
 #include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
 #include <set>
 
+#include "frontends/data/images.h"
 #include "frontends/test_files.h"
 
 namespace kiln::frontends {
@@ -132,7 +138,7 @@ TEST_CASE("the batch loader covers each epoch once, drops the last partial batch
   BatchLoader loader(d, 5, 11, true, 3);
   CHECK(loader.batchesPerEpoch() == 4);
   std::vector<Batch> seen;
-  for (int k = 0; k < 12; ++k) seen.push_back(loader.next());  // Three epochs.
+  for (int k = 0; k < 12; ++k) seen.push_back(*loader.next());  // Three epochs.
   for (int64_t e = 0; e < 3; ++e) {
     const std::vector<int64_t> order = epochOrder(23, 11, e, true);
     std::set<int64_t> labels;
@@ -153,14 +159,182 @@ TEST_CASE("the batch loader covers each epoch once, drops the last partial batch
   // A loader started at epoch 1, batch 2 continues where the first one was then.
   BatchLoader resumed(d, 5, 11, true, 2, 1, 2);
   for (int k = 6; k < 12; ++k) {
-    const Batch b = resumed.next();
+    const Batch b = *resumed.next();
     CHECK(b.epoch == seen[static_cast<size_t>(k)].epoch);
     CHECK(b.index == seen[static_cast<size_t>(k)].index);
     CHECK(b.labels.bitwiseEqual(seen[static_cast<size_t>(k)].labels));
   }
   BatchLoader tooSmall(indexed(3), 5, 0, true);
   CHECK(tooSmall.batchesPerEpoch() == 0);
-  CHECK(tooSmall.next().x.empty());
+  CHECK(tooSmall.next()->x.empty());
+}
+
+}  // namespace
+}  // namespace kiln::frontends
+
+// ---- Image folders ------------------------------------------------------------------------
+
+namespace kiln::frontends {
+namespace {
+
+// A w x h RGB image whose pixel (x, y) is (10x, 10y, 100).
+std::vector<uint8_t> rgbPattern(int w, int h) {
+  std::vector<uint8_t> px;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      px.push_back(static_cast<uint8_t>(10 * x));
+      px.push_back(static_cast<uint8_t>(10 * y));
+      px.push_back(100);
+    }
+  return px;
+}
+
+void writePng(const std::string& path, int w, int h) {
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(w);
+  png.height = static_cast<png_uint_32>(h);
+  png.format = PNG_FORMAT_RGB;
+  const std::vector<uint8_t> px = rgbPattern(w, h);
+  REQUIRE(png_image_write_to_file(&png, path.c_str(), 0, px.data(), 0, nullptr) != 0);
+}
+
+void writeJpeg(const std::string& path, int w, int h) {
+  tjhandle tj = tjInitCompress();
+  REQUIRE(tj != nullptr);
+  const std::vector<uint8_t> px = rgbPattern(w, h);
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  REQUIRE(tjCompress2(tj, px.data(), w, 0, h, TJPF_RGB, &out, &size, TJSAMP_444, 100,
+                      TJFLAG_ACCURATEDCT) == 0);
+  test::writeBytes(path, std::string(reinterpret_cast<char*>(out), size));
+  tjFree(out);
+  tjDestroy(tj);
+}
+
+TEST_CASE("images: PNG and JPEG decode to grey or RGB; damaged files are refused by name") {
+  test::TempDir dir;
+  writePng(dir.file("a.png"), 5, 4);
+  writeJpeg(dir.file("b.jpg"), 8, 8);
+  auto png = decodeImage(dir.file("a.png"), 3);
+  KILN_REQUIRE_OK(png);
+  CHECK(png->width == 5);
+  CHECK(png->height == 4);
+  CHECK(png->pixels == rgbPattern(5, 4));
+  auto grey = decodeImage(dir.file("a.png"), 1);
+  KILN_REQUIRE_OK(grey);
+  CHECK(grey->pixels.size() == 20);
+  auto jpg = decodeImage(dir.file("b.jpg"), 3);
+  KILN_REQUIRE_OK(jpg);
+  const std::vector<uint8_t> want = rgbPattern(8, 8);
+  int worst = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(jpg->pixels[i] - want[i]));
+  CHECK(worst <= 4);  // Quality 100, 4:4:4: within a few levels.
+
+  const std::string pngBytes = test::readBytes(dir.file("a.png"));
+  const std::string jpgBytes = test::readBytes(dir.file("b.jpg"));
+  struct Case {
+    std::string name, bytes, expected;
+  };
+  const Case cases[] = {
+      {"text.png", "hello", "neither a PNG nor a JPEG"},
+      {"cut.png", pngBytes.substr(0, pngBytes.size() / 2), "PNG ("},
+      {"cut.jpg", jpgBytes.substr(0, jpgBytes.size() / 2), "JPEG"},
+      {"header.jpg", jpgBytes.substr(0, 40), "JPEG"},
+  };
+  for (const Case& c : cases) {
+    test::writeBytes(dir.file(c.name), c.bytes);
+    const Status st = test::errorOf(decodeImage(dir.file(c.name), 3));
+    INFO(st.message());
+    CHECK(st.message().find(c.expected) != std::string::npos);
+    CHECK(st.message().find(dir.file(c.name)) != std::string::npos);
+  }
+  CHECK(test::errorOf(decodeImage(dir.file("a.png"), 4)).message().find("1 (grey) or 3 (RGB)") !=
+        std::string::npos);
+}
+
+TEST_CASE("images: resize and center crop to the model's input, as Resize + CenterCrop") {
+  Image im{4, 4, 1, {}};
+  for (int i = 0; i < 16; ++i) im.pixels.push_back(static_cast<uint8_t>(i * 10));
+  std::vector<float> out(16);
+  imageToTensor(im, 4, 4, out.data());  // Same size: the pixels themselves.
+  for (int i = 0; i < 16; ++i) CHECK(out[static_cast<size_t>(i)] == Approx(i * 10 / 255.f));
+  Image wide{6, 4, 1, {}};
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 6; ++x) wide.pixels.push_back(static_cast<uint8_t>(x * 40));
+  imageToTensor(wide, 4, 4, out.data());  // The middle four columns.
+  for (int x = 0; x < 4; ++x) CHECK(out[static_cast<size_t>(x)] == Approx((x + 1) * 40 / 255.f));
+  Image small{2, 2, 1, {0, 255, 0, 255}};
+  imageToTensor(small, 4, 4, out.data());  // Upscaled: between the two columns' values.
+  CHECK(out[0] == 0.f);
+  CHECK(out[3] == 1.f);
+  CHECK(out[1] > 0.f);
+  CHECK(out[1] < out[2]);
+}
+
+TEST_CASE("image folders: classes by name, decoded lazily, train/val, and their errors") {
+  test::TempDir dir;
+  namespace fs = std::filesystem;
+  fs::create_directories(dir.file("cat"));
+  fs::create_directories(dir.file("dog"));
+  writePng(dir.file("cat/1.png"), 6, 6);
+  writePng(dir.file("cat/2.PNG"), 8, 6);
+  writeJpeg(dir.file("dog/1.jpg"), 6, 9);
+  test::writeBytes(dir.file("dog/notes.txt"), "not an image");
+  auto s = readImageFolder(dir.path(), {3, 4, 4});
+  KILN_REQUIRE_OK(s);
+  CHECK_FALSE(s->validation.has_value());
+  REQUIRE(s->train.size() == 3);
+  CHECK(s->train.sampleShape() == ir::Shape{3, 4, 4});
+  CHECK(s->train.labels.as<int64_t>()[0] == 0);
+  CHECK(s->train.labels.as<int64_t>()[2] == 1);
+  auto b = gatherBatch(s->train, {2, 0}, 0, 2);
+  KILN_REQUIRE_OK(b);
+  CHECK(b->x.shape() == ir::Shape{2, 3, 4, 4});
+  CHECK(b->labels.as<int64_t>()[0] == 1);
+  for (int64_t i = 0; i < b->x.numElements(); ++i) {
+    CHECK(b->x.as<float>()[i] >= 0.f);
+    CHECK(b->x.as<float>()[i] <= 1.f);
+  }
+  // Normalized: (v - mean) / std per channel.
+  auto n = readImageFolder(dir.path(), {3, 4, 4}, {0.5f, 0.5f, 0.5f}, {0.25f, 0.25f, 0.25f});
+  KILN_REQUIRE_OK(n);
+  auto nb = gatherBatch(n->train, {2, 0}, 0, 2);
+  KILN_REQUIRE_OK(nb);
+  CHECK(nb->x.as<float>()[5] == Approx((b->x.as<float>()[5] - 0.5f) / 0.25f));
+  // A file damaged after the folder was read fails the batch that reads it, naming it.
+  test::writeBytes(dir.file("dog/1.jpg"), "broken");
+  const Status st = test::errorOf(gatherBatch(s->train, {2}, 0, 1));
+  CHECK(st.message().find("dog/1.jpg") != std::string::npos);
+  BatchLoader loader(s->train, 3, 0, false);
+  CHECK(test::errorOf(loader.next()).message().find("dog/1.jpg") != std::string::npos);
+  // train/ and val/.
+  test::TempDir split;
+  for (const char* sub : {"train/a", "train/b", "val/a"}) fs::create_directories(split.file(sub));
+  writePng(split.file("train/a/x.png"), 4, 4);
+  writePng(split.file("train/b/y.png"), 4, 4);
+  writePng(split.file("val/a/z.png"), 4, 4);
+  auto tv = readImageFolder(split.path(), {1, 4, 4});
+  KILN_REQUIRE_OK(tv);
+  REQUIRE(tv->validation.has_value());
+  CHECK(tv->validation->size() == 1);
+  fs::create_directories(split.file("val/c"));
+  CHECK(test::errorOf(readImageFolder(split.path(), {1, 4, 4}))
+            .message()
+            .find("class 'c' is not one of the training set's classes") != std::string::npos);
+  // Errors: no classes, no images, a model input that is not [C, H, W].
+  test::TempDir empty;
+  CHECK(test::errorOf(readImageFolder(empty.path(), {3, 4, 4}))
+            .message()
+            .find("no class subdirectories") != std::string::npos);
+  fs::create_directories(empty.file("a"));
+  CHECK(test::errorOf(readImageFolder(empty.path(), {3, 4, 4}))
+            .message()
+            .find("no .png, .jpg or .jpeg files") != std::string::npos);
+  CHECK(test::errorOf(readImageFolder(dir.path(), {784})).message().find("[C, H, W]") !=
+        std::string::npos);
 }
 
 }  // namespace
