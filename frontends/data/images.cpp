@@ -113,7 +113,9 @@ void imageToTensor(const Image& im, int64_t height, int64_t width, float* dst) {
       for (int64_t ch = 0; ch < c; ++ch) {
         const float top = at(x0, y0, ch) * (1 - fx) + at(x0 + 1, y0, ch) * fx;
         const float bottom = at(x0, y0 + 1, ch) * (1 - fx) + at(x0 + 1, y0 + 1, ch) * fx;
-        dst[(ch * height + oy) * width + ox] = (top * (1 - fy) + bottom * fy) / 255.f;
+        // Clamped: the blend of two 255s can round to a hair above 255.
+        dst[(ch * height + oy) * width + ox] =
+            std::clamp((top * (1 - fy) + bottom * fy) / 255.f, 0.f, 1.f);
       }
     }
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "frontends/data/dataset.h"
+#include "frontends/data/images.h"
 #include "frontends/json/graph_json.h"
 #include "frontends/json/safetensors.h"
 #include "frontends/npy/npy.h"
@@ -222,6 +223,31 @@ inline Outcome checkIdx(std::string_view bytes) {
   return {true, std::nullopt};
 }
 
+// ---- image: a PNG or JPEG file, decoded to RGB and to grey: what decodes holds width x height
+// pixels of that many channels, and resizes into a fixed input without reading outside it.
+inline Outcome checkImage(std::string_view bytes) {
+  const std::string path = scratchFile("input.image");
+  writeFile(path, bytes);
+  bool accepted = false;
+  for (const int channels : {3, 1}) {
+    auto im = frontends::decodeImage(path, channels);
+    if (!im) {
+      if (im.status().code() == ErrorCode::kInternal) return violated(im.status().message());
+      continue;
+    }
+    accepted = true;
+    if (im->width < 1 || im->height < 1 || im->channels != channels ||
+        im->pixels.size() != static_cast<size_t>(im->width * im->height * channels))
+      return violated("decoded " + std::to_string(im->width) + "x" + std::to_string(im->height) +
+                      " with " + std::to_string(im->pixels.size()) + " bytes");
+    std::vector<float> out(static_cast<size_t>(channels) * 7 * 5);
+    frontends::imageToTensor(*im, 7, 5, out.data());
+    for (float v : out)
+      if (!(v >= 0.f && v <= 1.f)) return violated("a resized value outside [0, 1]");
+  }
+  return {accepted, std::nullopt};
+}
+
 // ---- onnx: loadOnnxFromBytes, in memory, with no model directory (external data is an error),
 // and a batch for symbolic first dims so that such models import. Accepted graphs must pass
 // checkGraph.
@@ -244,6 +270,7 @@ inline constexpr Target kTargets[] = {
     {"npy", checkNpy},
     {"onnx", checkOnnx},
     {"idx", checkIdx},
+    {"image", checkImage},
 };
 
 // The index of `name` in kTargets, or -1.
