@@ -104,6 +104,7 @@ struct KernelSource {
 struct StepWork {
   std::string ops;
   ir::WorkCount work;
+  std::string firstNode;  // The name of its first node (a training step's phase: train.h).
 };
 
 struct CompileReport {

@@ -262,6 +262,7 @@ class PlanBuilder {
       }
       plan->steps.push_back(std::move(s));
       StepWork w;
+      if (!d.nodes.empty()) w.firstNode = d.nodes.front()->name();
       for (const ir::Node* n : d.nodes) {
         const std::string op(ir::opName(n->op()));
         if (("+" + w.ops + "+").find("+" + op + "+") == std::string::npos)

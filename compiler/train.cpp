@@ -46,16 +46,23 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
                           g.addInput("target", {logits->type().dtype, logits->type().shape}));
     KILN_ASSIGN_OR_RETURN(lossNode, g.addNode(ir::OpKind::kMseLoss, {logits, target}));
   }
+  lossNode->setName("loss");
   ir::Value* loss = lossNode->output(0);
   std::vector<ir::Value*> params;
   for (ir::Value* p : g.parameters())
     if (p->trainable()) params.push_back(p);
   KILN_ASSIGN_OR_RETURN(auto grads, passes::appendBackward(g, loss, params));
+  const size_t forwardAndBackward = g.numNodes();
   if (options.optimizer == TrainOptions::Optimizer::kSgd) {
     KILN_ASSIGN_OR_RETURN(step->writes_, passes::appendSgd(g, params, grads, options.sgd));
   } else {
     KILN_ASSIGN_OR_RETURN(step->writes_, passes::appendAdam(g, params, grads, options.adam));
   }
+  // Node names tell the step's phases apart (phaseOf): the gradient's nodes end in ".backward"
+  // (autodiff), the loss is "loss", the optimizer's are named here.
+  const std::vector<ir::Node*> nodes = g.nodes();
+  for (size_t i = forwardAndBackward; i < nodes.size(); ++i)
+    if (nodes[i]->name().empty()) nodes[i]->setName("optimizer");
   step->writes_.insert(step->writes_.end(), mode.writes.begin(), mode.writes.end());
   std::vector<ir::Value*> outs{loss, logits};
   for (const auto& w : step->writes_) outs.push_back(w.value);
@@ -153,6 +160,12 @@ Status TrainingStep::restore(const std::map<std::string, ir::TensorData>& state,
   if (eager_) eager_->parametersChanged();
   steps_ = stepsRun;
   return Status::ok();
+}
+
+std::string_view phaseOf(std::string_view nodeName) {
+  if (nodeName.starts_with("optimizer")) return "optimizer";
+  if (nodeName.find(".backward") != std::string_view::npos) return "backward";
+  return "forward";
 }
 
 }  // namespace kiln::compiler

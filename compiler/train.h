@@ -32,6 +32,11 @@ struct TrainOptions {
   CompileOptions compile;  // `inference` is forced off.
 };
 
+// The phase of a training step's node, by its name: "optimizer", "backward" (autodiff's
+// ".backward" nodes) or "forward" (the model, training mode's statistics, the loss). A fused
+// plan step is counted by its first node (StepWork::firstNode).
+std::string_view phaseOf(std::string_view nodeName);
+
 class TrainingStep {
  public:
   // `model` maps its one input to one output; the step adds a target input (cross-entropy:

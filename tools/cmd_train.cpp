@@ -154,9 +154,13 @@ void printProfile(const compiler::TrainingStep& step) {
     std::string name, kind;
   };
   std::vector<Row> rows;
+  std::map<std::string, double> phases;
   if (const compiler::CompiledModel* cm = step.compiled()) {
     const auto& ms = cm->lastStats().stepMs;
     const auto& steps = cm->plan().steps;
+    const auto& work = cm->report().stepWork;
+    for (size_t i = 0; i < ms.size() && i < work.size(); ++i)
+      phases[std::string(compiler::phaseOf(work[i].firstNode))] += ms[i];
     for (size_t i = 0; i < ms.size() && i < steps.size(); ++i) {
       const runtime::PlanStep& s = steps[i];
       rows.push_back({ms[i], s.name,
@@ -179,6 +183,12 @@ void printProfile(const compiler::TrainingStep& step) {
   std::sort(byKind.begin(), byKind.end(), std::greater<>());
   std::sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.ms > y.ms; });
   std::fprintf(stderr, "profile of one step (%.1f ms):\n", total);
+  if (!phases.empty()) {
+    std::fprintf(stderr, "  by phase (a fused kernel counts in its first node's):");
+    for (const char* p : {"forward", "backward", "optimizer"})
+      std::fprintf(stderr, " %s %.2f ms (%.0f%%)", p, phases[p], 100 * phases[p] / total);
+    std::fprintf(stderr, "\n");
+  }
   for (const auto& [ms, k] : byKind)
     std::fprintf(stderr, "  %9.2f ms %5.1f%%  %s\n", ms, 100 * ms / total, k.c_str());
   std::fprintf(stderr, "slowest steps:\n");

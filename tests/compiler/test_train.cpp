@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "compiler/compile.h"
@@ -278,6 +279,24 @@ TEST_CASE("training: the mlp learns a learnable problem (loss falls)") {
   INFO("loss " << first << " -> " << last);
   CHECK(first > 1.5);
   CHECK(last < 0.25 * first);
+  std::filesystem::remove_all(o.compile.cacheDir);
+}
+
+TEST_CASE("training: every node of the step belongs to a phase, by its name") {
+  compiler::TrainOptions o;
+  o.compile.cacheDir = tempCache();
+  o.eager = true;
+  auto step = compiler::TrainingStep::create(zoo("mnist_cnn", {8, 1}), o);
+  REQUIRE(step.hasValue());
+  std::map<std::string, int> count;
+  for (const ir::Node* n : (*step)->graph().nodes())
+    ++count[std::string(compiler::phaseOf(n->name()))];
+  CHECK(count["forward"] > 5);
+  CHECK(count["backward"] > count["forward"]);
+  CHECK(count["optimizer"] >= 8);  // At least one update per parameter.
+  CHECK(compiler::phaseOf("loss") == "forward");
+  CHECK(compiler::phaseOf("conv2.backward") == "backward");
+  CHECK(compiler::phaseOf("optimizer") == "optimizer");
   std::filesystem::remove_all(o.compile.cacheDir);
 }
 
