@@ -5,18 +5,21 @@
 
 #include "compiler/eager_kernels.h"
 #include "passes/autodiff.h"
+#include "passes/graph_builder.h"
 
 namespace kiln::compiler {
 
 Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
                                                              const TrainOptions& options) {
-  // fp16 has 5 exponent bits: without dynamic loss scaling (PyTorch's GradScaler) small
-  // gradients flush to zero and training silently stalls. bf16 has f32's range and needs none.
-  if (options.compile.precision == Precision::kFp16)
-    return invalidArgument(
-        "--precision fp16: training in fp16 needs dynamic loss scaling, which kiln does not have "
-        "yet (its gradients would underflow to zero without an error); train with --precision "
-        "bf16 (f32's exponent range) or fp32. fp16 inference is supported");
+  // fp16 has 5 exponent bits: small gradients flush to zero unless the loss is scaled up, and a
+  // scale too large overflows; dynamic loss scaling (TrainOptions::lossScale) handles both. bf16
+  // has f32's range and needs none.
+  const bool scaleLoss = options.compile.precision == Precision::kFp16;
+  if (scaleLoss && !(options.lossScale >= 1))
+    return invalidArgument("the initial loss scale must be at least 1, got " +
+                           std::to_string(options.lossScale));
+  if (scaleLoss && options.lossScaleGrowthInterval < 1)
+    return invalidArgument("the loss scale's growth interval must be at least 1 step");
   auto step = std::unique_ptr<TrainingStep>(new TrainingStep());
   step->allowNonFinite_ = options.allowNonFinite;
   step->graph_ = std::make_unique<ir::Graph>(std::move(model));
@@ -51,7 +54,50 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   std::vector<ir::Value*> params;
   for (ir::Value* p : g.parameters())
     if (p->trainable()) params.push_back(p);
-  KILN_ASSIGN_OR_RETURN(auto grads, passes::appendBackward(g, loss, params));
+  passes::GraphBuilder b(g);
+  ir::Value* lossForGrads = loss;
+  ir::Value* scale = nullptr;
+  ir::Value* good = nullptr;
+  const ir::DType ldt = loss->type().dtype;
+  if (scaleLoss) {
+    auto state = [&](const std::string& name, double v) -> Expected<ir::Value*> {
+      KILN_ASSIGN_OR_RETURN(ir::Value * s,
+                            g.addParameter(name, ir::TensorData::scalar(ldt, v), false));
+      KILN_TRY(g.markState(s));
+      return s;
+    };
+    KILN_ASSIGN_OR_RETURN(scale, state("loss_scale", options.lossScale));
+    KILN_ASSIGN_OR_RETURN(good, state("loss_scale.good_steps", 0));
+    KILN_ASSIGN_OR_RETURN(lossForGrads, b.op(ir::OpKind::kMul, {loss, scale}));
+  }
+  KILN_ASSIGN_OR_RETURN(auto grads, passes::appendBackward(g, lossForGrads, params));
+  ir::Value* ok = nullptr;  // fp16: every gradient finite.
+  if (scaleLoss) {
+    // sum(g * 0) over every gradient is 0 when all are finite and NaN when one holds an inf or
+    // a NaN; the gradients are then unscaled.
+    KILN_ASSIGN_OR_RETURN(ir::Value * zero, b.scalar(ldt, 0));
+    KILN_ASSIGN_OR_RETURN(ir::Value * one, b.scalar(ldt, 1));
+    KILN_ASSIGN_OR_RETURN(ir::Value * inv, b.op(ir::OpKind::kDiv, {one, scale}));
+    ir::Value* probe = nullptr;
+    for (ir::Value*& gr : grads) {
+      KILN_ASSIGN_OR_RETURN(ir::Value * z, b.mulScalar(gr, 0));
+      std::vector<int64_t> axes(static_cast<size_t>(z->type().rank()));
+      for (size_t a = 0; a < axes.size(); ++a) axes[a] = static_cast<int64_t>(a);
+      KILN_ASSIGN_OR_RETURN(ir::Value * sum, b.op(ir::OpKind::kReduceSum, {z},
+                                                  {{"axes", axes}, {"keepdims", int64_t{0}}}));
+      if (sum->type().dtype != ldt) {
+        KILN_ASSIGN_OR_RETURN(
+            sum, b.op(ir::OpKind::kCast, {sum}, {{"to", std::string(ir::dtypeName(ldt))}}));
+      }
+      if (probe) {
+        KILN_ASSIGN_OR_RETURN(probe, b.op(ir::OpKind::kAdd, {probe, sum}));
+      } else {
+        probe = sum;
+      }
+      KILN_ASSIGN_OR_RETURN(gr, b.op(ir::OpKind::kMul, {gr, inv}));
+    }
+    KILN_ASSIGN_OR_RETURN(ok, b.op(ir::OpKind::kEqual, {probe, zero}));
+  }
   const size_t forwardAndBackward = g.numNodes();
   if (options.optimizer == TrainOptions::Optimizer::kSgd) {
     KILN_ASSIGN_OR_RETURN(step->writes_, passes::appendSgd(g, params, grads, options.sgd));
@@ -60,12 +106,38 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   }
   // Node names tell the step's phases apart (phaseOf): the gradient's nodes end in ".backward"
   // (autodiff), the loss is "loss", the optimizer's are named here.
+  if (scaleLoss) {
+    // An overflowing step keeps every parameter and optimizer state; the scale halves, or
+    // doubles after lossScaleGrowthInterval good steps.
+    for (passes::StateWrite& w : step->writes_) {
+      KILN_ASSIGN_OR_RETURN(w.value, b.op(ir::OpKind::kWhere, {ok, w.value, w.target}));
+    }
+    KILN_ASSIGN_OR_RETURN(ir::Value * zero, b.scalar(ldt, 0));
+    KILN_ASSIGN_OR_RETURN(ir::Value * one, b.scalar(ldt, 1));
+    KILN_ASSIGN_OR_RETURN(ir::Value * interval,
+                          b.scalar(ldt, static_cast<double>(options.lossScaleGrowthInterval)));
+    KILN_ASSIGN_OR_RETURN(ir::Value * goodNext, b.op(ir::OpKind::kAdd, {good, one}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * grow, b.op(ir::OpKind::kGreaterEqual, {goodNext, interval}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * doubled, b.mulScalar(scale, 2));
+    KILN_ASSIGN_OR_RETURN(ir::Value * halved, b.mulScalar(scale, 0.5));
+    KILN_ASSIGN_OR_RETURN(ir::Value * kept, b.op(ir::OpKind::kWhere, {grow, doubled, scale}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * scaleNext, b.op(ir::OpKind::kWhere, {ok, kept, halved}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * count, b.op(ir::OpKind::kWhere, {grow, zero, goodNext}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * goodState, b.op(ir::OpKind::kWhere, {ok, count, zero}));
+    step->writes_.push_back({scale, scaleNext});
+    step->writes_.push_back({good, goodState});
+    step->lossScale_ = scale;
+  }
   const std::vector<ir::Node*> nodes = g.nodes();
   for (size_t i = forwardAndBackward; i < nodes.size(); ++i)
     if (nodes[i]->name().empty()) nodes[i]->setName("optimizer");
   step->writes_.insert(step->writes_.end(), mode.writes.begin(), mode.writes.end());
   std::vector<ir::Value*> outs{loss, logits};
   for (const auto& w : step->writes_) outs.push_back(w.value);
+  if (ok) {
+    step->okOutput_ = outs.size();
+    outs.push_back(ok);
+  }
   g.setOutputs(outs);
 
   if (options.eager) {
@@ -110,6 +182,10 @@ Expected<TrainingStep::Result> TrainingStep::operator()(const runtime::Tensor& x
   if (compiled_) compiled_->parametersChanged();
   if (eager_) eager_->parametersChanged();
   Result r;
+  if (okOutput_ > 0 && !(*outs)[okOutput_].data<bool>()[0]) {
+    r.skipped = true;
+    ++skipped_;
+  }
   const runtime::Tensor& l = (*outs)[0];
   r.loss =
       l.dtype() == ir::DType::kF64 ? l.data<double>()[0] : static_cast<double>(l.data<float>()[0]);
@@ -166,6 +242,12 @@ std::string_view phaseOf(std::string_view nodeName) {
   if (nodeName.starts_with("optimizer")) return "optimizer";
   if (nodeName.find(".backward") != std::string_view::npos) return "backward";
   return "forward";
+}
+
+double TrainingStep::lossScale() const {
+  if (!lossScale_) return 0;
+  const ir::TensorData& d = lossScale_->data();
+  return d.dtype() == ir::DType::kF64 ? d.as<double>()[0] : static_cast<double>(d.as<float>()[0]);
 }
 
 }  // namespace kiln::compiler

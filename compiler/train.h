@@ -29,6 +29,14 @@ struct TrainOptions {
   // A NaN or infinite loss is an error (the step is not counted) unless this is set: training
   // on data holding NaN, or a diverged run, must not look healthy.
   bool allowNonFinite = false;
+  // fp16 training (compile.precision kFp16): dynamic loss scaling as PyTorch's GradScaler does
+  // it. The loss is multiplied by a scale before the backward pass and the gradients divided by
+  // it; a step whose gradients hold an inf or NaN updates nothing (parameters and optimizer
+  // state keep their values; it is counted, not an error) and halves the scale; after
+  // `lossScaleGrowthInterval` good steps in a row the scale doubles. The scale and the count
+  // are state (checkpointed with the rest).
+  double lossScale = 65536;
+  int64_t lossScaleGrowthInterval = 2000;
   CompileOptions compile;  // `inference` is forced off.
 };
 
@@ -46,9 +54,10 @@ class TrainingStep {
                                                         const TrainOptions& options);
 
   struct Result {
-    double loss = 0;      // Before the update.
-    int64_t correct = 0;  // Cross-entropy: examples whose largest logit is their label, before
-                          // the update.
+    double loss = 0;       // Before the update.
+    int64_t correct = 0;   // Cross-entropy: examples whose largest logit is their label, before
+                           // the update.
+    bool skipped = false;  // fp16: the gradients overflowed, nothing was updated.
   };
   // One step on a batch (x, target). Calls from several threads are serialized: each step
   // updates the parameters in place, so steps run one at a time, in the order they get the
@@ -77,11 +86,17 @@ class TrainingStep {
   // the next step continues a checkpointed run exactly.
   Status restore(const std::map<std::string, ir::TensorData>& state, int64_t stepsRun);
   int64_t stepsRun() const { return steps_; }
+  // fp16: steps skipped for overflowing gradients, and the loss scale now (0 without scaling).
+  int64_t skippedSteps() const { return skipped_; }
+  double lossScale() const;
 
  private:
   std::mutex mu_;  // One step at a time.
   bool allowNonFinite_ = false;
   int64_t steps_ = 0;  // Steps run.
+  int64_t skipped_ = 0;
+  ir::Value* lossScale_ = nullptr;  // fp16's scale (state), and the output saying a step was
+  size_t okOutput_ = 0;             // applied (its index; 0 without scaling).
   std::unique_ptr<ir::Graph> graph_;
   std::vector<passes::StateWrite> writes_;
   bool crossEntropy_ = true;

@@ -487,6 +487,10 @@ int runTrain(const Args& args) {
                      {"parameter_bytes", (*step)->graph().parameterBytes()}};
     if (const compiler::CompiledModel* cm = (*step)->compiled())
       j["arena_lower_bound_bytes"] = cm->report().arenaLowerBound;
+    if ((*step)->lossScale() > 0) {
+      j["skipped_steps"] = (*step)->skippedSteps();
+      j["loss_scale"] = (*step)->lossScale();
+    }
     if (loader) {
       const double totalMs = msSince(runStart);
       j["data_wait_ms"] = loader->waitMs();
@@ -503,6 +507,11 @@ int runTrain(const Args& args) {
     std::printf(
         "loss %.4f -> %.4f; median step %.2f ms (%.1f samples/s); peak activations %.2f MB\n",
         firstLoss, lastLoss, t.median, samplesPerS, static_cast<double>(peak) / 1e6);
+    if ((*step)->lossScale() > 0)
+      std::printf(
+          "fp16 loss scaling: %lld step(s) skipped for overflowing gradients; scale now "
+          "%g\n",
+          static_cast<long long>((*step)->skippedSteps()), (*step)->lossScale());
   }
   return kExitOk;
 }

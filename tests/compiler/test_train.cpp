@@ -282,6 +282,58 @@ TEST_CASE("training: the mlp learns a learnable problem (loss falls)") {
   std::filesystem::remove_all(o.compile.cacheDir);
 }
 
+TEST_CASE("training: fp16 with dynamic loss scaling skips overflowing steps and adapts") {
+  // A scale of 2^100 overflows fp16's gradients: those steps change nothing, count as skipped
+  // and halve the scale until the gradients fit; then steps apply, and after the growth
+  // interval of good steps the scale doubles.
+  for (const bool eager : {false, true}) {
+    INFO((eager ? "eager" : "compiled"));
+    compiler::TrainOptions o;
+    o.compile.cacheDir = tempCache();
+    o.compile.precision = compiler::Precision::kFp16;
+    o.eager = eager;
+    o.lossScale = std::ldexp(1.0, 100);
+    o.lossScaleGrowthInterval = 3;
+    auto step = compiler::TrainingStep::create(zoo("mlp", {8, 1}), o);
+    REQUIRE(step.hasValue());
+    const ir::Shape shape = (*step)->graph().inputs()[0]->type().shape;
+    auto weights = [&] { return (*step)->graph().findValue("fc1.weight")->data().clone(); };
+    const ir::TensorData before = weights();
+    auto [x, t] = batch(shape, 10, 1);
+    auto r = (**step)(x, t);
+    REQUIRE(r.hasValue());
+    CHECK(r->skipped);
+    CHECK(std::isfinite(r->loss));  // The unscaled loss: not an error.
+    CHECK((*step)->skippedSteps() == 1);
+    CHECK((*step)->lossScale() == std::ldexp(1.0, 99));
+    CHECK(weights().bitwiseEqual(before));
+    // Halving until the gradients fit, then three good steps in a row: the scale doubles at the
+    // third (growth interval 3).
+    int inARow = 0, s = 1;
+    double scaleAtFirstGood = 0;
+    for (; s < 200 && inARow < 3; ++s) {
+      auto [xs, ts] = batch(shape, 10, static_cast<uint32_t>(s));
+      const double scaleBefore = (*step)->lossScale();
+      auto rs = (**step)(xs, ts);
+      REQUIRE(rs.hasValue());
+      if (rs->skipped) {
+        CHECK((*step)->lossScale() == scaleBefore / 2);
+        inARow = 0;
+      } else {
+        if (inARow == 0) scaleAtFirstGood = scaleBefore;
+        ++inARow;
+      }
+    }
+    REQUIRE(inARow == 3);
+    INFO("skipped " << (*step)->skippedSteps() << ", scale " << (*step)->lossScale());
+    CHECK((*step)->lossScale() == 2 * scaleAtFirstGood);
+    CHECK(scaleAtFirstGood < std::ldexp(1.0, 99));
+    CHECK((*step)->skippedSteps() == s - 3);  // Every step but the last three.
+    CHECK_FALSE(weights().bitwiseEqual(before));
+    std::filesystem::remove_all(o.compile.cacheDir);
+  }
+}
+
 TEST_CASE("training: every node of the step belongs to a phase, by its name") {
   compiler::TrainOptions o;
   o.compile.cacheDir = tempCache();
