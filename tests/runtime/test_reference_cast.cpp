@@ -1,7 +1,11 @@
 // The reference cast kernel (pointwise family) between all nine dtypes, with hand-checked
 // f16/bf16 bit patterns: round to nearest even, subnormals, overflow, NaN and inf.
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <random>
+#include <vector>
+#include "runtime/reference/helpers.h"
 
 #include "runtime/reference_test_util.h"
 
@@ -142,4 +146,39 @@ TEST_CASE("reference cast from f16 and bf16 is exact", "[reference][cast]") {
   CHECK(bitsOf(castTo(makeBits(DType::kBF16, {2}, {0x4780, 0x3F80}), "f16")) ==
         std::vector<uint16_t>{0x7C00, 0x3C00});
   CHECK(bitsOf(castTo(h, "f16")) == values<uint16_t>(h));  // Identity cast keeps the bits.
+}
+
+TEST_CASE("f16 array conversions equal the scalar rounding on every f16 and their neighbours") {
+  // halfBitsToFloat / floatToHalfBits (f16) run a branch-free vectorized conversion; the scalar
+  // routine (via double) is the definition. Every f16 value converts exactly to f32 and back;
+  // f32 values around each f16 (the halfway points, one f32 ulp either side) and around the
+  // subnormal, overflow and NaN boundaries round as the scalar routine rounds them.
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  std::vector<float> wide(all.size());
+  runtime::ref::halfBitsToFloat(DType::kF16, all.data(), wide.data(), 65536);
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const float want = static_cast<float>(runtime::ref::f16BitsToDouble(all[i]));
+    INFO("f16 0x" << std::hex << i);
+    REQUIRE(std::bit_cast<uint32_t>(wide[i]) == std::bit_cast<uint32_t>(want));
+  }
+  std::vector<float> probes;
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const uint32_t b = std::bit_cast<uint32_t>(wide[i]);
+    for (int64_t d : {-4097, -4096, -4095, -1, 0, 1, 4095, 4096, 4097})
+      probes.push_back(std::bit_cast<float>(static_cast<uint32_t>(static_cast<int64_t>(b) + d)));
+  }
+  std::mt19937 gen(9);
+  for (int i = 0; i < 200000; ++i)
+    probes.push_back(std::bit_cast<float>(static_cast<uint32_t>(gen())));
+  for (float v : {65504.f, 65519.996f, 65520.f, 65536.f, 1e-8f, 2.98e-8f, 2.9802322e-8f, 5.96e-8f})
+    for (float s : {1.f, -1.f}) probes.push_back(v * s);
+  std::vector<uint16_t> narrow(probes.size());
+  runtime::ref::floatToHalfBits(DType::kF16, probes.data(), narrow.data(),
+                                static_cast<int64_t>(probes.size()));
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const uint16_t want = runtime::ref::doubleToF16Bits(static_cast<double>(probes[i]));
+    INFO("f32 0x" << std::hex << std::bit_cast<uint32_t>(probes[i]));
+    REQUIRE(narrow[i] == want);
+  }
 }
