@@ -72,11 +72,12 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   }
   KILN_ASSIGN_OR_RETURN(auto grads, passes::appendBackward(g, lossForGrads, params));
   ir::Value* ok = nullptr;  // fp16: every gradient finite.
+  ir::Value *zero = nullptr, *one = nullptr;
   if (scaleLoss) {
     // sum(g * 0) over every gradient is 0 when all are finite and NaN when one holds an inf or
     // a NaN; the gradients are then unscaled.
-    KILN_ASSIGN_OR_RETURN(ir::Value * zero, b.scalar(ldt, 0));
-    KILN_ASSIGN_OR_RETURN(ir::Value * one, b.scalar(ldt, 1));
+    KILN_ASSIGN_OR_RETURN(zero, b.scalar(ldt, 0));
+    KILN_ASSIGN_OR_RETURN(one, b.scalar(ldt, 1));
     KILN_ASSIGN_OR_RETURN(ir::Value * inv, b.op(ir::OpKind::kDiv, {one, scale}));
     ir::Value* probe = nullptr;
     for (ir::Value*& gr : grads) {
@@ -112,8 +113,6 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
     for (passes::StateWrite& w : step->writes_) {
       KILN_ASSIGN_OR_RETURN(w.value, b.op(ir::OpKind::kWhere, {ok, w.value, w.target}));
     }
-    KILN_ASSIGN_OR_RETURN(ir::Value * zero, b.scalar(ldt, 0));
-    KILN_ASSIGN_OR_RETURN(ir::Value * one, b.scalar(ldt, 1));
     KILN_ASSIGN_OR_RETURN(ir::Value * interval,
                           b.scalar(ldt, static_cast<double>(options.lossScaleGrowthInterval)));
     KILN_ASSIGN_OR_RETURN(ir::Value * goodNext, b.op(ir::OpKind::kAdd, {good, one}));

@@ -64,10 +64,8 @@ Expected<frontends::DataSplit> loadTrainingData(const Args& args, const ir::Shap
   }
   if (const auto labels = args.value("labels")) {
     KILN_ASSIGN_OR_RETURN(split.train, frontends::readNpyPair(spec, *labels));
-  } else if (spec.rfind("folder:", 0) == 0) {
-    KILN_ASSIGN_OR_RETURN(split, frontends::readImageFolder(spec.substr(7), sample, mean, stdev));
   } else {
-    KILN_ASSIGN_OR_RETURN(split, frontends::loadDataSpec(spec, sample));
+    KILN_ASSIGN_OR_RETURN(split, frontends::loadDataSpec(spec, sample, mean, stdev));
   }
   auto check = [&](const frontends::Dataset& d) -> Status {
     const ir::Shape xs = d.sampleShape();

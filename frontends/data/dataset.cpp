@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -33,11 +34,12 @@ Expected<IdxArray> readIdxFile(const std::string& path, size_t expectedRank) {
                            "': not an IDX file (it must start with two zero bytes)");
   IdxArray a;
   a.type = header[2];
-  if (a.type != kIdxUnsignedByte)
-    return unimplemented("IDX file '" + path + "': element type 0x" +
-                         std::string(1, "0123456789abcdef"[a.type >> 4]) +
-                         std::string(1, "0123456789abcdef"[a.type & 15]) +
+  if (a.type != kIdxUnsignedByte) {
+    char type[8];
+    std::snprintf(type, sizeof type, "0x%02x", a.type);
+    return unimplemented("IDX file '" + path + "': element type " + type +
                          " (kiln reads unsigned bytes, 0x08, as MNIST and Fashion-MNIST use)");
+  }
   if (header[3] != expectedRank)
     return invalidArgument("IDX file '" + path + "': rank " + std::to_string(header[3]) +
                            ", expected " + std::to_string(expectedRank) +
@@ -106,7 +108,8 @@ Expected<Dataset> readNpyPair(const std::string& xPath, const std::string& yPath
   return Dataset{std::move(x), std::move(y), xPath, {}, {}};
 }
 
-Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampleShape) {
+Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampleShape,
+                                 std::vector<float> mean, std::vector<float> std) {
   namespace fs = std::filesystem;
   auto usage = [&](const std::string& why) {
     return invalidArgument("--data '" + spec + "': " + why +
@@ -139,7 +142,8 @@ Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampl
     KILN_ASSIGN_OR_RETURN(s.train, readNpyPair(rest.substr(0, comma), rest.substr(comma + 1)));
     return s;
   }
-  if (spec.rfind("folder:", 0) == 0) return readImageFolder(spec.substr(7), sampleShape);
+  if (spec.rfind("folder:", 0) == 0)
+    return readImageFolder(spec.substr(7), sampleShape, std::move(mean), std::move(std));
   return usage("unknown form");
 }
 

@@ -60,8 +60,10 @@ Expected<DataSplit> readImageFolder(const std::string& dir, const ir::Shape& sam
 // A --data spec: "idx:DIR" reads DIR/train-images-idx3-ubyte and DIR/train-labels-idx1-ubyte,
 // and DIR/t10k-images-idx3-ubyte with DIR/t10k-labels-idx1-ubyte as the validation set when
 // both exist; "npy:X.npy,Y.npy" reads a pair (no validation set); "folder:DIR" an image folder
-// (readImageFolder, for samples of `sampleShape`). Errors list the forms.
-Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampleShape = {});
+// (readImageFolder, for samples of `sampleShape`, normalized by `mean` and `std` when given).
+// Errors list the forms.
+Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampleShape = {},
+                                 std::vector<float> mean = {}, std::vector<float> std = {});
 
 // Moves a seeded random `fraction` (0 < fraction < 1) of `d` into a validation set, keeping
 // the rest (in their original order) for training.

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import time as _time
 
+import numpy as np
+
 from . import _kiln
 from ._kiln import Error, UserError
 
@@ -57,8 +59,6 @@ def _arrays(args):
             if not a.is_contiguous():
                 a = a.contiguous()
         else:
-            import numpy as np
-
             if not isinstance(a, np.ndarray):
                 a = np.asarray(a)
             if not a.flags.c_contiguous:
@@ -230,8 +230,6 @@ def eager(model, device: str = "cpu") -> EagerModel:
 
 
 def _random_inputs(types, seed: int = 0):
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     out = []
     for t in types:

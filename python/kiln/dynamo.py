@@ -21,6 +21,7 @@ import; importing kiln.dynamo registers it too.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import sys
 
@@ -79,7 +80,7 @@ def unsupported_reason(node) -> str | None:
     """Why kiln does not take `node` (None: it does)."""
     if node.op != "call_function":
         return "not a function call"
-    if node.target is _getitem:
+    if node.target is operator.getitem:
         src = node.args[0]
         if src.target in _FIRST_OUTPUT_ONLY and node.args[1] != 0:
             return f"output {node.args[1]} of {src.target} (kiln computes output 0 only)"
@@ -88,7 +89,7 @@ def unsupported_reason(node) -> str | None:
         return "no kiln translation for this op"
     if node.target in _FIRST_OUTPUT_ONLY:
         for u in node.users:
-            if u.target is not _getitem or u.args[1] != 0:
+            if u.target is not operator.getitem or u.args[1] != 0:
                 return "its further outputs are used (kiln computes output 0 only)"
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
@@ -114,10 +115,6 @@ def unsupported_reason(node) -> str | None:
         return "layer norm over more than the last dim"
     return None
 
-
-import operator as _operator  # noqa: E402
-
-_getitem = _operator.getitem
 
 
 class _Support(OperatorSupport):
@@ -193,7 +190,7 @@ def _partition(gm: torch.fx.GraphModule, frozen_inputs: set, options: dict, tag:
     for node in gm.graph.nodes:
         if node.op == "call_function":
             r = unsupported_reason(node)
-            if r and node.target not in (_getitem,):
+            if r and node.target is not operator.getitem:
                 _report_fallback(node, r)
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True,
                                              non_compute_ops=_NON_COMPUTE)
@@ -201,18 +198,17 @@ def _partition(gm: torch.fx.GraphModule, frozen_inputs: set, options: dict, tag:
     if not partitions:
         return gm
     fused = partitioner.fuse_partitions(partitions, prefix="kiln_")
-    placeholders = {n.name for n in fused.graph.nodes if n.op == "placeholder"
-                    and n.name in frozen_inputs}
     for node in list(fused.graph.nodes):
         if node.op == "call_module" and node.target.startswith("kiln_"):
             sub = getattr(fused, node.target)
-            frozen = [isinstance(a, torch.fx.Node) and a.name in placeholders for a in node.args]
+            frozen = [isinstance(a, torch.fx.Node) and a.op == "placeholder"
+                      and a.name in frozen_inputs for a in node.args]
             setattr(fused, node.target, KilnSubgraph(sub, frozen, f"{tag}_{node.target}", options))
     fused.recompile()
     return fused
 
 
-def _frozen_names(dynamo_gm, aten_gm, example_inputs) -> set:
+def _frozen_names(dynamo_gm, aten_gm) -> set:
     """Placeholders of the ATen graph that are the module's parameters or buffers (by Dynamo's
     names for them: L_self_..._parameters_... / _buffers_...), matched by position."""
     dyn = [n for n in dynamo_gm.graph.nodes if n.op == "placeholder"]
@@ -233,7 +229,7 @@ def _frozen_names(dynamo_gm, aten_gm, example_inputs) -> set:
 
 def _make_compiler(dynamo_gm, options: dict, freeze: bool, tag: str):
     def compiler(aten_gm: torch.fx.GraphModule, example_inputs):
-        frozen = _frozen_names(dynamo_gm, aten_gm, example_inputs) if freeze else set()
+        frozen = _frozen_names(dynamo_gm, aten_gm) if freeze else set()
         fused = _partition(aten_gm, frozen, options, tag)
 
         def run(args):

@@ -23,6 +23,7 @@ import re
 import numpy as np
 import torch
 
+from . import _NUMPY_DTYPES as _NP  # kiln dtype name -> NumPy dtype name
 from . import CompiledModel, Model, UserError, _kiln
 
 aten = torch.ops.aten
@@ -91,7 +92,7 @@ class Translator:
         self.b = _kiln.GraphBuilder(_ident(name))
         self.env = {}
         self.counter = 0
-        self.input_names = []
+        self.transposed = {}  # Value name -> the 2-D value it is the transpose of.
 
     # ---- values -------------------------------------------------------------------------
 
@@ -107,7 +108,6 @@ class Translator:
         if dtype not in TORCH_TO_KILN:
             raise UserError(f"input '{name}': dtype {dtype} is not supported by kiln")
         n = self.b.input(_ident(name), TORCH_TO_KILN[dtype], [int(d) for d in shape])
-        self.input_names.append(n)
         return self._wrap(n)
 
     def constant(self, name: str, tensor: torch.Tensor) -> _Value:
@@ -120,11 +120,9 @@ class Translator:
         return self._wrap(n)
 
     def scalar(self, value, dtype: str) -> _Value:
-        np_dtype = {"bf16": np.float32, "f16": np.float16}.get(dtype, None)
-        if dtype == "bf16":
-            arr = torch.tensor(value, dtype=torch.bfloat16)
-        else:
-            arr = np.array(value, dtype=np_dtype or _NP[dtype])
+        # NumPy has no bfloat16: such a constant is a torch tensor.
+        arr = (torch.tensor(value, dtype=torch.bfloat16) if dtype == "bf16"
+               else np.array(value, dtype=_NP[dtype]))
         name = self._fresh("const")
         n = self.b.parameter(name, arr, arr, False)
         return self._wrap(n)
@@ -215,10 +213,6 @@ class _Missing(Exception):
     pass
 
 
-_NP = {
-    "f32": np.float32, "f64": np.float64, "f16": np.float16, "i64": np.int64, "i32": np.int32,
-    "i16": np.int16, "i8": np.int8, "u8": np.uint8, "bool": np.bool_,
-}
 _FLOATS = ("f32", "f64", "f16", "bf16")
 
 
@@ -412,16 +406,14 @@ def _where(t, c, a, b):
 
 def _weight_of_transpose(t, v: _Value):
     """The [out, in] matrix W when `v` was made as W.t() (a permute [1, 0] of a 2-D value)."""
-    return t.transposed.get(v.name) if hasattr(t, "transposed") else None
+    return t.transposed.get(v.name)
 
 
 @handles(aten.permute.default)
 def _permute(t, x, dims):
     dims = [d % len(x.shape) for d in dims]
     y = t.op("transpose", [x], {"perm": dims})
-    if len(dims) == 2 and dims == [1, 0]:
-        if not hasattr(t, "transposed"):
-            t.transposed = {}
+    if dims == [1, 0]:
         t.transposed[y.name] = x
     return y
 

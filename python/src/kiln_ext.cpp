@@ -63,24 +63,22 @@ T take(Expected<T> e) {
 
 using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 
+// DLPack's type code of every kiln dtype (its bits are the dtype's size): one table both ways.
+using Code = nb::dlpack::dtype_code;
+constexpr std::pair<ir::DType, Code> kDlpackCodes[] = {
+    {ir::DType::kF32, Code::Float}, {ir::DType::kF64, Code::Float},
+    {ir::DType::kF16, Code::Float}, {ir::DType::kBF16, Code::Bfloat},
+    {ir::DType::kI64, Code::Int},   {ir::DType::kI32, Code::Int},
+    {ir::DType::kI16, Code::Int},   {ir::DType::kI8, Code::Int},
+    {ir::DType::kU8, Code::UInt},   {ir::DType::kU16, Code::UInt},
+    {ir::DType::kU32, Code::UInt},  {ir::DType::kU64, Code::UInt},
+    {ir::DType::kBool, Code::Bool},
+};
+
 ir::DType fromDlpack(nb::dlpack::dtype t, size_t index) {
-  using C = nb::dlpack::dtype_code;
-  const auto code = static_cast<C>(t.code);
-  if (t.lanes == 1) {
-    if (code == C::Float && t.bits == 32) return ir::DType::kF32;
-    if (code == C::Float && t.bits == 64) return ir::DType::kF64;
-    if (code == C::Float && t.bits == 16) return ir::DType::kF16;
-    if (code == C::Bfloat && t.bits == 16) return ir::DType::kBF16;
-    if (code == C::Int && t.bits == 64) return ir::DType::kI64;
-    if (code == C::Int && t.bits == 32) return ir::DType::kI32;
-    if (code == C::Int && t.bits == 16) return ir::DType::kI16;
-    if (code == C::Int && t.bits == 8) return ir::DType::kI8;
-    if (code == C::UInt && t.bits == 8) return ir::DType::kU8;
-    if (code == C::UInt && t.bits == 16) return ir::DType::kU16;
-    if (code == C::UInt && t.bits == 32) return ir::DType::kU32;
-    if (code == C::UInt && t.bits == 64) return ir::DType::kU64;
-    if (code == C::Bool && t.bits == 8) return ir::DType::kBool;
-  }
+  for (const auto& [dt, code] : kDlpackCodes)
+    if (t.lanes == 1 && t.code == static_cast<uint8_t>(code) && t.bits == ir::dtypeSize(dt) * 8)
+      return dt;
   throw KilnError(invalidArgument(
       "input " + std::to_string(index) + ": unsupported DLPack dtype (code " +
       std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) +
@@ -88,39 +86,10 @@ ir::DType fromDlpack(nb::dlpack::dtype t, size_t index) {
 }
 
 nb::dlpack::dtype toDlpack(ir::DType t) {
-  using C = nb::dlpack::dtype_code;
-  auto make = [](C c, int bits) {
-    return nb::dlpack::dtype{static_cast<uint8_t>(c), static_cast<uint8_t>(bits), 1};
-  };
-  switch (t) {
-    case ir::DType::kF32:
-      return make(C::Float, 32);
-    case ir::DType::kF64:
-      return make(C::Float, 64);
-    case ir::DType::kF16:
-      return make(C::Float, 16);
-    case ir::DType::kBF16:
-      return make(C::Bfloat, 16);
-    case ir::DType::kI64:
-      return make(C::Int, 64);
-    case ir::DType::kI32:
-      return make(C::Int, 32);
-    case ir::DType::kI16:
-      return make(C::Int, 16);
-    case ir::DType::kI8:
-      return make(C::Int, 8);
-    case ir::DType::kU8:
-      return make(C::UInt, 8);
-    case ir::DType::kU16:
-      return make(C::UInt, 16);
-    case ir::DType::kU32:
-      return make(C::UInt, 32);
-    case ir::DType::kU64:
-      return make(C::UInt, 64);
-    case ir::DType::kBool:
-      return make(C::Bool, 8);
-  }
-  throw KilnError(internalError("unknown dtype"));
+  for (const auto& [dt, code] : kDlpackCodes)
+    if (dt == t)
+      return {static_cast<uint8_t>(code), static_cast<uint8_t>(ir::dtypeSize(dt) * 8), 1};
+  throw KilnError(internalError("no DLPack type for " + std::string(ir::dtypeName(t))));
 }
 
 // A kiln view of the array's bytes (no copy); the caller keeps the array alive.
@@ -181,7 +150,7 @@ nb::list handOverAll(std::vector<runtime::Tensor> outs, const std::vector<InArra
 
 // Parameter bytes borrowed from a Python object (a torch tensor or NumPy array): the object is
 // kept alive while any kiln copy of the data lives; released under the GIL.
-ir::TensorData borrow(nb::object owner, const InArray& a, const std::string& name) {
+ir::TensorData borrow(nb::object owner, const InArray& a) {
   const ir::DType dt = fromDlpack(a.dtype(), 0);
   ir::Shape shape(a.ndim());
   for (size_t d = 0; d < a.ndim(); ++d) shape[d] = static_cast<int64_t>(a.shape(d));
@@ -193,7 +162,6 @@ ir::TensorData borrow(nb::object owner, const InArray& a, const std::string& nam
     if (a.nbytes() > 0) std::memcpy(copy.data(), data, a.nbytes());
     return copy;
   }
-  (void)name;
   PyObject* ref = owner.release().ptr();
   std::shared_ptr<void> keep(ref, [](void* o) {
     if (!Py_IsInitialized()) return;
@@ -475,7 +443,7 @@ struct PyBuilder {
 
   std::string parameter(const std::string& name, nb::object owner, const InArray& a,
                         bool trainable) {
-    return take(graph->addParameter(name, borrow(std::move(owner), a, name), trainable))->name();
+    return take(graph->addParameter(name, borrow(std::move(owner), a), trainable))->name();
   }
 
   std::vector<std::string> node(const std::string& op, const std::vector<std::string>& inputs,

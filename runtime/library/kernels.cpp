@@ -144,22 +144,25 @@ Expected<Tensor> widened(const Tensor& t) {
   return w;
 }
 
-// A family's f32 call on f16/bf16 operands: each widened to f32 (exact), the result rounded
-// once into `output`. kUnimplemented where the family has no kernel for the shape, or the
-// operands are not all contiguous in `output`'s dtype.
-Status runWidened(OpKind op, const ir::AttrView& attrs, std::span<const Tensor> in,
-                  Tensor& output) {
-  for (const Tensor& t : in)
-    if (!t.defined() || t.dtype() != output.dtype() || !t.isContiguous())
-      return unimplemented(std::string(ir::opName(op)) + ": mixed or strided half operands");
-  std::vector<Tensor> wide;
-  for (const Tensor& t : in) {
-    KILN_ASSIGN_OR_RETURN(Tensor w, widened(t));
-    wide.push_back(std::move(w));
-  }
+// An f16/bf16 call run in f32: every operand (inputs and extras, contiguous, in `output`'s
+// dtype) widened to f32 (exact), `run(wideIn, wideExtra, wideOut)`, the result rounded once into
+// `output`, as a GPU's library computes it. kUnimplemented for other operands.
+template <class Run>
+Status runConverted(OpKind op, std::span<const Tensor> inputs, std::span<const Tensor> extra,
+                    Tensor& output, Run run) {
+  std::vector<Tensor> wideIn, wideExtra;
+  for (auto [group, wide] : {std::pair{inputs, &wideIn}, std::pair{extra, &wideExtra}})
+    for (const Tensor& t : group) {
+      if (!t.defined() || t.dtype() != output.dtype() || !t.isContiguous())
+        return unimplemented(
+            std::string(ir::opName(op)) + ": a " + std::string(ir::dtypeName(output.dtype())) +
+            " library call takes contiguous " + std::string(ir::dtypeName(output.dtype())) +
+            " operands, got " + (t.defined() ? t.describe() : std::string("none")));
+      KILN_ASSIGN_OR_RETURN(Tensor w, widened(t));
+      wide->push_back(std::move(w));
+    }
   KILN_ASSIGN_OR_RETURN(Tensor wideOut, Tensor::empty(ir::DType::kF32, output.shape()));
-  const LibraryOptions options;
-  KILN_TRY(runFamily(op, lib::Call{attrs, wide, {}, {}, wideOut, options}));
+  KILN_TRY(run(wideIn, wideExtra, wideOut));
   ref::floatToHalfBits(output.dtype(), wideOut.data<float>(), output.data<uint16_t>(),
                        output.numElements());
   return Status::ok();
@@ -179,9 +182,15 @@ Status abiKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
     // Autocast's f16/bf16 products, converted as a compiled plan runs them: the library ops
     // through runLibraryWithPostOps, the other families (the convolution gradients: no
     // post-ops, no layouts, so no kLibrary trait) widened here.
-    Status s = hasLibraryKernel(Op)
-                   ? runLibraryWithPostOps(Op, attrs, in, {}, {}, out[0], LibraryOptions{})
-                   : runWidened(Op, attrs, in, out[0]);
+    Status s =
+        hasLibraryKernel(Op)
+            ? runLibraryWithPostOps(Op, attrs, in, {}, {}, out[0], LibraryOptions{})
+            : runConverted(
+                  Op, in, {}, out[0],
+                  [&](std::span<const Tensor> wide, std::span<const Tensor>, Tensor& wideOut) {
+                    const LibraryOptions options;
+                    return runFamily(Op, lib::Call{attrs, wide, {}, {}, wideOut, options});
+                  });
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
   return referenceKernel(Op)(attrs, in, out);
@@ -270,32 +279,16 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
   // f32 on every CPU (oneDNN's bf16 kernels are not used yet).
   if (output.defined() && isHalf(output.dtype())) {
     if (options.prepare) return Status::ok();
-    for (const auto* group : {&inputs, &extra})
-      for (const Tensor& t : *group)
-        if (!t.defined() || t.dtype() != output.dtype() || !t.isContiguous())
-          return unimplemented(
-              std::string(ir::opName(op)) + ": a " + std::string(ir::dtypeName(output.dtype())) +
-              " library call takes contiguous " + std::string(ir::dtypeName(output.dtype())) +
-              " operands, got " + (t.defined() ? t.describe() : std::string("none")));
-    std::vector<Tensor> wideIn, wideExtra;
-    for (const Tensor& t : inputs) {
-      KILN_ASSIGN_OR_RETURN(Tensor w, widened(t));
-      wideIn.push_back(std::move(w));
-    }
-    for (const Tensor& t : extra) {
-      KILN_ASSIGN_OR_RETURN(Tensor w, widened(t));
-      wideExtra.push_back(std::move(w));
-    }
-    KILN_ASSIGN_OR_RETURN(Tensor wideOut, Tensor::empty(ir::DType::kF32, output.shape()));
     // No reordered-weight cache: its entries are keyed by the (here fresh) operand's address
     // and would pin a new widened copy at every call.
     LibraryOptions f32Options = options;
     f32Options.cache = nullptr;
     f32Options.validated = false;  // A prepared half call returned before validating.
-    KILN_TRY(runLibraryWithPostOps(op, attrs, wideIn, post, wideExtra, wideOut, f32Options));
-    ref::floatToHalfBits(output.dtype(), wideOut.data<float>(), output.data<uint16_t>(),
-                         output.numElements());
-    return Status::ok();
+    return runConverted(
+        op, inputs, extra, output,
+        [&](std::span<const Tensor> wideIn, std::span<const Tensor> wideExtra, Tensor& wideOut) {
+          return runLibraryWithPostOps(op, attrs, wideIn, post, wideExtra, wideOut, f32Options);
+        });
   }
   if (!options.validated) KILN_TRY(validate(op, attrs, inputs, post, extra, output));
   if (output.numElements() == 0) return Status::ok();

@@ -99,7 +99,8 @@ TEST_CASE("data specs: idx:DIR with its t10k validation set; npy pairs; errors")
 
 Dataset indexed(int64_t m) {
   // Sample i holds the value i and has label i: what a batch holds says where it came from.
-  Dataset d{ir::TensorData(ir::DType::kF32, {m, 1}), ir::TensorData(ir::DType::kI64, {m}), "t"};
+  Dataset d{
+      ir::TensorData(ir::DType::kF32, {m, 1}), ir::TensorData(ir::DType::kI64, {m}), "t", {}, {}};
   for (int64_t i = 0; i < m; ++i) {
     d.x.as<float>()[i] = static_cast<float>(i);
     d.labels.as<int64_t>()[i] = i;

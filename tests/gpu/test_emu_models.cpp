@@ -268,6 +268,22 @@ TEST_CASE("emu: eager keeps the weights on the device, and device runs are timed
 namespace {
 
 // One random batch (inputs in [-1, 1], class targets < 10) through every step: their losses.
+// One training step of model `name` per options, each from the same initial weights.
+std::vector<std::unique_ptr<compiler::TrainingStep>> makeSteps(
+    const std::string& name, const models::ModelOptions& mo,
+    std::initializer_list<const compiler::TrainOptions*> options) {
+  std::vector<std::unique_ptr<compiler::TrainingStep>> steps;
+  for (const compiler::TrainOptions* o : options) {
+    auto model = models::buildModel(name, mo);
+    REQUIRE(model.hasValue());
+    auto s = compiler::TrainingStep::create(std::move(model).value(), *o);
+    INFO(s.status().message());
+    REQUIRE(s.hasValue());
+    steps.push_back(std::move(*s));
+  }
+  return steps;
+}
+
 std::vector<double> stepAll(std::vector<std::unique_ptr<compiler::TrainingStep>>& steps,
                             std::mt19937& rng) {
   Tensor x = *Tensor::empty(ir::DType::kF32, steps[0]->graph().inputs()[0]->type().shape);
@@ -315,15 +331,7 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
   const bool l2 = name.starts_with("resnet");
   const models::ModelOptions mo{
       .batch = 4, .seed = 7, .imageSize = name.starts_with("resnet") ? 64 : 0};
-  std::vector<std::unique_ptr<compiler::TrainingStep>> steps;
-  for (const auto* o : {&cpu, &onEmu}) {
-    auto model = models::buildModel(name, mo);
-    REQUIRE(model.hasValue());
-    auto s = compiler::TrainingStep::create(std::move(model).value(), *o);
-    INFO(s.status().message());
-    REQUIRE(s.hasValue());
-    steps.push_back(std::move(*s));
-  }
+  auto steps = makeSteps(name, mo, {&cpu, &onEmu});
   std::mt19937 rng(3);
   for (int step = 0; step < (chaotic ? 1 : 2); ++step) {
     const std::vector<double> losses = stepAll(steps, rng);
@@ -377,15 +385,7 @@ TEST_CASE("emu: a bf16 training step computes as its eager run, near fp32; fp16 
   compiled.compile.precision = eager.compile.precision = compiler::Precision::kBf16;
   eager.eager = true;
   const models::ModelOptions mo{.batch = 4, .seed = 7};
-  std::vector<std::unique_ptr<compiler::TrainingStep>> steps;
-  for (const auto* o : {&compiled, &eager, &fp32}) {
-    auto model = models::buildModel(name, mo);
-    REQUIRE(model.hasValue());
-    auto s = compiler::TrainingStep::create(std::move(model).value(), *o);
-    INFO(s.status().message());
-    REQUIRE(s.hasValue());
-    steps.push_back(std::move(*s));
-  }
+  auto steps = makeSteps(name, mo, {&compiled, &eager, &fp32});
   int lowProducts = 0;  // The step's products, gradients included, are bf16.
   for (const ir::Node* n : steps[0]->compiled()->optimizedGraph().nodes())
     lowProducts += n->info().has(ir::kAutocast) && n->output()->type().dtype == ir::DType::kBF16;
@@ -406,15 +406,7 @@ TEST_CASE("emu: a bf16 training step computes as its eager run, near fp32; fp16 
   // within fp16's rounding, whether or not the first ones are skipped for overflow.
   compiler::TrainOptions fp16 = base;
   fp16.compile.precision = compiler::Precision::kFp16;
-  std::vector<std::unique_ptr<compiler::TrainingStep>> halfSteps;
-  for (const auto* o : {&fp16, &fp32}) {
-    auto model = models::buildModel(name, mo);
-    REQUIRE(model.hasValue());
-    auto s = compiler::TrainingStep::create(std::move(model).value(), *o);
-    INFO(s.status().message());
-    REQUIRE(s.hasValue());
-    halfSteps.push_back(std::move(*s));
-  }
+  auto halfSteps = makeSteps(name, mo, {&fp16, &fp32});
   CHECK(halfSteps[0]->lossScale() == 65536);
   const std::vector<double> losses = stepAll(halfSteps, rng);
   CHECK(std::fabs(losses[0] - losses[1]) <= 2e-2 * std::max(1.0, std::fabs(losses[1])));
