@@ -366,8 +366,9 @@ Status CompiledModel::prepare() {
 }
 
 Expected<std::vector<runtime::Tensor>> CompiledModel::run(std::span<const runtime::Tensor> inputs,
-                                                          runtime::PlanRunStats* stats) {
-  return exec_.run(inputs, stats);
+                                                          runtime::PlanRunStats* stats,
+                                                          const runtime::StepHook* afterStep) {
+  return exec_.run(inputs, stats, afterStep);
 }
 
 Expected<std::unique_ptr<CompiledModel>> compile(const ir::Graph& graph,

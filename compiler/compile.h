@@ -156,9 +156,11 @@ class CompiledModel {
   CompiledModel(std::shared_ptr<const runtime::Plan> plan, CompileReport report, int threads,
                 std::shared_ptr<const CompiledCode> code = {},
                 std::shared_ptr<const ir::Graph> optimized = {});
-  // `stats`, when given, receives this call's statistics.
+  // `stats`, when given, receives this call's statistics; `afterStep` (runtime::StepHook), when
+  // given, is called after each step.
   Expected<std::vector<runtime::Tensor>> run(std::span<const runtime::Tensor> inputs,
-                                             runtime::PlanRunStats* stats = nullptr);
+                                             runtime::PlanRunStats* stats = nullptr,
+                                             const runtime::StepHook* afterStep = nullptr);
   const CompileReport& report() const { return report_; }
   // runtime::PlanExecutor::prepare, timed into the report (compile() calls it).
   Status prepare();

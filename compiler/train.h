@@ -12,6 +12,7 @@
 #include "compiler/compile.h"
 #include "passes/optimizer.h"
 #include "passes/training_mode.h"
+#include "runtime/collectives.h"
 #include "runtime/eager.h"
 
 namespace kiln::compiler {
@@ -38,6 +39,33 @@ struct TrainOptions {
   double lossScale = 65536;
   int64_t lossScaleGrowthInterval = 2000;
   CompileOptions compile;  // `inference` is forced off.
+
+  // Data-parallel training (PyTorch's DistributedDataParallel): one process per rank, each
+  // running the step on its shard of every batch. Before the first step every parameter and
+  // optimizer state is broadcast from rank 0. The step runs as two plans: forward and backward,
+  // then the update. The gradients are summed over the ranks in buckets of about `bucketBytes`
+  // (DDP's 25 MB), in the order the backward finishes them; each bucket's all-reduce starts as
+  // soon as the backward has written its last gradient (the plan's step hook) and progresses
+  // between the backward's steps, and all have finished before the update reads them. The sums
+  // are divided by the number of ranks, so that with the loss a mean over each shard the update
+  // is the one of the mean over the global batch. BatchNorm normalizes with the statistics of its
+  // rank's shard (DDP without SyncBatchNorm) and its running statistics become rank 0's after
+  // every step (DDP's broadcast_buffers). Dropout masks are keyed by the global sample index:
+  // set mode.firstSample to the rank's first sample. The reported loss and correct count are the
+  // global batch's.
+  std::shared_ptr<runtime::Collectives> collectives;
+  int64_t bucketBytes = 25 << 20;
+  bool overlap = true;  // false: every all-reduce starts after the backward (to measure overlap).
+};
+
+// Data-parallel communication of the last step (TrainOptions::collectives).
+struct CommunicationStats {
+  int buckets = 0;
+  int64_t bytes = 0;       // Summed per rank.
+  int startedEarly = 0;    // Buckets started while the backward was still running.
+  double backwardMs = 0;   // The forward and backward plan, hook included.
+  double exposedMs = 0;    // Waiting for the all-reduces after it (the communication not hidden).
+  double optimizerMs = 0;  // The update plan.
 };
 
 // The phase of a training step's node, by its name: "optimizer", "backward" (autodiff's
@@ -52,6 +80,7 @@ class TrainingStep {
   // BatchNorm and dropout in training mode (passes/training_mode.h).
   static Expected<std::unique_ptr<TrainingStep>> create(ir::Graph model,
                                                         const TrainOptions& options);
+  ~TrainingStep();
 
   struct Result {
     double loss = 0;       // Before the update.
@@ -70,17 +99,20 @@ class TrainingStep {
   // The target's type, for a batch of the model's batch size.
   ir::TensorType targetType() const { return graph_->inputs()[1]->type(); }
   const CompiledModel* compiled() const { return compiled_.get(); }
-  // Per-step times of the compiled plan in compiled()->lastStats() (eager always records per-op
+  // Data-parallel steps: the update's plan (compiled() runs the forward and backward); else null.
+  const CompiledModel* compiledUpdate() const;
+  // Per-step times of the compiled plans in their lastStats() (eager always records per-op
   // times).
-  void setProfiling(bool on) {
-    if (compiled_) compiled_->setProfiling(on);
-  }
+  void setProfiling(bool on);
+  // Data-parallel steps: the last step's communication.
+  const CommunicationStats& communication() const { return comm_; }
+  size_t allReduceBuckets() const;
   const runtime::EagerExecutor* eager() const { return eager_.get(); }
 
   // Everything a checkpoint holds, by name: every parameter of the step graph (the model's
   // weights, the optimizer's momenta, moments and step count, BatchNorm's running statistics,
   // dropout's step counter). The tensors share the step's bytes.
-  std::map<std::string, ir::TensorData> state() const;
+  std::map<std::string, ir::TensorData> state() const;  // Every rank's, data-parallel.
   // Copies `state` over the step's parameters (every one present, with its dtype and shape;
   // errors name the first that is not) and sets the count of steps run to `stepsRun`, so that
   // the next step continues a checkpointed run exactly.
@@ -91,6 +123,32 @@ class TrainingStep {
   double lossScale() const;
 
  private:
+  struct DataParallel;
+  // The update (optimizer and fp16's loss scaling) of `params` from `grads`, appended to `g`
+  // (the step's graph, or the data-parallel update graph) with `scale` (fp16: the loss scale's
+  // state in `g`, else null); sets writes_ (after those already there), lossScale_ and returns
+  // fp16's "every gradient finite" flag (else null).
+  Expected<ir::Value*> appendUpdate(ir::Graph& g, std::span<ir::Value* const> params,
+                                    std::span<ir::Value* const> grads, ir::Value* scale,
+                                    const TrainOptions& options);
+  // Data-parallel: builds the update graph (ddp_) from the step's graph `g`, its trainable
+  // `params` and their `grads`; writes_ becomes training mode's writes.
+  Status buildDataParallel(std::span<ir::Value* const> params, std::span<ir::Value* const> grads,
+                           ir::Value* scale, const passes::TrainingMode& mode,
+                           const TrainOptions& options);
+  Expected<Result> runDataParallel(const runtime::Tensor& x, const runtime::Tensor& target);
+  // Copies each write's value (outs[firstOutput + i]) over its target, unless written in place.
+  static Status writeBack(std::span<const passes::StateWrite> writes,
+                          std::span<const runtime::Tensor> outs, size_t firstOutput);
+  // The loss and the correct count of a batch's outputs.
+  Result measure(const runtime::Tensor& loss, const runtime::Tensor& logits,
+                 const runtime::Tensor& target) const;
+  // Counts the step; a non-finite loss is an error unless allowed.
+  Expected<Result> counted(Result r);
+  // The parameters of the step's graph, then those only the data-parallel update graph has.
+  std::vector<ir::Value*> parameters() const;
+  void parametersChanged();
+
   std::mutex mu_;  // One step at a time.
   bool allowNonFinite_ = false;
   int64_t steps_ = 0;  // Steps run.
@@ -102,6 +160,8 @@ class TrainingStep {
   bool crossEntropy_ = true;
   std::unique_ptr<CompiledModel> compiled_;
   std::unique_ptr<runtime::EagerExecutor> eager_;
+  std::unique_ptr<DataParallel> ddp_;
+  CommunicationStats comm_;
 };
 
 }  // namespace kiln::compiler

@@ -167,9 +167,10 @@ Expected<Grads> gradDropout(Emitter& e, Value* g) {
 }
 Expected<Grads> gradDropoutTrain(Emitter& e, Value* g) {
   const auto a = e.attrs();
-  KILN_ASSIGN_OR_RETURN(Value * dx,
-                        e.op(OpKind::kDropoutBackward, {g, e.in(1)},
-                             {{"ratio", a.getFloat("ratio")}, {"seed", a.getInt("seed")}}));
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kDropoutBackward, {g, e.in(1)},
+                                         {{"ratio", a.getFloat("ratio")},
+                                          {"seed", a.getInt("seed")},
+                                          {"offset", a.getInt("offset")}}));
   return Grads{dx, nullptr};
 }
 // The pointwise ops whose derivative is an op of its own, (grad, x) with the forward attributes.

@@ -80,8 +80,14 @@ Expected<TrainingMode> toTrainingMode(ir::Graph& g, const TrainingModeOptions& o
         KILN_TRY(g.markState(step));
       }
       const int64_t seed = static_cast<int64_t>(options.seed) + out.dropouts;
+      // Element offset of the first sample: elements per sample (the batch is dim 0).
+      const ir::TensorType& xt = n->input(0)->type();
+      const int64_t perSample =
+          xt.rank() > 0 && xt.shape[0] > 0 ? xt.numElements() / xt.shape[0] : 0;
       auto d = g.insertNode(n, OpKind::kDropoutTrain, {n->input(0), step},
-                            {{"ratio", n->attr().getFloat("ratio")}, {"seed", seed}});
+                            {{"ratio", n->attr().getFloat("ratio")},
+                             {"seed", seed},
+                             {"offset", options.firstSample * perSample}});
       if (!d) return d.status().withContext("training mode of " + n->describe());
       if (!n->name().empty()) (*d)->setName(n->name());
       g.replaceAllUsesWith(n->output(), (*d)->output());

@@ -18,6 +18,10 @@ struct TrainingModeOptions {
   double batchNormMomentum = 0.1;  // running = (1 - m) running + m batch (unbiased variance).
   bool dropout = true;             // false: dropout stays the identity (a deterministic step).
   uint64_t seed = 0;               // Dropout masks; node i uses seed + i.
+  // Data-parallel training: the index of this rank's first sample in the global batch. Dropout
+  // masks are keyed by the global sample index, so that ranks draw the masks one process running
+  // the global batch would.
+  int64_t firstSample = 0;
 };
 
 struct TrainingMode {

@@ -209,7 +209,7 @@ size_t PlanExecutor::arenasAllocated() const {
 }
 
 Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
-                                                PlanRunStats* statsOut) {
+                                                PlanRunStats* statsOut, const StepHook* afterStep) {
   const auto tWait = std::chrono::steady_clock::now();
   const Plan& p = *plan_;
   if (inputs.size() != p.inputs.size())
@@ -253,7 +253,8 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   const bool profiling = profiling_.load(std::memory_order_relaxed);
   // A captured graph replays fixed addresses: the slot's own input and output buffers, and its
   // own stream.
-  const bool graph = graphs_.load(std::memory_order_relaxed) && !profiling && stream->canCapture();
+  const bool graph =
+      graphs_.load(std::memory_order_relaxed) && !profiling && !afterStep && stream->canCapture();
   if (graph && !slot->stream) slot->stream = std::move(opened);
   for (const Tensor& t : ins) {
     KILN_ASSIGN_OR_RETURN(DeviceBuffer b, graph ? backend_->allocate(t.byteSize())
@@ -332,7 +333,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
       stats.opSteps += s.kind == PlanStep::Kind::kOp;
     }
   } else {
-    KILN_TRY(enqueueSteps(*stream, address, profiling, stats));
+    KILN_TRY(enqueueSteps(*stream, address, profiling, stats, afterStep));
   }
   for (size_t i = 0; i < outs.size(); ++i)
     if (outDev[i].defined())
@@ -419,8 +420,16 @@ OpCall PlanExecutor::opCall(const PlanStep& s) const {
 
 Status PlanExecutor::enqueueSteps(Stream& stream_,
                                   const std::function<DeviceAddress(const BufferRef&)>& address,
-                                  bool profiling, PlanRunStats& stats) {
+                                  bool profiling, PlanRunStats& stats, const StepHook* afterStep) {
   const Plan& p = *plan_;
+  std::vector<DeviceAddress> outputs;
+  if (afterStep)
+    for (size_t i = 0; i < p.outputs.size(); ++i) {
+      BufferRef out;
+      out.kind = BufferRef::Kind::kOutput;
+      out.index = static_cast<int>(i);
+      outputs.push_back(address(out));
+    }
   Stream* stream = &stream_;
   auto tensor = [&](const BufferRef& b) { return DeviceTensor{address(b), b.type}; };
   std::vector<DeviceAddress> args;
@@ -462,6 +471,7 @@ Status PlanExecutor::enqueueSteps(Stream& stream_,
       stats.stepMs.push_back(msBetween(ts, std::chrono::steady_clock::now()));
       stats.stepStartMs.push_back(msBetween(first, ts));
     }
+    if (afterStep) KILN_TRY((*afterStep)(si, *stream, outputs));
   }
   return Status::ok();
 }

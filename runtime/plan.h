@@ -90,6 +90,14 @@ struct PlanRunStats {
   double deviceMs = -1;
 };
 
+// Called after each step of a run was enqueued (on the CPU: has run) with the step's number, the
+// run's stream and the addresses of the run's outputs (Plan::outputs' order), so that the caller
+// can start work on outputs that are final while the later steps run: data-parallel training
+// starts its gradient all-reduces this way (compiler/train.h). A run with a hook enqueues its
+// steps one by one, never as a captured graph.
+using StepHook =
+    std::function<Status(size_t step, Stream& stream, std::span<const DeviceAddress> outputs)>;
+
 // Runs a plan. Thread safety: run() may be called from many threads at once on one executor.
 // Each call takes a scratch arena of its own from a pool (arenas are reused: the pool holds
 // as many as calls ever ran at once), reads the weights shared and read-only, shares the
@@ -114,8 +122,10 @@ class PlanExecutor {
   // weights made.
   Status prepare();
   // Checks inputs against the plan (count, dtype, shape; errors name the input) and runs it.
-  // `stats`, when given, receives this call's statistics.
-  Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs, PlanRunStats* stats = nullptr);
+  // `stats`, when given, receives this call's statistics; `afterStep`, when given, is called
+  // after each step.
+  Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs, PlanRunStats* stats = nullptr,
+                                    const StepHook* afterStep = nullptr);
   // A copy of the statistics of the call that finished last (any thread's).
   PlanRunStats lastStats() const;
   const Plan& plan() const { return *plan_; }
@@ -151,7 +161,7 @@ class PlanExecutor {
   std::shared_ptr<const Plan> plan_;
   Status mapParameters(Stream& stream);
   Status enqueueSteps(Stream& stream, const std::function<DeviceAddress(const BufferRef&)>& address,
-                      bool profiling, PlanRunStats& stats);
+                      bool profiling, PlanRunStats& stats, const StepHook* afterStep = nullptr);
   // A library or reference step's call, its weight cache set where its weights are constant.
   OpCall opCall(const PlanStep& s) const;
 

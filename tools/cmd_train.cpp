@@ -24,6 +24,9 @@
 #include "runtime/eager.h"
 #include "tools/checkpoint.h"
 #include "tools/cli.h"
+#ifdef KILN_HAVE_MPI
+#include "runtime/mpi/mpi_collectives.h"
+#endif
 
 namespace kiln::cli {
 
@@ -153,18 +156,23 @@ void printProfile(const compiler::TrainingStep& step) {
   };
   std::vector<Row> rows;
   std::map<std::string, double> phases;
-  if (const compiler::CompiledModel* cm = step.compiled()) {
-    const auto& ms = cm->lastStats().stepMs;
-    const auto& steps = cm->plan().steps;
-    const auto& work = cm->report().stepWork;
-    for (size_t i = 0; i < ms.size() && i < work.size(); ++i)
-      phases[std::string(compiler::phaseOf(work[i].firstNode))] += ms[i];
-    for (size_t i = 0; i < ms.size() && i < steps.size(); ++i) {
-      const runtime::PlanStep& s = steps[i];
-      rows.push_back({ms[i], s.name,
-                      s.kind == runtime::PlanStep::Kind::kKernel ? "generated kernels"
-                      : s.kind == runtime::PlanStep::Kind::kCopy ? "copies"
-                                                                 : std::string(ir::opName(s.op))});
+  if (step.compiled()) {
+    // Data-parallel steps run the update as a plan of its own.
+    for (const compiler::CompiledModel* cm : {step.compiled(), step.compiledUpdate()}) {
+      if (!cm) continue;
+      const auto& ms = cm->lastStats().stepMs;
+      const auto& steps = cm->plan().steps;
+      const auto& work = cm->report().stepWork;
+      for (size_t i = 0; i < ms.size() && i < work.size(); ++i)
+        phases[std::string(compiler::phaseOf(work[i].firstNode))] += ms[i];
+      for (size_t i = 0; i < ms.size() && i < steps.size(); ++i) {
+        const runtime::PlanStep& s = steps[i];
+        rows.push_back({ms[i], s.name,
+                        s.kind == runtime::PlanStep::Kind::kKernel ? "generated kernels"
+                        : s.kind == runtime::PlanStep::Kind::kCopy
+                            ? "copies"
+                            : std::string(ir::opName(s.op))});
+      }
     }
   } else {
     for (const auto& [op, t] : step.eager()->lastStats().ops)
@@ -195,9 +203,9 @@ void printProfile(const compiler::TrainingStep& step) {
                  rows[i].name.c_str());
 }
 
-}  // namespace
-
-int runTrain(const Args& args) {
+// runTrain on this process's rank of `comm` (data-parallel; null: one process).
+int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
+  const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   if (args.positional.size() != 1)
     return reportError("train", invalidArgument("expected one MODEL (a zoo name)"));
   auto steps = args.intValue("steps", 100, 1, 10'000'000);
@@ -236,6 +244,14 @@ int runTrain(const Args& args) {
   }
   o.eager = args.flag("eager");
   o.mode.dropout = !args.flag("no-dropout");
+  o.mode.firstSample = rank * *batch;  // Dropout masks by global sample index.
+  o.collectives = comm;
+  o.overlap = !args.flag("no-overlap");
+  auto bucketMb = args.intValue("bucket-mb", 25, 1, 1 << 14);
+  if (!bucketMb) return reportError("train", bucketMb.status());
+  o.bucketBytes = *bucketMb << 20;
+  if (!comm && (args.value("bucket-mb") || args.flag("no-overlap")))
+    return reportError("train", invalidArgument("--bucket-mb and --no-overlap go with --ddp"));
   o.allowNonFinite = args.flag("allow-nonfinite");
   auto copts = compileOptionsFromArgs(args);
   if (!copts) return reportError("train", copts.status());
@@ -288,14 +304,18 @@ int runTrain(const Args& args) {
                    {"shuffle", args.flag("no-shuffle") ? "no" : "yes"},
                    {"dropout", o.mode.dropout ? "yes" : "no"},
                    {"val-split", args.value("val-split").value_or("default")},
-                   {"precision", std::string(compiler::precisionName(o.compile.precision))}};
+                   {"precision", std::string(compiler::precisionName(o.compile.precision))},
+                   {"ranks", std::to_string(ranks)}};
   std::optional<Checkpoint> resumeFrom;
   if (args.flag("resume")) {
     auto c = loadCheckpoint(*checkpointDir);
     if (!c) return reportError("train", c.status());
     for (const auto& [key, value] : info.settings) {
       auto it = c->info.settings.find(key);
-      const std::string was = it == c->info.settings.end() ? "(none)" : it->second;
+      // Checkpoints from before data-parallel training were one rank's.
+      const std::string was = it != c->info.settings.end() ? it->second
+                              : key == "ranks"             ? "1"
+                                                           : "(none)";
       if (was != value)
         return reportError("train", invalidArgument("--resume: " + c->path + " was trained with " +
                                                     key + " " + was + ", this run has " + value +
@@ -314,10 +334,17 @@ int runTrain(const Args& args) {
   std::unique_ptr<frontends::BatchLoader> loader;
   int64_t totalSteps = *steps, epochs = 0;
   if (data) {
-    const int64_t perEpoch = data->train.size() / *batch;
+    const int64_t perEpoch = data->train.size() / (*batch * ranks);
+    if (perEpoch == 0)
+      return reportError(
+          "train", invalidArgument(data->train.source + ": " + std::to_string(data->train.size()) +
+                                   " training samples, fewer than one global batch "
+                                   "of " +
+                                   std::to_string(*batch * ranks) + " (--batch per rank x " +
+                                   std::to_string(ranks) + " ranks)"));
     loader = std::make_unique<frontends::BatchLoader>(
         data->train, *batch, static_cast<uint64_t>(*seed), !args.flag("no-shuffle"), 2,
-        startStep / perEpoch, startStep % perEpoch);
+        startStep / perEpoch, startStep % perEpoch, frontends::Shard{rank, ranks});
     auto e = args.intValue("epochs", 0, 1, 1'000'000);
     if (!e) return reportError("train", e.status());
     if (args.value("epochs")) {
@@ -331,7 +358,7 @@ int runTrain(const Args& args) {
                                                 std::to_string(totalSteps)));
   // The inference graph, with weights of its own, for the validation accuracy.
   std::optional<ir::Graph> eval;
-  if (data && data->validation) {
+  if (data && data->validation && rank == 0) {  // Every rank holds the same weights.
     eval = g->clone();
     for (ir::Value* p : eval->parameters()) p->setData(p->data().clone());
   }
@@ -353,6 +380,14 @@ int runTrain(const Args& args) {
                 args.positional[0].c_str(), static_cast<long long>(*batch), optimizer.c_str(), lr,
                 o.eager ? "eager" : "compiled", on.c_str(),
                 o.eager ? "built the step graph" : "compiled the step", setupMs);
+    if (comm)
+      std::printf(
+          "data-parallel over %s: %d ranks x batch %lld = global batch %lld; gradients "
+          "all-reduced in %zu bucket(s) of up to %lld MB%s\n",
+          std::string(comm->name()).c_str(), ranks, static_cast<long long>(*batch),
+          static_cast<long long>(*batch * ranks), (*step)->allReduceBuckets(),
+          static_cast<long long>(*bucketMb),
+          o.overlap ? ", each started during the backward" : ", started after the backward");
   }
 
   if (resumeFrom) {
@@ -370,7 +405,8 @@ int runTrain(const Args& args) {
         "yet)\n",
         __builtin_cpu_supports("avx512bf16") ? "this CPU has AVX512-BF16"
                                              : "this CPU has no native bf16 arithmetic");
-  std::vector<double> stepMs;
+  std::vector<double> stepMs, backwardMs, exposedMs, updateMs;  // The last three: --ddp.
+  int startedEarly = 0;
   double firstLoss = 0, lastLoss = 0;
   int64_t windowCorrect = 0, windowSeen = 0;
   double lastAccuracy = 0, windowLoss = 0, valAccuracy = -1;
@@ -387,8 +423,22 @@ int runTrain(const Args& args) {
       if (!next) return reportError("train", next.status());
       fb = std::move(*next);
     } else {
-      sb = models::syntheticBatch(inputShape, classes, static_cast<uint64_t>(*seed),
+      // Data-parallel: this rank's rows of the global batch.
+      ir::Shape globalShape = inputShape;
+      globalShape[0] *= ranks;
+      sb = models::syntheticBatch(globalShape, classes, static_cast<uint64_t>(*seed),
                                   static_cast<uint64_t>(s));
+      if (ranks > 1) {
+        auto rows = [&](const ir::TensorData& all) {
+          ir::Shape shape = all.shape();
+          shape[0] /= ranks;
+          ir::TensorData part(all.dtype(), shape);
+          std::memcpy(part.data(), all.data() + rank * part.byteSize(), part.byteSize());
+          return part;
+        };
+        sb.x = rows(sb.x);
+        sb.labels = rows(sb.labels);
+      }
     }
     const ir::TensorData& bx = loader ? fb.x : sb.x;
     const ir::TensorData& by = loader ? fb.labels : sb.labels;
@@ -398,8 +448,8 @@ int runTrain(const Args& args) {
     if (!r) return reportError("train", r.status());
     if (s == startStep) firstLoss = r->loss;
     lastLoss = r->loss;
-    windowCorrect += r->correct;
-    windowSeen += *batch;
+    windowCorrect += r->correct;  // Data-parallel: the global batch's.
+    windowSeen += *batch * ranks;
     windowLoss += r->loss;
     const double elapsed = msSince(runStart) / 1000;
     const double eta =
@@ -413,11 +463,11 @@ int runTrain(const Args& args) {
                   std::string(static_cast<size_t>(filled), '=').c_str(),
                   std::string(static_cast<size_t>(width - filled), ' ').c_str(),
                   static_cast<long long>(inWindow), static_cast<long long>(report), r->loss,
-                  static_cast<double>(*batch) * 1000.0 / stepMs.back(), clock(eta).c_str());
+                  static_cast<double>(*batch * ranks) * 1000.0 / stepMs.back(), clock(eta).c_str());
       std::fflush(stdout);
     }
     if ((s + 1) % report == 0 || s + 1 == totalSteps) {
-      const int64_t windowSteps = windowSeen / *batch;
+      const int64_t windowSteps = windowSeen / (*batch * ranks);
       lastAccuracy = static_cast<double>(windowCorrect) / static_cast<double>(windowSeen);
       if (eval) {
         auto acc = validationAccuracy(*eval, (*step)->graph(), *data->validation);
@@ -440,7 +490,7 @@ int runTrain(const Args& args) {
                     epochs > 0 ? windowLoss / static_cast<double>(windowSteps) : r->loss,
                     100 * lastAccuracy);
         if (valAccuracy >= 0) std::printf("  val %5.1f%%", 100 * valAccuracy);
-        std::printf("  %8.1f samples/s", static_cast<double>(*batch) * 1000.0 / ms);
+        std::printf("  %8.1f samples/s", static_cast<double>(*batch * ranks) * 1000.0 / ms);
         if (loader) std::printf("  data wait %.1f%%", 100 * waitShare);
         std::printf("  ETA %s%s\n", clock(eta).c_str(), bar ? "          " : "");
         std::fflush(stdout);
@@ -448,7 +498,16 @@ int runTrain(const Args& args) {
       windowCorrect = windowSeen = 0;
       windowLoss = 0;
     }
-    if (checkpointDir && ((*saveEvery > 0 && (s + 1) % *saveEvery == 0) || s + 1 == totalSteps)) {
+    if (comm) {
+      const compiler::CommunicationStats& c = (*step)->communication();
+      backwardMs.push_back(c.backwardMs);
+      exposedMs.push_back(c.exposedMs);
+      updateMs.push_back(c.optimizerMs);
+      startedEarly = c.startedEarly;
+    }
+    // Every rank holds the same state: rank 0 saves it.
+    if (checkpointDir && rank == 0 &&
+        ((*saveEvery > 0 && (s + 1) % *saveEvery == 0) || s + 1 == totalSteps)) {
       info.step = s + 1;
       if (Status st = saveCheckpoint(*checkpointDir, info, (*step)->state()); !st)
         return reportError("train", st);
@@ -465,7 +524,11 @@ int runTrain(const Args& args) {
   // Throughput from the median step, leaving out the first (it pays first-touch costs).
   std::vector<double> steady(stepMs.size() > 1 ? stepMs.begin() + 1 : stepMs.begin(), stepMs.end());
   const Timing t = summarize(steady);
-  const double samplesPerS = static_cast<double>(*batch) * 1000.0 / t.median;
+  const double samplesPerS = static_cast<double>(*batch * ranks) * 1000.0 / t.median;
+  auto median = [](std::vector<double> v) {
+    if (v.size() > 1) v.erase(v.begin());  // The first step pays first-touch costs.
+    return v.empty() ? 0.0 : summarize(v).median;
+  };
   const int64_t peak = (*step)->compiled() ? (*step)->compiled()->report().arenaBytes
                                            : (*step)->eager()->lastStats().peakActivationBytes;
   if (json) {
@@ -489,6 +552,18 @@ int runTrain(const Args& args) {
       j["skipped_steps"] = (*step)->skippedSteps();
       j["loss_scale"] = (*step)->lossScale();
     }
+    if (comm)
+      j["data_parallel"] = {{"collectives", std::string(comm->name())},
+                            {"ranks", ranks},
+                            {"global_batch", *batch * ranks},
+                            {"buckets", (*step)->allReduceBuckets()},
+                            {"bucket_bytes", o.bucketBytes},
+                            {"overlap", o.overlap},
+                            {"allreduce_bytes", (*step)->communication().bytes},
+                            {"buckets_started_during_backward", startedEarly},
+                            {"median_forward_backward_ms", median(backwardMs)},
+                            {"median_exposed_allreduce_ms", median(exposedMs)},
+                            {"median_update_ms", median(updateMs)}};
     if (loader) {
       const double totalMs = msSince(runStart);
       j["data_wait_ms"] = loader->waitMs();
@@ -510,8 +585,39 @@ int runTrain(const Args& args) {
           "fp16 loss scaling: %lld step(s) skipped for overflowing gradients; scale now "
           "%g\n",
           static_cast<long long>((*step)->skippedSteps()), (*step)->lossScale());
+    if (comm)
+      std::printf(
+          "all-reduce per step (median, rank 0): forward+backward %.2f ms, then waited %.2f ms "
+          "for the gradients' sums (%d of %zu bucket(s) started during the backward); update "
+          "%.2f ms\n",
+          median(backwardMs), median(exposedMs), startedEarly, (*step)->allReduceBuckets(),
+          median(updateMs));
   }
   return kExitOk;
+}
+
+}  // namespace
+
+int runTrain(const Args& args) {
+  if (!args.flag("ddp")) return train(args, nullptr);
+#ifdef KILN_HAVE_MPI
+  auto comm = runtime::mpiCollectives();
+  if (!comm) return reportError("train", comm.status());
+  // Only rank 0 prints results; every rank prints its errors (stderr).
+  if ((*comm)->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+    return reportError("train", ioError("--ddp: cannot silence rank " +
+                                        std::to_string((*comm)->rank()) + "'s output"));
+  const int rc = train(args, *comm);
+  // A rank that fails stops every rank (the others may wait in a collective for it).
+  if (rc != kExitOk && (*comm)->size() > 1)
+    (*comm)->abort("kiln train exited with code " + std::to_string(rc) + " (its error is above)",
+                   rc);
+  return rc;
+#else
+  return reportError("train", unimplemented("--ddp: this kiln was built without MPI (install "
+                                            "libopenmpi-dev and openmpi-bin: "
+                                            "scripts/install-deps.sh, then rebuild)"));
+#endif
 }
 
 }  // namespace kiln::cli

@@ -103,7 +103,7 @@ std::vector<Command> commands() {
       {"train",
        "kiln train MODEL [--steps N | --data SPEC --epochs N [--val-split F]] [--batch B] "
        "[--lr X] [--optimizer sgd|adam] [--checkpoint DIR [--save-every N] [--resume]] "
-       "[--eager] [--no-dropout] [--profile] [--json]",
+       "[--eager] [--no-dropout] [--profile] [--json] [--ddp [--bucket-mb N]]",
        "Train a classifier with a cross-entropy loss: forward, backward and the optimizer update "
        "compiled as one step (or --eager), BatchNorm with batch statistics and dropout active, "
        "on a built-in learnable synthetic dataset or --data (IDX files or .npy pairs, shuffled "
@@ -142,7 +142,14 @@ std::vector<Command> commands() {
             {"save-every", true, "steps between checkpoints"},
             {"resume", false,
              "continue from DIR's latest checkpoint (same settings; bitwise the "
-             "same parameters as an uninterrupted run)"}})),
+             "same parameters as an uninterrupted run)"},
+            {"ddp", false,
+             "data-parallel over MPI (mpirun -np N kiln train ... --ddp): --batch per "
+             "rank, parameters broadcast from rank 0, gradients all-reduced in buckets "
+             "started during the backward"},
+            {"bucket-mb", true, "--ddp: all-reduce bucket size in MB (default 25)"},
+            {"no-overlap", false,
+             "--ddp: start every all-reduce after the backward (to measure the overlap)"}})),
        &runTrain},
       {"inspect",
        "kiln inspect model.kiln [--json]",

@@ -323,10 +323,11 @@ Expected<Batch> gatherBatch(const Dataset& d, const std::vector<int64_t>& order,
 }
 
 BatchLoader::BatchLoader(const Dataset& dataset, int64_t batch, uint64_t seed, bool shuffle,
-                         int prefetch, int64_t startEpoch, int64_t startIndex)
+                         int prefetch, int64_t startEpoch, int64_t startIndex, Shard shard)
     : data_(dataset),
       batch_(batch),
-      perEpoch_(dataset.size() / batch),
+      shard_(shard),
+      perEpoch_(dataset.size() / (batch * shard.count)),
       seed_(seed),
       shuffle_(shuffle),
       prefetch_(static_cast<size_t>(std::max(1, prefetch))),
@@ -362,7 +363,8 @@ void BatchLoader::produce() {
       order = epochOrder(data_.size(), seed_, epoch_, shuffle_);
       orderEpoch = epoch_;
     }
-    Expected<Batch> got = gatherBatch(data_, order, index_ * batch_, batch_);
+    Expected<Batch> got =
+        gatherBatch(data_, order, (index_ * shard_.count + shard_.index) * batch_, batch_);
     Batch b;
     if (got)
       b = std::move(*got);

@@ -87,10 +87,18 @@ std::vector<int64_t> epochOrder(int64_t size, uint64_t seed, int64_t epoch, bool
 // has a fixed batch), shuffled per epoch (epochOrder), prepared up to `prefetch` batches ahead
 // by a background thread so that gathering overlaps the step. Starts at batch `startIndex` of
 // epoch `startEpoch` (a resumed run). `dataset` must outlive the loader.
+//
+// Data-parallel ranks (`shard` of `shards`): the epoch is cut into global batches of
+// batch x shards samples, and each rank's batch is its consecutive part of each (rank r takes
+// samples [r batch, (r + 1) batch) of it), so that the ranks together see what one process with
+// the global batch sees. Each rank gathers only its own samples.
+struct Shard {
+  int index = 0, count = 1;
+};
 class BatchLoader {
  public:
   BatchLoader(const Dataset& dataset, int64_t batch, uint64_t seed, bool shuffle, int prefetch = 2,
-              int64_t startEpoch = 0, int64_t startIndex = 0);
+              int64_t startEpoch = 0, int64_t startIndex = 0, Shard shard = {});
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -107,7 +115,9 @@ class BatchLoader {
   void produce();
 
   const Dataset& data_;
-  const int64_t batch_, perEpoch_;
+  const int64_t batch_;
+  const Shard shard_;
+  const int64_t perEpoch_;
   const uint64_t seed_;
   const bool shuffle_;
   const size_t prefetch_;

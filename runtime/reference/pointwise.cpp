@@ -615,9 +615,11 @@ uint64_t mix64(uint64_t z) {  // splitmix64's finalizer.
 // Elements [lo, hi) of f32 dropout (the training hot path; the hash's 64-bit multiplies
 // vectorize on AVX-512 and AVX2).
 KILN_CPU_CLONES void dropoutRangeF32(const float* x, float* y, int64_t lo, int64_t hi,
-                                     uint64_t base, uint64_t threshold, float scale) {
+                                     uint64_t base, uint64_t offset, uint64_t threshold,
+                                     float scale) {
   for (int64_t i = lo; i < hi; ++i) {
-    const uint64_t r = mix64(base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull) >> 40;
+    const uint64_t r =
+        mix64(base + (offset + static_cast<uint64_t>(i)) * 0x9e3779b97f4a7c15ull) >> 40;
     y[i] = r >= threshold ? x[i] * scale : 0.f;
   }
 }
@@ -627,6 +629,7 @@ Status dropoutMaskKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                          std::span<Tensor> out) {
   const double ratio = attrs.getFloat("ratio");
   const uint64_t seed = static_cast<uint64_t>(attrs.getInt("seed"));
+  const uint64_t offset = static_cast<uint64_t>(attrs.getInt("offset"));
   const uint64_t step = static_cast<uint64_t>(in[1].data<int64_t>()[0]);
   const uint64_t base = mix64(seed * 0x9e3779b97f4a7c15ull + mix64(step + 0x632be59bd9b4e019ull));
   // 24 random bits against the threshold, as float compares them.
@@ -641,11 +644,12 @@ Status dropoutMaskKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
       constexpr int64_t kChunk = 1 << 14;
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
       for (int64_t lo = 0; lo < n; lo += kChunk)
-        dropoutRangeF32(x, y, lo, std::min(n, lo + kChunk), base, threshold, scale);
+        dropoutRangeF32(x, y, lo, std::min(n, lo + kChunk), base, offset, threshold, scale);
     } else {
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
       for (int64_t i = 0; i < n; ++i) {
-        const uint64_t r = mix64(base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull) >> 40;
+        const uint64_t r =
+            mix64(base + (offset + static_cast<uint64_t>(i)) * 0x9e3779b97f4a7c15ull) >> 40;
         y[i] = r >= threshold ? x[i] * scale : T(0);
       }
     }

@@ -1,0 +1,222 @@
+// Data-parallel training over MPI, run by ctest under `mpirun -np 2` (tests/CMakeLists.txt):
+//   ddp_check equivalence  10 steps on 2 ranks with batch B each give the parameters and optimizer
+//                          state of one process with batch 2B (within 1e-5, relative to each
+//                          tensor's largest value): mnist_cnn with dropout on (masks keyed by the
+//                          global sample index), SGD with Nesterov momentum and AdamW, compiled
+//                          with small buckets (started during the backward) and eager.
+//   ddp_check batchnorm    a ResNet-18 (BatchNorm: each rank normalizes its own shard) keeps
+//                          every rank's whole state identical, running statistics included.
+//   ddp_check abort        rank 1 fails while rank 0 waits in an all-reduce: both stop, with
+//                          rank 1's message.
+// Prints one line per check; exit 0 when all pass.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "compiler/train.h"
+#include "models/zoo.h"
+#include "runtime/mpi/mpi_collectives.h"
+
+using namespace kiln;
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const std::string& what, int rank) {
+  if (rank == 0) std::printf("%s: %s\n", ok ? "ok" : "FAILED", what.c_str());
+  if (!ok) ++failures;
+}
+
+template <class T>
+T orDie(Expected<T> e, const char* what) {
+  if (!e) {
+    std::fprintf(stderr, "%s: %s\n", what, e.status().message().c_str());
+    std::exit(1);
+  }
+  return std::move(*e);
+}
+
+// Batch `step` of a seeded dataset: `n` samples of `shape` (without the batch dim) and labels.
+std::pair<runtime::Tensor, runtime::Tensor> globalBatch(ir::Shape shape, int64_t n, int step) {
+  std::mt19937 rng(1234 + step);
+  std::normal_distribution<float> x;
+  std::uniform_int_distribution<int64_t> label(0, 9);
+  shape.insert(shape.begin(), n);
+  ir::TensorData xs(ir::DType::kF32, shape), ys(ir::DType::kI64, {n});
+  for (int64_t i = 0; i < xs.numElements(); ++i) xs.as<float>()[i] = x(rng);
+  for (int64_t i = 0; i < n; ++i) ys.as<int64_t>()[i] = label(rng);
+  return {runtime::Tensor::fromData(xs), runtime::Tensor::fromData(ys)};
+}
+
+// Rows [first, first + n) of a batch.
+runtime::Tensor rows(const runtime::Tensor& t, int64_t first, int64_t n) {
+  ir::Shape shape = t.shape();
+  const size_t row = t.byteSize() / static_cast<size_t>(shape[0]);
+  shape[0] = n;
+  ir::TensorData part(t.dtype(), shape);
+  std::memcpy(part.data(), t.rawData() + static_cast<size_t>(first) * row, part.byteSize());
+  return runtime::Tensor::fromData(part);
+}
+
+std::unique_ptr<compiler::TrainingStep> makeStep(const std::string& model, int64_t batch,
+                                                 int64_t imageSize, compiler::TrainOptions o) {
+  models::ModelOptions mo;
+  mo.batch = batch;
+  mo.seed = 7;
+  mo.imageSize = imageSize;
+  auto g = orDie(models::buildModel(model, mo), "building the model");
+  return orDie(compiler::TrainingStep::create(std::move(g), o), "creating the step");
+}
+
+// The largest difference over the largest value, per tensor; the worst over the state.
+// Only the tensors whose name ends in `suffix`, when given.
+double worstDifference(const compiler::TrainingStep& a, const compiler::TrainingStep& b,
+                       std::string& worstName, const std::string& suffix = "") {
+  double worst = 0;
+  const auto sb = b.state();
+  int compared = 0;
+  for (const auto& [name, t] : a.state()) {
+    // Constants have fresh (numeric) names, which differ between the two steps' graphs.
+    if (name.find_first_not_of("0123456789") == std::string::npos) continue;
+    if (!name.ends_with(suffix)) continue;
+    auto it = sb.find(name);
+    if (it == sb.end() || it->second.byteSize() != t.byteSize()) {
+      worstName = name + " (missing)";
+      return INFINITY;
+    }
+    ++compared;
+    if (t.dtype() != ir::DType::kF32) continue;
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < t.numElements(); ++i) {
+      diff = std::max(diff, std::abs(double(t.as<float>()[i]) - it->second.as<float>()[i]));
+      scale = std::max(scale, std::abs(double(it->second.as<float>()[i])));
+    }
+    const double rel = scale > 0 ? diff / scale : diff;
+    if (rel > worst) {
+      worst = rel;
+      worstName = name;
+    }
+  }
+  // The weights and their optimizer state at least.
+  if (compared == 0 ||
+      (suffix.empty() && compared < 2 * static_cast<int>(a.graph().parameters().size()) / 3))
+    return INFINITY;
+  return worst;
+}
+
+// `tol`: the parameters' tolerance (relative to each tensor's largest value).
+void equivalence(const std::shared_ptr<runtime::Collectives>& comm, const std::string& label,
+                 compiler::TrainOptions o, int64_t bucketBytes, double tol = 1e-5) {
+  const int rank = comm->rank(), ranks = comm->size();
+  const int64_t batch = 8;
+  o.mode.dropout = true;
+  compiler::TrainOptions ddp = o;
+  ddp.collectives = comm;
+  ddp.bucketBytes = bucketBytes;
+  ddp.mode.firstSample = rank * batch;
+  auto step = makeStep("mnist_cnn", batch, 0, ddp);
+  // Rank 0 also runs the whole global batch in one process (every rank builds it: the same
+  // collectives on each).
+  auto single = rank == 0 ? makeStep("mnist_cnn", batch * ranks, 0, o) : nullptr;
+  const ir::Shape sample = {1, 28, 28};
+  bool lossesMatch = true;
+  int early = 0;
+  for (int s = 0; s < 10; ++s) {
+    auto [x, y] = globalBatch(sample, batch * ranks, s);
+    auto r = orDie((*step)(rows(x, rank * batch, batch), rows(y, rank * batch, batch)), "ddp step");
+    early = std::max(early, step->communication().startedEarly);
+    if (single) {
+      auto rs = orDie((*single)(x, y), "single step");
+      lossesMatch &= std::abs(rs.loss - r.loss) <= 1e-5 * std::abs(rs.loss);
+    }
+  }
+  double worst = 0, worstMoment = 0;
+  std::string name, momentName;
+  if (single) worst = worstDifference(*step, *single, name);
+  const bool adam = o.optimizer == compiler::TrainOptions::Optimizer::kAdam;
+  if (single && adam) worstMoment = worstDifference(*step, *single, momentName, ".adam_m");
+  char what[320];
+  std::snprintf(what, sizeof what,
+                "%s: %d ranks x batch %lld == 1 process x batch %lld after 10 steps within %.0e "
+                "(worst %.2g in '%s'; the global losses match: %s)",
+                label.c_str(), ranks, static_cast<long long>(batch),
+                static_cast<long long>(batch * ranks), tol, worst, name.c_str(),
+                lossesMatch ? "yes" : "no");
+  check(worst <= tol && lossesMatch, what, rank);
+  if (adam) {
+    std::snprintf(what, sizeof what,
+                  "%s: the first moments (linear in the gradients) within 1e-5 (worst %.2g in "
+                  "'%s')",
+                  label.c_str(), worstMoment, momentName.c_str());
+    check(worstMoment <= 1e-5, what, rank);
+  }
+  if (!o.eager && bucketBytes < (1 << 20))
+    check(early > 0 && step->allReduceBuckets() > 1,
+          label + ": " + std::to_string(step->allReduceBuckets()) + " buckets, " +
+              std::to_string(early) + " started during the backward",
+          rank);
+}
+
+// Every rank's state equals rank 0's (sent by broadcast, compared here).
+void batchNorm(const std::shared_ptr<runtime::Collectives>& comm) {
+  const int rank = comm->rank();
+  compiler::TrainOptions o;
+  o.sgd = {.lr = 0.05, .momentum = 0.9};
+  o.collectives = comm;
+  o.mode.firstSample = rank * 4;
+  auto step = makeStep("resnet18", 4, 32, o);
+  for (int s = 0; s < 2; ++s) {
+    auto [x, y] = globalBatch({3, 32, 32}, 4 * comm->size(), s);
+    orDie((*step)(rows(x, rank * 4, 4), rows(y, rank * 4, 4)), "ddp step");
+  }
+  bool same = true, runningStats = false;
+  for (const auto& [name, t] : step->state()) {
+    ir::TensorData mine = t.clone(), zeros = t.clone();
+    if (!comm->broadcast(zeros.data(), zeros.byteSize(), 0)) same = false;
+    same &= std::memcmp(mine.data(), zeros.data(), mine.byteSize()) == 0;
+    runningStats |= name.find("running_mean") != std::string::npos;
+  }
+  int sameAll = same ? 0 : 1;
+  int64_t bad = sameAll;
+  (void)comm->allReduceSum(&bad, 1, ir::DType::kI64);
+  check(bad == 0 && runningStats,
+        "resnet18 (BatchNorm): every rank's state, running statistics included, is rank 0's", rank);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto comm = orDie(runtime::mpiCollectives(&argc, &argv), "MPI");
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "equivalence") {
+    compiler::TrainOptions sgd;
+    sgd.sgd = {.lr = 0.05, .momentum = 0.9, .weightDecay = 1e-4, .nesterov = true};
+    equivalence(comm, "compiled SGD (Nesterov), 64 KB buckets", sgd, 64 << 10);
+    compiler::TrainOptions adamw;
+    adamw.optimizer = compiler::TrainOptions::Optimizer::kAdam;
+    adamw.adam = {.lr = 1e-3, .weightDecay = 0.01, .decoupled = true};
+    // Adam's update m / (sqrt(v) + eps) is about lr for any gradient well above eps: a gradient
+    // element near zero, summed in another order, moves its weight by up to lr in another
+    // direction (measured: 2.1e-3 of fc1.weight's largest value). The first moments, linear in
+    // the gradients, are held to 1e-5.
+    equivalence(comm, "compiled AdamW, one 25 MB bucket", adamw, 25 << 20, 1e-2);
+    compiler::TrainOptions eager = sgd;
+    eager.eager = true;
+    equivalence(comm, "eager SGD (Nesterov)", eager, 64 << 10);
+  } else if (mode == "batchnorm") {
+    batchNorm(comm);
+  } else if (mode == "abort") {
+    if (comm->rank() == 1) comm->abort("a test failure on purpose", 3);
+    double v = 1;
+    (void)comm->allReduceSum(&v, 1, ir::DType::kF64);  // Rank 1 never joins.
+    std::printf("FAILED: rank 0 went on after rank 1 stopped\n");
+    return 1;
+  } else {
+    std::fprintf(stderr, "usage: ddp_check equivalence|batchnorm|abort (under mpirun)\n");
+    return 2;
+  }
+  return failures == 0 ? 0 : 1;
+}
