@@ -17,6 +17,7 @@
 
 #include "compiler/train.h"
 #include "models/zoo.h"
+#include "runtime/gpu/gpu_backend.h"
 #include "runtime/mpi/mpi_collectives.h"
 
 using namespace kiln;
@@ -109,7 +110,8 @@ double worstDifference(const compiler::TrainingStep& a, const compiler::Training
 
 // `tol`: the parameters' tolerance (relative to each tensor's largest value).
 void equivalence(const std::shared_ptr<runtime::Collectives>& comm, const std::string& label,
-                 compiler::TrainOptions o, int64_t bucketBytes, double tol = 1e-5) {
+                 compiler::TrainOptions o, int64_t bucketBytes, double tol = 1e-5,
+                 const std::string& model = "mnist_cnn") {
   const int rank = comm->rank(), ranks = comm->size();
   const int64_t batch = 8;
   o.mode.dropout = true;
@@ -117,11 +119,11 @@ void equivalence(const std::shared_ptr<runtime::Collectives>& comm, const std::s
   ddp.collectives = comm;
   ddp.bucketBytes = bucketBytes;
   ddp.mode.firstSample = rank * batch;
-  auto step = makeStep("mnist_cnn", batch, 0, ddp);
-  // Rank 0 also runs the whole global batch in one process (every rank builds it: the same
-  // collectives on each).
-  auto single = rank == 0 ? makeStep("mnist_cnn", batch * ranks, 0, o) : nullptr;
-  const ir::Shape sample = {1, 28, 28};
+  auto step = makeStep(model, batch, 0, ddp);
+  // Rank 0 also runs the whole global batch in one process.
+  auto single = rank == 0 ? makeStep(model, batch * ranks, 0, o) : nullptr;
+  ir::Shape sample = step->graph().inputs()[0]->type().shape;
+  sample.erase(sample.begin());
   bool lossesMatch = true;
   int early = 0;
   for (int s = 0; s < 10; ++s) {
@@ -206,6 +208,11 @@ int main(int argc, char** argv) {
     compiler::TrainOptions eager = sgd;
     eager.eager = true;
     equivalence(comm, "eager SGD (Nesterov)", eager, 64 << 10);
+    // The CUDA backend's code path on the emu device: gradients copied to the host buckets
+    // through the stream.
+    compiler::TrainOptions emu = sgd;
+    emu.compile.backend = orDie(runtime::gpu::backendForDevice("emu"), "the emu device");
+    equivalence(comm, "emu device, SGD (Nesterov), mlp", emu, 64 << 10, 1e-5, "mlp");
   } else if (mode == "batchnorm") {
     batchNorm(comm);
   } else if (mode == "abort") {
