@@ -16,6 +16,7 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX importer (libonnx 1.12, protobuf)
   libxxhash-dev                              # section checksums of AOT artifacts (XXH3)
   libpng-dev libturbojpeg0-dev               # kiln train --data folder: (PNG and JPEG decoding)
+  libzip-dev                                 # kiln train --data npz: (NumPy .npz archives)
   libopenmpi-dev openmpi-bin                 # kiln train --ddp (data-parallel over MPI)
   python3-venv                               # the pinned Python environments (ONNX conformance, peers)
 )

@@ -123,6 +123,7 @@ std::vector<Command> commands() {
             {"data", true,
              "idx:DIR (MNIST-format train-/t10k-images-idx3-ubyte and "
              "-labels-idx1-ubyte; t10k is the validation set), npy:X.npy,Y.npy, "
+             "npz:FILE.npz (x_train, y_train [, x_test, y_test] or x, y), "
              "folder:DIR (DIR/<class>/*.png|jpg, or DIR/train and DIR/val; "
              "decoded, resized and center-cropped to the model's input on the "
              "loader's thread), or X.npy with --labels"},

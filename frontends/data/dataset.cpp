@@ -91,21 +91,81 @@ Expected<Dataset> readIdx(const std::string& imagesPath, const std::string& labe
   return d;
 }
 
-Expected<Dataset> readNpyPair(const std::string& xPath, const std::string& yPath) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorData x, readNpy(xPath));
-  KILN_ASSIGN_OR_RETURN(ir::TensorData y, readNpy(yPath));
+namespace {
+
+// Samples `x` and class indices `y` (named `xName` and `yName` in messages): f32 samples as they
+// are, u8 ones (images) scaled to [0, 1] as IDX images are; i32 labels widened to i64. Samples
+// with as many elements as `sampleShape` (when given) take that shape ([M, 28, 28] images for a
+// model of [1, 28, 28]).
+Expected<Dataset> makeDataset(ir::TensorData x, ir::TensorData y, const std::string& xName,
+                              const std::string& yName, const ir::Shape& sampleShape = {}) {
+  if (x.dtype() == ir::DType::kU8 && !x.shape().empty()) {
+    ir::TensorData f(ir::DType::kF32, x.shape());
+    for (int64_t i = 0; i < x.numElements(); ++i)
+      f.as<float>()[i] = static_cast<float>(x.as<uint8_t>()[i]) / 255.f;
+    x = std::move(f);
+  }
   if (x.dtype() != ir::DType::kF32 || x.shape().empty())
-    return invalidArgument(xPath + ": expected f32 samples [M, ...], got " + x.type().toString());
+    return invalidArgument(xName + ": expected f32 or u8 samples [M, ...], got " +
+                           x.type().toString());
+  if (!sampleShape.empty() && x.shape()[0] > 0 &&
+      x.numElements() / x.shape()[0] ==
+          ir::TensorType{ir::DType::kF32, sampleShape}.numElements()) {
+    ir::Shape shape = sampleShape;
+    shape.insert(shape.begin(), x.shape()[0]);
+    // The same bytes under the model's sample shape (the wrap keeps the storage alive).
+    auto owner = std::make_shared<ir::TensorData>(x);
+    x = ir::TensorData::wrap(ir::DType::kF32, shape, owner->data(), owner);
+  }
   if ((y.dtype() != ir::DType::kI64 && y.dtype() != ir::DType::kI32) || y.shape().size() != 1 ||
       y.shape()[0] != x.shape()[0])
-    return invalidArgument(yPath + ": expected i64 or i32 [" + std::to_string(x.shape()[0]) +
+    return invalidArgument(yName + ": expected i64 or i32 [" + std::to_string(x.shape()[0]) +
                            "] class indices, got " + y.type().toString());
   if (y.dtype() == ir::DType::kI32) {
     ir::TensorData wide(ir::DType::kI64, y.shape());
     for (int64_t i = 0; i < y.numElements(); ++i) wide.as<int64_t>()[i] = y.as<int32_t>()[i];
     y = std::move(wide);
   }
-  return Dataset{std::move(x), std::move(y), xPath, {}, {}};
+  return Dataset{std::move(x), std::move(y), xName, {}, {}};
+}
+
+}  // namespace
+
+Expected<Dataset> readNpyPair(const std::string& xPath, const std::string& yPath) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorData x, readNpy(xPath));
+  KILN_ASSIGN_OR_RETURN(ir::TensorData y, readNpy(yPath));
+  return makeDataset(std::move(x), std::move(y), xPath, yPath);
+}
+
+Expected<DataSplit> readNpzData(const std::string& path, const ir::Shape& sampleShape) {
+  KILN_ASSIGN_OR_RETURN(auto arrays, readNpz(path));
+  auto take = [&](const std::string& xKey, const std::string& yKey) -> Expected<Dataset> {
+    return makeDataset(std::move(arrays.at(xKey)), std::move(arrays.at(yKey)),
+                       path + " [" + xKey + "]", path + " [" + yKey + "]", sampleShape);
+  };
+  DataSplit s;
+  if (arrays.count("x_train") && arrays.count("y_train")) {
+    KILN_ASSIGN_OR_RETURN(s.train, take("x_train", "y_train"));
+    if (arrays.count("x_test") && arrays.count("y_test")) {
+      KILN_ASSIGN_OR_RETURN(Dataset v, take("x_test", "y_test"));
+      if (v.sampleShape() != s.train.sampleShape())
+        return invalidArgument(v.source + ": samples of " + ir::shapeToString(v.sampleShape()) +
+                               ", the training samples are " +
+                               ir::shapeToString(s.train.sampleShape()));
+      s.validation = std::move(v);
+    }
+    return s;
+  }
+  if (arrays.count("x") && arrays.count("y")) {
+    KILN_ASSIGN_OR_RETURN(s.train, take("x", "y"));
+    return s;
+  }
+  std::string names;
+  for (const auto& [name, t] : arrays) names += (names.empty() ? "" : ", ") + name;
+  return invalidArgument("npz file '" + path +
+                         "': expected arrays x_train and y_train (x_test and y_test: the "
+                         "validation set), or x and y; it holds " +
+                         (names.empty() ? std::string("no .npy arrays") : names));
 }
 
 Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampleShape,
@@ -113,8 +173,8 @@ Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampl
   namespace fs = std::filesystem;
   auto usage = [&](const std::string& why) {
     return invalidArgument("--data '" + spec + "': " + why +
-                           "; expected idx:DIR (MNIST-format IDX files), npy:X.npy,Y.npy or "
-                           "folder:DIR (DIR/<class>/*.png|jpg)");
+                           "; expected idx:DIR (MNIST-format IDX files), npy:X.npy,Y.npy, "
+                           "npz:FILE.npz or folder:DIR (DIR/<class>/*.png|jpg)");
   };
   if (spec.rfind("idx:", 0) == 0) {
     const std::string dir = spec.substr(4);
@@ -142,6 +202,7 @@ Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampl
     KILN_ASSIGN_OR_RETURN(s.train, readNpyPair(rest.substr(0, comma), rest.substr(comma + 1)));
     return s;
   }
+  if (spec.rfind("npz:", 0) == 0) return readNpzData(spec.substr(4), sampleShape);
   if (spec.rfind("folder:", 0) == 0)
     return readImageFolder(spec.substr(7), sampleShape, std::move(mean), std::move(std));
   return usage("unknown form");

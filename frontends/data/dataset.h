@@ -39,13 +39,18 @@ struct Dataset {
 // other than 3 (images) or 1 (labels), a size that is not the header's, counts that differ.
 Expected<Dataset> readIdx(const std::string& imagesPath, const std::string& labelsPath);
 
-// x.npy (f32 [M, ...]) and y.npy (i64 or i32 [M]).
+// x.npy (f32 [M, ...], or u8 scaled to [0, 1]) and y.npy (i64 or i32 [M]).
 Expected<Dataset> readNpyPair(const std::string& xPath, const std::string& yPath);
 
 struct DataSplit {
   Dataset train;
   std::optional<Dataset> validation;
 };
+
+// A NumPy .npz archive (frontends/npy/npy.h): arrays x_train and y_train, with x_test and y_test
+// as the validation set where present (the layout of Keras's mnist.npz), or x and y; samples as
+// readNpyPair takes them, reshaped to `sampleShape` (when given) where the element counts agree.
+Expected<DataSplit> readNpzData(const std::string& path, const ir::Shape& sampleShape = {});
 
 // Image folders as torchvision's ImageFolder lays them out: DIR/<class>/<image>.png|.jpg|.jpeg,
 // the classes sorted by name (class i is label i), the images of a class sorted by name; with
@@ -59,7 +64,8 @@ Expected<DataSplit> readImageFolder(const std::string& dir, const ir::Shape& sam
 
 // A --data spec: "idx:DIR" reads DIR/train-images-idx3-ubyte and DIR/train-labels-idx1-ubyte,
 // and DIR/t10k-images-idx3-ubyte with DIR/t10k-labels-idx1-ubyte as the validation set when
-// both exist; "npy:X.npy,Y.npy" reads a pair (no validation set); "folder:DIR" an image folder
+// both exist; "npy:X.npy,Y.npy" reads a pair (no validation set); "npz:FILE.npz" an archive
+// (readNpzData); "folder:DIR" an image folder
 // (readImageFolder, for samples of `sampleShape`, normalized by `mean` and `std` when given).
 // Errors list the forms.
 Expected<DataSplit> loadDataSpec(const std::string& spec, const ir::Shape& sampleShape = {},

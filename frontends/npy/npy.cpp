@@ -243,8 +243,15 @@ std::string shapeTuple(const ir::Shape& shape) {
 }  // namespace
 
 Expected<ir::TensorData> readNpy(const std::string& path) {
-  const std::string where = "npy file '" + path + "'";
   KILN_ASSIGN_OR_RETURN(InputFile file, openInputFile(path, "npy file"));
+  return readNpy(file.stream, file.size, "npy file '" + path + "'");
+}
+
+Expected<ir::TensorData> readNpy(std::istream& in, uint64_t size, const std::string& where) {
+  struct {
+    std::istream& stream;
+    uint64_t size;
+  } file{in, size};
   auto readBytes = [&](void* dst, uint64_t n) -> Status {
     if (n && !file.stream.read(static_cast<char*>(dst), static_cast<std::streamsize>(n)))
       return ioError(where + ": reading failed (was the file changed while kiln read it?)");

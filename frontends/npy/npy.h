@@ -2,6 +2,8 @@
 // file, read into and written from ir::TensorData.
 #pragma once
 
+#include <istream>
+#include <map>
 #include <string>
 
 #include "ir/status.h"
@@ -16,6 +18,13 @@ namespace kiln::frontends {
 // is allocated only once the data length is validated against the file size. Errors name the
 // file.
 Expected<ir::TensorData> readNpy(const std::string& path);
+// The same from `size` bytes of `in`; `where` ("npy file 'x.npy'") starts every error.
+Expected<ir::TensorData> readNpy(std::istream& in, uint64_t size, const std::string& where);
+
+// A NumPy .npz archive (np.savez, stored, or np.savez_compressed, deflated; read with libzip):
+// every member "NAME.npy" as NAME, each read as readNpy reads a file. Members that are not .npy
+// files are ignored. Errors name the archive and the member.
+Expected<std::map<std::string, ir::TensorData>> readNpz(const std::string& path);
 
 // Writes `t` as NumPy writes it (format 1.0, or 2.0 when the header needs it; the header padded
 // so that the data starts at a multiple of 64 bytes), atomically: a failed write leaves no

@@ -366,7 +366,7 @@ check "train --data idx: --epochs" 0 "epoch 2/2 .*val .*data wait" -- \
   "$KILN" train mnist_cnn --data idx:digits --epochs 2 --batch 16 --cache-dir cache
 check "train --data idx: --json" 0 '"val_accuracy"' -- \
   "$KILN" train mnist_cnn --data idx:digits --epochs 1 --batch 16 --json --cache-dir cache
-check "train --data: unknown form" 2 "expected idx:DIR .*npy:X.npy,Y.npy or folder:DIR" -- \
+check "train --data: unknown form" 2 "expected idx:DIR .*npy:X.npy,Y.npy, npz:FILE.npz or folder:DIR" -- \
   "$KILN" train mnist_cnn --data csv:digits --epochs 1
 check "train --data: samples of another shape" 2 "samples of \[1,28,28\], the model takes \[784\]" -- \
   "$KILN" train mlp --data idx:digits --epochs 1 --batch 16

@@ -170,6 +170,27 @@ TEST_CASE("the batch loader covers each epoch once, drops the last partial batch
   CHECK(tooSmall.next()->x.empty());
 }
 
+TEST_CASE("data-parallel shards: each rank's part of the global batch, together the whole") {
+  const Dataset d = indexed(23);
+  BatchLoader whole(d, 6, 11, true, 2);  // One process with the global batch of 2 x 3.
+  BatchLoader rank0(d, 3, 11, true, 2, 0, 0, {0, 2}), rank1(d, 3, 11, true, 2, 0, 0, {1, 2});
+  CHECK(rank0.batchesPerEpoch() == 3);  // 23 / 6.
+  for (int k = 0; k < 7; ++k) {         // Into the third epoch.
+    const Batch w = *whole.next(), a = *rank0.next(), b = *rank1.next();
+    CHECK(a.epoch == w.epoch);
+    CHECK(a.index == w.index);
+    for (int64_t i = 0; i < 3; ++i) {
+      CHECK(a.labels.as<int64_t>()[i] == w.labels.as<int64_t>()[i]);
+      CHECK(b.labels.as<int64_t>()[i] == w.labels.as<int64_t>()[3 + i]);
+    }
+  }
+  // A resumed rank continues where it was.
+  BatchLoader again(d, 3, 11, true, 2, 1, 1, {1, 2});
+  BatchLoader fresh(d, 3, 11, true, 2, 0, 0, {1, 2});
+  for (int k = 0; k < 4; ++k) (void)*fresh.next();
+  CHECK(again.next()->labels.bitwiseEqual(fresh.next()->labels));
+}
+
 }  // namespace
 }  // namespace kiln::frontends
 

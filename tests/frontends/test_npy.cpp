@@ -2,8 +2,11 @@
 // variants NumPy and older writers produce, and every kind of malformed file.
 #include "frontends/npy/npy.h"
 
+#include <zip.h>
+
 #include <catch2/catch.hpp>
 
+#include "frontends/data/dataset.h"
 #include "frontends/test_files.h"
 
 using Catch::Matchers::Contains;
@@ -251,4 +254,96 @@ TEST_CASE("npy: missing files and failed writes", "[npy]") {
   CHECK_THAT(errorOf(writeNpy(dir.file("d.npy"), TensorData(DType::kF32, {2}))).message(),
              Contains("is a directory"));
   CHECK(dir.list() == std::vector<std::string>{"d.npy"});
+}
+
+// ---- .npz archives --------------------------------------------------------------------------
+
+namespace {
+
+// An archive of `members` (name, bytes) as np.savez (stored) or np.savez_compressed (deflated)
+// writes one.
+void writeZip(const std::string& path,
+              const std::vector<std::pair<std::string, std::string>>& members, bool deflate) {
+  int error = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+  REQUIRE(z != nullptr);
+  for (const auto& [name, bytes] : members) {
+    zip_source_t* src = zip_source_buffer(z, bytes.data(), bytes.size(), 0);
+    REQUIRE(src != nullptr);
+    const zip_int64_t i = zip_file_add(z, name.c_str(), src, ZIP_FL_OVERWRITE);
+    REQUIRE(i >= 0);
+    REQUIRE(zip_set_file_compression(z, static_cast<zip_uint64_t>(i),
+                                     deflate ? ZIP_CM_DEFLATE : ZIP_CM_STORE, 0) == 0);
+  }
+  REQUIRE(zip_close(z) == 0);  // Writes the archive (the buffers are read here).
+}
+
+// The .npy bytes of `t`.
+std::string npyBytes(const TempDir& dir, const TensorData& t) {
+  const std::string p = dir.file("member.npy");
+  REQUIRE(writeNpy(p, t).isOk());
+  return readBytes(p);
+}
+
+}  // namespace
+
+TEST_CASE("npz archives: stored and deflated members, Keras's mnist.npz layout, errors") {
+  using kiln::frontends::readNpz;
+  using kiln::frontends::readNpzData;
+  TempDir dir;
+  TensorData images(DType::kU8, {4, 28, 28}), labels(DType::kI64, {4});
+  for (int64_t i = 0; i < images.numElements(); ++i)
+    images.as<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
+  for (int64_t i = 0; i < 4; ++i) labels.as<int64_t>()[i] = i % 10;
+  const TensorData f = randomTensor(DType::kF32, {3, 5}, 3);
+  for (bool deflate : {false, true}) {
+    INFO((deflate ? "deflated" : "stored"));
+    const std::string path = dir.file(deflate ? "c.npz" : "s.npz");
+    writeZip(path,
+             {{"x_train.npy", npyBytes(dir, images)},
+              {"y_train.npy", npyBytes(dir, labels)},
+              {"x_test.npy", npyBytes(dir, images)},
+              {"y_test.npy", npyBytes(dir, labels)},
+              {"f.npy", npyBytes(dir, f)},
+              {"README", "not an array"}},
+             deflate);
+    auto arrays = readNpz(path);
+    INFO(arrays.status().message());
+    REQUIRE(arrays.hasValue());
+    CHECK(arrays->size() == 5);  // README is not an .npy member.
+    CHECK(arrays->at("f").bitwiseEqual(f));
+    CHECK(arrays->at("x_train").bitwiseEqual(images));
+    // As training data for a model of [1, 28, 28]: scaled like IDX images, reshaped, x_test and
+    // y_test the validation set.
+    auto data = readNpzData(path, {1, 28, 28});
+    INFO(data.status().message());
+    REQUIRE(data.hasValue());
+    CHECK(data->train.sampleShape() == Shape{1, 28, 28});
+    CHECK(data->train.x.as<float>()[3] == static_cast<float>(21) / 255.f);
+    REQUIRE(data->validation.has_value());
+    CHECK(data->validation->labels.bitwiseEqual(labels));
+  }
+  // x and y.
+  writeZip(dir.file("xy.npz"),
+           {{"x.npy", npyBytes(dir, f)}, {"y.npy", npyBytes(dir, TensorData(DType::kI32, {3}))}},
+           true);
+  auto xy = readNpzData(dir.file("xy.npz"));
+  REQUIRE(xy.hasValue());
+  CHECK(xy->train.labels.dtype() == DType::kI64);
+  CHECK_FALSE(xy->validation.has_value());
+  // Errors name the archive and the member.
+  writeZip(dir.file("other.npz"), {{"a.npy", npyBytes(dir, f)}}, false);
+  CHECK_THAT(errorOf(readNpzData(dir.file("other.npz"))).message(),
+             Contains("expected arrays x_train and y_train") && Contains("it holds a"));
+  writeZip(dir.file("bad.npz"), {{"x.npy", "\x93NUMPY garbage"}}, true);
+  CHECK_THAT(errorOf(readNpz(dir.file("bad.npz"))).message(), Contains("bad.npz', member 'x.npy'"));
+  writeBytes(dir.file("notzip.npz"), "plain text, not an archive");
+  const Status notZip = errorOf(readNpz(dir.file("notzip.npz")));
+  CHECK(notZip.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(notZip.message(), Contains("not a readable .npz (zip) archive"));
+  CHECK(errorOf(readNpz(dir.file("missing.npz"))).code() == ErrorCode::kNotFound);
+  // A truncated archive (its central directory cut off).
+  const std::string whole = readBytes(dir.file("xy.npz"));
+  writeBytes(dir.file("cut.npz"), whole.substr(0, whole.size() / 2));
+  CHECK_FALSE(readNpz(dir.file("cut.npz")).hasValue());
 }

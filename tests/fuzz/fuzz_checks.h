@@ -198,6 +198,23 @@ inline Outcome checkNpy(std::string_view bytes) {
   return {true, std::nullopt};
 }
 
+// ---- npz: an archive (libzip: stored or deflated members); every accepted array must write and
+// read back bit for bit.
+inline Outcome checkNpz(std::string_view bytes) {
+  const std::string path = scratchFile("input.npz");
+  writeFile(path, bytes);
+  auto arrays = frontends::readNpz(path);
+  if (!arrays) return rejected(arrays.status());
+  const std::string copy = scratchFile("member.npy");
+  for (const auto& [name, t] : *arrays) {
+    if (Status st = frontends::writeNpy(copy, t); !st)
+      return violated("member '" + name + "' does not write: " + st.message());
+    auto again = frontends::readNpy(copy);
+    if (!again || !(*again == t)) return violated("write/read changed member '" + name + "'");
+  }
+  return {true, std::nullopt};
+}
+
 // ---- idx: an MNIST-format pair, the images file, the separator, then the labels file. What is
 // accepted must be consistent: f32 [M, 1, H, W] with values in [0, 1], M labels below 256.
 inline constexpr std::string_view kIdxSeparator = "\n#kiln-fuzz: labels follow#\n";
@@ -268,6 +285,7 @@ inline constexpr Target kTargets[] = {
     {"json_graph", checkJsonGraph},
     {"safetensors", checkSafetensors},
     {"npy", checkNpy},
+    {"npz", checkNpz},
     {"onnx", checkOnnx},
     {"idx", checkIdx},
     {"image", checkImage},

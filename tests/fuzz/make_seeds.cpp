@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <zip.h>
+
 #include "frontends/onnx_model_builder.h"
 #include "fuzz/fuzz_checks.h"
 
@@ -492,6 +494,39 @@ void onnxSeeds(const fs::path& corpus, std::mt19937& rng) {
 
 }  // namespace
 
+// .npz archives as np.savez (stored) and np.savez_compressed (deflated) write them.
+void npzSeeds(const fs::path& corpus, std::mt19937& rng) {
+  const fs::path dir = corpus / "npz";
+  const fs::path scratch = fuzz::scratchDir() / "member.npy";
+  auto npyBytes = [&](const ir::TensorData& t) {
+    orDie(frontends::writeNpy(scratch.string(), t), "npz member");
+    std::ifstream in(scratch, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto archive = [&](const std::string& name,
+                     const std::vector<std::pair<std::string, std::string>>& members,
+                     bool deflate) {
+    int error = 0;
+    const std::string path = (dir / name).string();
+    zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+    if (!z) orDie(ioError("cannot create " + path), name.c_str());
+    for (const auto& [member, bytes] : members) {
+      zip_source_t* src = zip_source_buffer(z, bytes.data(), bytes.size(), 0);
+      const zip_int64_t i = zip_file_add(z, member.c_str(), src, ZIP_FL_OVERWRITE);
+      zip_set_file_compression(z, static_cast<zip_uint64_t>(i),
+                               deflate ? ZIP_CM_DEFLATE : ZIP_CM_STORE, 0);
+    }
+    if (zip_close(z) != 0) orDie(ioError("cannot write " + path), name.c_str());
+  };
+  const std::string x = npyBytes(randomTensor(ir::DType::kU8, {2, 4, 4}, rng)),
+                    y = npyBytes(randomTensor(ir::DType::kI64, {2}, rng)),
+                    f = npyBytes(randomTensor(ir::DType::kF32, {3}, rng));
+  archive("stored_xy", {{"x.npy", x}, {"y.npy", y}}, false);
+  archive("deflated_train_test",
+          {{"x_train.npy", x}, {"y_train.npy", y}, {"x_test.npy", x}, {"y_test.npy", y}}, true);
+  archive("mixed", {{"f.npy", f}, {"notes.txt", "not an array"}}, true);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: kiln_fuzz_seeds CORPUS_DIR (tests/fuzz/corpus)\n");
@@ -504,6 +539,7 @@ int main(int argc, char** argv) {
   graphSeeds(corpus, tmp, rng);
   safetensorsSeeds(corpus, rng);
   npySeeds(corpus, rng);
+  npzSeeds(corpus, rng);
   onnxSeeds(corpus, rng);
   idxSeeds(corpus);
   std::printf("wrote the seed corpora under %s\n", corpus.c_str());
