@@ -49,14 +49,24 @@ Status reduceInto(const ir::AttrView& attrs, const Tensor& in, Tensor& out, T in
     int64_t outer = 1, inner = 1;
     for (size_t d = 0; d < a; ++d) outer *= shape[d];
     for (size_t d = b; d < shape.size(); ++d) inner *= shape[d];
+    // kLanes partial results over each contiguous inner run (vector lanes, and independent
+    // dependency chains: one accumulator waits an add's latency per element), folded at the end.
+    // The order differs from one accumulator's; f must be associative (sum, product, max).
+    constexpr int64_t kLanes = 16;
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < n; ++m) {
-      T acc = init;
+      T lanes[kLanes];
+      for (T& l : lanes) l = init;
       for (int64_t o = 0; o < outer; ++o) {
         const T* p = x + (o * n + m) * inner;
-        for (int64_t i = 0; i < inner; ++i) acc = f(acc, p[i]);
+        int64_t i = 0;
+        for (; i + kLanes <= inner; i += kLanes)
+          for (int64_t l = 0; l < kLanes; ++l) lanes[l] = f(lanes[l], p[i + l]);
+        for (; i < inner; ++i) lanes[i % kLanes] = f(lanes[i % kLanes], p[i]);
       }
-      y[m] = acc;
+      for (int64_t width = kLanes / 2; width > 0; width /= 2)
+        for (int64_t l = 0; l < width; ++l) lanes[l] = f(lanes[l], lanes[l + width]);
+      y[m] = lanes[0];
     }
     return Status::ok();
   }

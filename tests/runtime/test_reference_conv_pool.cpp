@@ -227,37 +227,53 @@ TEMPLATE_TEST_CASE("reference max_pool2d_backward: ties go to the first maximum,
 }
 
 TEMPLATE_TEST_CASE(
-    "reference max_pool2d_backward 2x2 stride 2 (one pass) on ties, NaNs and odd sizes",
+    "reference max_pool2d_backward (2x2 one pass, vectorized interior windows) on ties, NaNs, "
+    "padding, dilation and odd sizes",
     "[reference][pool]", float, double) {
-  // The one-pass kernel of the common pooling against the rule itself, brute force: each
-  // window's gradient goes to its first NaN in scan order, else its first strict maximum;
-  // elements in no window (an odd last row or column) get 0. Values from {0, 1, 2, NaN} make
-  // ties and NaNs common.
+  // The kernels against the rule itself, brute force: each window's gradient goes to its first
+  // NaN in scan order, else its first strict maximum (padding never chosen), accumulating where
+  // windows overlap; elements in no window get 0. Values from {0, 1, 2, NaN} make ties and NaNs
+  // common. 2x2 stride 2 takes the one-pass kernel; the others the general loop, whose windows
+  // inside the input go through the branch-free row kernel (stride 1, 2 and other).
   const TestType nan = std::numeric_limits<TestType>::quiet_NaN();
-  const int64_t n = 2, c = 3, h = 7, w = 9, oh = 3, ow = 4;
-  std::mt19937 gen(5);
-  std::vector<double> xv(n * c * h * w), gv(n * c * oh * ow);
-  for (double& v : xv) {
-    const int r = static_cast<int>(gen() % 7);
-    v = r == 6 ? static_cast<double>(nan) : r % 3;
+  struct Config {
+    int64_t k, s, p, d;
+  };
+  for (const Config cfg : {Config{2, 2, 0, 1}, Config{3, 2, 1, 1}, Config{3, 1, 1, 1},
+                           Config{3, 3, 0, 1}, Config{2, 1, 0, 2}, Config{3, 2, 1, 2}}) {
+    INFO("kernel " << cfg.k << " stride " << cfg.s << " pad " << cfg.p << " dilation " << cfg.d);
+    const int64_t n = 2, c = 3, h = 11, w = 13;
+    const int64_t oh = (h + 2 * cfg.p - cfg.d * (cfg.k - 1) - 1) / cfg.s + 1;
+    const int64_t ow = (w + 2 * cfg.p - cfg.d * (cfg.k - 1) - 1) / cfg.s + 1;
+    std::mt19937 gen(5);
+    std::vector<double> xv(n * c * h * w), gv(n * c * oh * ow);
+    for (double& v : xv) {
+      const int r = static_cast<int>(gen() % 7);
+      v = r == 6 ? static_cast<double>(nan) : r % 3;
+    }
+    for (size_t i = 0; i < gv.size(); ++i) gv[i] = static_cast<double>(i + 1);
+    const Tensor x = make<TestType>({n, c, h, w}, xv);
+    const Tensor dy = make<TestType>({n, c, oh, ow}, gv);
+    const ir::AttrMap attrs = {{"kernel", attrInts({cfg.k, cfg.k})},
+                               {"strides", attrInts({cfg.s, cfg.s})},
+                               {"pads", attrInts({cfg.p, cfg.p, cfg.p, cfg.p})},
+                               {"dilations", attrInts({cfg.d, cfg.d})}};
+    std::vector<double> want(xv.size(), 0.0);
+    for (int64_t p = 0; p < n * c; ++p)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          int64_t arg = -1;
+          double best = 0;
+          for (int64_t a = 0; a < cfg.k && !(arg >= 0 && std::isnan(best)); ++a)
+            for (int64_t b = 0; b < cfg.k; ++b) {
+              const int64_t r = i * cfg.s - cfg.p + a * cfg.d, col = j * cfg.s - cfg.p + b * cfg.d;
+              if (r < 0 || r >= h || col < 0 || col >= w) continue;
+              const int64_t at = p * h * w + r * w + col;
+              if (arg < 0 || xv[at] > best || std::isnan(xv[at])) best = xv[at], arg = at;
+              if (std::isnan(best)) break;
+            }
+          want[arg] += gv[p * oh * ow + i * ow + j];
+        }
+    checkClose<TestType>(run(OpKind::kMaxPool2dBackward, {dy, x}, attrs), {n, c, h, w}, want);
   }
-  for (size_t i = 0; i < gv.size(); ++i) gv[i] = static_cast<double>(i + 1);
-  const Tensor x = make<TestType>({n, c, h, w}, xv);
-  const Tensor dy = make<TestType>({n, c, oh, ow}, gv);
-  const ir::AttrMap k2s2 = {{"kernel", attrInts({2, 2})}, {"strides", attrInts({2, 2})}};
-  std::vector<double> want(xv.size(), 0.0);
-  for (int64_t p = 0; p < n * c; ++p)
-    for (int64_t i = 0; i < oh; ++i)
-      for (int64_t j = 0; j < ow; ++j) {
-        int64_t arg = -1;
-        double best = 0;
-        for (int64_t a = 0; a < 2 && !(arg >= 0 && std::isnan(best)); ++a)
-          for (int64_t b = 0; b < 2; ++b) {
-            const int64_t at = p * h * w + (2 * i + a) * w + 2 * j + b;
-            if (arg < 0 || xv[at] > best || std::isnan(xv[at])) best = xv[at], arg = at;
-            if (std::isnan(best)) break;
-          }
-        want[arg] += gv[p * oh * ow + i * ow + j];
-      }
-  checkClose<TestType>(run(OpKind::kMaxPool2dBackward, {dy, x}, k2s2), {n, c, h, w}, want);
 }
