@@ -310,10 +310,13 @@ Status TrainingStep::DataParallel::planBuckets(const CompiledModel* step,
     });
     std::vector<std::vector<size_t>> groups;
     int64_t bytes = 0;
+    // The first bucket holds at most 1 MB (DDP's first_bucket_bytes), so that communication
+    // starts early in the backward.
+    const int64_t firstCap = std::min<int64_t>(options.bucketBytes, int64_t{1} << 20);
     for (size_t k : order) {
       const int64_t size = static_cast<int64_t>(gradTypes[k].byteSize());
       if (groups.empty() || gradTypes[groups.back().front()].dtype != gradTypes[k].dtype ||
-          bytes + size > options.bucketBytes) {
+          bytes + size > (groups.size() == 1 ? firstCap : options.bucketBytes)) {
         groups.emplace_back();
         bytes = 0;
       }
