@@ -37,6 +37,7 @@ struct TrainingStep::DataParallel {
   std::vector<runtime::Tensor> gradViews;  // The update's inputs: views of the buckets.
   std::vector<ir::Value*> fromRankZero;    // Training mode's state, rank 0's after each step.
   bool synced = false;                     // The parameters were broadcast.
+  bool failed = false;                     // A step failed part way: the ranks are out of step.
 
   // Buckets of about `bucketBytes` in the order the step plan (null: eager) finishes the
   // gradients; rank 0's layout is every rank's (plans compiled apart could order steps apart).
@@ -240,6 +241,10 @@ Status TrainingStep::buildDataParallel(std::span<ir::Value* const> params,
                                        const TrainOptions& options) {
   auto d = std::make_unique<DataParallel>();
   d->comm = options.collectives;
+  if (!d->comm->hostMemory())
+    return unimplemented(std::string(d->comm->name()) +
+                         " collectives sum device memory; the data-parallel step's buckets are "
+                         "host memory (use the MPI collectives: runtime/mpi)");
   if (options.bucketBytes < 1)
     return invalidArgument("the all-reduce bucket size must be positive, got " +
                            std::to_string(options.bucketBytes) + " bytes");
@@ -394,6 +399,26 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
                                                              const runtime::Tensor& target) {
   DataParallel& d = *ddp_;
   runtime::Collectives& c = *d.comm;
+  if (d.failed)
+    return invalidArgument(
+        "an earlier data-parallel step failed on this rank, so the ranks are out of step: stop "
+        "every rank (runtime::Collectives::abort) instead of going on");
+  // A step that fails part way leaves this rank out of step with the others: later calls are
+  // refused, and no all-reduce still running may keep writing a bucket.
+  struct OnFailure {
+    DataParallel& d;
+    runtime::Collectives& c;
+    bool armed = true;
+    ~OnFailure() {
+      if (!armed) return;
+      d.failed = true;
+      for (DataParallel::Bucket& bk : d.buckets)
+        if (!bk.done) {
+          (void)c.wait(bk.request);
+          bk.done = true;
+        }
+    }
+  } onFailure{d, c};
   if (!d.synced) {
     // Every rank starts from rank 0's parameters and optimizer state (as DDP's constructor).
     for (ir::Value* p : parameters()) {
@@ -416,22 +441,27 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
   // written, and let the oldest one in flight progress.
   const runtime::StepHook hook = [&](size_t si, runtime::Stream& stream,
                                      std::span<const runtime::DeviceAddress> outs) -> Status {
-    bool copied = false;
-    for (; next < d.buckets.size() && d.buckets[next].readyStep <= si; ++next) {
-      DataParallel::Bucket& bk = d.buckets[next];
-      for (size_t j = 0; j < bk.grads.size(); ++j)
-        KILN_TRY(stream.download(bk.data.rawData() + bk.offsets[j], outs[d.firstGrad + bk.grads[j]],
-                                 d.gradTypes[bk.grads[j]].byteSize()));
-      if (!copied) KILN_TRY(stream.synchronize());  // The bytes are in the bucket.
-      copied = true;
-      KILN_TRY(start(bk));
-      ++comm_.startedEarly;
-    }
+    // Let the oldest all-reduce in flight progress.
     for (size_t i = 0; i < next; ++i)
       if (!d.buckets[i].done) {
         KILN_ASSIGN_OR_RETURN(d.buckets[i].done, c.test(d.buckets[i].request));
         break;
       }
+    // Every ready bucket's copies first, one synchronize (a GPU stream's download lands only
+    // then), then their all-reduces.
+    size_t ready = next;
+    for (; ready < d.buckets.size() && d.buckets[ready].readyStep <= si; ++ready) {
+      DataParallel::Bucket& bk = d.buckets[ready];
+      for (size_t j = 0; j < bk.grads.size(); ++j)
+        KILN_TRY(stream.download(bk.data.rawData() + bk.offsets[j], outs[d.firstGrad + bk.grads[j]],
+                                 d.gradTypes[bk.grads[j]].byteSize()));
+    }
+    if (ready == next) return Status::ok();
+    KILN_TRY(stream.synchronize());
+    for (; next < ready; ++next) {
+      KILN_TRY(start(d.buckets[next]));
+      ++comm_.startedEarly;
+    }
     return Status::ok();
   };
   const std::vector<runtime::Tensor> inputs{x, target};
@@ -475,6 +505,7 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
   comm_.exposedMs = ms(t1, t2);
   comm_.optimizerMs = ms(t3, std::chrono::steady_clock::now());
   if (d.okOutput && !(*updated)[*d.okOutput].data<bool>()[0]) r.skipped = true;
+  onFailure.armed = false;
   return counted(r);
 }
 

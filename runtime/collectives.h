@@ -24,6 +24,8 @@ class Collectives {
   virtual std::string_view name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Whether the pointers the calls take are host memory (MPI) rather than a device's (NCCL).
+  virtual bool hostMemory() const = 0;
 
   // Blocking: `bytes` at `data` on every rank become rank `root`'s.
   virtual Status broadcast(void* data, size_t bytes, int root) = 0;

@@ -305,16 +305,19 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
                    {"dropout", o.mode.dropout ? "yes" : "no"},
                    {"val-split", args.value("val-split").value_or("default")},
                    {"precision", std::string(compiler::precisionName(o.compile.precision))},
-                   {"ranks", std::to_string(ranks)}};
+                   {"ranks", std::to_string(ranks)},
+                   {"ddp", comm ? "yes" : "no"}};
   std::optional<Checkpoint> resumeFrom;
   if (args.flag("resume")) {
     auto c = loadCheckpoint(*checkpointDir);
     if (!c) return reportError("train", c.status());
     for (const auto& [key, value] : info.settings) {
       auto it = c->info.settings.find(key);
-      // Checkpoints from before data-parallel training were one rank's.
+      // Checkpoints from before data-parallel training were one rank's, without --ddp (whose
+      // step holds the update's state apart: the two do not resume each other).
       const std::string was = it != c->info.settings.end() ? it->second
                               : key == "ranks"             ? "1"
+                              : key == "ddp"               ? "no"
                                                            : "(none)";
       if (was != value)
         return reportError("train", invalidArgument("--resume: " + c->path + " was trained with " +
@@ -604,10 +607,12 @@ int runTrain(const Args& args) {
   auto comm = runtime::mpiCollectives();
   if (!comm) return reportError("train", comm.status());
   // Only rank 0 prints results; every rank prints its errors (stderr).
+  int rc = kExitOk;
   if ((*comm)->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
-    return reportError("train", ioError("--ddp: cannot silence rank " +
-                                        std::to_string((*comm)->rank()) + "'s output"));
-  const int rc = train(args, *comm);
+    rc = reportError("train", ioError("--ddp: cannot silence rank " +
+                                      std::to_string((*comm)->rank()) + "'s output"));
+  else
+    rc = train(args, *comm);
   // A rank that fails stops every rank (the others may wait in a collective for it).
   if (rc != kExitOk && (*comm)->size() > 1)
     (*comm)->abort("kiln train exited with code " + std::to_string(rc) + " (its error is above)",

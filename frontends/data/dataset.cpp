@@ -94,7 +94,8 @@ Expected<Dataset> readIdx(const std::string& imagesPath, const std::string& labe
 namespace {
 
 // Samples `x` and class indices `y` (named `xName` and `yName` in messages): f32 samples as they
-// are, u8 ones (images) scaled to [0, 1] as IDX images are; i32 labels widened to i64. Samples
+// are, u8 ones (images) scaled to [0, 1] as IDX images are; i32 and u8 labels (Keras's
+// mnist.npz) widened to i64. Samples
 // with as many elements as `sampleShape` (when given) take that shape ([M, 28, 28] images for a
 // model of [1, 28, 28]).
 Expected<Dataset> makeDataset(ir::TensorData x, ir::TensorData y, const std::string& xName,
@@ -117,13 +118,15 @@ Expected<Dataset> makeDataset(ir::TensorData x, ir::TensorData y, const std::str
     auto owner = std::make_shared<ir::TensorData>(x);
     x = ir::TensorData::wrap(ir::DType::kF32, shape, owner->data(), owner);
   }
-  if ((y.dtype() != ir::DType::kI64 && y.dtype() != ir::DType::kI32) || y.shape().size() != 1 ||
-      y.shape()[0] != x.shape()[0])
-    return invalidArgument(yName + ": expected i64 or i32 [" + std::to_string(x.shape()[0]) +
+  if ((y.dtype() != ir::DType::kI64 && y.dtype() != ir::DType::kI32 &&
+       y.dtype() != ir::DType::kU8) ||
+      y.shape().size() != 1 || y.shape()[0] != x.shape()[0])
+    return invalidArgument(yName + ": expected i64, i32 or u8 [" + std::to_string(x.shape()[0]) +
                            "] class indices, got " + y.type().toString());
-  if (y.dtype() == ir::DType::kI32) {
+  if (y.dtype() != ir::DType::kI64) {
     ir::TensorData wide(ir::DType::kI64, y.shape());
-    for (int64_t i = 0; i < y.numElements(); ++i) wide.as<int64_t>()[i] = y.as<int32_t>()[i];
+    for (int64_t i = 0; i < y.numElements(); ++i)
+      wide.as<int64_t>()[i] = y.dtype() == ir::DType::kU8 ? y.as<uint8_t>()[i] : y.as<int32_t>()[i];
     y = std::move(wide);
   }
   return Dataset{std::move(x), std::move(y), xName, {}, {}};

@@ -39,7 +39,7 @@ struct Dataset {
 // other than 3 (images) or 1 (labels), a size that is not the header's, counts that differ.
 Expected<Dataset> readIdx(const std::string& imagesPath, const std::string& labelsPath);
 
-// x.npy (f32 [M, ...], or u8 scaled to [0, 1]) and y.npy (i64 or i32 [M]).
+// x.npy (f32 [M, ...], or u8 scaled to [0, 1]) and y.npy (i64, i32 or u8 [M]).
 Expected<Dataset> readNpyPair(const std::string& xPath, const std::string& yPath);
 
 struct DataSplit {

@@ -124,6 +124,7 @@ class NcclCollectives final : public Collectives {
   std::string_view name() const override { return "nccl"; }
   int rank() const override { return bootstrap_->rank(); }
   int size() const override { return bootstrap_->size(); }
+  bool hostMemory() const override { return false; }
 
   Status broadcast(void* data, size_t bytes, int root) override {
     KILN_TRY(current());
@@ -226,20 +227,38 @@ Expected<std::shared_ptr<Collectives>> ncclCollectives(std::shared_ptr<Collectiv
     return notFound(std::to_string(failed) + " rank(s) could not load NCCL or their CUDA device");
   }
   (void)api->cuCtxSetCurrent(ctx);
-  ncclUniqueId id{};
+  // Rank 0's id with a flag saying whether it could make one, then every rank's stream: each
+  // failure is agreed on before anyone waits for a rank that gave up.
+  struct {
+    ncclUniqueId id{};
+    int32_t ok = 1;
+  } shared;
+  Status local = Status::ok();
   if (bootstrap->rank() == 0) {
-    if (ncclResult_t r = api->ncclGetUniqueId(&id); r != ncclSuccess) {
-      release();
-      return internalError(std::string("ncclGetUniqueId failed: ") + api->ncclGetErrorString(r));
+    if (ncclResult_t r = api->ncclGetUniqueId(&shared.id); r != ncclSuccess) {
+      shared.ok = 0;
+      local = internalError(std::string("ncclGetUniqueId failed: ") + api->ncclGetErrorString(r));
     }
   }
-  KILN_TRY(bootstrap->broadcast(&id, sizeof id, 0));
+  KILN_TRY(bootstrap->broadcast(&shared, sizeof shared, 0));
   CUstream stream = nullptr;
-  if (CUresult r = api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) {
-    release();
-    return internalError("cuStreamCreate failed with CUDA error " + std::to_string(r));
+  if (!shared.ok) {
+    if (local) local = internalError("rank 0 could not make the NCCL unique id");
+  } else if (CUresult r = api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS) {
+    local = internalError("cuStreamCreate failed with CUDA error " + std::to_string(r));
   }
+  int64_t failures = local ? 0 : 1;
+  KILN_TRY(bootstrap->allReduceSum(&failures, 1, ir::DType::kI64));
+  if (failures > 0) {
+    if (stream) (void)api->cuStreamDestroy(stream);
+    release();
+    if (!local) return local;
+    return internalError(std::to_string(failures) + " rank(s) could not set up NCCL");
+  }
+  // A rank whose ncclCommInitRank fails leaves the others waiting inside theirs: the caller
+  // stops every rank (Collectives::abort on the bootstrap) when this returns an error.
   ncclComm_t comm = nullptr;
+  const ncclUniqueId& id = shared.id;
   if (ncclResult_t r = api->ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank());
       r != ncclSuccess) {
     (void)api->cuStreamDestroy(stream);

@@ -14,6 +14,9 @@
 namespace kiln::runtime::gpu {
 
 // kNotFound naming what is missing (no driver, no device, no NCCL) on a machine without them.
+// Every rank returns the same success or failure, except when NCCL's own setup fails on one
+// rank (ncclCommInitRank): then the others may wait in theirs, and the caller stops every rank
+// with bootstrap->abort.
 Expected<std::shared_ptr<Collectives>> ncclCollectives(std::shared_ptr<Collectives> bootstrap,
                                                        int device = 0);
 

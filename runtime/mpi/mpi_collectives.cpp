@@ -49,6 +49,7 @@ class MpiCollectives final : public Collectives {
   std::string_view name() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool hostMemory() const override { return true; }
 
   Status broadcast(void* data, size_t bytes, int root) override {
     auto* p = static_cast<char*>(data);

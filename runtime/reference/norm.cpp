@@ -2,7 +2,6 @@
 // any axis (numerically stable: the maximum is subtracted before exponentiating).
 #include <cmath>
 #include <limits>
-#include <utility>
 
 #include "runtime/reference/helpers.h"
 
@@ -41,40 +40,34 @@ Status batchNormKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
 // over channels (reductions, accumulated in double) or over the N x C planes (pointwise).
 
 // stats [2, C]: mean, biased variance (two passes).
-// Sums in kLanes independent accumulators of the data's type over each N x C plane (vector lanes;
-// one accumulator is one dependent add per element: resnet18's BatchNorm statistics took 48 ms a
-// training step at batch 32), the lanes added up in a fixed order and each plane's sum added to
-// the channel's in double: deterministic, float lanes (as PyTorch's CPU kernels accumulate) over
-// at most a plane (resnet18: 12,544 elements, about 800 per lane), double across the batch.
-// Double lanes took twice as long (the widening halves the vector width).
-struct PlaneSum {
-  static constexpr int kLanes = 16;
-  // The sum of term(i) for i in [0, n), accumulated as T.
-  template <class T, class Term>
-  static double of(int64_t n, Term term) {
-    T lane[kLanes] = {};
+// A sum in kLanes independent double accumulators, so that it vectorizes (one accumulator is
+// one dependent add per element: resnet18's BatchNorm statistics took 48 ms a training step at
+// batch 32), added up in a fixed order at the end: deterministic, and within rounding of a plain
+// loop's sum.
+struct Lanes {
+  static constexpr int kLanes = 8;
+  double lane[kLanes] = {};
+  double tail = 0;
+  // Adds term(i) for i in [0, n).
+  template <class Term>
+  void add(int64_t n, Term term) {
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
       for (int l = 0; l < kLanes; ++l) lane[l] += term(i + l);
-    T tail = 0;
     for (; i < n; ++i) tail += term(i);
-    for (int width = kLanes / 2; width > 0; width /= 2)
-      for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
-    return static_cast<double>(lane[0]) + static_cast<double>(tail);
   }
-  // Two sums in one pass: term(i, a, b) adds element i's terms to a and b.
-  template <class T, class Term>
-  static std::pair<double, double> of2(int64_t n, Term term) {
-    T a[kLanes] = {}, b[kLanes] = {};
+  // Adds into two sums at once: term(i, a, b) adds element i's terms to a and b.
+  template <class Term>
+  static void add2(int64_t n, Lanes& x, Lanes& y, Term term) {
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) term(i + l, a[l], b[l]);
-    T ta = 0, tb = 0;
-    for (; i < n; ++i) term(i, ta, tb);
-    for (int width = kLanes / 2; width > 0; width /= 2)
-      for (int l = 0; l < width; ++l) a[l] += a[l + width], b[l] += b[l + width];
-    return {static_cast<double>(a[0]) + static_cast<double>(ta),
-            static_cast<double>(b[0]) + static_cast<double>(tb)};
+      for (int l = 0; l < kLanes; ++l) term(i + l, x.lane[l], y.lane[l]);
+    for (; i < n; ++i) term(i, x.tail, y.tail);
+  }
+  double total() const {
+    double t = tail;
+    for (int l = 0; l < kLanes; ++l) t += lane[l];
+    return t;
   }
 };
 
@@ -87,23 +80,22 @@ Status batchNormStatsKernel(const ir::AttrView& attrs, std::span<const Tensor> i
     const int64_t c = split.dim, inner = split.inner, count = split.outer * inner;
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < c; ++k) {
-      double sum = 0;
+      Lanes sum;
       for (int64_t n = 0; n < split.outer; ++n) {
         const T* p = x + (n * c + k) * inner;
-        sum += PlaneSum::of<T>(inner, [&](int64_t i) { return p[i]; });
+        sum.add(inner, [&](int64_t i) { return static_cast<double>(p[i]); });
       }
-      const double mean = sum / static_cast<double>(count);
-      const T m = static_cast<T>(mean);
-      double sq = 0;
+      const double mean = sum.total() / static_cast<double>(count);
+      Lanes sq;
       for (int64_t n = 0; n < split.outer; ++n) {
         const T* p = x + (n * c + k) * inner;
-        sq += PlaneSum::of<T>(inner, [&](int64_t i) {
-          const T d = p[i] - m;
+        sq.add(inner, [&](int64_t i) {
+          const double d = static_cast<double>(p[i]) - mean;
           return d * d;
         });
       }
-      stats[k] = m;
-      stats[c + k] = static_cast<T>(sq / static_cast<double>(count));
+      stats[k] = static_cast<T>(mean);
+      stats[c + k] = static_cast<T>(sq.total() / static_cast<double>(count));
     }
     return Status::ok();
   });
@@ -123,22 +115,21 @@ Status batchNormBackwardReduceKernel(const ir::AttrView& attrs, std::span<const 
     const int64_t c = split.dim, inner = split.inner;
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < c; ++k) {
-      const T mean = meanOf[k];
+      const double mean = static_cast<double>(meanOf[k]);
       const double inv = 1 / std::sqrt(static_cast<double>(varOf[k]) + eps);
-      double sg = 0, sgx = 0;
+      Lanes sg, sgx;
       for (int64_t n = 0; n < split.outer; ++n) {
         const T* gp = g + (n * c + k) * inner;
         const T* xp = x + (n * c + k) * inner;
         // Both sums in one pass over grad and x.
-        const auto [a, b] = PlaneSum::of2<T>(inner, [&](int64_t i, T& sa, T& sb) {
-          sa += gp[i];
-          sb += gp[i] * (xp[i] - mean);
+        Lanes::add2(inner, sg, sgx, [&](int64_t i, double& a, double& b) {
+          const double gi = static_cast<double>(gp[i]);
+          a += gi;
+          b += gi * (static_cast<double>(xp[i]) - mean);
         });
-        sg += a;
-        sgx += b;
       }
-      sums[k] = static_cast<T>(sgx * inv);
-      sums[c + k] = static_cast<T>(sg);
+      sums[k] = static_cast<T>(sgx.total() * inv);
+      sums[c + k] = static_cast<T>(sg.total());
     }
     return Status::ok();
   });

@@ -38,7 +38,8 @@ Status reduceInto(const ir::AttrView& attrs, const Tensor& in, Tensor& out, T in
   const int64_t n = out.numElements();
   // The kept dims one contiguous run [a, b), the reduced ones around it (a conv bias gradient:
   // every dim but the channels): x is [outer, n, inner], and each output element folds its
-  // outer x inner inputs in the order of the general loop below, in parallel over outputs.
+  // outer x inner inputs in lanes (below), in parallel over outputs. A float sum's rounding
+  // differs from the general loop's single accumulator (deterministic either way).
   const ir::Shape& shape = in.shape();
   size_t a = 0, b = shape.size();
   while (a < b && strides[a] == 0) ++a;

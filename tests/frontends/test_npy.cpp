@@ -294,7 +294,11 @@ TEST_CASE("npz archives: stored and deflated members, Keras's mnist.npz layout, 
   TensorData images(DType::kU8, {4, 28, 28}), labels(DType::kI64, {4});
   for (int64_t i = 0; i < images.numElements(); ++i)
     images.as<uint8_t>()[i] = static_cast<uint8_t>(i * 7);
-  for (int64_t i = 0; i < 4; ++i) labels.as<int64_t>()[i] = i % 10;
+  TensorData labelsU8(DType::kU8, {4});  // Keras's mnist.npz labels.
+  for (int64_t i = 0; i < 4; ++i) {
+    labels.as<int64_t>()[i] = i % 10;
+    labelsU8.as<uint8_t>()[i] = static_cast<uint8_t>(i % 10);
+  }
   const TensorData f = randomTensor(DType::kF32, {3, 5}, 3);
   for (bool deflate : {false, true}) {
     INFO((deflate ? "deflated" : "stored"));
@@ -303,7 +307,7 @@ TEST_CASE("npz archives: stored and deflated members, Keras's mnist.npz layout, 
              {{"x_train.npy", npyBytes(dir, images)},
               {"y_train.npy", npyBytes(dir, labels)},
               {"x_test.npy", npyBytes(dir, images)},
-              {"y_test.npy", npyBytes(dir, labels)},
+              {"y_test.npy", npyBytes(dir, labelsU8)},
               {"f.npy", npyBytes(dir, f)},
               {"README", "not an array"}},
              deflate);
@@ -321,7 +325,7 @@ TEST_CASE("npz archives: stored and deflated members, Keras's mnist.npz layout, 
     CHECK(data->train.sampleShape() == Shape{1, 28, 28});
     CHECK(data->train.x.as<float>()[3] == static_cast<float>(21) / 255.f);
     REQUIRE(data->validation.has_value());
-    CHECK(data->validation->labels.bitwiseEqual(labels));
+    CHECK(data->validation->labels.bitwiseEqual(labels));  // u8 widened to i64.
   }
   // x and y.
   writeZip(dir.file("xy.npz"),

@@ -18,6 +18,7 @@ class Solo final : public runtime::Collectives {
   std::string_view name() const override { return "solo"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  bool hostMemory() const override { return true; }
   Status broadcast(void*, size_t, int) override { return Status::ok(); }
   Status allReduceSum(void*, size_t, ir::DType) override { return Status::ok(); }
   Expected<int> startAllReduceSum(void*, size_t, ir::DType) override { return 0; }
@@ -41,6 +42,7 @@ TEST_CASE("nccl collectives: a clear error without a GPU, in-place sums with one
   REQUIRE(nccl.hasValue());
   CHECK((*nccl)->name() == "nccl");
   CHECK((*nccl)->size() == 1);
+  CHECK_FALSE((*nccl)->hostMemory());
   std::vector<float> host{1, 2, 3, 4}, back(4, 0);
   auto buf = (*cuda)->allocate(host.size() * sizeof(float));
   REQUIRE(buf.hasValue());

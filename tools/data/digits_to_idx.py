@@ -43,8 +43,9 @@ def main(out):
     write_idx(os.path.join(out, "t10k-labels-idx1-ubyte"), labels[test])
     # The same split as a NumPy archive in Keras's mnist.npz layout (kiln train --data npz:).
     tmp = os.path.join(out, "digits.tmp.npz")
-    np.savez_compressed(tmp, x_train=pixels[train], y_train=labels[train].astype(np.int64),
-                        x_test=pixels[test], y_test=labels[test].astype(np.int64))
+    # u8 images and u8 labels, as Keras's mnist.npz holds them.
+    np.savez_compressed(tmp, x_train=pixels[train], y_train=labels[train],
+                        x_test=pixels[test], y_test=labels[test])
     os.replace(tmp, os.path.join(out, "digits.npz"))
     print(f"{out}: {len(train)} training and {len(test)} validation digits, 28x28")
 
