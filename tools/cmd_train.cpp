@@ -33,10 +33,12 @@ namespace kiln::cli {
 namespace {
 
 // The training data of --data (and --labels, the older form of npy pairs), checked against the
-// model: samples of its input's shape, labels below its number of classes, at least one batch;
-// a validation set from the data's own split or --val-split.
+// model: samples of its input's shape, labels below its number of classes, at least one global
+// batch (`globalBatch`: the batch over every data-parallel rank); a validation set from the
+// data's own split or --val-split.
 Expected<frontends::DataSplit> loadTrainingData(const Args& args, const ir::Shape& inputShape,
-                                                int64_t classes, uint64_t seed) {
+                                                int64_t classes, uint64_t seed,
+                                                int64_t globalBatch) {
   const std::string spec = *args.value("data");
   frontends::DataSplit split;
   const ir::Shape sample(inputShape.begin() + 1, inputShape.end());
@@ -100,10 +102,11 @@ Expected<frontends::DataSplit> loadTrainingData(const Args& args, const ir::Shap
     KILN_ASSIGN_OR_RETURN(split,
                           frontends::splitValidation(std::move(split.train), fraction, seed));
   }
-  if (split.train.size() < inputShape[0])
+  if (split.train.size() < globalBatch)
     return invalidArgument(split.train.source + ": " + std::to_string(split.train.size()) +
                            " training samples, fewer than one batch of " +
-                           std::to_string(inputShape[0]));
+                           std::to_string(globalBatch) +
+                           (globalBatch != inputShape[0] ? " (--batch per rank x ranks)" : ""));
   return split;
 }
 
@@ -244,7 +247,8 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
   }
   o.eager = args.flag("eager");
   o.mode.dropout = !args.flag("no-dropout");
-  o.mode.firstSample = rank * *batch;  // Dropout masks by global sample index.
+  const int64_t globalBatch = *batch * ranks;  // Data-parallel: over every rank.
+  o.mode.firstSample = rank * *batch;          // Dropout masks by global sample index.
   o.collectives = comm;
   o.overlap = !args.flag("no-overlap");
   auto bucketMb = args.intValue("bucket-mb", 25, 1, 1 << 14);
@@ -278,7 +282,7 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
   if (args.value("labels") && !dataSpec)
     return reportError("train", invalidArgument("--labels goes with --data x.npy"));
   if (dataSpec) {
-    auto d = loadTrainingData(args, inputShape, classes, static_cast<uint64_t>(*seed));
+    auto d = loadTrainingData(args, inputShape, classes, static_cast<uint64_t>(*seed), globalBatch);
     if (!d) return reportError("train", d.status());
     data = std::move(*d);
   } else if (args.value("epochs") || args.value("val-split")) {
@@ -337,14 +341,7 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
   std::unique_ptr<frontends::BatchLoader> loader;
   int64_t totalSteps = *steps, epochs = 0;
   if (data) {
-    const int64_t perEpoch = data->train.size() / (*batch * ranks);
-    if (perEpoch == 0)
-      return reportError(
-          "train", invalidArgument(data->train.source + ": " + std::to_string(data->train.size()) +
-                                   " training samples, fewer than one global batch "
-                                   "of " +
-                                   std::to_string(*batch * ranks) + " (--batch per rank x " +
-                                   std::to_string(ranks) + " ranks)"));
+    const int64_t perEpoch = data->train.size() / globalBatch;  // At least 1: checked on load.
     loader = std::make_unique<frontends::BatchLoader>(
         data->train, *batch, static_cast<uint64_t>(*seed), !args.flag("no-shuffle"), 2,
         startStep / perEpoch, startStep % perEpoch, frontends::Shard{rank, ranks});
@@ -388,7 +385,7 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
           "data-parallel over %s: %d ranks x batch %lld = global batch %lld; gradients "
           "all-reduced in %zu bucket(s) of up to %lld MB%s\n",
           std::string(comm->name()).c_str(), ranks, static_cast<long long>(*batch),
-          static_cast<long long>(*batch * ranks), (*step)->allReduceBuckets(),
+          static_cast<long long>(globalBatch), (*step)->allReduceBuckets(),
           static_cast<long long>(*bucketMb),
           o.overlap ? ", each started during the backward" : ", started after the backward");
   }
@@ -452,7 +449,7 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
     if (s == startStep) firstLoss = r->loss;
     lastLoss = r->loss;
     windowCorrect += r->correct;  // Data-parallel: the global batch's.
-    windowSeen += *batch * ranks;
+    windowSeen += globalBatch;
     windowLoss += r->loss;
     const double elapsed = msSince(runStart) / 1000;
     const double eta =
@@ -466,11 +463,11 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
                   std::string(static_cast<size_t>(filled), '=').c_str(),
                   std::string(static_cast<size_t>(width - filled), ' ').c_str(),
                   static_cast<long long>(inWindow), static_cast<long long>(report), r->loss,
-                  static_cast<double>(*batch * ranks) * 1000.0 / stepMs.back(), clock(eta).c_str());
+                  static_cast<double>(globalBatch) * 1000.0 / stepMs.back(), clock(eta).c_str());
       std::fflush(stdout);
     }
     if ((s + 1) % report == 0 || s + 1 == totalSteps) {
-      const int64_t windowSteps = windowSeen / (*batch * ranks);
+      const int64_t windowSteps = windowSeen / globalBatch;
       lastAccuracy = static_cast<double>(windowCorrect) / static_cast<double>(windowSeen);
       if (eval) {
         auto acc = validationAccuracy(*eval, (*step)->graph(), *data->validation);
@@ -493,7 +490,7 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
                     epochs > 0 ? windowLoss / static_cast<double>(windowSteps) : r->loss,
                     100 * lastAccuracy);
         if (valAccuracy >= 0) std::printf("  val %5.1f%%", 100 * valAccuracy);
-        std::printf("  %8.1f samples/s", static_cast<double>(*batch * ranks) * 1000.0 / ms);
+        std::printf("  %8.1f samples/s", static_cast<double>(globalBatch) * 1000.0 / ms);
         if (loader) std::printf("  data wait %.1f%%", 100 * waitShare);
         std::printf("  ETA %s%s\n", clock(eta).c_str(), bar ? "          " : "");
         std::fflush(stdout);
@@ -524,14 +521,13 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
     if (!r) return reportError("train", r.status());
     printProfile(**step);
   }
-  // Throughput from the median step, leaving out the first (it pays first-touch costs).
-  std::vector<double> steady(stepMs.size() > 1 ? stepMs.begin() + 1 : stepMs.begin(), stepMs.end());
-  const Timing t = summarize(steady);
-  const double samplesPerS = static_cast<double>(*batch * ranks) * 1000.0 / t.median;
+  // Medians leave out the first step (it pays first-touch costs).
   auto median = [](std::vector<double> v) {
-    if (v.size() > 1) v.erase(v.begin());  // The first step pays first-touch costs.
+    if (v.size() > 1) v.erase(v.begin());
     return v.empty() ? 0.0 : summarize(v).median;
   };
+  const double medianStepMs = median(stepMs);
+  const double samplesPerS = static_cast<double>(globalBatch) * 1000.0 / medianStepMs;
   const int64_t peak = (*step)->compiled() ? (*step)->compiled()->report().arenaBytes
                                            : (*step)->eager()->lastStats().peakActivationBytes;
   if (json) {
@@ -545,7 +541,7 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
                      {"final_loss", lastLoss},
                      {"final_accuracy", lastAccuracy},
                      {"samples_per_s", samplesPerS},
-                     {"median_step_ms", t.median},
+                     {"median_step_ms", medianStepMs},
                      {"setup_ms", setupMs},
                      {"peak_activation_bytes", peak},
                      {"parameter_bytes", (*step)->graph().parameterBytes()}};
@@ -558,7 +554,7 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
     if (comm)
       j["data_parallel"] = {{"collectives", std::string(comm->name())},
                             {"ranks", ranks},
-                            {"global_batch", *batch * ranks},
+                            {"global_batch", globalBatch},
                             {"buckets", (*step)->allReduceBuckets()},
                             {"bucket_bytes", o.bucketBytes},
                             {"overlap", o.overlap},
@@ -582,7 +578,7 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
   } else {
     std::printf(
         "loss %.4f -> %.4f; median step %.2f ms (%.1f samples/s); peak activations %.2f MB\n",
-        firstLoss, lastLoss, t.median, samplesPerS, static_cast<double>(peak) / 1e6);
+        firstLoss, lastLoss, medianStepMs, samplesPerS, static_cast<double>(peak) / 1e6);
     if ((*step)->lossScale() > 0)
       std::printf(
           "fp16 loss scaling: %lld step(s) skipped for overflowing gradients; scale now "
