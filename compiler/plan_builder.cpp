@@ -290,7 +290,7 @@ class PlanBuilder {
       o.type = graph_.outputs()[i]->type();
       s.outputs.push_back(o);
       plan->steps.push_back(std::move(s));
-      report_.stepWork.push_back({"copy", {}});
+      report_.stepWork.push_back({"copy", {}, {}});
       ++report_.copySteps;
     }
     plan->backend = std::move(backend_);

@@ -93,7 +93,14 @@ class Scheduler {
       return internalError(head->describe() + " has post-ops but no library kernel");
     for (const ir::Value* e : s.extra) s.inputs.push_back(e);
     s.outputs.push_back(current);
+    // Its activations are channels-last: the output, or the inputs of an op whose output is not
+    // an activation (batch_norm_stats, conv2d_backward_weight).
     s.channelsLast = head->output()->type().layout == ir::Layout::kNHWC;
+    for (size_t i = 0; i < head->inputs().size(); ++i)
+      s.channelsLast =
+          s.channelsLast || (ir::isChannelsLastActivation(head->info(), static_cast<int>(i),
+                                                          head->input(i)->type().rank()) &&
+                             head->input(i)->type().layout == ir::Layout::kNHWC);
     if (s.channelsLast && !s.library)
       return internalError(head->describe() + " is channels-last but has no library kernel");
     if (head->info().findAttr("algo")) {  // A library op with a choice of algorithms.

@@ -27,6 +27,14 @@ Status requireShape(const TensorType& t, const Shape& expected, const char* what
   return Status::ok();
 }
 
+// `t` (named `what`) laid out as `ref`: a gradient as the activation it belongs to.
+Status requireSameLayout(const TensorType& t, const TensorType& ref, const char* what) {
+  if (t.layout != ref.layout)
+    return invalidArgument(std::string(what) + " must be " + std::string(layoutName(ref.layout)) +
+                           " as the input " + ref.toString() + ", got " + t.toString());
+  return Status::ok();
+}
+
 Status requireLen(const std::vector<int64_t>& v, size_t n, const char* what) {
   if (v.size() != n)
     return invalidArgument(std::string("attribute ") + what + " must have " + std::to_string(n) +
@@ -226,11 +234,12 @@ Expected<std::vector<TensorType>> inferBatchNorm(std::span<const TensorType> in,
 }
 
 namespace {
-// x [N,C,...] NCHW (or plain) float; returns C.
+// x [N,C,...] float, NCHW (or channels-last at rank 4); returns C.
 Expected<int64_t> batchNormChannels(const TensorType& x) {
   KILN_TRY(requireFloat(x, "input"));
   if (x.rank() < 2) return invalidArgument("input must have rank >= 2, got " + x.toString());
-  if (x.layout == Layout::kNHWC) return invalidArgument("input must be NCHW, got " + x.toString());
+  if (x.layout == Layout::kNHWC && x.rank() != 4)
+    return invalidArgument("input must be NCHW, got " + x.toString());
   return x.shape[1];
 }
 Status requireStats(const TensorType& x, const TensorType& stats, int64_t c, const char* what) {
@@ -250,6 +259,7 @@ Expected<std::vector<TensorType>> inferBatchNormBackwardReduce(std::span<const T
   KILN_ASSIGN_OR_RETURN(int64_t c, batchNormChannels(in[1]));
   KILN_TRY(requireSameDType(in[1], in[0], "grad"));
   KILN_TRY(requireShape(in[0], in[1].shape, "grad"));
+  KILN_TRY(requireSameLayout(in[0], in[1], "grad"));
   const char* names[] = {"", "", "mean", "var"};
   for (int i = 2; i < 4; ++i) {
     KILN_TRY(requireSameDType(in[1], in[i], names[i]));
@@ -265,7 +275,7 @@ Expected<std::vector<TensorType>> inferBatchNormBackward(std::span<const TensorT
   KILN_TRY(requireSameDType(in[1], in[4], "scale"));
   KILN_TRY(requireShape(in[4], {c}, "scale"));
   KILN_TRY(requireStats(in[1], in[5], c, "sums"));
-  return one({in[1].dtype, in[1].shape, Layout::kPlain});
+  return one({in[1].dtype, in[1].shape, in[1].layout});
 }
 
 Expected<std::vector<TensorType>> inferLayerNorm(std::span<const TensorType> in,
@@ -451,8 +461,11 @@ Expected<std::vector<TensorType>> inferConv2dBackward(std::span<const TensorType
   const TensorType fwd[] = {weight ? in[1] : in[2], weight ? in[2] : in[1]};
   KILN_ASSIGN_OR_RETURN(auto y, inferConv2d(fwd, a));
   KILN_TRY(requireGradOf(in[0], y[0]));
-  for (const auto& t : in) KILN_TRY(requirePlain(t, "every operand"));
-  return one({in[2].dtype, in[2].shape, Layout::kPlain});
+  // The activations (grad and input) share a layout, NCHW or channels-last; the filter is OIHW.
+  const TensorType& x = weight ? in[1] : in[2];
+  KILN_TRY(requireSameLayout(in[0], x, "grad"));
+  KILN_TRY(requirePlain(weight ? in[2] : in[1], "weight"));
+  return one({in[2].dtype, in[2].shape, weight ? Layout::kPlain : x.layout});
 }
 
 Expected<std::vector<TensorType>> inferConv2dBackwardData(std::span<const TensorType> in,
@@ -465,13 +478,20 @@ Expected<std::vector<TensorType>> inferConv2dBackwardWeight(std::span<const Tens
   return inferConv2dBackward(in, a, /*weight=*/true);
 }
 
+Expected<std::vector<TensorType>> inferConv2dBackwardBias(std::span<const TensorType> in,
+                                                          const AttrView&) {
+  KILN_TRY(requireFloat(in[0], "grad"));
+  if (in[0].rank() != 4) return invalidArgument("grad must have rank 4, got " + in[0].toString());
+  return one({in[0].dtype, {in[0].shape[1]}, Layout::kPlain});
+}
+
 Expected<std::vector<TensorType>> inferPool2dBackward(std::span<const TensorType> in,
                                                       const AttrView& a) {
   const TensorType fwd[] = {in[1]};
   KILN_ASSIGN_OR_RETURN(auto y, inferPool2d(fwd, a));
   KILN_TRY(requireGradOf(in[0], y[0]));
-  for (const auto& t : in) KILN_TRY(requirePlain(t, "every operand"));
-  return one({in[1].dtype, in[1].shape, Layout::kPlain});
+  KILN_TRY(requireSameLayout(in[0], in[1], "grad"));
+  return one({in[1].dtype, in[1].shape, in[1].layout});
 }
 
 }  // namespace kiln::ir

@@ -48,6 +48,12 @@ std::string_view opName(OpKind k) {
   return opInfo(k).name;
 }
 
+bool isChannelsLastActivation(const OpInfo& op, int input, size_t rank) {
+  if (!op.has(kChannelsLast) || rank != 4) return false;
+  if (op.has(kFilterInput1) && input == 1) return false;
+  return !(op.has(kFilterGradient) && (input < 0 || input == 2));
+}
+
 const OpInfo* findOp(std::string_view name) {
   for (const auto& op : table())
     if (op.name == name) return &op;

@@ -42,7 +42,8 @@ enum OpTrait : uint32_t {
   // f32; an add needs a same-shape operand): the compile driver maps each to a runtime::PostOp.
   kEpilogue = 1u << 9,
   // A 4-D NCHW library op whose library kernel also reads and writes channels-last (NHWC)
-  // activations: layout selection may keep its input and output NHWC.
+  // activations: layout selection may keep them NHWC. Its activations are its rank-4 operands
+  // but for convolution filters (kFilterInput1, kFilterGradient): isChannelsLastActivation.
   kChannelsLast = 1u << 10,
   // Elementwise over input 0 [N,C,...] with per-channel [C] operands broadcast along dim 1
   // (batch_norm): fuses as a pointwise op; its other inputs are read as [C,1,...].
@@ -60,6 +61,12 @@ enum OpTrait : uint32_t {
   // movement, activations, arithmetic and pooling. Ops without it (exp, log, pow, reductions,
   // normalization, losses) read low-precision inputs widened and compute in f32.
   kLowPrecision = 1u << 14,
+  // A convolution op whose input 1 is its filter [M, C/group, kh, kw] (conv2d,
+  // conv2d_backward_data).
+  kFilterInput1 = 1u << 15,
+  // A convolution's filter gradient: its output and input 2 (the filter it is shaped like) are
+  // filters (conv2d_backward_weight).
+  kFilterGradient = 1u << 16,
 };
 
 class AttrView;
@@ -88,6 +95,10 @@ size_t nameDistance(std::string_view a, std::string_view b);
 inline bool hasTrait(OpKind k, OpTrait t) {
   return opInfo(k).has(t);
 }
+
+// Whether input `input` (the output when `input` < 0) of rank `rank` of a kChannelsLast op is an
+// activation that layout selection may keep channels-last: rank 4 and not a filter.
+bool isChannelsLastActivation(const OpInfo& op, int input, size_t rank);
 
 // Reads attributes with the op's schema defaults applied. Callers read attributes that the
 // verifier has checked, so a missing or mistyped attribute here is a kiln bug.

@@ -359,9 +359,7 @@ Expected<Grads> gradConv2d(Emitter& e, Value* g) {
   KILN_ASSIGN_OR_RETURN(Value * dw, e.op(OpKind::kConv2dBackwardWeight, {g, e.in(0), e.in(1)}, a));
   Grads out{dx, dw};
   if (e.node().numInputs() > 2) {
-    KILN_ASSIGN_OR_RETURN(
-        Value * db, e.op(OpKind::kReduceSum, {g},
-                         {{"axes", std::vector<int64_t>{0, 2, 3}}, {"keepdims", int64_t{0}}}));
+    KILN_ASSIGN_OR_RETURN(Value * db, e.op(OpKind::kConv2dBackwardBias, {g}));
     out.push_back(db);
   }
   return out;

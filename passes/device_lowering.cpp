@@ -1,9 +1,9 @@
 // Device lowering: on a backend that runs only generated kernels and library calls (a GPU), the
 // ops the kernel IR cannot express as one kernel are rewritten into ops it can, so that they run
 // on the device instead of on the host (with a copy each way):
-//   - reductions over dims that are not adjacent (a convolution bias's gradient, sum over N, H
-//     and W) become one reduction per run of adjacent dims, innermost first (sum, mean and max
-//     nest exactly: the mean's groups have equal sizes);
+//   - reductions over dims that are not adjacent (sum over N, H and W) become one reduction per
+//     run of adjacent dims, innermost first (sum, mean and max nest exactly: the mean's groups
+//     have equal sizes), and a convolution bias's gradient (conv2d_backward_bias) such sums;
 //   - BatchNorm's training ops (batch_norm_stats, batch_norm_backward_reduce,
 //     batch_norm_backward), whose per-channel reductions run over N and the spatial dims, become
 //     two-level channel sums and pointwise formulas with per-channel broadcasts, the reference
@@ -152,6 +152,12 @@ bool lowersReduction(const ir::Node& n) {
   return ir::isFloat(n.input(0)->type().dtype);
 }
 
+// conv2d_backward_bias: its sum over N, H and W as two channel sums (Channels::sum).
+bool lowersBiasGradient(const ir::Node& n) {
+  return n.op() == OpKind::kConv2dBackwardBias && ir::isFloat(n.input(0)->type().dtype) &&
+         n.input(0)->type().layout == ir::Layout::kPlain;
+}
+
 bool lowersBatchNorm(const ir::Node& n) {
   if (n.op() != OpKind::kBatchNormStats && n.op() != OpKind::kBatchNormBackwardReduce &&
       n.op() != OpKind::kBatchNormBackward)
@@ -167,12 +173,17 @@ bool DeviceLowering::run(ir::Graph& g, PassContext& ctx) {
   if (!ctx.lowerForDevice) return false;
   std::vector<ir::Node*> todo;
   for (ir::Node* n : g.nodes())
-    if (lowersReduction(*n) || lowersBatchNorm(*n)) todo.push_back(n);
+    if (lowersReduction(*n) || lowersBatchNorm(*n) || lowersBiasGradient(*n)) todo.push_back(n);
   std::set<const ir::Node*> lowered;
   for (ir::Node* n : todo) {
     Status st;
     if (lowersReduction(*n)) {
       st = splitReduction(g, n);
+    } else if (lowersBiasGradient(*n)) {
+      GraphBuilder e(g, n, n, "lowered", "lowering " + n->describe() + " for the device");
+      Expected<Value*> v = Channels{e, n->input(0)->type().shape}.sum(n->input(0));
+      st = v.status();
+      if (v) g.replaceAllUsesWith(n->output(), *v);
     } else {
       GraphBuilder e(g, n, n, "lowered", "lowering " + n->describe() + " for the device");
       Expected<Value*> v = n->op() == OpKind::kBatchNormStats            ? lowerStats(e, n)

@@ -1,5 +1,6 @@
 // Layout selection: convolution chains run channels-last (NHWC), the layout the library's
-// fastest convolutions use. Convolutions, pooling and elementwise ops between them keep NHWC;
+// fastest convolutions use. Convolutions, pooling and elementwise ops between them keep NHWC
+// (and in training the gradients of convolution, pooling and BatchNorm: ir::kChannelsLast);
 // a relayout op is inserted only where a value crosses into or out of that region (the graph
 // input before the first convolution, a flatten or matmul after the last), and graph outputs
 // keep the user's layout. Reductions read NHWC and write plain.
@@ -13,8 +14,11 @@ namespace kiln::passes {
 
 namespace {
 
+// Pointwise ops and channelwise ones (batch_norm: elementwise over input 0, per-channel
+// operands broadcast), which generated kernels run in any layout.
 bool isElementwiseOp(const ir::Node& n) {
-  return n.info().has(ir::kPointwise) && n.op() != ir::OpKind::kRelayout;
+  return (n.info().has(ir::kPointwise) || n.info().has(ir::kChannelwise)) &&
+         n.op() != ir::OpKind::kRelayout;
 }
 
 bool isNhwc(const ir::Value* v) {
@@ -70,31 +74,38 @@ class Selector {
 
   void visit(ir::Node* n) {
     if (n->op() == ir::OpKind::kRelayout) return;
-    const ir::Shape& outShape = n->output()->type().shape;
-    if (ctx_.hasLibraryKernel(n->op(), n->output()->type().dtype, ir::Layout::kNHWC) &&
-        outShape.size() == 4) {
+    const ir::OpInfo& info = n->info();
+    auto activation = [&](int i) {  // Input i (the output when i < 0) is an activation.
+      const ir::Value* v = i < 0 ? n->output() : n->input(static_cast<size_t>(i));
+      return ir::isChannelsLastActivation(info, i, v->type().rank());
+    };
+    if (info.has(ir::kChannelsLast) && n->outputs().size() == 1 &&
+        ctx_.hasLibraryKernel(n->op(), n->output()->type().dtype, ir::Layout::kNHWC)) {
+      // A convolution starts a region; the other ops (pooling, concat, the gradients of
+      // convolution, pooling and BatchNorm) join one when one of their activations is in it.
       const bool conv = n->op() == ir::OpKind::kConv2d;
-      // A convolution's input 0 is its activation; the other ops' (pooling, concat) are all
-      // activations, which join the region when one of them is in it.
       bool anyNhwc = false;
-      for (const ir::Value* in : n->inputs()) anyNhwc = anyNhwc || isNhwc(in);
+      for (size_t i = 0; i < n->inputs().size(); ++i)
+        anyNhwc = anyNhwc || (activation(static_cast<int>(i)) && isNhwc(n->input(i)));
       if (conv || anyNhwc) {
-        for (size_t i = 0; i < (conv ? 1 : n->inputs().size()); ++i)
-          if (!isNhwc(n->input(i)) && n->input(i)->type().rank() == 4)
+        for (size_t i = 0; i < n->inputs().size(); ++i)
+          if (activation(static_cast<int>(i)) && !isNhwc(n->input(i)))
             n->replaceInput(i, converted(n->input(i), ir::Layout::kNHWC, n));
         // cuDNN's NHWC convolutions read KRSC filters: the weight [K,C,R,S] channels-last.
         if (conv && ctx_.channelsLastFilters && !isNhwc(n->input(1)))
           n->replaceInput(1, converted(n->input(1), ir::Layout::kNHWC, n, true));
-        setLayout(n->output(), ir::Layout::kNHWC);
+        setLayout(n->output(), activation(-1) ? ir::Layout::kNHWC : ir::Layout::kPlain);
         return;
       }
-    } else if (isElementwiseOp(*n) && outShape.size() == 4 &&
+    } else if (isElementwiseOp(*n) && n->output()->type().rank() == 4 &&
                ir::isFloat(n->output()->type().dtype)) {
+      const ir::Shape& outShape = n->output()->type().shape;
       bool anyNhwc = false;
       for (const ir::Value* in : n->inputs())
         anyNhwc = anyNhwc || (isNhwc(in) && in->type().shape == outShape);
       if (anyNhwc) {
-        // Same-shape operands join the region; broadcast ones are read through their strides.
+        // Same-shape operands join the region; broadcast ones (and a channelwise op's
+        // per-channel operands) are read through their strides.
         for (size_t i = 0; i < n->inputs().size(); ++i) {
           ir::Value* in = n->input(i);
           if (in->type().shape == outShape && !isNhwc(in) && ir::isFloat(in->type().dtype))

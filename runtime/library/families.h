@@ -44,13 +44,21 @@ struct ConvGeometry {
 Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo);
 // Whether oneDNN 2.6 implements winograd for this geometry on this CPU (probed, cached).
 bool winogradAvailable(const ConvGeometry& g);
-// conv2d_backward_data (weights false) and conv2d_backward_weight (true) with oneDNN, NCHW;
-// kUnimplemented where oneDNN would use its reference implementation.
+// conv2d_backward_data (weights false) and conv2d_backward_weight (true) with oneDNN, NCHW or
+// channels-last (Call::options); kUnimplemented where oneDNN would use its reference
+// implementation.
 Status runConvBackwardDnnl(const Call& call, bool weights);
 // conv2d as im2col + OpenBLAS sgemm, for every group count and both layouts.
 Status runConvIm2col(const Call& call, const ConvGeometry& g);
 
 Status runPool2d(const Call& call);  // max_pool2d and avg_pool2d.
+// batch_norm_stats, batch_norm_backward_reduce, batch_norm_backward, max_pool2d_backward and
+// conv2d_backward_bias (training_kernels.cpp): plain memory on the reference kernels, channels-last
+// on kiln's own.
+Status runTrainingKernel(ir::OpKind op, const Call& call);
+// `op`'s reference kernel; for a channels-last call, on plain copies of its activations (the
+// output copied back channels-last): what no library kernel runs channels-last.
+Status runReferenceThroughPlain(ir::OpKind op, const Call& call);
 // concat: plain layout of any rank, and 4-D channels-last (LibraryOptions::channelsLast).
 Status runConcat(const Call& call);
 

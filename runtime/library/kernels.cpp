@@ -61,9 +61,18 @@ Status runFamily(OpKind op, const lib::Call& call) {
       case OpKind::kConv2d:
         return runConv2d(call);
       case OpKind::kConv2dBackwardData:
-        return lib::runConvBackwardDnnl(call, /*weights=*/false);
-      case OpKind::kConv2dBackwardWeight:
-        return lib::runConvBackwardDnnl(call, /*weights=*/true);
+      case OpKind::kConv2dBackwardWeight: {
+        // Shapes oneDNN would run on its reference implementation run on kiln's.
+        Status s = lib::runConvBackwardDnnl(call, op == OpKind::kConv2dBackwardWeight);
+        if (s.code() != ErrorCode::kUnimplemented) return s;
+        return call.options.prepare ? Status::ok() : lib::runReferenceThroughPlain(op, call);
+      }
+      case OpKind::kBatchNormStats:
+      case OpKind::kBatchNormBackwardReduce:
+      case OpKind::kBatchNormBackward:
+      case OpKind::kMaxPool2dBackward:
+      case OpKind::kConv2dBackwardBias:
+        return lib::runTrainingKernel(op, call);
       case OpKind::kMaxPool2d:
       case OpKind::kAvgPool2d:
         return lib::runPool2d(call);
@@ -265,6 +274,22 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
       return abiKernel<OpKind::kConcat>;
     case OpKind::kAttention:
       return abiKernel<OpKind::kAttention>;
+    default:
+      break;
+  }
+  // Training's per-channel kernels: f32 (their reference kernels compute f16/bf16 in their type).
+  if (dtype != ir::DType::kF32) return nullptr;
+  switch (op) {
+    case OpKind::kConv2dBackwardBias:
+      return abiKernel<OpKind::kConv2dBackwardBias>;
+    case OpKind::kMaxPool2dBackward:
+      return abiKernel<OpKind::kMaxPool2dBackward>;
+    case OpKind::kBatchNormStats:
+      return abiKernel<OpKind::kBatchNormStats>;
+    case OpKind::kBatchNormBackwardReduce:
+      return abiKernel<OpKind::kBatchNormBackwardReduce>;
+    case OpKind::kBatchNormBackward:
+      return abiKernel<OpKind::kBatchNormBackward>;
     default:
       return nullptr;
   }

@@ -1,5 +1,6 @@
-// Reference kernels for inference and training batch_norm, layer_norm, and softmax / log_softmax on
-// any axis (numerically stable: the maximum is subtracted before exponentiating).
+// Reference kernels for inference and training batch_norm (and a convolution bias's gradient,
+// the same per-channel sum), layer_norm, and softmax / log_softmax on any axis (numerically stable:
+// the maximum is subtracted before exponentiating).
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -98,6 +99,20 @@ KILN_CPU_CLONES void addPlaneGradF32(Lanes& sg, Lanes& sgx, const float* gp, con
   sgx = b;
 }
 
+// The sum of channel k of x [N, C, inner...], in double.
+template <class T>
+double channelSum(const T* x, const ref::AxisSplit& split, int64_t k) {
+  Lanes sum;
+  for (int64_t n = 0; n < split.outer; ++n) {
+    const T* p = x + (n * split.dim + k) * split.inner;
+    if constexpr (std::is_same_v<T, float>)
+      addPlaneF32(sum, p, split.inner);
+    else
+      sum.add(split.inner, [&](int64_t i) { return static_cast<double>(p[i]); });
+  }
+  return sum.total();
+}
+
 Status batchNormStatsKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                             std::span<Tensor> out) {
   const ref::AxisSplit split = ref::splitAt(in[0].shape(), 1);
@@ -107,15 +122,7 @@ Status batchNormStatsKernel(const ir::AttrView& attrs, std::span<const Tensor> i
     const int64_t c = split.dim, inner = split.inner, count = split.outer * inner;
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < c; ++k) {
-      Lanes sum;
-      for (int64_t n = 0; n < split.outer; ++n) {
-        const T* p = x + (n * c + k) * inner;
-        if constexpr (std::is_same_v<T, float>)
-          addPlaneF32(sum, p, inner);
-        else
-          sum.add(inner, [&](int64_t i) { return static_cast<double>(p[i]); });
-      }
-      const double mean = sum.total() / static_cast<double>(count);
+      const double mean = channelSum(x, split, k) / static_cast<double>(count);
       Lanes sq;
       for (int64_t n = 0; n < split.outer; ++n) {
         const T* p = x + (n * c + k) * inner;
@@ -129,6 +136,22 @@ Status batchNormStatsKernel(const ir::AttrView& attrs, std::span<const Tensor> i
       }
       stats[k] = static_cast<T>(mean);
       stats[c + k] = static_cast<T>(sq.total() / static_cast<double>(count));
+    }
+    return Status::ok();
+  });
+}
+
+// grad [N, C, H, W] -> [C]: the sums over N, H and W (a convolution bias's gradient).
+Status conv2dBackwardBiasKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                                std::span<Tensor> out) {
+  const ref::AxisSplit split = ref::splitAt(in[0].shape(), 1);
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* g = in[0].data<T>();
+    T* sums = out[0].data<T>();
+    const int64_t c = split.dim;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < c; ++k) {
+      sums[k] = static_cast<T>(channelSum(g, split, k));
     }
     return Status::ok();
   });
@@ -283,6 +306,7 @@ void registerNormKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kBatchNorm, batchNormKernel);
   ref::setKernel(t, ir::OpKind::kLayerNorm, layerNormKernel);
   ref::setKernel(t, ir::OpKind::kBatchNormStats, batchNormStatsKernel);
+  ref::setKernel(t, ir::OpKind::kConv2dBackwardBias, conv2dBackwardBiasKernel);
   ref::setKernel(t, ir::OpKind::kBatchNormTrain, batchNormKernel);  // The same formula.
   ref::setKernel(t, ir::OpKind::kBatchNormBackwardReduce, batchNormBackwardReduceKernel);
   ref::setKernel(t, ir::OpKind::kBatchNormBackward, batchNormBackwardKernel);

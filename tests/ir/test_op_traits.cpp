@@ -29,6 +29,11 @@ TEST_CASE("op traits: refinements imply what they refine") {
     if (op.has(kChannelsLast)) {
       ++channelsLast;
       CHECK(op.has(kLibrary));
+      CHECK(op.numOutputs == 1);
+    }
+    if (op.has(kFilterInput1) || op.has(kFilterGradient)) {
+      CHECK(op.has(kChannelsLast));
+      CHECK_FALSE((op.has(kFilterInput1) && op.has(kFilterGradient)));
     }
     if (op.has(kChannelwise)) {
       ++channelwise;
@@ -41,10 +46,13 @@ TEST_CASE("op traits: refinements imply what they refine") {
     }
     CHECK_FALSE((op.has(kPointwise) && op.has(kReduction)));
   }
-  CHECK(views == 7);         // reshape, flatten, squeeze, unsqueeze; transpose, expand, slice.
-  CHECK(epilogues == 7);     // relu, leaky_relu, clip, sigmoid, tanh, gelu, add.
-  CHECK(heads == 4);         // conv2d, linear, gemm, matmul.
-  CHECK(channelsLast == 4);  // conv2d, max_pool2d, avg_pool2d, concat.
+  CHECK(views == 7);      // reshape, flatten, squeeze, unsqueeze; transpose, expand, slice.
+  CHECK(epilogues == 7);  // relu, leaky_relu, clip, sigmoid, tanh, gelu, add.
+  CHECK(heads == 4);      // conv2d, linear, gemm, matmul.
+  // conv2d, max_pool2d, avg_pool2d, concat; conv2d_backward_data, conv2d_backward_weight,
+  // conv2d_backward_bias, max_pool2d_backward, batch_norm_stats, batch_norm_backward_reduce,
+  // batch_norm_backward.
+  CHECK(channelsLast == 11);
   CHECK(channelwise == 2);   // batch_norm, batch_norm_train.
   CHECK(rowBroadcast == 3);  // softmax, log_softmax, layer_norm.
 }

@@ -123,22 +123,25 @@ inline Shape inferredShape(OpKind op, const std::vector<Tensor>& inputs, const i
 }
 
 // Runs op + post-ops through the library. Inputs and extras are NCHW: with channelsLast,
-// activations (input 0 of conv and pooling, and the extras) are converted to NHWC first and
-// the output back to NCHW, so results compare directly with the reference.
+// activations (ir::isChannelsLastActivation, and the extras) are converted to NHWC first and
+// an activation output back to NCHW, so results compare directly with the reference.
 inline Tensor runLib(OpKind op, std::vector<Tensor> inputs, const ir::AttrMap& attrs,
                      const std::vector<PostOp>& post = {}, std::vector<Tensor> extra = {},
                      const LibraryOptions& options = {}) {
   const bool nhwc = options.channelsLast;
   Tensor out = emptyLike(inferredShape(op, inputs, attrs));
+  const ir::OpInfo& info = ir::opInfo(op);
   if (nhwc) {
-    inputs[0] = toNhwc(inputs[0]);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (ir::isChannelsLastActivation(info, static_cast<int>(i), inputs[i].shape().size()))
+        inputs[i] = toNhwc(inputs[i]);
     for (Tensor& e : extra) e = toNhwc(e);
   }
   const ir::AttrView view(ir::opInfo(op), attrs);
   const Status s = runtime::runLibraryWithPostOps(op, view, inputs, post, extra, out, options);
   INFO(ir::opName(op) << ": " << s.message());
   REQUIRE(s.isOk());
-  return nhwc ? fromNhwc(out) : out;
+  return nhwc && ir::isChannelsLastActivation(info, -1, out.shape().size()) ? fromNhwc(out) : out;
 }
 
 // max |got - want| <= tol * max |want| (NaN must match NaN).
