@@ -518,3 +518,35 @@ TEST_CASE("training: a non-finite loss is an error unless allowed, compiled and 
     }
   }
 }
+
+TEST_CASE("training: convolution networks train channels-last, converting only at their ends") {
+  // Layout selection keeps the whole step NHWC (forward, the gradients of convolution, pooling
+  // and BatchNorm, the pointwise ops between them): relayouts only where a value enters the
+  // region (the image; the classifier's gradient coming back) or leaves it (flatten). Before the
+  // gradients ran NHWC every one of them had a relayout on each side (resnet18: 3.78 s a step
+  // at batch 32 against 2.69 s NCHW; now 0.86 s against 0.94 s NCHW).
+  struct Case {
+    const char* name;
+    int conversions, minNhwcValues;
+  };
+  for (const Case c :
+       {Case{"mnist_cnn", 3, 8}, Case{"resnet18", 2, 100}, Case{"resnet50", 2, 200}}) {
+    INFO(c.name);
+    const models::ModelOptions mo{
+        .batch = 2, .seed = 3, .imageSize = std::string(c.name).starts_with("resnet") ? 64 : 0};
+    compiler::TrainOptions o;
+    o.compile.cacheDir = tempCache();
+    auto step = compiler::TrainingStep::create(zoo(c.name, mo), o);
+    INFO(step.status().message());
+    REQUIRE(step.hasValue());
+    const compiler::CompileReport& r = (*step)->compiled()->report();
+    std::string remark;
+    for (const std::string& m : r.remarks)
+      if (m.starts_with("layout-selection")) remark = m;
+    INFO(remark);
+    CHECK(r.layoutConversions == c.conversions);
+    // The activations of the convolution chains, forward and backward: "N values channels-last".
+    CHECK(std::stoi(remark.substr(remark.find(':') + 1)) >= c.minNhwcValues);
+    std::filesystem::remove_all(o.compile.cacheDir);
+  }
+}
