@@ -26,6 +26,9 @@ Pipeline Pipeline::standard() {
       "cse",                       // Merge duplicates that the rewrites revealed.
       "layout-selection",          // After BN folding: conv chains channels-last, with
                                    // conversions only at the region's edges.
+      "rematerialize",             // Training: the image's relayout recomputed for the
+                                   // backward, not kept through the step (after CSE, which
+                                   // would merge the copies back).
       "constant-folding",          // Inference on a GPU: NHWC filters become KRSC constants.
       "conv-algorithm-selection",  // Last: it times convs in their final layout and shape.
       "dce",                       // Remove nodes and constants the rewrites left unused.

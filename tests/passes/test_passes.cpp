@@ -461,9 +461,7 @@ graph g(%q : f32[2,3,5,8], %kt : f32[2,3,8,7], %v : f32[2,3,7,4], %mask : f32[2,
   %y : f32[2,3,5,4] = matmul(%p, %v)
   return %y
 })";
-  auto library = [](ir::OpKind op, ir::DType, ir::Layout) {
-    return op == ir::OpKind::kAttention;
-  };
+  auto library = [](ir::OpKind op, ir::DType, ir::Layout) { return op == ir::OpKind::kAttention; };
   SECTION("fused, with the divisor as a scale, matching the unfused ops") {
     ir::Graph g = parse(text);
     ir::Graph unfused = parse(text);
@@ -521,4 +519,38 @@ graph g(%q : f32[3,5,8], %kt : f32[3,8,7], %v : f32[3,7,4]) {
 })");
     CHECK_FALSE(runPass("attention-fusion", otherAxis, inference));
   }
+}
+
+TEST_CASE("rematerialize recomputes a large pointwise value of the inputs for each later reader") {
+  // %r (2 MB, from the input alone) is read by the first and the last node: the last one gets a
+  // copy of its own, so %r need not live in between. %small (below 1 MB), %p (reads a parameter,
+  // which an optimizer may overwrite) and %y (a graph output) are kept.
+  const std::string text = R"(
+graph g(%x : f32[8,16,64,64], %s : f32[4]) {
+  param %w : f32[8,16,64,64]
+  %r : f32[8,16,64,64]@nhwc = relayout(%x) {from="plain", to="nhwc"}
+  %a : f32[8,16,64,64]@nhwc = relu(%r)
+  %small : f32[4] = neg(%s)
+  %p : f32[8,16,64,64] = mul(%x, %w)
+  %b : f32[8,16,64,64]@nhwc = exp(%a)
+  %c : f32[8,16,64,64]@nhwc = add(%b, %r)
+  %t : f32[4] = add(%small, %small)
+  %u : f32[4] = mul(%t, %small)
+  %q : f32[8,16,64,64] = add(%p, %p)
+  %v : f32[8,16,64,64] = mul(%q, %p)
+  return %c, %u, %v
+})";
+  ir::Graph g = parse(text);
+  passes::PassContext ctx;
+  ctx.inference = false;
+  CHECK(runPass("rematerialize", g, ctx));
+  CHECK(ops(g) == "relayout relu neg mul exp relayout add add mul add mul");
+  const auto nodes = g.nodes();
+  CHECK(nodes[6]->input(1) == nodes[5]->output());  // The last reader's own copy.
+  CHECK(nodes[5]->input(0) == g.inputs()[0]);
+  CHECK(nodes[1]->input(0) == nodes[0]->output());  // The first keeps the original.
+  CHECK_FALSE(runPass("rematerialize", g, ctx));    // One reader each now.
+  ir::Graph inference = parse(text);
+  passes::PassContext inferenceCtx;  // Inference keeps nothing beyond a call.
+  CHECK_FALSE(runPass("rematerialize", inference, inferenceCtx));
 }
