@@ -11,6 +11,7 @@
 // gradient goes to each window's first maximum, NaN first.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "runtime/cpu/cpu_clones.h"
@@ -37,15 +38,19 @@ KILN_CPU_CLONES void sumColumns(const float* x, int64_t rows, int64_t c, double*
   }
 }
 
-// acc[k] = sum over rows of (x[r][k] - mean[k])^2.
-KILN_CPU_CLONES void sumSquaredDeviations(const float* x, int64_t rows, int64_t c,
-                                          const double* mean, double* acc) {
-  std::fill(acc, acc + c, 0.0);
+// s1[k] = sum over rows of d, s2[k] = sum of d^2, d = x[r][k] - shift[k]: the statistics in one
+// pass, shifted by a value of the channel so that the variance's subtraction cancels nothing
+// that matters in double.
+KILN_CPU_CLONES void sumShiftedMoments(const float* x, int64_t rows, int64_t c, const double* shift,
+                                       double* s1, double* s2) {
+  std::fill(s1, s1 + c, 0.0);
+  std::fill(s2, s2 + c, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * c;
     for (int64_t k = 0; k < c; ++k) {
-      const double d = static_cast<double>(row[k]) - mean[k];
-      acc[k] += d * d;
+      const double d = static_cast<double>(row[k]) - shift[k];
+      s1[k] += d;
+      s2[k] += d * d;
     }
   }
 }
@@ -92,16 +97,21 @@ struct Rows {
 Status statsNhwc(const Call& call) {
   const auto [rows, c] = Rows::of(call.in[0]);
   const float* x = call.in[0].data<float>();
-  std::vector<double> mean = chunkedSums(
-      rows, c, 1, [&](int64_t r0, int64_t n, double* acc) { sumColumns(x + r0 * c, n, c, acc); });
-  for (double& m : mean) m /= static_cast<double>(rows);
-  const std::vector<double> sq = chunkedSums(rows, c, 1, [&](int64_t r0, int64_t n, double* acc) {
-    sumSquaredDeviations(x + r0 * c, n, c, mean.data(), acc);
-  });
   float* stats = call.out.data<float>();
+  if (rows == 0) {  // 0 / 0, as the reference.
+    std::fill_n(stats, 2 * c, std::numeric_limits<float>::quiet_NaN());
+    return Status::ok();
+  }
+  // One pass over x (the two-pass form read resnet18's 318 MB of BatchNorm inputs twice).
+  const std::vector<double> shift(x, x + c);
+  const std::vector<double> m = chunkedSums(rows, c, 2, [&](int64_t r0, int64_t n, double* acc) {
+    sumShiftedMoments(x + r0 * c, n, c, shift.data(), acc, acc + c);
+  });
+  const double count = static_cast<double>(rows);
   for (int64_t k = 0; k < c; ++k) {
-    stats[k] = static_cast<float>(mean[k]);
-    stats[c + k] = static_cast<float>(sq[k] / static_cast<double>(rows));
+    const double mean = m[k] / count;
+    stats[k] = static_cast<float>(shift[k] + mean);
+    stats[c + k] = static_cast<float>(std::max(0.0, m[c + k] / count - mean * mean));
   }
   return Status::ok();
 }
@@ -191,43 +201,67 @@ struct Axis {
 
 constexpr int64_t kPoolChannels = 64;  // Channels per task and per window scan.
 
-// max_pool2d_backward over channels [c0, c0 + nc) of one image, NHWC: dx (zeroed here) gets each
-// output's gradient at its window's first maximum, NaN first (a NaN is kept once seen).
+// One output's window over channels [0, NC) (NC a constant: the loops vectorize without masks
+// or tails): best[k] and arg[k] become the window's first maximum of channel k and its pixel,
+// NaN first (a NaN is kept once seen). False when every tap is padding.
+template <int64_t NC>
+[[gnu::always_inline]] inline bool windowMax(const float* x, int64_t c, const Axis& ah,
+                                             const Axis& aw, int64_t oh, int64_t ow, int64_t nc,
+                                             float* best, int32_t* arg) {
+  bool first = true;
+  for (int64_t kh = 0; kh < ah.kernel; ++kh) {
+    const int64_t ih = ah.start(oh) + kh * ah.dilation;
+    if (ih < 0 || ih >= ah.in) continue;
+    for (int64_t kw = 0; kw < aw.kernel; ++kw) {
+      const int64_t iw = aw.start(ow) + kw * aw.dilation;
+      if (iw < 0 || iw >= aw.in) continue;
+      const int32_t pixel = static_cast<int32_t>(ih * aw.in + iw);
+      const float* v = x + pixel * c;
+      const int64_t n = NC > 0 ? NC : nc;
+      if (first) {
+        for (int64_t k = 0; k < n; ++k) {
+          best[k] = v[k];
+          arg[k] = pixel;
+        }
+        first = false;
+        continue;
+      }
+      for (int64_t k = 0; k < n; ++k) {
+        const bool take = (best[k] == best[k]) & ((v[k] > best[k]) | (v[k] != v[k]));
+        best[k] = take ? v[k] : best[k];
+        arg[k] = take ? pixel : arg[k];
+      }
+    }
+  }
+  return !first;
+}
+
+// max_pool2d_backward over channels [c0, c0 + nc) of one image, NHWC: dx gets each output's
+// gradient at its window's first maximum. dx's rows are zeroed just before the first window that
+// reaches them, so they are still in cache when the gradients land (zeroing the whole image
+// first cost resnet18's stem a second pass over 100 MB).
 KILN_CPU_CLONES void maxPoolBackwardImage(const float* x, const float* g, float* dx, int64_t c,
                                           int64_t c0, int64_t nc, const Axis& ah, const Axis& aw) {
-  float best[kPoolChannels];
-  int32_t arg[kPoolChannels];  // The winner's pixel, ih * W + iw (planes below 2^31 pixels).
-  for (int64_t p = 0; p < ah.in * aw.in; ++p) std::fill_n(dx + p * c + c0, nc, 0.0f);
-  for (int64_t oh = 0; oh < ah.out; ++oh)
+  alignas(64) float best[kPoolChannels];
+  alignas(64) int32_t arg[kPoolChannels];  // Winners' pixels, ih * W + iw (below 2^31).
+  int64_t zeroed = 0;                      // dx's rows below this one are zeroed.
+  auto zeroRowsBelow = [&](int64_t end) {
+    for (; zeroed < std::min(end, ah.in); ++zeroed)
+      for (int64_t iw = 0; iw < aw.in; ++iw)
+        std::fill_n(dx + (zeroed * aw.in + iw) * c + c0, nc, 0.0f);
+  };
+  for (int64_t oh = 0; oh < ah.out; ++oh) {
+    zeroRowsBelow(ah.start(oh) + (ah.kernel - 1) * ah.dilation + 1);
     for (int64_t ow = 0; ow < aw.out; ++ow) {
-      bool first = true;
-      for (int64_t kh = 0; kh < ah.kernel; ++kh) {
-        const int64_t ih = ah.start(oh) + kh * ah.dilation;
-        if (ih < 0 || ih >= ah.in) continue;
-        for (int64_t kw = 0; kw < aw.kernel; ++kw) {
-          const int64_t iw = aw.start(ow) + kw * aw.dilation;
-          if (iw < 0 || iw >= aw.in) continue;
-          const int32_t pixel = static_cast<int32_t>(ih * aw.in + iw);
-          const float* v = x + pixel * c + c0;
-          if (first) {
-            for (int64_t k = 0; k < nc; ++k) {
-              best[k] = v[k];
-              arg[k] = pixel;
-            }
-            first = false;
-            continue;
-          }
-          for (int64_t k = 0; k < nc; ++k) {
-            const bool take = best[k] == best[k] && (v[k] > best[k] || v[k] != v[k]);
-            best[k] = take ? v[k] : best[k];
-            arg[k] = take ? pixel : arg[k];
-          }
-        }
-      }
-      if (first) continue;  // A window of padding only (ceil_mode, dilation): no gradient.
+      const bool any = nc == kPoolChannels
+                           ? windowMax<kPoolChannels>(x + c0, c, ah, aw, oh, ow, nc, best, arg)
+                           : windowMax<0>(x + c0, c, ah, aw, oh, ow, nc, best, arg);
+      if (!any) continue;  // A window of padding only (ceil_mode, dilation): no gradient.
       const float* go = g + (oh * aw.out + ow) * c + c0;
       for (int64_t k = 0; k < nc; ++k) dx[static_cast<int64_t>(arg[k]) * c + c0 + k] += go[k];
     }
+  }
+  zeroRowsBelow(ah.in);  // Rows no window reaches.
 }
 
 Status maxPoolBackwardNhwc(const Call& call) {

@@ -27,7 +27,7 @@ printf '%-10s %5s %14s %14s %8s %14s %12s %12s %12s\n' model batch kiln_compiled
 for spec in mnist_cnn:64:28 resnet18:32:224; do
   IFS=: read -r name batch image <<<"$spec"
   n=$steps
-  [ "$name" = resnet18 ] && n=$(( steps < 4 ? steps : 4 ))  # ~1.5-2 s per step.
+  [ "$name" = resnet18 ] && n=$(( steps < 8 ? steps : 8 ))  # ~1-1.5 s per step.
   compiled=$(OMP_NUM_THREADS=$threads "$KILN" train "$name" --batch "$batch" --steps "$n" --json)
   eager=$(OMP_NUM_THREADS=$threads "$KILN" train "$name" --batch "$batch" --steps "$n" --eager --json)
   c=$(get samples_per_s "$compiled") e=$(get samples_per_s "$eager")
