@@ -129,6 +129,7 @@ class Driver {
     const auto t = Clock::now();
     passes::PassContext ctx;
     ctx.inference = opts_.inference;
+    ctx.recompute = opts_.recompute;
     ctx.evaluate = runtime::evaluateNode;  // Constant folding runs reference kernels.
     ctx.disabled = opts_.disabledPasses;
     ctx.dumpAfter = opts_.dumpAfter;

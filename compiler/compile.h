@@ -63,6 +63,10 @@ struct CompileOptions {
   // Time each convolution's candidate algorithms on its real shape (cached on disk by shape,
   // attributes, CPU and library version); otherwise a heuristic picks.
   bool autotune = false;
+  // Training: recompute pointwise values (a BatchNorm's ReLU) in the backward pass from values
+  // it keeps anyway instead of keeping them from the forward pass: less memory, one more pass
+  // over each (the rematerialize pass; kiln train --recompute).
+  bool recompute = false;
   bool useCache = true;       // --no-cache turns it off.
   std::string cacheDir;       // Empty: $KILN_CACHE_DIR or ~/.cache/kiln.
   int kernelsPerModule = 12;  // Kernels per translation unit (compiled in parallel).

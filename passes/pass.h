@@ -46,6 +46,9 @@ struct PassContext {
   // where it says so; without one (or with channels-last off) layouts stay plain.
   std::function<bool(ir::OpKind, ir::DType, ir::Layout)> hasLibraryKernel;
   bool channelsLast = false;  // Layout selection may choose NHWC at all.
+  // Training: rematerialize recomputes pointwise values for the backward pass from values it
+  // keeps anyway, instead of keeping them (kiln train --recompute).
+  bool recompute = false;
   // NHWC convolutions take NHWC (KRSC) filters: layout selection converts the weights too.
   bool channelsLastFilters = false;
   // The backend runs generated kernels and library calls only (a GPU: everything else runs on

@@ -1,11 +1,18 @@
-// Rematerialization (training): a large value computed by a pointwise op (a relayout included)
-// from graph inputs alone is recomputed right before each later reader instead of being kept
-// alive between them. The inputs live through the whole step anyway, so the copy
-// costs one more pass over them and no memory, while keeping it would hold the value from the
-// forward pass to the end of the backward: a channels-last step's image (resnet18 at batch 32:
-// 19 MB, read by the first convolution and, last of all, by its weight gradient). Parameters
-// do not count as inputs here: an optimizer may overwrite them in place within the step.
+// Rematerialization (training): a large value computed by pointwise ops and read again much
+// later is recomputed right before those later readers instead of being kept alive in between,
+// when everything it is computed from is alive there anyway. The recomputation costs a pass over
+// its inputs and no memory; keeping the value would hold it from the forward pass to the
+// backward pass that reads it.
+//
+// Always: values of the graph's inputs alone (which live through the whole step), such as a
+// channels-last step's image (resnet18 at batch 32: 19 MB, read by the first convolution and,
+// last of all, by its weight gradient). With PassContext::recompute (kiln train --recompute):
+// every pointwise or channelwise value, through chains of up to kMaxChain such ops, from values
+// live at its later readers (parameters included: an optimizer's in-place update runs after
+// every read of its parameter), such as a ReLU of a training BatchNorm, recomputed in the
+// backward pass from the convolution output the BatchNorm gradient keeps anyway.
 #include <algorithm>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -16,47 +23,111 @@ namespace kiln::passes {
 namespace {
 
 constexpr int64_t kMinBytes = int64_t{1} << 20;  // Smaller values are not worth a second pass.
+constexpr size_t kGap = 8;    // Readers this many nodes apart share a value; farther, recompute.
+constexpr int kMaxChain = 4;  // Ops recomputed for one value at most.
+constexpr size_t kForever = std::numeric_limits<size_t>::max();
 
-bool recomputable(const ir::Node& n, const std::unordered_set<const ir::Value*>& inputs,
-                  const std::unordered_set<const ir::Value*>& outputs) {
-  if (!n.info().has(ir::kPointwise) || n.outputs().size() != 1) return false;
-  if (outputs.count(n.output()) || n.output()->users().size() < 2) return false;
-  if (n.output()->type().byteSize() < static_cast<size_t>(kMinBytes)) return false;
-  return std::all_of(n.inputs().begin(), n.inputs().end(),
-                     [&](const ir::Value* v) { return inputs.count(v) > 0; });
+bool pointwise(const ir::Node& n) {
+  return (n.info().has(ir::kPointwise) || n.info().has(ir::kChannelwise)) &&
+         n.outputs().size() == 1;
 }
+
+class Rematerializer {
+ public:
+  Rematerializer(ir::Graph& g, bool recompute) : g_(g), recompute_(recompute) {
+    const std::vector<ir::Node*> nodes = g.nodes();
+    for (size_t i = 0; i < nodes.size(); ++i) position_[nodes[i]] = i;
+    for (const ir::Value* v : g.inputs()) inputs_.insert(v);
+    for (const ir::Value* v : g.outputs()) lastUse_[v] = kForever;
+    for (ir::Node* n : nodes)
+      for (const ir::Value* v : n->inputs())
+        if (lastUse_[v] != kForever) lastUse_[v] = std::max(lastUse_[v], position_[n]);
+  }
+
+  int run() {
+    int copies = 0;
+    for (ir::Node* n : g_.nodes()) {
+      if (!pointwise(*n) || n->output()->type().byteSize() < static_cast<size_t>(kMinBytes) ||
+          lastUse_[n->output()] == kForever)
+        continue;
+      std::vector<ir::Node*> readers = n->output()->users();
+      std::sort(readers.begin(), readers.end(),
+                [&](const ir::Node* a, const ir::Node* b) { return position_[a] < position_[b]; });
+      readers.erase(std::unique(readers.begin(), readers.end()), readers.end());
+      // Readers in clusters (no more than kGap nodes apart): the first keeps the original, each
+      // later one gets a copy placed before its first reader.
+      ir::Value* copy = nullptr;
+      size_t lastUse = readers.empty() ? 0 : position_[readers[0]];
+      for (size_t r = 1; r < readers.size(); ++r) {
+        ir::Node* reader = readers[r];
+        if (position_[reader] - position_[readers[r - 1]] > kGap) {
+          int budget = kMaxChain;
+          copy = available(n, position_[reader], budget) ? clone(n, reader) : nullptr;
+          copies += copy != nullptr;
+        }
+        if (!copy) {
+          lastUse = std::max(lastUse, position_[reader]);
+          continue;
+        }
+        for (size_t i = 0; i < reader->inputs().size(); ++i)
+          if (reader->input(i) == n->output()) reader->replaceInput(i, copy);
+      }
+      // The original now dies at its last reader that kept it: later values' recomputations
+      // see it gone (nodes are visited in order, so every decision after this one sees it).
+      lastUse_[n->output()] = lastUse;
+    }
+    return copies;
+  }
+
+ private:
+  // Whether `v` can be read at `at`: alive there anyway (a graph input; with recompute, a
+  // parameter or a value read at or after `at`), or, with recompute, computed again there.
+  bool availableValue(const ir::Value* v, size_t at, int& budget) {
+    if (inputs_.count(v)) return true;
+    if (!recompute_) return false;
+    if (!v->producer() || lastUse_[v] >= at) return true;
+    return pointwise(*v->producer()) && available(v->producer(), at, budget);
+  }
+
+  bool available(const ir::Node* n, size_t at, int& budget) {
+    if (--budget < 0) return false;
+    return std::all_of(n->inputs().begin(), n->inputs().end(),
+                       [&](const ir::Value* v) { return availableValue(v, at, budget); });
+  }
+
+  // n computed again right before `before` (its inputs that are not alive there first).
+  ir::Value* clone(const ir::Node* n, ir::Node* before) {
+    const size_t at = position_[before];
+    std::vector<ir::Value*> in;
+    for (ir::Value* v : n->inputs()) {
+      const bool alive = inputs_.count(v) || !v->producer() || lastUse_[v] >= at;
+      in.push_back(alive ? v : clone(v->producer(), before));
+      if (!in.back()) return nullptr;
+    }
+    auto copy = g_.insertNode(before, n->op(), in, n->attrs());
+    if (!copy) return nullptr;         // Cannot happen (the original's types inferred).
+    (*copy)->setName(before->name());  // Its reader's phase (compiler::phaseOf).
+    position_[*copy] = at;             // It runs right before its reader.
+    return (*copy)->output();
+  }
+
+  ir::Graph& g_;
+  const bool recompute_;
+  std::unordered_map<const ir::Node*, size_t> position_;  // A copy: its reader's.
+  std::unordered_map<const ir::Value*, size_t> lastUse_;
+  std::unordered_set<const ir::Value*> inputs_;
+};
 
 }  // namespace
 
 bool Rematerialization::run(ir::Graph& g, PassContext& ctx) {
   if (ctx.inference) return false;
-  const std::vector<ir::Node*> nodes = g.nodes();
-  std::unordered_map<const ir::Node*, size_t> position;
-  for (size_t i = 0; i < nodes.size(); ++i) position[nodes[i]] = i;
-  const std::unordered_set<const ir::Value*> inputs(g.inputs().begin(), g.inputs().end());
-  const std::unordered_set<const ir::Value*> outputs(g.outputs().begin(), g.outputs().end());
-  int clones = 0;
-  for (ir::Node* n : nodes) {
-    if (!recomputable(*n, inputs, outputs)) continue;
-    std::vector<ir::Node*> readers = n->output()->users();
-    std::sort(readers.begin(), readers.end(),
-              [&](const ir::Node* a, const ir::Node* b) { return position[a] < position[b]; });
-    readers.erase(std::unique(readers.begin(), readers.end()), readers.end());
-    // The first reader keeps the original; each later one gets its own copy right before it.
-    for (size_t r = 1; r < readers.size(); ++r) {
-      ir::Node* reader = readers[r];
-      auto copy = g.insertNode(reader, n->op(), n->inputs(), n->attrs());
-      if (!copy) continue;  // Cannot happen (the original's types inferred); keep the original.
-      (*copy)->setName(reader->name());  // Its reader's phase (compiler::phaseOf).
-      for (size_t i = 0; i < reader->inputs().size(); ++i)
-        if (reader->input(i) == n->output()) reader->replaceInput(i, (*copy)->output());
-      ++clones;
-    }
-  }
-  if (clones > 0)
-    ctx.remarks.push_back("rematerialize: " + std::to_string(clones) +
-                          " values recomputed from the step's inputs where they are read again");
-  return clones > 0;
+  const int copies = Rematerializer(g, ctx.recompute).run();
+  if (copies > 0)
+    ctx.remarks.push_back("rematerialize: " + std::to_string(copies) +
+                          " values recomputed where they are read again" +
+                          (ctx.recompute ? " (--recompute)" : ""));
+  return copies > 0;
 }
 
 }  // namespace kiln::passes

@@ -261,6 +261,7 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
   if (!copts) return reportError("train", copts.status());
   copts->log = nullptr;
   o.compile = *copts;
+  o.compile.recompute = args.flag("recompute");
   const bool json = args.flag("json");
 
   auto g = models::loadModel(args.positional[0], *batch, static_cast<uint64_t>(*seed));

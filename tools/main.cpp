@@ -117,6 +117,9 @@ std::vector<Command> commands() {
             {"optimizer", true, "sgd (momentum 0.9) or adam (default sgd)"},
             {"eager", false, "run each step op by op instead of compiled"},
             {"no-dropout", false, "dropout stays the identity while training"},
+            {"recompute", false,
+             "recompute pointwise values (a BatchNorm's ReLU) in the backward pass from values "
+             "it keeps anyway instead of keeping them: less memory, a little more time"},
             {"allow-nonfinite", false,
              "go on when the loss is NaN or infinite (default: stop with an error)"},
             {"profile", false, "per-step times of one more step (to stderr)"},

@@ -522,9 +522,9 @@ graph g(%q : f32[3,5,8], %kt : f32[3,8,7], %v : f32[3,7,4]) {
 }
 
 TEST_CASE("rematerialize recomputes a large pointwise value of the inputs for each later reader") {
-  // %r (2 MB, from the input alone) is read by the first and the last node: the last one gets a
-  // copy of its own, so %r need not live in between. %small (below 1 MB), %p (reads a parameter,
-  // which an optimizer may overwrite) and %y (a graph output) are kept.
+  // %r (2 MB, from the input alone) is read by the first node and, more than kGap (8) nodes
+  // later, by %c: %c gets a copy of its own, so %r need not live in between. %small (below 1 MB),
+  // %p (reads a parameter, which an optimizer may overwrite) and %y (a graph output) are kept.
   const std::string text = R"(
 graph g(%x : f32[8,16,64,64], %s : f32[4]) {
   param %w : f32[8,16,64,64]
@@ -533,7 +533,14 @@ graph g(%x : f32[8,16,64,64], %s : f32[4]) {
   %small : f32[4] = neg(%s)
   %p : f32[8,16,64,64] = mul(%x, %w)
   %b : f32[8,16,64,64]@nhwc = exp(%a)
-  %c : f32[8,16,64,64]@nhwc = add(%b, %r)
+  %b1 : f32[8,16,64,64]@nhwc = exp(%b)
+  %b2 : f32[8,16,64,64]@nhwc = exp(%b1)
+  %b3 : f32[8,16,64,64]@nhwc = exp(%b2)
+  %b4 : f32[8,16,64,64]@nhwc = exp(%b3)
+  %b5 : f32[8,16,64,64]@nhwc = exp(%b4)
+  %b6 : f32[8,16,64,64]@nhwc = exp(%b5)
+  %b7 : f32[8,16,64,64]@nhwc = exp(%b6)
+  %c : f32[8,16,64,64]@nhwc = add(%b7, %r)
   %t : f32[4] = add(%small, %small)
   %u : f32[4] = mul(%t, %small)
   %q : f32[8,16,64,64] = add(%p, %p)
@@ -544,13 +551,52 @@ graph g(%x : f32[8,16,64,64], %s : f32[4]) {
   passes::PassContext ctx;
   ctx.inference = false;
   CHECK(runPass("rematerialize", g, ctx));
-  CHECK(ops(g) == "relayout relu neg mul exp relayout add add mul add mul");
+  CHECK(ops(g) ==
+        "relayout relu neg mul exp exp exp exp exp exp exp exp relayout add add mul add mul");
   const auto nodes = g.nodes();
-  CHECK(nodes[6]->input(1) == nodes[5]->output());  // The last reader's own copy.
-  CHECK(nodes[5]->input(0) == g.inputs()[0]);
+  CHECK(nodes[13]->input(1) == nodes[12]->output());  // The last reader's own copy.
+  CHECK(nodes[12]->input(0) == g.inputs()[0]);
   CHECK(nodes[1]->input(0) == nodes[0]->output());  // The first keeps the original.
   CHECK_FALSE(runPass("rematerialize", g, ctx));    // One reader each now.
   ir::Graph inference = parse(text);
   passes::PassContext inferenceCtx;  // Inference keeps nothing beyond a call.
   CHECK_FALSE(runPass("rematerialize", inference, inferenceCtx));
+}
+
+TEST_CASE("rematerialize with recompute recomputes a pointwise chain from values alive later") {
+  // %y = relu(%n), %n = mul(%c, %s): %y is read by %u early and by %back late, when %c (read by
+  // %late) and the parameter %s are alive anyway: %back gets relu(mul(%c, %s)) of its own, %y
+  // dies after %u. %k (read late by %back2) is computed from %tmp, which dies early: kept as is
+  // without recompute, recomputed with it only because its chain reaches alive values.
+  const std::string text = R"(
+graph g(%c : f32[8,16,64,64]) {
+  param %s : f32[8,16,64,64]
+  %n : f32[8,16,64,64] = mul(%c, %s)
+  %y : f32[8,16,64,64] = relu(%n)
+  %u : f32[8,16,64,64] = exp(%y)
+  %e1 : f32[8,16,64,64] = exp(%u)
+  %e2 : f32[8,16,64,64] = exp(%e1)
+  %e3 : f32[8,16,64,64] = exp(%e2)
+  %e4 : f32[8,16,64,64] = exp(%e3)
+  %e5 : f32[8,16,64,64] = exp(%e4)
+  %e6 : f32[8,16,64,64] = exp(%e5)
+  %e7 : f32[8,16,64,64] = exp(%e6)
+  %e8 : f32[8,16,64,64] = exp(%e7)
+  %e9 : f32[8,16,64,64] = exp(%e8)
+  %back : f32[8,16,64,64] = add(%e9, %y)
+  %late : f32[8,16,64,64] = add(%back, %c)
+  return %late
+})";
+  ir::Graph g = parse(text);
+  passes::PassContext ctx;
+  ctx.inference = false;
+  CHECK_FALSE(runPass("rematerialize", g, ctx));  // %y is not a value of the inputs alone.
+  ctx.recompute = true;
+  CHECK(runPass("rematerialize", g, ctx));
+  CHECK(ops(g) == "mul relu exp exp exp exp exp exp exp exp exp exp mul relu add add");
+  const auto nodes = g.nodes();
+  CHECK(nodes[14]->input(1) == nodes[13]->output());  // %back reads the recomputed relu,
+  CHECK(nodes[13]->input(0) == nodes[12]->output());  // of a recomputed mul,
+  CHECK(nodes[12]->input(0) == g.inputs()[0]);        // of values alive there.
+  CHECK(nodes[2]->input(0) == nodes[1]->output());    // %u keeps the original.
 }
