@@ -95,7 +95,8 @@ struct Rows {
 };
 
 Status statsNhwc(const Call& call) {
-  const auto [rows, c] = Rows::of(call.in[0]);
+  const Rows shape = Rows::of(call.in[0]);
+  const int64_t rows = shape.rows, c = shape.c;  // Plain locals: OpenMP cannot capture a binding.
   const float* x = call.in[0].data<float>();
   float* stats = call.out.data<float>();
   if (rows == 0) {  // 0 / 0, as the reference.
@@ -117,7 +118,8 @@ Status statsNhwc(const Call& call) {
 }
 
 Status biasGradientNhwc(const Call& call) {
-  const auto [rows, c] = Rows::of(call.in[0]);
+  const Rows shape = Rows::of(call.in[0]);
+  const int64_t rows = shape.rows, c = shape.c;  // Plain locals: OpenMP cannot capture a binding.
   const float* g = call.in[0].data<float>();
   const std::vector<double> sums = chunkedSums(
       rows, c, 1, [&](int64_t r0, int64_t n, double* acc) { sumColumns(g + r0 * c, n, c, acc); });
@@ -127,7 +129,8 @@ Status biasGradientNhwc(const Call& call) {
 }
 
 Status backwardReduceNhwc(const Call& call) {
-  const auto [rows, c] = Rows::of(call.in[1]);
+  const Rows shape = Rows::of(call.in[1]);
+  const int64_t rows = shape.rows, c = shape.c;  // Plain locals: OpenMP cannot capture a binding.
   const float* g = call.in[0].data<float>();
   const float* x = call.in[1].data<float>();
   const float* meanOf = call.in[2].data<float>();
@@ -165,7 +168,8 @@ KILN_CPU_CLONES void batchNormBackwardRows(const float* g, const float* x, float
 }
 
 Status backwardNhwc(const Call& call) {
-  const auto [rows, c] = Rows::of(call.in[1]);
+  const Rows shape = Rows::of(call.in[1]);
+  const int64_t rows = shape.rows, c = shape.c;  // Plain locals: OpenMP cannot capture a binding.
   const float eps = static_cast<float>(call.attrs.getFloat("epsilon"));
   const float* meanOf = call.in[2].data<float>();
   const float* varOf = call.in[3].data<float>();
