@@ -188,18 +188,8 @@ Status abiKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
     Status s = runFamily(Op, call);
     if (s.code() != ErrorCode::kUnimplemented) return s;
   } else if (isHalf(in[0].dtype())) {
-    // Autocast's f16/bf16 products, converted as a compiled plan runs them: the library ops
-    // through runLibraryWithPostOps, the other families (the convolution gradients: no
-    // post-ops, no layouts, so no kLibrary trait) widened here.
-    Status s =
-        hasLibraryKernel(Op)
-            ? runLibraryWithPostOps(Op, attrs, in, {}, {}, out[0], LibraryOptions{})
-            : runConverted(
-                  Op, in, {}, out[0],
-                  [&](std::span<const Tensor> wide, std::span<const Tensor>, Tensor& wideOut) {
-                    const LibraryOptions options;
-                    return runFamily(Op, lib::Call{attrs, wide, {}, {}, wideOut, options});
-                  });
+    // f16/bf16 as a compiled plan runs them (runLibraryWithPostOps).
+    Status s = runLibraryWithPostOps(Op, attrs, in, {}, {}, out[0], LibraryOptions{});
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
   return referenceKernel(Op)(attrs, in, out);
@@ -304,6 +294,14 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
   // f32 on every CPU (oneDNN's bf16 kernels are not used yet).
   if (output.defined() && isHalf(output.dtype())) {
     if (options.prepare) return Status::ok();
+    // Training's BatchNorm and gradient kernels (channels-last ops that are neither autocast
+    // products nor low-precision ops) compute in their type, as their reference kernels and
+    // eager mode do: through plain copies when channels-last.
+    if (ir::hasTrait(op, ir::kChannelsLast) && !ir::hasTrait(op, ir::kAutocast) &&
+        !ir::hasTrait(op, ir::kLowPrecision)) {
+      return lib::runReferenceThroughPlain(op,
+                                           lib::Call{attrs, inputs, post, extra, output, options});
+    }
     // No reordered-weight cache: its entries are keyed by the (here fresh) operand's address
     // and would pin a new widened copy at every call.
     LibraryOptions f32Options = options;

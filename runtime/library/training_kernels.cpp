@@ -24,9 +24,12 @@ namespace {
 
 using ir::OpKind;
 
-// Rows per partial sum: about 16K elements, whatever the thread count.
-int64_t chunkRows(int64_t c) {
-  return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(c, 1));
+// Rows per partial sum: about 16K elements, and at most kMaxChunks chunks (the partial sums are
+// added up on one thread), whatever the thread count.
+constexpr int64_t kMaxChunks = 64;
+int64_t chunkRows(int64_t rows, int64_t c) {
+  return std::max({int64_t{1}, (int64_t{1} << 14) / std::max<int64_t>(c, 1),
+                   (rows + kMaxChunks - 1) / kMaxChunks});
 }
 
 // acc[k] = sum over rows of x[r][k].
@@ -74,7 +77,7 @@ KILN_CPU_CLONES void sumGradients(const float* g, const float* x, int64_t rows, 
 // Per-chunk partial sums of `columns` column vectors each, added up in chunk order.
 template <class Partial>
 std::vector<double> chunkedSums(int64_t rows, int64_t c, int columns, Partial partial) {
-  const int64_t per = chunkRows(c), chunks = (rows + per - 1) / per;
+  const int64_t per = chunkRows(rows, c), chunks = (rows + per - 1) / per;
   std::vector<double> parts(static_cast<size_t>(chunks * columns * c));
 #pragma omp parallel for schedule(static)
   for (int64_t ch = 0; ch < chunks; ++ch)
@@ -104,7 +107,11 @@ Status statsNhwc(const Call& call) {
     return Status::ok();
   }
   // One pass over x (the two-pass form read resnet18's 318 MB of BatchNorm inputs twice).
-  const std::vector<double> shift(x, x + c);
+  // The shift: the channel's first value when finite (an infinite one would make every
+  // difference inf - inf), else 0; non-finite data then gives what the reference gives.
+  std::vector<double> shift(x, x + c);
+  for (double& v : shift)
+    if (!std::isfinite(v)) v = 0;
   const std::vector<double> m = chunkedSums(rows, c, 2, [&](int64_t r0, int64_t n, double* acc) {
     sumShiftedMoments(x + r0 * c, n, c, shift.data(), acc, acc + c);
   });
@@ -112,7 +119,8 @@ Status statsNhwc(const Call& call) {
   for (int64_t k = 0; k < c; ++k) {
     const double mean = m[k] / count;
     stats[k] = static_cast<float>(shift[k] + mean);
-    stats[c + k] = static_cast<float>(std::max(0.0, m[c + k] / count - mean * mean));
+    const double var = m[c + k] / count - mean * mean;
+    stats[c + k] = static_cast<float>(var < 0 ? 0.0 : var);  // Rounding below 0; NaN stays.
   }
   return Status::ok();
 }
@@ -188,7 +196,7 @@ Status backwardNhwc(const Call& call) {
   const float* g = call.in[0].data<float>();
   const float* x = call.in[1].data<float>();
   float* dx = call.out.data<float>();
-  const int64_t per = chunkRows(c), chunks = (rows + per - 1) / per;
+  const int64_t per = chunkRows(rows, c), chunks = (rows + per - 1) / per;
 #pragma omp parallel for schedule(static)
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const int64_t r0 = ch * per;
@@ -295,12 +303,13 @@ Status maxPoolBackwardNhwc(const Call& call) {
   return Status::ok();
 }
 
-// NHWC <-> NCHW copies of a [N,C,H,W] f32 tensor.
-void relayout(const Tensor& from, Tensor& to, bool toPlain) {
+// NHWC <-> NCHW copies of a [N,C,H,W] tensor of 4-byte or 2-byte elements.
+template <class T>
+void relayoutAs(const Tensor& from, Tensor& to, bool toPlain) {
   const ir::Shape& s = from.shape();
   const int64_t n = s[0], c = s[1], hw = s[2] * s[3];
-  const float* src = from.data<float>();
-  float* dst = to.data<float>();
+  const T* src = from.data<T>();
+  T* dst = to.data<T>();
 #pragma omp parallel for schedule(static)
   for (int64_t img = 0; img < n; ++img)
     for (int64_t p = 0; p < hw; ++p)
@@ -313,28 +322,38 @@ void relayout(const Tensor& from, Tensor& to, bool toPlain) {
       }
 }
 
+Status relayout(const Tensor& from, Tensor& to, bool toPlain) {
+  switch (ir::dtypeSize(from.dtype())) {
+    case 4:
+      relayoutAs<uint32_t>(from, to, toPlain);
+      return Status::ok();
+    case 2:
+      relayoutAs<uint16_t>(from, to, toPlain);
+      return Status::ok();
+    default:
+      return unimplemented("channels-last " + from.describe() + " through plain memory");
+  }
+}
+
 }  // namespace
 
 Status runReferenceThroughPlain(OpKind op, const Call& call) {
   const RefKernel kernel = referenceKernel(op);
   if (!kernel) return unimplemented("no reference kernel for " + std::string(ir::opName(op)));
   if (!call.options.channelsLast) return kernel(call.attrs, call.in, {&call.out, 1});
-  if (call.out.dtype() != ir::DType::kF32)
-    return unimplemented(std::string(ir::opName(op)) + ": channels-last " + call.out.describe() +
-                         " through plain memory");
   const ir::OpInfo& info = ir::opInfo(op);
   std::vector<Tensor> in(call.in.begin(), call.in.end());
   for (size_t i = 0; i < in.size(); ++i) {
     if (!ir::isChannelsLastActivation(info, static_cast<int>(i), in[i].shape().size())) continue;
-    KILN_ASSIGN_OR_RETURN(Tensor plain, Tensor::empty(ir::DType::kF32, in[i].shape()));
-    relayout(call.in[i], plain, /*toPlain=*/true);
+    KILN_ASSIGN_OR_RETURN(Tensor plain, Tensor::empty(in[i].dtype(), in[i].shape()));
+    KILN_TRY(relayout(call.in[i], plain, /*toPlain=*/true));
     in[i] = std::move(plain);
   }
   if (!ir::isChannelsLastActivation(info, -1, call.out.shape().size()))
     return kernel(call.attrs, in, {&call.out, 1});
-  KILN_ASSIGN_OR_RETURN(Tensor plainOut, Tensor::empty(ir::DType::kF32, call.out.shape()));
+  KILN_ASSIGN_OR_RETURN(Tensor plainOut, Tensor::empty(call.out.dtype(), call.out.shape()));
   KILN_TRY(kernel(call.attrs, in, {&plainOut, 1}));
-  relayout(plainOut, call.out, /*toPlain=*/false);
+  KILN_TRY(relayout(plainOut, call.out, /*toPlain=*/false));
   return Status::ok();
 }
 

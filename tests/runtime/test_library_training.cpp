@@ -5,6 +5,7 @@
 
 #include <limits>
 
+#include "runtime/reference/helpers.h"
 #include "tests/runtime/test_library_util.h"
 
 using namespace kiln;
@@ -107,4 +108,57 @@ TEST_CASE("library max_pool2d_backward equals the reference in both layouts", "[
                       1e-6);
       }
     }
+}
+
+TEST_CASE("library BatchNorm statistics of non-finite data are the reference's", "[library]") {
+  // A NaN makes its channel's mean and variance NaN; an infinity its mean infinite and its
+  // variance NaN, also when it is the channel's first value (the one-pass kernel's shift).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x = randomTensor({2, 4, 3, 3}, 7);
+  float* p = x.data<float>();
+  p[0 * 9 + 4] = nan;   // Channel 0, image 0.
+  p[1 * 9 + 0] = inf;   // Channel 1's first value.
+  p[4 * 9 + 8] = inf;   // Channel 0, image 1.
+  p[6 * 9 + 2] = -inf;  // Channel 2, image 1.
+  LibraryOptions options;
+  options.channelsLast = true;
+  checkRelClose(runLib(OpKind::kBatchNormStats, {x}, {}, {}, {}, options),
+                runRef(OpKind::kBatchNormStats, {x}), 1e-6);
+}
+
+TEST_CASE("library BatchNorm ops on bf16 compute in bf16, as eager does, in both layouts",
+          "[library]") {
+  // Not autocast products: the reference kernel in the operands' type, through plain copies
+  // when channels-last (not widened to f32 and rounded once, which eager would not match).
+  auto bf16 = [](const Tensor& t) {
+    Tensor h = *Tensor::empty(DType::kBF16, t.shape());
+    runtime::ref::floatToHalfBits(DType::kBF16, t.data<float>(), h.data<uint16_t>(),
+                                  t.numElements());
+    return h;
+  };
+  const Tensor x = bf16(randomTensor({2, 3, 4, 5}, 9, 1.f, 3.f));
+  const Tensor want = runRef(OpKind::kBatchNormStats, {x});
+  for (const bool nhwc : {false, true}) {
+    INFO((nhwc ? "channels-last" : "NCHW"));
+    LibraryOptions options;
+    options.channelsLast = nhwc;
+    Tensor in = x;
+    if (nhwc) {  // The bf16 bits moved like floats' (toNhwc handles f32 only).
+      in = *Tensor::empty(DType::kBF16, x.shape());
+      const uint16_t* s = x.data<uint16_t>();
+      uint16_t* d = in.data<uint16_t>();
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t c = 0; c < 3; ++c)
+          for (int64_t hw = 0; hw < 20; ++hw) d[(n * 20 + hw) * 3 + c] = s[(n * 3 + c) * 20 + hw];
+    }
+    Tensor got = *Tensor::empty(DType::kBF16, want.shape());
+    const Status st = runtime::runLibraryWithPostOps(
+        OpKind::kBatchNormStats, ir::AttrView(ir::opInfo(OpKind::kBatchNormStats), {}),
+        std::vector<Tensor>{in}, {}, {}, got, options);
+    INFO(st.message());
+    REQUIRE(st.isOk());
+    for (int64_t i = 0; i < want.numElements(); ++i)
+      CHECK(got.data<uint16_t>()[i] == want.data<uint16_t>()[i]);
+  }
 }
