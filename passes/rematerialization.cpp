@@ -80,13 +80,16 @@ class Rematerializer {
   }
 
  private:
-  // Whether `v` can be read at `at`: alive there anyway (a graph input; with recompute, a
-  // parameter or a value read at or after `at`), or, with recompute, computed again there.
+  // Whether `v` is alive at `at` anyway: a graph input; with recompute, also a parameter or a
+  // value read at or after `at`.
+  bool alive(const ir::Value* v, size_t at) {
+    return inputs_.count(v) || (recompute_ && (!v->producer() || lastUse_[v] >= at));
+  }
+
+  // Whether `v` can be read at `at`: alive there, or (with recompute) computed again there.
   bool availableValue(const ir::Value* v, size_t at, int& budget) {
-    if (inputs_.count(v)) return true;
-    if (!recompute_) return false;
-    if (!v->producer() || lastUse_[v] >= at) return true;
-    return pointwise(*v->producer()) && available(v->producer(), at, budget);
+    if (alive(v, at)) return true;
+    return recompute_ && pointwise(*v->producer()) && available(v->producer(), at, budget);
   }
 
   bool available(const ir::Node* n, size_t at, int& budget) {
@@ -100,8 +103,7 @@ class Rematerializer {
     const size_t at = position_[before];
     std::vector<ir::Value*> in;
     for (ir::Value* v : n->inputs()) {
-      const bool alive = inputs_.count(v) || !v->producer() || lastUse_[v] >= at;
-      in.push_back(alive ? v : clone(v->producer(), before));
+      in.push_back(alive(v, at) ? v : clone(v->producer(), before));
       if (!in.back()) return nullptr;
     }
     auto copy = g_.insertNode(before, n->op(), in, n->attrs());

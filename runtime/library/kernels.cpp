@@ -264,12 +264,6 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
       return abiKernel<OpKind::kConcat>;
     case OpKind::kAttention:
       return abiKernel<OpKind::kAttention>;
-    default:
-      break;
-  }
-  // Training's per-channel kernels: f32 (their reference kernels compute f16/bf16 in their type).
-  if (dtype != ir::DType::kF32) return nullptr;
-  switch (op) {
     case OpKind::kConv2dBackwardBias:
       return abiKernel<OpKind::kConv2dBackwardBias>;
     case OpKind::kMaxPool2dBackward:

@@ -303,36 +303,12 @@ Status maxPoolBackwardNhwc(const Call& call) {
   return Status::ok();
 }
 
-// NHWC <-> NCHW copies of a [N,C,H,W] tensor of 4-byte or 2-byte elements.
-template <class T>
-void relayoutAs(const Tensor& from, Tensor& to, bool toPlain) {
-  const ir::Shape& s = from.shape();
-  const int64_t n = s[0], c = s[1], hw = s[2] * s[3];
-  const T* src = from.data<T>();
-  T* dst = to.data<T>();
-#pragma omp parallel for schedule(static)
-  for (int64_t img = 0; img < n; ++img)
-    for (int64_t p = 0; p < hw; ++p)
-      for (int64_t k = 0; k < c; ++k) {
-        const int64_t nhwc = (img * hw + p) * c + k, nchw = (img * c + k) * hw + p;
-        if (toPlain)
-          dst[nchw] = src[nhwc];
-        else
-          dst[nhwc] = src[nchw];
-      }
-}
-
-Status relayout(const Tensor& from, Tensor& to, bool toPlain) {
-  switch (ir::dtypeSize(from.dtype())) {
-    case 4:
-      relayoutAs<uint32_t>(from, to, toPlain);
-      return Status::ok();
-    case 2:
-      relayoutAs<uint16_t>(from, to, toPlain);
-      return Status::ok();
-    default:
-      return unimplemented("channels-last " + from.describe() + " through plain memory");
-  }
+// `from` in layout `to` (the reference relayout kernel: any dtype).
+Status relayout(const Tensor& from, Tensor& out, ir::Layout fromLayout, ir::Layout to) {
+  const ir::AttrMap attrs{{"from", std::string(ir::layoutName(fromLayout))},
+                          {"to", std::string(ir::layoutName(to))}};
+  return referenceKernel(OpKind::kRelayout)(ir::AttrView(ir::opInfo(OpKind::kRelayout), attrs),
+                                            {&from, 1}, {&out, 1});
 }
 
 }  // namespace
@@ -346,21 +322,20 @@ Status runReferenceThroughPlain(OpKind op, const Call& call) {
   for (size_t i = 0; i < in.size(); ++i) {
     if (!ir::isChannelsLastActivation(info, static_cast<int>(i), in[i].shape().size())) continue;
     KILN_ASSIGN_OR_RETURN(Tensor plain, Tensor::empty(in[i].dtype(), in[i].shape()));
-    KILN_TRY(relayout(call.in[i], plain, /*toPlain=*/true));
+    KILN_TRY(relayout(call.in[i], plain, ir::Layout::kNHWC, ir::Layout::kPlain));
     in[i] = std::move(plain);
   }
   if (!ir::isChannelsLastActivation(info, -1, call.out.shape().size()))
     return kernel(call.attrs, in, {&call.out, 1});
   KILN_ASSIGN_OR_RETURN(Tensor plainOut, Tensor::empty(call.out.dtype(), call.out.shape()));
   KILN_TRY(kernel(call.attrs, in, {&plainOut, 1}));
-  KILN_TRY(relayout(plainOut, call.out, /*toPlain=*/false));
+  KILN_TRY(relayout(plainOut, call.out, ir::Layout::kPlain, ir::Layout::kNHWC));
   return Status::ok();
 }
 
 Status runTrainingKernel(OpKind op, const Call& call) {
-  if (call.options.prepare) return Status::ok();  // Nothing to set up.
-  if (!call.options.channelsLast || call.out.dtype() != ir::DType::kF32)
-    return runReferenceThroughPlain(op, call);
+  if (call.options.prepare) return Status::ok();                              // Nothing to set up.
+  if (!call.options.channelsLast) return runReferenceThroughPlain(op, call);  // Plain: reference.
   switch (op) {
     case OpKind::kBatchNormStats:
       return statsNhwc(call);

@@ -150,9 +150,7 @@ Status conv2dBackwardBiasKernel(const ir::AttrView& attrs, std::span<const Tenso
     T* sums = out[0].data<T>();
     const int64_t c = split.dim;
 #pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < c; ++k) {
-      sums[k] = static_cast<T>(channelSum(g, split, k));
-    }
+    for (int64_t k = 0; k < c; ++k) sums[k] = static_cast<T>(channelSum(g, split, k));
     return Status::ok();
   });
 }

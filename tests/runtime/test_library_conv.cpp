@@ -554,12 +554,6 @@ TEST_CASE("library conv2d backward on bf16 operands (autocast training) equals t
           "[library][conv]") {
   // Widened to f32, run on oneDNN, rounded once (185 -> 28 ms a mnist_cnn step against the
   // reference kernel's bf16 loop); the reference computes from the same bf16 operands.
-  auto bf16 = [](const Tensor& t) {
-    Tensor h = *Tensor::empty(DType::kBF16, t.shape());
-    runtime::ref::floatToHalfBits(DType::kBF16, t.data<float>(), h.data<uint16_t>(),
-                                  t.numElements());
-    return h;
-  };
   auto wide = [](const Tensor& h) {
     Tensor f = *Tensor::empty(DType::kF32, h.shape());
     runtime::ref::halfBitsToFloat(DType::kBF16, h.data<uint16_t>(), f.data<float>(),
@@ -578,7 +572,8 @@ TEST_CASE("library conv2d backward on bf16 operands (autocast training) equals t
     std::vector<ir::TensorType> types{xw[0].type(), xw[1].type()};
     auto y = ir::inferTypes(OpKind::kConv2d, types, attrs);
     REQUIRE(y.hasValue());
-    const Tensor grad = bf16(randomTensor((*y)[0].shape, 92)), x = bf16(xw[0]), w = bf16(xw[1]);
+    const Tensor grad = toBf16(randomTensor((*y)[0].shape, 92)), x = toBf16(xw[0]),
+                 w = toBf16(xw[1]);
     for (const bool weights : {false, true}) {
       const OpKind op = weights ? OpKind::kConv2dBackwardWeight : OpKind::kConv2dBackwardData;
       const std::vector<Tensor> in =

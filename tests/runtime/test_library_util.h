@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/library/kernels.h"
+#include "runtime/reference/helpers.h"
 #include "runtime/reference/kernels.h"
 
 namespace kiln::libtest {
@@ -41,6 +42,15 @@ inline Tensor emptyLike(const Shape& shape) {
   auto t = Tensor::empty(DType::kF32, shape);
   REQUIRE(t.hasValue());
   return *t;
+}
+
+// `t` (f32) rounded to bf16.
+inline Tensor toBf16(const Tensor& t) {
+  auto h = Tensor::empty(DType::kBF16, t.shape());
+  REQUIRE(h.hasValue());
+  runtime::ref::floatToHalfBits(DType::kBF16, t.data<float>(), h->data<uint16_t>(),
+                                t.numElements());
+  return *h;
 }
 
 // A copy of an NCHW tensor stored channels-last; the shape stays logical [N,C,H,W].

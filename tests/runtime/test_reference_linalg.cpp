@@ -95,4 +95,3 @@ TEMPLATE_TEST_CASE("reference linear", "[reference][linalg]", float, double) {
   const Tensor x1 = make<TestType>({3}, std::vector<int>{1, 2, 3});
   checkClose<TestType>(run(OpKind::kLinear, {x1, w, bias}), {2}, {-1.5, 3});
 }
-

@@ -79,4 +79,3 @@ TEST_CASE("reference losses reject out-of-range targets", "[reference][loss]") {
                                 {x, make<int64_t>({2}, std::vector<int64_t>{-100, 2})})
             .hasValue());
 }
-
