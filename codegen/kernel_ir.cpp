@@ -1,5 +1,8 @@
 #include "codegen/kernel_ir.h"
 
+#include <map>
+#include <set>
+
 namespace kiln::codegen {
 
 Expected<ScalarType> scalarTypeOf(ir::DType t) {
@@ -61,12 +64,22 @@ ScalarType computeType(ScalarType t) {
 }
 
 int64_t Kernel::numElements() const {
+  if (isHorizontal()) {
+    int64_t n = 0;
+    for (const Kernel& p : parts) n += p.numElements();
+    return n;
+  }
   int64_t n = 1;
   for (int64_t d : domain) n *= d;
   return n;
 }
 
 int64_t Kernel::numUnits() const {
+  if (isHorizontal()) {
+    int64_t n = 0;
+    for (const Kernel& p : parts) n += p.numUnits();
+    return n;
+  }
   if (domain.empty()) return 1;
   if (isReduction())
     return domain[reduceDim] == 0 ? numElements() : numElements() / domain[reduceDim];
@@ -74,6 +87,49 @@ int64_t Kernel::numUnits() const {
   for (size_t d = 0; d + 1 < domain.size(); ++d) outer *= domain[d];
   const int64_t inner = domain.back();
   return outer * ((inner + kChunk - 1) / kChunk);
+}
+
+Expected<Kernel> horizontalKernel(std::string name, std::vector<Kernel> parts) {
+  std::vector<Kernel> flat;
+  for (Kernel& k : parts) {
+    if (k.isReduction())
+      return invalidArgument("horizontal kernel " + name + ": part " + k.name + " is a reduction");
+    if (k.isHorizontal())
+      for (Kernel& p : k.parts) flat.push_back(std::move(p));
+    else
+      flat.push_back(std::move(k));
+  }
+  Kernel h;
+  h.name = std::move(name);
+  std::map<std::string, int> inputIndex;
+  std::set<std::string> written;
+  for (const Kernel& k : flat)
+    for (const KernelArg& a : k.args)
+      if (a.output && !written.insert(a.value).second)
+        return invalidArgument("horizontal kernel " + h.name + ": two parts write " + a.value);
+  // Inputs first (each value once), then outputs: the order the plan passes them in.
+  h.partArgs.resize(flat.size());
+  for (size_t i = 0; i < flat.size(); ++i)
+    for (const KernelArg& a : flat[i].args) {
+      if (a.output) continue;
+      if (written.count(a.value))
+        return invalidArgument("horizontal kernel " + h.name + ": part " + flat[i].name +
+                               " reads " + a.value + ", which another part writes");
+      auto [it, fresh] = inputIndex.emplace(a.value, static_cast<int>(h.args.size()));
+      if (fresh) h.args.push_back(a);
+    }
+  for (size_t i = 0; i < flat.size(); ++i)
+    for (const KernelArg& a : flat[i].args) {
+      if (a.output) {
+        h.partArgs[i].push_back(static_cast<int>(h.args.size()));
+        h.args.push_back(a);
+      } else {
+        h.partArgs[i].push_back(inputIndex.at(a.value));
+      }
+    }
+  for (size_t i = 0; i < flat.size(); ++i) flat[i].name = h.name + "_p" + std::to_string(i);
+  h.parts = std::move(flat);
+  return h;
 }
 
 }  // namespace kiln::codegen

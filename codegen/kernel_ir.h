@@ -81,7 +81,17 @@ struct Kernel {
   std::vector<Stage> stages;
   std::vector<Store> stores;
 
+  // A horizontal kernel (XLA's horizontal loop fusion, the kernels behind PyTorch's foreach
+  // optimizers): independent pointwise kernels run as one, the work units of each part after
+  // those of the part before it, so that one launch (on the CPU: one parallel region) updates
+  // every parameter. `args` holds every part's arguments once (inputs, then outputs);
+  // partArgs[i][j] is the index in `args` of parts[i]'s argument j. A horizontal kernel has no
+  // domain, loads, expressions or stores of its own.
+  std::vector<Kernel> parts;
+  std::vector<std::vector<int>> partArgs;
+
   bool isReduction() const { return reduceDim >= 0; }
+  bool isHorizontal() const { return !parts.empty(); }
   // Pointwise kernels split their innermost dim into chunks of this many elements, so that a
   // 1-D domain still spreads over threads.
   static constexpr int64_t kChunk = 4096;
@@ -90,5 +100,11 @@ struct Kernel {
   int64_t numUnits() const;
   int64_t numElements() const;
 };
+
+// Joins pointwise kernels (none reads what another writes) into one horizontal kernel named
+// `name` (its parts `name`_p0, _p1, ...): arguments naming the same value are passed once.
+// Horizontal parts are flattened. kInvalidArgument for a reduction, or where a part reads a
+// value another part writes.
+Expected<Kernel> horizontalKernel(std::string name, std::vector<Kernel> parts);
 
 }  // namespace kiln::codegen

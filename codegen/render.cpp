@@ -154,7 +154,10 @@ class Printer {
  public:
   static constexpr int kLanes = 16;  // Partial results per CPU reduction.
 
-  Printer(const Kernel& k, Dialect d) : k_(k), t_(tableOf(d)) {
+  // `prefix`: before the name instead of the dialect's kernel prefix (a horizontal kernel's
+  // parts are static functions).
+  Printer(const Kernel& k, Dialect d, std::string_view prefix = {})
+      : k_(k), t_(tableOf(d)), prefix_(prefix.empty() ? t_.kernelPrefix : prefix) {
     // The highest stage each expression depends on (-1: none).
     stageDep_.resize(k.exprs.size(), -1);
     for (size_t i = 0; i < k.exprs.size(); ++i) {
@@ -183,7 +186,7 @@ class Printer {
   std::string type(ScalarType t) const { return std::string(t_.types[static_cast<size_t>(t)]); }
 
   void signature() {
-    out_ << t_.kernelPrefix << k_.name << "(";
+    out_ << prefix_ << k_.name << "(";
     auto pointee = [&](size_t i) {
       return std::string(k_.args[i].output ? "" : "const ") + type(k_.args[i].type);
     };
@@ -775,6 +778,7 @@ class Printer {
 
   const Kernel& k_;
   const DialectTable& t_;
+  std::string_view prefix_;
   std::vector<int> stageDep_;
   std::ostringstream out_;
 };
@@ -813,7 +817,37 @@ int cudaVectorWidth(const Kernel& k) {
   return 1;
 }
 
+namespace {
+
+// A horizontal kernel on the CPU: each part a static function of the CPU ABI, and the entry
+// point handing each part the share of [begin, end) that falls in its units, with its arguments.
+std::string renderHorizontal(const Kernel& k) {
+  std::string s;
+  for (const Kernel& p : k.parts) s += Printer(p, Dialect::kCpu, "static void ").run() + "\n";
+  s += std::string(kCpuTable.kernelPrefix) + k.name +
+       "(void* const* kiln_args, long long kiln_begin, long long kiln_end) {\n";
+  int64_t first = 0;
+  for (size_t i = 0; i < k.parts.size(); ++i) {
+    const int64_t last = first + k.parts[i].numUnits();
+    const std::string lo = std::to_string(first) + "LL", hi = std::to_string(last) + "LL";
+    s += "  if (kiln_begin < " + hi + " && kiln_end > " + lo + ") {\n    void* const kiln_a[] = {";
+    for (size_t j = 0; j < k.partArgs[i].size(); ++j)
+      s += (j ? ", " : "") + std::string("kiln_args[") + std::to_string(k.partArgs[i][j]) + "]";
+    s += "};\n    " + k.parts[i].name + "(kiln_a, (kiln_begin > " + lo + " ? kiln_begin : " + lo +
+         ") - " + lo + ", (kiln_end < " + hi + " ? kiln_end : " + hi + ") - " + lo + ");\n  }\n";
+    first = last;
+  }
+  return s + "}\n";
+}
+
+}  // namespace
+
 std::string renderKernel(const Kernel& k, Dialect d) {
+  if (k.isHorizontal())
+    // The scheduler forms them for the CPU only (a GPU launch replayed from a CUDA graph costs
+    // little; a grid over parts of different sizes would idle blocks).
+    return d == Dialect::kCpu ? renderHorizontal(k)
+                              : "#error \"horizontal kernel " + k.name + " on a GPU\"\n";
   return Printer(k, d).run();
 }
 

@@ -102,7 +102,8 @@ class Driver {
     report_.fusionExplanation = passes::explainFusion(fusion_);
     report_.fusionMs = msSince(tf);
     auto tc = Clock::now();
-    KILN_ASSIGN_OR_RETURN(schedule_, scheduleGroups(graph_, fusion_.groups, *backend_));
+    KILN_ASSIGN_OR_RETURN(schedule_,
+                          scheduleGroups(graph_, fusion_.groups, *backend_, fo.horizontal));
     report_.aliases = schedule_.aliases;
     report_.remarks.insert(report_.remarks.end(), schedule_.remarks.begin(),
                            schedule_.remarks.end());

@@ -98,7 +98,7 @@ struct CompileOptions {
 struct KernelSource {
   std::string name;
   std::string module;
-  std::string group;  // "pointwise", "reduction" or "view".
+  std::string group;  // "pointwise", "reduction", "view" or "horizontal" (codegen::Kernel::parts).
   std::string cpp;    // The kernel alone (without the prelude).
   std::string cuda;   // When cudaCheck.
 };

@@ -1,5 +1,6 @@
 #include "compiler/plan_builder.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -56,13 +57,34 @@ class PlanBuilder {
         // element of every output (a fused SGD or Adam update stores a parameter and its state
         // together).
         if (s.kind != runtime::PlanStep::Kind::kKernel || s.inputs[a] != p) return false;
-        const codegen::Kernel& k = s_.kernels[s.kernel];
-        for (const auto& l : k.loads)
-          for (const auto& st : k.stores)
-            if (l.arg == static_cast<int>(a) &&
-                (l.offset != st.access.offset || l.strides != st.access.strides))
-              return false;
+        const auto out = std::find(s.outputs.begin(), s.outputs.end(), v);
+        if (out == s.outputs.end()) return false;
+        if (!readsOnlyWhereStored(s_.kernels[s.kernel], static_cast<int>(a),
+                                  static_cast<int>(s.inputs.size() + (out - s.outputs.begin()))))
+          return false;
       }
+    }
+    return true;
+  }
+
+  // Whether kernel `k` loads argument `a` only in the iterations that store, at the same element,
+  // every output of the kernel (of a horizontal kernel: of the part that writes argument `out`;
+  // no other part may read `a`, as they run at the same time).
+  static bool readsOnlyWhereStored(const codegen::Kernel& k, int a, int out) {
+    auto sameMaps = [](const codegen::Kernel& part, int arg) {
+      for (const auto& l : part.loads)
+        for (const auto& st : part.stores)
+          if (l.arg == arg && (l.offset != st.access.offset || l.strides != st.access.strides))
+            return false;
+      return true;
+    };
+    if (!k.isHorizontal()) return sameMaps(k, a);
+    for (size_t i = 0; i < k.parts.size(); ++i) {
+      const std::vector<int>& args = k.partArgs[i];
+      const bool writesOut = std::find(args.begin(), args.end(), out) != args.end();
+      for (size_t j = 0; j < args.size(); ++j)
+        if (args[j] == a && (!writesOut || !sameMaps(k.parts[i], static_cast<int>(j))))
+          return false;
     }
     return true;
   }
@@ -180,6 +202,7 @@ class PlanBuilder {
       if (residualInPlace(s, si)) continue;
       if (s.kind != runtime::PlanStep::Kind::kKernel || s.outputs.size() != 1) continue;
       const codegen::Kernel& k = s_.kernels[s.kernel];
+      if (k.isHorizontal()) continue;
       // Reduction kernels too: they read a row in every stage before their element loop writes
       // it. (They once ran 3.5x slower in place: LLVM's run-time overlap check sent the loop
       // to its scalar version; the renderer's assume_safety pragma removed that.)

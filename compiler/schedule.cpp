@@ -60,8 +60,8 @@ bool isAliasGroup(const ir::FusionGroup& g) {
 class Scheduler {
  public:
   Scheduler(const ir::Graph& graph, const std::vector<ir::FusionGroup>& groups,
-            runtime::Backend& backend)
-      : graph_(graph), groups_(groups), backend_(backend) {}
+            runtime::Backend& backend, bool horizontal)
+      : graph_(graph), groups_(groups), backend_(backend), horizontal_(horizontal) {}
 
   Expected<Schedule> run() {
     KILN_TRY(buildSteps());
@@ -137,6 +137,71 @@ class Scheduler {
     return Status::ok();
   }
 
+  // The step's inputs and outputs: the values the kernel's arguments name.
+  Status setKernelValues(StepDraft& s, const codegen::Kernel& k) const {
+    s.inputs.clear();
+    s.outputs.clear();
+    bool sawOutput = false;
+    for (const auto& a : k.args) {
+      const ir::Value* v = graph_.findValue(a.value);
+      if (!v) return internalError("kernel " + k.name + " names unknown value " + a.value);
+      if (a.output) {
+        s.outputs.push_back(v);
+        sawOutput = true;
+      } else {
+        if (sawOutput) return internalError("kernel " + k.name + ": inputs after outputs");
+        s.inputs.push_back(v);
+      }
+    }
+    return Status::ok();
+  }
+
+  const ir::Value* root(const ir::Value* v) const {
+    for (auto it = s_.aliasOf.find(v); it != s_.aliasOf.end(); it = s_.aliasOf.find(v))
+      v = it->second;
+    return v;
+  }
+
+  // Horizontal fusion (the rule of codegen::Kernel::parts): a pointwise kernel joins the kernel
+  // step just before it when it reads nothing that step writes, so that consecutive independent
+  // kernels, the optimizer's update of every parameter above all, run as one parallel region
+  // instead of one each (a fork and join apiece). Only on the CPU (a GPU replays the step's
+  // launches from a CUDA graph). Memory decides the rest: the joining kernel's outputs now live
+  // from the joint step on, so each must be a graph output (a parameter's update written in
+  // place, or a result: no arena bytes) or small.
+  bool joinsHorizontally(const StepDraft& s, const codegen::Kernel& k) const {
+    static constexpr int64_t kSmallOutput = int64_t{1} << 16;  // Elements.
+    static constexpr size_t kMaxParts = 128, kMaxArgs = 512;
+    if (!horizontal_ || backend_.caps().runsCudaKernels() || k.isReduction() || s_.steps.empty())
+      return false;
+    const StepDraft& prev = s_.steps.back();
+    if (prev.kind != runtime::PlanStep::Kind::kKernel) return false;
+    const codegen::Kernel& pk = s_.kernels[static_cast<size_t>(prev.kernel)];
+    if (pk.isReduction() || (pk.isHorizontal() && pk.parts.size() >= kMaxParts) ||
+        pk.args.size() + k.args.size() > kMaxArgs)
+      return false;
+    for (const ir::Value* in : s.inputs)
+      for (const ir::Value* out : prev.outputs)
+        if (root(in) == root(out)) return false;
+    for (const ir::Value* out : s.outputs)
+      if (!graphOutputs_.count(out) && out->type().numElements() > kSmallOutput) return false;
+    return true;
+  }
+
+  Status joinPrevious(StepDraft s, codegen::Kernel k) {
+    StepDraft& prev = s_.steps.back();
+    codegen::Kernel& pk = s_.kernels[static_cast<size_t>(prev.kernel)];
+    std::string name = pk.name;
+    std::vector<codegen::Kernel> parts;
+    parts.push_back(std::move(pk));
+    parts.push_back(std::move(k));
+    KILN_ASSIGN_OR_RETURN(pk, codegen::horizontalKernel(std::move(name), std::move(parts)));
+    KILN_TRY(setKernelValues(prev, pk));
+    prev.nodes.insert(prev.nodes.end(), s.nodes.begin(), s.nodes.end());
+    s_.kernelGroup[static_cast<size_t>(prev.kernel)] = "horizontal";
+    return Status::ok();
+  }
+
   Status buildSteps() {
     for (const ir::Value* v : graph_.outputs()) graphOutputs_.insert(v);
     for (const auto& g : groups_) {
@@ -171,17 +236,10 @@ class Scheduler {
           StepDraft s(runtime::PlanStep::Kind::kKernel, name);
           s.nodes.assign(g.nodes.begin(), g.nodes.end());
           s.kernel = static_cast<int>(s_.kernels.size());
-          bool sawOutput = false;
-          for (const auto& a : k->args) {
-            const ir::Value* v = graph_.findValue(a.value);
-            if (!v) return internalError("kernel " + name + " names unknown value " + a.value);
-            if (a.output) {
-              s.outputs.push_back(v);
-              sawOutput = true;
-            } else {
-              if (sawOutput) return internalError("kernel " + name + ": inputs after outputs");
-              s.inputs.push_back(v);
-            }
+          KILN_TRY(setKernelValues(s, *k));
+          if (joinsHorizontally(s, *k)) {
+            KILN_TRY(joinPrevious(std::move(s), std::move(*k)));
+            break;
           }
           s_.kernelGroup.push_back(std::string(ir::groupKindName(g.kind)));
           s_.kernels.push_back(std::move(*k));
@@ -196,6 +254,7 @@ class Scheduler {
   const ir::Graph& graph_;
   const std::vector<ir::FusionGroup>& groups_;
   runtime::Backend& backend_;
+  bool horizontal_;
   std::unordered_set<const ir::Value*> graphOutputs_;
   Schedule s_;
 };
@@ -204,8 +263,8 @@ class Scheduler {
 
 Expected<Schedule> scheduleGroups(const ir::Graph& graph,
                                   const std::vector<ir::FusionGroup>& groups,
-                                  runtime::Backend& backend) {
-  return Scheduler(graph, groups, backend).run();
+                                  runtime::Backend& backend, bool horizontal) {
+  return Scheduler(graph, groups, backend, horizontal).run();
 }
 
 }  // namespace kiln::compiler

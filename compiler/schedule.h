@@ -55,8 +55,10 @@ Expected<runtime::PostOp> postOpOf(const ir::Node& n);
 // The post-ops of an epilogue chain in order, kAdds numbering their extra inputs from 0.
 Expected<std::vector<runtime::PostOp>> postOpsOf(std::span<const ir::Node* const> nodes);
 
+// `horizontal`: consecutive independent pointwise kernels join into one (the rule:
+// schedule.cpp's joinsHorizontally), where the backend runs host code.
 Expected<Schedule> scheduleGroups(const ir::Graph& graph,
                                   const std::vector<ir::FusionGroup>& groups,
-                                  runtime::Backend& backend);
+                                  runtime::Backend& backend, bool horizontal = true);
 
 }  // namespace kiln::compiler

@@ -551,11 +551,9 @@ Expected<Grads> gradNllLoss(Emitter& e, Value* g) {
   return Grads{dx, nullptr};
 }
 Expected<Grads> gradCrossEntropyLoss(Emitter& e, Value* g) {
-  // cross_entropy_loss = nll_loss(log_softmax(x, 1)): the log-probabilities are recomputed.
-  KILN_ASSIGN_OR_RETURN(Value * ls, e.op(OpKind::kLogSoftmax, {e.in(0)}, {{"axis", int64_t{1}}}));
-  KILN_ASSIGN_OR_RETURN(Value * dls,
-                        e.op(OpKind::kNllLossBackward, {g, ls, e.in(1)}, lossAttrs(e)));
-  KILN_ASSIGN_OR_RETURN(Value * dx, logSoftmaxBackward(e, dls, ls, 1));
+  // softmax(x) - one_hot(target), scaled, in one op (the softmax is recomputed from the logits).
+  KILN_ASSIGN_OR_RETURN(
+      Value * dx, e.op(OpKind::kCrossEntropyLossBackward, {g, e.in(0), e.in(1)}, lossAttrs(e)));
   return Grads{dx, nullptr};
 }
 

@@ -54,6 +54,9 @@ struct FusionRejection {
 struct FusionOptions {
   int maxNodesPerGroup = 64;
   int maxInputsPerGroup = 16;
+  // Consecutive independent pointwise kernels run as one horizontal kernel (the scheduler's
+  // rule: compiler/schedule.cpp; codegen::Kernel::parts) where the backend takes them.
+  bool horizontal = true;
   // The backend runs f32 conv2d/linear/gemm/matmul with epilogues (activations and a
   // same-shape add), so those consumers fuse into the library call as post-ops.
   bool libraryEpilogues = false;

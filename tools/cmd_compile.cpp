@@ -80,6 +80,9 @@ std::vector<OptionSpec> compileOptionSpecs() {
            "(cuda/emu: multiplicands rounded to TF32 on tensor cores, fp32 accumulation), or "
            "bf16/fp16 (cuda/emu autocast: products read bf16/fp16 operands, accumulate in fp32 "
            "and round their results to bf16/fp16; everything else computes in fp32)"},
+          {"no-horizontal-fusion", false,
+           "run each pointwise kernel alone instead of joining consecutive independent ones "
+           "into one (an optimizer's parameter updates), to measure what joining them gives"},
           {"no-cuda-graph", false,
            "on cuda/emu, enqueue every step at every call instead of replaying a CUDA graph "
            "recorded at the first"},
@@ -109,6 +112,7 @@ Expected<compiler::CompileOptions> compileOptionsFromArgs(const Args& args) {
   compiler::CompileOptions o;
   KILN_ASSIGN_OR_RETURN(o.backend, deviceFromArgs(args));
   o.cudaGraphs = !args.flag("no-cuda-graph");
+  o.fusion.horizontal = !args.flag("no-horizontal-fusion");
   if (const auto p = args.value("precision")) {
     KILN_ASSIGN_OR_RETURN(o.precision, compiler::parsePrecision(*p));
   }

@@ -100,33 +100,94 @@ Status crossEntropyLossKernel(const ir::AttrView& attrs, std::span<const Tensor>
   });
 }
 
+// The targets of a loss gradient (in: grad, input, target) as int64, checked.
+Status readBackwardTargets(const ir::AttrView& attrs, std::span<const Tensor> in, int64_t classes,
+                           std::vector<int64_t>& targets) {
+  const int64_t ignore = attrs.getInt("ignore_index");
+  if (in[2].dtype() == ir::DType::kI64)
+    return readTargets<int64_t>(ref::opNameOf(attrs), in[2], classes, ignore, targets);
+  if (in[2].dtype() == ir::DType::kI32)
+    return readTargets<int32_t>(ref::opNameOf(attrs), in[2], classes, ignore, targets);
+  return ref::unsupportedDType(std::string(ref::opNameOf(attrs)) + " (target)", in[2].dtype());
+}
+
+// The factor each target's row of a loss gradient takes: grad (per target with reduction none),
+// divided by the counted targets with mean (with every target ignored the loss is NaN; its
+// rows are all ignored, so the gradient is 0, as PyTorch's); 0 at ignored targets.
+template <class T>
+struct RowScale {
+  const T* g;
+  bool none;
+  int64_t ignore;
+  T scale;
+  RowScale(const ir::AttrView& attrs, const Tensor& grad, const std::vector<int64_t>& targets)
+      : g(grad.data<T>()),
+        none(attrs.getString("reduction") == "none"),
+        ignore(attrs.getInt("ignore_index")) {
+    int64_t count = 0;
+    for (int64_t t : targets) count += t != ignore;
+    scale = attrs.getString("reduction") == "mean" ? T(1) / static_cast<T>(count) : T(1);
+  }
+  T operator()(int64_t target, int64_t c) const {
+    if (c == ignore) return T(0);
+    return (none ? g[target] : g[0]) * scale;
+  }
+};
+
 // in: grad (the loss's shape), input [N,C,d..] (shape only), target [N,d..].
 Status nllLossBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                              std::span<Tensor> out) {
   const ref::AxisSplit split = ref::splitAt(in[1].shape(), 1);
-  const int64_t ignore = attrs.getInt("ignore_index");
   std::vector<int64_t> targets;
-  if (in[2].dtype() == ir::DType::kI64)
-    KILN_TRY(readTargets<int64_t>(ref::opNameOf(attrs), in[2], split.dim, ignore, targets));
-  else if (in[2].dtype() == ir::DType::kI32)
-    KILN_TRY(readTargets<int32_t>(ref::opNameOf(attrs), in[2], split.dim, ignore, targets));
-  else
-    return ref::unsupportedDType(std::string(ref::opNameOf(attrs)) + " (target)", in[2].dtype());
-  const std::string& reduction = attrs.getString("reduction");
+  KILN_TRY(readBackwardTargets(attrs, in, split.dim, targets));
+  const int64_t ignore = attrs.getInt("ignore_index");
   return ref::dispatchFloat(ref::opNameOf(attrs), in[1].dtype(), [&]<class T>(Tag<T>) {
-    const T* g = in[0].data<T>();
     T* dx = out[0].data<T>();
     std::fill(dx, dx + out[0].numElements(), T(0));
-    int64_t count = 0;
-    for (int64_t t : targets) count += t != ignore;
-    // With mean and every target ignored the loss is NaN, and so is its gradient.
-    const T scale = reduction == "mean" ? T(1) / static_cast<T>(count) : T(1);
+    const RowScale<T> scale(attrs, in[0], targets);
     for (int64_t n = 0; n < split.outer; ++n)
       for (int64_t k = 0; k < split.inner; ++k) {
         const int64_t c = targets[n * split.inner + k];
         if (c == ignore) continue;
-        const T gk = reduction == "none" ? g[n * split.inner + k] : g[0];
-        dx[(n * split.dim + c) * split.inner + k] = -gk * scale;
+        dx[(n * split.dim + c) * split.inner + k] = -scale(n * split.inner + k, c);
+      }
+    return Status::ok();
+  });
+}
+
+// in: grad (the loss's shape), logits [N,C,d..], target [N,d..]. Per row (sample and spatial
+// position): the softmax over the classes, stabilized by the row's maximum, times the row's
+// factor, minus the factor at the target: what log_softmax's gradient of nll_loss's gives, in
+// one pass over the row (and p * 0, NaN for a row holding a NaN, at ignored targets, as there).
+Status crossEntropyLossBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                                      std::span<Tensor> out) {
+  const ref::AxisSplit split = ref::splitAt(in[1].shape(), 1);
+  std::vector<int64_t> targets;
+  KILN_TRY(readBackwardTargets(attrs, in, split.dim, targets));
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[1].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[1].data<T>();
+    T* dx = out[0].data<T>();
+    const RowScale<T> scale(attrs, in[0], targets);
+    const int64_t step = split.inner;
+    for (int64_t n = 0; n < split.outer; ++n)
+      for (int64_t k = 0; k < split.inner; ++k) {
+        const int64_t base = n * split.dim * split.inner + k;
+        const T* row = x + base;
+        T* drow = dx + base;
+        const int64_t c = targets[n * split.inner + k];
+        const T s = scale(n * split.inner + k, c);
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int64_t j = 0; j < split.dim; ++j)
+          if (row[j * step] > mx || ref::isNaN(row[j * step])) mx = row[j * step];
+        T sum = T(0);
+        for (int64_t j = 0; j < split.dim; ++j) {
+          const T e = std::exp(row[j * step] - mx);
+          drow[j * step] = e;
+          sum += e;
+        }
+        const T factor = s / sum;
+        for (int64_t j = 0; j < split.dim; ++j) drow[j * step] *= factor;
+        if (c != scale.ignore) drow[c * step] -= s;
       }
     return Status::ok();
   });
@@ -161,6 +222,7 @@ void registerLossKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kNllLoss, nllLossKernel);
   ref::setKernel(t, ir::OpKind::kCrossEntropyLoss, crossEntropyLossKernel);
   ref::setKernel(t, ir::OpKind::kNllLossBackward, nllLossBackwardKernel);
+  ref::setKernel(t, ir::OpKind::kCrossEntropyLossBackward, crossEntropyLossBackwardKernel);
   ref::setKernel(t, ir::OpKind::kMseLoss, mseLossKernel);
 }
 

@@ -543,3 +543,96 @@ TEST_CASE("codegen golden: generated unary math matches the reference kernels") 
     }
   }
 }
+
+// Horizontal kernels (codegen::horizontalKernel): independent pointwise kernels as one entry
+// point whose work units are each part's in turn; any split of [0, units) over threads computes
+// what the parts compute alone; a part reading another's output, or a reduction, is refused.
+TEST_CASE("codegen: horizontal kernels run their parts over any split of the units") {
+  const ir::Graph g = parse(R"(
+graph g(%a : f32[3,5000], %b : f32[7], %c : f32[7]) {
+  %x : f32[3,5000] = mul(%a, %a)
+  %y : f32[7] = add(%b, %c)
+  %z : f32[7] = sub(%c, %b)
+  %w : f32[3,5000] = exp(%a)
+  %s : f32[3,1] = reduce_sum(%a) {axes=[1]}
+  %v : f32[3,5000] = neg(%x)
+  return %x, %y, %z, %w, %s, %v
+})");
+  const std::unordered_set<const ir::Value*> outs = outputsOf(g);
+  std::vector<codegen::Kernel> parts;
+  for (size_t i = 0; i < 4; ++i) {
+    ir::FusionGroup one;
+    one.kind = ir::GroupKind::kPointwise;
+    one.nodes = {g.nodes()[i]};
+    auto k = codegen::lowerGroup(one, outs, "k" + std::to_string(i));
+    REQUIRE(k.hasValue());
+    parts.push_back(std::move(*k));
+  }
+  auto h = codegen::horizontalKernel("h", parts);
+  INFO(h.status().message());
+  REQUIRE(h.hasValue());
+  REQUIRE(h->parts.size() == 4);
+  CHECK(h->numUnits() == 4 + 1 + 1 + 4);  // 15,000 elements are 4 chunks of 4,096.
+  CHECK(h->numElements() == 2 * 15000 + 2 * 7);
+  // Each input once (a, b, c), then the four outputs.
+  REQUIRE(h->args.size() == 7);
+  CHECK(h->partArgs[1] == std::vector<int>{1, 2, 4});
+  CHECK(h->partArgs[2] == std::vector<int>{2, 1, 5});
+  const std::string text = codegen::renderKernel(*h, codegen::Dialect::kCpu);
+  CHECK_THAT(text, Catch::Contains("static void h_p3(") &&
+                       Catch::Contains("extern \"C\" void h(void* const* kiln_args"));
+  // Joining a horizontal kernel flattens it.
+  auto again = codegen::horizontalKernel("h2", {*h, parts[0]});
+  CHECK_FALSE(again.hasValue());  // Two parts would write %x.
+  auto flat = codegen::horizontalKernel(
+      "h2", {codegen::horizontalKernel("i", {parts[0], parts[1]}).value(), parts[2]});
+  REQUIRE(flat.hasValue());
+  CHECK(flat->parts.size() == 3);
+
+  auto object = codegen::compileCpp(codegen::renderModule({&*h, 1}, codegen::Dialect::kCpu), "h");
+  INFO(object.status().message());
+  REQUIRE(object.hasValue());
+  runtime::LoadedObjects loaded;
+  REQUIRE(loaded.add(object->bytes, "h").isOk());
+  auto fn = loaded.lookupFunction<void(void* const*, long long, long long)>("h");
+  REQUIRE(fn.hasValue());
+  const std::vector<runtime::Tensor> ins = sampleInputs(g);
+  runtime::EagerExecutor eager(g);
+  auto expected = eager.run(ins);
+  REQUIRE(expected.hasValue());
+  for (int64_t threads : {1, 2, 3, 7, 10}) {
+    std::vector<runtime::Tensor> got;
+    for (size_t o = 0; o < 4; ++o) {
+      got.push_back(*runtime::Tensor::empty(ir::DType::kF32, g.outputs()[o]->type().shape));
+      std::fill_n(got.back().data<float>(), got.back().numElements(), -7.f);
+    }
+    std::vector<void*> args{ins[0].rawData(), ins[1].rawData(), ins[2].rawData()};
+    for (auto& t : got) args.push_back(t.rawData());
+    const int64_t units = h->numUnits();
+    for (int64_t t = threads; t-- > 0;)  // Out of order, as threads may run.
+      (*fn)(args.data(), units * t / threads, units * (t + 1) / threads);
+    for (size_t o = 0; o < 4; ++o)
+      for (int64_t i = 0; i < got[o].numElements(); ++i) {
+        INFO(threads << " splits, output " << o << " element " << i);
+        REQUIRE(got[o].data<float>()[i] == Approx((*expected)[o].data<float>()[i]).epsilon(1e-6));
+      }
+  }
+
+  ir::FusionGroup reduction;
+  reduction.kind = ir::GroupKind::kReduction;
+  reduction.nodes = {g.nodes()[4]};
+  reduction.anchor = g.nodes()[4];
+  auto r = codegen::lowerGroup(reduction, outs, "r");
+  REQUIRE(r.hasValue());
+  auto refused = codegen::horizontalKernel("bad", {parts[0], *r});
+  REQUIRE_FALSE(refused.hasValue());
+  CHECK_THAT(refused.status().message(), Catch::Contains("reduction"));
+  ir::FusionGroup reader;
+  reader.kind = ir::GroupKind::kPointwise;
+  reader.nodes = {g.nodes()[5]};
+  auto v = codegen::lowerGroup(reader, outs, "v");
+  REQUIRE(v.hasValue());
+  refused = codegen::horizontalKernel("bad", {parts[0], *v});
+  REQUIRE_FALSE(refused.hasValue());
+  CHECK_THAT(refused.status().message(), Catch::Contains("reads x"));
+}

@@ -519,6 +519,52 @@ TEST_CASE("training: a non-finite loss is an error unless allowed, compiled and 
   }
 }
 
+TEST_CASE("training: the optimizer updates every parameter in one horizontal kernel, in place") {
+  // Horizontal fusion (compiler/schedule.cpp): the per-parameter update kernels are independent
+  // and consecutive, so they run as the parts of one kernel (one parallel region, as PyTorch's
+  // foreach optimizers launch one kernel over many tensors), each still written over its
+  // parameter and state in place. Updates fused into the kernel of their own gradient (a
+  // linear's bias: the gradient's column sum, then the update) stay there, and so do those a
+  // library call takes as its epilogue (with momentum, a matmul's weight gradient adds the
+  // decayed momentum as a post-op). (Their results: the compiled == eager tests above.)
+  const bool adam = GENERATE(false, true);
+  INFO((adam ? "adam" : "sgd"));
+  compiler::TrainOptions o;
+  o.compile.cacheDir = tempCache();
+  if (adam) o.optimizer = compiler::TrainOptions::Optimizer::kAdam;
+  auto step = compiler::TrainingStep::create(zoo("mnist_cnn", {4, 7}), o);
+  INFO(step.status().message());
+  REQUIRE(step.hasValue());
+  const compiler::CompiledModel& m = *(*step)->compiled();
+  const runtime::Plan& plan = m.plan();
+  REQUIRE(m.report().stepWork.size() == plan.steps.size());
+  // The optimizer's kernel steps: all updates in one (Adam: after its bias corrections, a
+  // kernel of scalars they read).
+  std::vector<size_t> updates;
+  for (size_t i = 0; i < plan.steps.size(); ++i)
+    if (plan.steps[i].kind == runtime::PlanStep::Kind::kKernel &&
+        compiler::phaseOf(m.report().stepWork[i].firstNode) == "optimizer")
+      updates.push_back(i);
+  REQUIRE(updates.size() == (adam ? 2u : 1u));
+  const runtime::PlanStep& h = plan.steps[updates.back()];
+  size_t parts = 0;
+  for (const compiler::KernelSource& k : m.report().kernels)
+    if (k.name == h.name) {
+      CHECK(k.group == "horizontal");
+      for (size_t at = k.cpp.find("static void "); at != std::string::npos;
+           at = k.cpp.find("static void ", at + 1))
+        ++parts;
+    }
+  CHECK(parts >= 6);  // Of mnist_cnn's 8 parameters; the linears' biases update in their sums.
+  // Each of those parameters (and Adam's moments) written over in place.
+  int inPlace = 0;
+  for (const runtime::BufferRef& b : h.outputs)
+    inPlace += b.kind == runtime::BufferRef::Kind::kParameter;
+  CHECK(inPlace == static_cast<int>(h.outputs.size()));
+  CHECK(inPlace >= static_cast<int>(parts) * (adam ? 3 : 1));
+  std::filesystem::remove_all(o.compile.cacheDir);
+}
+
 TEST_CASE("training: convolution networks train channels-last, converting only at their ends") {
   // Layout selection keeps the whole step NHWC (forward, the gradients of convolution, pooling
   // and BatchNorm, the pointwise ops between them): relayouts only where a value enters the

@@ -416,6 +416,8 @@ const std::vector<InferCase>& cases() {
     {OpKind::kCrossEntropyLoss, {"f32[4,3]", "i64[4,1]"}, {}, "error: target must have shape [4], got [4,1]"},
     {OpKind::kCrossEntropyLoss, {"f32[4,3]"}, {}, "error: op 'cross_entropy_loss' takes 2 inputs, got 1"},
     {OpKind::kNllLossBackward, {"f32[]", "f32[4,3]", "i64[4]"}, {}, "f32[4,3]"},
+    {OpKind::kCrossEntropyLossBackward, {"f32[4]", "f32[4,3]", "i64[4]"}, {{"reduction", S("none")}}, "f32[4,3]"},
+    {OpKind::kCrossEntropyLossBackward, {"f32[2]", "f32[4,3]", "i64[4]"}, {{"reduction", S("none")}}, "error: grad must be f32[4] (the loss), got f32[2]"},
     {OpKind::kConv2dBackwardData, {"f32[1,4,3,3]", "f32[4,2,3,3]", "f32[1,2,5,5]"}, {}, "f32[1,2,5,5]"},
     {OpKind::kConv2dBackwardData, {"f32[1,4,5,5]", "f32[4,2,3,3]", "f32[1,2,5,5]"}, {}, "error: grad must be f32[1,4,3,3] (the forward output), got f32[1,4,5,5]"},
     {OpKind::kConv2dBackwardWeight, {"f32[1,4,5,5]", "f32[1,2,5,5]", "f32[4,2,3,3]"}, {{"pads", Is({1, 1, 1, 1})}}, "f32[4,2,3,3]"},
