@@ -36,12 +36,17 @@ struct TrainingStep::DataParallel {
     std::vector<size_t> offsets;   // Their byte offsets in `data`.
     size_t count = 0;              // Elements.
     size_t readyStep = kAfterRun;  // Every gradient is written once this plan step ran.
-    runtime::Tensor data;
+    runtime::Tensor data;          // Host memory: the update's gradients (views of it).
+    runtime::DeviceBuffer device;  // With device collectives: the bucket summed on the device.
     int request = -1;
     bool done = true;
   };
 
   std::shared_ptr<runtime::Collectives> comm;
+  // What sums the gradients: `comm` on host buckets, or device collectives on device buckets of
+  // `backend` (TrainOptions::deviceCollectives).
+  std::shared_ptr<runtime::Collectives> gradComm;
+  std::shared_ptr<runtime::Backend> backend;
   std::unique_ptr<ir::Graph> graph;        // The update: gradients in, writes out.
   std::vector<passes::StateWrite> writes;  // Its outputs, in order.
   std::optional<size_t> okOutput;          // fp16: its "every gradient finite" output.
@@ -58,6 +63,11 @@ struct TrainingStep::DataParallel {
   // Buckets of about `bucketBytes` in the order the step plan (null: eager) finishes the
   // gradients; rank 0's layout is every rank's (plans compiled apart could order steps apart).
   Status planBuckets(const CompiledModel* step, const TrainOptions& options);
+  bool onDevice() const { return !gradComm->hostMemory(); }
+  // The bucket's bytes as the gradient collectives take them.
+  void* sumAddress(Bucket& bk) const {
+    return onDevice() ? static_cast<std::byte*>(bk.device.address().handle) : bk.data.rawData();
+  }
 };
 
 Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
@@ -261,10 +271,31 @@ Status TrainingStep::buildDataParallel(std::span<ir::Value* const> params,
                                        const TrainOptions& options) {
   auto d = std::make_unique<DataParallel>();
   d->comm = options.collectives;
+  d->backend = options.compile.backend ? options.compile.backend : runtime::defaultBackend();
   if (!d->comm->hostMemory())
-    return unimplemented(std::string(d->comm->name()) +
-                         " collectives sum device memory; the data-parallel step's buckets are "
-                         "host memory (use the MPI collectives: runtime/mpi)");
+    return invalidArgument(std::string(d->comm->name()) +
+                           " collectives sum device memory; TrainOptions::collectives must sum "
+                           "host memory (MPI: runtime/mpi), with device collectives as "
+                           "TrainOptions::deviceCollectives");
+  d->gradComm = options.deviceCollectives ? options.deviceCollectives : d->comm;
+  if (options.deviceCollectives) {
+    const runtime::Collectives& dc = *options.deviceCollectives;
+    if (dc.hostMemory())
+      return invalidArgument(std::string(dc.name()) +
+                             " collectives sum host memory: pass them as "
+                             "TrainOptions::collectives, not as deviceCollectives");
+    if (d->backend->caps().hostAddressable)
+      return invalidArgument(std::string(dc.name()) +
+                             " collectives sum device memory, but backend '" +
+                             std::string(d->backend->name()) +
+                             "' keeps tensors in host memory: train on a GPU (--device cuda), or "
+                             "sum the gradients with the host collectives alone");
+    if (dc.rank() != d->comm->rank() || dc.size() != d->comm->size())
+      return invalidArgument("the device collectives are rank " + std::to_string(dc.rank()) +
+                             " of " + std::to_string(dc.size()) + ", the host collectives rank " +
+                             std::to_string(d->comm->rank()) + " of " +
+                             std::to_string(d->comm->size()) + ": they must be the same ranks");
+  }
   if (options.bucketBytes < 1)
     return invalidArgument("the all-reduce bucket size must be positive, got " +
                            std::to_string(options.bucketBytes) + " bytes");
@@ -365,7 +396,8 @@ Status TrainingStep::DataParallel::planBuckets(const CompiledModel* step,
     return static_cast<size_t>(layout[at++]);
   };
   KILN_ASSIGN_OR_RETURN(const size_t count, word());
-  buckets.assign(count, {});
+  buckets.clear();
+  buckets.resize(count);
   gradViews.assign(n, {});
   std::vector<bool> seen(n, false);
   for (Bucket& bk : buckets) {
@@ -386,6 +418,9 @@ Status TrainingStep::DataParallel::planBuckets(const CompiledModel* step,
     }
     KILN_ASSIGN_OR_RETURN(bk.data,
                           runtime::Tensor::empty(bk.dtype, {static_cast<int64_t>(bk.count)}));
+    if (onDevice()) {
+      KILN_ASSIGN_OR_RETURN(bk.device, backend->allocate(bk.data.byteSize()));
+    }
     for (size_t j = 0; j < bk.grads.size(); ++j) {
       const size_t k = bk.grads[j];
       gradViews[k] = runtime::Tensor::wrap(bk.data.rawData() + bk.offsets[j], gradTypes[k].dtype,
@@ -438,7 +473,7 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
           bk.done = true;
         }
     }
-  } onFailure{d, c};
+  } onFailure{d, *d.gradComm};
   if (!d.synced) {
     // Every rank starts from rank 0's parameters and optimizer state (as DDP's constructor).
     for (ir::Value* p : parameters()) {
@@ -451,8 +486,9 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
   comm_ = {};
   comm_.buckets = static_cast<int>(d.buckets.size());
   size_t next = 0;  // The next bucket to start: every rank starts them in the same order.
+  runtime::Collectives& gc = *d.gradComm;
   auto start = [&](DataParallel::Bucket& bk) -> Status {
-    KILN_ASSIGN_OR_RETURN(bk.request, c.startAllReduceSum(bk.data.rawData(), bk.count, bk.dtype));
+    KILN_ASSIGN_OR_RETURN(bk.request, gc.startAllReduceSum(d.sumAddress(bk), bk.count, bk.dtype));
     bk.done = false;
     comm_.bytes += static_cast<int64_t>(bk.data.byteSize());
     return Status::ok();
@@ -464,17 +500,22 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
     // Let the oldest all-reduce in flight progress.
     for (size_t i = 0; i < next; ++i)
       if (!d.buckets[i].done) {
-        KILN_ASSIGN_OR_RETURN(d.buckets[i].done, c.test(d.buckets[i].request));
+        KILN_ASSIGN_OR_RETURN(d.buckets[i].done, gc.test(d.buckets[i].request));
         break;
       }
-    // Every ready bucket's copies first, one synchronize (a GPU stream's download lands only
-    // then), then their all-reduces.
+    // Every ready bucket's copies first (to the host, or within the device), one synchronize (a
+    // GPU stream's copies land only then; device collectives run on a stream of their own), then
+    // their all-reduces.
     size_t ready = next;
     for (; ready < d.buckets.size() && d.buckets[ready].readyStep <= si; ++ready) {
       DataParallel::Bucket& bk = d.buckets[ready];
-      for (size_t j = 0; j < bk.grads.size(); ++j)
-        KILN_TRY(stream.download(bk.data.rawData() + bk.offsets[j], outs[d.firstGrad + bk.grads[j]],
-                                 d.gradTypes[bk.grads[j]].byteSize()));
+      for (size_t j = 0; j < bk.grads.size(); ++j) {
+        const runtime::DeviceAddress grad = outs[d.firstGrad + bk.grads[j]];
+        const size_t bytes = d.gradTypes[bk.grads[j]].byteSize();
+        KILN_TRY(d.onDevice() ? stream.copy(bk.device.address(static_cast<int64_t>(bk.offsets[j])),
+                                            grad, bytes)
+                              : stream.download(bk.data.rawData() + bk.offsets[j], grad, bytes));
+      }
     }
     if (ready == next) return Status::ok();
     KILN_TRY(stream.synchronize());
@@ -489,19 +530,34 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
   auto outs = compiled_ ? compiled_->run(inputs, nullptr, &hook) : eager_->run(inputs);
   const auto t1 = std::chrono::steady_clock::now();
   if (!outs) return outs.status();
+  // The buckets the hook did not start (eager runs, --no-overlap): from the run's outputs.
+  std::unique_ptr<runtime::Stream> copies;
+  if (d.onDevice()) {
+    KILN_ASSIGN_OR_RETURN(copies, d.backend->openStream(1));
+  }
   for (; next < d.buckets.size(); ++next) {
     DataParallel::Bucket& bk = d.buckets[next];
     for (size_t j = 0; j < bk.grads.size(); ++j) {
       const runtime::Tensor& gr = (*outs)[d.firstGrad + bk.grads[j]];
-      std::memcpy(bk.data.rawData() + bk.offsets[j], gr.rawData(), gr.byteSize());
+      if (d.onDevice())
+        KILN_TRY(copies->upload(bk.device.address(static_cast<int64_t>(bk.offsets[j])),
+                                gr.rawData(), gr.byteSize()));
+      else
+        std::memcpy(bk.data.rawData() + bk.offsets[j], gr.rawData(), gr.byteSize());
     }
+    if (d.onDevice()) KILN_TRY(copies->synchronize());
     KILN_TRY(start(bk));
   }
   for (DataParallel::Bucket& bk : d.buckets)
     if (!bk.done) {
-      KILN_TRY(c.wait(bk.request));
+      KILN_TRY(gc.wait(bk.request));
       bk.done = true;
     }
+  if (d.onDevice()) {  // The sums, to the update's host inputs.
+    for (DataParallel::Bucket& bk : d.buckets)
+      KILN_TRY(copies->download(bk.data.rawData(), bk.device.address(), bk.data.byteSize()));
+    KILN_TRY(copies->synchronize());
+  }
   const auto t2 = std::chrono::steady_clock::now();
   Result r = measure((*outs)[0], (*outs)[1], target);
   double global[2] = {r.loss, static_cast<double>(r.correct)};

@@ -54,6 +54,13 @@ struct TrainOptions {
   // set mode.firstSample to the rank's first sample. The reported loss and correct count are the
   // global batch's.
   std::shared_ptr<runtime::Collectives> collectives;
+  // Where the backend's memory is not the host's (a GPU): collectives that sum device memory
+  // (NCCL, runtime/gpu/nccl_collectives.h) for the gradients, over the same ranks as
+  // `collectives`. The buckets are then device buffers, filled by device copies on the step's
+  // stream (synchronized before each all-reduce starts) and copied to the host for the update
+  // once summed; `collectives` still broadcasts the parameters and sums the loss. Null: the
+  // gradients come to the host and `collectives` sums them there.
+  std::shared_ptr<runtime::Collectives> deviceCollectives;
   int64_t bucketBytes = 25 << 20;
   bool overlap = true;  // false: every all-reduce starts after the backward (to measure overlap).
 };

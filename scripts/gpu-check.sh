@@ -74,8 +74,9 @@ status=0
 # KILN_GPU_CHECK_TEST_TIMEOUT: seconds the tests may take (a hung device fails them).
 KILN_TEST_DEVICE=cuda timeout "${KILN_GPU_CHECK_TEST_TIMEOUT:-1800}" "$test_gpu" "emu:*" -d yes 2>&1 | tee "$out/tests.txt" || status=1
 "$test_gpu" "nvrtc*" 2>&1 | tee "$out/nvrtc.txt" | grep -E "^nvrtc|passed|failed" || status=1
-# NCCL collectives on the device (a world of one rank: creation, in-place sums of device memory).
-"$test_gpu" "nccl*" 2>&1 | tee "$out/nccl.txt" | grep -E "passed|failed" || status=1
+# NCCL collectives on the device (a world of one rank: creation, in-place sums of device memory),
+# and a data-parallel training step whose gradient buckets NCCL sums on the GPU.
+"$test_gpu" "nccl*,data-parallel step*" 2>&1 | tee "$out/nccl.txt" | grep -E "passed|failed" || status=1
 
 echo "== benchmarks"
 results=()

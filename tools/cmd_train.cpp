@@ -22,6 +22,7 @@
 #include "models/zoo.h"
 #include "runtime/cpu/compute_threads.h"
 #include "runtime/eager.h"
+#include "runtime/gpu/nccl_collectives.h"
 #include "tools/checkpoint.h"
 #include "tools/cli.h"
 #ifdef KILN_HAVE_MPI
@@ -254,8 +255,28 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
   auto bucketMb = args.intValue("bucket-mb", 25, 1, 1 << 14);
   if (!bucketMb) return reportError("train", bucketMb.status());
   o.bucketBytes = *bucketMb << 20;
-  if (!comm && (args.value("bucket-mb") || args.flag("no-overlap")))
-    return reportError("train", invalidArgument("--bucket-mb and --no-overlap go with --ddp"));
+  if (!comm && (args.value("bucket-mb") || args.flag("no-overlap") || args.value("collectives")))
+    return reportError(
+        "train", invalidArgument("--bucket-mb, --no-overlap and --collectives go with --ddp"));
+  if (comm) {
+    const std::string device = args.value("device").value_or("cpu");
+    const std::string sum = args.value("collectives").value_or(device == "cuda" ? "nccl" : "mpi");
+    if (sum == "nccl") {
+      if (device != "cuda")
+        return reportError("train", invalidArgument("--collectives nccl sums GPU memory: it goes "
+                                                    "with --device cuda (here: " +
+                                                    device + "); use --collectives mpi"));
+      auto nccl = runtime::gpu::ncclCollectives(comm);
+      if (!nccl)
+        return reportError("train",
+                           nccl.status().withContext("--collectives nccl (use --collectives mpi to "
+                                                     "sum the gradients on the host instead)"));
+      o.deviceCollectives = *nccl;
+    } else if (sum != "mpi") {
+      return reportError("train",
+                         invalidArgument("--collectives must be nccl or mpi, got '" + sum + "'"));
+    }
+  }
   o.allowNonFinite = args.flag("allow-nonfinite");
   auto copts = compileOptionsFromArgs(args);
   if (!copts) return reportError("train", copts.status());
@@ -553,17 +574,20 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
       j["loss_scale"] = (*step)->lossScale();
     }
     if (comm)
-      j["data_parallel"] = {{"collectives", std::string(comm->name())},
-                            {"ranks", ranks},
-                            {"global_batch", globalBatch},
-                            {"buckets", (*step)->allReduceBuckets()},
-                            {"bucket_bytes", o.bucketBytes},
-                            {"overlap", o.overlap},
-                            {"allreduce_bytes", (*step)->communication().bytes},
-                            {"buckets_started_during_backward", startedEarly},
-                            {"median_forward_backward_ms", median(backwardMs)},
-                            {"median_exposed_allreduce_ms", median(exposedMs)},
-                            {"median_update_ms", median(updateMs)}};
+      j["data_parallel"] = {
+          {"collectives", std::string(comm->name())},
+          {"gradient_collectives",
+           std::string((o.deviceCollectives ? o.deviceCollectives : comm)->name())},
+          {"ranks", ranks},
+          {"global_batch", globalBatch},
+          {"buckets", (*step)->allReduceBuckets()},
+          {"bucket_bytes", o.bucketBytes},
+          {"overlap", o.overlap},
+          {"allreduce_bytes", (*step)->communication().bytes},
+          {"buckets_started_during_backward", startedEarly},
+          {"median_forward_backward_ms", median(backwardMs)},
+          {"median_exposed_allreduce_ms", median(exposedMs)},
+          {"median_update_ms", median(updateMs)}};
     if (loader) {
       const double totalMs = msSince(runStart);
       j["data_wait_ms"] = loader->waitMs();

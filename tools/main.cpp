@@ -152,6 +152,9 @@ std::vector<Command> commands() {
              "rank, parameters broadcast from rank 0, gradients all-reduced in buckets "
              "started during the backward"},
             {"bucket-mb", true, "--ddp: all-reduce bucket size in MB (default 25)"},
+            {"collectives", true,
+             "--ddp: what sums the gradients: nccl (on the GPU, in device memory; the default "
+             "with --device cuda) or mpi (on the host: the gradients are copied to it)"},
             {"no-overlap", false,
              "--ddp: start every all-reduce after the backward (to measure the overlap)"}})),
        &runTrain},

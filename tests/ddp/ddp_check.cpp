@@ -3,7 +3,8 @@
 //                          state of one process with batch 2B (within 1e-5, relative to each
 //                          tensor's largest value): mnist_cnn with dropout on (masks keyed by the
 //                          global sample index), SGD with Nesterov momentum and AdamW, compiled
-//                          with small buckets (started during the backward) and eager.
+//                          with small buckets (started during the backward) and eager; on the
+//                          emu device with host buckets and with device buckets.
 //   ddp_check batchnorm    a ResNet-18 (BatchNorm: each rank normalizes its own shard) keeps
 //                          every rank's whole state identical, running statistics included.
 //   ddp_check abort        rank 1 fails while rank 0 waits in an all-reduce: both stop, with
@@ -109,14 +110,17 @@ double worstDifference(const compiler::TrainingStep& a, const compiler::Training
 }
 
 // `tol`: the parameters' tolerance (relative to each tensor's largest value).
+// `deviceSum`: the step's device collectives (TrainOptions::deviceCollectives), when given.
 void equivalence(const std::shared_ptr<runtime::Collectives>& comm, const std::string& label,
                  compiler::TrainOptions o, int64_t bucketBytes, double tol = 1e-5,
-                 const std::string& model = "mnist_cnn") {
+                 const std::string& model = "mnist_cnn",
+                 std::shared_ptr<runtime::Collectives> deviceSum = nullptr) {
   const int rank = comm->rank(), ranks = comm->size();
   const int64_t batch = 8;
   o.mode.dropout = true;
   compiler::TrainOptions ddp = o;
   ddp.collectives = comm;
+  ddp.deviceCollectives = std::move(deviceSum);
   ddp.bucketBytes = bucketBytes;
   ddp.mode.firstSample = rank * batch;
   auto step = makeStep(model, batch, 0, ddp);
@@ -161,6 +165,36 @@ void equivalence(const std::shared_ptr<runtime::Collectives>& comm, const std::s
               std::to_string(early) + " started during the backward",
           rank);
 }
+
+// MPI as device collectives, on the emu device: its buffers stand behind device handles as a
+// GPU's do, but are host memory, so MPI can sum them where NCCL sums a GPU's. The step's device
+// bucket path (TrainOptions::deviceCollectives: gradients copied within the device on the
+// step's stream, summed there, copied to the host for the update) runs over two real ranks.
+class MpiOnEmuDevice final : public runtime::Collectives {
+ public:
+  explicit MpiOnEmuDevice(std::shared_ptr<runtime::Collectives> mpi) : mpi_(std::move(mpi)) {}
+  std::string_view name() const override { return "mpi-on-emu-device"; }
+  int rank() const override { return mpi_->rank(); }
+  int size() const override { return mpi_->size(); }
+  bool hostMemory() const override { return false; }
+  Status broadcast(void* data, size_t bytes, int root) override {
+    return mpi_->broadcast(data, bytes, root);
+  }
+  Status allReduceSum(void* data, size_t count, ir::DType dtype) override {
+    return mpi_->allReduceSum(data, count, dtype);
+  }
+  Expected<int> startAllReduceSum(void* data, size_t count, ir::DType dtype) override {
+    return mpi_->startAllReduceSum(data, count, dtype);
+  }
+  Expected<bool> test(int request) override { return mpi_->test(request); }
+  Status wait(int request) override { return mpi_->wait(request); }
+  [[noreturn]] void abort(const std::string& message, int exitCode) override {
+    mpi_->abort(message, exitCode);
+  }
+
+ private:
+  std::shared_ptr<runtime::Collectives> mpi_;
+};
 
 // Every rank's state equals rank 0's (sent by broadcast, compared here).
 void batchNorm(const std::shared_ptr<runtime::Collectives>& comm) {
@@ -216,6 +250,8 @@ int main(int argc, char** argv) {
     // One bucket per gradient: steps that finish several (a fused kernel's outputs) start them
     // together after one synchronize.
     equivalence(comm, "emu device, one bucket per gradient, mnist_cnn", emu, 1, 1e-5);
+    equivalence(comm, "emu device, gradients summed in device buckets, mnist_cnn", emu, 64 << 10,
+                1e-5, "mnist_cnn", std::make_shared<MpiOnEmuDevice>(comm));
   } else if (mode == "batchnorm") {
     batchNorm(comm);
   } else if (mode == "abort") {

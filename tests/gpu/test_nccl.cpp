@@ -1,10 +1,14 @@
 // NCCL collectives (runtime/gpu/nccl_collectives.h): without a GPU, a clear error; with one (the
-// device machine, scripts/gpu-check.sh), a world of one rank sums device memory in place.
+// device machine, scripts/gpu-check.sh), a world of one rank sums device memory in place. And the
+// data-parallel step's device buckets (TrainOptions::deviceCollectives): a one-rank step equals
+// the plain step, on the emu device here (device buffers behind handles) and over NCCL on a GPU.
 #include <catch2/catch.hpp>
 
 #include <cstring>
 #include <vector>
 
+#include "compiler/train.h"
+#include "models/zoo.h"
 #include "runtime/gpu/gpu_backend.h"
 #include "runtime/gpu/nccl_collectives.h"
 
@@ -13,19 +17,62 @@ using namespace kiln;
 namespace {
 
 // One process, no MPI: what NCCL's bootstrap needs of it (rank 0 of 1).
+// `device`: it claims to sum device memory (as NCCL) and counts the bytes it was handed.
 class Solo final : public runtime::Collectives {
  public:
-  std::string_view name() const override { return "solo"; }
+  explicit Solo(bool device = false) : device_(device) {}
+  std::string_view name() const override { return device_ ? "solo-device" : "solo"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  bool hostMemory() const override { return true; }
+  bool hostMemory() const override { return !device_; }
   Status broadcast(void*, size_t, int) override { return Status::ok(); }
   Status allReduceSum(void*, size_t, ir::DType) override { return Status::ok(); }
-  Expected<int> startAllReduceSum(void*, size_t, ir::DType) override { return 0; }
+  Expected<int> startAllReduceSum(void*, size_t count, ir::DType) override {
+    started += static_cast<int64_t>(count);
+    return 0;
+  }
   Expected<bool> test(int) override { return true; }
   Status wait(int) override { return Status::ok(); }
   [[noreturn]] void abort(const std::string&, int code) override { std::_Exit(code); }
+  int64_t started = 0;  // Elements.
+
+ private:
+  bool device_;
 };
+
+// Three SGD steps of mnist_cnn on `backend` (batch 4, fixed data), the data-parallel step with
+// `deviceSum` as its device collectives when given; the final parameters.
+std::vector<ir::TensorData> trainThree(std::shared_ptr<runtime::Backend> backend,
+                                       std::shared_ptr<runtime::Collectives> deviceSum, bool ddp) {
+  compiler::TrainOptions o;
+  o.sgd = {.lr = 0.05, .momentum = 0.9};
+  o.mode.dropout = false;
+  o.compile.backend = std::move(backend);
+  o.compile.runThreads = 1;
+  o.bucketBytes = 64 << 10;  // Several buckets, started during the backward.
+  if (ddp) {
+    o.collectives = std::make_shared<Solo>();
+    o.deviceCollectives = std::move(deviceSum);
+  }
+  auto model = models::buildModel("mnist_cnn", {.batch = 4, .seed = 5});
+  REQUIRE(model.hasValue());
+  auto step = compiler::TrainingStep::create(std::move(*model), o);
+  INFO(step.status().message());
+  REQUIRE(step.hasValue());
+  auto x = runtime::Tensor::zeros(ir::DType::kF32, {4, 1, 28, 28});
+  auto t = runtime::Tensor::zeros(ir::DType::kI64, {4});
+  for (int64_t i = 0; i < x->numElements(); ++i) x->data<float>()[i] = float(i % 17) / 17 - 0.5f;
+  for (int64_t i = 0; i < 4; ++i) t->data<int64_t>()[i] = i * 3;
+  for (int s = 0; s < 3; ++s) {
+    auto r = (**step)(*x, *t);
+    INFO(r.status().message());
+    REQUIRE(r.hasValue());
+  }
+  std::vector<ir::TensorData> out;
+  for (const ir::Value* p : (*step)->graph().parameters())
+    if (p->trainable()) out.push_back(p->data().clone());
+  return out;
+}
 
 }  // namespace
 
@@ -61,4 +108,44 @@ TEST_CASE("nccl collectives: a clear error without a GPU, in-place sums with one
       (*stream)->download(reinterpret_cast<std::byte*>(back.data()), buf->address(), 16).isOk());
   REQUIRE((*stream)->synchronize().isOk());
   CHECK(back == host);  // The sum over one rank.
+}
+
+TEST_CASE("data-parallel step: gradients summed in device buckets") {
+  // One rank, so that every sum is the identity: the step with device buckets (gradients copied
+  // within the device on the step's stream, summed there, copied to the host for the update) must
+  // equal the plain step bit for bit. The emu device's memory stands behind device handles as a
+  // GPU's does; on a GPU (scripts/gpu-check.sh) NCCL sums them.
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  auto sum = std::make_shared<Solo>(true);
+  const auto plain = trainThree(*emu, nullptr, false);
+  const auto buckets = trainThree(*emu, sum, true);
+  CHECK(sum->started > 100000);  // mnist_cnn's 1.2M gradient elements, three times.
+  REQUIRE(plain.size() == buckets.size());
+  for (size_t i = 0; i < plain.size(); ++i) CHECK(plain[i] == buckets[i]);
+
+  // Device collectives need device memory and the host collectives' ranks.
+  compiler::TrainOptions o;
+  o.collectives = std::make_shared<Solo>();
+  o.deviceCollectives = std::make_shared<Solo>(true);
+  auto cpu =
+      compiler::TrainingStep::create(std::move(models::buildModel("mlp", {.batch = 2}).value()), o);
+  REQUIRE_FALSE(cpu.hasValue());
+  CHECK_THAT(cpu.status().message(), Catch::Contains("keeps tensors in host memory"));
+  o.compile.backend = *emu;
+  o.deviceCollectives = std::make_shared<Solo>(false);
+  auto host =
+      compiler::TrainingStep::create(std::move(models::buildModel("mlp", {.batch = 2}).value()), o);
+  REQUIRE_FALSE(host.hasValue());
+  CHECK_THAT(host.status().message(), Catch::Contains("sum host memory"));
+
+  auto cuda = runtime::gpu::backendForDevice("cuda");
+  if (!cuda.hasValue()) return;
+  auto nccl = runtime::gpu::ncclCollectives(std::make_shared<Solo>());
+  INFO(nccl.status().message());
+  REQUIRE(nccl.hasValue());
+  const auto onGpu = trainThree(*cuda, nullptr, false);
+  const auto overNccl = trainThree(*cuda, *nccl, true);
+  REQUIRE(onGpu.size() == overNccl.size());
+  for (size_t i = 0; i < onGpu.size(); ++i) CHECK(onGpu[i] == overNccl[i]);
 }
