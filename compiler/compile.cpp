@@ -155,12 +155,10 @@ class Driver {
     };
     KILN_TRY(passes::Pipeline::standard().run(graph_, ctx));
     report_.remarks = ctx.remarks;
-    if (ctx.autocast != ir::DType::kF32 && backend_->caps().lowPrecisionConverted)
-      report_.remarks.push_back(
-          "--precision " + std::string(precisionName(opts_.precision)) + ": backend '" +
-          std::string(backend_->name()) + "' converts " + std::string(ir::dtypeName(ctx.autocast)) +
-          " products to f32 and rounds their results (the numerics of autocast; native " +
-          "low-precision kernels are not built, so they run slower than fp32)");
+    if (ctx.autocast != ir::DType::kF32 && !backend_->caps().lowPrecisionNote.empty())
+      report_.remarks.push_back("--precision " + std::string(precisionName(opts_.precision)) +
+                                " on backend '" + std::string(backend_->name()) +
+                                "': " + backend_->caps().lowPrecisionNote);
     report_.algorithmChoices = ctx.algorithmChoices;
     report_.layoutConversions = ctx.layoutConversions;
     report_.nodesOptimized = static_cast<int>(graph_.numNodes());

@@ -195,9 +195,10 @@ struct BackendCaps {
   // Generated kernels and library products take f16/bf16 operands (products accumulating in
   // f32): the autocast precisions (--precision bf16|fp16) compile for it.
   bool lowPrecision = false;
-  // Its library products widen f16/bf16 operands to f32 and round the result (correct, slower
-  // than f32): the CPU's, until oneDNN's native bf16 kernels are used. Compiles say so.
-  bool lowPrecisionConverted = false;
+  // How its library computes f16/bf16 products where not all of them are native (some operands
+  // widened to f32 and the result rounded once: correct, slower than f32), for compiles and
+  // `kiln train` to say; empty where every product is native (a GPU's tensor cores).
+  std::string lowPrecisionNote;
   // When layout selection runs convolution chains channels-last (NHWC), where hasLibraryKernel
   // takes NHWC: always (the CPU: oneDNN's fastest convolutions are NHWC), on tensor cores only
   // (a GPU: cuDNN's tensor-core kernels — tf32, bf16, fp16 — are NHWC-native and transpose NCHW

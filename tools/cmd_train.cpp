@@ -419,14 +419,13 @@ int train(const Args& args, const std::shared_ptr<runtime::Collectives>& comm) {
       std::printf("resumed from %s at step %lld\n", resumeFrom->path.c_str(),
                   static_cast<long long>(startStep));
   }
-  if (!json && o.compile.precision == compiler::Precision::kBf16 &&
-      (!o.compile.backend || o.compile.backend->name() == "cpu"))
-    std::printf(
-        "bf16 on the CPU: convolutions and matmuls read bf16 operands widened to f32 "
-        "and round their results once (%s; kiln does not call native bf16 kernels "
-        "yet)\n",
-        __builtin_cpu_supports("avx512bf16") ? "this CPU has AVX512-BF16"
-                                             : "this CPU has no native bf16 arithmetic");
+  if (!json && o.compile.precision != compiler::Precision::kFp32) {
+    const auto backend = o.compile.backend ? o.compile.backend : runtime::defaultBackend();
+    if (!backend->caps().lowPrecisionNote.empty())
+      std::printf("%s on %s: %s\n",
+                  std::string(compiler::precisionName(o.compile.precision)).c_str(),
+                  std::string(backend->name()).c_str(), backend->caps().lowPrecisionNote.c_str());
+  }
   std::vector<double> stepMs, backwardMs, exposedMs, updateMs;  // The last three: --ddp.
   int startedEarly = 0;
   double firstLoss = 0, lastLoss = 0;

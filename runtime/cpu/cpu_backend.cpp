@@ -103,8 +103,15 @@ class CpuBackend final : public Backend {
     caps_.kernelCode = "host-object";
     caps_.libraryEpilogues = true;
     caps_.channelsLast = BackendCaps::ChannelsLast::kAlways;
-    caps_.lowPrecision = true;  // Converted: lowPrecisionConverted.
-    caps_.lowPrecisionConverted = true;
+    caps_.lowPrecision = true;
+    caps_.lowPrecisionNote =
+        nativeBf16Convolutions()
+            ? "bf16 convolutions and their gradients run on oneDNN's native bf16 kernels (this "
+              "CPU has AVX512-BF16); matmuls and every fp16 product read their operands widened "
+              "to f32 and round their results once (slower than fp32)"
+            : "every bf16/fp16 convolution and matmul reads its operands widened to f32 and "
+              "rounds its result once (this CPU has no native bf16 arithmetic): the numerics of "
+              "autocast, slower than fp32";
     caps_.hostAddressable = true;
   }
   std::string_view name() const override { return "cpu"; }

@@ -5,6 +5,8 @@
 // conv_dnnl.cpp does for NCHW forward convolutions.
 // Shapes that oneDNN would run on its reference implementation return kUnimplemented, so that
 // kiln's own reference kernel (parallel, vectorized) runs them instead.
+// bf16 operands (autocast, where nativeBf16Products()): the two operands read are bf16, the
+// gradient written f32 (the caller rounds it once), on oneDNN's bf16 kernels.
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -41,26 +43,31 @@ std::optional<ReorderPlan> reorderIfNeeded(const memory::desc& from, const memor
 // Channels-last activations run as they are (brgconv's backward runs nhwc as fast as blocked
 // formats: resnet18's layer1 shape 15.0 / 14.4 ms against 15.0 / 15.8), NCHW ones in the
 // primitive's choice of format.
+// `in`: the type of the operands read (f32 or bf16); the gradient written is f32.
 Expected<std::shared_ptr<const BackwardPlan>> makePlan(const ConvGeometry& g, bool weights,
-                                                       bool nhwc) {
+                                                       bool nhwc, memory::data_type in) {
   const auto f32 = memory::data_type::f32;
+  // The gradient written is f32, what it is computed from `in`.
+  const auto srcType = weights ? in : f32, wType = weights ? f32 : in;
   const memory::dims src{g.n, g.c, g.h, g.w}, dst{g.n, g.m, g.oh, g.ow};
   const memory::dims wdims = g.group == 1
                                  ? memory::dims{g.m, g.c, g.kh, g.kw}
                                  : memory::dims{g.group, g.mPerGroup(), g.cPerGroup(), g.kh, g.kw};
   const Tag activations = nhwc ? Tag::nhwc : Tag::any, user = nhwc ? Tag::nhwc : Tag::nchw;
-  const memory::desc srcAny(src, f32, activations), dstAny(dst, f32, activations),
-      wAny(wdims, f32, Tag::any);
-  const memory::desc srcUser(src, f32, user), dstUser(dst, f32, user),
-      wUser(wdims, f32, g.group == 1 ? Tag::oihw : Tag::goihw);
+  const memory::desc srcAny(src, srcType, activations), dstAny(dst, in, activations),
+      wAny(wdims, wType, Tag::any);
+  const memory::desc srcUser(src, srcType, user), dstUser(dst, in, user),
+      wUser(wdims, wType, g.group == 1 ? Tag::oihw : Tag::goihw);
   const memory::dims strides{g.strideH, g.strideW}, dil{g.dilH - 1, g.dilW - 1},
       padL{g.padTop, g.padLeft}, padR{g.padBottom, g.padRight};
   const auto alg = dnnl::algorithm::convolution_direct;
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  // The forward the gradients belong to (its operands all in `in`).
   const dnnl::convolution_forward::primitive_desc hint(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, srcAny, wAny, dstAny,
-                                      strides, dil, padL, padR),
+      dnnl::convolution_forward::desc(
+          dnnl::prop_kind::forward_training, alg, memory::desc(src, in, activations),
+          memory::desc(wdims, in, Tag::any), dstAny, strides, dil, padL, padR),
       cpuEngine());
   auto plan = std::make_shared<BackwardPlan>();
   if (weights) {
@@ -117,11 +124,13 @@ Status runConvBackwardDnnl(const Call& call, bool weights) {
     key.add(v);
   key.add(int64_t{maxThreads()});
   key.add(int64_t{call.options.channelsLast});
+  const memory::data_type in = operandType(grad.dtype());
+  key.add(int64_t{static_cast<int64_t>(in)});
   KILN_ASSIGN_OR_RETURN(
       std::shared_ptr<const BackwardPlan> plan,
       plans().getOrCreate(key.str(), [&]() -> Expected<std::shared_ptr<const BackwardPlan>> {
         try {
-          return makePlan(g, weights, call.options.channelsLast);
+          return makePlan(g, weights, call.options.channelsLast, in);
         } catch (const dnnl::error& e) {
           return unimplemented(std::string("oneDNN has no primitive: ") + e.what());
         }

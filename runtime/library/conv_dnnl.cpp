@@ -11,6 +11,11 @@
 // Weights are OIHW (goihw with groups) and reordered into the primitive's format, through
 // the caller's LibraryCache when there is one.
 //
+// bf16 operands (autocast, where nativeBf16Products()): the source and weights are bf16, the
+// bias, the destination and the post-ops' addends f32 (the caller rounds the result once), so
+// that the products run on oneDNN's bf16 kernels (vdpbf16ps, f32 accumulation). A shape oneDNN
+// would run on its reference code is kUnimplemented: the caller converts instead.
+//
 // Post-ops. The leading kAdds go into the primitive (nanExactPostOpPrefix: activations run
 // in kiln's epilogue, which keeps NaN as the reference does): the first becomes a sum post-op
 // (dst is prefilled with the residual: brgconv keeps its fast path, which a binary post-op with
@@ -56,8 +61,9 @@ PlanCache<ConvPlan>& convPlans() {
   return cache;
 }
 
-memory::desc activationMd(int64_t n, int64_t c, int64_t h, int64_t w, bool channelsLast) {
-  return memory::desc({n, c, h, w}, memory::data_type::f32, channelsLast ? Tag::nhwc : Tag::nchw);
+memory::desc activationMd(int64_t n, int64_t c, int64_t h, int64_t w, bool channelsLast,
+                          memory::data_type type = memory::data_type::f32) {
+  return memory::desc({n, c, h, w}, type, channelsLast ? Tag::nhwc : Tag::nchw);
 }
 
 memory::dims weightDims(const ConvGeometry& g) {
@@ -66,9 +72,10 @@ memory::dims weightDims(const ConvGeometry& g) {
 }
 
 std::string planKey(const ConvGeometry& g, ConvAlgo algo, bool channelsLast, bool bias,
-                    std::span<const PostOp> post) {
+                    std::span<const PostOp> post, memory::data_type in = memory::data_type::f32) {
   CacheKey key("conv2d");
   key.add(int64_t{static_cast<int64_t>(algo)}).add(int64_t{channelsLast}).add(int64_t{bias});
+  key.add(int64_t{static_cast<int64_t>(in)});
   for (int64_t v : {g.n, g.c, g.h, g.w, g.m, g.kh, g.kw, g.oh, g.ow, g.group, g.strideH, g.strideW,
                     g.padTop, g.padLeft, g.padBottom, g.padRight, g.dilH, g.dilW})
     key.add(v);
@@ -76,16 +83,18 @@ std::string planKey(const ConvGeometry& g, ConvAlgo algo, bool channelsLast, boo
   return key.str();
 }
 
+// `in`: the source's and the weights' type (f32 or bf16); everything else is f32.
 Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGeometry& g,
                                                    ConvAlgo algo, bool channelsLast, bool bias,
-                                                   std::span<const PostOp> post) {
+                                                   std::span<const PostOp> post,
+                                                   memory::data_type in = memory::data_type::f32) {
   const auto f32 = memory::data_type::f32;
   auto plan = std::make_shared<ConvPlan>();
   plan->key = std::move(key);
-  plan->userSrcMd = activationMd(g.n, g.c, g.h, g.w, channelsLast);
+  plan->userSrcMd = activationMd(g.n, g.c, g.h, g.w, channelsLast, in);
   plan->userDstMd = activationMd(g.n, g.m, g.oh, g.ow, channelsLast);
-  plan->userWeightsMd = memory::desc(weightDims(g), f32, g.group == 1 ? Tag::oihw : Tag::goihw);
-  const memory::desc weightsAny(weightDims(g), f32, Tag::any);
+  plan->userWeightsMd = memory::desc(weightDims(g), in, g.group == 1 ? Tag::oihw : Tag::goihw);
+  const memory::desc weightsAny(weightDims(g), in, Tag::any);
   const memory::desc biasMd = bias ? memory::desc({g.m}, f32, Tag::x) : memory::desc();
   const auto alg = algo == ConvAlgo::kWinograd ? dnnl::algorithm::convolution_winograd
                                                : dnnl::algorithm::convolution_direct;
@@ -93,7 +102,7 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
   std::vector<std::pair<memory::desc, memory::desc>> formats;
   if (channelsLast && alg == dnnl::algorithm::convolution_direct)
     formats.emplace_back(plan->userSrcMd, plan->userDstMd);
-  formats.emplace_back(memory::desc({g.n, g.c, g.h, g.w}, f32, Tag::any),
+  formats.emplace_back(memory::desc({g.n, g.c, g.h, g.w}, in, Tag::any),
                        memory::desc({g.n, g.m, g.oh, g.ow}, f32, Tag::any));
 
   auto tryCreate = [&](const std::pair<memory::desc, memory::desc>& fmt,
@@ -133,6 +142,8 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
   if (!pd)
     return unimplemented(std::string("oneDNN has no ") + std::string(convAlgoName(algo)) +
                          " convolution for this shape");
+  if (in != f32 && isReferenceImpl(*pd))
+    return unimplemented("oneDNN runs this bf16 convolution on its reference code");
   {
     for (size_t i = 0; i < plan->fusedPostOps; ++i) {
       if (post[i].kind == PostOp::Kind::kAdd && plan->binaryIndex[i] < 0) {
@@ -185,9 +196,10 @@ bool winogradAvailable(const ConvGeometry& g) {
 Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo) {
   const bool bias = call.in.size() == 3;
   const bool channelsLast = call.options.channelsLast;
-  const std::string key = planKey(g, algo, channelsLast, bias, call.post);
+  const memory::data_type in = operandType(call.in[0].dtype());
+  const std::string key = planKey(g, algo, channelsLast, bias, call.post, in);
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<const ConvPlan> plan, convPlans().getOrCreate(key, [&] {
-    return makePlan(key, g, algo, channelsLast, bias, call.post);
+    return makePlan(key, g, algo, channelsLast, bias, call.post, in);
   }));
   // Preparing reads the weights only, and keeps them only in a cache.
   if (call.options.prepare && !call.options.cache) return Status::ok();

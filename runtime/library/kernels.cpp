@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 
+#include "runtime/library/dnnl_support.h"
 #include "runtime/library/epilogue.h"
 #include "runtime/library/families.h"
 #include "runtime/reference/helpers.h"
@@ -177,6 +178,44 @@ Status runConverted(OpKind op, std::span<const Tensor> inputs, std::span<const T
   return Status::ok();
 }
 
+// A bf16 convolution or convolution gradient on oneDNN's native bf16 kernels (where
+// nativeBf16Convolutions()): the operands the products read stay bf16, everything else (a
+// convolution's bias and residual addends, the result, the post-ops) is f32, and the result is
+// rounded once into `output`: the numerics of the converted call, at bf16 speed. kUnimplemented
+// for other ops, algorithms and shapes oneDNN runs on its reference code (the caller converts).
+Status runNativeBf16(OpKind op, const ir::AttrView& attrs, std::span<const Tensor> inputs,
+                     std::span<const PostOp> post, std::span<const Tensor> extra, Tensor& output,
+                     const LibraryOptions& options) {
+  const bool forward = op == OpKind::kConv2d;
+  const bool gradient = op == OpKind::kConv2dBackwardData || op == OpKind::kConv2dBackwardWeight;
+  if (!forward && (!gradient || !post.empty())) return unimplemented("no native bf16 kernel");
+  const size_t products = 2;  // conv2d (x, w); the gradients (dy, w or x): the third is a shape.
+  for (size_t i = 0; i < products; ++i)
+    if (inputs[i].dtype() != ir::DType::kBF16 || !inputs[i].isContiguous())
+      return unimplemented("native bf16 products take contiguous bf16 operands");
+  const lib::ConvGeometry g = lib::ConvGeometry::of(
+      attrs, inputs[forward ? 0 : (op == OpKind::kConv2dBackwardData ? 2 : 1)].shape(),
+      inputs[forward ? 1 : (op == OpKind::kConv2dBackwardData ? 1 : 2)].shape());
+  if (g.c == 0 || g.m == 0) return unimplemented("an empty convolution");
+  if (forward && resolvedConvAlgo(options.algo, g) != ConvAlgo::kDirect)
+    return unimplemented("native bf16 convolutions are oneDNN's direct ones");
+  std::vector<Tensor> in(inputs.begin(), inputs.end()), wideExtra;
+  if (forward && in.size() == 3) {
+    KILN_ASSIGN_OR_RETURN(in[2], widened(inputs[2]));  // The bias.
+  }
+  for (const Tensor& e : extra) {
+    KILN_ASSIGN_OR_RETURN(Tensor w, widened(e));
+    wideExtra.push_back(std::move(w));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor wideOut, Tensor::empty(ir::DType::kF32, output.shape()));
+  const lib::Call call{attrs, in, post, wideExtra, wideOut, options};
+  KILN_TRY(forward ? lib::runConvDnnl(call, g, ConvAlgo::kDirect)
+                   : lib::runConvBackwardDnnl(call, op == OpKind::kConv2dBackwardWeight));
+  ref::floatToHalfBits(output.dtype(), wideOut.data<float>(), output.data<uint16_t>(),
+                       output.numElements());
+  return Status::ok();
+}
+
 // The RefKernel-ABI library kernel of Op: plain NCHW, no post-ops, no weight cache. What the
 // library cannot express runs the reference kernel, so the result is always the reference's.
 template <OpKind Op>
@@ -279,15 +318,24 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
   }
 }
 
+bool nativeBf16Convolutions() {
+  return lib::nativeBf16Products();
+}
+
 Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
                              std::span<const Tensor> inputs, std::span<const PostOp> post,
                              std::span<const Tensor> extra, Tensor& output,
                              const LibraryOptions& options) {
   // f16/bf16 (autocast): the operands widened to f32 (exact), the f32 call with its post-ops,
-  // the result rounded once, as a GPU's library computes it. Converted, not native: slower than
-  // f32 on every CPU (oneDNN's bf16 kernels are not used yet).
+  // the result rounded once, as a GPU's library computes it. bf16 convolutions and their
+  // gradients run on oneDNN's native bf16 kernels where the CPU has them (runNativeBf16: the
+  // same numerics, f32 accumulation); the rest is converted, slower than f32.
   if (output.defined() && isHalf(output.dtype())) {
     if (options.prepare) return Status::ok();
+    if (output.dtype() == ir::DType::kBF16 && nativeBf16Convolutions()) {
+      Status s = runNativeBf16(op, attrs, inputs, post, extra, output, options);
+      if (s.code() != ErrorCode::kUnimplemented) return s;
+    }
     // Training's BatchNorm and gradient kernels (channels-last ops that are neither autocast
     // products nor low-precision ops) compute in their type, as their reference kernels and
     // eager mode do: through plain copies when channels-last.

@@ -110,6 +110,11 @@ struct LibraryOptions {
 // result is always the reference's.
 RefKernel libraryKernel(ir::OpKind op, ir::DType dtype);
 
+// Whether bf16 convolutions and their gradients run on oneDNN's native bf16 kernels on this CPU
+// (AVX512-BF16 or AMX: f32 accumulation, the result rounded once); elsewhere, and for every other
+// f16/bf16 library call, the operands are widened to f32 and the result rounded once.
+bool nativeBf16Convolutions();
+
 // The same ops with an epilogue: `extra` holds the tensors kAdd post-ops read (same shape and
 // layout as the output). Supported for conv2d, linear, gemm, matmul, max_pool2d and
 // avg_pool2d in f32 with contiguous tensors; kUnimplemented for other ops and dtypes, for an

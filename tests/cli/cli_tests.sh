@@ -246,7 +246,7 @@ check "run --device emu --precision fp16 --eager" 0 "ran mnist_cnn eagerly" -- \
   "$KILN" run mnist_cnn --device emu --precision fp16 --eager --cache-dir cache
 check "--precision bf16 on the CPU (converted)" 0 "first:" -- \
   "$KILN" run mlp --precision bf16 --cache-dir cache
-check "compile --precision bf16 on the CPU says it converts" 0 "converts bf16 products to f32" -- \
+check "compile --precision bf16 on the CPU says what it converts" 0 "operands widened to f32" -- \
   "$KILN" compile mlp --precision bf16 --verbose --cache-dir cache
 check "unknown --precision" 2 "unknown precision 'fp8' \(fp32, tf32, bf16 or fp16\)" -- \
   "$KILN" run mlp --device emu --precision fp8

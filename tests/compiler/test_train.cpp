@@ -213,8 +213,9 @@ TEST_CASE(
   std::filesystem::remove_all(o.compile.cacheDir);
 }
 
-TEST_CASE("precision bf16 on the CPU: converted products, compiled == eager, near fp32") {
-  // The CPU's library converts bf16 operands to f32 and rounds results (no native bf16 yet):
+TEST_CASE("precision bf16 on the CPU: native or converted products, compiled == eager, near fp32") {
+  // The CPU's library runs bf16 convolutions on oneDNN's native bf16 kernels where the CPU has
+  // them and converts the other products (operands widened to f32, results rounded once):
   // compiled inference and a compiled training step agree with their eager runs on the same
   // autocast graph (the reference kernels' bf16 rule), and stay near fp32.
   const std::string name = GENERATE(as<std::string>{}, "mlp", "mnist_cnn");

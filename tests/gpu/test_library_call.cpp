@@ -478,14 +478,15 @@ TEST_CASE("library calls: --precision tf32 rounds the multiplicands, and only on
   auto refused = compiler::compile(*g, onCpu);
   CHECK(refused.status().code() == ErrorCode::kInvalidArgument);
   CHECK_THAT(refused.status().message(), Catch::Contains("--device cuda"));
-  // bf16 autocast compiles there, its products converted to f32 and rounded (and it says so).
+  // bf16 autocast compiles there, its products native or converted to f32 and rounded (and it
+  // says which).
   onCpu.precision = compiler::Precision::kBf16;
   auto converted = compiler::compile(*g, onCpu);
   INFO(converted.status().message());
   REQUIRE(converted.hasValue());
   bool said = false;
   for (const auto& r : (*converted)->report().remarks)
-    said = said || r.find("converts bf16 products to f32") != std::string::npos;
+    said = said || r.find("operands widened to f32") != std::string::npos;
   CHECK(said);
   CHECK(*compiler::parsePrecision("fp16") == compiler::Precision::kFp16);
   CHECK(compiler::parsePrecision("fp8").status().code() == ErrorCode::kInvalidArgument);

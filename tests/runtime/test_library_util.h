@@ -53,6 +53,14 @@ inline Tensor toBf16(const Tensor& t) {
   return *h;
 }
 
+// `h` (bf16) widened to f32 (exact).
+inline Tensor fromBf16(const Tensor& h) {
+  auto f = Tensor::empty(DType::kF32, h.shape());
+  REQUIRE(f.hasValue());
+  runtime::ref::halfBitsToFloat(DType::kBF16, h.data<uint16_t>(), f->data<float>(),
+                                h.numElements());
+  return *f;
+}
 // A copy of an NCHW tensor stored channels-last; the shape stays logical [N,C,H,W].
 inline Tensor toNhwc(const Tensor& x) {
   const Shape& s = x.shape();
