@@ -247,6 +247,41 @@ TEST_CASE("library conv2d with an in-place residual (the output is the kAdd inpu
   }
 }
 
+TEST_CASE("library conv2d of a large channels-last batch runs in slices of images",
+          "[library][conv][postops]") {
+  // Outputs over 8 MB whose post-ops end in kiln's epilogue pass run a few images at a time
+  // (conv_dnnl.cpp, imagesPerSlice), the residual added in that pass: the result is the
+  // reference's for a residual of its own and one planned in place over the output, for a batch
+  // of 4 at 100x100 (slices of 1 image: 2.6 MB) and of 6 at 80x80 (slices of 2: 3.3 MB).
+  for (const auto& [n, side] : {std::pair<int64_t, int64_t>{4, 100}, {6, 80}}) {
+    const ConvCase c{"1x1 16->64", {n, 16, side, side}, 64,     1, 1,
+                     {1, 1},       {0, 0, 0, 0},        {1, 1}, 1, true};
+    const ir::AttrMap attrs = attrsOf(c);
+    const std::vector<Tensor> in = inputsOf(c, 17);
+    const Shape yShape = inferredShape(OpKind::kConv2d, in, attrs);
+    const Tensor residual = randomTensor(yShape, 19);
+    for (const auto& post : {std::vector<PostOp>{postOp(Kind::kAdd, 0, 0, 0), postOp(Kind::kRelu)},
+                             std::vector<PostOp>{postOp(Kind::kRelu)}}) {
+      const Tensor want = referenceWithPostOps(OpKind::kConv2d, in, attrs, post, {residual});
+      for (const bool inPlace : {false, true}) {
+        INFO("batch " << n << ", " << post.size() << " post-ops, in place " << inPlace);
+        LibraryOptions options;
+        options.channelsLast = true;
+        const std::vector<Tensor> nhwcIn{toNhwc(in[0]), in[1], in[2]};
+        Tensor out = emptyLike(yShape);
+        const Tensor r = toNhwc(residual);
+        if (inPlace) REQUIRE(out.copyFrom(r).isOk());
+        const std::vector<Tensor> extra{inPlace ? out : r};
+        REQUIRE(runtime::runLibraryWithPostOps(OpKind::kConv2d,
+                                               ir::AttrView(ir::opInfo(OpKind::kConv2d), attrs),
+                                               nhwcIn, post, extra, out, options)
+                    .isOk());
+        checkRelClose(fromNhwc(out), want, 1e-5);
+      }
+    }
+  }
+}
+
 TEST_CASE("library conv2d keeps reordered weights in the caller's cache", "[library][conv]") {
   const ConvCase c{"3x3", {1, 16, 8, 8}, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true};
   const ir::AttrMap attrs = attrsOf(c);
