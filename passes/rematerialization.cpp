@@ -6,11 +6,14 @@
 //
 // Always: values of the graph's inputs alone (which live through the whole step), such as a
 // channels-last step's image (resnet18 at batch 32: 19 MB, read by the first convolution and,
-// last of all, by its weight gradient). With PassContext::recompute (kiln train --recompute):
-// every pointwise or channelwise value, through chains of up to kMaxChain such ops, from values
-// live at its later readers (parameters included: an optimizer's in-place update runs after
-// every read of its parameter), such as a ReLU of a training BatchNorm, recomputed in the
-// backward pass from the convolution output the BatchNorm gradient keeps anyway.
+// last of all, by its weight gradient); and widening ops (one input, a larger output: autocast's
+// bf16 -> f32 casts of convolution outputs, read by BatchNorm in both passes), recomputed from
+// their input, which is kept until the later readers instead (its bytes for the output's). With
+// PassContext::recompute (kiln train --recompute): every pointwise or channelwise value, through
+// chains of up to kMaxChain such ops, from values live at its later readers (parameters included:
+// an optimizer's in-place update runs after every read of its parameter), such as a ReLU of a
+// training BatchNorm, recomputed in the backward pass from the convolution output the BatchNorm
+// gradient keeps anyway.
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
@@ -30,6 +33,12 @@ constexpr size_t kForever = std::numeric_limits<size_t>::max();
 bool pointwise(const ir::Node& n) {
   return (n.info().has(ir::kPointwise) || n.info().has(ir::kChannelwise)) &&
          n.outputs().size() == 1;
+}
+
+// A pointwise op of one computed input whose output takes more bytes than it (a widening cast).
+bool widening(const ir::Node& n) {
+  return n.inputs().size() == 1 && n.input(0)->producer() &&
+         n.output()->type().byteSize() > n.input(0)->type().byteSize();
 }
 
 class Rematerializer {
@@ -62,6 +71,12 @@ class Rematerializer {
         ir::Node* reader = readers[r];
         if (position_[reader] - position_[readers[r - 1]] > kGap) {
           int budget = kMaxChain;
+          if (!available(n, position_[reader], budget) && widening(*n)) {
+            ir::Value* source = n->input(0);  // Kept until this reader, in the output's place.
+            lastUse_[source] = std::max(lastUse_[source], position_[reader]);
+            kept_.insert(source);
+          }
+          budget = kMaxChain;
           copy = available(n, position_[reader], budget) ? clone(n, reader) : nullptr;
           copies += copy != nullptr;
         }
@@ -80,10 +95,11 @@ class Rematerializer {
   }
 
  private:
-  // Whether `v` is alive at `at` anyway: a graph input; with recompute, also a parameter or a
-  // value read at or after `at`.
+  // Whether `v` is alive at `at` anyway: a graph input, or a widening op's input kept for its
+  // recomputation; with recompute, also a parameter or a value read at or after `at`.
   bool alive(const ir::Value* v, size_t at) {
-    return inputs_.count(v) || (recompute_ && (!v->producer() || lastUse_[v] >= at));
+    return inputs_.count(v) || (kept_.count(v) && lastUse_[v] >= at) ||
+           (recompute_ && (!v->producer() || lastUse_[v] >= at));
   }
 
   // Whether `v` can be read at `at`: alive there, or (with recompute) computed again there.
@@ -118,6 +134,7 @@ class Rematerializer {
   std::unordered_map<const ir::Node*, size_t> position_;  // A copy: its reader's.
   std::unordered_map<const ir::Value*, size_t> lastUse_;
   std::unordered_set<const ir::Value*> inputs_;
+  std::unordered_set<const ir::Value*> kept_;  // Widening ops' inputs kept to recompute them.
 };
 
 }  // namespace
