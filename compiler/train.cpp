@@ -128,6 +128,10 @@ Expected<std::unique_ptr<TrainingStep>> TrainingStep::create(ir::Graph model,
   }
   KILN_ASSIGN_OR_RETURN(auto grads, passes::appendBackward(g, lossForGrads, params));
   const std::shared_ptr<runtime::Collectives>& comm = options.collectives;
+  if (options.deviceCollectives && !comm)
+    return invalidArgument(
+        "TrainOptions::deviceCollectives sum the gradients of a data-parallel step, which also "
+        "needs TrainOptions::collectives (host memory: MPI) for the parameters and the loss");
   std::vector<ir::Value*> outs{loss, logits};
   CompileOptions co = options.compile;
   co.inference = false;

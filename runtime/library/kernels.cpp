@@ -189,10 +189,17 @@ Status runNativeBf16(OpKind op, const ir::AttrView& attrs, std::span<const Tenso
   const bool forward = op == OpKind::kConv2d;
   const bool gradient = op == OpKind::kConv2dBackwardData || op == OpKind::kConv2dBackwardWeight;
   if (!forward && (!gradient || !post.empty())) return unimplemented("no native bf16 kernel");
-  const size_t products = 2;  // conv2d (x, w); the gradients (dy, w or x): the third is a shape.
-  for (size_t i = 0; i < products; ++i)
-    if (inputs[i].dtype() != ir::DType::kBF16 || !inputs[i].isContiguous())
-      return unimplemented("native bf16 products take contiguous bf16 operands");
+  // Every operand contiguous bf16, as the converted call requires (conv2d reads x and w and
+  // widens its bias; the gradients read two operands, the third gives a shape), every add
+  // post-op's operand the output's shape.
+  if (inputs.size() < 2) return unimplemented("native bf16 products take two operands");
+  for (auto group : {inputs, extra})
+    for (const Tensor& t : group)
+      if (!t.defined() || t.dtype() != ir::DType::kBF16 || !t.isContiguous())
+        return unimplemented("native bf16 products take contiguous bf16 operands");
+  for (const Tensor& e : extra)
+    if (e.shape() != output.shape()) return unimplemented("an add operand of another shape");
+  if (output.numElements() == 0) return Status::ok();
   const lib::ConvGeometry g = lib::ConvGeometry::of(
       attrs, inputs[forward ? 0 : (op == OpKind::kConv2dBackwardData ? 2 : 1)].shape(),
       inputs[forward ? 1 : (op == OpKind::kConv2dBackwardData ? 1 : 2)].shape());

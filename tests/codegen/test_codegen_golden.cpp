@@ -581,6 +581,16 @@ graph g(%a : f32[3,5000], %b : f32[7], %c : f32[7]) {
   const std::string text = codegen::renderKernel(*h, codegen::Dialect::kCpu);
   CHECK_THAT(text, Catch::Contains("static void h_p3(") &&
                        Catch::Contains("extern \"C\" void h(void* const* kiln_args"));
+  // CUDA C (the CUDA check of a CPU compile): each part a kernel of its own, which NVRTC takes.
+  const std::string cuda = codegen::renderKernel(*h, codegen::Dialect::kCuda);
+  CHECK_THAT(cuda,
+             Catch::Contains("__global__ void h_p0(") && Catch::Contains("__global__ void h_p3("));
+  if (codegen::cudaCompilerAvailable()) {
+    auto ptx = codegen::compileCuda(codegen::renderModule({&*h, 1}, codegen::Dialect::kCuda),
+                                    "horizontal.cu", 80);
+    INFO(ptx.status().message());
+    CHECK(ptx.hasValue());
+  }
   // Joining a horizontal kernel flattens it.
   auto again = codegen::horizontalKernel("h2", {*h, parts[0]});
   CHECK_FALSE(again.hasValue());  // Two parts would write %x.

@@ -124,7 +124,14 @@ TEST_CASE("data-parallel step: gradients summed in device buckets") {
   REQUIRE(plain.size() == buckets.size());
   for (size_t i = 0; i < plain.size(); ++i) CHECK(plain[i] == buckets[i]);
 
-  // Device collectives need device memory and the host collectives' ranks.
+  // Device collectives need host collectives beside them, device memory and the same ranks.
+  compiler::TrainOptions alone;
+  alone.deviceCollectives = std::make_shared<Solo>(true);
+  alone.compile.backend = *emu;
+  auto lone = compiler::TrainingStep::create(
+      std::move(models::buildModel("mlp", {.batch = 2}).value()), alone);
+  REQUIRE_FALSE(lone.hasValue());
+  CHECK_THAT(lone.status().message(), Catch::Contains("needs TrainOptions::collectives"));
   compiler::TrainOptions o;
   o.collectives = std::make_shared<Solo>();
   o.deviceCollectives = std::make_shared<Solo>(true);
