@@ -206,18 +206,31 @@ Status runNativeBf16(OpKind op, const ir::AttrView& attrs, std::span<const Tenso
   if (g.c == 0 || g.m == 0) return unimplemented("an empty convolution");
   if (forward && resolvedConvAlgo(options.algo, g) != ConvAlgo::kDirect)
     return unimplemented("native bf16 convolutions are oneDNN's direct ones");
+  // Preparing (LibraryOptions::prepare) makes the primitive and reorders the weights only: the
+  // activations are placeholders, read as f32 for their shapes, nothing allocated or converted.
+  auto asF32 = [](const Tensor& t) {
+    return Tensor::wrap(const_cast<std::byte*>(t.rawData()), ir::DType::kF32, t.shape());
+  };
   std::vector<Tensor> in(inputs.begin(), inputs.end()), wideExtra;
   if (forward && in.size() == 3) {
     KILN_ASSIGN_OR_RETURN(in[2], widened(inputs[2]));  // The bias.
   }
   for (const Tensor& e : extra) {
+    if (options.prepare) {
+      wideExtra.push_back(asF32(e));
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(Tensor w, widened(e));
     wideExtra.push_back(std::move(w));
   }
-  KILN_ASSIGN_OR_RETURN(Tensor wideOut, Tensor::empty(ir::DType::kF32, output.shape()));
+  Tensor wideOut = asF32(output);
+  if (!options.prepare) {
+    KILN_ASSIGN_OR_RETURN(wideOut, Tensor::empty(ir::DType::kF32, output.shape()));
+  }
   const lib::Call call{attrs, in, post, wideExtra, wideOut, options};
   KILN_TRY(forward ? lib::runConvDnnl(call, g, ConvAlgo::kDirect)
                    : lib::runConvBackwardDnnl(call, op == OpKind::kConv2dBackwardWeight));
+  if (options.prepare) return Status::ok();
   ref::floatToHalfBits(output.dtype(), wideOut.data<float>(), output.data<uint16_t>(),
                        output.numElements());
   return Status::ok();
@@ -338,11 +351,11 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
   // gradients run on oneDNN's native bf16 kernels where the CPU has them (runNativeBf16: the
   // same numerics, f32 accumulation); the rest is converted, slower than f32.
   if (output.defined() && isHalf(output.dtype())) {
-    if (options.prepare) return Status::ok();
     if (output.dtype() == ir::DType::kBF16 && nativeBf16Convolutions()) {
       Status s = runNativeBf16(op, attrs, inputs, post, extra, output, options);
       if (s.code() != ErrorCode::kUnimplemented) return s;
     }
+    if (options.prepare) return Status::ok();  // Converted calls have nothing to prepare.
     // Training's BatchNorm and gradient kernels (channels-last ops that are neither autocast
     // products nor low-precision ops) compute in their type, as their reference kernels and
     // eager mode do: through plain copies when channels-last.

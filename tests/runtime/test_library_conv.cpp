@@ -320,6 +320,39 @@ TEST_CASE("library conv2d keeps reordered weights in the caller's cache", "[libr
   CHECK(cache.bytes() == 0);
 }
 
+TEST_CASE("a prepared bf16 conv2d call reorders its weights where it runs natively",
+          "[library][conv]") {
+  // Native bf16 convolutions (runtime::nativeBf16Convolutions()) are prepared like f32 ones: the
+  // bf16 weights reordered into the cache, nothing computed, the output untouched; converted
+  // calls have nothing to prepare.
+  const ConvCase c{"3x3", {2, 16, 8, 8}, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true};
+  const ir::AttrMap attrs = attrsOf(c);
+  const std::vector<Tensor> f32 = inputsOf(c, 29);
+  const std::vector<Tensor> in{toBf16(toNhwc(f32[0])), toBf16(f32[1]), toBf16(f32[2])};
+  const Shape yShape = inferredShape(OpKind::kConv2d, f32, attrs);
+  runtime::LibraryCache cache;
+  LibraryOptions options;
+  options.channelsLast = true;
+  options.cache = &cache;
+  options.prepare = true;
+  Tensor out = *Tensor::empty(DType::kBF16, yShape);
+  std::fill_n(out.data<uint16_t>(), out.numElements(), uint16_t{0x4242});
+  const ir::AttrView view(ir::opInfo(OpKind::kConv2d), attrs);
+  REQUIRE(runtime::runLibraryWithPostOps(OpKind::kConv2d, view, in, {}, {}, out, options).isOk());
+  for (int64_t i = 0; i < out.numElements(); ++i) REQUIRE(out.data<uint16_t>()[i] == 0x4242);
+  CHECK(cache.numEntries() == (runtime::nativeBf16Convolutions() ? 1u : 0u));
+  // The call after it finds its weights ready and computes the f32 call's result, rounded once.
+  const size_t hits = cache.hits();
+  options.prepare = false;
+  REQUIRE(runtime::runLibraryWithPostOps(OpKind::kConv2d, view, in, {}, {}, out, options).isOk());
+  if (runtime::nativeBf16Convolutions()) CHECK(cache.hits() > hits);
+  Tensor want = emptyLike(yShape);
+  const std::vector<Tensor> wide{fromBf16(in[0]), fromBf16(in[1]), fromBf16(in[2])};
+  REQUIRE(
+      runtime::runLibraryWithPostOps(OpKind::kConv2d, view, wide, {}, {}, want, options).isOk());
+  checkRelClose(fromBf16(out), fromBf16(toBf16(want)), 1.0 / 128);
+}
+
 TEST_CASE("a prepared conv2d call reorders its weights into the cache and computes nothing",
           "[library][conv]") {
   const ConvCase c{"3x3", {1, 16, 8, 8}, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true};
