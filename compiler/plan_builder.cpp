@@ -33,12 +33,6 @@ class PlanBuilder {
         tf32_(in.tf32),
         report_(report) {}
 
-  const ir::Value* root(const ir::Value* v) const {
-    for (auto it = s_.aliasOf.find(v); it != s_.aliasOf.end(); it = s_.aliasOf.find(v))
-      v = it->second;
-    return v;
-  }
-
   // Whether step `writer`, which produces `v`, may write it over parameter `p`: same type, p has
   // data, no later step and no graph output reads p (or a view of it), and the producing step reads
   // p, if at all, only as a generated kernel reading each element where it writes its outputs.
@@ -47,11 +41,11 @@ class PlanBuilder {
         p->data().byteSize() != v->type().byteSize())
       return false;
     for (const ir::Value* o : graph_.outputs())
-      if (root(o) == p) return false;
+      if (s_.root(o) == p) return false;
     for (size_t si = static_cast<size_t>(writer); si < s_.steps.size(); ++si) {
       const StepDraft& s = s_.steps[si];
       for (size_t a = 0; a < s.inputs.size(); ++a) {
-        if (root(s.inputs[a]) != p) continue;
+        if (s_.root(s.inputs[a]) != p) continue;
         if (static_cast<int>(si) > writer) return false;
         // The writer itself: each element of p is loaded in the iteration that stores that
         // element of every output (a fused SGD or Adam update stores a parameter and its state
@@ -140,7 +134,7 @@ class PlanBuilder {
     for (int si = 0; si < numSteps; ++si)
       for (const ir::Value* v : s_.steps[si].outputs)
         if (!storageOf.count(v)) addStorage(v, runtime::BufferRef::Kind::kArena, 0, si);
-    auto storageFor = [&](const ir::Value* v) { return storageOf.at(root(v)); };
+    auto storageFor = [&](const ir::Value* v) { return storageOf.at(s_.root(v)); };
     {
       // The schedule must be topological: every step reads what earlier steps produced.
       std::unordered_set<const ir::Value*> ready;
@@ -148,7 +142,7 @@ class PlanBuilder {
       for (const ir::Value* v : graph_.parameters()) ready.insert(v);
       for (const auto& s : s_.steps) {
         for (const ir::Value* v : s.inputs)
-          if (!ready.count(root(v)))
+          if (!ready.count(s_.root(v)))
             return internalError("step '" + s.name + "' reads %" + v->name() +
                                  " before any step produces it");
         for (const ir::Value* v : s.outputs) ready.insert(v);
@@ -161,7 +155,7 @@ class PlanBuilder {
       }
     for (const ir::Value* v : copyToOutput) {
       if (!v) continue;
-      if (!storageOf.count(root(v)))
+      if (!storageOf.count(s_.root(v)))
         return internalError("graph output %" + v->name() + " is not produced by any step");
       storages[storageFor(v)].lastStep = numSteps;
     }
@@ -188,7 +182,7 @@ class PlanBuilder {
       const int out = requestOf[storageFor(s.outputs[0])];
       const int in = requestOf[storageFor(r)];
       if (out < 0 || in < 0 || requests[in].lastStep != si ||
-          requests[in].bytes != requests[out].bytes || root(r) != r ||
+          requests[in].bytes != requests[out].bytes || s_.root(r) != r ||
           r->type() != s.outputs[0]->type())
         return false;
       int readers = 0;  // The residual's bytes reach the call through this operand alone.
@@ -212,7 +206,7 @@ class PlanBuilder {
         const int in = requestOf[storageFor(s.inputs[a])];
         if (in < 0 || requests[in].lastStep != si || requests[in].bytes != requests[out].bytes)
           continue;
-        if (root(s.inputs[a]) != s.inputs[a]) continue;  // Shared with a reshape: keep it.
+        if (s_.root(s.inputs[a]) != s.inputs[a]) continue;  // Shared with a reshape: keep it.
         bool shared = false;  // Another argument reading the same bytes would see the writes.
         for (size_t b = 0; b < s.inputs.size(); ++b)
           shared = shared || (b != a && storageFor(s.inputs[b]) == storageFor(s.inputs[a]));

@@ -156,12 +156,6 @@ class Scheduler {
     return Status::ok();
   }
 
-  const ir::Value* root(const ir::Value* v) const {
-    for (auto it = s_.aliasOf.find(v); it != s_.aliasOf.end(); it = s_.aliasOf.find(v))
-      v = it->second;
-    return v;
-  }
-
   // Horizontal fusion (the rule of codegen::Kernel::parts): a pointwise kernel joins the kernel
   // step just before it when it reads nothing that step writes, so that consecutive independent
   // kernels, the optimizer's update of every parameter above all, run as one parallel region
@@ -182,7 +176,7 @@ class Scheduler {
       return false;
     for (const ir::Value* in : s.inputs)
       for (const ir::Value* out : prev.outputs)
-        if (root(in) == root(out)) return false;
+        if (s_.root(in) == s_.root(out)) return false;
     for (const ir::Value* out : s.outputs)
       if (!graphOutputs_.count(out) && out->type().numElements() > kSmallOutput) return false;
     return true;

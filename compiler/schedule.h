@@ -44,6 +44,11 @@ struct Schedule {
   std::vector<std::string> kernelGroup;  // Per kernel: its group kind's name.
   // Reshapes that are views of their input (no step): value -> the value it views.
   std::unordered_map<const ir::Value*, const ir::Value*> aliasOf;
+  // The value whose bytes `v` is (`v` itself unless it is an alias, through chains of them).
+  const ir::Value* root(const ir::Value* v) const {
+    for (auto it = aliasOf.find(v); it != aliasOf.end(); it = aliasOf.find(v)) v = it->second;
+    return v;
+  }
   int aliases = 0;
   std::vector<std::string> remarks;  // Groups that run op by op, and why.
 };

@@ -66,7 +66,7 @@ struct TrainingStep::DataParallel {
   bool onDevice() const { return !gradComm->hostMemory(); }
   // The bucket's bytes as the gradient collectives take them.
   void* sumAddress(Bucket& bk) const {
-    return onDevice() ? static_cast<std::byte*>(bk.device.address().handle) : bk.data.rawData();
+    return onDevice() ? bk.device.address().handle : bk.data.rawData();
   }
 };
 

@@ -70,13 +70,12 @@ class Rematerializer {
       for (size_t r = 1; r < readers.size(); ++r) {
         ir::Node* reader = readers[r];
         if (position_[reader] - position_[readers[r - 1]] > kGap) {
-          int budget = kMaxChain;
-          if (!available(n, position_[reader], budget) && widening(*n)) {
-            ir::Value* source = n->input(0);  // Kept until this reader, in the output's place.
+          if (widening(*n)) {  // Its input kept until this reader, in the output's place.
+            ir::Value* source = n->input(0);
             lastUse_[source] = std::max(lastUse_[source], position_[reader]);
             kept_.insert(source);
           }
-          budget = kMaxChain;
+          int budget = kMaxChain;
           copy = available(n, position_[reader], budget) ? clone(n, reader) : nullptr;
           copies += copy != nullptr;
         }

@@ -5,7 +5,7 @@
 // conv_dnnl.cpp does for NCHW forward convolutions.
 // Shapes that oneDNN would run on its reference implementation return kUnimplemented, so that
 // kiln's own reference kernel (parallel, vectorized) runs them instead.
-// bf16 operands (autocast, where nativeBf16Products()): the two operands read are bf16, the
+// bf16 operands (autocast, where runtime::nativeBf16Convolutions()): the two operands read are bf16, the
 // gradient written f32 (the caller rounds it once), on oneDNN's bf16 kernels.
 #include <optional>
 #include <string>

@@ -11,7 +11,7 @@
 // Weights are OIHW (goihw with groups) and reordered into the primitive's format, through
 // the caller's LibraryCache when there is one.
 //
-// bf16 operands (autocast, where nativeBf16Products()): the source and weights are bf16, the
+// bf16 operands (autocast, where runtime::nativeBf16Convolutions()): the source and weights are bf16, the
 // bias, the destination and the post-ops' addends f32 (the caller rounds the result once), so
 // that the products run on oneDNN's bf16 kernels (vdpbf16ps, f32 accumulation). A shape oneDNN
 // would run on its reference code is kUnimplemented: the caller converts instead.

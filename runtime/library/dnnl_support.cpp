@@ -27,15 +27,6 @@ int maxThreads() {
   return omp_get_max_threads();
 }
 
-bool nativeBf16Products() {
-  static const bool native = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    return (isa & bf16) == bf16;
-  }();
-  return native;
-}
-
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 1 && n > 0 && k > 0) {  // Row 0 of op(A) is a[i * (transA ? lda : 1)].

@@ -171,10 +171,6 @@ inline bool isReferenceImpl(const dnnl::primitive_desc_base& pd) {
   return std::string_view(pd.impl_info_str()).starts_with("ref");
 }
 
-// Whether oneDNN runs bf16 products natively on this CPU (AVX512-BF16 or AMX: its
-// avx512_core_bf16 kernels, vdpbf16ps accumulating in f32), rather than on its reference code.
-bool nativeBf16Products();
-
 // The oneDNN type of a product operand: f32 or bf16.
 inline dnnl::memory::data_type operandType(ir::DType t) {
   return t == ir::DType::kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;

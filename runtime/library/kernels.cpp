@@ -200,9 +200,11 @@ Status runNativeBf16(OpKind op, const ir::AttrView& attrs, std::span<const Tenso
   for (const Tensor& e : extra)
     if (e.shape() != output.shape()) return unimplemented("an add operand of another shape");
   if (output.numElements() == 0) return Status::ok();
-  const lib::ConvGeometry g = lib::ConvGeometry::of(
-      attrs, inputs[forward ? 0 : (op == OpKind::kConv2dBackwardData ? 2 : 1)].shape(),
-      inputs[forward ? 1 : (op == OpKind::kConv2dBackwardData ? 1 : 2)].shape());
+  // conv2d (x, w, bias), conv2d_backward_data (dy, w, x), conv2d_backward_weight (dy, x, w).
+  const bool dataGradient = op == OpKind::kConv2dBackwardData;
+  const Tensor& x = inputs[forward ? 0 : dataGradient ? 2 : 1];
+  const Tensor& w = inputs[forward || dataGradient ? 1 : 2];
+  const lib::ConvGeometry g = lib::ConvGeometry::of(attrs, x.shape(), w.shape());
   if (g.c == 0 || g.m == 0) return unimplemented("an empty convolution");
   if (forward && resolvedConvAlgo(options.algo, g) != ConvAlgo::kDirect)
     return unimplemented("native bf16 convolutions are oneDNN's direct ones");
@@ -339,7 +341,13 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
 }
 
 bool nativeBf16Convolutions() {
-  return lib::nativeBf16Products();
+  // oneDNN's avx512_core_bf16 kernels (vdpbf16ps, f32 accumulation): AVX512-BF16 or AMX.
+  static const bool native = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (isa & bf16) == bf16;
+  }();
+  return native;
 }
 
 Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,

@@ -656,7 +656,7 @@ TEST_CASE("library conv2d backward on bf16 operands (autocast training) equals t
 
 TEST_CASE("library conv2d and its gradients on bf16 operands are the f32 call, rounded once",
           "[library][conv]") {
-  // Where oneDNN has native bf16 kernels (lib::nativeBf16Products(): AVX512-BF16 or AMX), the
+  // Where oneDNN has native bf16 kernels (runtime::nativeBf16Convolutions(): AVX512-BF16 or AMX), the
   // products read the bf16 operands as they are and accumulate in f32, and the f32 result (its
   // bias and post-ops in f32) is rounded once; elsewhere the operands are widened for the f32
   // call. Either way the result is the f32 call on the widened operands, up to the order of the
