@@ -114,6 +114,7 @@ class Driver {
                           buildPlan({graph_, schedule_, kernelEntries_, std::move(code_), backend_,
                                      opts_.inPlaceOutputs, opts_.precision == Precision::kTf32},
                                     report_));
+    plan->parametersVary = !opts_.inference;  // Trained: updated between runs.
     report_.planMs = msSince(tp);
     report_.totalMs = msSince(t0);
     auto model = std::make_unique<CompiledModel>(

@@ -411,8 +411,8 @@ OpCall PlanExecutor::opCall(const PlanStep& s) const {
   // The library keeps reordered weights (a convolution's input 1) by address: only where
   // that operand is a parameter, constant between parametersChanged() calls. A weight
   // that is a graph input or an activation may hold other values at the same address.
-  const bool constantWeights =
-      s.inputs.size() > 1 && s.inputs[1].kind == BufferRef::Kind::kParameter;
+  const bool constantWeights = !plan_->parametersVary && s.inputs.size() > 1 &&
+                               s.inputs[1].kind == BufferRef::Kind::kParameter;
   call.options.cache = constantWeights ? cache_.get() : nullptr;
   call.options.validated = prepared_.load(std::memory_order_acquire);
   return call;

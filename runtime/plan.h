@@ -67,6 +67,11 @@ struct Plan {
   // Per output: the parameter it is written over in place (run() returns a view of it), or -1.
   std::vector<int> outputParameter;
   std::vector<ir::TensorData> parameters;
+  // The parameters change between runs (a training step's, updated in place or by the caller):
+  // no library call keeps a transform of them across runs (LibraryOptions::cache), which would
+  // be made again at every run; calls that take weights in a transformed form transform them
+  // within the call instead where that is cheaper (winograd convolutions).
+  bool parametersVary = false;
   std::vector<PlanStep> steps;
   int64_t arenaBytes = 0;
   // The backend the plan runs on (its kernels are loaded there); null: defaultBackend().

@@ -5,8 +5,11 @@
 // conv_dnnl.cpp does for NCHW forward convolutions.
 // Shapes that oneDNN would run on its reference implementation return kUnimplemented, so that
 // kiln's own reference kernel (parallel, vectorized) runs them instead.
-// bf16 operands (autocast, where runtime::nativeBf16Convolutions()): the two operands read are bf16, the
-// gradient written f32 (the caller rounds it once), on oneDNN's bf16 kernels.
+// bf16 operands (autocast, where runtime::nativeBf16Convolutions()): the two operands read are
+// bf16, the gradient written f32 (the caller rounds it once), on oneDNN's bf16 kernels. Algorithm:
+// winograd where the forward convolution would take it by default (prefersWinograd: f32, 3x3 stride
+// 1, enough channels) or where the node asks for it; it works in oneDNN's blocked formats, so its
+// activations are reordered in and out as NCHW ones are.
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -40,12 +43,13 @@ std::optional<ReorderPlan> reorderIfNeeded(const memory::desc& from, const memor
   return makeReorder(from, to);
 }
 
-// Channels-last activations run as they are (brgconv's backward runs nhwc as fast as blocked
-// formats: resnet18's layer1 shape 15.0 / 14.4 ms against 15.0 / 15.8), NCHW ones in the
-// primitive's choice of format.
+// Channels-last activations run as they are on the direct algorithm (its backward runs nhwc as
+// fast as blocked formats: resnet18's layer1 shape 15.0 / 14.4 ms against 15.0 / 15.8), NCHW
+// ones and winograd's in the primitive's choice of format.
 // `in`: the type of the operands read (f32 or bf16); the gradient written is f32.
 Expected<std::shared_ptr<const BackwardPlan>> makePlan(const ConvGeometry& g, bool weights,
-                                                       bool nhwc, memory::data_type in) {
+                                                       bool nhwc, memory::data_type in,
+                                                       bool winograd) {
   const auto f32 = memory::data_type::f32;
   // The gradient written is f32, what it is computed from `in`.
   const auto srcType = weights ? in : f32, wType = weights ? f32 : in;
@@ -53,14 +57,16 @@ Expected<std::shared_ptr<const BackwardPlan>> makePlan(const ConvGeometry& g, bo
   const memory::dims wdims = g.group == 1
                                  ? memory::dims{g.m, g.c, g.kh, g.kw}
                                  : memory::dims{g.group, g.mPerGroup(), g.cPerGroup(), g.kh, g.kw};
-  const Tag activations = nhwc ? Tag::nhwc : Tag::any, user = nhwc ? Tag::nhwc : Tag::nchw;
+  const Tag activations = nhwc && !winograd ? Tag::nhwc : Tag::any,
+            user = nhwc ? Tag::nhwc : Tag::nchw;
   const memory::desc srcAny(src, srcType, activations), dstAny(dst, in, activations),
       wAny(wdims, wType, Tag::any);
   const memory::desc srcUser(src, srcType, user), dstUser(dst, in, user),
       wUser(wdims, wType, g.group == 1 ? Tag::oihw : Tag::goihw);
   const memory::dims strides{g.strideH, g.strideW}, dil{g.dilH - 1, g.dilW - 1},
       padL{g.padTop, g.padLeft}, padR{g.padBottom, g.padRight};
-  const auto alg = dnnl::algorithm::convolution_direct;
+  const auto alg =
+      winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   // The forward the gradients belong to (its operands all in `in`).
@@ -126,11 +132,16 @@ Status runConvBackwardDnnl(const Call& call, bool weights) {
   key.add(int64_t{call.options.channelsLast});
   const memory::data_type in = operandType(grad.dtype());
   key.add(int64_t{static_cast<int64_t>(in)});
+  const bool winograd =
+      in == memory::data_type::f32 &&
+      (call.options.algo == ConvAlgo::kWinograd ||
+       (call.options.algo == ConvAlgo::kAuto && prefersWinograd(g, /*weightsCached=*/false)));
+  key.add(int64_t{winograd});
   KILN_ASSIGN_OR_RETURN(
       std::shared_ptr<const BackwardPlan> plan,
       plans().getOrCreate(key.str(), [&]() -> Expected<std::shared_ptr<const BackwardPlan>> {
         try {
-          return makePlan(g, weights, call.options.channelsLast, in);
+          return makePlan(g, weights, call.options.channelsLast, in, winograd);
         } catch (const dnnl::error& e) {
           return unimplemented(std::string("oneDNN has no primitive: ") + e.what());
         }

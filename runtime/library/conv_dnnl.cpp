@@ -11,10 +11,10 @@
 // Weights are OIHW (goihw with groups) and reordered into the primitive's format, through
 // the caller's LibraryCache when there is one.
 //
-// bf16 operands (autocast, where runtime::nativeBf16Convolutions()): the source and weights are bf16, the
-// bias, the destination and the post-ops' addends f32 (the caller rounds the result once), so
-// that the products run on oneDNN's bf16 kernels (vdpbf16ps, f32 accumulation). A shape oneDNN
-// would run on its reference code is kUnimplemented: the caller converts instead.
+// bf16 operands (autocast, where runtime::nativeBf16Convolutions()): the source and weights are
+// bf16, the bias, the destination and the post-ops' addends f32 (the caller rounds the result
+// once), so that the products run on oneDNN's bf16 kernels (vdpbf16ps, f32 accumulation). A shape
+// oneDNN would run on its reference code is kUnimplemented: the caller converts instead.
 //
 // Post-ops. The leading kAdds go into the primitive (nanExactPostOpPrefix: activations run
 // in kiln's epilogue, which keeps NaN as the reference does): the first becomes a sum post-op
@@ -72,10 +72,11 @@ memory::dims weightDims(const ConvGeometry& g) {
 }
 
 std::string planKey(const ConvGeometry& g, ConvAlgo algo, bool channelsLast, bool bias,
-                    std::span<const PostOp> post, memory::data_type in = memory::data_type::f32) {
+                    std::span<const PostOp> post, memory::data_type in = memory::data_type::f32,
+                    bool weightsCached = true) {
   CacheKey key("conv2d");
   key.add(int64_t{static_cast<int64_t>(algo)}).add(int64_t{channelsLast}).add(int64_t{bias});
-  key.add(int64_t{static_cast<int64_t>(in)});
+  key.add(int64_t{static_cast<int64_t>(in)}).add(int64_t{weightsCached});
   for (int64_t v : {g.n, g.c, g.h, g.w, g.m, g.kh, g.kw, g.oh, g.ow, g.group, g.strideH, g.strideW,
                     g.padTop, g.padLeft, g.padBottom, g.padRight, g.dilH, g.dilW})
     key.add(v);
@@ -84,10 +85,15 @@ std::string planKey(const ConvGeometry& g, ConvAlgo algo, bool channelsLast, boo
 }
 
 // `in`: the source's and the weights' type (f32 or bf16); everything else is f32.
+// `weightsCached`: the reordered weights are kept across calls (a LibraryCache), so winograd
+// takes them transformed (forward_inference: a transform of 512x512 3x3 weights costs 42 ms);
+// otherwise (training: the weights change every step) it takes them blocked and transforms
+// them inside each call (forward_training: 0.5 ms for the reorder).
 Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGeometry& g,
                                                    ConvAlgo algo, bool channelsLast, bool bias,
                                                    std::span<const PostOp> post,
-                                                   memory::data_type in = memory::data_type::f32) {
+                                                   memory::data_type in = memory::data_type::f32,
+                                                   bool weightsCached = true) {
   const auto f32 = memory::data_type::f32;
   auto plan = std::make_shared<ConvPlan>();
   plan->key = std::move(key);
@@ -98,6 +104,9 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
   const memory::desc biasMd = bias ? memory::desc({g.m}, f32, Tag::x) : memory::desc();
   const auto alg = algo == ConvAlgo::kWinograd ? dnnl::algorithm::convolution_winograd
                                                : dnnl::algorithm::convolution_direct;
+  const auto prop = algo == ConvAlgo::kWinograd && !weightsCached
+                        ? dnnl::prop_kind::forward_training
+                        : dnnl::prop_kind::forward_inference;
   // Activation formats to try, best first (see the file comment).
   std::vector<std::pair<memory::desc, memory::desc>> formats;
   if (channelsLast && alg == dnnl::algorithm::convolution_direct)
@@ -109,10 +118,9 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
                        const dnnl::primitive_attr& attr)
       -> std::optional<dnnl::convolution_forward::primitive_desc> {
     try {
-      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, alg, fmt.first,
-                                        weightsAny, biasMd, fmt.second, {g.strideH, g.strideW},
-                                        {g.dilH - 1, g.dilW - 1}, {g.padTop, g.padLeft},
-                                        {g.padBottom, g.padRight});
+      dnnl::convolution_forward::desc d(prop, alg, fmt.first, weightsAny, biasMd, fmt.second,
+                                        {g.strideH, g.strideW}, {g.dilH - 1, g.dilW - 1},
+                                        {g.padTop, g.padLeft}, {g.padBottom, g.padRight});
       return dnnl::convolution_forward::primitive_desc(d, attr, cpuEngine());
     } catch (const dnnl::error&) {
       return std::nullopt;
@@ -193,6 +201,26 @@ bool winogradAvailable(const ConvGeometry& g) {
   return ok;
 }
 
+// Measured on an AMD Zen 5 (AVX-512, 2 threads), a 3x3 convolution of C -> C channels from NHWC
+// to NHWC (winograd's reorders to and from its blocked format included), winograd's time over
+// the direct one's: at batch 1, C=16 1.1-2.2 at every size, C=32 0.84-2.2, C=64 0.51 (112x112)
+// to 1.5 (7x7), C=128 0.40-0.92, C>=256 0.37-0.89; at batch 32, C=64 0.57-0.86, C=256 0.45-0.61,
+// C=128 at 7x7 1.02. It loses where channels are few (its transforms are not amortized) or the
+// product is small (C=64 at 7x7, batch 1: 3.6 MFLOP): both cut-offs below. The same holds for
+// the two gradients (resnet18's 3x3 layers at batch 32: data 15.9 -> 6.7 ms, weights 17.7 ->
+// 13.2 ms at 64 channels, 14.7 -> 7.1 and 13.2 -> 9.0 ms at 512).
+// Weights transformed in each call (not cached: training) cost about as much as 1,000 output
+// pixels' products (batch 1, 512 channels at 7x7: 1.9 ms, direct 0.37; 64 at 56x56: 0.30 ms,
+// direct 0.44), so there winograd needs that many pixels too.
+bool prefersWinograd(const ConvGeometry& g, bool weightsCached) {
+  constexpr int64_t kMinChannels = 64, kMinProduct = int64_t{1} << 19;  // N*OH*OW*C*M.
+  constexpr int64_t kMinPixelsPerTransform = 1024;                      // N*OH*OW.
+  if (g.c < kMinChannels || g.m < kMinChannels) return false;
+  if (g.n * g.oh * g.ow * g.c * g.m < kMinProduct) return false;
+  if (!weightsCached && g.n * g.oh * g.ow < kMinPixelsPerTransform) return false;
+  return winogradAvailable(g);
+}
+
 namespace {
 
 // `fuseAdds`: leading kAdd post-ops go into the primitive (a sum post-op, binary adds); false:
@@ -253,9 +281,10 @@ Status runConvWhole(const Call& call, const ConvGeometry& g, ConvAlgo algo, bool
   const bool channelsLast = call.options.channelsLast;
   const memory::data_type in = operandType(call.in[0].dtype());
   const std::span<const PostOp> fused = fuseAdds ? call.post : std::span<const PostOp>{};
-  const std::string key = planKey(g, algo, channelsLast, bias, fused, in);
+  const bool weightsCached = call.options.cache != nullptr;
+  const std::string key = planKey(g, algo, channelsLast, bias, fused, in, weightsCached);
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<const ConvPlan> plan, convPlans().getOrCreate(key, [&] {
-    return makePlan(key, g, algo, channelsLast, bias, fused, in);
+    return makePlan(key, g, algo, channelsLast, bias, fused, in, weightsCached);
   }));
   // Preparing reads the weights only, and keeps them only in a cache.
   if (call.options.prepare && !call.options.cache) return Status::ok();

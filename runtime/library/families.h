@@ -44,6 +44,10 @@ struct ConvGeometry {
 Status runConvDnnl(const Call& call, const ConvGeometry& g, ConvAlgo algo);
 // Whether oneDNN 2.6 implements winograd for this geometry on this CPU (probed, cached).
 bool winogradAvailable(const ConvGeometry& g);
+// Whether kAuto means winograd for this f32 convolution or its gradients: where oneDNN has it
+// and it was measured faster (conv_dnnl.cpp), with the weights' transform kept across calls
+// (a LibraryCache) or made in each (training; the gradients).
+bool prefersWinograd(const ConvGeometry& g, bool weightsCached);
 // conv2d_backward_data (weights false) and conv2d_backward_weight (true) with oneDNN, NCHW or
 // channels-last (Call::options); kUnimplemented where oneDNN would use its reference
 // implementation.

@@ -28,20 +28,25 @@ bool hasLibraryKernel(OpKind op) {
   return ir::opInfo(op).has(ir::kLibrary);
 }
 
-// The algorithm kAuto stands for. A 1x1 convolution of one pixel (squeeze-excite's, at batch 1)
-// is a matrix-vector product: OpenBLAS's sgemv in 1-4 us where oneDNN's primitive takes 3-6 us
-// (autotuned on mobilenet_v3_small's 18 of them, 2 threads); everything else runs on oneDNN.
-ConvAlgo resolvedConvAlgo(ConvAlgo algo, const lib::ConvGeometry& g) {
+// The algorithm kAuto stands for, given the operands' type. A 1x1 convolution of one pixel
+// (squeeze-excite's, at batch 1) is a matrix-vector product: OpenBLAS's sgemv in 1-4 us where
+// oneDNN's primitive takes 3-6 us (autotuned on mobilenet_v3_small's 18 of them, 2 threads);
+// f32 3x3 convolutions of enough channels run on oneDNN's winograd where it has one
+// (lib::prefersWinograd, what autotuning picks there); everything else on oneDNN's direct.
+ConvAlgo resolvedConvAlgo(ConvAlgo algo, const lib::ConvGeometry& g, ir::DType operands,
+                          const LibraryOptions& options) {
   if (algo != ConvAlgo::kAuto) return algo;
-  return g.isPointwise() && g.group == 1 && g.n * g.oh * g.ow == 1 ? ConvAlgo::kIm2colGemm
-                                                                   : ConvAlgo::kDirect;
+  if (g.isPointwise() && g.group == 1 && g.n * g.oh * g.ow == 1) return ConvAlgo::kIm2colGemm;
+  if (operands == ir::DType::kF32 && lib::prefersWinograd(g, options.cache != nullptr))
+    return ConvAlgo::kWinograd;
+  return ConvAlgo::kDirect;
 }
 
 Status runConv2d(const lib::Call& call) {
   const lib::ConvGeometry g =
       lib::ConvGeometry::of(call.attrs, call.in[0].shape(), call.in[1].shape());
   if (g.c == 0) return unimplemented("conv2d with no input channels");
-  const ConvAlgo algo = resolvedConvAlgo(call.options.algo, g);
+  const ConvAlgo algo = resolvedConvAlgo(call.options.algo, g, call.in[0].dtype(), call.options);
   switch (algo) {
     case ConvAlgo::kDirect:
     case ConvAlgo::kWinograd:
@@ -206,7 +211,7 @@ Status runNativeBf16(OpKind op, const ir::AttrView& attrs, std::span<const Tenso
   const Tensor& w = inputs[forward || dataGradient ? 1 : 2];
   const lib::ConvGeometry g = lib::ConvGeometry::of(attrs, x.shape(), w.shape());
   if (g.c == 0 || g.m == 0) return unimplemented("an empty convolution");
-  if (forward && resolvedConvAlgo(options.algo, g) != ConvAlgo::kDirect)
+  if (forward && resolvedConvAlgo(options.algo, g, x.dtype(), options) != ConvAlgo::kDirect)
     return unimplemented("native bf16 convolutions are oneDNN's direct ones");
   // Preparing (LibraryOptions::prepare) makes the primitive and reorders the weights only: the
   // activations are placeholders, read as f32 for their shapes, nothing allocated or converted.
@@ -390,8 +395,8 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
   const bool dnnlConv =
       op == OpKind::kConv2d &&
       resolvedConvAlgo(options.algo,
-                       lib::ConvGeometry::of(attrs, inputs[0].shape(), inputs[1].shape())) !=
-          ConvAlgo::kIm2colGemm;
+                       lib::ConvGeometry::of(attrs, inputs[0].shape(), inputs[1].shape()),
+                       inputs[0].dtype(), options) != ConvAlgo::kIm2colGemm;
   std::vector<Tensor> detached;
   if (!dnnlConv && !extra.empty() && !options.prepare) {
     try {

@@ -656,8 +656,8 @@ TEST_CASE("library conv2d backward on bf16 operands (autocast training) equals t
 
 TEST_CASE("library conv2d and its gradients on bf16 operands are the f32 call, rounded once",
           "[library][conv]") {
-  // Where oneDNN has native bf16 kernels (runtime::nativeBf16Convolutions(): AVX512-BF16 or AMX), the
-  // products read the bf16 operands as they are and accumulate in f32, and the f32 result (its
+  // Where oneDNN has native bf16 kernels (runtime::nativeBf16Convolutions(): AVX512-BF16 or AMX),
+  // the products read the bf16 operands as they are and accumulate in f32, and the f32 result (its
   // bias and post-ops in f32) is rounded once; elsewhere the operands are widened for the f32
   // call. Either way the result is the f32 call on the widened operands, up to the order of the
   // f32 sums: within one bf16 rounding, and equal for nearly every element.
@@ -736,6 +736,45 @@ TEST_CASE("library conv2d and its gradients on bf16 operands are the f32 call, r
         REQUIRE(runtime::runLibraryWithPostOps(op, view, halfIn, {}, {}, got, options).isOk());
         REQUIRE(runtime::runLibraryWithPostOps(op, view, f32In, {}, {}, want, options).isOk());
         compare(got, want);
+      }
+    }
+  }
+}
+
+TEST_CASE("library conv2d and its gradients on winograd equal the reference in both layouts",
+          "[library][conv]") {
+  // Winograd works in oneDNN's blocked formats (reorders in and out of both layouts); its
+  // weights are transformed once into a cache (forward_inference) or in each call (no cache:
+  // training, where they change every step). Batch 8 of 64 -> 64 channels at 12x12 is where
+  // kAuto takes winograd too (lib::prefersWinograd), so the default path is checked as well.
+  const ConvCase c{"3x3 64->64", {8, 64, 12, 12}, 64, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, false};
+  const ir::AttrMap attrs = attrsOf(c);
+  const std::vector<ConvAlgo> algos = algorithmsOf(c, attrs);
+  if (std::count(algos.begin(), algos.end(), ConvAlgo::kWinograd) == 0) {
+    WARN("oneDNN has no winograd on this CPU: nothing to check");
+    return;
+  }
+  const std::vector<Tensor> xw = inputsOf(c, 91);
+  const Tensor want = runRef(OpKind::kConv2d, xw, attrs);
+  const Tensor grad = randomTensor(want.shape(), 92);
+  for (const ConvAlgo algo : {ConvAlgo::kWinograd, ConvAlgo::kAuto}) {
+    for (const bool nhwc : {false, true}) {
+      INFO(runtime::convAlgoName(algo) << (nhwc ? ", channels-last" : ", NCHW"));
+      LibraryOptions options;
+      options.algo = algo;
+      options.channelsLast = nhwc;
+      checkRelClose(runLib(OpKind::kConv2d, xw, attrs, {}, {}, options), want, 1e-4);
+      runtime::LibraryCache cache;
+      options.cache = &cache;
+      for (int call = 0; call < 2; ++call)  // Transformed into the cache, then read from it.
+        checkRelClose(runLib(OpKind::kConv2d, xw, attrs, {}, {}, options), want, 1e-4);
+      options.cache = nullptr;
+      for (const bool weights : {false, true}) {
+        INFO((weights ? "d weight" : "d input"));
+        const OpKind op = weights ? OpKind::kConv2dBackwardWeight : OpKind::kConv2dBackwardData;
+        const std::vector<Tensor> in = weights ? std::vector<Tensor>{grad, xw[0], xw[1]}
+                                               : std::vector<Tensor>{grad, xw[1], xw[0]};
+        checkRelClose(runLib(op, in, attrs, {}, {}, options), runRef(op, in, attrs), 1e-4);
       }
     }
   }

@@ -4,6 +4,7 @@ SGD steps, plus PyTorch's training throughput.
 
 For each model it writes OUT/train_<name>/:
   init/<param>.npy    every parameter and buffer before training (PyTorch names, float32)
+  step1/<param>.npy   the same after the first step
   final/<param>.npy   the same after the steps
   x<i>.npy, y<i>.npy  batch i (float32 images, int64 class labels)
   meta.json           steps, batch, image size, optimizer settings, versions, PyTorch timings
@@ -69,8 +70,9 @@ def state(model):
             for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
 
 
-def train(model, data, lr):
-    """SGD steps; returns the losses and the smallest |input| of an nn.ReLU module seen."""
+def train(model, data, lr, first=None):
+    """SGD steps; returns the losses and the smallest |input| of an nn.ReLU module seen, and
+    fills `first` (a dict) with the state after the first step."""
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
     loss_fn = nn.CrossEntropyLoss()
     losses = []
@@ -88,6 +90,8 @@ def train(model, data, lr):
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        if first is not None and len(losses) == 1:
+            first.update(state(model))
     return losses, margin[0]
 
 
@@ -123,14 +127,15 @@ def export(name, out, force):
     if os.path.exists(os.path.join(d, "meta.json")) and not force:
         print(f"peers: train_{name}: present (--force to export again)")
         return
-    for sub in ("init", "final"):
+    for sub in ("init", "step1", "final"):
         os.makedirs(os.path.join(d, sub), exist_ok=True)
     _, b, s, _, lr = MODELS[name]
     for seed in range(1, 201):
         model = build(name)
         init = state(model)
         data = batches(name, STEPS, seed=seed)
-        losses, margin = train(model, data, lr)
+        first = {}
+        losses, margin = train(model, data, lr, first)
         if margin >= RELU_MARGIN:
             break
     else:
@@ -141,6 +146,8 @@ def export(name, out, force):
     for i, (x, y) in enumerate(data):
         np.save(os.path.join(d, f"x{i}.npy"), x.numpy())
         np.save(os.path.join(d, f"y{i}.npy"), y.numpy().astype(np.int64))
+    for k, v in first.items():
+        np.save(os.path.join(d, "step1", k + ".npy"), v)
     for k, v in state(model).items():
         np.save(os.path.join(d, "final", k + ".npy"), v)
     meta = {"model": name, "steps": STEPS, "batch": b, "image": s, "lr": lr, "momentum": MOMENTUM,
