@@ -22,12 +22,16 @@
 // a plain NCHW addend loses) and later ones binary adds. When the primitive cannot fuse them,
 // or fusing would fall back to oneDNN's reference implementation, the primitive runs without
 // post-ops. kiln's epilogue pass applies whatever the primitive did not.
+#include <omp.h>
+
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
+#include "runtime/cpu/compute_threads.h"
 #include "runtime/library/dnnl_support.h"
 #include "runtime/library/epilogue.h"
 #include "runtime/library/families.h"
@@ -201,24 +205,153 @@ bool winogradAvailable(const ConvGeometry& g) {
   return ok;
 }
 
-// Measured on an AMD Zen 5 (AVX-512, 2 threads), a 3x3 convolution of C -> C channels from NHWC
-// to NHWC (winograd's reorders to and from its blocked format included), winograd's time over
-// the direct one's: at batch 1, C=16 1.1-2.2 at every size, C=32 0.84-2.2, C=64 0.51 (112x112)
-// to 1.5 (7x7), C=128 0.40-0.92, C>=256 0.37-0.89; at batch 32, C=64 0.57-0.86, C=256 0.45-0.61,
-// C=128 at 7x7 1.02. It loses where channels are few (its transforms are not amortized) or the
-// product is small (C=64 at 7x7, batch 1: 3.6 MFLOP): both cut-offs below. The same holds for
-// the two gradients (resnet18's 3x3 layers at batch 32: data 15.9 -> 6.7 ms, weights 17.7 ->
-// 13.2 ms at 64 channels, 14.7 -> 7.1 and 13.2 -> 9.0 ms at 512).
+namespace {
+
+// The thread counts a call can be granted (runtime::ComputeThreads: 1 to the budget; fewer than
+// the budget while other runs are in progress or the machine is loaded): every count up to 8,
+// then powers of two and the budget itself.
+std::vector<int> grantableThreadCounts() {
+  const int budget = std::max(1, numThreads());
+  std::vector<int> counts;
+  for (int t = 1; t <= budget; t = t < 8 ? t + 1 : t * 2) counts.push_back(t);
+  if (counts.back() != budget) counts.push_back(budget);
+  return counts;
+}
+
+// One winograd forward call of `plan` on NCHW memory (probe data), its output as NCHW floats.
+std::vector<float> runProbe(const ConvPlan& plan, const std::vector<float>& src,
+                            const std::vector<float>& weights) {
+  const dnnl::engine& eng = cpuEngine();
+  auto placed = [&](const std::optional<ReorderPlan>& in, const memory::desc& md,
+                    const float* user) {
+    memory m(md, eng);
+    if (in)
+      runReorder(*in, user, m.get_data_handle());
+    else
+      std::copy(user, user + md.get_size() / sizeof(float),
+                static_cast<float*>(m.get_data_handle()));
+    return m;
+  };
+  memory s = placed(plan.srcIn, plan.srcMd, src.data());
+  memory w = placed(plan.weightsIn, plan.weightsMd, weights.data());
+  memory d(plan.dstMd, eng), pad(plan.scratchMd, eng);
+  plan.prim.execute(
+      threadStream(),
+      {{DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, d}, {DNNL_ARG_SCRATCHPAD, pad}});
+  std::vector<float> out(plan.userDstMd.get_size() / sizeof(float));
+  if (plan.dstOut) {
+    runReorder(*plan.dstOut, d.get_data_handle(), out.data());
+  } else {
+    const auto* y = static_cast<const float*>(d.get_data_handle());
+    std::copy(y, y + out.size(), out.data());
+  }
+  return out;
+}
+
+// Whether winograd computes this shape to the same bits whatever the thread count a call is
+// granted, which kiln promises for every compiled model (tests/compiler/test_concurrency.cpp):
+// oneDNN 2.6 sizes its winograd schedule by the thread count (W_SGD where the tiles split into
+// at least 1.5 blocks a thread and a block fits L2, else W_S_G_D), and the two sum the channels
+// in different orders. Measured: 32 -> 64 channels at 14x14, batch 2, differs between 1 and 2
+// threads; resnet18's and resnet50's shapes do not. Probed once per shape (for the budget set
+// when the shape is first met: runtime::setNumThreads belongs before runs start): each grantable
+// count (grantableThreadCounts) runs the primitive made for it on the same data, and the outputs
+// must be equal bit for bit. It costs a compile the first calls of each winograd shape: resnet18
+// at batch 1 115 -> 270 ms, resnet50 at batch 32 180 -> 800 ms (2 threads).
+bool winogradIsThreadInvariant(const ConvGeometry& g, bool weightsCached) {
+  const std::vector<int> counts = grantableThreadCounts();
+  if (counts.size() == 1) return true;  // One thread count: nothing to differ from.
+  std::vector<float> src(static_cast<size_t>(g.n * g.c * g.h * g.w)),
+      weights(static_cast<size_t>(g.m * g.c * g.kh * g.kw));
+  uint32_t state = 12345;
+  for (auto* v : {&src, &weights})
+    for (float& x : *v) {
+      state = state * 1664525u + 1013904223u;
+      x = static_cast<float>(state >> 8) * 0x1p-24f - 0.5f;
+    }
+  struct RestoreThreads {
+    int before = omp_get_max_threads();
+    ~RestoreThreads() { omp_set_num_threads(before); }
+  } restore;
+  std::vector<float> first;
+  bool same = true;
+  for (const int t : counts) {
+    omp_set_num_threads(t);
+    const std::string key =
+        planKey(g, ConvAlgo::kWinograd, false, false, {}, memory::data_type::f32, weightsCached);
+    auto plan = convPlans().getOrCreate(key, [&] {
+      return makePlan(key, g, ConvAlgo::kWinograd, false, false, {}, memory::data_type::f32,
+                      weightsCached);
+    });
+    if (!plan) {
+      same = false;
+      break;
+    }
+    std::vector<float> out = runProbe(**plan, src, weights);
+    if (first.empty()) {
+      first = std::move(out);
+    } else if (out.size() != first.size() ||
+               std::memcmp(out.data(), first.data(), out.size() * sizeof(float)) != 0) {
+      same = false;
+      break;
+    }
+  }
+  return same;
+}
+
+}  // namespace
+
+// Measured on an AMD Zen 5 (AVX-512, 2 threads), a 3x3 convolution from NHWC to NHWC
+// (winograd's reorders to and from its blocked format included), winograd's time over the
+// direct one's. C -> C channels at batch 1: C=16 1.1-2.2 at every size, C=32 0.84 (56x56) to 2.2
+// (7x7), C=64 0.51 (112x112) to 1.5 (7x7), C=128 0.40-0.92, C>=256 0.37-0.89; at batch 32: C=16
+// 1.2-3.4, C=32 0.73-0.76 at 56 and 28 but 1.19 at 14x14, C=64 0.57-0.86, C=256 0.45-0.61, C=128
+// at 7x7 1.02. Other channel pairs at batch 1: 128 -> 32 (densenet's) 0.68 (56x56), 0.70 (28),
+// 0.94 (14), 1.44 (7); 32 -> 128 0.65 (28), 48 -> 192 0.79 (13x13), 16 -> 64 0.90 (56).
+// Its costs beyond the products are the transforms, per tile and channel (C + M against the
+// products' C x M), and the tiles' waste where the output is no multiple of its 4x4 tiles (14 ->
+// 16: 1.31x the work): `score` below, C x M / (C + M) over that waste, must be >= 16 (C = M = 32
+// at 56x56 gives 16: 0.84; at 14x14 12.2: 1.16-1.19), and the product N x OH x OW x C x M large
+// enough (C = M = 64 at 7x7, batch 1, 3.6 MFLOP: 1.52). The same holds for the two gradients
+// (resnet18's 3x3 layers at batch 32: data 15.9 -> 6.7 ms, weights 17.7 -> 13.2 ms at 64
+// channels, 14.7 -> 7.1 and 13.2 -> 9.0 ms at 512).
 // Weights transformed in each call (not cached: training) cost about as much as 1,000 output
 // pixels' products (batch 1, 512 channels at 7x7: 1.9 ms, direct 0.37; 64 at 56x56: 0.30 ms,
 // direct 0.44), so there winograd needs that many pixels too.
 bool prefersWinograd(const ConvGeometry& g, bool weightsCached) {
-  constexpr int64_t kMinChannels = 64, kMinProduct = int64_t{1} << 19;  // N*OH*OW*C*M.
-  constexpr int64_t kMinPixelsPerTransform = 1024;                      // N*OH*OW.
-  if (g.c < kMinChannels || g.m < kMinChannels) return false;
-  if (g.n * g.oh * g.ow * g.c * g.m < kMinProduct) return false;
-  if (!weightsCached && g.n * g.oh * g.ow < kMinPixelsPerTransform) return false;
-  return winogradAvailable(g);
+  constexpr double kMinScore = 16;
+  constexpr int64_t kMinProduct = int64_t{1} << 19;  // N*OH*OW*C*M.
+  constexpr int64_t kMinPixelsPerTransform = 1024;   // N*OH*OW.
+  constexpr int64_t kTile = 4;                       // oneDNN's F(4x4, 3x3).
+  if (g.c <= 0 || g.m <= 0 || g.oh <= 0 || g.ow <= 0) return false;
+  const int64_t pixels = g.n * g.oh * g.ow;
+  if (pixels * g.c * g.m < kMinProduct) return false;
+  if (!weightsCached && pixels < kMinPixelsPerTransform) return false;
+  const double waste = static_cast<double>((g.oh + kTile - 1) / kTile * kTile *
+                                           ((g.ow + kTile - 1) / kTile * kTile)) /
+                       static_cast<double>(g.oh * g.ow);
+  const double score = static_cast<double>(g.c * g.m) / static_cast<double>(g.c + g.m) / waste;
+  if (score < kMinScore || !winogradAvailable(g)) return false;
+  // Keyed by the shape alone: the answer covers every thread count.
+  static std::mutex mu;
+  static std::unordered_map<std::string, bool> invariant;
+  CacheKey shape("winograd-thread-invariant");
+  for (int64_t v : {g.n, g.c, g.h, g.w, g.m, g.oh, g.ow, g.padTop, g.padLeft, g.padBottom,
+                    g.padRight, int64_t{weightsCached}})
+    shape.add(v);
+  const std::string key = shape.str();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = invariant.find(key); it != invariant.end()) return it->second;
+  }
+  bool ok = false;
+  try {
+    ok = winogradIsThreadInvariant(g, weightsCached);
+  } catch (const std::exception&) {  // oneDNN or allocation failures: direct it is.
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  invariant.emplace(key, ok);
+  return ok;
 }
 
 namespace {

@@ -142,8 +142,11 @@ TEST_CASE("training: compiled step == eager step after 3 steps, SGD and Adam") {
     if (!pc[i]->trainable() && !pc[i]->isState()) continue;
     INFO(pc[i]->name());
     // Adam divides by sqrt(v): where a gradient is near 0 its f32 rounding, which differs
-    // between fused and op-by-op evaluation, decides a step of up to lr. Hence 1e-3 for Adam.
-    CHECK(relDiff(pc[i]->data(), pe[i]->data()) <= (adam ? 1e-3 : 1e-4));
+    // between fused and op-by-op evaluation, decides a step of up to lr (1e-3 here). Hence
+    // 2e-3 for Adam: mnist_cnn's conv2.weight measured 1.35e-3 since its gradients run on
+    // winograd (whose transforms carry an input's rounding difference further than direct sums
+    // do), under 1e-3 before.
+    CHECK(relDiff(pc[i]->data(), pe[i]->data()) <= (adam ? 2e-3 : 1e-4));
     if (const ir::Value* f = fresh->findValue(pc[i]->name()); f && f->trainable())
       changed += !(f->data() == pc[i]->data());
   }

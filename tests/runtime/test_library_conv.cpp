@@ -2,9 +2,12 @@
 // kernel over a table of shapes and attributes, every algorithm candidate, both layouts,
 // every post-op kind, the weight cache, the RefKernel-ABI kernel and the error paths.
 // Tolerance: 1e-5 of max |reference|, 1e-4 for winograd (its transforms round more).
+#include <omp.h>
+
 #include <random>
 #include <thread>
 
+#include "runtime/cpu/compute_threads.h"
 #include "runtime/reference/helpers.h"
 #include "runtime/test_library_util.h"
 
@@ -778,6 +781,41 @@ TEST_CASE("library conv2d and its gradients on winograd equal the reference in b
       }
     }
   }
+}
+
+TEST_CASE("library conv2d by default gives the same bits at every thread count",
+          "[library][conv]") {
+  // A call is granted 1 to numThreads() threads (runtime::ComputeThreads), and kiln's results do
+  // not depend on it. oneDNN's winograd sizes its schedule by the thread count, and for some
+  // shapes the schedules sum in different orders (32 -> 64 channels at 14x14, batch 2: 1 and 2
+  // threads differ), so kAuto takes winograd only where a probe found every count equal.
+  const int budget = runtime::numThreads();
+  runtime::setNumThreads(2);
+  const int before = omp_get_max_threads();
+  for (const ConvCase& c :
+       {ConvCase{
+            "32->64 14x14 x2", {2, 32, 14, 14}, 64, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, false},
+        ConvCase{"64->64 28x28", {1, 64, 28, 28}, 64, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, false},
+        ConvCase{
+            "128->32 28x28", {1, 128, 28, 28}, 32, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true}}) {
+    INFO(c.name);
+    const ir::AttrMap attrs = attrsOf(c);
+    const std::vector<Tensor> in = inputsOf(c, 61);
+    for (const bool cached : {false, true}) {
+      INFO((cached ? "weights cached" : "weights per call"));
+      runtime::LibraryCache cache;
+      LibraryOptions options;
+      options.channelsLast = true;
+      options.cache = cached ? &cache : nullptr;
+      omp_set_num_threads(1);
+      const Tensor one = runLib(OpKind::kConv2d, in, attrs, {}, {}, options);
+      omp_set_num_threads(2);
+      const Tensor two = runLib(OpKind::kConv2d, in, attrs, {}, {}, options);
+      CHECK(one.toData().bitwiseEqual(two.toData()));
+    }
+  }
+  omp_set_num_threads(before);
+  runtime::setNumThreads(budget);
 }
 
 TEST_CASE("library conv2d gradients equal the reference in both layouts", "[library][conv]") {
