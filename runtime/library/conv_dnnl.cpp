@@ -253,11 +253,11 @@ std::vector<float> runProbe(const ConvPlan& plan, const std::vector<float>& src,
 // oneDNN 2.6 sizes its winograd schedule by the thread count (W_SGD where the tiles split into
 // at least 1.5 blocks a thread and a block fits L2, else W_S_G_D), and the two sum the channels
 // in different orders. Measured: 32 -> 64 channels at 14x14, batch 2, differs between 1 and 2
-// threads; resnet18's and resnet50's shapes do not. Probed once per shape (for the budget set
-// when the shape is first met: runtime::setNumThreads belongs before runs start): each grantable
-// count (grantableThreadCounts) runs the primitive made for it on the same data, and the outputs
-// must be equal bit for bit. It costs a compile the first calls of each winograd shape: resnet18
-// at batch 1 115 -> 270 ms, resnet50 at batch 32 180 -> 800 ms (2 threads).
+// threads; resnet18's and resnet50's shapes do not. Probed once per shape and budget
+// (runtime::numThreads()): each grantable count (grantableThreadCounts) runs the primitive made
+// for it on the same data, and the outputs must be equal bit for bit. It costs a compile the
+// first calls of each winograd shape: resnet18 at batch 1 115 -> 270 ms, resnet50 at batch 32
+// 180 -> 800 ms (2 threads).
 bool winogradIsThreadInvariant(const ConvGeometry& g, bool weightsCached) {
   const std::vector<int> counts = grantableThreadCounts();
   if (counts.size() == 1) return true;  // One thread count: nothing to differ from.
@@ -332,12 +332,13 @@ bool prefersWinograd(const ConvGeometry& g, bool weightsCached) {
                        static_cast<double>(g.oh * g.ow);
   const double score = static_cast<double>(g.c * g.m) / static_cast<double>(g.c + g.m) / waste;
   if (score < kMinScore || !winogradAvailable(g)) return false;
-  // Keyed by the shape alone: the answer covers every thread count.
+  // Keyed by the shape and the budget (not this call's thread count): the answer covers every
+  // count the budget grants.
   static std::mutex mu;
   static std::unordered_map<std::string, bool> invariant;
   CacheKey shape("winograd-thread-invariant");
   for (int64_t v : {g.n, g.c, g.h, g.w, g.m, g.oh, g.ow, g.padTop, g.padLeft, g.padBottom,
-                    g.padRight, int64_t{weightsCached}})
+                    g.padRight, int64_t{weightsCached}, int64_t{numThreads()}})
     shape.add(v);
   const std::string key = shape.str();
   {

@@ -130,6 +130,15 @@ std::string describeMd(const dnnl::memory::desc& md) {
     for (int i = 0; i < d.ndims; ++i) s += ";" + std::to_string(b.strides[i]);
     for (int i = 0; i < b.inner_nblks; ++i)
       s += "|" + std::to_string(b.inner_idxs[i]) + "x" + std::to_string(b.inner_blks[i]);
+  } else if (d.format_kind == dnnl_format_kind_wino) {
+    // Winograd weights: the blocking is oneDNN's choice per primitive (it sizes it by the
+    // thread count), so two plans' formats share the kind and dims but not the layout.
+    const auto& w = d.format_desc.wino_desc;
+    for (int64_t v : {int64_t{w.wino_format}, int64_t{w.r}, int64_t{w.alpha}, int64_t{w.ic},
+                      int64_t{w.oc}, int64_t{w.ic_block}, int64_t{w.oc_block}, int64_t{w.ic2_block},
+                      int64_t{w.oc2_block}, static_cast<int64_t>(w.size)})
+      s += ";" + std::to_string(v);
+    s += ";" + std::to_string(w.adj_scale);
   }
   return s;
 }

@@ -149,8 +149,9 @@ void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumFo
 // An f32 row-major (dense, last dim fastest) descriptor of `dims`.
 dnnl::memory::desc plainMd(const dnnl::memory::dims& dims);
 
-// A memory descriptor's layout as text (dims, data type, strides and inner blocks), for keys
-// that must tell two formats apart and nothing else.
+// A memory descriptor's layout as text (dims, data type, strides and inner blocks, or a
+// winograd format's blocking), for keys that must tell two formats apart and nothing else.
+// Formats are blocked or winograd here; another kind is told apart by its kind only.
 std::string describeMd(const dnnl::memory::desc& md);
 
 // A primitive attribute with user-managed scratchpad (so concurrent calls of one cached
