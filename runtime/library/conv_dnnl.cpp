@@ -258,7 +258,7 @@ std::vector<float> runProbe(const ConvPlan& plan, const std::vector<float>& src,
 // for it on the same data, and the outputs must be equal bit for bit. It costs a compile the
 // first calls of each winograd shape: resnet18 at batch 1 115 -> 270 ms, resnet50 at batch 32
 // 180 -> 800 ms (2 threads).
-bool winogradIsThreadInvariant(const ConvGeometry& g, bool weightsCached) {
+bool probeWinogradThreadInvariance(const ConvGeometry& g, bool weightsCached) {
   const std::vector<int> counts = grantableThreadCounts();
   if (counts.size() == 1) return true;  // One thread count: nothing to differ from.
   std::vector<float> src(static_cast<size_t>(g.n * g.c * g.h * g.w)),
@@ -331,7 +331,10 @@ bool prefersWinograd(const ConvGeometry& g, bool weightsCached) {
                                            ((g.ow + kTile - 1) / kTile * kTile)) /
                        static_cast<double>(g.oh * g.ow);
   const double score = static_cast<double>(g.c * g.m) / static_cast<double>(g.c + g.m) / waste;
-  if (score < kMinScore || !winogradAvailable(g)) return false;
+  return score >= kMinScore && winogradAvailable(g) && winogradThreadInvariant(g, weightsCached);
+}
+
+bool winogradThreadInvariant(const ConvGeometry& g, bool weightsCached) {
   // Keyed by the shape and the budget (not this call's thread count): the answer covers every
   // count the budget grants.
   static std::mutex mu;
@@ -347,7 +350,7 @@ bool prefersWinograd(const ConvGeometry& g, bool weightsCached) {
   }
   bool ok = false;
   try {
-    ok = winogradIsThreadInvariant(g, weightsCached);
+    ok = probeWinogradThreadInvariance(g, weightsCached);
   } catch (const std::exception&) {  // oneDNN or allocation failures: direct it is.
   }
   std::lock_guard<std::mutex> lock(mu);

@@ -48,6 +48,9 @@ bool winogradAvailable(const ConvGeometry& g);
 // and it was measured faster (conv_dnnl.cpp), with the weights' transform kept across calls
 // (a LibraryCache) or made in each (training; the gradients).
 bool prefersWinograd(const ConvGeometry& g, bool weightsCached);
+// Whether winograd gives this shape the same bits at every thread count a call can be granted
+// (probed once per shape and budget; conv_dnnl.cpp): kAuto and autotuning take it only then.
+bool winogradThreadInvariant(const ConvGeometry& g, bool weightsCached);
 // conv2d_backward_data (weights false) and conv2d_backward_weight (true) with oneDNN, NCHW or
 // channels-last (Call::options); kUnimplemented where oneDNN would use its reference
 // implementation.

@@ -299,7 +299,10 @@ std::vector<ConvAlgo> convAlgorithms(const ir::AttrView& attrs, const ir::Shape&
   std::vector<ConvAlgo> algos{ConvAlgo::kDirect};
   const lib::ConvGeometry g = lib::ConvGeometry::of(attrs, x, w);
   try {
-    if (lib::winogradAvailable(g)) algos.push_back(ConvAlgo::kWinograd);
+    // Autotuning is for a compiled model, whose weights are cached; a winograd whose bits
+    // depend on the thread count is no candidate (kiln's results do not).
+    if (lib::winogradAvailable(g) && lib::winogradThreadInvariant(g, /*weightsCached=*/true))
+      algos.push_back(ConvAlgo::kWinograd);
   } catch (const dnnl::error&) {
     // Probing failed: winograd is not a candidate.
   }

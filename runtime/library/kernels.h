@@ -46,7 +46,8 @@ using ir::parseConvAlgo;
 
 // The algorithms that can run conv2d with these attributes, input shape x [N,C,H,W] and
 // weight shape w [M,C/group,kh,kw] on this CPU, in order of preference (kAuto excluded).
-// Winograd is probed by creating oneDNN's primitive descriptor (the result is cached).
+// Winograd is probed by creating oneDNN's primitive descriptor, and is a candidate only where
+// its bits do not depend on the thread count (lib::winogradThreadInvariant; both cached).
 std::vector<ConvAlgo> convAlgorithms(const ir::AttrView& attrs, const ir::Shape& x,
                                      const ir::Shape& w);
 
