@@ -25,7 +25,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -182,30 +182,32 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
 
 }  // namespace
 
-bool winogradAvailable(const ConvGeometry& g) {
-  // Winograd needs a square 3x3 stride-1 dense kernel in every oneDNN implementation; skip
-  // the probe (and its primitive descriptor) for everything else.
-  if (g.group != 1 || g.kh != 3 || g.kw != 3 || g.strideH != 1 || g.strideW != 1 || g.dilH != 1 ||
-      g.dilW != 1)
-    return false;
-  // Probe results, negative ones included (the plan cache keeps only plans that exist).
+namespace {
+
+// A yes/no answer per key, computed once per process (negative ones included: the plan cache
+// keeps only plans that exist). The lock is not held while computing (a probe runs
+// primitives); threads racing on one key compute the same answer.
+bool memoized(const std::string& key, const std::function<bool()>& compute) {
   static std::mutex mu;
-  static std::unordered_map<std::string, bool> probed;
-  const std::string key = planKey(g, ConvAlgo::kWinograd, false, false, {});
+  static std::unordered_map<std::string, bool> answers;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (auto it = probed.find(key); it != probed.end()) return it->second;
+    if (auto it = answers.find(key); it != answers.end()) return it->second;
   }
-  const bool ok =
-      convPlans()
-          .getOrCreate(key, [&] { return makePlan(key, g, ConvAlgo::kWinograd, false, false, {}); })
-          .hasValue();
+  const bool answer = compute();
   std::lock_guard<std::mutex> lock(mu);
-  probed.emplace(key, ok);
-  return ok;
+  answers.emplace(key, answer);
+  return answer;
 }
 
-namespace {
+// A key of the shape (and the budget: runtime::numThreads()), not of this call's thread count.
+std::string shapeKey(std::string_view family, const ConvGeometry& g, bool weightsCached) {
+  CacheKey key(family);
+  for (int64_t v : {g.n, g.c, g.h, g.w, g.m, g.oh, g.ow, g.padTop, g.padLeft, g.padBottom,
+                    g.padRight, int64_t{weightsCached}, int64_t{numThreads()}})
+    key.add(v);
+  return key.str();
+}
 
 // The thread counts a call can be granted (runtime::ComputeThreads: 1 to the budget; fewer than
 // the budget while other runs are in progress or the machine is loaded): every count up to 8,
@@ -218,35 +220,9 @@ std::vector<int> grantableThreadCounts() {
   return counts;
 }
 
-// One winograd forward call of `plan` on NCHW memory (probe data), its output as NCHW floats.
-std::vector<float> runProbe(const ConvPlan& plan, const std::vector<float>& src,
-                            const std::vector<float>& weights) {
-  const dnnl::engine& eng = cpuEngine();
-  auto placed = [&](const std::optional<ReorderPlan>& in, const memory::desc& md,
-                    const float* user) {
-    memory m(md, eng);
-    if (in)
-      runReorder(*in, user, m.get_data_handle());
-    else
-      std::copy(user, user + md.get_size() / sizeof(float),
-                static_cast<float*>(m.get_data_handle()));
-    return m;
-  };
-  memory s = placed(plan.srcIn, plan.srcMd, src.data());
-  memory w = placed(plan.weightsIn, plan.weightsMd, weights.data());
-  memory d(plan.dstMd, eng), pad(plan.scratchMd, eng);
-  plan.prim.execute(
-      threadStream(),
-      {{DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, d}, {DNNL_ARG_SCRATCHPAD, pad}});
-  std::vector<float> out(plan.userDstMd.get_size() / sizeof(float));
-  if (plan.dstOut) {
-    runReorder(*plan.dstOut, d.get_data_handle(), out.data());
-  } else {
-    const auto* y = static_cast<const float*>(d.get_data_handle());
-    std::copy(y, y + out.size(), out.data());
-  }
-  return out;
-}
+// `fuseAdds`: leading kAdd post-ops go into the primitive (a sum post-op, binary adds); false:
+// every post-op runs in kiln's epilogue pass.
+Status runConvWhole(const Call& call, const ConvGeometry& g, ConvAlgo algo, bool fuseAdds = true);
 
 // Whether winograd computes this shape to the same bits whatever the thread count a call is
 // granted, which kiln promises for every compiled model (tests/compiler/test_concurrency.cpp):
@@ -261,45 +237,68 @@ std::vector<float> runProbe(const ConvPlan& plan, const std::vector<float>& src,
 bool probeWinogradThreadInvariance(const ConvGeometry& g, bool weightsCached) {
   const std::vector<int> counts = grantableThreadCounts();
   if (counts.size() == 1) return true;  // One thread count: nothing to differ from.
-  std::vector<float> src(static_cast<size_t>(g.n * g.c * g.h * g.w)),
-      weights(static_cast<size_t>(g.m * g.c * g.kh * g.kw));
+  auto x = Tensor::empty(ir::DType::kF32, {g.n, g.c, g.h, g.w});
+  auto w = Tensor::empty(ir::DType::kF32, {g.m, g.c, g.kh, g.kw});
+  if (!x || !w) return false;
   uint32_t state = 12345;
-  for (auto* v : {&src, &weights})
-    for (float& x : *v) {
+  for (Tensor* t : {&*x, &*w}) {
+    float* v = t->data<float>();
+    for (int64_t i = 0; i < t->numElements(); ++i) {
       state = state * 1664525u + 1013904223u;
-      x = static_cast<float>(state >> 8) * 0x1p-24f - 0.5f;
+      v[i] = static_cast<float>(state >> 8) * 0x1p-24f - 0.5f;
     }
+  }
+  const std::vector<Tensor> in{*x, *w};
+  const ir::AttrMap noAttrs;  // runConvWhole reads the geometry, not the attributes.
+  const ir::AttrView attrs(ir::opInfo(ir::OpKind::kConv2d), noAttrs);
   struct RestoreThreads {
     int before = omp_get_max_threads();
     ~RestoreThreads() { omp_set_num_threads(before); }
   } restore;
-  std::vector<float> first;
-  bool same = true;
+  std::optional<Tensor> first;
   for (const int t : counts) {
     omp_set_num_threads(t);
-    const std::string key =
-        planKey(g, ConvAlgo::kWinograd, false, false, {}, memory::data_type::f32, weightsCached);
-    auto plan = convPlans().getOrCreate(key, [&] {
-      return makePlan(key, g, ConvAlgo::kWinograd, false, false, {}, memory::data_type::f32,
-                      weightsCached);
-    });
-    if (!plan) {
-      same = false;
-      break;
-    }
-    std::vector<float> out = runProbe(**plan, src, weights);
-    if (first.empty()) {
-      first = std::move(out);
-    } else if (out.size() != first.size() ||
-               std::memcmp(out.data(), first.data(), out.size() * sizeof(float)) != 0) {
-      same = false;
-      break;
-    }
+    auto out = Tensor::empty(ir::DType::kF32, {g.n, g.m, g.oh, g.ow});
+    if (!out) return false;
+    LibraryCache cache;  // As the calls will hold the weights: cached, or reordered per call.
+    LibraryOptions options;
+    options.algo = ConvAlgo::kWinograd;
+    options.cache = weightsCached ? &cache : nullptr;
+    if (!runConvWhole({attrs, in, {}, {}, *out, options}, g, ConvAlgo::kWinograd).isOk())
+      return false;
+    if (!first)
+      first = std::move(*out);
+    else if (!out->toData().bitwiseEqual(first->toData()))
+      return false;
   }
-  return same;
+  return true;
 }
 
 }  // namespace
+
+bool winogradAvailable(const ConvGeometry& g) {
+  // Winograd needs a square 3x3 stride-1 dense kernel in every oneDNN implementation; skip
+  // the probe (and its primitive descriptor) for everything else.
+  if (g.group != 1 || g.kh != 3 || g.kw != 3 || g.strideH != 1 || g.strideW != 1 || g.dilH != 1 ||
+      g.dilW != 1)
+    return false;
+  const std::string key = planKey(g, ConvAlgo::kWinograd, false, false, {});
+  return memoized("available:" + key, [&] {
+    return convPlans()
+        .getOrCreate(key, [&] { return makePlan(key, g, ConvAlgo::kWinograd, false, false, {}); })
+        .hasValue();
+  });
+}
+
+bool winogradThreadInvariant(const ConvGeometry& g, bool weightsCached) {
+  return memoized(shapeKey("winograd-thread-invariant", g, weightsCached), [&] {
+    try {
+      return probeWinogradThreadInvariance(g, weightsCached);
+    } catch (const std::exception&) {  // oneDNN or allocation failures: direct it is.
+      return false;
+    }
+  });
+}
 
 // Measured on an AMD Zen 5 (AVX-512, 2 threads), a 3x3 convolution from NHWC to NHWC
 // (winograd's reorders to and from its blocked format included), winograd's time over the
@@ -331,38 +330,14 @@ bool prefersWinograd(const ConvGeometry& g, bool weightsCached) {
                                            ((g.ow + kTile - 1) / kTile * kTile)) /
                        static_cast<double>(g.oh * g.ow);
   const double score = static_cast<double>(g.c * g.m) / static_cast<double>(g.c + g.m) / waste;
-  return score >= kMinScore && winogradAvailable(g) && winogradThreadInvariant(g, weightsCached);
-}
-
-bool winogradThreadInvariant(const ConvGeometry& g, bool weightsCached) {
-  // Keyed by the shape and the budget (not this call's thread count): the answer covers every
-  // count the budget grants.
-  static std::mutex mu;
-  static std::unordered_map<std::string, bool> invariant;
-  CacheKey shape("winograd-thread-invariant");
-  for (int64_t v : {g.n, g.c, g.h, g.w, g.m, g.oh, g.ow, g.padTop, g.padLeft, g.padBottom,
-                    g.padRight, int64_t{weightsCached}, int64_t{numThreads()}})
-    shape.add(v);
-  const std::string key = shape.str();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = invariant.find(key); it != invariant.end()) return it->second;
-  }
-  bool ok = false;
-  try {
-    ok = probeWinogradThreadInvariance(g, weightsCached);
-  } catch (const std::exception&) {  // oneDNN or allocation failures: direct it is.
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  invariant.emplace(key, ok);
-  return ok;
+  if (score < kMinScore) return false;
+  // One lookup a call once the shape is known (this runs at every kAuto convolution).
+  return memoized(shapeKey("winograd-preferred", g, weightsCached), [&] {
+    return winogradAvailable(g) && winogradThreadInvariant(g, weightsCached);
+  });
 }
 
 namespace {
-
-// `fuseAdds`: leading kAdd post-ops go into the primitive (a sum post-op, binary adds); false:
-// every post-op runs in kiln's epilogue pass.
-Status runConvWhole(const Call& call, const ConvGeometry& g, ConvAlgo algo, bool fuseAdds = true);
 
 // Images per slice of a large channels-last convolution whose post-ops end in kiln's epilogue
 // pass (an activation after oneDNN: nanExactPostOpPrefix), or 0 for one call: the largest

@@ -33,10 +33,14 @@ bool hasLibraryKernel(OpKind op) {
 // oneDNN's primitive takes 3-6 us (autotuned on mobilenet_v3_small's 18 of them, 2 threads);
 // f32 3x3 convolutions of enough channels run on oneDNN's winograd where it has one
 // (lib::prefersWinograd, what autotuning picks there); everything else on oneDNN's direct.
+bool runsOnIm2col(ConvAlgo algo, const lib::ConvGeometry& g) {
+  return algo == ConvAlgo::kIm2colGemm ||
+         (algo == ConvAlgo::kAuto && g.isPointwise() && g.group == 1 && g.n * g.oh * g.ow == 1);
+}
 ConvAlgo resolvedConvAlgo(ConvAlgo algo, const lib::ConvGeometry& g, ir::DType operands,
                           const LibraryOptions& options) {
   if (algo != ConvAlgo::kAuto) return algo;
-  if (g.isPointwise() && g.group == 1 && g.n * g.oh * g.ow == 1) return ConvAlgo::kIm2colGemm;
+  if (runsOnIm2col(algo, g)) return ConvAlgo::kIm2colGemm;
   if (operands == ir::DType::kF32 && lib::prefersWinograd(g, options.cache != nullptr))
     return ConvAlgo::kWinograd;
   return ConvAlgo::kDirect;
@@ -395,11 +399,9 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
   if (output.numElements() == 0) return Status::ok();
   // oneDNN convolutions detach aliased extras themselves (their sum post-op reads dst; a
   // residual planned in place over the output stays there); im2col writes the output first.
-  const bool dnnlConv =
-      op == OpKind::kConv2d &&
-      resolvedConvAlgo(options.algo,
-                       lib::ConvGeometry::of(attrs, inputs[0].shape(), inputs[1].shape()),
-                       inputs[0].dtype(), options) != ConvAlgo::kIm2colGemm;
+  const bool dnnlConv = op == OpKind::kConv2d &&
+                        !runsOnIm2col(options.algo, lib::ConvGeometry::of(attrs, inputs[0].shape(),
+                                                                          inputs[1].shape()));
   std::vector<Tensor> detached;
   if (!dnnlConv && !extra.empty() && !options.prepare) {
     try {
