@@ -276,3 +276,47 @@ TEST_CASE("a prepared matmul, gemm or linear call computes nothing", "[library][
     }
   }
 }
+
+TEST_CASE("library matmul, gemm and linear keep prepacked weights in the caller's cache",
+          "[library][matmul]") {
+  // With a LibraryCache (B is a parameter), oneDNN's matmul takes B in its preferred blocked
+  // format, reordered once (when prepared) and reused by every call after it.
+  struct Case {
+    OpKind op;
+    std::vector<Tensor> in;
+    ir::AttrMap attrs;
+  };
+  const ir::AttrMap transB = {
+      {"transA", int64_t{0}}, {"transB", int64_t{1}}, {"alpha", 1.0}, {"beta", 1.0}};
+  const std::vector<Case> cases = {
+      {OpKind::kMatMul, {randomTensor({2, 48, 96}, 1), randomTensor({96, 80}, 2)}, {}},
+      {OpKind::kGemm, {randomTensor({40, 96}, 3), randomTensor({64, 96}, 4)}, transB},
+      {OpKind::kLinear, {randomTensor({64, 128}, 5), randomTensor({96, 128}, 6)}, {}},
+  };
+  // oneDNN 2.6's brgemm matmul (AVX-512) packs B; its AVX2 matmul reads B as it is.
+  const bool packs = __builtin_cpu_supports("avx512f");
+  for (const Case& c : cases) {
+    INFO(ir::opName(c.op) << " " << ir::shapeToString(c.in[0].shape()));
+    const Tensor want = runRef(c.op, c.in, c.attrs);
+    runtime::LibraryCache cache;
+    LibraryOptions options = withBackend(GemmBackend::kOneDnn);
+    options.cache = &cache;
+    options.prepare = true;
+    Tensor out = emptyLike(want.shape());
+    const ir::AttrView view(ir::opInfo(c.op), c.attrs);
+    REQUIRE(runtime::runLibraryWithPostOps(c.op, view, c.in, {}, {}, out, options).isOk());
+    const size_t entries = cache.numEntries();
+    if (packs) CHECK(entries == 1);
+    options.prepare = false;
+    const size_t hits = cache.hits();
+    checkRelClose(runLib(c.op, c.in, c.attrs, {}, {}, options), want, 1e-5);
+    CHECK(cache.numEntries() == entries);
+    if (entries > 0) CHECK(cache.hits() > hits);
+    // Other weights at another address get their own entry, never the packed ones.
+    std::vector<Tensor> other = c.in;
+    other[1] = randomTensor(c.in[1].shape(), 77);
+    checkRelClose(runLib(c.op, other, c.attrs, {}, {}, options), runRef(c.op, other, c.attrs),
+                  1e-5);
+    CHECK(cache.numEntries() == 2 * entries);
+  }
+}
