@@ -2,10 +2,11 @@
 // FlashAttention does (Dao et al. 2022; its second version's loop order): each task takes a
 // block of query rows of one batch and walks the keys in tiles, so the scores exist one
 // [rows, keys] tile at a time (32 KiB, in L1/L2) and never as the whole [S, T] matrix:
-//   tile = scale * q_rows @ kt[:, keys] (+ mask)                    OpenBLAS, one thread
+//   tile = scale * q_rows @ kt[:, keys] (+ mask)                    lib::sgemm, one thread
 //   m' = max(m, rowmax(tile)); p = exp(tile - m'); c = exp(m - m')
-//   l = l c + rowsum(p); out_rows = out_rows c + p @ v[keys]         OpenBLAS, one thread
-// and at the end out_rows /= l. Tasks (batch x row block) run on the OpenMP pool.
+//   l = l c + rowsum(p); out_rows = out_rows c + p @ v[keys]         lib::sgemm, one thread
+// and at the end out_rows /= l. Tasks (batch x row block) run on the OpenMP pool. (lib::sgemm
+// on oneDNN: 64x64x128 5.5 us, 64x128x64 6.6, against OpenBLAS 0.3.21's 9.0 and 9.2 on a Zen 5.)
 //
 // NaN and infinities as the unfused ops give them (ops.def): the running maximum keeps a NaN,
 // so a NaN score makes its row NaN; a +inf score makes exp(inf - inf) = NaN; a row whose
@@ -13,7 +14,6 @@
 // -inf) = NaN, so a later unmasked tile still gives the right row, and a row masked throughout
 // ends as 0 / 0 = NaN, as softmax of an all -inf row.
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -76,8 +76,6 @@ Status runAttention(const Call& call) {
   const ir::Shape batchShape(qs.begin(), qs.end() - 2);
   const int64_t batches = ir::numElements(batchShape);
   if (!call.post.empty()) return unimplemented("attention takes no post-ops");
-  for (int64_t v : {s, d, t, dv, batches * s, batches * t})
-    if (v > INT32_MAX) return unimplemented("attention is too large for 32-bit BLAS");
   if (call.options.prepare) return Status::ok();  // Nothing to make ahead.
   float* y = call.out.data<float>();
   if (call.out.numElements() == 0) return Status::ok();
@@ -108,7 +106,6 @@ Status runAttention(const Call& call) {
                            });
   }
 
-  const BlasThreads blasThreads;  // Inside the parallel region OpenBLAS runs one thread a call.
   const int64_t rowBlocks = (s + kRows - 1) / kRows;
   const int64_t tasks = batches * rowBlocks;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();

@@ -6,7 +6,6 @@
 //    in the caller's LibraryCache when there is one).
 // 1x1 stride-1 unpadded convolutions skip im2col: the input itself is the GEMM operand.
 // Bias and post-ops run in one epilogue pass per image, while its output is still in cache.
-#include <cblas.h>
 
 #include <algorithm>
 #include <climits>
@@ -165,11 +164,6 @@ void runNhwc(const Call& call, const ConvGeometry& g, std::span<const ResolvedPo
 }  // namespace
 
 Status runConvIm2col(const Call& call, const ConvGeometry& g) {
-  // OpenBLAS takes 32-bit sizes; the batch folded into rows (N*P) is the largest.
-  const int64_t k = g.cPerGroup() * g.kh * g.kw, p = g.oh * g.ow;
-  for (int64_t v : {k, g.n * p, g.m, g.c, p * g.m})
-    if (v > INT_MAX) return unimplemented("conv2d is too large for im2col with 32-bit BLAS");
-  const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   const auto post = resolvePostOps(call.post, call.extra);
   if (call.options.channelsLast)
     runNhwc(call, g, post);

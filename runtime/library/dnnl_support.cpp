@@ -1,8 +1,10 @@
 // oneDNN / OpenBLAS plumbing shared by the library kernels (see dnnl_support.h).
 #include "runtime/library/dnnl_support.h"
 
-#include <cblas.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
 
 #include <array>
 #include <cmath>
@@ -27,42 +29,52 @@ int maxThreads() {
   return omp_get_max_threads();
 }
 
-void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 1 && n > 0 && k > 0) {  // Row 0 of op(A) is a[i * (transA ? lda : 1)].
-    cblas_sgemv(CblasRowMajor, transB ? CblasNoTrans : CblasTrans,
-                static_cast<blasint>(transB ? n : k), static_cast<blasint>(transB ? k : n), alpha,
-                b, static_cast<blasint>(ldb), a, static_cast<blasint>(transA ? lda : 1), beta, c,
-                1);
-    return;
-  }
-  if (n == 1 && m > 0 && k > 0) {  // One column of op(B): b[i * (transB ? 1 : ldb)].
-    cblas_sgemv(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-                static_cast<blasint>(transA ? k : m), static_cast<blasint>(transA ? m : k), alpha,
-                a, static_cast<blasint>(lda), b, static_cast<blasint>(transB ? 1 : ldb), beta, c,
-                static_cast<blasint>(ldc));
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
-              static_cast<blasint>(ldc));
+namespace {
+
+int64_t ceilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
 }
 
-BlasThreads::BlasThreads() {
-  // Inside a parallel region OpenBLAS runs single-threaded by itself, reading no count.
-  if (omp_in_parallel()) return;
-  static std::shared_mutex mu;
-  const int n = omp_get_max_threads();
-  for (;;) {
-    std::shared_lock shared(mu);
-    if (openblas_get_num_threads() == n) {
-      lock_ = std::move(shared);
-      return;
-    }
-    shared.unlock();
-    std::unique_lock exclusive(mu);  // No OpenBLAS call is in flight while this is held.
-    if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
+// One block of the product on this thread alone: inside an active parallel region oneDNN runs
+// one thread by itself; outside one (a single block, or one thread granted) the caller's
+// OpenMP thread count is 1 for the duration of the call.
+void sgemmOnThisThread(char transA, char transB, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                       float* c, int64_t ldc) {
+  const bool serial = !omp_in_parallel();
+  const int before = serial ? omp_get_max_threads() : 1;
+  if (serial) omp_set_num_threads(1);
+  const dnnl_status_t st = dnnl_sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (serial) omp_set_num_threads(before);
+  // oneDNN rejects only arguments that are wrong (a leading dimension below its row): a bug.
+  if (st != dnnl_success) throw std::logic_error("dnnl_sgemm rejected its arguments");
+}
+
+}  // namespace
+
+void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  // Blocks of >= 2^18 multiply-adds (about 1 us on one core), at most 64: rows first, in
+  // multiples of 8 and at least 32 of them, then columns in multiples of 16, at least 64.
+  constexpr int64_t kBlockMacs = int64_t{1} << 18, kMaxBlocks = 64;
+  const int64_t want =
+      std::clamp<int64_t>(m * n * std::max<int64_t>(k, 1) / kBlockMacs, 1, kMaxBlocks);
+  int64_t rowBlocks = std::min(want, ceilDiv(m, 32));
+  const int64_t rows = ceilDiv(ceilDiv(m, rowBlocks), 8) * 8;
+  rowBlocks = ceilDiv(m, rows);
+  int64_t colBlocks = std::min(std::max<int64_t>(want / rowBlocks, 1), ceilDiv(n, 64));
+  const int64_t cols = ceilDiv(ceilDiv(n, colBlocks), 16) * 16;
+  colBlocks = ceilDiv(n, cols);
+  const int64_t blocks = rowBlocks * colBlocks;
+  const char ta = transA ? 'T' : 'N', tb = transB ? 'T' : 'N';
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t r0 = i / colBlocks * rows, c0 = i % colBlocks * cols;
+    const float* ai = a + (transA ? r0 : r0 * lda);  // Row r0 of op(A).
+    const float* bi = b + (transB ? c0 * ldb : c0);  // Column c0 of op(B).
+    sgemmOnThisThread(ta, tb, std::min(rows, m - r0), std::min(cols, n - c0), k, alpha, ai, lda, bi,
+                      ldb, beta, c + r0 * ldc + c0, ldc);
   }
 }
 

@@ -24,10 +24,7 @@
 // With one thread the picture is the same (oneDNN 1.1-1.4x from M >= 32, OpenBLAS 4.5x at
 // M = 1). Hence kAuto: OpenBLAS for matrix-vector products and for products of at most 2^20
 // multiply-adds (call overhead dominates), oneDNN otherwise.
-#include <cblas.h>
-
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -57,10 +54,6 @@ bool useDnnl(const LibraryOptions& options, int64_t rows, int64_t macs) {
       break;
   }
   return rows > 1 && macs > kAutoBlasMaxMacs;
-}
-
-bool fitsBlas(std::initializer_list<int64_t> sizes) {
-  return std::all_of(sizes.begin(), sizes.end(), [](int64_t v) { return v <= INT_MAX; });
 }
 
 // ---- oneDNN matmul plans.
@@ -273,9 +266,6 @@ Status runMatMul(const Call& call) {
   }
 
   if (call.options.prepare) return Status::ok();  // OpenBLAS keeps no state.
-  if (!fitsBlas({batchCount * m, n, k}))
-    return unimplemented("matmul is too large for 32-bit BLAS");
-  const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   if (foldBatch) {
     sgemm(false, false, batchCount * m, n, k, 1.f, a, k, b, n, 0.f, y, n);
   } else {
@@ -319,8 +309,6 @@ Status runGemm(const Call& call) {
   }
 
   if (call.options.prepare) return Status::ok();  // OpenBLAS keeps no state.
-  if (!fitsBlas({m, n, k})) return unimplemented("gemm is too large for 32-bit BLAS");
-  const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   if (k == 0)
     std::fill(y, y + m * n, 0.f);
   else
@@ -352,8 +340,6 @@ Status runLinear(const Call& call) {
   }
 
   if (call.options.prepare) return Status::ok();  // OpenBLAS keeps no state.
-  if (!fitsBlas({rows, outF, inF})) return unimplemented("linear is too large for 32-bit BLAS");
-  const BlasThreads blasThreads;  // Until the OpenBLAS calls below are done.
   if (inF == 0)
     std::fill(y, y + rows * outF, 0.f);
   else

@@ -3,9 +3,12 @@
 // every broadcast shape, and the NaN/Inf rule (a fully masked row is NaN; a row masked only in
 // its first tile is not; NaN and +inf scores make their row NaN). Tolerance: 1e-5 of max
 // |reference|.
+#include <omp.h>
 #include <cmath>
+
 #include <limits>
 
+#include "runtime/cpu/compute_threads.h"
 #include "runtime/test_library_util.h"
 
 using namespace kiln;
@@ -94,4 +97,44 @@ TEST_CASE("library attention follows the unfused ops on -inf, +inf and NaN score
       CHECK(std::isnan(got2.data<float>()[row * 4 + k]));
     }
   checkRelClose(got2, want2, 1e-5);
+}
+
+TEST_CASE("library attention and matmul give the same bits at every thread count",
+          "[library][attention][matmul]") {
+  // A call is granted 1 to numThreads() threads, and kiln's results do not depend on it: the
+  // attention's tile products run on one thread each (also when the whole call is one task),
+  // and no product splits its sum over threads.
+  struct Case {
+    OpKind op;
+    std::vector<Tensor> in;
+    ir::AttrMap attrs;
+  };
+  const std::vector<Case> cases = {
+      {OpKind::kAttention, inputsOf({{1, 6, 197, 64}, 197, 64, {}}, 5), scaleOf(0.125)},
+      {OpKind::kAttention, inputsOf({{1, 40, 32}, 300, 16, {}}, 9), scaleOf(0.25)},  // One task.
+      {OpKind::kLinear, {randomTensor({128, 768}, 1), randomTensor({256, 768}, 2)}, {}},
+      {OpKind::kMatMul, {randomTensor({4, 4096}, 3), randomTensor({4096, 32}, 4)}, {}},
+      {OpKind::kMatMul, {randomTensor({12, 128, 64}, 5), randomTensor({12, 64, 128}, 6)}, {}},
+  };
+  const int budget = runtime::numThreads();
+  runtime::setNumThreads(2);
+  const int before = omp_get_max_threads();
+  for (const Case& c : cases) {
+    for (const bool cached : {false, true}) {
+      INFO(ir::opName(c.op) << " " << ir::shapeToString(c.in[0].shape())
+                            << (cached ? ", weights cached" : ""));
+      runtime::LibraryCache cache;
+      LibraryOptions options;
+      options.gemm = static_cast<GemmBackend>(GENERATE(0, 1, 2));
+      INFO("gemm " << static_cast<int>(options.gemm));
+      options.cache = cached ? &cache : nullptr;
+      omp_set_num_threads(1);
+      const Tensor one = runLib(c.op, c.in, c.attrs, {}, {}, options);
+      omp_set_num_threads(2);
+      const Tensor two = runLib(c.op, c.in, c.attrs, {}, {}, options);
+      CHECK(one.toData().bitwiseEqual(two.toData()));
+    }
+  }
+  omp_set_num_threads(before);
+  runtime::setNumThreads(budget);
 }
