@@ -57,7 +57,7 @@ struct CompileOptions {
   bool verifyEachPass = false;
   std::ostream* log = nullptr;  // Dumps, pass timings and progress go here.
   passes::FusionOptions fusion;
-  // Library calls (oneDNN, OpenBLAS) take post-ops and channels-last activations: BN folding
+  // Library calls (oneDNN) take post-ops and channels-last activations: BN folding
   // then epilogue fusion and layout selection.
   bool libraryFusion = true;
   // Time each convolution's candidate algorithms on its real shape (cached on disk by shape,

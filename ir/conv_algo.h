@@ -14,7 +14,7 @@ enum class ConvAlgo : uint8_t {
   kAuto,        // oneDNN direct (brgconv); the algorithm-choice pass may pick better.
   kDirect,      // oneDNN convolution_direct.
   kWinograd,    // oneDNN convolution_winograd, where oneDNN implements the shape.
-  kIm2colGemm,  // kiln's im2col (skipped for 1x1 stride-1 unpadded convs) + OpenBLAS sgemm.
+  kIm2colGemm,  // kiln's im2col (skipped for 1x1 stride-1 unpadded convs) + sgemm.
   // cuDNN's forward algorithms (the CUDA backend; runtime/gpu/cuda_libraries.cpp). FFT and
   // non-fused Winograd are left out: their error exceeds the 1e-4 kiln allows an algorithm.
   kCudnnImplicitGemm,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kiln's binaries for a GPU machine that cannot build them (no LLVM 16, oneDNN or OpenBLAS
+# kiln's binaries for a GPU machine that cannot build them (no LLVM 16 or oneDNN
 # packages, no package registry) and takes at most 64 MiB of files:
 #   scripts/gpu-bundle.sh [BUNDLE]        (default .gpu/bundle.tar.xz; build with scripts/build.sh)
 # packs build/tools/kiln, build/tests/test_gpu, every shared library they load except glibc's

@@ -3,7 +3,7 @@
 #   scripts/gpu-check.sh [--bundle BUNDLE] [OUT_DIR]        (default gpu-check/)
 # 1. builds kiln (scripts/build.sh), or, with --bundle, unpacks the binaries and libraries that
 #    scripts/gpu-bundle.sh packed on a machine that can build them (the device machines here
-#    have no LLVM 16, oneDNN or OpenBLAS and no package registry); the CUDA libraries are the
+#    have no LLVM 16 or oneDNN and no package registry); the CUDA libraries are the
 #    machine's own, found through the toolkit and the Python packages nvidia-* (cuDNN);
 # 2. runs every CUDA test on the device: the gpu suite's model tests with KILN_TEST_DEVICE=cuda
 #    (every zoo model compiled and eager, training steps, generated kernel kinds under random

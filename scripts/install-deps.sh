@@ -12,7 +12,6 @@ PACKAGES=(
   libclang-16-dev libclang-cpp16-dev clang-16  # in-process C++ kernel compiler
   libclang-rt-16-dev libomp-16-dev           # fuzz build (clang): libFuzzer, sanitizers, omp.h
   libdnnl-dev ocl-icd-opencl-dev             # oneDNN (its CMake config needs OpenCL headers)
-  libopenblas-openmp-dev                     # OpenBLAS on the OpenMP pool
   libonnx-dev libprotobuf-dev protobuf-compiler  # ONNX importer (libonnx 1.12, protobuf)
   libxxhash-dev                              # section checksums of AOT artifacts (XXH3)
   libpng-dev libturbojpeg0-dev               # kiln train --data folder: (PNG and JPEG decoding)

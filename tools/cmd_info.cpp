@@ -35,7 +35,7 @@ int deviceInfo(const Args& args, const std::string& name) {
   if (!backend) return reportError("info", backend.status());
   const runtime::gpu::DeviceApi* dev = runtime::gpu::gpuDevice(**backend);
   if (!dev) {
-    std::cout << "device      cpu: this machine's CPU (kernels as host objects, oneDNN/OpenBLAS)\n";
+    std::cout << "device      cpu: this machine's CPU (kernels as host objects, oneDNN)\n";
     return kExitOk;
   }
   const runtime::gpu::DeviceProps& p = dev->props();

@@ -1,10 +1,10 @@
-// The CPU backend's compute threads: the budget of OpenMP threads that kiln's kernels, oneDNN
-// and OpenBLAS draw from, shared by every run in the process.
+// The CPU backend's compute threads: the budget of OpenMP threads that kiln's kernels and oneDNN
+// draw from, shared by every run in the process.
 #pragma once
 
 namespace kiln::runtime {
 
-// The process's compute threads: kiln's kernels, oneDNN and OpenBLAS run on OpenMP. This is
+// The process's compute threads: kiln's kernels and oneDNN run on OpenMP. This is
 // the budget every plan run draws from, whatever the number of threads calling (libgomp gives
 // each calling thread a team of its own, so without a budget N callers would run N teams).
 // setNumThreads(T) sets it to T (and the calling thread's OpenMP count); call it before runs
@@ -15,8 +15,9 @@ int numThreads();
 // How the budget is shared: a run that is alone in the process takes up to all of it; while
 // other runs are in progress or waiting, each takes one thread. A run waits until its threads
 // are free, so at most numThreads() compute threads are busy at any time, and at most one run
-// is multi-threaded (OpenBLAS's OpenMP build frees its per-thread buffers when two callers ask
-// for different counts, so two multi-threaded callers must not overlap).
+// is multi-threaded (a rule made for OpenBLAS, which freed its per-thread buffers when two
+// callers asked for different counts; kept: one team at a time also keeps cores from being
+// oversubscribed).
 //
 // Load awareness (on by default; KILN_LOAD_AWARE=0 or setLoadAware(false) turns it off): a run
 // alone takes no more threads than the machine has cores that other processes leave free

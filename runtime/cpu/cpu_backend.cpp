@@ -140,7 +140,7 @@ class CpuBackend final : public Backend {
     return std::shared_ptr<KernelModule>(std::move(m));
   }
 
-  // oneDNN/OpenBLAS take f32 library ops (ops.def's kLibrary), and f16/bf16 ones converted to
+  // oneDNN takes f32 library ops (ops.def's kLibrary), and f16/bf16 ones converted to
   // f32 and back (autocast; runLibraryWithPostOps); those marked kChannelsLast also take NHWC
   // activations.
   bool hasLibraryKernel(ir::OpKind op, ir::DType dtype, ir::Layout layout) const override {
@@ -152,7 +152,7 @@ class CpuBackend final : public Backend {
            (layout == ir::Layout::kNHWC && info.has(ir::kChannelsLast));
   }
 
-  // Convolutions: oneDNN direct, oneDNN Winograd where it applies, im2col + OpenBLAS sgemm.
+  // Convolutions: oneDNN direct, oneDNN Winograd where it applies, im2col + lib::sgemm.
   std::vector<ConvAlgo> libraryAlgorithms(ir::OpKind op, const ir::AttrView& attrs,
                                           std::span<const ir::TensorType> inputs) const override {
     if (op != ir::OpKind::kConv2d || inputs.size() < 2 || inputs[0].dtype != ir::DType::kF32)

@@ -1,5 +1,5 @@
 // The CPU backend: host memory from a caching allocator, kiln's generated C++ kernels loaded
-// with LLVM's ORC JIT and run over the ComputeThreads budget, oneDNN/OpenBLAS library calls
+// with LLVM's ORC JIT and run over the ComputeThreads budget, oneDNN library calls
 // with fused post-ops, reference kernels for the rest. Streams run synchronously on the
 // calling thread.
 #pragma once
@@ -17,7 +17,7 @@ std::shared_ptr<Backend> makeCpuBackend(CachingAllocator* alloc = &cpuAllocator(
 
 // Runs one op call on host tensors with the CPU's kernels: the library call with its post-ops
 // (call.library), else the op's library kernel where one exists for the output dtype (oneDNN,
-// OpenBLAS, as PyTorch eager does), else its reference kernel. The CPU stream runs every op this
+// as PyTorch eager does), else its reference kernel. The CPU stream runs every op this
 // way, and the CUDA backend runs ops it has no device kernel for this way on the host.
 Status runOnHost(const OpCall& call, std::span<const Tensor> inputs, std::span<Tensor> outputs);
 

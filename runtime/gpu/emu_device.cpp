@@ -131,8 +131,7 @@ class EmuDevice final : public DeviceApi {
       mem = env && std::atoll(env) > 0 ? std::atoll(env) * (int64_t{1} << 20) : int64_t{16} << 30;
     }
     props_.name = "kiln emu (CUDA semantics on the host)";
-    props_.libraries =
-        "the CPU's library (oneDNN, OpenBLAS) on the descriptors cuDNN/cuBLASLt take";
+    props_.libraries = "the CPU's library (oneDNN) on the descriptors cuDNN/cuBLASLt take";
     props_.smArch = o.smArch;
     props_.multiProcessors = o.multiProcessors;
     props_.totalMemory = mem;

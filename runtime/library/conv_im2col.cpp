@@ -1,4 +1,4 @@
-// conv2d as im2col + OpenBLAS sgemm, one GEMM per (image, group), for both layouts.
+// conv2d as im2col + lib::sgemm, one GEMM per (image, group), for both layouts.
 //  - NCHW: col[(c,kh,kw)][oh*OW+ow], y_g[M/g, P] = w_g[M/g, K] * col[K, P]; the OIHW weights
 //    are already the [M, K] row-major operand.
 //  - NHWC: col[oh*OW+ow][(kh,kw,c)] (each tap copies C/g contiguous channels),

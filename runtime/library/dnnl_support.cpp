@@ -1,4 +1,4 @@
-// oneDNN / OpenBLAS plumbing shared by the library kernels (see dnnl_support.h).
+// oneDNN plumbing shared by the library kernels (see dnnl_support.h).
 #include "runtime/library/dnnl_support.h"
 
 #include <omp.h>

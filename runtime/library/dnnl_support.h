@@ -1,4 +1,4 @@
-// oneDNN and OpenBLAS plumbing shared by the library kernels: the CPU engine, per-thread
+// oneDNN plumbing shared by the library kernels: the CPU engine, per-thread
 // streams and scratch memory, the process-wide primitive plan cache and its keys, the
 // translation of post-ops into oneDNN attributes, and thread-count alignment.
 #pragma once
@@ -24,7 +24,7 @@ const dnnl::engine& cpuEngine();
 // One stream per calling thread: oneDNN streams are not meant to be shared between threads.
 dnnl::stream& threadStream();
 
-// omp_get_max_threads(): oneDNN and OpenBLAS run on this many OpenMP threads.
+// omp_get_max_threads(): oneDNN runs on this many OpenMP threads.
 int maxThreads();
 // Row-major C = alpha op(A) op(B) + beta C on oneDNN's sgemm, with bits that do not depend on
 // the thread count: the product is cut into a grid of row and column blocks that depends on the

@@ -1,6 +1,6 @@
 // The library kernel families behind kernels.h: conv2d (oneDNN direct / winograd, kiln's
-// im2col + sgemm), pooling (oneDNN), and matmul / gemm / linear (OpenBLAS or oneDNN). The
-// dispatcher (kernels.cpp) validates a call before it reaches a family.
+// im2col + sgemm), pooling (oneDNN), and matmul / gemm / linear (lib::sgemm or oneDNN's matmul).
+// The dispatcher (kernels.cpp) validates a call before it reaches a family.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +55,7 @@ bool winogradThreadInvariant(const ConvGeometry& g, bool weightsCached);
 // channels-last (Call::options); kUnimplemented where oneDNN would use its reference
 // implementation.
 Status runConvBackwardDnnl(const Call& call, bool weights);
-// conv2d as im2col + OpenBLAS sgemm, for every group count and both layouts.
+// conv2d as im2col + lib::sgemm, for every group count and both layouts.
 Status runConvIm2col(const Call& call, const ConvGeometry& g);
 
 Status runPool2d(const Call& call);  // max_pool2d and avg_pool2d.
@@ -70,7 +70,7 @@ Status runReferenceThroughPlain(ir::OpKind op, const Call& call);
 Status runConcat(const Call& call);
 
 Status runMatMul(const Call& call);
-// attention: tiled, with an online softmax, on OpenBLAS (attention.cpp).
+// attention: tiled, with an online softmax, on lib::sgemm (attention.cpp).
 Status runAttention(const Call& call);
 Status runGemm(const Call& call);
 Status runLinear(const Call& call);

@@ -29,10 +29,11 @@ bool hasLibraryKernel(OpKind op) {
 }
 
 // The algorithm kAuto stands for, given the operands' type. A 1x1 convolution of one pixel
-// (squeeze-excite's, at batch 1) is a matrix-vector product: OpenBLAS's sgemv in 1-4 us where
-// oneDNN's primitive takes 3-6 us (autotuned on mobilenet_v3_small's 18 of them, 2 threads);
-// f32 3x3 convolutions of enough channels run on oneDNN's winograd where it has one
-// (lib::prefersWinograd, what autotuning picks there); everything else on oneDNN's direct.
+// (squeeze-excite's, at batch 1) is a matrix-vector product: lib::sgemm in 1-4 us (measured
+// with OpenBLAS's sgemv; oneDNN's sgemm is as fast there) where oneDNN's primitive takes 3-6 us
+// (autotuned on mobilenet_v3_small's 18 of them, 2 threads); f32 3x3 convolutions of enough
+// channels run on oneDNN's winograd where it has one (lib::prefersWinograd, what autotuning picks
+// there); everything else on oneDNN's direct.
 bool runsOnIm2col(ConvAlgo algo, const lib::ConvGeometry& g) {
   return algo == ConvAlgo::kIm2colGemm ||
          (algo == ConvAlgo::kAuto && g.isPointwise() && g.group == 1 && g.n * g.oh * g.ow == 1);

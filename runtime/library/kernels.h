@@ -1,5 +1,5 @@
 // Library kernels: the fast CPU implementations of library ops (oneDNN for convolution and
-// pooling, OpenBLAS or oneDNN for matmul/gemm/linear), with fused epilogues (post-ops). Eager
+// pooling, oneDNN's sgemm or matmul for matmul/gemm/linear), with fused epilogues (post-ops). Eager
 // and compiled execution both use them; ops and dtypes without one run the reference kernel.
 #pragma once
 
@@ -52,7 +52,8 @@ std::vector<ConvAlgo> convAlgorithms(const ir::AttrView& attrs, const ir::Shape&
                                      const ir::Shape& w);
 
 // Which library runs matmul, gemm and linear. kAuto follows the measurements in matmul.cpp.
-enum class GemmBackend : uint8_t { kAuto, kOpenBlas, kOneDnn };
+// kBlas: lib::sgemm per matrix and kiln's epilogue; kOneDnn: one oneDNN matmul primitive.
+enum class GemmBackend : uint8_t { kAuto, kBlas, kOneDnn };
 
 // Weights reordered for a library kernel (oneDNN blocked formats, im2col's channels-last
 // weights), owned by the caller: a compiled plan or an eager session over a fixed model.

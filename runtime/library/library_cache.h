@@ -14,7 +14,7 @@ namespace kiln::runtime {
 
 namespace lib {
 
-// Uninitialized bytes aligned to a cache line (oneDNN and OpenBLAS prefer 64).
+// Uninitialized bytes aligned to a cache line (oneDNN prefers 64).
 class AlignedBuffer {
  public:
   explicit AlignedBuffer(size_t bytes);

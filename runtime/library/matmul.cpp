@@ -1,13 +1,16 @@
 // matmul (NumPy: batched, broadcast batch dims, 1-D promotion), gemm (ONNX: transA/transB,
-// alpha, beta, broadcast C) and linear (x W^T + b) on OpenBLAS sgemm or oneDNN matmul.
+// alpha, beta, broadcast C) and linear (x W^T + b) on lib::sgemm (oneDNN's sgemm in one-thread
+// blocks) or oneDNN's matmul primitive.
 //
-// OpenBLAS path: one sgemm per batch (a batch folds into the rows when B is shared), then one
+// BLAS path: one sgemm per batch (a batch folds into the rows when B is shared), then one
 // epilogue pass (bias or beta*C, post-ops) over the output. oneDNN path: one matmul primitive
 // (batch broadcasting, transposes as strides, alpha as output scale, C and kAdds as binary
 // post-ops, activations as eltwise post-ops; B prepacked once into the caller's LibraryCache
-// where it is a parameter); shapes or chains it cannot take run on the OpenBLAS path.
+// where it is a parameter); shapes or chains it cannot take run on the BLAS path.
 //
-// kAuto's choice between them, measured on the 2-core development machine (fp32 GFLOP/s of
+// kAuto's choice between them, measured when the BLAS path was OpenBLAS 0.3.21 (lib::sgemm has
+// been oneDNN's sgemm since, faster than OpenBLAS on every shape measured; not re-measured) on the
+// 2-core development machine (fp32 GFLOP/s of
 // runLibraryWithPostOps, best of >= 1 s of calls, OMP_NUM_THREADS=2; x W^T for linear):
 //   shape                                OpenBLAS   oneDNN
 //   matmul [1,784] x [784,512]               61       27     (M = 1: OpenBLAS's gemv)
@@ -22,7 +25,7 @@
 //   matmul [2,2048] x [2048,1000]            27       68
 //   matmul [4,16,64] x [4,64,128]           179      170     (0.5M MACs, 6 us a call)
 // With one thread the picture is the same (oneDNN 1.1-1.4x from M >= 32, OpenBLAS 4.5x at
-// M = 1). Hence kAuto: OpenBLAS for matrix-vector products and for products of at most 2^20
+// M = 1). Hence kAuto: the BLAS path for matrix-vector products and for products of at most 2^20
 // multiply-adds (call overhead dominates), oneDNN otherwise.
 #include <algorithm>
 #include <cstring>
@@ -46,7 +49,7 @@ constexpr int64_t kAutoBlasMaxMacs = int64_t{1} << 20;
 
 bool useDnnl(const LibraryOptions& options, int64_t rows, int64_t macs) {
   switch (options.gemm) {
-    case GemmBackend::kOpenBlas:
+    case GemmBackend::kBlas:
       return false;
     case GemmBackend::kOneDnn:
       return true;
@@ -110,7 +113,7 @@ Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
       dnnl::primitive_attr attr = makeAttr(ops);
       if (p.alpha != 1.f) attr.set_output_scales(0, {p.alpha});
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, b, p.bias, p.dst), attr, cpuEngine());
-      // oneDNN's reference matmul is far slower than OpenBLAS: let OpenBLAS run it.
+      // oneDNN's reference matmul is far slower than the BLAS path: let that run it.
       if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
       plan->binaryIndex = std::move(index);
       return pd;
@@ -133,7 +136,7 @@ Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
   return std::shared_ptr<const MatMulPlan>(std::move(plan));
 }
 
-// Runs the problem on oneDNN; kUnimplemented when oneDNN cannot (the caller uses OpenBLAS).
+// Runs the problem on oneDNN; kUnimplemented when oneDNN cannot (the caller uses the BLAS path).
 // B is the call's input 1. Where it is a parameter (the call has a LibraryCache) and one
 // matrix, the primitive takes it prepacked: oneDNN's brgemm matmul otherwise copies B into its
 // blocked layout in every call (bert's [128,768] x [768,3072]: 1.48 -> 1.23 ms, 2 threads).
@@ -250,8 +253,8 @@ Status runMatMul(const Call& call) {
     memory::dims dst(batch.begin(), batch.end());
     dst.push_back(m);
     dst.push_back(n);
-    // B shared by the batch: one [batch*M, K] x [K, N] product, as on OpenBLAS. oneDNN runs the
-    // batched form as one small product per batch: ViT's [197, 1, 384] x [384, 1152] input
+    // B shared by the batch: one [batch*M, K] x [K, N] product, as on the BLAS path. oneDNN runs
+    // the batched form as one small product per batch: ViT's [197, 1, 384] x [384, 1152] input
     // projection (M = 1 per batch, as PyTorch's exporter writes nn.MultiheadAttention) took 1.9
     // ms, 4x its FLOPs' worth.
     const DnnlProblem p =
@@ -265,7 +268,7 @@ Status runMatMul(const Call& call) {
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
 
-  if (call.options.prepare) return Status::ok();  // OpenBLAS keeps no state.
+  if (call.options.prepare) return Status::ok();  // The BLAS path keeps no state.
   if (foldBatch) {
     sgemm(false, false, batchCount * m, n, k, 1.f, a, k, b, n, 0.f, y, n);
   } else {
@@ -308,7 +311,7 @@ Status runGemm(const Call& call) {
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
 
-  if (call.options.prepare) return Status::ok();  // OpenBLAS keeps no state.
+  if (call.options.prepare) return Status::ok();  // The BLAS path keeps no state.
   if (k == 0)
     std::fill(y, y + m * n, 0.f);
   else
@@ -339,7 +342,7 @@ Status runLinear(const Call& call) {
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
 
-  if (call.options.prepare) return Status::ok();  // OpenBLAS keeps no state.
+  if (call.options.prepare) return Status::ok();  // The BLAS path keeps no state.
   if (inF == 0)
     std::fill(y, y + rows * outF, 0.f);
   else

@@ -228,9 +228,8 @@ TEST_CASE("concurrency: JitModule from 8 threads compiles each signature once") 
 }
 
 // Load awareness off: a call's grant then does not depend on what else the machine runs at that
-// instant, and OpenBLAS's products can differ in their last bits between thread counts (seen on
-// an AMD EPYC: mlp's 4x512 by 512x256 linear on 1 and on 2 threads), which would make two runs
-// of the same steps differ for a reason other than the one tested.
+// instant (OpenBLAS's products, kiln's sgemm until 2026-11-28, differed in their last bits between
+// thread counts: mlp's 4x512 by 512x256 linear on 1 and on 2 threads on an AMD EPYC).
 struct LoadAwareOff {
   bool before = runtime::ComputeThreads::loadAware();
   LoadAwareOff() { runtime::ComputeThreads::setLoadAware(false); }

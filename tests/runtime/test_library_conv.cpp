@@ -1,4 +1,4 @@
-// Library conv2d (oneDNN direct and winograd, im2col + OpenBLAS) against the reference
+// Library conv2d (oneDNN direct and winograd, im2col + lib::sgemm) against the reference
 // kernel over a table of shapes and attributes, every algorithm candidate, both layouts,
 // every post-op kind, the weight cache, the RefKernel-ABI kernel and the error paths.
 // Tolerance: 1e-5 of max |reference|, 1e-4 for winograd (its transforms round more).
