@@ -76,7 +76,10 @@ Status runAttention(const Call& call) {
   const ir::Shape batchShape(qs.begin(), qs.end() - 2);
   const int64_t batches = ir::numElements(batchShape);
   if (!call.post.empty()) return unimplemented("attention takes no post-ops");
-  if (call.options.prepare) return Status::ok();  // Nothing to make ahead.
+  if (call.options.prepare) {  // Nothing to make ahead but oneDNN's sgemm kernels.
+    warmUpSgemm();
+    return Status::ok();
+  }
   float* y = call.out.data<float>();
   if (call.out.numElements() == 0) return Status::ok();
   if (t == 0) {  // Softmax over no keys weights nothing: an empty sum, as the unfused ops.

@@ -164,6 +164,7 @@ void runNhwc(const Call& call, const ConvGeometry& g, std::span<const ResolvedPo
 }  // namespace
 
 Status runConvIm2col(const Call& call, const ConvGeometry& g) {
+  if (call.options.prepare) warmUpSgemm();
   const auto post = resolvePostOps(call.post, call.extra);
   if (call.options.channelsLast)
     runNhwc(call, g, post);

@@ -7,9 +7,12 @@
 #include <algorithm>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
+#include <vector>
 
 #include "runtime/library/library_cache.h"
 
@@ -38,7 +41,7 @@ int64_t ceilDiv(int64_t a, int64_t b) {
 // One block of the product on this thread alone: inside an active parallel region oneDNN runs
 // one thread by itself; outside one (a single block, or one thread granted) the caller's
 // OpenMP thread count is 1 for the duration of the call.
-void sgemmOnThisThread(char transA, char transB, int64_t m, int64_t n, int64_t k, float alpha,
+bool sgemmOnThisThread(char transA, char transB, int64_t m, int64_t n, int64_t k, float alpha,
                        const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                        float* c, int64_t ldc) {
   const bool serial = !omp_in_parallel();
@@ -46,8 +49,7 @@ void sgemmOnThisThread(char transA, char transB, int64_t m, int64_t n, int64_t k
   if (serial) omp_set_num_threads(1);
   const dnnl_status_t st = dnnl_sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (serial) omp_set_num_threads(before);
-  // oneDNN rejects only arguments that are wrong (a leading dimension below its row): a bug.
-  if (st != dnnl_success) throw std::logic_error("dnnl_sgemm rejected its arguments");
+  return st == dnnl_success;
 }
 
 }  // namespace
@@ -55,6 +57,11 @@ void sgemmOnThisThread(char transA, char transB, int64_t m, int64_t n, int64_t k
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  if (k == 0) {  // An empty sum: C = beta C (oneDNN rejects a leading dimension of 0).
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+    return;
+  }
   // Blocks of >= 2^18 multiply-adds (about 1 us on one core), at most 64: rows first, in
   // multiples of 8 and at least 32 of them, then columns in multiples of 16, at least 64.
   constexpr int64_t kBlockMacs = int64_t{1} << 18, kMaxBlocks = 64;
@@ -68,14 +75,36 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alph
   colBlocks = ceilDiv(n, cols);
   const int64_t blocks = rowBlocks * colBlocks;
   const char ta = transA ? 'T' : 'N', tb = transB ? 'T' : 'N';
+  std::atomic<bool> rejected{false};
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t r0 = i / colBlocks * rows, c0 = i % colBlocks * cols;
     const float* ai = a + (transA ? r0 : r0 * lda);  // Row r0 of op(A).
     const float* bi = b + (transB ? c0 * ldb : c0);  // Column c0 of op(B).
-    sgemmOnThisThread(ta, tb, std::min(rows, m - r0), std::min(cols, n - c0), k, alpha, ai, lda, bi,
-                      ldb, beta, c + r0 * ldc + c0, ldc);
+    if (!sgemmOnThisThread(ta, tb, std::min(rows, m - r0), std::min(cols, n - c0), k, alpha, ai,
+                           lda, bi, ldb, beta, c + r0 * ldc + c0, ldc))
+      rejected = true;
   }
+  // oneDNN rejects only wrong arguments (a leading dimension below its row's length): a bug.
+  if (rejected) throw std::logic_error("sgemm: oneDNN's dnnl_sgemm rejected its arguments");
+}
+
+void warmUpSgemm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    constexpr int64_t kSize = 512;  // The largest dimension below: 8x512x512.
+    std::vector<float> a(kSize * kSize, 0.f), b(kSize * kSize, 0.f), c(kSize * kSize, 0.f);
+    struct Dims {
+      int64_t m, n, k;
+    };
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const float beta : {0.f, 1.f})
+          for (const Dims d :
+               {Dims{1, 64, 64}, Dims{64, 1, 64}, Dims{64, 64, 64}, Dims{8, 512, 512}})
+            (void)sgemmOnThisThread(ta ? 'T' : 'N', tb ? 'T' : 'N', d.m, d.n, d.k, 1.f, a.data(),
+                                    ta ? d.m : d.k, b.data(), tb ? d.k : d.n, beta, c.data(), d.n);
+  });
 }
 
 std::byte* scratch(Scratch slot, size_t bytes) {

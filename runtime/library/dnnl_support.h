@@ -41,6 +41,12 @@ int maxThreads();
 void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// oneDNN generates its sgemm kernels at the first product of each kind in the process (on a Zen
+// 5: 7 ms for the one-row kernels, 20 ms for the others, 33 ms for every kind). A prepared call
+// that will run on sgemm calls this, so that the first run of a compiled or loaded model does
+// not pay for it (runs once per process; later calls return at once).
+void warmUpSgemm();
+
 // Thread-local, grow-only scratch memory, one slot per purpose, so that repeated calls do
 // not allocate (and page-fault) every time. A pointer stays valid until the same thread asks
 // for the same slot again; reusing a slot between primitives of one call is safe because

@@ -268,7 +268,10 @@ Status runMatMul(const Call& call) {
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
 
-  if (call.options.prepare) return Status::ok();  // The BLAS path keeps no state.
+  if (call.options.prepare) {  // The BLAS path keeps no state; oneDNN's sgemm kernels exist.
+    warmUpSgemm();
+    return Status::ok();
+  }
   if (foldBatch) {
     sgemm(false, false, batchCount * m, n, k, 1.f, a, k, b, n, 0.f, y, n);
   } else {
@@ -311,7 +314,10 @@ Status runGemm(const Call& call) {
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
 
-  if (call.options.prepare) return Status::ok();  // The BLAS path keeps no state.
+  if (call.options.prepare) {  // The BLAS path keeps no state; oneDNN's sgemm kernels exist.
+    warmUpSgemm();
+    return Status::ok();
+  }
   if (k == 0)
     std::fill(y, y + m * n, 0.f);
   else
@@ -342,7 +348,10 @@ Status runLinear(const Call& call) {
     if (s.code() != ErrorCode::kUnimplemented) return s;
   }
 
-  if (call.options.prepare) return Status::ok();  // The BLAS path keeps no state.
+  if (call.options.prepare) {  // The BLAS path keeps no state; oneDNN's sgemm kernels exist.
+    warmUpSgemm();
+    return Status::ok();
+  }
   if (inF == 0)
     std::fill(y, y + rows * outF, 0.f);
   else
