@@ -174,6 +174,7 @@ class CompiledModel {
   void setProfiling(bool on) { exec_.setProfiling(on); }
   void setGraphs(bool on) { exec_.setGraphs(on); }
   int64_t graphsCaptured() const { return exec_.graphsCaptured(); }
+  int64_t exactReruns() const { return exec_.exactReruns(); }
   // After the parameters' bytes changed in place (training): forget reordered weights. Waits
   // for calls in progress.
   void parametersChanged() { exec_.clearLibraryCache(); }

@@ -90,6 +90,10 @@ struct PlanRunStats {
   std::vector<double> stepStartMs;
   bool graphCaptured = false;  // This call recorded the plan's steps into a graph.
   bool graphReplayed = false;  // The steps ran as a replayed graph.
+  // The steps ran with relu and clip fused into library calls (LibraryOptions::fuseActivations),
+  // and, where a NaN met one of them (the invalid flag), a second time without.
+  bool fusedActivations = false;
+  bool exactRerun = false;
   // Device time of the call's enqueued work (copies in, steps, copies out) by the stream's
   // timer (Stream::canTime: CUDA events); negative where the stream has none.
   double deviceMs = -1;
@@ -144,6 +148,9 @@ class PlanExecutor {
   void setGraphs(bool on) { graphs_.store(on, std::memory_order_relaxed); }
   // Graphs recorded so far (one per slot, again after the parameters are mapped anew).
   int64_t graphsCaptured() const { return graphsCaptured_.load(std::memory_order_relaxed); }
+  // Runs that fused relu and clip into library calls, met a NaN (the invalid flag) and ran again
+  // without (PlanRunStats::exactRerun).
+  int64_t exactReruns() const { return exactReruns_.load(std::memory_order_relaxed); }
   // Drops the weights reordered for library kernels, and the backend's copy of the parameters
   // where its memory is not the host's: call it after changing parameters in place (a training
   // step's write-back). Waits for calls in progress to finish.
@@ -166,9 +173,10 @@ class PlanExecutor {
   std::shared_ptr<const Plan> plan_;
   Status mapParameters(Stream& stream);
   Status enqueueSteps(Stream& stream, const std::function<DeviceAddress(const BufferRef&)>& address,
-                      bool profiling, PlanRunStats& stats, const StepHook* afterStep = nullptr);
+                      bool profiling, PlanRunStats& stats, const StepHook* afterStep = nullptr,
+                      bool fuseActivations = false);
   // A library or reference step's call, its weight cache set where its weights are constant.
-  OpCall opCall(const PlanStep& s) const;
+  OpCall opCall(const PlanStep& s, bool fuseActivations = false) const;
 
   std::shared_ptr<Backend> backend_;
   int threads_;
@@ -193,6 +201,11 @@ class PlanExecutor {
   // prepare() succeeded: every library step was validated with the plan's types once, and its
   // calls skip the checks (LibraryOptions::validated).
   std::atomic<bool> prepared_{false};
+  // Runs fuse relu and clip into oneDNN's primitives and check for NaN after (see run()): the
+  // plan has a library step with such a post-op, writes no parameters, and KILN_FUSED_ACTIVATIONS
+  // is not 0.
+  bool fusesActivations_ = false;
+  std::atomic<int64_t> exactReruns_{0};
 };
 
 }  // namespace kiln::runtime

@@ -152,7 +152,9 @@ int runBench(const Args& args) {
         {"prepare_ms", r.prepareMs},
         {"first_run_ms", firstCompiledMs},
         {"kernels_generated", r.generatedKernels},
-        {"steps", (*cm)->plan().steps.size()}}},
+        {"steps", (*cm)->plan().steps.size()},
+        // Runs that met a NaN at a fused relu or clip and ran again without (PlanExecutor).
+        {"exact_reruns", (*cm)->exactReruns()}}},
       {"speedup", te.median / tc.median},
       {"memory_ratio",
        eagerPeak ? static_cast<double>(compiledPeak) / static_cast<double>(eagerPeak) : 0.0},

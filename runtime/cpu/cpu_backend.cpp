@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <cstring>
 
 #include "runtime/cpu/compute_threads.h"
@@ -80,6 +81,23 @@ class CpuStream final : public Stream {
   }  // Its work is done already.
   Status synchronize() override {
     return Status::ok();
+  }
+
+  // The stream's work runs on the calling thread and its OpenMP team of grant_.threads() (libgomp
+  // keeps a caller's team threads, so team member i is one thread for every region); each has
+  // its own floating-point status flags.
+  bool canCheckInvalid() const override {
+    return fusedActivationsFlagNaN();
+  }
+  void clearInvalid() override {
+#pragma omp parallel num_threads(grant_.threads())
+    feclearexcept(FE_INVALID);
+  }
+  bool invalidRaised() override {
+    int raised = 0;
+#pragma omp parallel num_threads(grant_.threads()) reduction(| : raised)
+    raised |= fetestexcept(FE_INVALID) != 0;
+    return raised != 0;
   }
 
  private:

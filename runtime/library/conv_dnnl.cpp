@@ -16,8 +16,9 @@
 // once), so that the products run on oneDNN's bf16 kernels (vdpbf16ps, f32 accumulation). A shape
 // oneDNN would run on its reference code is kUnimplemented: the caller converts instead.
 //
-// Post-ops. The leading kAdds go into the primitive (nanExactPostOpPrefix: activations run
-// in kiln's epilogue, which keeps NaN as the reference does): the first becomes a sum post-op
+// Post-ops. The leading kAdds go into the primitive, and relu and clip too where the caller
+// checks for NaN (fusedPostOpPrefix; otherwise activations run in kiln's epilogue, which keeps
+// NaN as the reference does): the first kAdd becomes a sum post-op
 // (dst is prefilled with the residual: brgconv keeps its fast path, which a binary post-op with
 // a plain NCHW addend loses) and later ones binary adds. When the primitive cannot fuse them,
 // or fusing would fall back to oneDNN's reference implementation, the primitive runs without
@@ -132,7 +133,8 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
   };
 
   std::optional<dnnl::convolution_forward::primitive_desc> pd;
-  if (const size_t exact = nanExactPostOpPrefix(post); exact > 0) {
+  // The caller passes only the post-ops it lets the primitive run (fusedPostOpPrefix).
+  if (const size_t exact = fusedPostOpPrefix(post, /*activations=*/true); exact > 0) {
     dnnl::post_ops ops;
     appendPostOps(ops, post.first(exact), /*sumForFirstAdd=*/true, plan->userDstMd,
                   plan->binaryIndex);
@@ -340,7 +342,7 @@ bool prefersWinograd(const ConvGeometry& g, bool weightsCached) {
 namespace {
 
 // Images per slice of a large channels-last convolution whose post-ops end in kiln's epilogue
-// pass (an activation after oneDNN: nanExactPostOpPrefix), or 0 for one call: the largest
+// pass (an activation after oneDNN: fusedPostOpPrefix), or 0 for one call: the largest
 // divisor of the batch whose output slice fits in kSliceBytes, so that the epilogue reads the
 // slice back from the cache oneDNN just wrote it to instead of from memory. A slice's residual
 // adds run in that pass too, not as oneDNN's sum post-op: brgconv reads a prefilled dst at 14
@@ -349,7 +351,8 @@ namespace {
 // ms, the model 622-633 -> 596-612 ms; slices of 1 MB were as fast, of 12 MB 3% slower.
 int64_t imagesPerSlice(const Call& call, const ConvGeometry& g) {
   constexpr int64_t kSliceBytes = int64_t{4} << 20;
-  if (!call.options.channelsLast || g.n < 2 || nanExactPostOpPrefix(call.post) == call.post.size())
+  if (!call.options.channelsLast || g.n < 2 ||
+      fusedPostOpPrefix(call.post, call.options.fuseActivations) == call.post.size())
     return 0;
   const int64_t image = g.m * g.oh * g.ow * static_cast<int64_t>(sizeof(float));
   if (image * g.n <= 2 * kSliceBytes) return 0;
@@ -392,7 +395,9 @@ Status runConvWhole(const Call& call, const ConvGeometry& g, ConvAlgo algo, bool
   const bool bias = call.in.size() == 3;
   const bool channelsLast = call.options.channelsLast;
   const memory::data_type in = operandType(call.in[0].dtype());
-  const std::span<const PostOp> fused = fuseAdds ? call.post : std::span<const PostOp>{};
+  const std::span<const PostOp> fused =
+      fuseAdds ? call.post.first(fusedPostOpPrefix(call.post, call.options.fuseActivations))
+               : std::span<const PostOp>{};
   const bool weightsCached = call.options.cache != nullptr;
   const std::string key = planKey(g, algo, channelsLast, bias, fused, in, weightsCached);
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<const ConvPlan> plan, convPlans().getOrCreate(key, [&] {

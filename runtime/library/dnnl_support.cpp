@@ -127,25 +127,41 @@ CacheKey& CacheKey::add(std::span<const PostOp> post) {
   return *this;
 }
 
-size_t nanExactPostOpPrefix(std::span<const PostOp> post) {
+size_t fusedPostOpPrefix(std::span<const PostOp> post, bool activations) {
   size_t n = 0;
-  while (n < post.size() && post[n].kind == PostOp::Kind::kAdd) ++n;
+  while (n < post.size() && (post[n].kind == PostOp::Kind::kAdd ||
+                             (activations && (post[n].kind == PostOp::Kind::kRelu ||
+                                              post[n].kind == PostOp::Kind::kClip))))
+    ++n;
   return n;
 }
 
 void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumForFirstAdd,
                    const dnnl::memory::desc& addMd, std::vector<int>& binaryIndex) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   binaryIndex.assign(post.size(), -1);
   bool sumUsed = !sumForFirstAdd;
   for (size_t i = 0; i < post.size(); ++i) {
-    if (post[i].kind != PostOp::Kind::kAdd) {
-      throw std::logic_error("appendPostOps: only kAdd post-ops go into oneDNN primitives");
-    } else if (!sumUsed) {
-      ops.append_sum(1.f);
-      sumUsed = true;
-    } else {
-      binaryIndex[i] = ops.len();
-      ops.append_binary(dnnl::algorithm::binary_add, addMd);
+    switch (post[i].kind) {
+      case PostOp::Kind::kAdd:
+        if (!sumUsed) {
+          ops.append_sum(1.f);
+          sumUsed = true;
+        } else {
+          binaryIndex[i] = ops.len();
+          ops.append_binary(dnnl::algorithm::binary_add, addMd);
+        }
+        break;
+      case PostOp::Kind::kRelu:
+        ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+        break;
+      case PostOp::Kind::kClip:  // A NaN bound is no bound, as the clip op.
+        ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip,
+                           std::isnan(post[i].alpha) ? -kInf : static_cast<float>(post[i].alpha),
+                           std::isnan(post[i].beta) ? kInf : static_cast<float>(post[i].beta));
+        break;
+      default:
+        throw std::logic_error("appendPostOps: a post-op oneDNN does not run exactly");
     }
   }
 }

@@ -126,19 +126,20 @@ class PlanCache {
 
 inline constexpr size_t kPlanCacheCapacity = 1024;
 
-// How many leading post-ops of `post` a oneDNN primitive may run: those it computes exactly as
-// the reference kernels do, NaN and infinities included, which is only kAdd (IEEE addition).
-// The activations run in kiln's epilogue pass over the primitive's output (epilogue.h), because
+// How many leading post-ops of `post` a oneDNN primitive may run. Always the kAdds (IEEE
+// addition: oneDNN computes them as the reference kernels do, NaN and infinities included).
 // oneDNN computes relu and clip with max/min instructions that turn NaN into 0 or the bound
 // (measured on AVX-512, tests/compiler/test_nan.cpp), where PyTorch and the reference let NaN
-// through; its other activations kept NaN in that test, but the injectors differ per ISA and
-// version, and exactness is the rule for every epilogue kiln fuses.
-size_t nanExactPostOpPrefix(std::span<const PostOp> post);
+// through; so they join only with `activations` (LibraryOptions::fuseActivations): the caller
+// then checks the floating-point invalid flag, which those instructions raise on a NaN operand,
+// and runs again without them where it was raised (PlanExecutor). Other activations always run
+// in kiln's epilogue pass (epilogue.h): their injectors differ per ISA and version.
+size_t fusedPostOpPrefix(std::span<const PostOp> post, bool activations);
 
-// Appends the oneDNN post-ops for `post` (kAdds only: see nanExactPostOpPrefix) to `ops`. The
-// first becomes a sum post-op when `sumForFirstAdd` (the caller prefills dst with that addend)
-// and the others binary adds reading `addMd`. binaryIndex gets, per post-op, its position in
-// `ops` when it is a binary add, else -1.
+// Appends the oneDNN post-ops for `post` (those fusedPostOpPrefix allows) to `ops`. The first
+// kAdd becomes a sum post-op when `sumForFirstAdd` (the caller prefills dst with that addend)
+// and the others binary adds reading `addMd`; relu and clip become eltwise post-ops.
+// binaryIndex gets, per post-op, its position in `ops` when it is a binary add, else -1.
 void appendPostOps(dnnl::post_ops& ops, std::span<const PostOp> post, bool sumForFirstAdd,
                    const dnnl::memory::desc& addMd, std::vector<int>& binaryIndex);
 

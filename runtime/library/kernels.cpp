@@ -2,9 +2,13 @@
 // conv2d algorithm choice, and the RefKernel-ABI kernels eager execution uses.
 #include "runtime/library/kernels.h"
 
+#include <omp.h>
 #include <dnnl.hpp>
 
+#include <cfenv>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -361,6 +365,74 @@ bool nativeBf16Convolutions() {
     return (isa & bf16) == bf16;
   }();
   return native;
+}
+
+namespace {
+
+// One 1x1 convolution of 8 channels over 2x3 pixels with identity filters, channels-last, post-op
+// `op` fused: whether each NaN of the exact call (kiln's epilogue after the primitive) came out
+// NaN or raised FE_INVALID, every other value came out equal, and an input without NaN left the
+// flag clear.
+bool fusedActivationChecks(const PostOp& op) {
+  constexpr int64_t kC = 8, kPixels = 6;
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  Tensor w = *Tensor::empty(ir::DType::kF32, {kC, kC, 1, 1});
+  for (int64_t o = 0; o < kC; ++o)
+    for (int64_t i = 0; i < kC; ++i) w.data<float>()[o * kC + i] = o == i ? 1.f : 0.f;
+  ir::AttrMap attrs = {{"strides", std::vector<int64_t>{1, 1}},
+                       {"pads", std::vector<int64_t>{0, 0, 0, 0}},
+                       {"dilations", std::vector<int64_t>{1, 1}},
+                       {"group", int64_t{1}}};
+  const ir::AttrView view(ir::opInfo(ir::OpKind::kConv2d), attrs);
+  LibraryOptions options;
+  options.channelsLast = true;
+  options.fuseActivations = true;
+  options.algo = ConvAlgo::kDirect;
+  for (const bool withNaN : {false, true}) {
+    Tensor x = *Tensor::empty(ir::DType::kF32, {1, kC, 2, 3});  // NHWC in memory.
+    float* xs = x.data<float>();
+    for (int64_t i = 0; i < kC * kPixels; ++i) xs[i] = static_cast<float>(i % 13) * 0.75f - 4.f;
+    if (withNaN) xs[5] = xs[22] = xs[40] = kNaN;
+    Tensor y = *Tensor::empty(ir::DType::kF32, {1, kC, 2, 3});
+    Tensor want = *Tensor::empty(ir::DType::kF32, {1, kC, 2, 3});
+    const std::vector<Tensor> in{x, w};
+    LibraryOptions exact = options;
+    exact.fuseActivations = false;
+    if (!runLibraryWithPostOps(ir::OpKind::kConv2d, view, in, std::span(&op, 1), {}, want, exact)
+             .isOk())
+      return false;
+    feclearexcept(FE_INVALID);
+    if (!runLibraryWithPostOps(ir::OpKind::kConv2d, view, in, std::span(&op, 1), {}, y, options)
+             .isOk())
+      return false;
+    const bool raised = fetestexcept(FE_INVALID) != 0;
+    feclearexcept(FE_INVALID);
+    if (!withNaN && raised) return false;
+    for (int64_t i = 0; i < kC * kPixels; ++i) {
+      const float got = y.data<float>()[i], ref = want.data<float>()[i];
+      if (std::isnan(ref) ? !std::isnan(got) && !raised : got != ref) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool fusedActivationsFlagNaN() {
+  static const bool safe = [] {
+    // One thread: the flag is the calling thread's.
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(1);
+    PostOp relu, clip;
+    relu.kind = PostOp::Kind::kRelu;
+    clip.kind = PostOp::Kind::kClip;
+    clip.alpha = 0;
+    clip.beta = 6;
+    const bool ok = fusedActivationChecks(relu) && fusedActivationChecks(clip);
+    omp_set_num_threads(before);
+    return ok;
+  }();
+  return safe;
 }
 
 Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,

@@ -103,6 +103,13 @@ struct LibraryOptions {
   // after PlanExecutor::prepare validated it (a plan's steps keep their types). Skips the
   // per-call checks (dtypes, contiguity, shape inference of the output).
   bool validated = false;
+  // relu and clip post-ops may run inside oneDNN's primitives (fusedPostOpPrefix), which turn a
+  // NaN there into 0 or the bound where kiln's rule (the reference's) keeps it, and raise the
+  // floating-point invalid flag (FE_INVALID) when they meet one: x86's max and min signal on a
+  // NaN operand. Only a caller that clears the flag on every thread of the call before it,
+  // tests it after it and, where it was raised, runs the call again without this option may set
+  // it (PlanExecutor::run on the CPU), and only where fusedActivationsFlagNaN().
+  bool fuseActivations = false;
 };
 
 // A library kernel for (op, dtype), or nullptr when there is none (use the reference).
@@ -116,6 +123,12 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype);
 // (AVX512-BF16 or AMX: f32 accumulation, the result rounded once); elsewhere, and for every other
 // f16/bf16 library call, the operands are widened to f32 and the result rounded once.
 bool nativeBf16Convolutions();
+
+// Whether LibraryOptions::fuseActivations is safe here: checked once per process on a small
+// convolution with fused relu and clip, fed NaN, negatives and infinities, on one thread — every
+// NaN must come out NaN or raise FE_INVALID, the finite values must equal kiln's epilogue's, and
+// a run without NaN must leave the flag clear (else every run would run twice).
+bool fusedActivationsFlagNaN();
 
 // The same ops with an epilogue: `extra` holds the tensors kAdd post-ops read (same shape and
 // layout as the output). Supported for conv2d, linear, gemm, matmul, max_pool2d and

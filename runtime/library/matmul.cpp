@@ -96,17 +96,18 @@ void addMd(CacheKey& key, const memory::desc& md) {
 // `packB`: B may take the primitive's preferred (blocked) format, reordered once into a cache;
 // otherwise the primitive reads B as the caller holds it (and packs it inside every call).
 Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
-                                                     std::span<const PostOp> post, bool packB) {
+                                                     std::span<const PostOp> post, bool packB,
+                                                     bool activations) {
   auto plan = std::make_shared<MatMulPlan>();
   const memory::desc b =
       packB ? memory::desc(p.b.dims(), p.b.data_type(), memory::format_tag::any) : p.b;
-  const size_t exact = nanExactPostOpPrefix(post);
+  const size_t exact = fusedPostOpPrefix(post, activations);
   auto tryCreate = [&](bool withPost) -> std::optional<dnnl::matmul::primitive_desc> {
     try {
       dnnl::post_ops ops;
       if (!p.c.is_zero()) ops.append_binary(dnnl::algorithm::binary_add, p.c);
       // kAdds read the caller's tensors directly: binary adds, no sum prefill. Activations run
-      // in kiln's epilogue (nanExactPostOpPrefix).
+      // in kiln's epilogue unless the caller checks for NaN (fusedPostOpPrefix).
       std::vector<int> index;
       appendPostOps(ops, post.first(withPost ? exact : 0), /*sumForFirstAdd=*/false, p.dst, index);
       index.resize(post.size(), -1);
@@ -145,11 +146,13 @@ Status runDnnl(const Call& call, const DnnlProblem& p, const void* a, const void
   const bool packB = call.options.cache != nullptr && p.b.data.ndims == 2;
   CacheKey key("matmul");
   for (const memory::desc* md : {&p.a, &p.b, &p.bias, &p.c, &p.dst}) addMd(key, *md);
+  const bool activations = call.options.fuseActivations;
   key.add(static_cast<double>(p.alpha)).add(call.post).add(int64_t{packB});
+  key.add(int64_t{activations});
   key.add(int64_t{maxThreads()});
-  KILN_ASSIGN_OR_RETURN(
-      std::shared_ptr<const MatMulPlan> plan,
-      matmulPlans().getOrCreate(key.str(), [&] { return makePlan(p, call.post, packB); }));
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<const MatMulPlan> plan,
+                        matmulPlans().getOrCreate(
+                            key.str(), [&] { return makePlan(p, call.post, packB, activations); }));
   std::shared_ptr<const AlignedBuffer> packed;  // Keeps a cache entry alive during the call.
   if (plan->weightsIn) {
     const Tensor& w = call.in[1];

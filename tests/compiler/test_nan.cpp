@@ -341,3 +341,66 @@ TEST_CASE("nan: every zoo model, compiled and eager, puts NaN in the same places
     }
   }
 }
+
+TEST_CASE("nan: relu and clip fused into oneDNN's calls, and a NaN runs the plan again exactly") {
+  // A compiled run fuses relu and clip into the library calls (no pass of their own), where
+  // oneDNN turns NaN into a number; the invalid flag those max/min instructions raise on NaN
+  // makes the run go again with kiln's exact epilogue (PlanExecutor::run). Without the rerun the
+  // NaN below would come out 0 (conv -> relu) or 6 (conv -> clip).
+  if (!runtime::fusedActivationsFlagNaN()) {
+    WARN("this CPU's oneDNN does not flag NaN at fused activations: nothing fused to check");
+    return;
+  }
+  CacheDir cache;
+  for (const char* text : {
+           R"(graph conv_add_relu(%x : f32[1,8,10,10], %r : f32[1,16,10,10]) {
+  param %w : f32[16,8,3,3]
+  %c : f32[1,16,10,10] = conv2d(%x, %w) {pads=[1,1,1,1]}
+  %a : f32[1,16,10,10] = add(%c, %r)
+  %y : f32[1,16,10,10] = relu(%a)
+  return %y
+})",
+           R"(graph conv_clip(%x : f32[1,8,10,10], %r : f32[1,16,10,10]) {
+  param %w : f32[16,8,3,3]
+  %c : f32[1,16,10,10] = conv2d(%x, %w) {pads=[1,1,1,1]}
+  %y : f32[1,16,10,10] = clip(%c) {min=0.0, max=6.0}
+  %z : f32[1,16,10,10] = add(%y, %r)
+  return %z
+})"}) {
+    auto g = ir::parseGraph(text);
+    INFO(g.status().message());
+    REQUIRE(g.hasValue());
+    DYNAMIC_SECTION(g->name()) {
+      for (ir::Value* p : g->parameters()) p->setData(randomData(p->type().shape, 5));
+      std::vector<Tensor> finite;
+      for (const ir::Value* in : g->inputs()) finite.push_back(withSpecials(in->type(), 30, 0));
+      Outputs out = runBoth(*g, finite, cache);
+      checkSameSpecials(out.compiled[0], out.eager[0], 1e-5, nullptr);
+      compiler::CompiledModel& m = *out.model;
+      CHECK(m.lastStats().fusedActivations);
+      CHECK_FALSE(m.lastStats().exactRerun);
+      CHECK(m.exactReruns() == 0);
+      // One NaN in the convolution's input: it reaches the fused activation. (A copy: tensors
+      // share their storage.)
+      std::vector<Tensor> nan = finite;
+      nan[0] = withSpecials(g->inputs()[0]->type(), 30, 0);
+      nan[0].data<float>()[17] = kNaN;
+      auto got = m.run(nan);
+      REQUIRE(got.hasValue());
+      runtime::EagerExecutor eager(*g);
+      auto want = eager.run(nan);
+      REQUIRE(want.hasValue());
+      checkSameSpecials((*got)[0], (*want)[0], 1e-5, nullptr);
+      int64_t nans = 0;
+      for (int64_t i = 0; i < (*want)[0].numElements(); ++i)
+        nans += std::isnan((*want)[0].data<float>()[i]);
+      CHECK(nans > 0);
+      CHECK(m.lastStats().exactRerun);
+      CHECK(m.exactReruns() == 1);
+      // And the next finite run fuses again.
+      REQUIRE(m.run(finite).hasValue());
+      CHECK_FALSE(m.lastStats().exactRerun);
+      CHECK(m.exactReruns() == 1);
+    }
+  }
+}
