@@ -54,7 +54,7 @@ struct ConvPlan {
   dnnl::convolution_forward prim;
   memory::desc srcMd, weightsMd, dstMd;              // What the primitive reads and writes.
   memory::desc userSrcMd, userWeightsMd, userDstMd;  // What the caller holds.
-  memory::desc scratchMd;
+  memory::desc scratchMd, biasMd;
   std::optional<ReorderPlan> srcIn, weightsIn, dstIn, dstOut;
   size_t fusedPostOps = 0;       // Leading post-ops in the primitive; the epilogue runs the rest.
   int sumPostOp = -1;            // The post-op index done as a sum (dst prefilled with it).
@@ -172,6 +172,7 @@ Expected<std::shared_ptr<const ConvPlan>> makePlan(std::string key, const ConvGe
   plan->weightsKey = "conv-weights:" + describeMd(plan->weightsMd);
   plan->dstMd = pd->dst_desc();
   plan->scratchMd = pd->scratchpad_desc();
+  plan->biasMd = biasMd;
   if (plan->srcMd != plan->userSrcMd) plan->srcIn = makeReorder(plan->userSrcMd, plan->srcMd);
   if (plan->weightsMd != plan->userWeightsMd)
     plan->weightsIn = makeReorder(plan->userWeightsMd, plan->weightsMd);
@@ -453,23 +454,20 @@ Status runConvWhole(const Call& call, const ConvGeometry& g, ConvAlgo algo, bool
       parallelCopy(static_cast<float*>(dst), residual.data<float>(), residual.numElements());
   }
 
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, memory(plan->srcMd, cpuEngine(), const_cast<void*>(src))},
-      {DNNL_ARG_WEIGHTS, memory(plan->weightsMd, cpuEngine(), const_cast<void*>(weights))},
-      {DNNL_ARG_DST, memory(plan->dstMd, cpuEngine(), dst)}};
-  if (bias)
-    args.emplace(DNNL_ARG_BIAS, memory(memory::desc({g.m}, memory::data_type::f32, Tag::x),
-                                       cpuEngine(), call.in[2].rawData()));
+  CallArgs args(plan.get());
+  args.set(DNNL_ARG_SRC, plan->srcMd, src)
+      .set(DNNL_ARG_WEIGHTS, plan->weightsMd, weights)
+      .set(DNNL_ARG_DST, plan->dstMd, dst);
+  if (bias) args.set(DNNL_ARG_BIAS, plan->biasMd, call.in[2].rawData());
   for (size_t i = 0; i < plan->binaryIndex.size(); ++i) {
     if (plan->binaryIndex[i] < 0) continue;
     const Tensor& addend = extra[static_cast<size_t>(call.post[i].input)];
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(plan->binaryIndex[i]) | DNNL_ARG_SRC_1,
-                 memory(plan->userDstMd, cpuEngine(), addend.rawData()));
+    args.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(plan->binaryIndex[i]) | DNNL_ARG_SRC_1, plan->userDstMd,
+             addend.rawData());
   }
   if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 memory(plan->scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
-  plan->prim.execute(threadStream(), args);
+    args.set(DNNL_ARG_SCRATCHPAD, plan->scratchMd, scratch(Scratch::kPrimitive, bytes));
+  plan->prim.execute(threadStream(), args.map());
   if (plan->dstOut) runReorder(*plan->dstOut, dst, y);
 
   if (plan->fusedPostOps < call.post.size()) {

@@ -202,6 +202,35 @@ std::string describeMd(const dnnl::memory::desc& md) {
   return s;
 }
 
+CallArgs::CallArgs(const void* owner) {
+  // Per thread, per primitive plan. Entries of freed plans stay (their address may come back
+  // with another plan, which then reuses what matches); past kMaxOwners a thread keeps no more.
+  constexpr size_t kMaxOwners = 4096;
+  thread_local std::unordered_map<const void*, std::unordered_map<int, dnnl::memory>> kept;
+  auto it = kept.find(owner);
+  if (it == kept.end() && kept.size() < kMaxOwners) it = kept.try_emplace(owner).first;
+  args_ = it != kept.end() ? &it->second : &local_;
+}
+
+CallArgs& CallArgs::set(int arg, const dnnl::memory::desc& md, const void* data) {
+  set_.push_back(arg);
+  void* handle = const_cast<void*>(data);
+  auto it = args_->find(arg);
+  if (it != args_->end() && it->second.get_desc() == md)
+    it->second.set_data_handle(handle);
+  else
+    args_->insert_or_assign(arg, dnnl::memory(md, cpuEngine(), handle));
+  return *this;
+}
+
+const std::unordered_map<int, dnnl::memory>& CallArgs::map() {
+  if (args_->size() > set_.size())
+    std::erase_if(*args_, [&](const auto& kv) {
+      return std::find(set_.begin(), set_.end(), kv.first) == set_.end();
+    });
+  return *args_;
+}
+
 dnnl::primitive_attr makeAttr(const dnnl::post_ops& postOps) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -217,13 +246,11 @@ ReorderPlan makeReorder(const dnnl::memory::desc& from, const dnnl::memory::desc
 }
 
 void runReorder(const ReorderPlan& r, const void* from, void* to) {
-  dnnl::memory fromMem(r.from, cpuEngine(), const_cast<void*>(from));
-  dnnl::memory toMem(r.to, cpuEngine(), to);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_FROM, fromMem}, {DNNL_ARG_TO, toMem}};
+  CallArgs args(&r);
+  args.set(DNNL_ARG_FROM, r.from, from).set(DNNL_ARG_TO, r.to, to);
   if (const size_t bytes = r.scratchMd.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(r.scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
-  r.prim.execute(threadStream(), args);
+    args.set(DNNL_ARG_SCRATCHPAD, r.scratchMd, scratch(Scratch::kPrimitive, bytes));
+  r.prim.execute(threadStream(), args.map());
 }
 
 }  // namespace kiln::runtime::lib

@@ -162,24 +162,22 @@ Status runDnnl(const Call& call, const DnnlProblem& p, const void* a, const void
     b = packed->data();
   }
   if (call.options.prepare) return Status::ok();
-  auto mem = [](const memory::desc& md, const void* data) {
-    return memory(md, cpuEngine(), const_cast<void*>(data));
-  };
   float* y = call.out.data<float>();
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mem(p.a, a)},
-                                       {DNNL_ARG_WEIGHTS, mem(plan->weightsMd, b)},
-                                       {DNNL_ARG_DST, mem(p.dst, y)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, mem(p.bias, bias));
-  if (c) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, mem(p.c, c));
+  CallArgs args(plan.get());
+  args.set(DNNL_ARG_SRC, p.a, a)
+      .set(DNNL_ARG_WEIGHTS, plan->weightsMd, b)
+      .set(DNNL_ARG_DST, p.dst, y);
+  if (bias) args.set(DNNL_ARG_BIAS, p.bias, bias);
+  if (c) args.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, p.c, c);
   for (size_t i = 0; i < plan->binaryIndex.size(); ++i) {
     if (plan->binaryIndex[i] < 0) continue;
     const Tensor& addend = call.extra[static_cast<size_t>(call.post[i].input)];
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(plan->binaryIndex[i]) | DNNL_ARG_SRC_1,
-                 mem(p.dst, addend.rawData()));
+    args.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(plan->binaryIndex[i]) | DNNL_ARG_SRC_1, p.dst,
+             addend.rawData());
   }
   if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, mem(plan->scratchMd, scratch(Scratch::kPrimitive, bytes)));
-  plan->prim.execute(threadStream(), args);
+    args.set(DNNL_ARG_SCRATCHPAD, plan->scratchMd, scratch(Scratch::kPrimitive, bytes));
+  plan->prim.execute(threadStream(), args.map());
   if (plan->fusedPostOps < call.post.size()) {
     const auto post = resolvePostOps(call.post, call.extra);
     const int64_t cols = call.out.rank() == 0 ? 1 : call.out.shape().back();

@@ -253,13 +253,12 @@ Status runPool2d(const Call& call) {
       poolPlans().getOrCreate(key.str(), [&] { return makePlan(g, alg, channelsLast); }));
   if (call.options.prepare) return Status::ok();
 
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, memory(plan->srcMd, cpuEngine(), call.in[0].rawData())},
-      {DNNL_ARG_DST, memory(plan->dstMd, cpuEngine(), call.out.rawData())}};
+  CallArgs args(plan.get());
+  args.set(DNNL_ARG_SRC, plan->srcMd, call.in[0].rawData())
+      .set(DNNL_ARG_DST, plan->dstMd, call.out.rawData());
   if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 memory(plan->scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
-  plan->prim.execute(threadStream(), args);
+    args.set(DNNL_ARG_SCRATCHPAD, plan->scratchMd, scratch(Scratch::kPrimitive, bytes));
+  plan->prim.execute(threadStream(), args.map());
 
   if (includePad && (g.extraBottom > 0 || g.extraRight > 0))
     fixCeilBorder(call.in[0], call.out, g, channelsLast);
