@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 
 #include "ir/timing.h"
@@ -391,8 +392,8 @@ Status PlanExecutor::prepare() {
   Occupancy held(*this);  // The run lock only: no arena.
   // A prepared call reads only its weights (parameters) and its operands' types, never the
   // activations: inputs, outputs and arena buffers all stand on one small placeholder, so that
-  // preparing allocates nothing of the plan's size (a damaged artifact's arena could ask for
-  // terabytes; a real one is allocated by the first run, which touches it anyway).
+  // preparing the steps allocates nothing of the plan's size (a damaged artifact's arena could
+  // ask for terabytes). The first run's arena is made at the end where it is small.
   KILN_ASSIGN_OR_RETURN(DeviceBuffer placeholder, backend_->allocate(64));
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream, backend_->openStream(threads_));
   KILN_TRY(mapParameters(*stream));
@@ -421,6 +422,16 @@ Status PlanExecutor::prepare() {
     KILN_TRY(stream->run(call, tin, tout).withContext(s.name));
   }
   KILN_TRY(stream->synchronize());
+  // The first run's arena, made and its pages written now where it is small (a run takes the
+  // arena from the pool): page faults out of the first run. Larger arenas (and a damaged
+  // artifact's claim) wait for the first run, which touches them anyway.
+  constexpr int64_t kPrefaultBytes = int64_t{64} << 20;
+  if (backend_->caps().hostAddressable && p.arenaBytes > 0 && p.arenaBytes <= kPrefaultBytes) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Slot> slot, arenas_->take());
+    const DeviceAddress a = slot->arena.address();  // A host pointer (hostAddressable).
+    std::memset(static_cast<std::byte*>(a.handle) + a.offset, 0, static_cast<size_t>(p.arenaBytes));
+    arenas_->give(std::move(slot));
+  }
   prepared_.store(true, std::memory_order_release);
   return Status::ok();
 }
