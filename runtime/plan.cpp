@@ -341,19 +341,24 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
       stats.kernelSteps += s.kind == PlanStep::Kind::kKernel;
       stats.opSteps += s.kind == PlanStep::Kind::kOp;
     }
-  } else if (fusesActivations_ && !afterStep && stream->canCheckInvalid()) {
+  } else if (fusesActivations_ && !afterStep && stream->canCheckInvalid() &&
+             rerunsInARow_.load(std::memory_order_relaxed) < kMaxRerunsInARow) {
     // relu and clip run inside oneDNN's calls (no pass of their own over each output), where a
     // NaN becomes a number and raises the invalid flag; a run that raised it runs again exactly.
     // Inputs and parameters are not written by the steps, so the second run sees what the first
-    // did. Invalid operations elsewhere (inf - inf, 0 * inf) also raise it: they only cost the
-    // rerun.
+    // did. Invalid operations elsewhere (inf - inf, 0 * inf) also raise it and cost the rerun:
+    // after kMaxRerunsInARow runs in a row that did, the plan stops fusing (a model whose
+    // ordinary inputs raise it would otherwise run twice every time).
     stats.fusedActivations = true;
     stream->clearInvalid();
     KILN_TRY(enqueueSteps(*stream, address, profiling, stats, nullptr, /*fuseActivations=*/true));
     KILN_TRY(stream->synchronize());
-    if (stream->invalidRaised()) {
+    if (!stream->invalidRaised()) {
+      rerunsInARow_.store(0, std::memory_order_relaxed);
+    } else {
       stats.exactRerun = true;
       exactReruns_.fetch_add(1, std::memory_order_relaxed);
+      rerunsInARow_.fetch_add(1, std::memory_order_relaxed);
       stats.kernelSteps = stats.opSteps = 0;
       stats.stepMs.clear();
       stats.stepStartMs.clear();

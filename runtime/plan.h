@@ -206,6 +206,8 @@ class PlanExecutor {
   // is not 0.
   bool fusesActivations_ = false;
   std::atomic<int64_t> exactReruns_{0};
+  static constexpr int kMaxRerunsInARow = 4;
+  std::atomic<int> rerunsInARow_{0};  // Runs in a row that ran again: at kMaxRerunsInARow, stop.
 };
 
 }  // namespace kiln::runtime
