@@ -142,6 +142,12 @@ class Stream {
   // reports for a GPU (PyTorch's torch.cuda.Event timing). Streams whose work runs on the calling
   // thread (the CPU) have none: their wall time is their device time.
   virtual bool canTime() const { return false; }
+  virtual Status markStart() { return unimplemented("this backend's streams have no timer"); }
+  virtual Status markEnd() { return unimplemented("this backend's streams have no timer"); }
+  virtual Expected<double> markedMs() {
+    return unimplemented("this backend's streams have no timer");
+  }
+
   // NaN check (optional; the CPU): whether op calls with LibraryOptions::fuseActivations may be
   // checked, clearInvalid() clears the floating-point invalid flag on every thread the stream's
   // work runs on, and invalidRaised() (after synchronize) says whether any of them raised it
@@ -149,12 +155,6 @@ class Stream {
   virtual bool canCheckInvalid() const { return false; }
   virtual void clearInvalid() {}
   virtual bool invalidRaised() { return false; }
-
-  virtual Status markStart() { return unimplemented("this backend's streams have no timer"); }
-  virtual Status markEnd() { return unimplemented("this backend's streams have no timer"); }
-  virtual Expected<double> markedMs() {
-    return unimplemented("this backend's streams have no timer");
-  }
 };
 
 // Generated kernels loaded on a backend. Entry points stay valid while the module lives.

@@ -140,8 +140,7 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const Plan> plan, int threads)
   if (writtenParameters_.empty() && !(env && std::string_view(env) == "0"))
     for (const PlanStep& s : plan_->steps)
       if (s.kind == PlanStep::Kind::kOp && s.library)
-        for (const PostOp& op : s.postOps)
-          fusesActivations_ |= op.kind == PostOp::Kind::kRelu || op.kind == PostOp::Kind::kClip;
+        for (const PostOp& op : s.postOps) fusesActivations_ |= fusesWhenChecked(op.kind);
   // Each kernel argument's bytes (KernelLaunch::argBytes), fixed by the plan.
   argBytes_.resize(plan_->steps.size());
   for (size_t i = 0; i < plan_->steps.size(); ++i) {

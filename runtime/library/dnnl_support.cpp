@@ -5,7 +5,6 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -131,9 +130,8 @@ CacheKey& CacheKey::add(std::span<const PostOp> post) {
 
 size_t fusedPostOpPrefix(std::span<const PostOp> post, bool activations) {
   size_t n = 0;
-  while (n < post.size() && (post[n].kind == PostOp::Kind::kAdd ||
-                             (activations && (post[n].kind == PostOp::Kind::kRelu ||
-                                              post[n].kind == PostOp::Kind::kClip))))
+  while (n < post.size() &&
+         (post[n].kind == PostOp::Kind::kAdd || (activations && fusesWhenChecked(post[n].kind))))
     ++n;
   return n;
 }
@@ -213,7 +211,10 @@ CallArgs::CallArgs(const void* owner) {
 }
 
 CallArgs& CallArgs::set(int arg, const dnnl::memory::desc& md, const void* data) {
-  set_.push_back(arg);
+  if (numSet_ < set_.size())
+    set_[numSet_++] = arg;
+  else
+    moreSet_.push_back(arg);
   void* handle = const_cast<void*>(data);
   auto it = args_->find(arg);
   if (it != args_->end() && it->second.get_desc() == md)
@@ -223,11 +224,15 @@ CallArgs& CallArgs::set(int arg, const dnnl::memory::desc& md, const void* data)
   return *this;
 }
 
+bool CallArgs::wasSet(int arg) const {
+  return std::find(set_.begin(), set_.begin() + static_cast<std::ptrdiff_t>(numSet_), arg) !=
+             set_.begin() + static_cast<std::ptrdiff_t>(numSet_) ||
+         std::find(moreSet_.begin(), moreSet_.end(), arg) != moreSet_.end();
+}
+
 const std::unordered_map<int, dnnl::memory>& CallArgs::map() {
-  if (args_->size() > set_.size())
-    std::erase_if(*args_, [&](const auto& kv) {
-      return std::find(set_.begin(), set_.end(), kv.first) == set_.end();
-    });
+  if (args_->size() > numSet_ + moreSet_.size())
+    std::erase_if(*args_, [&](const auto& kv) { return !wasSet(kv.first); });
   return *args_;
 }
 

@@ -5,6 +5,7 @@
 
 #include <dnnl.hpp>
 
+#include <array>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -171,9 +172,14 @@ class CallArgs {
   const std::unordered_map<int, dnnl::memory>& map();
 
  private:
+  bool wasSet(int arg) const;
+
   std::unordered_map<int, dnnl::memory>* args_;
   std::unordered_map<int, dnnl::memory> local_;  // When this thread keeps too many already.
-  std::vector<int> set_;
+  // The arguments set by this call: no allocation for the usual few (this runs every call).
+  std::array<int, 8> set_{};
+  size_t numSet_ = 0;
+  std::vector<int> moreSet_;
 };
 
 // A reorder between two memory formats, with user-managed scratchpad.

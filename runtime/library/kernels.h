@@ -38,6 +38,12 @@ struct PostOp {
   bool operator==(const PostOp&) const = default;
 };
 
+// The post-ops oneDNN may run in a call with LibraryOptions::fuseActivations: relu and clip,
+// whose max/min turn NaN into a number but raise the invalid flag when they do.
+inline bool fusesWhenChecked(PostOp::Kind kind) {
+  return kind == PostOp::Kind::kRelu || kind == PostOp::Kind::kClip;
+}
+
 // How conv2d is computed (ir/conv_algo.h).
 using ir::ConvAlgo;  // ir/conv_algo.h
 using ir::convAlgoName;

@@ -130,7 +130,7 @@ Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
   plan->prim = dnnl::matmul(*pd);
   plan->scratchMd = pd->scratchpad_desc();
   plan->weightsMd = pd->weights_desc();
-  if (plan->weightsMd != p.b) {
+  if (packB && plan->weightsMd != p.b) {
     plan->weightsIn = makeReorder(p.b, plan->weightsMd);
     plan->weightsKey = "matmul-weights:" + describeMd(p.b) + ">" + describeMd(plan->weightsMd);
   }

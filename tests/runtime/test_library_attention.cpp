@@ -116,6 +116,9 @@ TEST_CASE("library attention and matmul give the same bits at every thread count
       {OpKind::kMatMul, {randomTensor({4, 4096}, 3), randomTensor({4096, 32}, 4)}, {}},
       {OpKind::kMatMul, {randomTensor({12, 128, 64}, 5), randomTensor({12, 64, 128}, 6)}, {}},
   };
+  // matmul, gemm and linear on kAuto, the BLAS path and oneDNN's matmul (attention ignores it).
+  const auto gemm = static_cast<GemmBackend>(GENERATE(0, 1, 2));
+  INFO("gemm backend " << static_cast<int>(gemm));
   const int budget = runtime::numThreads();
   runtime::setNumThreads(2);
   const int before = omp_get_max_threads();
@@ -125,8 +128,7 @@ TEST_CASE("library attention and matmul give the same bits at every thread count
                             << (cached ? ", weights cached" : ""));
       runtime::LibraryCache cache;
       LibraryOptions options;
-      options.gemm = static_cast<GemmBackend>(GENERATE(0, 1, 2));
-      INFO("gemm " << static_cast<int>(options.gemm));
+      options.gemm = gemm;
       options.cache = cached ? &cache : nullptr;
       omp_set_num_threads(1);
       const Tensor one = runLib(c.op, c.in, c.attrs, {}, {}, options);
