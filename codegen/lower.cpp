@@ -342,7 +342,8 @@ class Lowerer {
         const int shifted = call("kiln_sub", {in[0], m}, t);
         // One expression for the exponential that the sum and the output both read: the CPU
         // renderer then stores it during the sum and reads it back (Printer::spillOf).
-        const int ex = call("kiln_exp", {shifted}, t);
+        // The argument is at most 0 (or NaN): the cheaper exponential.
+        const int ex = call("kiln_exp_nonpos", {shifted}, t);
         const int s = stage(ex, ReduceOp::kSum);
         // Each element times the row's reciprocal (computed once a row), as PyTorch's CPU
         // softmax: a division an element held the 4096-wide rows of `kiln bench-kernels` at

@@ -556,6 +556,12 @@ class Printer {
                     ") {");
         if (s == 1)
           for (const std::string& p : nextRowPrefetches(rd, rowDims, acc + "_r")) line(3, p);
+        // Each lane reads and writes only its own element (an output planned over an input
+        // reads it at the same index: plan_builder's in-place rule), so no lane depends on
+        // another's memory. Without the pragma LLVM checks the output against the inputs at run
+        // time and keeps a scalar copy of the loop, which holds the partial results in memory
+        // in both (softmax's exponential stage: 4.6 -> 3.7 ms a thread on 2048 x 4096).
+        independentLoop(3);
         line(3, "for (int j = 0; j < " + lanes + "; ++j) {");
         line(4, "const long long r = " + acc + "_r + j;");
         body(4, "j");

@@ -5,16 +5,19 @@
 #include <malloc.h>
 #include <unistd.h>
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "codegen/cpu_compiler.h"
 #include "codegen/kernel_cache.h"
+#include "codegen/prelude.h"
 #include "runtime/object_loader.h"
 #include "x86_levels.h"
 
@@ -128,6 +131,74 @@ extern "C" float sum(const float* a, long n) {
   float expected = 0.0f;
   for (float x : a) expected += x;
   CHECK(sum(a.data(), n) == expected);  // Bit-exact: the same order of additions.
+}
+
+// The prelude's exponentials as generated kernels call them (vectorized, with the kernels'
+// flags): kiln_vexp within 2 ulp of exp (in double) over its range, 0 below it (flushed), inf
+// above, NaN for NaN; kiln_vexp_nonpos (softmax's) the same bits wherever x <= 0. Every 211th
+// float pattern, 20 million in all.
+TEST_CASE("cpu compiler: the prelude's exponentials, over float patterns") {
+  const std::string source = std::string(kiln::codegen::kernelPrelude()) + R"(
+extern "C" void vexp(const float* a, float* b, long n) {
+  for (long i = 0; i < n; ++i) b[i] = kiln_vexp(a[i]);
+}
+extern "C" void vexp_nonpos(const float* a, float* b, long n) {
+  for (long i = 0; i < n; ++i) b[i] = kiln_vexp_nonpos(a[i]);
+}
+)";
+  CpuObject object = compileOrFail(source, "exps");
+  LoadedObjects objects;
+  REQUIRE(objects.add(object.bytes, "exps").isOk());
+  auto* vexp = lookupOrFail<UnaryKernel>(objects, "vexp");
+  auto* nonpos = lookupOrFail<UnaryKernel>(objects, "vexp_nonpos");
+  constexpr long kChunk = 1 << 16;
+  std::vector<float> x(kChunk), e(kChunk), f(kChunk);
+  uint64_t pattern = 0, checked = 0, worstUlps = 0, failures = 0;
+  std::string firstFailure;
+  auto fail = [&](const char* what, float v, float got) {
+    if (failures++ == 0)
+      firstFailure = std::string(what) + ": x = " + std::to_string(v) + " (" +
+                     std::to_string(std::bit_cast<uint32_t>(v)) + "), got " + std::to_string(got);
+  };
+  auto ordered = [](float v) {  // Floats as integers in their order (for ulp distances).
+    int32_t i;
+    std::memcpy(&i, &v, 4);
+    return i < 0 ? int64_t{INT32_MIN} - i : int64_t{i};
+  };
+  while (pattern < (uint64_t{1} << 32)) {
+    long n = 0;
+    for (; n < kChunk && pattern < (uint64_t{1} << 32); ++n, pattern += 211) {
+      const auto bits = static_cast<uint32_t>(pattern);
+      std::memcpy(&x[static_cast<size_t>(n)], &bits, 4);
+    }
+    vexp(x.data(), e.data(), n);
+    nonpos(x.data(), f.data(), n);
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+      const float v = x[i];
+      if (std::isnan(v)) {
+        if (!std::isnan(e[i]) || !std::isnan(f[i])) fail("NaN in, not NaN out", v, e[i]);
+        continue;
+      }
+      if (v <= 0.0f && std::memcmp(&e[i], &f[i], 4) != 0)
+        fail("kiln_vexp_nonpos differs from kiln_vexp", v, f[i]);
+      const double exact = std::exp(static_cast<double>(v));
+      if (v < -87.3365f) {
+        if (e[i] != 0.0f) fail("not flushed to 0", v, e[i]);
+      } else if (v > 88.7228394f) {
+        if (e[i] != INFINITY) fail("not inf", v, e[i]);
+      } else if (exact >= 1.1754943508222875e-38) {  // Normal results: at most 2 ulp.
+        const uint64_t ulps =
+            static_cast<uint64_t>(std::llabs(ordered(e[i]) - ordered(static_cast<float>(exact))));
+        if (ulps > 2) fail("more than 2 ulp from exp", v, e[i]);
+        worstUlps = std::max(worstUlps, ulps);
+      }
+      ++checked;
+    }
+  }
+  INFO(firstFailure);
+  CHECK(failures == 0);
+  CHECK(checked > 15'000'000);
+  CHECK(worstUlps >= 1);  // The comparison sees rounding differences at all.
 }
 
 TEST_CASE("cpu compiler: no FMA contraction by default, so results round as the reference's") {
