@@ -124,8 +124,9 @@ class PlanExecutor {
 
   // Does ahead what the first run would otherwise do on its way: maps the parameters to the
   // backend (and reads their pages), and creates every library step's primitive and reorders its
-  // constant weights (LibraryOptions::prepare), validating each step's operands once, with the
-  // thread count a run is granted now. Computes nothing and allocates nothing of the plan's size
+  // constant weights (LibraryOptions::prepare), validating each step's operands once, for the
+  // thread count a run is granted now and for one thread (a run among others, or on a loaded
+  // machine, gets one). Computes nothing and allocates nothing of the plan's size
   // (the first run takes its arena). compile() and load() call it, so that a model's first run
   // costs about what its later runs do. Thread-safe; a later call finds the primitives and
   // weights made.

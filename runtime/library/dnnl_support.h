@@ -6,6 +6,8 @@
 #include <dnnl.hpp>
 
 #include <array>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -86,6 +88,10 @@ class CacheKey {
   std::string bytes_;
 };
 
+// Plans made by every PlanCache since the process started (tests: a run after prepare() makes
+// none).
+inline std::atomic<uint64_t> plansMade{0};
+
 // A process-wide, thread-safe LRU cache of immutable plans (primitive descriptors, primitives
 // and their reorders) keyed by CacheKey. Keys hold shapes and attributes, never addresses.
 template <class Plan>
@@ -106,6 +112,7 @@ class PlanCache {
     }
     Expected<std::shared_ptr<const Plan>> made = make();
     if (!made.hasValue()) return made;
+    plansMade.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = index_.find(key); it != index_.end()) return it->second->second;
     lru_.emplace_front(key, *made);
