@@ -6,7 +6,7 @@ machine's FMA peak and copy bandwidth (`kiln bench-kernels --peak`) are measured
 Writes OUT/bench-peers.json and OUT/bench-peers.md and prints the table.
 
 Usage: python bench_peers.py --kiln KILN --peers-dir DIR --out OUT [--threads T] [--runs R]
-           [--warmup W] [--cases name:batch,...] [--max-autotune]
+           [--warmup W] [--rounds N] [--cases name:batch,...] [--max-autotune]
 """
 import argparse
 import json
@@ -61,30 +61,30 @@ def cpu_description():
     return model, isa
 
 
-def torch_times(name, batch, args):
-    """PyTorch eager and torch.compile (default mode, and max-autotune when asked): medians, and
-    each compile's first call (the compile itself, as a user waits for it)."""
+def torch_engines(name, batch, args):
+    """PyTorch eager and torch.compile (default mode, and max-autotune when asked) as callables (to
+    be called under torch.inference_mode), and each compile's first call in seconds (the compile
+    itself, as a user waits for it)."""
     ctor, _ = export.MODELS[name]
     torch.manual_seed(0)
     model = ctor().eval()
     x = export.make_input(name, batch)
-    out = {}
-    with torch.inference_mode():
-        out["torch_eager_ms"] = median_ms(lambda: model(x), args.runs, args.warmup)
-        modes = ["default"] + (["max-autotune"] if args.max_autotune else [])
-        for mode in modes:
-            torch._dynamo.reset()
-            compiled = torch.compile(model, mode=mode)
-            start = time.perf_counter()
+
+    engines, first = {"torch_eager": lambda: model(x)}, {}
+    modes = ["default"] + (["max-autotune"] if args.max_autotune else [])
+    for mode in modes:
+        torch._dynamo.reset()
+        key = "torch_compile" if mode == "default" else "torch_compile_max_autotune"
+        compiled = torch.compile(model, mode=mode)
+        start = time.perf_counter()
+        with torch.inference_mode():
             compiled(x)
-            first = time.perf_counter() - start
-            key = "torch_compile" if mode == "default" else "torch_compile_max_autotune"
-            out[f"{key}_ms"] = median_ms(lambda: compiled(x), args.runs, args.warmup)
-            out[f"{key}_first_call_s"] = first
-    return out
+        first[f"{key}_first_call_s"] = time.perf_counter() - start
+        engines[key] = lambda compiled=compiled: compiled(x)
+    return engines, first
 
 
-def ort_time(name, batch, args):
+def ort_engine(name, batch, args):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = args.threads
@@ -95,8 +95,7 @@ def ort_time(name, batch, args):
                                    providers=["CPUExecutionProvider"])
     load_s = time.perf_counter() - start
     feed = {"input": export.make_input(name, batch).numpy()}
-    return {"onnxruntime_ms": median_ms(lambda: session.run(None, feed), args.runs, args.warmup),
-            "onnxruntime_session_s": load_s}
+    return (lambda: session.run(None, feed)), {"onnxruntime_session_s": load_s}
 
 
 def kiln_times(name, batch, args):
@@ -117,6 +116,39 @@ def kiln_times(name, batch, args):
             out["kiln_compile_s"] = j["compile_cold_ms"] / 1e3
             out["kiln_first_run_ms"] = j["first_run_ms"]
     return out
+
+
+def measure_case(name, batch, args):
+    """Every engine's median, `args.rounds` times in turn (kiln, ONNX Runtime, PyTorch eager,
+    torch.compile, then again): a slow spell of the machine (a shared VM's can last seconds) lands
+    in one engine's one round, and the median over rounds leaves it out. Each time is that median
+    over rounds; `*_rounds_ms` keeps every round's."""
+    r = {"model": name, "batch": batch}
+    ort_fn, info = ort_engine(name, batch, args)
+    r.update(info)
+    torch_fns, info = torch_engines(name, batch, args)
+    r.update(info)
+    engines = {"onnxruntime": ort_fn, **torch_fns}
+    rounds = {}
+    for _ in range(args.rounds):
+        k = kiln_times(name, batch, args)
+        if "kiln_error" in k:
+            r.update(k)
+        for key in ("kiln_eager_ms", "kiln_compiled_ms", "kiln_first_run_ms", "kiln_compile_s"):
+            if key in k:
+                rounds.setdefault(key, []).append(k[key])
+        with torch.inference_mode():  # PyTorch's engines are timed under it (ORT ignores it).
+            for key, fn in engines.items():
+                rounds.setdefault(f"{key}_ms", []).append(median_ms(fn, args.runs, args.warmup))
+    for key, values in rounds.items():
+        r[key] = statistics.median(values)
+        if key.endswith("_ms") and key != "kiln_first_run_ms":
+            r[key[:-3] + "_rounds_ms"] = values
+    # The first run's ratio within the round that gave it (a median of ratios, not of each).
+    if rounds.get("kiln_first_run_ms") and rounds.get("kiln_compiled_ms"):
+        r["kiln_first_run_ratio"] = statistics.median(
+            f / m for f, m in zip(rounds["kiln_first_run_ms"], rounds["kiln_compiled_ms"]))
+    return r
 
 
 def peak(args):
@@ -156,8 +188,9 @@ def table(results, meta, max_autotune):
         f"{meta['threads']}, inter_op 1, sequential, spinning on: its default); kiln "
         f"{meta['kiln']} (compiled with its default heuristics; eager and compiled each timed "
         f"alone, kiln bench --only). Each engine in its own loop on PyTorch's default "
-        f"exporter's file (kiln, ONNX Runtime) or the PyTorch module it came from. Milliseconds, "
-        f"medians of {meta['runs']} runs after {meta['warmup']}; 'kiln vs X' is X's time over "
+        f"exporter's file (kiln, ONNX Runtime) or the PyTorch module it came from, the engines "
+        f"in turn, {meta['rounds']} rounds. Milliseconds: the median over rounds of each round's "
+        f"median of {meta['runs']} runs after {meta['warmup']}; 'kiln vs X' is X's time over "
         f"kiln compiled's (above 1: kiln faster). Compile times: kiln's cold (an empty kernel "
         f"cache); torch.compile's first call with Inductor's on-disk caches as earlier runs left "
         f"them (cold, it takes several times longer).", "",
@@ -173,7 +206,7 @@ def table(results, meta, max_autotune):
                 f(k) if k else "error: " + r.get("kiln_error", "?"),
                 f(ratio("onnxruntime_ms")), f(ratio("torch_compile_ms")),
                 f(ratio("torch_eager_ms")), f(r.get("kiln_compile_s")),
-                f(r["kiln_first_run_ms"] / k if k and r.get("kiln_first_run_ms") else None),
+                f(r.get("kiln_first_run_ratio")),
                 f(r.get("torch_compile_first_call_s"), 1)]
         lines.append("| " + " | ".join(row) + " |")
     g = meta["geomeans"]
@@ -194,6 +227,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="times every engine is measured, in turn (the median is reported)")
     ap.add_argument("--cases", default="", help="name:batch,... (default: every model)")
     ap.add_argument("--max-autotune", action="store_true",
                     help="also torch.compile(mode='max-autotune') (slow to compile)")
@@ -207,14 +242,11 @@ def main():
     torch._inductor.config.freezing = True  # Constant weights folded, as for inference.
     cpu, isa = cpu_description()
     meta = {"cpu": cpu, "isa": isa, "threads": args.threads, "runs": args.runs,
-            "warmup": args.warmup, "torch": torch.__version__, "onnxruntime": ort.__version__,
+            "warmup": args.warmup, "rounds": args.rounds, "torch": torch.__version__, "onnxruntime": ort.__version__,
             "kiln": args.kiln_version, "peak": peak(args)}
     results = []
     for name, batch in cases:
-        r = {"model": name, "batch": batch}
-        r.update(kiln_times(name, batch, args))
-        r.update(ort_time(name, batch, args))
-        r.update(torch_times(name, batch, args))
+        r = measure_case(name, batch, args)
         results.append(r)
         print(json.dumps(r), flush=True)
     speedups = {key: [r[f"{key}_ms"] / r["kiln_compiled_ms"] for r in results
