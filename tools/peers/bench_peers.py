@@ -144,6 +144,13 @@ def measure_case(name, batch, args):
         r[key] = statistics.median(values)
         if key.endswith("_ms") and key != "kiln_first_run_ms":
             r[key[:-3] + "_rounds_ms"] = values
+    # kiln's speedup over each peer: the median over rounds of the round's ratio (each pair timed
+    # minutes apart at most, so that a slower spell of the machine divides out).
+    kiln_ms = rounds.get("kiln_compiled_ms")
+    for key in engines:
+        if kiln_ms and len(kiln_ms) == len(rounds[f"{key}_ms"]):
+            r[f"kiln_vs_{key}"] = statistics.median(
+                p / k for p, k in zip(rounds[f"{key}_ms"], kiln_ms))
     # The first run's ratio within the round that gave it (a median of ratios, not of each).
     if rounds.get("kiln_first_run_ms") and rounds.get("kiln_compiled_ms"):
         r["kiln_first_run_ratio"] = statistics.median(
@@ -190,14 +197,14 @@ def table(results, meta, max_autotune):
         f"alone, kiln bench --only). Each engine in its own loop on PyTorch's default "
         f"exporter's file (kiln, ONNX Runtime) or the PyTorch module it came from, the engines "
         f"in turn, {meta['rounds']} rounds. Milliseconds: the median over rounds of each round's "
-        f"median of {meta['runs']} runs after {meta['warmup']}; 'kiln vs X' is X's time over "
-        f"kiln compiled's (above 1: kiln faster). Compile times: kiln's cold (an empty kernel "
+        f"median of {meta['runs']} runs after {meta['warmup']}; 'kiln vs X' is the median over "
+        f"rounds of X's time over kiln compiled's in the same round (above 1: kiln faster). Compile times: kiln's cold (an empty kernel "
         f"cache); torch.compile's first call with Inductor's on-disk caches as earlier runs left "
         f"them (cold, it takes several times longer).", "",
         "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in results:
         k = r.get("kiln_compiled_ms")
-        ratio = lambda key: r[key] / k if k and r.get(key) else None
+        ratio = lambda key: speedup(r, key[:-3])
         row = [r["model"], str(r["batch"]), f(r.get("torch_eager_ms")),
                f(r.get("torch_compile_ms"))]
         if max_autotune:
@@ -249,22 +256,34 @@ def main():
         r = measure_case(name, batch, args)
         results.append(r)
         print(json.dumps(r), flush=True)
-    speedups = {key: [r[f"{key}_ms"] / r["kiln_compiled_ms"] for r in results
-                      if r.get("kiln_compiled_ms") and r.get(f"{key}_ms")]
-                for key in ("onnxruntime", "torch_compile", "torch_eager")}
-    worst = min((r for r in results if r.get("kiln_compiled_ms")),
-                key=lambda r: r["onnxruntime_ms"] / r["kiln_compiled_ms"], default=None)
-    meta["geomeans"] = {key: geomean(v) for key, v in speedups.items()}
-    meta["geomeans"]["min_onnxruntime"] = (worst["onnxruntime_ms"] / worst["kiln_compiled_ms"]
-                                           if worst else None)
-    meta["geomeans"]["min_onnxruntime_case"] = (f"{worst['model']} batch {worst['batch']}"
-                                                if worst else "-")
+    meta["geomeans"] = summary(results)
     os.makedirs(args.out, exist_ok=True)
     write_atomically(os.path.join(args.out, "bench-peers.json"),
                      json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
     md = table(results, meta, args.max_autotune)
     write_atomically(os.path.join(args.out, "bench-peers.md"), md)
     print(md)
+
+
+def speedup(r, key):
+    """kiln compiled's speedup over engine `key` in result `r`: the median of the rounds' ratios,
+    or (a result without rounds) the ratio of the medians; None where either is missing."""
+    if r.get(f"kiln_vs_{key}"):
+        return r[f"kiln_vs_{key}"]
+    k = r.get("kiln_compiled_ms")
+    return r[f"{key}_ms"] / k if k and r.get(f"{key}_ms") else None
+
+
+def summary(results):
+    """Geometric means of kiln's speedups, and the case slowest against ONNX Runtime."""
+    speedups = {key: [speedup(r, key) for r in results if speedup(r, key)]
+                for key in ("onnxruntime", "torch_compile", "torch_eager")}
+    worst = min((r for r in results if speedup(r, "onnxruntime")),
+                key=lambda r: speedup(r, "onnxruntime"), default=None)
+    g = {key: geomean(v) for key, v in speedups.items()}
+    g["min_onnxruntime"] = speedup(worst, "onnxruntime") if worst else None
+    g["min_onnxruntime_case"] = f"{worst['model']} batch {worst['batch']}" if worst else "-"
+    return g
 
 
 if __name__ == "__main__":
