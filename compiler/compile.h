@@ -165,6 +165,11 @@ class CompiledModel {
   Expected<std::vector<runtime::Tensor>> run(std::span<const runtime::Tensor> inputs,
                                              runtime::PlanRunStats* stats = nullptr,
                                              const runtime::StepHook* afterStep = nullptr);
+  // runtime::PlanExecutor::runOnDevice: inputs and outputs in the backend's memory.
+  Expected<std::vector<runtime::DeviceBuffer>> runOnDevice(
+      std::span<const runtime::DeviceTensor> inputs, uintptr_t waitFor = 0) {
+    return exec_.runOnDevice(inputs, waitFor);
+  }
   const CompileReport& report() const { return report_; }
   // runtime::PlanExecutor::prepare, timed into the report (compile() calls it).
   Status prepare();

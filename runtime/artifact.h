@@ -121,6 +121,11 @@ class LoadedModel {
   // input, expected vs actual) and runs the plan. `stats`, when given, receives this call's.
   Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs, PlanRunStats* stats = nullptr);
   Expected<std::vector<Tensor>> operator()(std::span<const Tensor> inputs) { return run(inputs); }
+  // PlanExecutor::runOnDevice: inputs and outputs in the backend's memory.
+  Expected<std::vector<DeviceBuffer>> runOnDevice(std::span<const DeviceTensor> inputs,
+                                                  uintptr_t waitFor = 0) {
+    return exec_.runOnDevice(inputs, waitFor);
+  }
   const ArtifactInfo& info() const { return info_; }
   const Plan& plan() const { return *plan_; }
   // The statistics of the call that finished last (a copy; any thread's call).

@@ -148,6 +148,15 @@ class Stream {
     return unimplemented("this backend's streams have no timer");
   }
 
+  // Makes the work enqueued on this stream from now on wait for the work enqueued so far on
+  // `external`, a native stream of the backend's device (CUDA: a CUstream; 1 the legacy default
+  // stream, 2 the per-thread default one, as DLPack's `stream` argument): how a run reads
+  // tensors another library wrote on its own stream. The CPU's work runs at once: nothing waits.
+  virtual Status waitForExternal(uintptr_t external) {
+    (void)external;
+    return Status::ok();
+  }
+
   // NaN check (optional; the CPU): whether op calls with LibraryOptions::fuseActivations may be
   // checked, clearInvalid() clears the floating-point invalid flag on every thread the stream's
   // work runs on, and invalidRaised() (after synchronize) says whether any of them raised it

@@ -233,6 +233,46 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     KILN_ASSIGN_OR_RETURN(Tensor c, inputs[i].contiguous());
     ins.push_back(std::move(c));
   }
+  Io io;
+  io.hostIn = ins;
+  std::vector<Tensor> outs;
+  io.hostOut = &outs;
+  KILN_TRY(execute(io, tWait, statsOut, afterStep));
+  return outs;
+}
+
+Expected<std::vector<DeviceBuffer>> PlanExecutor::runOnDevice(std::span<const DeviceTensor> inputs,
+                                                              uintptr_t waitFor,
+                                                              PlanRunStats* statsOut) {
+  const auto tWait = std::chrono::steady_clock::now();
+  const Plan& p = *plan_;
+  if (inputs.size() != p.inputs.size())
+    return invalidArgument("the compiled model takes " + std::to_string(p.inputs.size()) +
+                           " inputs, got " + std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ir::TensorType want{p.inputs[i].dtype, p.inputs[i].shape};
+    if (inputs[i].type.dtype != want.dtype || inputs[i].type.shape != want.shape)
+      return invalidArgument("input '" + p.inputNames[i] + "' (#" + std::to_string(i) +
+                             "): expected " + want.toString() + ", got " +
+                             ir::TensorType{inputs[i].type.dtype, inputs[i].type.shape}.toString());
+  }
+  if (!writtenParameters_.empty())
+    return invalidArgument(
+        "this plan writes its parameters (a training step): run it with host tensors, whose "
+        "results include the written parameters");
+  Io io;
+  io.deviceIn = inputs;
+  io.waitFor = waitFor;
+  std::vector<DeviceBuffer> outs;
+  io.deviceOut = &outs;
+  KILN_TRY(execute(io, tWait, statsOut, nullptr));
+  return outs;
+}
+
+Status PlanExecutor::execute(const Io& io, std::chrono::steady_clock::time_point tWait,
+                             PlanRunStats* statsOut, const StepHook* afterStep) {
+  const Plan& p = *plan_;
+  const bool onDevice = io.deviceOut != nullptr;
   // The arena first, then the threads: a call never holds compute threads while it waits for
   // memory (under limitMemory).
   Occupancy held(*this);
@@ -243,7 +283,7 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   // The stream is declared after the buffers its work uses, so it is destroyed first: destroying
   // a stream waits for its work.
   std::vector<Tensor> outs;
-  std::vector<DeviceBuffer> inBufs, outBufs;
+  std::vector<DeviceBuffer> inBufs, outBufs, results;
   std::unique_ptr<Stream> opened;
   Stream* stream = slot->stream.get();
   if (!stream) {
@@ -264,13 +304,30 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   const bool graph =
       graphs_.load(std::memory_order_relaxed) && !profiling && !afterStep && stream->canCapture();
   if (graph && !slot->stream) slot->stream = std::move(opened);
-  for (const Tensor& t : ins) {
+  // Inputs: the host's mapped (or, for a graph, copied into the slot's buffers); on the device,
+  // read where they lie (a graph: copied into the slot's).
+  for (const Tensor& t : io.hostIn) {
     KILN_ASSIGN_OR_RETURN(DeviceBuffer b, graph ? backend_->allocate(t.byteSize())
                                                 : backend_->mapHost(t.rawData(), t.byteSize()));
     inBufs.push_back(std::move(b));
   }
+  if (graph && slot->ins.empty())
+    for (const DeviceTensor& t : io.deviceIn) {
+      KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->allocate(t.type.byteSize()));
+      inBufs.push_back(std::move(b));
+    }
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     const auto& t = p.outputs[i];
+    if (onDevice) {  // The caller's results: buffers of the backend (a graph writes the slot's).
+      KILN_ASSIGN_OR_RETURN(DeviceBuffer r,
+                            backend_->allocate(ir::TensorType{t.dtype, t.shape}.byteSize()));
+      results.push_back(std::move(r));
+      if (!graph || !slot->outs.empty()) continue;
+      KILN_ASSIGN_OR_RETURN(DeviceBuffer b,
+                            backend_->allocate(ir::TensorType{t.dtype, t.shape}.byteSize()));
+      outBufs.push_back(std::move(b));
+      continue;
+    }
     if (i < p.outputParameter.size() && p.outputParameter[i] >= 0) {
       // Written over its parameter in place: the result is a view of it.
       const ir::TensorData& d = p.parameters[static_cast<size_t>(p.outputParameter[i])];
@@ -293,17 +350,23 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   }
   std::vector<DeviceBuffer>& inDev = graph ? slot->ins : inBufs;
   std::vector<DeviceBuffer>& outDev = graph ? slot->outs : outBufs;
+  // Where the steps read each input and write each output.
+  std::vector<DeviceAddress> inAt, outAt;
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    inAt.push_back(onDevice && !graph ? io.deviceIn[i].address : inDev[i].address());
+  for (size_t i = 0; i < p.outputs.size(); ++i)
+    outAt.push_back(onDevice && !graph ? results[i].address() : outDev[i].address());
   KILN_TRY(mapParameters(*stream));
   auto address = [&](const BufferRef& b) -> DeviceAddress {
     switch (b.kind) {
       case BufferRef::Kind::kInput:
-        return inDev[b.index].address();
+        return inAt[b.index];
       case BufferRef::Kind::kParameter:
         return params_[b.index].address();
       case BufferRef::Kind::kArena:
         return arena.at(b.offset);
       case BufferRef::Kind::kOutput:
-        return outDev[b.index].address();
+        return outAt[b.index];
     }
     return {};
   };
@@ -312,9 +375,15 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   const auto t0 = std::chrono::steady_clock::now();
   stats.waitMs = msBetween(tWait, t0);
   const bool timed = stream->canTime();
+  // Device inputs another library wrote on its own stream: this run's work waits for it.
+  if (io.waitFor) KILN_TRY(stream->waitForExternal(io.waitFor));
   if (timed) KILN_TRY(stream->markStart());
-  for (size_t i = 0; i < ins.size(); ++i)
-    KILN_TRY(stream->upload(inDev[i].address(), ins[i].rawData(), ins[i].byteSize()));
+  for (size_t i = 0; i < io.hostIn.size(); ++i)
+    KILN_TRY(stream->upload(inDev[i].address(), io.hostIn[i].rawData(), io.hostIn[i].byteSize()));
+  if (graph)
+    for (size_t i = 0; i < io.deviceIn.size(); ++i)
+      KILN_TRY(
+          stream->copy(inDev[i].address(), io.deviceIn[i].address, io.deviceIn[i].type.byteSize()));
   if (graph) {
     uint64_t generation;
     {
@@ -369,6 +438,9 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
   for (size_t i = 0; i < outs.size(); ++i)
     if (outDev[i].defined())
       KILN_TRY(stream->download(outs[i].rawData(), outDev[i].address(), outs[i].byteSize()));
+  if (onDevice && graph)
+    for (size_t i = 0; i < results.size(); ++i)
+      KILN_TRY(stream->copy(results[i].address(), outDev[i].address(), results[i].bytes()));
   // Parameters the steps wrote (a training step's updates) return to the plan's bytes, so that
   // the host sees them wherever the backend's memory is.
   for (int pi : writtenParameters_) {
@@ -388,7 +460,9 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     lastStats_ = stats;
   }
   if (statsOut) *statsOut = std::move(stats);
-  return outs;
+  if (io.hostOut) *io.hostOut = std::move(outs);
+  if (io.deviceOut) *io.deviceOut = std::move(results);
+  return Status::ok();
 }
 
 Status PlanExecutor::prepare() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -136,6 +137,16 @@ class PlanExecutor {
   // after each step.
   Expected<std::vector<Tensor>> run(std::span<const Tensor> inputs, PlanRunStats* stats = nullptr,
                                     const StepHook* afterStep = nullptr);
+  // run() on tensors in the backend's memory (a GPU's: another library's CUDA tensors, read
+  // where they lie): checks them as run() does and returns each output in a buffer of its own
+  // on the backend, the caller's. `waitFor`, when not 0, is a native stream of the backend's
+  // device (CUDA: a CUstream, 1 the legacy default stream, 2 the per-thread default one, as
+  // DLPack's `stream` argument) whose work enqueued so far this run waits for: where the inputs'
+  // producer wrote them. Returns when the outputs are written (as run()), so a consumer on any
+  // stream may read them. A plan that writes its parameters (a training step) is refused.
+  Expected<std::vector<DeviceBuffer>> runOnDevice(std::span<const DeviceTensor> inputs,
+                                                  uintptr_t waitFor = 0,
+                                                  PlanRunStats* stats = nullptr);
   // A copy of the statistics of the call that finished last (any thread's).
   PlanRunStats lastStats() const;
   const Plan& plan() const { return *plan_; }
@@ -172,6 +183,16 @@ class PlanExecutor {
   struct Arenas;
   class Occupancy;
   std::shared_ptr<const Plan> plan_;
+  // A run's inputs and outputs: host tensors (run) or the backend's (runOnDevice).
+  struct Io {
+    std::span<const Tensor> hostIn;
+    std::span<const DeviceTensor> deviceIn;
+    uintptr_t waitFor = 0;
+    std::vector<Tensor>* hostOut = nullptr;
+    std::vector<DeviceBuffer>* deviceOut = nullptr;
+  };
+  Status execute(const Io& io, std::chrono::steady_clock::time_point waitStart, PlanRunStats* stats,
+                 const StepHook* afterStep);
   Status mapParameters(Stream& stream);
   Status enqueueSteps(Stream& stream, const std::function<DeviceAddress(const BufferRef&)>& address,
                       bool profiling, PlanRunStats& stats, const StepHook* afterStep = nullptr,

@@ -42,6 +42,10 @@ def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+def _is_cuda(x) -> bool:
+    return _is_torch(x) and x.device.type == "cuda"
+
+
 def _arrays(args):
     """The call's inputs as contiguous CPU arrays kiln can read, and whether they were torch."""
     arrays = []
@@ -51,8 +55,9 @@ def _arrays(args):
             torch_in = True
             if a.device.type != "cpu":
                 raise UserError(
-                    f"input {i}: a tensor on '{a.device}'; kiln's Python package runs on the "
-                    "CPU here (move it with .cpu())"
+                    f"input {i}: a tensor on '{a.device}'; CUDA tensors go to a model compiled "
+                    "with device='cuda' (kiln.compile or kiln.load), every input on cuda:0; "
+                    "elsewhere move it with .cpu()"
                 )
             if a.requires_grad:
                 a = a.detach()
@@ -75,9 +80,33 @@ class _Callable:
         self._single = n_outputs == 1
 
     def __call__(self, *args):
-        arrays, torch_in = _arrays(args)
-        outs = self._impl.run(arrays, torch_in)
+        if any(_is_cuda(a) for a in args) and hasattr(self._impl, "run_cuda"):
+            outs = self._impl.run_cuda(_cuda_capsules(args), _LEGACY_STREAM, True)
+        else:
+            arrays, torch_in = _arrays(args)
+            outs = self._impl.run(arrays, torch_in)
         return outs[0] if self._single and len(outs) == 1 else tuple(outs)
+
+
+# DLPack's `stream` for CUDA's legacy default stream. PyTorch's __dlpack__(stream=1) makes that
+# stream wait for its current one (where the tensor was written), and kiln's run waits for it.
+_LEGACY_STREAM = 1
+
+
+def _cuda_capsules(args):
+    """DLPack capsules of CUDA torch tensors, ordered after the work that wrote them."""
+    capsules = []
+    for i, a in enumerate(args):
+        if not _is_cuda(a):
+            raise UserError(
+                f"input {i}: not a CUDA tensor while others are; give every input on cuda:0"
+            )
+        if a.requires_grad:
+            a = a.detach()
+        if not a.is_contiguous():
+            a = a.contiguous()  # Documented: a non-contiguous input is copied once.
+        capsules.append(a.__dlpack__(stream=_LEGACY_STREAM))
+    return capsules
 
 
 class Model:

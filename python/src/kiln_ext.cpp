@@ -1,6 +1,7 @@
 // kiln._kiln: the Python extension (nanobind) over the compiler and the runtime. It trades in
-// DLPack tensors (nb::ndarray): inputs are read where they lie when C-contiguous on the CPU,
-// outputs are handed over without a copy, each owning its kiln tensor. The GIL is released
+// DLPack tensors (nb::ndarray): inputs are read where they lie when C-contiguous on the CPU (or,
+// for a model on the CUDA backend, on its GPU), outputs are handed over without a copy, each
+// owning its kiln tensor (or device buffer). The GIL is released
 // while kiln compiles or runs. Errors become kiln.Error, or kiln.UserError (also a ValueError)
 // where the user has something to fix. The Python side (python/kiln/) wraps these classes.
 #include <Python.h>
@@ -62,6 +63,7 @@ T take(Expected<T> e) {
 // ---- Tensors -----------------------------------------------------------------------------
 
 using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+using CudaArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cuda>;
 
 // DLPack's type code of every kiln dtype (its bits are the dtype's size): one table both ways.
 using Code = nb::dlpack::dtype_code;
@@ -244,6 +246,57 @@ compiler::CompileOptions compileOptions(const std::string& device, bool autotune
 struct PyCompiled {
   std::shared_ptr<compiler::CompiledModel> compiled;  // One of the two is set.
   std::shared_ptr<runtime::LoadedModel> loaded;
+  std::shared_ptr<runtime::Backend> backend;  // Where it runs (device outputs keep it alive).
+
+  // CUDA tensors (DLPack, zero-copy both ways): each input read where it lies after the work
+  // `waitFor` (the stream the producer synchronized with, DLPack's `stream`) had enqueued; each
+  // output a device buffer of kiln's, handed over (a torch.Tensor on that GPU, else a DLPack
+  // array). The run has finished when this returns, so any consumer stream may read them.
+  nb::list runCuda(const std::vector<CudaArray>& arrays, uintptr_t waitFor, bool torch) {
+    if (backend->name() != "cuda")
+      throw KilnError(invalidArgument(
+          "CUDA tensors given to a model compiled for device '" + std::string(backend->name()) +
+          "': compile it with device='cuda', or move the inputs with .cpu()"));
+    const runtime::Plan& plan = compiled ? compiled->plan() : loaded->plan();
+    std::vector<runtime::DeviceTensor> inputs;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      const CudaArray& a = arrays[i];
+      if (a.device_id() != 0)
+        throw KilnError(invalidArgument("input " + std::to_string(i) +
+                                        ": a tensor on cuda:" + std::to_string(a.device_id()) +
+                                        "; kiln runs on cuda:0 (the first GPU)"));
+      ir::TensorType t;
+      t.dtype = fromDlpack(a.dtype(), i);
+      for (size_t d = 0; d < a.ndim(); ++d) t.shape.push_back(static_cast<int64_t>(a.shape(d)));
+      inputs.push_back({runtime::DeviceAddress{const_cast<void*>(a.data()), 0}, t});
+    }
+    Expected<std::vector<runtime::DeviceBuffer>> outs = [&] {
+      nb::gil_scoped_release release;
+      return compiled ? compiled->runOnDevice(inputs, waitFor)
+                      : loaded->runOnDevice(inputs, waitFor);
+    }();
+    std::vector<runtime::DeviceBuffer> buffers = take(std::move(outs));
+    nb::list l;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      struct Owned {
+        runtime::DeviceBuffer buffer;
+        std::shared_ptr<runtime::Backend> backend;  // Frees the buffer: outlives it.
+      };
+      auto* owned = new Owned{std::move(buffers[i]), backend};
+      nb::capsule owner(owned, [](void* q) noexcept { delete static_cast<Owned*>(q); });
+      const auto& t = plan.outputs[i];
+      std::vector<size_t> shape(t.shape.begin(), t.shape.end());
+      void* data = owned->buffer.address().handle;
+      const nb::dlpack::dtype dt = toDlpack(t.dtype);
+      if (torch)
+        l.append(nb::cast(nb::ndarray<nb::pytorch>(data, shape.size(), shape.data(), owner, nullptr,
+                                                   dt, nb::device::cuda::value, 0)));
+      else
+        l.append(nb::cast(nb::ndarray<>(data, shape.size(), shape.data(), owner, nullptr, dt,
+                                        nb::device::cuda::value, 0)));
+    }
+    return l;
+  }
 
   nb::list run(const std::vector<InArray>& arrays, bool torch,
                std::vector<uintptr_t>* record = nullptr) {
@@ -323,9 +376,11 @@ struct PyCompiled {
   }
 };
 
-PyCompiled wrapCompiled(std::unique_ptr<compiler::CompiledModel> m) {
+PyCompiled wrapCompiled(std::unique_ptr<compiler::CompiledModel> m,
+                        std::shared_ptr<runtime::Backend> backend) {
   PyCompiled c;
   c.compiled = std::move(m);
+  c.backend = std::move(backend);
   return c;
 }
 
@@ -344,7 +399,7 @@ PyCompiled compileGraph(const PyGraph& g, std::optional<int64_t> batch, const st
           "zoo; build it for the batch you want (or use kiln.jit, which specializes per call)"));
     graph = std::make_shared<ir::Graph>(take(models::loadModel(g.source, *batch, 0)));
   }
-  return wrapCompiled(take(compiler::compile(*graph, o)));
+  return wrapCompiled(take(compiler::compile(*graph, o)), o.backend);
 }
 
 PyCompiled loadArtifact(const std::string& path, const std::string& device, int threads,
@@ -356,6 +411,7 @@ PyCompiled loadArtifact(const std::string& path, const std::string& device, int 
   nb::gil_scoped_release release;
   PyCompiled c;
   c.loaded = take(runtime::loadArtifact(path, o));
+  c.backend = o.backend;
   return c;
 }
 
@@ -513,6 +569,9 @@ NB_MODULE(_kiln, m) {
       "a"_a.noconvert(),
       "The address kiln reads an array at (no copy was made if it equals "
       "the producer's own pointer).");
+  m.def(
+      "data_pointer", [](const CudaArray& a) { return reinterpret_cast<uintptr_t>(a.data()); },
+      "a"_a.noconvert(), "The device address kiln reads a CUDA array at.");
   m.def("ops", [] {
     std::vector<std::string> names;
     for (int k = 0; k < ir::kNumOps; ++k)
@@ -558,6 +617,8 @@ NB_MODULE(_kiln, m) {
             return pairs;
           },
           "inputs"_a, "torch"_a = false)
+      .def("run_cuda", &PyCompiled::runCuda, "inputs"_a, "wait_for"_a, "torch"_a = false)
+      .def_prop_ro("device", [](const PyCompiled& c) { return std::string(c.backend->name()); })
       .def("report", &PyCompiled::report)
       .def("explain", &PyCompiled::explain)
       .def("save", &PyCompiled::save, "path"_a, "name"_a = "model")

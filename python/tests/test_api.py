@@ -129,3 +129,51 @@ def test_explain_report_and_bench(mlp_compiled):
     assert r["kind"] == "compiled" and r["parameter_bytes"] > 0
     b = kiln.bench("mlp", iters=3, warmup=1)
     assert b["compiled_ms"] > 0 and b["eager_ms"] > 0 and b["speedup"] > 0
+
+
+def test_cuda_tensor_on_a_cpu_model_is_refused(mlp_compiled):
+    # No GPU needed: the refusal happens before any CUDA call.
+    class FakeCuda:  # Looks like a torch CUDA tensor to kiln's dispatch, which refuses it.
+        __module__ = "torch"
+        device = torch.device("cuda", 0)
+        requires_grad = False
+
+        def is_contiguous(self):
+            return True
+
+        def __dlpack__(self, stream=None):
+            raise AssertionError("a CPU model must not ask for a CUDA capsule")
+
+    with pytest.raises(kiln.UserError, match=r"compiled for device 'cpu'"):
+        mlp_compiled._impl.run_cuda([], 1, True)
+    with pytest.raises(kiln.UserError, match=r"CUDA tensors go to a model compiled with "
+                                             r"device='cuda'"):
+        kiln.eager(kiln.load("mlp", batch=2))(FakeCuda())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu-check.sh)")
+def test_cuda_tensors_in_and_out_without_copies_after_their_stream():
+    m = kiln.load("mnist_cnn", batch=2)
+    c = kiln.compile(m, device="cuda")
+    assert c._impl.device == "cuda"
+    x = torch.rand(2, 1, 28, 28) * 2 - 1
+    want = kiln.compile(m)(x)
+    # The input written on a side stream that is still busy (a 50 ms spin first): the run must
+    # wait for that stream's work, not read the buffer before the copy lands.
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        xc = torch.empty(x.shape, device="cuda")
+        torch.cuda._sleep(100_000_000)
+        xc.copy_(x, non_blocking=True)
+        assert kiln._kiln.data_pointer(xc.__dlpack__(stream=-1)) == xc.data_ptr()
+        y = c(xc)
+    assert isinstance(y, torch.Tensor) and y.device.type == "cuda"
+    torch.testing.assert_close(y.cpu(), want, rtol=1e-3, atol=1e-4)
+    # Outputs are kiln's device buffers handed over: two calls, two buffers, the same values.
+    y2 = c(xc)
+    assert y2.data_ptr() != y.data_ptr()
+    torch.testing.assert_close(y2, y)
+    # A CPU tensor still works on the CUDA model (copied in and out).
+    torch.testing.assert_close(c(x), want, rtol=1e-3, atol=1e-4)
+    with pytest.raises(kiln.UserError, match=r"expected f32\[2,1,28,28\]"):
+        c(torch.zeros(3, 1, 28, 28, device="cuda"))

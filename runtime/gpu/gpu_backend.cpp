@@ -335,8 +335,17 @@ class GpuStream final : public Stream {
 
   void free(DeviceBuffer buffer) override;
 
+  Status waitForExternal(uintptr_t external) override {
+    KILN_ASSIGN_OR_RETURN(EventHandle e, dev_.createEvent());
+    waits_.push_back(e);  // Destroyed once this stream's work (its wait among it) is done.
+    KILN_TRY(dev_.recordEvent(e, reinterpret_cast<StreamHandle>(external)));
+    return dev_.waitEvent(s_, e);
+  }
+
   Status synchronize() override {
     Status s = dev_.synchronize(s_);
+    for (EventHandle e : waits_) dev_.destroyEvent(e);
+    waits_.clear();
     for (const Staged& st : staged_) {
       if (st.target && s.isOk()) std::memcpy(st.target, st.host, st.bytes);
       unstage(st);
@@ -416,6 +425,7 @@ class GpuStream final : public Stream {
   Expected<Staged> stage(size_t bytes);
   void unstage(const Staged& st);
   std::vector<Staged> staged_;
+  std::vector<EventHandle> waits_;  // waitForExternal's events, until synchronize().
   bool capturing_ = false;
   std::vector<std::unique_ptr<HostOp>> captureOps_;
   std::vector<std::shared_ptr<Graph>> replayed_;  // Since the last synchronize().
