@@ -22,7 +22,15 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/clang"
 cp "${bins[@]}" "$stage/bin/"
-for lib in $(ldd "${bins[@]}" | awk '/=>/ {print $3}' | sort -u); do
+# kiln's Python package where it was built (KILN_PYTHON_EXECUTABLE): gpu-check.sh runs its CUDA
+# test where the device machine's Python imports it.
+libs_of=("${bins[@]}")
+if compgen -G "$build/python/kiln/_kiln*.so" >/dev/null; then
+  mkdir -p "$stage/python"
+  cp -r "$build/python/kiln" "$stage/python/"
+  libs_of+=("$build"/python/kiln/_kiln*.so)
+fi
+for lib in $(ldd "${libs_of[@]}" | awk '/=>/ {print $3}' | sort -u); do
   case $(basename "$lib") in
     libc.so.* | libm.so.* | libstdc++.so.* | libgcc_s.so.*) ;;
     libz3.so.* | libicudata.so.*) ;;  # stubs below

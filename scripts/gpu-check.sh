@@ -7,7 +7,9 @@
 #    machine's own, found through the toolkit and the Python packages nvidia-* (cuDNN);
 # 2. runs every CUDA test on the device: the gpu suite's model tests with KILN_TEST_DEVICE=cuda
 #    (every zoo model compiled and eager, training steps, generated kernel kinds under random
-#    launch geometries, concurrent callers: each against the CPU), the NVRTC resource check;
+#    launch geometries, concurrent callers, runs on device tensors: each against the CPU), the
+#    NVRTC resource check, and kiln's Python package on CUDA tensors (DLPack) where this
+#    machine's Python imports it (built with KILN_PYTHON_EXECUTABLE, packed by gpu-bundle.sh);
 # 3. benchmarks the zoo on the device — resnet18, resnet50 at batch 1 and 32, bert_layer: eager,
 #    compiled (--no-cuda-graph), compiled with CUDA-graph replay, and that in --precision tf32
 #    and --precision bf16 (autocast);
@@ -54,11 +56,13 @@ if [[ -n $bundle ]]; then
   fi
   kiln=$unpacked/bin/kiln
   test_gpu=$unpacked/bin/test_gpu
+  python_pkg=$unpacked/python
 else
   scripts/build.sh
   build=${KILN_BUILD_DIR:-build}
   kiln=$build/tools/kiln
   test_gpu=$build/tests/test_gpu
+  python_pkg=$build/python
 fi
 if ! reason=$("$kiln" run mlp --device cuda 2>&1 >/dev/null); then
   echo "skipped: no CUDA device (${reason#kiln run: error: })"
@@ -103,6 +107,18 @@ done
 
 py=${KILN_PEERS_VENV:+$KILN_PEERS_VENV/bin/python}
 py=${py:-python3}
+# kiln's Python package with CUDA tensors (DLPack both ways, the producer's stream waited for),
+# where this Python imports it with a CUDA PyTorch and pytest.
+if [[ -d $python_pkg/kiln ]] &&
+    PYTHONPATH=$python_pkg "$py" -c "import kiln, pytest, torch; assert torch.cuda.is_available()" \
+      2>/dev/null; then
+  echo "== kiln's Python package on the device"
+  PYTHONPATH=$python_pkg "$py" -m pytest -q python/tests/test_api.py -k cuda 2>&1 |
+    tee "$out/python-cuda.txt" | tail -3 || status=1
+else
+  echo "kiln's Python package, pytest or a CUDA PyTorch not importable here: its CUDA test did" \
+    "not run" | tee "$out/python-cuda.txt"
+fi
 if "$py" -c "import torch, torchvision; assert torch.cuda.is_available()" 2>/dev/null; then
   echo "== PyTorch on the same GPU"
   # KILN_GPU_CHECK_TORCH: which of the three (torch.compile takes about a minute a model each).
