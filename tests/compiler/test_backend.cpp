@@ -273,8 +273,10 @@ double relError(const Tensor& a, const Tensor& b) {
   double maxRef = 0, maxDiff = 0;
   for (int64_t i = 0; i < b.numElements(); ++i) {
     maxRef = std::max(maxRef, std::fabs(static_cast<double>(b.data<float>()[i])));
-    maxDiff = std::max(maxDiff, std::fabs(static_cast<double>(a.data<float>()[i]) -
-                                          static_cast<double>(b.data<float>()[i])));
+    const double d = std::fabs(static_cast<double>(a.data<float>()[i]) -
+                               static_cast<double>(b.data<float>()[i]));
+    if (std::isnan(d)) return INFINITY;  // std::max would drop it.
+    maxDiff = std::max(maxDiff, d);
   }
   return maxDiff / std::max(maxRef, 1e-30);
 }
