@@ -216,21 +216,39 @@ size_t PlanExecutor::arenasAllocated() const {
   return arenas_->allocated;
 }
 
-Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
-                                                PlanRunStats* statsOut, const StepHook* afterStep) {
-  const auto tWait = std::chrono::steady_clock::now();
-  const Plan& p = *plan_;
+namespace {
+
+// The call's inputs against the plan's: their count, and each one's dtype and shape.
+// `describe` reads an input's dtype() and shape(), and its text() for the error.
+template <class T, class Describe>
+Status checkInputs(const Plan& p, std::span<const T> inputs, Describe describe) {
   if (inputs.size() != p.inputs.size())
     return invalidArgument("the compiled model takes " + std::to_string(p.inputs.size()) +
                            " inputs, got " + std::to_string(inputs.size()));
-  std::vector<Tensor> ins;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].dtype() != p.inputs[i].dtype || inputs[i].shape() != p.inputs[i].shape)
+    const auto& want = p.inputs[i];
+    if (describe.dtype(inputs[i]) != want.dtype || describe.shape(inputs[i]) != want.shape)
       return invalidArgument("input '" + p.inputNames[i] + "' (#" + std::to_string(i) +
-                             "): expected " +
-                             ir::TensorType{p.inputs[i].dtype, p.inputs[i].shape}.toString() +
-                             ", got " + inputs[i].describe());
-    KILN_ASSIGN_OR_RETURN(Tensor c, inputs[i].contiguous());
+                             "): expected " + ir::TensorType{want.dtype, want.shape}.toString() +
+                             ", got " + describe.text(inputs[i]));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
+                                                PlanRunStats* statsOut, const StepHook* afterStep) {
+  const auto tWait = std::chrono::steady_clock::now();
+  struct {
+    ir::DType dtype(const Tensor& t) const { return t.dtype(); }
+    const ir::Shape& shape(const Tensor& t) const { return t.shape(); }
+    std::string text(const Tensor& t) const { return t.describe(); }
+  } describe;
+  KILN_TRY(checkInputs(*plan_, inputs, describe));
+  std::vector<Tensor> ins;
+  for (const Tensor& t : inputs) {
+    KILN_ASSIGN_OR_RETURN(Tensor c, t.contiguous());
     ins.push_back(std::move(c));
   }
   Io io;
@@ -245,17 +263,14 @@ Expected<std::vector<DeviceBuffer>> PlanExecutor::runOnDevice(std::span<const De
                                                               uintptr_t waitFor,
                                                               PlanRunStats* statsOut) {
   const auto tWait = std::chrono::steady_clock::now();
-  const Plan& p = *plan_;
-  if (inputs.size() != p.inputs.size())
-    return invalidArgument("the compiled model takes " + std::to_string(p.inputs.size()) +
-                           " inputs, got " + std::to_string(inputs.size()));
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const ir::TensorType want{p.inputs[i].dtype, p.inputs[i].shape};
-    if (inputs[i].type.dtype != want.dtype || inputs[i].type.shape != want.shape)
-      return invalidArgument("input '" + p.inputNames[i] + "' (#" + std::to_string(i) +
-                             "): expected " + want.toString() + ", got " +
-                             ir::TensorType{inputs[i].type.dtype, inputs[i].type.shape}.toString());
-  }
+  struct {
+    ir::DType dtype(const DeviceTensor& t) const { return t.type.dtype; }
+    const ir::Shape& shape(const DeviceTensor& t) const { return t.type.shape; }
+    std::string text(const DeviceTensor& t) const {
+      return ir::TensorType{t.type.dtype, t.type.shape}.toString();
+    }
+  } describe;
+  KILN_TRY(checkInputs(*plan_, inputs, describe));
   if (!writtenParameters_.empty())
     return invalidArgument(
         "this plan writes its parameters (a training step): run it with host tensors, whose "
@@ -319,12 +334,11 @@ Status PlanExecutor::execute(const Io& io, std::chrono::steady_clock::time_point
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     const auto& t = p.outputs[i];
     if (onDevice) {  // The caller's results: buffers of the backend (a graph writes the slot's).
-      KILN_ASSIGN_OR_RETURN(DeviceBuffer r,
-                            backend_->allocate(ir::TensorType{t.dtype, t.shape}.byteSize()));
+      const size_t bytes = ir::TensorType{t.dtype, t.shape}.byteSize();
+      KILN_ASSIGN_OR_RETURN(DeviceBuffer r, backend_->allocate(bytes));
       results.push_back(std::move(r));
       if (!graph || !slot->outs.empty()) continue;
-      KILN_ASSIGN_OR_RETURN(DeviceBuffer b,
-                            backend_->allocate(ir::TensorType{t.dtype, t.shape}.byteSize()));
+      KILN_ASSIGN_OR_RETURN(DeviceBuffer b, backend_->allocate(bytes));
       outBufs.push_back(std::move(b));
       continue;
     }
@@ -350,23 +364,20 @@ Status PlanExecutor::execute(const Io& io, std::chrono::steady_clock::time_point
   }
   std::vector<DeviceBuffer>& inDev = graph ? slot->ins : inBufs;
   std::vector<DeviceBuffer>& outDev = graph ? slot->outs : outBufs;
-  // Where the steps read each input and write each output.
-  std::vector<DeviceAddress> inAt, outAt;
-  for (size_t i = 0; i < p.inputs.size(); ++i)
-    inAt.push_back(onDevice && !graph ? io.deviceIn[i].address : inDev[i].address());
-  for (size_t i = 0; i < p.outputs.size(); ++i)
-    outAt.push_back(onDevice && !graph ? results[i].address() : outDev[i].address());
+  // The steps read device inputs and write device results where they lie, except through a
+  // graph (its fixed buffers, copied from and to).
+  const bool inPlace = onDevice && !graph;
   KILN_TRY(mapParameters(*stream));
   auto address = [&](const BufferRef& b) -> DeviceAddress {
     switch (b.kind) {
       case BufferRef::Kind::kInput:
-        return inAt[b.index];
+        return inPlace ? io.deviceIn[b.index].address : inDev[b.index].address();
       case BufferRef::Kind::kParameter:
         return params_[b.index].address();
       case BufferRef::Kind::kArena:
         return arena.at(b.offset);
       case BufferRef::Kind::kOutput:
-        return outAt[b.index];
+        return inPlace ? results[b.index].address() : outDev[b.index].address();
     }
     return {};
   };

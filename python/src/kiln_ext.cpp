@@ -94,13 +94,21 @@ nb::dlpack::dtype toDlpack(ir::DType t) {
   throw KilnError(internalError("no DLPack type for " + std::string(ir::dtypeName(t))));
 }
 
+// The array's dtype and shape as kiln's (any device); `index` names it in an error.
+template <class Array>
+ir::TensorType typeOf(const Array& a, size_t index) {
+  ir::TensorType t;
+  t.dtype = fromDlpack(a.dtype(), index);
+  t.shape.resize(a.ndim());
+  for (size_t d = 0; d < a.ndim(); ++d) t.shape[d] = static_cast<int64_t>(a.shape(d));
+  return t;
+}
+
 // A kiln view of the array's bytes (no copy); the caller keeps the array alive.
 runtime::Tensor viewOf(const InArray& a, size_t index) {
-  const ir::DType dt = fromDlpack(a.dtype(), index);
-  ir::Shape shape(a.ndim());
-  for (size_t d = 0; d < a.ndim(); ++d) shape[d] = static_cast<int64_t>(a.shape(d));
+  ir::TensorType t = typeOf(a, index);
   auto* data = static_cast<std::byte*>(const_cast<void*>(a.data()));
-  return runtime::Tensor::wrap(data, dt, std::move(shape));
+  return runtime::Tensor::wrap(data, t.dtype, std::move(t.shape));
 }
 
 std::vector<runtime::Tensor> viewsOf(const std::vector<InArray>& arrays) {
@@ -153,9 +161,9 @@ nb::list handOverAll(std::vector<runtime::Tensor> outs, const std::vector<InArra
 // Parameter bytes borrowed from a Python object (a torch tensor or NumPy array): the object is
 // kept alive while any kiln copy of the data lives; released under the GIL.
 ir::TensorData borrow(nb::object owner, const InArray& a) {
-  const ir::DType dt = fromDlpack(a.dtype(), 0);
-  ir::Shape shape(a.ndim());
-  for (size_t d = 0; d < a.ndim(); ++d) shape[d] = static_cast<int64_t>(a.shape(d));
+  ir::TensorType t = typeOf(a, 0);
+  const ir::DType dt = t.dtype;
+  ir::Shape shape = std::move(t.shape);
   auto* data = static_cast<std::byte*>(const_cast<void*>(a.data()));
   // Generated kernels and the libraries assume 64-byte aligned parameters (as kiln allocates
   // them); an unaligned view (a slice) is copied.
@@ -265,10 +273,7 @@ struct PyCompiled {
         throw KilnError(invalidArgument("input " + std::to_string(i) +
                                         ": a tensor on cuda:" + std::to_string(a.device_id()) +
                                         "; kiln runs on cuda:0 (the first GPU)"));
-      ir::TensorType t;
-      t.dtype = fromDlpack(a.dtype(), i);
-      for (size_t d = 0; d < a.ndim(); ++d) t.shape.push_back(static_cast<int64_t>(a.shape(d)));
-      inputs.push_back({runtime::DeviceAddress{const_cast<void*>(a.data()), 0}, t});
+      inputs.push_back({runtime::DeviceAddress{const_cast<void*>(a.data()), 0}, typeOf(a, i)});
     }
     Expected<std::vector<runtime::DeviceBuffer>> outs = [&] {
       nb::gil_scoped_release release;
