@@ -1,7 +1,8 @@
 // Algebraic simplification: removes identities (x*1, x+0, x-0, x/1, inference dropout, casts
 // to the same dtype, shape ops that keep the shape), merges chains of transposes or of
-// reshapes into one op, and turns a product with a transposed 2-D operand, plus a bias row,
-// into a linear. A rewrite applies only when the result keeps the value's exact type.
+// reshapes into one op, turns a product with a transposed 2-D operand, plus a bias row, into a
+// linear, and x * sigmoid(x) into silu(x). A rewrite applies only when the result keeps the
+// value's exact type.
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
@@ -159,6 +160,27 @@ bool toLinear(ir::Graph& g, ir::Node* n) {
   return false;
 }
 
+// mul(x, sigmoid(x)) (either order), the sigmoid's only use -> silu(x): PyTorch's exporter
+// writes nn.SiLU as the two ops (ONNX has no SiLU before opset 24's Swish). One division
+// instead of a division and a product, and an op the backends know by name (efficientnet_b0:
+// 49 of them, a quarter of its run).
+bool toSilu(ir::Graph& g, ir::Node* n) {
+  if (n->op() != ir::OpKind::kMul) return false;
+  for (int side = 0; side < 2; ++side) {
+    ir::Node* s = n->input(side)->producer();
+    ir::Value* x = n->input(1 - side);
+    if (!s || s->op() != ir::OpKind::kSigmoid || s->input(0) != x ||
+        s->output()->users().size() != 1 || g.isOutput(s->output()) ||
+        x->type() != n->output()->type())
+      continue;
+    auto r = g.insertNode(n, ir::OpKind::kSilu, {x}, {});
+    if (!r) return false;
+    g.replaceAllUsesWith(n->output(), (*r)->output());
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool AlgebraicSimplification::run(ir::Graph& g, PassContext& ctx) {
@@ -173,7 +195,7 @@ bool AlgebraicSimplification::run(ir::Graph& g, PassContext& ctx) {
       if (ir::Value* v = identityOperand(*n, ctx)) {
         g.replaceAllUsesWith(n->output(), v);
         progress = true;
-      } else if (mergeWithProducer(g, n) || toLinear(g, n)) {
+      } else if (mergeWithProducer(g, n) || toLinear(g, n) || toSilu(g, n)) {
         progress = true;
       }
     }

@@ -39,7 +39,7 @@ KILN_CPU_CLONES float expShiftedSum(float* p, int64_t n, float m) {
   // and so scalar, without leave to reassociate it.
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < n; ++j) {
-    const float e = vexp(p[j] - m);  // p[j] <= m, or NaN.
+    const float e = vexpNonpos(p[j] - m);  // p[j] <= m, or NaN.
     p[j] = e;
     sum += e;
   }

@@ -43,13 +43,18 @@ constexpr auto kNumeric = [](std::string_view op, ir::DType t, auto&& f) {
     return mapUnary(dispatch, attrs, in, out, []<class T>(T x) -> T { return (expr); });      \
   }
 
+// e^-|x| / (1 + e^-|x|) below 0, 1 / (1 + e^-x) above: the exponential cannot overflow, and
+// the negative tail keeps its relative accuracy (the generated kernels' formula, prelude.cpp).
 template <class T>
 T sigmoidOf(T x) {
-  return T(1) / (T(1) + std::exp(-x));
+  const T z = std::exp(x < T(0) ? x : -x);
+  return (x >= T(0) ? T(1) : z) / (T(1) + z);
 }
+// x * sigmoid(x) with one division: (x or x e^-|x|) / (1 + e^-|x|).
 template <class T>
 T siluOf(T x) {
-  return x * sigmoidOf(x);
+  const T z = std::exp(x < T(0) ? x : -x);
+  return (x >= T(0) ? x : x * z) / (T(1) + z);
 }
 // x tanh(softplus(x)), softplus(x) = log(1 + e^x)
 template <class T>

@@ -135,8 +135,10 @@ extern "C" float sum(const float* a, long n) {
 
 // The prelude's exponentials as generated kernels call them (vectorized, with the kernels'
 // flags): kiln_vexp within 2 ulp of exp (in double) over its range, 0 below it (flushed), inf
-// above, NaN for NaN; kiln_vexp_nonpos (softmax's) the same bits wherever x <= 0. Every 211th
-// float pattern, 20 million in all.
+// above, NaN for NaN; kiln_vexp_nonpos (softmax's, sigmoid's) the same bits wherever x <= 88;
+// kiln_sigmoid within 3 ulp of 1 / (1 + e^-x) (in double) wherever that is a normal float (the
+// negative tail included; below e^x's flush bound, a number under 1.2e-38). Every 211th float
+// pattern, 20 million in all.
 TEST_CASE("cpu compiler: the prelude's exponentials, over float patterns") {
   const std::string source = std::string(kiln::codegen::kernelPrelude()) + R"(
 extern "C" void vexp(const float* a, float* b, long n) {
@@ -145,15 +147,19 @@ extern "C" void vexp(const float* a, float* b, long n) {
 extern "C" void vexp_nonpos(const float* a, float* b, long n) {
   for (long i = 0; i < n; ++i) b[i] = kiln_vexp_nonpos(a[i]);
 }
+extern "C" void sigmoid(const float* a, float* b, long n) {
+  for (long i = 0; i < n; ++i) b[i] = kiln_sigmoid(a[i]);
+}
 )";
   CpuObject object = compileOrFail(source, "exps");
   LoadedObjects objects;
   REQUIRE(objects.add(object.bytes, "exps").isOk());
   auto* vexp = lookupOrFail<UnaryKernel>(objects, "vexp");
   auto* nonpos = lookupOrFail<UnaryKernel>(objects, "vexp_nonpos");
+  auto* sigmoid = lookupOrFail<UnaryKernel>(objects, "sigmoid");
   constexpr long kChunk = 1 << 16;
-  std::vector<float> x(kChunk), e(kChunk), f(kChunk);
-  uint64_t pattern = 0, checked = 0, worstUlps = 0, failures = 0;
+  std::vector<float> x(kChunk), e(kChunk), f(kChunk), s(kChunk);
+  uint64_t pattern = 0, checked = 0, worstUlps = 0, worstSigmoidUlps = 0, failures = 0;
   std::string firstFailure;
   auto fail = [&](const char* what, float v, float got) {
     if (failures++ == 0)
@@ -173,14 +179,25 @@ extern "C" void vexp_nonpos(const float* a, float* b, long n) {
     }
     vexp(x.data(), e.data(), n);
     nonpos(x.data(), f.data(), n);
+    sigmoid(x.data(), s.data(), n);
     for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
       const float v = x[i];
       if (std::isnan(v)) {
-        if (!std::isnan(e[i]) || !std::isnan(f[i])) fail("NaN in, not NaN out", v, e[i]);
+        if (!std::isnan(e[i]) || !std::isnan(f[i]) || !std::isnan(s[i]))
+          fail("NaN in, not NaN out", v, e[i]);
         continue;
       }
-      if (v <= 0.0f && std::memcmp(&e[i], &f[i], 4) != 0)
+      if (v <= 88.0f && std::memcmp(&e[i], &f[i], 4) != 0)
         fail("kiln_vexp_nonpos differs from kiln_vexp", v, f[i]);
+      const double exactSigmoid = 1.0 / (1.0 + std::exp(-static_cast<double>(v)));
+      if (v >= -87.3365f && exactSigmoid >= 1.1754943508222875e-38) {
+        const uint64_t ulps = static_cast<uint64_t>(
+            std::llabs(ordered(s[i]) - ordered(static_cast<float>(exactSigmoid))));
+        if (ulps > 3) fail("kiln_sigmoid more than 3 ulp from 1 / (1 + e^-x)", v, s[i]);
+        worstSigmoidUlps = std::max(worstSigmoidUlps, ulps);
+      } else if (!(s[i] >= 0.0f && s[i] < 1.2e-38f)) {
+        fail("kiln_sigmoid's tail not in [0, 1.2e-38)", v, s[i]);
+      }
       const double exact = std::exp(static_cast<double>(v));
       if (v < -87.3365f) {
         if (e[i] != 0.0f) fail("not flushed to 0", v, e[i]);
@@ -198,7 +215,13 @@ extern "C" void vexp_nonpos(const float* a, float* b, long n) {
   INFO(firstFailure);
   CHECK(failures == 0);
   CHECK(checked > 15'000'000);
-  CHECK(worstUlps >= 1);  // The comparison sees rounding differences at all.
+  CHECK(worstUlps >= 1);  // The comparisons see rounding differences at all.
+  CHECK(worstSigmoidUlps >= 1);
+  const float inf = INFINITY;
+  float ends[2] = {inf, -inf}, out[2];
+  sigmoid(ends, out, 2);
+  CHECK(out[0] == 1.0f);
+  CHECK(out[1] == 0.0f);
 }
 
 TEST_CASE("cpu compiler: no FMA contraction by default, so results round as the reference's") {

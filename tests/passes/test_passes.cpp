@@ -1,4 +1,5 @@
 // Pass tests: textual IR in, run one pass, assert `changed` and the structure out.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -249,6 +250,62 @@ graph g(%x : f32[2,5,4], %w : f32[3,4], %b : f32[5,3]) {
     passes::PassContext ctx;
     CHECK(runPass("algebraic-simplification", g, ctx));
     CHECK(ops(g) == "linear add transpose");
+  }
+}
+
+TEST_CASE("algebraic simplification: x * sigmoid(x) is a silu") {
+  SECTION("either order, the value unchanged (NaN and infinities included)") {
+    ir::Graph g = parse(R"(
+graph g(%x : f32[12]) {
+  %s : f32[12] = sigmoid(%x)
+  %y : f32[12] = mul(%x, %s)
+  %t : f32[12] = sigmoid(%y)
+  %z : f32[12] = mul(%t, %y)
+  return %z
+})");
+    runtime::Tensor x = *runtime::Tensor::empty(ir::DType::kF32, {12});
+    const float values[12] = {-100.f,
+                              -20.f,
+                              -3.f,
+                              -0.5f,
+                              -0.f,
+                              0.f,
+                              1e-8f,
+                              0.75f,
+                              4.f,
+                              95.f,
+                              std::numeric_limits<float>::infinity(),
+                              std::nanf("")};
+    std::copy(std::begin(values), std::end(values), x.data<float>());
+    auto before = runtime::EagerExecutor(g).run(std::vector<runtime::Tensor>{x});
+    REQUIRE(before.hasValue());
+    passes::PassContext ctx;
+    CHECK(runPass("algebraic-simplification", g, ctx));
+    CHECK(ops(g) == "silu silu");
+    auto after = runtime::EagerExecutor(g).run(std::vector<runtime::Tensor>{x});
+    REQUIRE(after.hasValue());
+    for (int i = 0; i < 12; ++i) {
+      const float b = (*before)[0].data<float>()[i], a = (*after)[0].data<float>()[i];
+      INFO("x = " << values[i] << ": " << b << " before, " << a << " after");
+      if (std::isnan(b)) {
+        CHECK(std::isnan(a));
+      } else {
+        CHECK(a == Approx(b).epsilon(1e-6).margin(1e-30));
+      }
+    }
+  }
+  SECTION("not where the sigmoid has another use or another operand") {
+    ir::Graph g = parse(R"(
+graph g(%x : f32[4], %w : f32[4]) {
+  %s : f32[4] = sigmoid(%x)
+  %y : f32[4] = mul(%x, %s)
+  %t : f32[4] = sigmoid(%x)
+  %z : f32[4] = mul(%w, %t)
+  return %y, %s, %z
+})");
+    passes::PassContext ctx;
+    CHECK_FALSE(runPass("algebraic-simplification", g, ctx));
+    CHECK(ops(g) == "sigmoid mul sigmoid mul");
   }
 }
 
