@@ -150,6 +150,56 @@ bool vectorStore(const Kernel& k, size_t i) {
   return vectorAccess(k, a, k.args[static_cast<size_t>(a.arg)].type);
 }
 
+// The dims other than a reduction's reduced dim, in order.
+std::vector<int> rowDimsOf(const Kernel& k) {
+  std::vector<int> dims;
+  for (int d = 0; d < static_cast<int>(k.domain.size()); ++d)
+    if (d != k.reduceDim) dims.push_back(d);
+  return dims;
+}
+
+// Whether a CPU reduction runs column-wise: its units are one dim along which every access is
+// contiguous (or constant), and its loads walk the reduced dim with a stride. A reduction over
+// the pixels of a channels-last tensor per channel (squeeze-excite's mean, global pooling) is
+// one: row by row, each unit would read one float of every 64-byte line.
+bool columnar(const Kernel& k, const std::vector<int>& rowDims) {
+  if (rowDims.size() != 1) return false;
+  const int ud = rowDims[0], rd = k.reduceDim;
+  bool contiguous = false, strided = false;
+  auto check = [&](const Access& a) {
+    if (a.strides[ud] != 0 && a.strides[ud] != 1) return false;
+    contiguous = contiguous || a.strides[ud] == 1;
+    return true;
+  };
+  for (const Access& a : k.loads) {
+    if (!check(a)) return false;
+    strided = strided || (a.strides[rd] != 0 && a.strides[rd] != 1);
+  }
+  for (const Store& st : k.stores)
+    if (!check(st.access)) return false;
+  return contiguous && strided;
+}
+
+// A row-split reduction's partial results per chunk: its columns rounded up to 64 bytes, so
+// that chunks (threads) never share a cache line.
+int64_t paddedColumns(const Kernel& k) {
+  const int64_t perLine =
+      k.exprs[static_cast<size_t>(k.stages[0].value)].type == ScalarType::kF64 ? 8 : 16;
+  return (k.numUnits() + perLine - 1) / perLine * perLine;
+}
+
+// The highest stage each expression depends on (-1: none).
+std::vector<int> stageDependencies(const Kernel& k) {
+  std::vector<int> dep(k.exprs.size(), -1);
+  for (size_t i = 0; i < k.exprs.size(); ++i) {
+    const Expr& e = k.exprs[i];
+    int s = e.kind == ExprKind::kStage ? e.stage : -1;
+    for (int a : e.args) s = std::max(s, dep[static_cast<size_t>(a)]);
+    dep[i] = s;
+  }
+  return dep;
+}
+
 class Printer {
  public:
   static constexpr int kLanes = 16;  // Partial results per CPU reduction.
@@ -158,14 +208,7 @@ class Printer {
   // parts are static functions).
   Printer(const Kernel& k, Dialect d, std::string_view prefix = {})
       : k_(k), t_(tableOf(d)), prefix_(prefix.empty() ? t_.kernelPrefix : prefix) {
-    // The highest stage each expression depends on (-1: none).
-    stageDep_.resize(k.exprs.size(), -1);
-    for (size_t i = 0; i < k.exprs.size(); ++i) {
-      const Expr& e = k.exprs[i];
-      int s = e.kind == ExprKind::kStage ? e.stage : -1;
-      for (int a : e.args) s = std::max(s, stageDep_[a]);
-      stageDep_[i] = s;
-    }
+    stageDep_ = stageDependencies(k);
   }
 
   std::string run() {
@@ -489,8 +532,11 @@ class Printer {
         line(1, std::string(t_.sharedPrefix) + type(t) + ", kiln_smem_" +
                     std::string(scalarTypeName(t)) + ", 32);");
     }
-    if (lanes && columnar(rowDims)) {
-      columnarReductionBody(rowDims);
+    if (lanes && columnar(k_, rowDims)) {
+      if (const CpuRowSplit split = cpuRowSplit(k_); split.chunks > 0)
+        splitColumnarBody(rowDims, split.chunks);
+      else
+        columnarReductionBody(rowDims);
       return;
     }
     const std::pair<int, int> spill = lanes ? spillOf() : std::pair{-1, -1};
@@ -664,28 +710,6 @@ class Printer {
     return needsV ? std::pair{store, v} : std::pair{-1, -1};
   }
 
-  // Whether a CPU reduction runs column-wise: its units are one dim along which every access is
-  // contiguous (or constant), and its loads walk the reduced dim with a stride. A reduction over
-  // the pixels of a channels-last tensor per channel (squeeze-excite's mean, global pooling) is
-  // one: row by row, each unit would read one float of every 64-byte line.
-  bool columnar(const std::vector<int>& rowDims) const {
-    if (rowDims.size() != 1) return false;
-    const int ud = rowDims[0], rd = k_.reduceDim;
-    bool contiguous = false, strided = false;
-    auto check = [&](const Access& a) {
-      if (a.strides[ud] != 0 && a.strides[ud] != 1) return false;
-      contiguous = contiguous || a.strides[ud] == 1;
-      return true;
-    };
-    for (const Access& a : k_.loads) {
-      if (!check(a)) return false;
-      strided = strided || (a.strides[rd] != 0 && a.strides[rd] != 1);
-    }
-    for (const Store& st : k_.stores)
-      if (!check(st.access)) return false;
-    return contiguous && strided;
-  }
-
   // The column-wise form: kColumnBlock adjacent units at a time, each stage a loop over the
   // reduced dim around a loop over the units that the compiler vectorizes (contiguous loads, one
   // accumulator per unit, summed in order). Row-level expressions are recomputed from the
@@ -782,6 +806,54 @@ class Printer {
     line(1, "}");
   }
 
+  // The row-split column-wise form (cpuRowSplit): units are chunks of rows, each reducing its
+  // rows for every column into its row of partial results (kiln_part, after the arguments),
+  // its element outputs stored on the way; the call with begin = chunks adds the partial results
+  // in chunk order and writes the row outputs.
+  void splitColumnarBody(const std::vector<int>& rowDims, int64_t chunks) {
+    const int rd = k_.reduceDim;
+    const Stage& st = k_.stages[0];
+    const std::string T = type(k_.exprs[st.value].type);
+    const std::string C = std::to_string(k_.numUnits()) + "LL";
+    const std::string R = std::to_string(k_.domain[rd]) + "LL";
+    const std::string K = std::to_string(chunks) + "LL";
+    const std::string pad = std::to_string(paddedColumns(k_)) + "LL";
+    line(1, T + "* __restrict kiln_part = (" + T + "*)kiln_args[" + std::to_string(k_.args.size()) +
+                "];");
+    std::vector<int> rowRoots, elementRoots{st.value};
+    for (const Store& s : k_.stores) (s.row ? rowRoots : elementRoots).push_back(s.value);
+    line(1, "if (kiln_begin >= " + K + ") {");
+    line(2, "for (long long kiln_j = 0; kiln_j < " + C + "; ++kiln_j) {");
+    line(3, T + " kiln_s0 = kiln_part[kiln_j];");
+    line(3, "for (long long kiln_c = 1; kiln_c < " + K +
+                "; ++kiln_c) kiln_s0 += kiln_part[kiln_c * " + pad + " + kiln_j];");
+    decompose(3, "kiln_j", rowDims);
+    bases(3, rowDims);
+    emitNeeded(3, rowRoots, {}, "", -1);
+    for (size_t i = 0; i < k_.stores.size(); ++i)
+      if (k_.stores[i].row) store(3, k_.stores[i], i, "", -1);
+    line(2, "}");
+    line(2, "return;");
+    line(1, "}");
+    line(1, "for (long long kiln_c = kiln_begin; kiln_c < kiln_end; ++kiln_c) {");
+    line(2, T + "* __restrict kiln_acc = kiln_part + kiln_c * " + pad + ";");
+    line(2, "for (long long kiln_j = 0; kiln_j < " + C +
+                "; ++kiln_j) kiln_acc[kiln_j] = " + literal(0, k_.exprs[st.value].type) + ";");
+    line(2, "for (long long r = kiln_c * " + R + " / " + K + "; r < (kiln_c + 1) * " + R + " / " +
+                K + "; ++r) {");
+    independentLoop(3);
+    line(3, "for (long long kiln_j = 0; kiln_j < " + C + "; ++kiln_j) {");
+    decompose(4, "kiln_j", rowDims);
+    bases(4, rowDims);
+    emitNeeded(4, elementRoots, {}, "r", rd);
+    for (size_t i = 0; i < k_.stores.size(); ++i)
+      if (!k_.stores[i].row) store(4, k_.stores[i], i, "r", rd);
+    line(4, "kiln_acc[kiln_j] += e" + std::to_string(st.value) + ";");
+    line(3, "}");
+    line(2, "}");
+    line(1, "}");
+  }
+
   const Kernel& k_;
   const DialectTable& t_;
   std::string_view prefix_;
@@ -790,6 +862,26 @@ class Printer {
 };
 
 }  // namespace
+
+CpuRowSplit cpuRowSplit(const Kernel& k) {
+  if (!k.isReduction() || k.isHorizontal() || k.stages.size() != 1 ||
+      k.stages[0].op != ReduceOp::kSum)
+    return {};
+  const ScalarType t = k.exprs[static_cast<size_t>(k.stages[0].value)].type;
+  if (t != ScalarType::kF32 && t != ScalarType::kF64) return {};
+  if (!columnar(k, rowDimsOf(k))) return {};
+  const std::vector<int> dep = stageDependencies(k);
+  for (const Store& s : k.stores)
+    if (!s.row && dep[static_cast<size_t>(s.value)] >= 0) return {};
+  // Chunks of at least 64 rows, as many as 32 (a power of two, so that common thread counts
+  // divide them): 3136 pixels (56 x 56) are 32 chunks of 98.
+  const int64_t rows = k.domain[static_cast<size_t>(k.reduceDim)];
+  int64_t chunks = 32;
+  while (chunks > 1 && rows / chunks < 64) chunks /= 2;
+  if (chunks < 2) return {};
+  const int64_t bytes = t == ScalarType::kF32 ? 4 : 8;
+  return {chunks, chunks * paddedColumns(k) * bytes};
+}
 
 CudaLaunchGeometry cudaLaunchGeometry(const Kernel& k, int multiProcessors,
                                       int maxThreadsPerBlock) {

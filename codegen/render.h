@@ -16,7 +16,8 @@ namespace kiln::codegen {
 enum class Dialect : uint8_t { kCpu, kCuda };
 
 // The CPU ABI: extern "C" void name(void* const* args, long long begin, long long end),
-// computing work units [begin, end) of Kernel::numUnits(); args in Kernel::args order.
+// computing work units [begin, end) of Kernel::numUnits() (of cpuRowSplit's chunks, and a
+// scratch buffer after the arguments, where that splits the kernel); args in Kernel::args order.
 // The CUDA ABI: extern "C" __global__ void name(kiln_gptr<T0> a0, kiln_gptr<T1> a1, ...) (a
 // plain T* on a GPU, a bound-checked pointer on the emu device), launched with any
 // one-dimensional block of whole warps (32..1024 threads) and any grid: grid-stride loops over
@@ -41,6 +42,23 @@ CudaLaunchGeometry cudaLaunchGeometry(const Kernel& k, int multiProcessors,
 // checks its buffers' alignment and otherwise runs its scalar loop), else 1. Geometry and
 // rendering both follow it.
 int cudaVectorWidth(const Kernel& k);
+
+// A CPU reduction split along its reduced dim. A column-wise reduction (a few hundred channels
+// of a channels-last tensor, each summed over thousands of pixels: squeeze-excite's mean, global
+// pooling) split by channel makes every thread read part of every row, much of it written by
+// another core (the producer splits rows): 2x slower than one thread on 2 cores. Split, its work
+// units are `chunks` contiguous runs of rows instead: each unit reduces its rows into
+// partial results in a scratch buffer of `scratchBytes` (64-byte aligned) that the runtime
+// passes after the kernel's arguments, the units run in parallel, then one call with
+// begin = chunks adds the partial results in chunk order and writes the row outputs. The chunks
+// depend on the shape only, so the bits do not depend on the thread count. {0, 0}: not split
+// (not column-wise, several stages, a max, an element output that reads the reduction, or
+// fewer than 128 rows).
+struct CpuRowSplit {
+  int64_t chunks = 0;
+  int64_t scratchBytes = 0;
+};
+CpuRowSplit cpuRowSplit(const Kernel& k);
 
 std::string renderKernel(const Kernel& k, Dialect d);
 // The prelude followed by every kernel: one translation unit.

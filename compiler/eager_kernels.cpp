@@ -68,6 +68,7 @@ struct Cache {
         if (ok && s.kind == runtime::PlanStep::Kind::kKernel) {
           nk.entry = s.kernel;
           nk.units = s.units, nk.elements = s.elements, nk.block = s.block, nk.grid = s.grid;
+          nk.scratchBytes = s.scratchBytes;
           for (const auto& b : s.inputs) nk.args.push_back(b.index);
           for (const auto& b : s.outputs) nk.args.push_back(-1 - b.index);
         } else if (ok && (s.inputs.size() != 1 || s.inputs[0].index != 0)) {

@@ -259,6 +259,10 @@ class PlanBuilder {
               s_.kernels[d.kernel], cuda.multiProcessors, cuda.maxThreadsPerBlock);
           s.block = g.block;
           s.grid = g.grid;
+        } else if (const codegen::CpuRowSplit split = codegen::cpuRowSplit(s_.kernels[d.kernel]);
+                   split.chunks > 0) {  // The CPU dialect renders it split (compile.cpp).
+          s.units = split.chunks;
+          s.scratchBytes = split.scratchBytes;
         }
       } else {
         s.op = d.node->op();

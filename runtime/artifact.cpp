@@ -312,6 +312,7 @@ std::vector<std::byte> planSection(const ArtifactContents& c,
     for (const auto& b : s.outputs) writeBuffer(w, b);
     w.i64(s.units);
     w.i64(s.elements);
+    w.i64(s.scratchBytes);
     w.str(ir::opName(s.op));
     writeAttrs(w, s.attrs);
     w.u8(s.library);
@@ -563,9 +564,11 @@ Expected<Opened> openArtifact(const std::string& path) {
   const uint64_t tableChecksum = h.u64();
   // The version first: it says how the rest of the header is laid out.
   o.info.version = version;
-  if (version != kArtifactVersion)
+  if (version < kArtifactOldestVersion || version > kArtifactVersion)
     return bad(path, "format version " + std::to_string(version) +
-                         ", but this kiln reads version " + std::to_string(kArtifactVersion) +
+                         ", but this kiln reads versions " +
+                         std::to_string(kArtifactOldestVersion) + " to " +
+                         std::to_string(kArtifactVersion) +
                          "; compile the model again with this kiln (`kiln compile MODEL -o FILE`)");
   uint64_t headerChecksum = 0;
   std::memcpy(&headerChecksum, file.data() + kHeaderChecksumAt, 8);
@@ -682,6 +685,7 @@ Expected<ParsedPlan> parsePlan(std::span<const std::byte> bytes, ArtifactInfo& i
     for (size_t k = 0; r.ok() && k < no; ++k) s.outputs.push_back(readBuffer(r));
     s.units = r.i64();
     s.elements = r.i64();
+    if (info.version >= 2) s.scratchBytes = r.i64();
     const std::string op = r.str();
     const ir::OpInfo* info = r.ok() ? ir::findOp(op) : nullptr;
     if (r.ok() && !info) r.fail("unknown op '" + op + "'");
@@ -711,6 +715,9 @@ Expected<ParsedPlan> parsePlan(std::span<const std::byte> bytes, ArtifactInfo& i
     s.libraryOptions.channelsLast = channelsLast != 0;
     s.libraryOptions.gemm = static_cast<GemmBackend>(gemm);
     if (s.kind == PlanStep::Kind::kKernel && s.units < 0) r.fail("kernel work units");
+    if (s.scratchBytes < 0 || s.scratchBytes > (int64_t{1} << 30) ||
+        (s.scratchBytes > 0 && s.kind != PlanStep::Kind::kKernel))
+      r.fail("kernel scratch size");
     for (const auto& b : s.inputs) KILN_TRY(checkBuffer(r, b, *plan));
     for (const auto& b : s.outputs) KILN_TRY(checkBuffer(r, b, *plan));
     plan->steps.push_back(std::move(s));

@@ -19,7 +19,10 @@
 namespace kiln::runtime {
 
 inline constexpr char kArtifactMagic[8] = {'K', 'I', 'L', 'N', 'A', 'O', 'T', '\0'};
-inline constexpr uint32_t kArtifactVersion = 1;
+// The format written; also read: every version from kArtifactOldestVersion on (1: kernel steps
+// without scratchBytes, which that kiln never made).
+inline constexpr uint32_t kArtifactVersion = 2;
+inline constexpr uint32_t kArtifactOldestVersion = 1;
 
 // One generated kernel module: its C++ source (to recompile on a CPU that cannot run the object
 // code) and its relocatable object.

@@ -93,6 +93,10 @@ struct KernelLaunch {
   int block = 0;
   int64_t grid = 0;
   std::span<const int64_t> argBytes;
+  // CPU code split in chunks of rows (codegen::cpuRowSplit, PlanStep::scratchBytes): the
+  // stream passes this many bytes of scratch (64-byte aligned) after the arguments, runs the
+  // units, then calls the entry once with begin = units to combine them.
+  int64_t scratchBytes = 0;
 };
 
 // Work a stream recorded once and replays (a CUDA graph): see Stream::beginCapture.

@@ -159,7 +159,7 @@ Expected<std::vector<Tensor>> EagerExecutor::run(std::span<const Tensor> inputs)
       }
       KILN_TRY(stream
                    ->launch({names_[i], kernel->entry, kernel->units, kernel->elements,
-                             kernel->block, kernel->grid, argBytes},
+                             kernel->block, kernel->grid, argBytes, kernel->scratchBytes},
                             args)
                    .withContext(names_[i]));
     } else {

@@ -51,6 +51,7 @@ struct NodeKernel {
   int64_t units = 0, elements = 0;
   int block = 0;
   int64_t grid = 0;
+  int64_t scratchBytes = 0;  // KernelLaunch::scratchBytes.
   std::vector<int> args;
 };
 // A node's kernel, or nullopt when the node runs as an op call.

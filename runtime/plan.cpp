@@ -589,11 +589,11 @@ Status PlanExecutor::enqueueSteps(Stream& stream_,
         args.clear();
         for (const auto& b : s.inputs) args.push_back(address(b));
         for (const auto& b : s.outputs) args.push_back(address(b));
-        KILN_TRY(
-            stream
-                ->launch({s.name, s.kernel, s.units, s.elements, s.block, s.grid, argBytes_[si]},
-                         args)
-                .withContext(s.name));
+        KILN_TRY(stream
+                     ->launch({s.name, s.kernel, s.units, s.elements, s.block, s.grid,
+                               argBytes_[si], s.scratchBytes},
+                              args)
+                     .withContext(s.name));
         ++stats.kernelSteps;
         break;
       }

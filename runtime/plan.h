@@ -41,6 +41,9 @@ struct PlanStep {
   const void* kernel = nullptr;
   int64_t units = 0;
   int64_t elements = 0;  // Work size, to decide whether threads pay off.
+  // A CPU reduction split in chunks of rows (codegen::cpuRowSplit): the bytes of partial
+  // results passed after the arguments, combined by a last call with begin = units; else 0.
+  int64_t scratchBytes = 0;
   // CUDA code: threads per block and blocks (codegen::cudaLaunchGeometry); 0 elsewhere.
   int block = 0;
   int64_t grid = 0;

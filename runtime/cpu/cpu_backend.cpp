@@ -52,6 +52,12 @@ class CpuStream final : public Stream {
   Status launch(const KernelLaunch& k, std::span<const DeviceAddress> args) override {
     args_.clear();
     for (const DeviceAddress& a : args) args_.push_back(host(a));
+    if (k.scratchBytes > 0) {  // A reduction split in chunks of rows: their partial results.
+      if (scratch_.size() < static_cast<size_t>(k.scratchBytes) + 64)
+        scratch_.resize(static_cast<size_t>(k.scratchBytes) + 64);
+      args_.push_back(reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch_.data()) + 63) &
+                                              ~uintptr_t{63}));
+    }
     const auto fn = reinterpret_cast<KernelFn>(const_cast<void*>(k.entry));
     void* const* a = args_.data();
     const int64_t units = k.units;
@@ -64,6 +70,7 @@ class CpuStream final : public Stream {
 #pragma omp parallel for num_threads(nt) schedule(static, 1)
       for (int t = 0; t < nt; ++t) fn(a, units * t / nt, units * (t + 1) / nt);
     }
+    if (k.scratchBytes > 0) fn(a, units, units + 1);  // Combines the chunks' partial results.
     return Status::ok();
   }
 
@@ -103,6 +110,7 @@ class CpuStream final : public Stream {
  private:
   ThreadGrant grant_;
   std::vector<void*> args_;
+  std::vector<std::byte> scratch_;  // Partial results of split reductions (KernelLaunch).
   std::vector<Tensor> in_, out_;
 };
 

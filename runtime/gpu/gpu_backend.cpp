@@ -265,6 +265,9 @@ class GpuStream final : public Stream {
   Status launch(const KernelLaunch& k, std::span<const DeviceAddress> args) override {
     if (k.block <= 0 || k.grid <= 0)
       return internalError("kernel '" + std::string(k.name) + "' has no launch geometry");
+    if (k.scratchBytes > 0)
+      return internalError("kernel '" + std::string(k.name) +
+                           "' is CPU code split in chunks of rows (codegen::cpuRowSplit)");
     if (k.argBytes.size() != args.size())
       return internalError("kernel '" + std::string(k.name) + "': " + std::to_string(args.size()) +
                            " arguments, " + std::to_string(k.argBytes.size()) + " extents");

@@ -176,7 +176,7 @@ check "bench, integer inputs" 0 "speedup" -- "$KILN" bench "$TOKENS" --runs 2 --
 
 # ---- Ahead-of-time artifacts.
 check "compile -o artifact" 0 "wrote mnist\.kiln" -- "$KILN" compile mnist_cnn -o mnist.kiln --cache-dir cache
-check "inspect" 0 "format version 1" -- "$KILN" inspect mnist.kiln
+check "inspect" 0 "format version 2" -- "$KILN" inspect mnist.kiln
 check "inspect --json" 0 '"name": "weights"' -- "$KILN" inspect mnist.kiln --json
 check "run artifact" 0 "ran mnist\.kiln from the artifact" -- "$KILN" run mnist.kiln --output ya.npy
 # The same algorithms as the artifact: compile autotuned them into this cache.

@@ -131,7 +131,20 @@ void checkAgainstReference(const ir::Graph& g, const codegen::Kernel& k) {
     REQUIRE(p != nullptr);
     args.push_back(p);
   }
-  (*fn)(args.data(), 0, k.numUnits());
+  // The CPU ABI (codegen/render.h): a row-split reduction's chunks (here in two calls, as two
+  // threads would take them) with its partial results after the arguments, then the call that
+  // combines them.
+  const codegen::CpuRowSplit split = codegen::cpuRowSplit(k);
+  std::vector<std::byte> scratch(static_cast<size_t>(split.scratchBytes) + 64);
+  if (split.chunks > 0) {
+    args.push_back(reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) &
+                                           ~uintptr_t{63}));
+    (*fn)(args.data(), 0, 1);
+    (*fn)(args.data(), 1, split.chunks);
+    (*fn)(args.data(), split.chunks, split.chunks + 1);
+  } else {
+    (*fn)(args.data(), 0, k.numUnits());
+  }
 
   for (size_t o = 0; o < outs.size(); ++o) {
     INFO("output " << g.outputs()[o]->name());
@@ -184,10 +197,10 @@ graph g(%x : f32[3,19,5]) {
   return %m
 })"},
     // Column-wise on the CPU (units contiguous, the reduced dim strided): 70 units are a block
-    // of 64 and a tail of 6.
+    // of 64 and a tail of 6 (under 128 rows: not split in chunks of rows).
     {"column_sum", R"(
-graph g(%x : f32[150,70]) {
-  %e : f32[150,70] = exp(%x)
+graph g(%x : f32[100,70]) {
+  %e : f32[100,70] = exp(%x)
   %m : f32[1,70] = reduce_sum(%e) {axes=[0]}
   return %m
 })"},
@@ -202,6 +215,14 @@ graph g(%x : f32[33,70]) {
     {"column_silu_mean", R"(
 graph g(%x : f32[40,70]) {
   %s : f32[40,70] = silu(%x)
+  %m : f32[70] = reduce_mean(%s) {axes=[0], keepdims=0}
+  return %s, %m
+})"},
+    // 300 rows: split in 4 chunks of 75 rows (cpuRowSplit), partial sums after the arguments,
+    // the call with begin = 4 adds them.
+    {"column_silu_mean_rows", R"(
+graph g(%x : f32[300,70]) {
+  %s : f32[300,70] = silu(%x)
   %m : f32[70] = reduce_mean(%s) {axes=[0], keepdims=0}
   return %s, %m
 })"},

@@ -2,6 +2,7 @@
 // plan's bound, the kernel cache, and NVRTC acceptance of every generated kernel.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -166,6 +167,56 @@ TEST_CASE("softmax, log_softmax and layer_norm are one kernel each") {
       CHECK((*cm)->plan().steps.size() == 1);
       checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 2);
     }
+  }
+  std::filesystem::remove_all(cache);
+}
+
+// Squeeze-excite's SiLU and mean over channels-last pixels: a column-wise reduction split in
+// chunks of rows (codegen::cpuRowSplit), each thread reading whole rows, the partial sums
+// combined in chunk order: the same bits with 1, 2 and 3 threads, and eager's values.
+TEST_CASE("a column-wise reduction split in chunks of rows: the same bits on any thread count") {
+  auto g = ir::parseGraph(R"(graph g(%x : f32[3136,96]) {
+  %s : f32[3136,96] = silu(%x)
+  %m : f32[96] = reduce_mean(%s) {axes=[0], keepdims=0}
+  return %s, %m
+})");
+  REQUIRE(g.hasValue());
+  const std::string cache = tempCacheDir("rowsplit");
+  std::vector<std::vector<Tensor>> results;
+  std::mt19937 rng(3);
+  const std::vector<Tensor> ins{randomTensor(g->inputs()[0]->type(), rng)};
+  for (int threads : {1, 2, 3}) {
+    compiler::CompileOptions o = testOptions(cache);
+    o.runThreads = threads;
+    auto cm = checkCompiledMatchesEager(*g, o, 1e-5, 3);
+    REQUIRE((*cm).plan().steps.size() == 1);
+    const runtime::PlanStep& step = (*cm).plan().steps[0];
+    CHECK(step.units == 32);  // 32 chunks of 98 rows.
+    CHECK(step.scratchBytes == 32 * 96 * 4);
+    auto out = (*cm).run(ins);
+    REQUIRE(out.hasValue());
+    results.push_back(std::move(*out));
+  }
+  for (size_t t = 1; t < results.size(); ++t)
+    for (size_t o = 0; o < 2; ++o)
+      CHECK(std::memcmp(results[t][o].rawData(), results[0][o].rawData(),
+                        results[0][o].byteSize()) == 0);
+  // A maximum, or fewer than 128 rows, stays split by columns.
+  for (const char* text : {R"(graph g(%x : f32[3136,96]) {
+  %m : f32[96] = reduce_max(%x) {axes=[0], keepdims=0}
+  return %m
+})",
+                           R"(graph g(%x : f32[100,96]) {
+  %s : f32[100,96] = silu(%x)
+  %m : f32[96] = reduce_mean(%s) {axes=[0], keepdims=0}
+  return %s, %m
+})"}) {
+    auto small = ir::parseGraph(text);
+    REQUIRE(small.hasValue());
+    auto cm = checkCompiledMatchesEager(*small, testOptions(cache), 1e-5, 4);
+    REQUIRE((*cm).plan().steps.size() == 1);
+    CHECK((*cm).plan().steps[0].scratchBytes == 0);
+    CHECK((*cm).plan().steps[0].units == 96);
   }
   std::filesystem::remove_all(cache);
 }
