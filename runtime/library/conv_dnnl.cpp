@@ -429,7 +429,13 @@ Status runConvWhole(const Call& call, const ConvGeometry& g, ConvAlgo algo, bool
       weights = tmp;
     }
   }
-  if (call.options.prepare) return Status::ok();
+  if (call.options.prepare) {  // The scratch the runs will use, mapped now.
+    if (plan->srcIn) (void)scratch(Scratch::kSrc, plan->srcMd.get_size());
+    if (plan->dstOut) (void)scratch(Scratch::kDst, plan->dstMd.get_size());
+    if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
+      (void)scratch(Scratch::kPrimitive, bytes);
+    return Status::ok();
+  }
   // The sum post-op's residual may be the output itself; any other aliased extra is copied.
   int keep = plan->sumPostOp >= 0 ? call.post[plan->sumPostOp].input : -1;
   for (size_t i = 0; i < call.post.size(); ++i)

@@ -115,6 +115,9 @@ std::byte* scratch(Scratch slot, size_t bytes) {
   if (!buf || buf->bytes() < bytes) {
     buf.reset();  // Free the old buffer first: peak memory stays one buffer per slot.
     buf = std::make_unique<AlignedBuffer>(bytes);
+    scratchBuffersMade.fetch_add(1, std::memory_order_relaxed);
+    volatile std::byte* pages = buf->data();  // Mapped now, not inside a primitive.
+    for (size_t i = 0; i < bytes; i += 4096) pages[i] = std::byte{0};
   }
   return buf->data();
 }

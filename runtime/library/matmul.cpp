@@ -161,7 +161,11 @@ Status runDnnl(const Call& call, const DnnlProblem& p, const void* a, const void
         [&](std::byte* to) { runReorder(*plan->weightsIn, w.rawData(), to); });
     b = packed->data();
   }
-  if (call.options.prepare) return Status::ok();
+  if (call.options.prepare) {  // The scratch the runs will use, mapped now.
+    if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
+      (void)scratch(Scratch::kPrimitive, bytes);
+    return Status::ok();
+  }
   float* y = call.out.data<float>();
   CallArgs args(plan.get());
   args.set(DNNL_ARG_SRC, p.a, a)

@@ -251,7 +251,11 @@ Status runPool2d(const Call& call) {
   KILN_ASSIGN_OR_RETURN(
       std::shared_ptr<const PoolPlan> plan,
       poolPlans().getOrCreate(key.str(), [&] { return makePlan(g, alg, channelsLast); }));
-  if (call.options.prepare) return Status::ok();
+  if (call.options.prepare) {  // The scratch the runs will use, mapped now.
+    if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
+      (void)scratch(Scratch::kPrimitive, bytes);
+    return Status::ok();
+  }
 
   CallArgs args(plan.get());
   args.set(DNNL_ARG_SRC, plan->srcMd, call.in[0].rawData())
