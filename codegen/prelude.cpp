@@ -86,8 +86,9 @@ KILN_FN float kiln_bits_f32(unsigned b) { return __uint_as_float(b); }
 // e^x = y * 2^k: k = rint(x / ln 2), and y = e^(x - k ln 2) by a polynomial. Adding 1.5 * 2^23
 // rounds x / ln 2 to the nearest integer k and leaves k in the low bits of t = k + 1.5 * 2^23
 // (|k| < 2^22), from which 2^k is two integer operations (no rounding or conversion
-// instruction): the exponential stage of softmax and SiLU runs 15-20% faster than with rint and
-// a float-to-int conversion.
+// instruction). With the polynomial below, against rint, a float-to-int conversion and Cephes'
+// degree 7 (a harness, one thread, in cache): kiln_vexp_nonpos 0.268 -> 0.226 ns an element,
+// SiLU 0.413 -> 0.337.
 KILN_FN float kiln_vexp_t(float x) { return x * 1.44269504088896341f + 12582912.0f; }
 // y = e^r for r = x - k ln 2 (Cody and Waite's two-constant ln 2, exact products in fp32 for
 // |k| <= 128): the degree-6 minimax polynomial for e^r, |r| <= ln 2 / 2 (relative error 2e-9,

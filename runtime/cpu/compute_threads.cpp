@@ -83,8 +83,8 @@ int freeCoresLocked(Budget& b) {
   if (b.runnable < 0) return online;
   // A load seen in two readings (10 ms or more apart): a thread runnable for a moment (a kernel
   // worker, this VM's monitor) must not halve the next 10 ms of runs. On an idle 2-core VM 1%
-  // of readings show one such thread; a reading of 3 during a 10-run timing of
-  // mobilenet_v3_small (1.1 ms a run) granted one thread to most of its runs.
+  // of readings show one such thread; 2 of 6 slow 10-run timings of mobilenet_v3_small (1.1 ms
+  // a run) read 3 runnable threads, which alone gave the runs of the next 10 ms one thread.
   const int runnable =
       b.previousRunnable < 0 ? b.runnable : std::min(b.runnable, b.previousRunnable);
   // This process's own runnable threads: the caller and its OpenMP team, whose threads spin
