@@ -21,9 +21,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 scripts/install-deps.sh >/dev/null
-scripts/build.sh --target kiln >/dev/null
 tools/peers/setup.sh >/dev/null  # The pinned environment and the exports, made or reused.
+# kiln is timed through its Python package, in the same process as the peers.
+KILN_PYTHON_EXECUTABLE=$(tools/peers/setup.sh --python) \
+  scripts/build.sh --target kiln --target kiln_python >/dev/null
 source tools/peers/env.sh
 version=$(git describe --always --dirty 2>/dev/null || echo unknown)
-exec "$peers_venv/bin/python" tools/peers/bench_peers.py --kiln "${KILN_BUILD_DIR:-build}/tools/kiln" \
-  --peers-dir "$peers_dir" --out "$out" --kiln-version "$version" "${args[@]}"
+build=${KILN_BUILD_DIR:-build}
+exec "$peers_venv/bin/python" tools/peers/bench_peers.py --kiln "$build/tools/kiln" \
+  --kiln-python "$build/python" --peers-dir "$peers_dir" --out "$out" --kiln-version "$version" "${args[@]}"

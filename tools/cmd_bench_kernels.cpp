@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -24,17 +25,24 @@ double medianOf(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-template <class F>
-double timeMs(F&& f, int runs) {
-  std::vector<double> ms;
-  f();  // Warm-up: page faults and caches.
-  for (int i = 0; i < runs; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return medianOf(ms);
+// Each case's median over `runs` rounds, one run of every case a round (after one untimed run of
+// each): a slow spell of the machine (this VM's last seconds) lands on every case alike, not on
+// the one that happened to be timing then.
+Expected<std::vector<double>> interleavedMedians(std::vector<std::function<Status()>>& cases,
+                                                 int runs) {
+  std::vector<std::vector<double>> ms(cases.size());
+  for (auto& c : cases)  // Warm-up: page faults and caches.
+    if (Status s = c(); !s.isOk()) return s;
+  for (int i = 0; i < runs; ++i)
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (Status s = cases[k](); !s.isOk()) return s;
+      ms[k].push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  std::vector<double> medians;
+  for (auto& v : ms) medians.push_back(medianOf(std::move(v)));
+  return medians;
 }
 
 Expected<std::unique_ptr<compiler::CompiledModel>> compileText(const std::string& text,
@@ -128,23 +136,28 @@ int runBenchKernels(const Args& args) {
     j["results"].push_back({{"kernel", name}, {"median_ms", ms}, {"gb_per_s", gbs}});
     return gbs;
   };
-  const double memcpyGbs =
-      record("memcpy", timeMs([&] { std::memcpy(dst.rawData(), x.rawData(), n * 4); }, *runs));
-  double copyGbs = 0;
+  std::vector<std::string> names{"memcpy"};
+  std::vector<std::function<Status()>> cases{[&] {
+    std::memcpy(dst.rawData(), x.rawData(), n * 4);
+    return Status::ok();
+  }};
   for (auto& [name, cm] : models) {
     std::vector<runtime::Tensor> ins{x};
     if (name == "10-op pointwise chain") ins.push_back(b);
     if (name == "layernorm (rows)") ins.insert(ins.end(), {b, b});
-    Status failed;
-    const double ms = timeMs(
-        [&] {
-          auto r = cm->run(ins);
-          if (!r) failed = r.status();
-        },
-        *runs);
-    if (!failed.isOk()) return reportError("bench-kernels", failed);
-    const double gbs = record(name, ms);
-    if (name == "identity kernel") copyGbs = gbs;
+    names.push_back(name);
+    cases.push_back([&cm = cm, ins]() -> Status {
+      auto r = cm->run(ins);
+      return r ? Status::ok() : r.status();
+    });
+  }
+  auto medians = interleavedMedians(cases, static_cast<int>(*runs));
+  if (!medians) return reportError("bench-kernels", medians.status());
+  const double memcpyGbs = record(names[0], (*medians)[0]);
+  double copyGbs = 0;
+  for (size_t k = 1; k < names.size(); ++k) {
+    const double gbs = record(names[k], (*medians)[k]);
+    if (names[k] == "identity kernel") copyGbs = gbs;
   }
   for (auto& r : j["results"]) {
     r["fraction_of_copy_kernel"] = r["gb_per_s"].get<double>() / copyGbs;
@@ -156,8 +169,9 @@ int runBenchKernels(const Args& args) {
     return kExitOk;
   }
   std::printf(
-      "%lld x %lld f32 (%.1f MB per tensor), %d threads, median of %lld runs; bytes = 1 read + 1 "
-      "write per element\n",
+      "%lld x %lld f32 (%.1f MB per tensor), %d threads, median of %lld rounds (one run of each "
+      "case "
+      "a round); bytes = 1 read + 1 write per element\n",
       static_cast<long long>(*rows), static_cast<long long>(*cols), n * 4 / 1e6,
       runtime::numThreads(), static_cast<long long>(*runs));
   if (peak) {

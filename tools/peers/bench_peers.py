@@ -5,7 +5,7 @@ export (PyTorch's default exporter, tools/peers/export.py), thread count and inp
 machine's FMA peak and copy bandwidth (`kiln bench-kernels --peak`) are measured in the same run.
 Writes OUT/bench-peers.json and OUT/bench-peers.md and prints the table.
 
-Usage: python bench_peers.py --kiln KILN --peers-dir DIR --out OUT [--threads T] [--runs R]
+Usage: python bench_peers.py --kiln KILN --kiln-python BUILD/python --peers-dir DIR --out OUT [--threads T] [--runs R]
            [--warmup W] [--rounds N] [--cases name:batch,...] [--max-autotune]
 """
 import argparse
@@ -98,63 +98,75 @@ def ort_engine(name, batch, args):
     return (lambda: session.run(None, feed)), {"onnxruntime_session_s": load_s}
 
 
-def kiln_times(name, batch, args):
-    # Eager and compiled each timed alone in its own loop (kiln bench --only), as the peers are.
-    out = {}
-    for mode in ("eager", "compiled"):
-        cmd = [args.kiln, "bench", os.path.join(args.peers_dir, name, "model.onnx"), "--batch",
-               str(batch), "--threads", str(args.threads), "--runs", str(args.runs), "--warmup",
-               str(args.warmup), "--only", mode, "--json"]
-        if name in export.TOKEN_MODELS:
-            cmd += ["--int-range", f"0:{export.TOKEN_MODELS[name]}"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            return {"kiln_error": (r.stderr or r.stdout).strip().splitlines()[-1]}
-        j = json.loads(r.stdout)[mode]
-        out[f"kiln_{mode}_ms"] = j["median_ms"]
-        if mode == "compiled":
-            out["kiln_compile_s"] = j["compile_cold_ms"] / 1e3
-            out["kiln_first_run_ms"] = j["first_run_ms"]
-    return out
+def kiln_engines(name, batch, args):
+    """kiln eager and compiled as callables in this process (the kiln Python package, built
+    into the build folder by bench-peers.sh), as ONNX Runtime and PyTorch run: one long-lived
+    process, the model compiled once, its inputs NumPy arrays."""
+    import kiln
+    path = os.path.join(args.peers_dir, name, "model.onnx")
+    model = kiln.load(path, batch=batch)
+    compiled = kiln.compile(model, threads=args.threads)
+    eager = kiln.eager(model)
+    x = export.make_input(name, batch).numpy()
+    return {"kiln_eager": lambda: eager(x), "kiln_compiled": lambda: compiled(x)}
+
+
+def kiln_compile_figures(name, batch, args):
+    """What a new process sees (kiln bench --only compiled): the cold compile and the first
+    run against that process's own median."""
+    cmd = [args.kiln, "bench", os.path.join(args.peers_dir, name, "model.onnx"), "--batch",
+           str(batch), "--threads", str(args.threads), "--runs", str(args.runs), "--warmup",
+           str(args.warmup), "--only", "compiled", "--json"]
+    if name in export.TOKEN_MODELS:
+        cmd += ["--int-range", f"0:{export.TOKEN_MODELS[name]}"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"kiln_error": (r.stderr or r.stdout).strip().splitlines()[-1]}
+    j = json.loads(r.stdout)["compiled"]
+    return {"kiln_compile_s": j["compile_cold_ms"] / 1e3,
+            "kiln_first_run_ratio": j["first_run_ms"] / j["median_ms"]}
 
 
 def measure_case(name, batch, args):
-    """Every engine's median, `args.rounds` times in turn (kiln, ONNX Runtime, PyTorch eager,
-    torch.compile, then again): a slow spell of the machine (a shared VM's can last seconds) lands
-    in one engine's one round, and the median over rounds leaves it out. Each time is that median
-    over rounds; `*_rounds_ms` keeps every round's."""
+    """Every engine's median, `args.rounds` times in turn (kiln eager and compiled, ONNX Runtime,
+    PyTorch eager, torch.compile, then again), all in this process: a slow spell of the machine
+    (a shared VM's can last seconds) lands in one engine's one round, and the median over rounds
+    leaves it out. Each time is that median over rounds; `*_rounds_ms` keeps every round's."""
     r = {"model": name, "batch": batch}
+    engines = {}
+    try:
+        engines.update(kiln_engines(name, batch, args))
+    except Exception as e:  # kiln.Error: reported in the table, the peers still measured.
+        r["kiln_error"] = str(e).strip().splitlines()[-1]
     ort_fn, info = ort_engine(name, batch, args)
     r.update(info)
+    engines["onnxruntime"] = ort_fn
     torch_fns, info = torch_engines(name, batch, args)
     r.update(info)
-    engines = {"onnxruntime": ort_fn, **torch_fns}
-    rounds = {}
+    engines.update(torch_fns)
+    rounds, figures = {}, {}
     for _ in range(args.rounds):
-        k = kiln_times(name, batch, args)
-        if "kiln_error" in k:
-            r.update(k)
-        for key in ("kiln_eager_ms", "kiln_compiled_ms", "kiln_first_run_ms", "kiln_compile_s"):
-            if key in k:
-                rounds.setdefault(key, []).append(k[key])
-        with torch.inference_mode():  # PyTorch's engines are timed under it (ORT ignores it).
+        if "kiln_error" not in r:
+            for key, v in kiln_compile_figures(name, batch, args).items():
+                if key == "kiln_error":
+                    r[key] = v
+                else:
+                    figures.setdefault(key, []).append(v)
+        with torch.inference_mode():  # PyTorch's engines are timed under it (the others ignore it).
             for key, fn in engines.items():
                 rounds.setdefault(f"{key}_ms", []).append(median_ms(fn, args.runs, args.warmup))
     for key, values in rounds.items():
         r[key] = statistics.median(values)
-        if key.endswith("_ms") and key != "kiln_first_run_ms":
-            r[key[:-3] + "_rounds_ms"] = values
+        r[key[:-3] + "_rounds_ms"] = values
+    for key, values in figures.items():
+        r[key] = statistics.median(values)
     # kiln's speedup over each peer: the median over rounds of the round's ratio (each pair timed
-    # minutes apart at most, so that a slower spell of the machine divides out).
+    # seconds apart, so that a slower spell of the machine divides out).
     kiln_ms = rounds.get("kiln_compiled_ms")
     for key in engines:
-        if kiln_ms and len(kiln_ms) == len(rounds[f"{key}_ms"]):
+        if kiln_ms and not key.startswith("kiln"):
             r[f"kiln_vs_{key}"] = statistics.median(
                 p / k for p, k in zip(rounds[f"{key}_ms"], kiln_ms))
-    # The first run's ratio within the round that gave it (a median of ratios, not of each).
-    if rounds.get("kiln_first_run_ms") and rounds.get("kiln_compiled_ms"):
-        r["kiln_first_run_ratio"] = statistics.median(
-            f / m for f, m in zip(rounds["kiln_first_run_ms"], rounds["kiln_compiled_ms"]))
     return r
 
 
@@ -193,13 +205,14 @@ def table(results, meta, max_autotune):
         f"freezing on, mode default{', and max-autotune' if max_autotune else ''}); ONNX Runtime "
         f"{meta['onnxruntime']} (CPUExecutionProvider, ORT_ENABLE_ALL, intra_op_num_threads "
         f"{meta['threads']}, inter_op 1, sequential, spinning on: its default); kiln "
-        f"{meta['kiln']} (compiled with its default heuristics; eager and compiled each timed "
-        f"alone, kiln bench --only). Each engine in its own loop on PyTorch's default "
+        f"{meta['kiln']} (compiled with its default heuristics, through its Python package on NumPy "
+        f"arrays). Every engine in this one process, each in its own loop on PyTorch's default "
         f"exporter's file (kiln, ONNX Runtime) or the PyTorch module it came from, the engines "
         f"in turn, {meta['rounds']} rounds. Milliseconds: the median over rounds of each round's "
         f"median of {meta['runs']} runs after {meta['warmup']}; 'kiln vs X' is the median over "
         f"rounds of X's time over kiln compiled's in the same round (above 1: kiln faster). Compile times: kiln's cold (an empty kernel "
-        f"cache); torch.compile's first call with Inductor's on-disk caches as earlier runs left "
+        f"cache) and its first run over the median of the same new process (kiln bench --only "
+        f"compiled); torch.compile's first call with Inductor's on-disk caches as earlier runs left "
         f"them (cold, it takes several times longer).", "",
         "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in results:
@@ -228,6 +241,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln", required=True)
+    ap.add_argument("--kiln-python", required=True,
+                    help="the folder holding the built kiln package (BUILD/python)")
     ap.add_argument("--peers-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--kiln-version", default="(this build)", help="for the table's header")
@@ -246,6 +261,10 @@ def main():
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(export.MODELS)}")
     torch.set_num_threads(args.threads)
+    # kiln's OpenMP (the system's; its eager runs use all of its threads) reads this when the
+    # kiln package is first imported, after this.
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    sys.path.insert(0, args.kiln_python)
     torch._inductor.config.freezing = True  # Constant weights folded, as for inference.
     cpu, isa = cpu_description()
     meta = {"cpu": cpu, "isa": isa, "threads": args.threads, "runs": args.runs,
