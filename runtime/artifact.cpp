@@ -986,6 +986,19 @@ Status LoadedModel::prepare() {
   return Status::ok();
 }
 
+Status LoadedModel::warmUp() {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Tensor> zeros;
+  for (const ir::TensorType& t : info_.inputs) {
+    KILN_ASSIGN_OR_RETURN(Tensor z, Tensor::zeros(t.dtype, t.shape));
+    zeros.push_back(std::move(z));
+  }
+  auto outputs = exec_.run(zeros);
+  if (!outputs) return outputs.status().withContext("the warm-up run on zero inputs");
+  warmupMs_ = msSince(start);
+  return Status::ok();
+}
+
 Expected<std::vector<Tensor>> LoadedModel::run(std::span<const Tensor> inputs,
                                                PlanRunStats* stats) {
   return exec_.run(inputs, stats);
@@ -1098,6 +1111,7 @@ Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
                                              options.threads, ms, recompiled);
   KILN_TRY(model->limitMemory(options.maxMemoryBytes).withContext("artifact '" + path + "'"));
   KILN_TRY(model->prepare().withContext("artifact '" + path + "'"));
+  if (options.warmup) KILN_TRY(model->warmUp().withContext("artifact '" + path + "'"));
   return model;
 }
 

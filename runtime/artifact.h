@@ -111,6 +111,9 @@ struct LoadOptions {
   // The backend to run on: one that loads the artifact's code format (the CPU for host objects;
   // cuda or emu for CUDA kernels); null: defaultBackend().
   std::shared_ptr<Backend> backend;
+  // Run the model once on zero inputs before returning (LoadedModel::warmUp), so that the first
+  // real call does not pay for what only a run touches, as Triton's model warm-up does.
+  bool warmup = true;
 };
 
 // A model loaded from an artifact: its plan with code and weights mapped, ready to run.
@@ -134,12 +137,20 @@ class LoadedModel {
   // The statistics of the call that finished last (a copy; any thread's call).
   PlanRunStats lastStats() const { return exec_.lastStats(); }
   size_t arenasAllocated() const { return exec_.arenasAllocated(); }
+  // PlanExecutor::setProfiling: each step's wall time in the stats of later calls.
+  void setProfiling(bool on) { exec_.setProfiling(on); }
   size_t reorderedWeightBytes() const { return exec_.reorderedWeightBytes(); }
   Status limitMemory(int64_t limitBytes) { return exec_.limitMemory(limitBytes); }
   double loadMs() const { return loadMs_; }  // Open, verify, map, link.
   // Library primitives created and weights reordered (PlanExecutor::prepare; load() calls it).
   Status prepare();
   double prepareMs() const { return prepareMs_; }
+  // One run on zero inputs of the compiled signature (load() calls it unless told not to): what
+  // prepare cannot do ahead of a run — the calling thread's compute threads started, every
+  // kernel's and library call's code and the arena's pages touched — so that the first real
+  // call costs about what later ones do. Its outputs are dropped.
+  Status warmUp();
+  double warmupMs() const { return warmupMs_; }    // 0 when not warmed up.
   bool recompiled() const { return recompiled_; }  // Object code rebuilt from the sources.
 
  private:
@@ -148,6 +159,7 @@ class LoadedModel {
   PlanExecutor exec_;
   double loadMs_;
   double prepareMs_ = 0;
+  double warmupMs_ = 0;
   bool recompiled_;
 };
 
@@ -165,7 +177,8 @@ Expected<ArtifactInfo> inspectArtifact(const std::string& path);
 
 // Loads an artifact: the checks of inspectArtifact, then a CPU check of the object code (see
 // LoadOptions::recompile), then the plan with its kernels linked and its weights mapped from
-// the file (not copied).
+// the file (not copied), its library calls prepared and (LoadOptions::warmup) one run on zero
+// inputs.
 Expected<std::unique_ptr<LoadedModel>> loadArtifact(const std::string& path,
                                                     const LoadOptions& options = {});
 

@@ -131,9 +131,10 @@ int benchArtifact(const Args& args) {
   auto backend = deviceFromArgs(args);
   if (!backend) return reportError("bench", backend.status());
   options.backend = *backend;
+  options.warmup = !args.flag("no-warmup");
 
   // Load time: open, verify every checksum, map the weights, link the kernels, prepare the
-  // library calls (their primitives and reordered weights).
+  // library calls (their primitives and reordered weights), and the warm-up run.
   auto start = std::chrono::steady_clock::now();
   auto model = kiln::load(args.positional[0], options);
   const double loadMs = msSince(start);
@@ -147,7 +148,7 @@ int benchArtifact(const Args& args) {
     return runServeBench(args, args.positional[0], batch,
                          [&] { return loaded.run(*inputs).status(); });
   }
-  // The first run: what load's preparation leaves to it (weight and arena pages not touched yet).
+  // The first run: what load's preparation and warm-up leave to it.
   start = std::chrono::steady_clock::now();
   auto first = (*model)->run(*inputs);
   const double firstMs = msSince(start);
@@ -168,6 +169,7 @@ int benchArtifact(const Args& args) {
                      {"artifact_bytes", info.fileBytes},
                      {"load_ms", loadMs},
                      {"prepare_ms", (*model)->prepareMs()},
+                     {"warmup_ms", (*model)->warmupMs()},
                      {"first_run_ms", firstMs},
                      {"first_run_over_median", firstMs / t.median},
                      {"median_ms", t.median},
@@ -179,10 +181,12 @@ int benchArtifact(const Args& args) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("%s: %s artifact, loaded in %.2f ms (%.2f of it preparing library calls)%s\n",
-              args.positional[0].c_str(), megabytes(static_cast<double>(info.fileBytes)).c_str(),
-              loadMs, (*model)->prepareMs(),
-              (*model)->recompiled() ? " (kernels recompiled for this CPU)" : "");
+  std::printf(
+      "%s: %s artifact, loaded in %.2f ms (%.2f of it preparing library calls, %.2f the warm-up "
+      "run)%s\n",
+      args.positional[0].c_str(), megabytes(static_cast<double>(info.fileBytes)).c_str(), loadMs,
+      (*model)->prepareMs(), (*model)->warmupMs(),
+      (*model)->recompiled() ? " (kernels recompiled for this CPU)" : "");
   std::printf(
       "first run %.2f ms (%.2fx steady); steady median %.2f ms (min %.2f, max %.2f, %lld runs)\n",
       firstMs, firstMs / t.median, t.median, t.min, t.max, static_cast<long long>(*runs));

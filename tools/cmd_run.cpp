@@ -203,6 +203,7 @@ int runArtifact(const Args& args) {
   auto backend = deviceFromArgs(args);
   if (!backend) return reportError("run", backend.status());
   options.backend = *backend;
+  options.warmup = false;  // One call: a warm-up run would only double it.
   auto model = kiln::load(args.positional[0], options);
   if (!model) return reportError("run", model.status());
   const runtime::ArtifactInfo& info = (*model)->info();

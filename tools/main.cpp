@@ -64,6 +64,9 @@ std::vector<Command> commands() {
        withModel(concat(concat(compileOptionSpecs(), serveOptionSpecs()),
                         {{"runs", true, "timed runs of each (default 10)"},
                          {"no-recompile", false, "artifacts: refuse code this CPU cannot run"},
+                         {"no-warmup", false,
+                          "artifacts: skip load's warm-up run on zero inputs (the first run then "
+                          "pays for what only a run touches)"},
                          {"profile", false, "print per-step times of one more run of each"},
                          {"only", true,
                           "eager or compiled: time that one alone in its own loop, as other "

@@ -205,12 +205,15 @@ def _model(model, batch: int = 1) -> Model:
     )
 
 
-def load(path: str, batch: int = 1, seed: int = 0, device: str = "cpu", threads: int = 0):
+def load(path: str, batch: int = 1, seed: int = 0, device: str = "cpu", threads: int = 0,
+         warmup: bool = True):
     """Loads an ONNX model, a kiln JSON graph or a zoo model (a kiln.Model), or a .kiln
     artifact (a kiln.CompiledModel, ready to run). `batch` sizes an unnamed symbolic first dim
-    (ONNX) or a zoo model; `seed` draws a zoo model's weights."""
+    (ONNX) or a zoo model; `seed` draws a zoo model's weights. An artifact runs once on zero
+    inputs before it is returned (`warmup`), so that the first real call is not the slow one."""
     if str(path).endswith(".kiln"):
-        return CompiledModel(_kiln.load_artifact(str(path), device=device, threads=threads))
+        return CompiledModel(_kiln.load_artifact(str(path), device=device, threads=threads,
+                                                 warmup=warmup))
     return Model(_kiln.load_graph(str(path), batch, seed))
 
 

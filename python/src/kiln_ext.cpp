@@ -408,10 +408,11 @@ PyCompiled compileGraph(const PyGraph& g, std::optional<int64_t> batch, const st
 }
 
 PyCompiled loadArtifact(const std::string& path, const std::string& device, int threads,
-                        bool recompile) {
+                        bool recompile, bool warmup) {
   runtime::LoadOptions o;
   o.backend = backendNamed(device);
   o.threads = threads;
+  o.warmup = warmup;
   if (recompile) o.recompile = compiler::recompileForHost;
   nb::gil_scoped_release release;
   PyCompiled c;
@@ -648,7 +649,7 @@ NB_MODULE(_kiln, m) {
         "autotune"_a = false, "precision"_a = "fp32", "threads"_a = 0, "inference"_a = true,
         "target_cpu"_a = "", "max_memory"_a = 0);
   m.def("load_artifact", &loadArtifact, "path"_a, "device"_a = "cpu", "threads"_a = 0,
-        "recompile"_a = true);
+        "recompile"_a = true, "warmup"_a = true);
 
   nb::class_<PyEager>(m, "Eager").def("run", &PyEager::run, "inputs"_a, "torch"_a = false);
   m.def(

@@ -182,8 +182,10 @@ check "run artifact" 0 "ran mnist\.kiln from the artifact" -- "$KILN" run mnist.
 # The same algorithms as the artifact: compile autotuned them into this cache.
 "$KILN" run mnist_cnn --autotune --output yc.npy --cache-dir cache >/dev/null 2>&1
 check "artifact output equals compiled output" 0 "" -- cmp ya.npy yc.npy
-check "bench artifact" 0 "loaded in .* ms \(.* of it preparing library calls\)" -- \
+check "bench artifact" 0 "loaded in .* ms \(.* of it preparing library calls, (0\.0[1-9]|0\.[1-9]|[1-9])[0-9.]* the warm-up run\)" -- \
   "$KILN" bench mnist.kiln --runs 2 --warmup 0
+check "bench artifact --no-warmup" 0 "library calls, 0\.00 the warm-up run" -- \
+  "$KILN" bench mnist.kiln --runs 2 --warmup 0 --no-warmup
 check "compile --shapes" 0 "wrote cnn5\.kiln" -- \
   "$KILN" compile "$ONNX_CNN" --shapes x=5x2x8x8 -o cnn5.kiln --cache-dir cache
 check "artifact keeps dim names" 0 "%x : f32\[N=5,2,8,8\]" -- "$KILN" inspect cnn5.kiln
