@@ -6,6 +6,7 @@
 #include <cfenv>
 #include <cstring>
 
+#include "runtime/cpu/chunk_queues.h"
 #include "runtime/cpu/compute_threads.h"
 #include "runtime/object_loader.h"
 #include "runtime/reference/kernels.h"
@@ -19,6 +20,9 @@ constexpr int64_t kParallelThreshold = 1 << 15;
 
 // The CPU kernel ABI (codegen/render.h): work units [begin, end) of `units`.
 using KernelFn = void (*)(void* const* args, long long begin, long long end);
+
+// A kernel's units are split in up to this many chunks per thread (ChunkQueues).
+constexpr int64_t kChunksPerThread = 8;
 
 std::byte* host(DeviceAddress a) {
   return static_cast<std::byte*>(a.handle) + a.offset;
@@ -67,8 +71,11 @@ class CpuStream final : public Stream {
     if (nt <= 1) {
       fn(a, 0, units);
     } else {
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
-      for (int t = 0; t < nt; ++t) fn(a, units * t / nt, units * (t + 1) / nt);
+      const int64_t chunks = std::min<int64_t>(units, nt * kChunksPerThread);
+      chunks_.reset(nt, chunks);
+#pragma omp parallel num_threads(nt)
+      for (int64_t c; (c = chunks_.next(omp_get_thread_num())) >= 0;)
+        fn(a, units * c / chunks, units * (c + 1) / chunks);
     }
     if (k.scratchBytes > 0) fn(a, units, units + 1);  // Combines the chunks' partial results.
     return Status::ok();
@@ -111,6 +118,7 @@ class CpuStream final : public Stream {
   ThreadGrant grant_;
   std::vector<void*> args_;
   std::vector<std::byte> scratch_;  // Partial results of split reductions (KernelLaunch).
+  ChunkQueues chunks_;
   std::vector<Tensor> in_, out_;
 };
 

@@ -1,0 +1,57 @@
+#include "runtime/cpu/chunk_queues.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+using kiln::runtime::ChunkQueues;
+
+TEST_CASE("chunk queues: a thread takes its own share in order, then the others' from the back") {
+  ChunkQueues q;
+  q.reset(2, 10);
+  std::vector<int64_t> got;
+  for (int64_t c; (c = q.next(0)) >= 0;) got.push_back(c);
+  // Its share [0, 5) front to back, then thread 1's [5, 10) from the back.
+  CHECK(got == std::vector<int64_t>{0, 1, 2, 3, 4, 9, 8, 7, 6, 5});
+  CHECK(q.next(1) == -1);
+
+  q.reset(2, 10);  // Reused: fresh shares.
+  CHECK(q.next(1) == 5);
+  CHECK(q.next(0) == 0);
+  q.reset(3,
+          2);  // Fewer chunks than threads: thread 0's share is empty; 1's is [0, 1), 2's [1, 2).
+  CHECK(q.next(0) == 0);
+  CHECK(q.next(0) == 1);
+  CHECK(q.next(0) == -1);
+}
+
+// Threads that run at different speeds, and one that never comes (an OpenMP team smaller than
+// asked for): every chunk runs exactly once.
+TEST_CASE("chunk queues: every chunk is taken exactly once by racing threads") {
+  for (const int present : {4, 3, 1}) {
+    DYNAMIC_SECTION(present << " of 4 threads") {
+      ChunkQueues q;
+      const int64_t chunks = 4000;
+      q.reset(4, chunks);
+      std::vector<std::vector<int64_t>> taken(present);
+      std::vector<std::thread> team;
+      for (int t = 0; t < present; ++t)
+        team.emplace_back([&, t] {
+          for (int64_t c; (c = q.next(t)) >= 0;) {
+            taken[t].push_back(c);
+            if (t == 0 && c % 64 == 0)  // Thread 0 is the slow one.
+              std::this_thread::sleep_for(std::chrono::microseconds(50));
+          }
+        });
+      for (auto& th : team) th.join();
+      std::vector<int> count(chunks, 0);
+      for (const auto& v : taken)
+        for (int64_t c : v) ++count[c];
+      int64_t once = 0;
+      for (int n : count) once += n == 1;
+      CHECK(once == chunks);
+      if (present == 4) CHECK(taken[0].size() < taken[1].size());  // The others took its tail.
+    }
+  }
+}
