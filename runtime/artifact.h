@@ -137,8 +137,6 @@ class LoadedModel {
   // The statistics of the call that finished last (a copy; any thread's call).
   PlanRunStats lastStats() const { return exec_.lastStats(); }
   size_t arenasAllocated() const { return exec_.arenasAllocated(); }
-  // PlanExecutor::setProfiling: each step's wall time in the stats of later calls.
-  void setProfiling(bool on) { exec_.setProfiling(on); }
   size_t reorderedWeightBytes() const { return exec_.reorderedWeightBytes(); }
   Status limitMemory(int64_t limitBytes) { return exec_.limitMemory(limitBytes); }
   double loadMs() const { return loadMs_; }  // Open, verify, map, link.

@@ -128,8 +128,7 @@ Status runConcat(const Call& call) {
         return std::shared_ptr<const ConcatPlan>(std::move(made));
       }));
   if (call.options.prepare) {  // The scratch the runs will use, mapped now.
-    if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-      (void)scratch(Scratch::kPrimitive, bytes);
+    (void)scratchpad(plan->scratchMd);
     return Status::ok();
   }
   std::unordered_map<int, memory> args;
@@ -138,9 +137,8 @@ Status runConcat(const Call& call) {
                  memory(srcs[i], cpuEngine(),
                         static_cast<void*>(const_cast<std::byte*>(used[i]->rawData()))));
   args.emplace(DNNL_ARG_DST, memory(dst, cpuEngine(), call.out.rawData()));
-  if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 memory(plan->scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
+  if (std::byte* pad = scratchpad(plan->scratchMd))
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(plan->scratchMd, cpuEngine(), pad));
   plan->prim.execute(threadStream(), args);
   return Status::ok();
 }

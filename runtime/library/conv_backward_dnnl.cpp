@@ -165,9 +165,8 @@ Status runConvBackwardDnnl(const Call& call, bool weights) {
       {plan->argA, memory(plan->aMd, cpuEngine(), const_cast<void*>(a))},
       {plan->argB, memory(plan->bMd, cpuEngine(), const_cast<void*>(b))},
       {plan->argOut, memory(plan->outMd, cpuEngine(), out)}};
-  if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 memory(plan->scratchMd, cpuEngine(), scratch(Scratch::kPrimitive, bytes)));
+  if (std::byte* pad = scratchpad(plan->scratchMd))
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(plan->scratchMd, cpuEngine(), pad));
   plan->prim.execute(threadStream(), args);
   if (plan->outOut) runReorder(*plan->outOut, out, call.out.rawData());
   return Status::ok();

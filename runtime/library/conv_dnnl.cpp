@@ -432,8 +432,7 @@ Status runConvWhole(const Call& call, const ConvGeometry& g, ConvAlgo algo, bool
   if (call.options.prepare) {  // The scratch the runs will use, mapped now.
     if (plan->srcIn) (void)scratch(Scratch::kSrc, plan->srcMd.get_size());
     if (plan->dstOut) (void)scratch(Scratch::kDst, plan->dstMd.get_size());
-    if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-      (void)scratch(Scratch::kPrimitive, bytes);
+    (void)scratchpad(plan->scratchMd);
     return Status::ok();
   }
   // The sum post-op's residual may be the output itself; any other aliased extra is copied.
@@ -471,8 +470,8 @@ Status runConvWhole(const Call& call, const ConvGeometry& g, ConvAlgo algo, bool
     args.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(plan->binaryIndex[i]) | DNNL_ARG_SRC_1, plan->userDstMd,
              addend.rawData());
   }
-  if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-    args.set(DNNL_ARG_SCRATCHPAD, plan->scratchMd, scratch(Scratch::kPrimitive, bytes));
+  if (std::byte* pad = scratchpad(plan->scratchMd))
+    args.set(DNNL_ARG_SCRATCHPAD, plan->scratchMd, pad);
   plan->prim.execute(threadStream(), args.map());
   if (plan->dstOut) runReorder(*plan->dstOut, dst, y);
 

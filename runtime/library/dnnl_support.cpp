@@ -256,8 +256,7 @@ ReorderPlan makeReorder(const dnnl::memory::desc& from, const dnnl::memory::desc
 void runReorder(const ReorderPlan& r, const void* from, void* to) {
   CallArgs args(&r);
   args.set(DNNL_ARG_FROM, r.from, from).set(DNNL_ARG_TO, r.to, to);
-  if (const size_t bytes = r.scratchMd.get_size(); bytes > 0)
-    args.set(DNNL_ARG_SCRATCHPAD, r.scratchMd, scratch(Scratch::kPrimitive, bytes));
+  if (std::byte* pad = scratchpad(r.scratchMd)) args.set(DNNL_ARG_SCRATCHPAD, r.scratchMd, pad);
   r.prim.execute(threadStream(), args.map());
 }
 

@@ -60,6 +60,12 @@ void warmUpSgemm();
 enum class Scratch : uint8_t { kPrimitive, kSrc, kDst, kWeights, kExtra, kCount };
 std::byte* scratch(Scratch slot, size_t bytes);
 inline std::atomic<uint64_t> scratchBuffersMade{0};  // Buffers scratch() allocated (tests).
+// The scratchpad a primitive of scratchpad descriptor `md` needs (the kPrimitive slot), or null
+// when it needs none: called by runs to pass it, and by prepared calls to make it ahead.
+inline std::byte* scratchpad(const dnnl::memory::desc& md) {
+  const size_t bytes = md.get_size();
+  return bytes > 0 ? scratch(Scratch::kPrimitive, bytes) : nullptr;
+}
 inline float* scratchFloats(Scratch slot, size_t count) {
   return reinterpret_cast<float*>(scratch(slot, count * sizeof(float)));
 }

@@ -162,8 +162,7 @@ Status runDnnl(const Call& call, const DnnlProblem& p, const void* a, const void
     b = packed->data();
   }
   if (call.options.prepare) {  // The scratch the runs will use, mapped now.
-    if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-      (void)scratch(Scratch::kPrimitive, bytes);
+    (void)scratchpad(plan->scratchMd);
     return Status::ok();
   }
   float* y = call.out.data<float>();
@@ -179,8 +178,8 @@ Status runDnnl(const Call& call, const DnnlProblem& p, const void* a, const void
     args.set(DNNL_ARG_ATTR_MULTIPLE_POST_OP(plan->binaryIndex[i]) | DNNL_ARG_SRC_1, p.dst,
              addend.rawData());
   }
-  if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-    args.set(DNNL_ARG_SCRATCHPAD, plan->scratchMd, scratch(Scratch::kPrimitive, bytes));
+  if (std::byte* pad = scratchpad(plan->scratchMd))
+    args.set(DNNL_ARG_SCRATCHPAD, plan->scratchMd, pad);
   plan->prim.execute(threadStream(), args.map());
   if (plan->fusedPostOps < call.post.size()) {
     const auto post = resolvePostOps(call.post, call.extra);

@@ -252,16 +252,15 @@ Status runPool2d(const Call& call) {
       std::shared_ptr<const PoolPlan> plan,
       poolPlans().getOrCreate(key.str(), [&] { return makePlan(g, alg, channelsLast); }));
   if (call.options.prepare) {  // The scratch the runs will use, mapped now.
-    if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-      (void)scratch(Scratch::kPrimitive, bytes);
+    (void)scratchpad(plan->scratchMd);
     return Status::ok();
   }
 
   CallArgs args(plan.get());
   args.set(DNNL_ARG_SRC, plan->srcMd, call.in[0].rawData())
       .set(DNNL_ARG_DST, plan->dstMd, call.out.rawData());
-  if (const size_t bytes = plan->scratchMd.get_size(); bytes > 0)
-    args.set(DNNL_ARG_SCRATCHPAD, plan->scratchMd, scratch(Scratch::kPrimitive, bytes));
+  if (std::byte* pad = scratchpad(plan->scratchMd))
+    args.set(DNNL_ARG_SCRATCHPAD, plan->scratchMd, pad);
   plan->prim.execute(threadStream(), args.map());
 
   if (includePad && (g.extraBottom > 0 || g.extraRight > 0))
