@@ -1,7 +1,10 @@
-// Work units in chunks that a team of threads claims as it runs (the CPU backend's kernel
-// launches, runtime/cpu/cpu_backend.cpp).
+// Work units in chunks that a team of threads claims as it runs: the CPU backend's kernel
+// launches (runtime/cpu/cpu_backend.cpp) and the library kernels' loops (parallelUnits).
 #pragma once
 
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -64,5 +67,31 @@ class ChunkQueues {
   int capacity_ = 0;
   int threads_ = 0;
 };
+
+// Units are split in up to this many chunks per thread.
+inline constexpr int64_t kChunksPerThread = 8;
+
+// body(i) for every i in [0, n): when `parallel`, on the caller's OpenMP team (at most n
+// threads), its units claimed from ChunkQueues, so that a thread slowed from outside costs the
+// loop its share's tail instead of its whole share (as `omp parallel for schedule(static)`
+// would); otherwise, inside a parallel region or with one thread, in order on this thread. For
+// loops whose units compute the same bits on any thread; body must not throw.
+template <class Body>
+void parallelUnits(int64_t n, bool parallel, Body&& body) {
+  const int threads = parallel && n > 1 && !omp_in_parallel()
+                          ? static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n))
+                          : 1;
+  if (threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  thread_local ChunkQueues callerQueues;  // The caller's, shared by its team below.
+  ChunkQueues& queues = callerQueues;
+  const int64_t chunks = std::min<int64_t>(n, threads * kChunksPerThread);
+  queues.reset(threads, chunks);
+#pragma omp parallel num_threads(threads)
+  for (int64_t c; (c = queues.next(omp_get_thread_num())) >= 0;)
+    for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) body(i);
+}
 
 }  // namespace kiln::runtime

@@ -21,9 +21,6 @@ constexpr int64_t kParallelThreshold = 1 << 15;
 // The CPU kernel ABI (codegen/render.h): work units [begin, end) of `units`.
 using KernelFn = void (*)(void* const* args, long long begin, long long end);
 
-// A kernel's units are split in up to this many chunks per thread (ChunkQueues).
-constexpr int64_t kChunksPerThread = 8;
-
 std::byte* host(DeviceAddress a) {
   return static_cast<std::byte*>(a.handle) + a.offset;
 }

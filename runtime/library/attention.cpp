@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 
+#include "runtime/cpu/chunk_queues.h"
 #include "runtime/library/dnnl_support.h"
 #include "runtime/library/families.h"
 #include "runtime/library/vmath.h"
@@ -112,8 +113,7 @@ Status runAttention(const Call& call) {
   const int64_t rowBlocks = (s + kRows - 1) / kRows;
   const int64_t tasks = batches * rowBlocks;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel for schedule(static) if (tasks > 1 && batches * s * t * (d + dv) > (1 << 16))
-  for (int64_t task = 0; task < tasks; ++task) {
+  parallelUnits(tasks, batches * s * t * (d + dv) > (1 << 16), [&](int64_t task) {
     const int64_t b = task / rowBlocks, r0 = (task % rowBlocks) * kRows;
     const int64_t rows = std::min(kRows, s - r0);
     const float* qb = q + (b * s + r0) * d;
@@ -153,7 +153,7 @@ Status runAttention(const Call& call) {
     }
     for (int64_t i = 0; i < rows; ++i)  // 0 / 0 = NaN where a row was masked throughout.
       scaleRow(out + i * dv, dv, 1.f / l[i]);
-  }
+  });
   return Status::ok();
 }
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/cpu/chunk_queues.h"
 #include "runtime/library/dnnl_support.h"
 #include "runtime/library/families.h"
 
@@ -57,8 +58,7 @@ void concatRows(std::span<const Tensor* const> in, std::span<const int64_t> widt
   const int64_t blockRows = std::max<int64_t>(1, (int64_t{16} << 10) / (total * int64_t(bytes)));
   const int64_t blocks = (rows + blockRows - 1) / blockRows;
   const bool parallel = rows * total * int64_t(bytes) >= (int64_t{1} << 16);
-#pragma omp parallel for schedule(static) if (parallel && blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
+  parallelUnits(blocks, parallel, [&](int64_t b) {
     const int64_t r0 = b * blockRows, r1 = std::min(rows, r0 + blockRows);
     int64_t offset = 0;
     for (size_t i = 0; i < in.size(); ++i) {
@@ -74,7 +74,7 @@ void concatRows(std::span<const Tensor* const> in, std::span<const int64_t> widt
       }
       offset += w;
     }
-  }
+  });
 }
 
 }  // namespace

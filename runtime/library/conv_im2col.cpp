@@ -12,6 +12,7 @@
 #include <cstring>
 #include <utility>
 
+#include "runtime/cpu/chunk_queues.h"
 #include "runtime/library/dnnl_support.h"
 #include "runtime/library/epilogue.h"
 #include "runtime/library/families.h"
@@ -37,8 +38,7 @@ std::pair<int64_t, int64_t> validOutputs(int64_t in, int64_t out, int64_t stride
 // col[K, P] from one image's group of channel planes x (NCHW).
 void im2colNchw(const float* x, float* col, const ConvGeometry& g) {
   const int64_t taps = g.kh * g.kw, rows = g.cPerGroup() * taps, p = g.oh * g.ow;
-#pragma omp parallel for schedule(static) if (rows * p >= kParallelMin)
-  for (int64_t q = 0; q < rows; ++q) {
+  parallelUnits(rows, rows * p >= kParallelMin, [&](int64_t q) {
     const int64_t c = q / taps, kh = q % taps / g.kw, kw = q % g.kw;
     const float* plane = x + c * g.h * g.w;
     const auto [owLo, owHi] = validOutputs(g.w, g.ow, g.strideW, g.padLeft, kw * g.dilW);
@@ -59,15 +59,14 @@ void im2colNchw(const float* x, float* col, const ConvGeometry& g) {
       }
       std::fill(o + owHi, o + g.ow, 0.f);
     }
-  }
+  });
 }
 
 // col[P, K] for group `group` of one image x (NHWC).
 void im2colNhwc(const float* x, int64_t group, float* col, const ConvGeometry& g) {
   const int64_t cg = g.cPerGroup(), k = g.kh * g.kw * cg, p = g.oh * g.ow;
   const float* xg = x + group * cg;
-#pragma omp parallel for schedule(static) if (p * k >= kParallelMin)
-  for (int64_t i = 0; i < p; ++i) {
+  parallelUnits(p, p * k >= kParallelMin, [&](int64_t i) {
     const int64_t oh = i / g.ow, ow = i % g.ow;
     float* out = col + i * k;
     for (int64_t kh = 0; kh < g.kh; ++kh) {
@@ -80,16 +79,16 @@ void im2colNhwc(const float* x, int64_t group, float* col, const ConvGeometry& g
           std::memcpy(out, xg + (ih * g.w + iw) * g.c, cg * sizeof(float));
       }
     }
-  }
+  });
 }
 
 // OIHW [M][C/g][kh][kw] -> [M][kh][kw][C/g], the NHWC GEMM's weight operand.
 void weightsToChannelsLast(const float* w, float* out, const ConvGeometry& g) {
   const int64_t cg = g.cPerGroup(), taps = g.kh * g.kw;
-#pragma omp parallel for schedule(static) if (g.m * cg * taps >= kParallelMin)
-  for (int64_t m = 0; m < g.m; ++m)
+  parallelUnits(g.m, g.m * cg * taps >= kParallelMin, [&](int64_t m) {
     for (int64_t c = 0; c < cg; ++c)
       for (int64_t t = 0; t < taps; ++t) out[(m * taps + t) * cg + c] = w[(m * cg + c) * taps + t];
+  });
 }
 
 void runNchw(const Call& call, const ConvGeometry& g, std::span<const ResolvedPostOp> post) {

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "runtime/cpu/chunk_queues.h"
 #include "runtime/library/library_cache.h"
 
 namespace kiln::runtime::lib {
@@ -77,15 +78,14 @@ void sgemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alph
   const int64_t blocks = rowBlocks * colBlocks;
   const char ta = transA ? 'T' : 'N', tb = transB ? 'T' : 'N';
   std::atomic<bool> rejected{false};
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t i = 0; i < blocks; ++i) {
+  parallelUnits(blocks, true, [&](int64_t i) {
     const int64_t r0 = i / colBlocks * rows, c0 = i % colBlocks * cols;
     const float* ai = a + (transA ? r0 : r0 * lda);  // Row r0 of op(A).
     const float* bi = b + (transB ? c0 * ldb : c0);  // Column c0 of op(B).
     if (!sgemmOnThisThread(ta, tb, std::min(rows, m - r0), std::min(cols, n - c0), k, alpha, ai,
                            lda, bi, ldb, beta, c + r0 * ldc + c0, ldc))
       rejected = true;
-  }
+  });
   // oneDNN rejects only wrong arguments (a leading dimension below its row's length): a bug.
   if (rejected) throw std::logic_error("sgemm: oneDNN's dnnl_sgemm rejected its arguments");
 }

@@ -10,6 +10,7 @@
 #include <new>
 #include <numbers>
 
+#include "runtime/cpu/chunk_queues.h"
 #include "runtime/library/vmath.h"
 
 namespace kiln::runtime::lib {
@@ -122,11 +123,10 @@ std::vector<ResolvedPostOp> offsetPostOps(std::span<const ResolvedPostOp> post, 
 void parallelCopy(float* dst, const float* src, int64_t n) {
   constexpr int64_t kBlock = 1 << 16;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
+  parallelUnits(blocks, true, [&](int64_t b) {
     const int64_t begin = b * kBlock;
     std::memcpy(dst + begin, src + begin, std::min(kBlock, n - begin) * sizeof(float));
-  }
+  });
 }
 
 std::vector<Tensor> detachAliasedExtras(std::span<const Tensor> extra, const Tensor& out,
@@ -155,12 +155,7 @@ void applyEpilogue(float* y, int64_t rows, int64_t cols, int64_t ld, const Adden
     const int64_t r = t / chunksPerRow, c0 = (t % chunksPerRow) * kChunk;
     epilogueChunk(y, r, c0, std::min(kChunk, cols - c0), ld, addend, post);
   };
-  if (rows * cols < kParallelMin) {
-    for (int64_t t = 0; t < tasks; ++t) run(t);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) run(t);
+  parallelUnits(tasks, rows * cols >= kParallelMin, run);
 }
 
 }  // namespace kiln::runtime::lib

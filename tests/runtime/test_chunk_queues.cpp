@@ -56,3 +56,32 @@ TEST_CASE("chunk queues: every chunk is taken exactly once by racing threads") {
     }
   }
 }
+
+// The library kernels' loops: every unit once on the team, and in order on the caller when not
+// parallel or already inside a parallel region.
+TEST_CASE("parallelUnits: every unit runs once; serial when not parallel or inside a region") {
+  using kiln::runtime::parallelUnits;
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const int64_t n = 1000;
+  std::vector<std::atomic<int>> count(n);
+  parallelUnits(n, true, [&](int64_t i) { ++count[i]; });
+  int64_t once = 0;
+  for (auto& c : count) once += c.load() == 1;
+  CHECK(once == n);
+
+  std::vector<int64_t> order;
+  parallelUnits(5, false, [&](int64_t i) { order.push_back(i); });
+  CHECK(order == std::vector<int64_t>{0, 1, 2, 3, 4});
+  order.clear();
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    parallelUnits(5, true, [&](int64_t i) {
+      CHECK(omp_get_num_threads() == 2);  // Still the outer team: no nested one.
+      order.push_back(i);
+    });
+  }
+  CHECK(order == std::vector<int64_t>{0, 1, 2, 3, 4});
+  omp_set_num_threads(before);
+}
