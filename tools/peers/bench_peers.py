@@ -6,7 +6,7 @@ machine's FMA peak and copy bandwidth (`kiln bench-kernels --peak`) are measured
 Writes OUT/bench-peers.json and OUT/bench-peers.md and prints the table.
 
 Usage: python bench_peers.py --kiln KILN --kiln-python BUILD/python --peers-dir DIR --out OUT [--threads T] [--runs R]
-           [--warmup W] [--rounds N] [--cases name:batch,...] [--max-autotune]
+           [--warmup W] [--min-round-s S] [--rounds N] [--cases name:batch,...] [--max-autotune]
 """
 import argparse
 import json
@@ -34,11 +34,14 @@ def default_cases():
     return cases
 
 
-def median_ms(fn, runs, warmup):
+def median_ms(fn, runs, warmup, min_s=0.0):
+    """The median of at least `runs` runs after `warmup`, and of as many more as fill `min_s`
+    seconds (timeit's autorange, for models of a fraction of a millisecond: 10 runs of mnist_cnn
+    are 2 ms, where one hiccup of the machine moves the median), at most 5000."""
     for _ in range(warmup):
         fn()
     times = []
-    for _ in range(runs):
+    while len(times) < runs or (sum(times) < min_s * 1e3 and len(times) < 5000):
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1e3)
@@ -155,7 +158,7 @@ def measure_case(name, batch, args):
                     figures.setdefault(key, []).append(v)
         with torch.inference_mode():  # PyTorch's engines are timed under it (the others ignore it).
             for key, fn in engines.items():
-                rounds.setdefault(f"{key}_ms", []).append(median_ms(fn, args.runs, args.warmup))
+                rounds.setdefault(f"{key}_ms", []).append(median_ms(fn, args.runs, args.warmup, args.min_round_s))
     for key, values in rounds.items():
         r[key] = statistics.median(values)
         r[key[:-3] + "_rounds_ms"] = values
@@ -210,7 +213,8 @@ def table(results, meta, max_autotune):
         f"arrays). Every engine in this one process, each in its own loop on PyTorch's default "
         f"exporter's file (kiln, ONNX Runtime) or the PyTorch module it came from, the engines "
         f"in turn, {meta['rounds']} rounds. Milliseconds: the median over rounds of each round's "
-        f"median of {meta['runs']} runs after {meta['warmup']}; 'kiln vs X' is the median over "
+        f"median of {meta['runs']} runs after {meta['warmup']} (more where {meta['runs']} take less "
+        f"than {meta['min_round_s']} s); 'kiln vs X' is the median over "
         f"rounds of X's time over kiln compiled's in the same round (above 1: kiln faster). Compile times: kiln's cold (an empty kernel "
         f"cache) and its first run over the median of the same new process (kiln bench --only "
         f"compiled); torch.compile's first call with Inductor's on-disk caches as earlier runs left "
@@ -250,6 +254,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--min-round-s", type=float, default=0.25,
+                    help="each engine's runs in a round fill at least this many seconds")
     ap.add_argument("--rounds", type=int, default=3,
                     help="times every engine is measured, in turn (the median is reported)")
     ap.add_argument("--cases", default="", help="name:batch,... (default: every model)")
@@ -269,7 +275,7 @@ def main():
     torch._inductor.config.freezing = True  # Constant weights folded, as for inference.
     cpu, isa = cpu_description()
     meta = {"cpu": cpu, "isa": isa, "threads": args.threads, "runs": args.runs,
-            "warmup": args.warmup, "rounds": args.rounds, "torch": torch.__version__, "onnxruntime": ort.__version__,
+            "warmup": args.warmup, "min_round_s": args.min_round_s, "rounds": args.rounds, "torch": torch.__version__, "onnxruntime": ort.__version__,
             "kiln": args.kiln_version, "peak": peak(args)}
     results = []
     for name, batch in cases:
