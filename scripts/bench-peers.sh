@@ -6,7 +6,7 @@
 # (default OUT: bench-peers/) and prints the table. A benchmark, not a test: about 15 minutes
 # on 2 cores (torch.compile compiles each model); run it on a quiet machine.
 #   scripts/bench-peers.sh [--out DIR] [--threads T] [--runs R] [--warmup W] [--min-round-s S]
-#                          [--rounds N] [--cases resnet18:1,resnet50:32] [--max-autotune]
+#                          [--block-s S] [--gap-s S] [--rounds N] [--cases resnet18:1,resnet50:32] [--max-autotune]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench-peers
@@ -14,10 +14,10 @@ args=()
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
-    --threads | --runs | --warmup | --min-round-s | --rounds | --cases) args+=("$1" "$2"); shift 2 ;;
+    --threads | --runs | --warmup | --min-round-s | --block-s | --gap-s | --rounds | --cases) args+=("$1" "$2"); shift 2 ;;
     --max-autotune) args+=("$1"); shift ;;
     *) echo "usage: scripts/bench-peers.sh [--out DIR] [--threads T] [--runs R] [--warmup W]" \
-         "[--min-round-s S] [--rounds N] [--cases name:batch,...] [--max-autotune]" >&2; exit 2 ;;
+         "[--min-round-s S] [--block-s S] [--gap-s S] [--rounds N] [--cases name:batch,...] [--max-autotune]" >&2; exit 2 ;;
   esac
 done
 scripts/install-deps.sh >/dev/null

@@ -6,7 +6,7 @@ machine's FMA peak and copy bandwidth (`kiln bench-kernels --peak`) are measured
 Writes OUT/bench-peers.json and OUT/bench-peers.md and prints the table.
 
 Usage: python bench_peers.py --kiln KILN --kiln-python BUILD/python --peers-dir DIR --out OUT [--threads T] [--runs R]
-           [--warmup W] [--min-round-s S] [--rounds N] [--cases name:batch,...] [--max-autotune]
+           [--warmup W] [--min-round-s S] [--block-s S] [--gap-s S] [--rounds N] [--cases name:batch,...] [--max-autotune]
 """
 import argparse
 import json
@@ -34,18 +34,43 @@ def default_cases():
     return cases
 
 
-def median_ms(fn, runs, warmup, min_s=0.0):
-    """The median of at least `runs` runs after `warmup`, and of as many more as fill `min_s`
-    seconds (timeit's autorange, for models of a fraction of a millisecond: 10 runs of mnist_cnn
-    are 2 ms, where one hiccup of the machine moves the median), at most 5000."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    while len(times) < runs or (sum(times) < min_s * 1e3 and len(times) < 5000):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+def round_medians(engines, runs, warmup, min_s, block_s, gap_s):
+    """One round: each engine's median time in ms. After each engine's `warmup` runs, the engines
+    take turns in blocks of about `block_s` seconds of runs (one engine's block, the next
+    engine's, and so on) until each has at least `runs` runs and `min_s` seconds of them (at most
+    5000 runs; timeit's autorange, for models of a fraction of a millisecond). The VM's slow
+    spells (one vCPU 1.6x slower for a fraction of a second to seconds) then fall on every engine
+    alike instead of on the one that ran in them: with each engine timed alone for 0.25 s,
+    mnist_cnn read 0.19, 0.31 and 0.26 ms for kiln in three rounds and 0.19, 0.22 and 0.19 for ONNX
+    Runtime, where either alone reads 0.14. After every block the benchmark sleeps `gap_s`
+    seconds, so that the next engine does not run beside the last one's helper threads: ONNX
+    Runtime's workers spin for about 40 ms of CPU after its runs return (its default), which made
+    kiln's mnist_cnn 0.21 ms instead of 0.14 in blocks right after ONNX Runtime's (the other
+    engines' threads: under 10 ms)."""
+    times, block = {}, {}
+    for key, fn in engines.items():
+        for _ in range(max(warmup, 1)):
+            start = time.perf_counter()
+            fn()
+            once = time.perf_counter() - start
+        times[key] = []
+        block[key] = max(1, int(block_s / max(once, 1e-6)))
+        time.sleep(gap_s)
+
+    def done(key):
+        t = times[key]
+        return len(t) >= 5000 or (len(t) >= runs and sum(t) >= min_s * 1e3)
+
+    while not all(done(key) for key in engines):
+        for key, fn in engines.items():
+            if done(key):
+                continue
+            for _ in range(block[key]):
+                start = time.perf_counter()
+                fn()
+                times[key].append((time.perf_counter() - start) * 1e3)
+            time.sleep(gap_s)
+    return {key: statistics.median(t) for key, t in times.items()}
 
 
 def cpu_description():
@@ -131,10 +156,9 @@ def kiln_compile_figures(name, batch, args):
 
 
 def measure_case(name, batch, args):
-    """Every engine's median, `args.rounds` times in turn (kiln eager and compiled, ONNX Runtime,
-    PyTorch eager, torch.compile, then again), all in this process: a slow spell of the machine
-    (a shared VM's can last seconds) lands in one engine's one round, and the median over rounds
-    leaves it out. Each time is that median over rounds; `*_rounds_ms` keeps every round's."""
+    """Every engine's median, `args.rounds` rounds (round_medians: the engines take turns in
+    blocks of runs), all in this process. Each time is the median over rounds; `*_rounds_ms`
+    keeps every round's."""
     r = {"model": name, "batch": batch}
     import kiln
     engines = {}
@@ -157,8 +181,10 @@ def measure_case(name, batch, args):
                 else:
                     figures.setdefault(key, []).append(v)
         with torch.inference_mode():  # PyTorch's engines are timed under it (the others ignore it).
-            for key, fn in engines.items():
-                rounds.setdefault(f"{key}_ms", []).append(median_ms(fn, args.runs, args.warmup, args.min_round_s))
+            medians = round_medians(engines, args.runs, args.warmup, args.min_round_s,
+                                    args.block_s, args.gap_s)
+        for key, ms in medians.items():
+            rounds.setdefault(f"{key}_ms", []).append(ms)
     for key, values in rounds.items():
         r[key] = statistics.median(values)
         r[key[:-3] + "_rounds_ms"] = values
@@ -210,11 +236,14 @@ def table(results, meta, max_autotune):
         f"{meta['onnxruntime']} (CPUExecutionProvider, ORT_ENABLE_ALL, intra_op_num_threads "
         f"{meta['threads']}, inter_op 1, sequential, spinning on: its default); kiln "
         f"{meta['kiln']} (compiled with its default heuristics, through its Python package on NumPy "
-        f"arrays). Every engine in this one process, each in its own loop on PyTorch's default "
-        f"exporter's file (kiln, ONNX Runtime) or the PyTorch module it came from, the engines "
-        f"in turn, {meta['rounds']} rounds. Milliseconds: the median over rounds of each round's "
-        f"median of {meta['runs']} runs after {meta['warmup']} (more where {meta['runs']} take less "
-        f"than {meta['min_round_s']} s); 'kiln vs X' is the median over "
+        f"arrays). Every engine in this one process on PyTorch's default exporter's file (kiln, "
+        f"ONNX Runtime) or the PyTorch module it came from; {meta['rounds']} rounds, in each the "
+        f"engines take turns in blocks of about {meta['block_s'] * 1e3:.0f} ms of runs, "
+        f"{meta['gap_s'] * 1e3:.0f} ms apart (ONNX Runtime's workers spin for some 40 ms after "
+        f"its runs), until each "
+        f"has {meta['runs']} runs and {meta['min_round_s']} s of them, after {meta['warmup']} "
+        f"warm-up runs. Milliseconds: the median over rounds of each round's median; "
+        f"'kiln vs X' is the median over "
         f"rounds of X's time over kiln compiled's in the same round (above 1: kiln faster). Compile times: kiln's cold (an empty kernel "
         f"cache) and its first run over the median of the same new process (kiln bench --only "
         f"compiled); torch.compile's first call with Inductor's on-disk caches as earlier runs left "
@@ -256,6 +285,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--min-round-s", type=float, default=0.25,
                     help="each engine's runs in a round fill at least this many seconds")
+    ap.add_argument("--block-s", type=float, default=0.1,
+                    help="the engines take turns in blocks of about this many seconds of runs")
+    ap.add_argument("--gap-s", type=float, default=0.05,
+                    help="seconds of sleep after each block (other engines' threads go idle)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="times every engine is measured, in turn (the median is reported)")
     ap.add_argument("--cases", default="", help="name:batch,... (default: every model)")
@@ -275,7 +308,7 @@ def main():
     torch._inductor.config.freezing = True  # Constant weights folded, as for inference.
     cpu, isa = cpu_description()
     meta = {"cpu": cpu, "isa": isa, "threads": args.threads, "runs": args.runs,
-            "warmup": args.warmup, "min_round_s": args.min_round_s, "rounds": args.rounds, "torch": torch.__version__, "onnxruntime": ort.__version__,
+            "warmup": args.warmup, "min_round_s": args.min_round_s, "block_s": args.block_s, "gap_s": args.gap_s, "rounds": args.rounds, "torch": torch.__version__, "onnxruntime": ort.__version__,
             "kiln": args.kiln_version, "peak": peak(args)}
     results = []
     for name, batch in cases:
