@@ -194,14 +194,29 @@ class PlanBuilder {
     for (int si = 0; si < numSteps; ++si) {
       const StepDraft& s = s_.steps[si];
       if (residualInPlace(s, si)) continue;
-      if (s.kind != runtime::PlanStep::Kind::kKernel || s.outputs.size() != 1) continue;
+      if (s.kind != runtime::PlanStep::Kind::kKernel) continue;
       const codegen::Kernel& k = s_.kernels[s.kernel];
       if (k.isHorizontal()) continue;
       // Reduction kernels too: they read a row in every stage before their element loop writes
       // it. (They once ran 3.5x slower in place: LLVM's run-time overlap check sent the loop
-      // to its scalar version; the renderer's assume_safety pragma removed that.)
-      const int out = requestOf[storageFor(s.outputs[0])];
-      if (out < 0 || k.stores.size() != 1) continue;
+      // to its scalar version; the renderer's assume_safety pragma removed that.) A reduction's
+      // row outputs (squeeze-excite's mean beside the activation it averages) are other buffers:
+      // its one element output may still go over its input. Written elsewhere, those writes were
+      // most of the kernel: mobilenet_v3_small's hardswish + mean over 7 x 7 x 576 took 18-100 us
+      // a run on 2 threads where the same call repeated at once took 3-5 (its output's lines
+      // last held by the other core's cache: the convolution before it read them there).
+      int element = -1, elements = 0;
+      for (size_t i = 0; i < k.stores.size(); ++i)
+        if (!k.stores[i].row) element = static_cast<int>(i), ++elements;
+      if (elements != 1) continue;
+      const codegen::Store& store = k.stores[static_cast<size_t>(element)];
+      const int outIndex = store.access.arg - static_cast<int>(s.inputs.size());
+      if (outIndex < 0 || outIndex >= static_cast<int>(s.outputs.size()) ||
+          k.args[static_cast<size_t>(store.access.arg)].value !=
+              s.outputs[static_cast<size_t>(outIndex)]->name())
+        continue;
+      const int out = requestOf[storageFor(s.outputs[static_cast<size_t>(outIndex)])];
+      if (out < 0) continue;
       for (size_t a = 0; a < s.inputs.size(); ++a) {
         const int in = requestOf[storageFor(s.inputs[a])];
         if (in < 0 || requests[in].lastStep != si || requests[in].bytes != requests[out].bytes)
@@ -216,8 +231,7 @@ class PlanBuilder {
         for (const auto& l : k.loads)
           if (l.arg == static_cast<int>(a)) {
             ++loadsOfArg;
-            sameMap =
-                l.offset == k.stores[0].access.offset && l.strides == k.stores[0].access.strides;
+            sameMap = l.offset == store.access.offset && l.strides == store.access.strides;
           }
         if (loadsOfArg == 1 && sameMap) {
           requests[out].inplaceOf = in;
