@@ -78,7 +78,6 @@ bool isArtifactPath(const std::string& model);
 int runArtifact(const Args&);    // kiln run model.kiln
 int benchArtifact(const Args&);  // kiln bench model.kiln
 int runInspect(const Args&);     // kiln inspect model.kiln
-std::vector<OptionSpec> artifactRunOptions();
 
 // Prints an error as "kiln <cmd>: error: ..." and returns the exit code for its status.
 int reportError(const std::string& command, const Status& s);

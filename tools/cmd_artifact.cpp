@@ -32,12 +32,6 @@ std::string megabytes(double bytes) {
 
 }  // namespace
 
-std::vector<OptionSpec> artifactRunOptions() {
-  return {{"no-recompile", false,
-           "refuse an artifact whose code this CPU cannot run (default: recompile it from the "
-           "embedded sources, with a notice)"}};
-}
-
 int runInspect(const Args& args) {
   if (args.positional.size() != 1)
     return reportError("inspect", invalidArgument("expected one FILE.kiln"));
