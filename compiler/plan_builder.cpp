@@ -203,8 +203,9 @@ class PlanBuilder {
       // row outputs (squeeze-excite's mean beside the activation it averages) are other buffers:
       // its one element output may still go over its input. Written elsewhere, those writes were
       // most of the kernel: mobilenet_v3_small's hardswish + mean over 7 x 7 x 576 took 18-100 us
-      // a run on 2 threads where the same call repeated at once took 3-5 (its output's lines
-      // last held by the other core's cache: the convolution before it read them there).
+      // a run on 2 threads where the same call repeated at once took 3-5, and 4.5 after a loop
+      // had written one float of each of its output's lines (a buffer the convolution before it
+      // had just read on both cores); reading its input first changed nothing.
       int element = -1, elements = 0;
       for (size_t i = 0; i < k.stores.size(); ++i)
         if (!k.stores[i].row) element = static_cast<int>(i), ++elements;
