@@ -71,6 +71,15 @@ class ChunkQueues {
 // Units are split in up to this many chunks per thread.
 inline constexpr int64_t kChunksPerThread = 8;
 
+// body(c) for every chunk c in [0, chunks) on a team of `threads`, each claiming chunks from
+// `queues` (reset here, by the caller, before the team starts).
+template <class Body>
+void runChunks(ChunkQueues& queues, int threads, int64_t chunks, Body&& body) {
+  queues.reset(threads, chunks);
+#pragma omp parallel num_threads(threads)
+  for (int64_t c; (c = queues.next(omp_get_thread_num())) >= 0;) body(c);
+}
+
 // body(i) for every i in [0, n): when `parallel`, on the caller's OpenMP team (at most n
 // threads), its units claimed from ChunkQueues, so that a thread slowed from outside costs the
 // loop its share's tail instead of its whole share (as `omp parallel for schedule(static)`
@@ -85,13 +94,11 @@ void parallelUnits(int64_t n, bool parallel, Body&& body) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
   }
-  thread_local ChunkQueues callerQueues;  // The caller's, shared by its team below.
-  ChunkQueues& queues = callerQueues;
+  thread_local ChunkQueues queues;  // The caller's, shared by its team.
   const int64_t chunks = std::min<int64_t>(n, threads * kChunksPerThread);
-  queues.reset(threads, chunks);
-#pragma omp parallel num_threads(threads)
-  for (int64_t c; (c = queues.next(omp_get_thread_num())) >= 0;)
+  runChunks(queues, threads, chunks, [&](int64_t c) {
     for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) body(i);
+  });
 }
 
 }  // namespace kiln::runtime

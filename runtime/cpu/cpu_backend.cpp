@@ -69,10 +69,8 @@ class CpuStream final : public Stream {
       fn(a, 0, units);
     } else {
       const int64_t chunks = std::min<int64_t>(units, nt * kChunksPerThread);
-      chunks_.reset(nt, chunks);
-#pragma omp parallel num_threads(nt)
-      for (int64_t c; (c = chunks_.next(omp_get_thread_num())) >= 0;)
-        fn(a, units * c / chunks, units * (c + 1) / chunks);
+      runChunks(chunks_, nt, chunks,
+                [&](int64_t c) { fn(a, units * c / chunks, units * (c + 1) / chunks); });
     }
     if (k.scratchBytes > 0) fn(a, units, units + 1);  // Combines the chunks' partial results.
     return Status::ok();
