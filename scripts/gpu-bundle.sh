@@ -25,6 +25,14 @@ cp "${bins[@]}" "$stage/bin/"
 # kiln's Python package where it was built (KILN_PYTHON_EXECUTABLE): gpu-check.sh runs its CUDA
 # test where the device machine's Python imports it.
 libs_of=("${bins[@]}")
+# The device machines' Python is not the build's (3.12 on the H100/H200 machines, 3.11 here): the
+# extension is built again for each Python whose headers gpu-check.sh saved (its message says
+# where they go: ~/.cache/kiln/gpu-python/SUFFIX/include, SUFFIX its EXT_SUFFIX without the dot).
+if compgen -G "$build/python/kiln/_kiln*.so" >/dev/null; then
+  for inc in "${KILN_GPU_PYTHON_DIR:-$HOME/.cache/kiln/gpu-python}"/*/include; do
+    [[ -f $inc/Python.h ]] && tools/gpu/python-ext-for.sh "$inc" ".$(basename "$(dirname "$inc")")"
+  done
+fi
 if compgen -G "$build/python/kiln/_kiln*.so" >/dev/null; then
   mkdir -p "$stage/python"
   cp -r "$build/python/kiln" "$stage/python/"

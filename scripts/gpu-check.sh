@@ -109,15 +109,39 @@ py=${KILN_PEERS_VENV:+$KILN_PEERS_VENV/bin/python}
 py=${py:-python3}
 # kiln's Python package with CUDA tensors (DLPack both ways, the producer's stream waited for),
 # where this Python imports it with a CUDA PyTorch and pytest.
+# PYTHONPATH is kept after the package: a pure-Python pytest can be carried to a machine without one.
+pypath=$python_pkg${PYTHONPATH:+:$PYTHONPATH}
 if [[ -d $python_pkg/kiln ]] &&
-    PYTHONPATH=$python_pkg "$py" -c "import kiln, pytest, torch; assert torch.cuda.is_available()" \
-      2>/dev/null; then
+    why=$(PYTHONPATH=$pypath "$py" -c "import kiln, pytest, torch; assert torch.cuda.is_available()" \
+      2>&1); then
   echo "== kiln's Python package on the device"
-  PYTHONPATH=$python_pkg "$py" -m pytest -q python/tests/test_api.py -k cuda 2>&1 |
+  PYTHONPATH=$pypath "$py" -m pytest -q python/tests/test_api.py -k cuda 2>&1 |
     tee "$out/python-cuda.txt" | tail -3 || status=1
 else
-  echo "kiln's Python package, pytest or a CUDA PyTorch not importable here: its CUDA test did" \
-    "not run" | tee "$out/python-cuda.txt"
+  { echo "kiln's Python package, pytest or a CUDA PyTorch not importable by $py: its CUDA test" \
+      "did not run"; echo "${why:-no package at $python_pkg/kiln}" | tail -3; } |
+    tee "$out/python-cuda.txt"
+  # That Python's headers, for the machine that builds the bundle: unpacked into
+  # ~/.cache/kiln/gpu-python/SUFFIX/ there, gpu-bundle.sh builds kiln's extension for it
+  # (tools/gpu/python-ext-for.sh). pyconfig.h flattened: Ubuntu's includes another by arch.
+  "$py" - "$out" <<'PY' || true
+import os, subprocess, sys, sysconfig, tarfile, tempfile
+out, inc = sys.argv[1], sysconfig.get_paths()["include"]
+def macros(*extra):
+    return set(subprocess.run(["cc", "-E", "-dM", "-x", "c", *extra, "/dev/null"], check=True,
+                              capture_output=True, text=True).stdout.splitlines())
+flat = sorted(macros("-I", inc, "-include", "pyconfig.h") - macros())
+with tempfile.NamedTemporaryFile("w", suffix=".h") as h:
+    h.write("\n".join(flat) + "\n")
+    h.flush()
+    with tarfile.open(os.path.join(out, "python-include.tar.gz"), "w:gz") as t:
+        t.add(inc, "include", filter=lambda i: None if i.name.endswith("/pyconfig.h") else i)
+        t.add(h.name, "include/pyconfig.h")
+suffix = sysconfig.get_config_var("EXT_SUFFIX").lstrip(".")
+print(f"saved {inc} as {out}/python-include.tar.gz; on the machine that builds the bundle: "
+      f"mkdir -p ~/.cache/kiln/gpu-python/{suffix} && tar xzf python-include.tar.gz -C "
+      f"~/.cache/kiln/gpu-python/{suffix}, then scripts/gpu-bundle.sh")
+PY
 fi
 if "$py" -c "import torch, torchvision; assert torch.cuda.is_available()" 2>/dev/null; then
   echo "== PyTorch on the same GPU"

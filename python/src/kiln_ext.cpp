@@ -34,6 +34,7 @@
 #include "runtime/artifact.h"
 #include "runtime/backend.h"
 #include "runtime/eager.h"
+#include "runtime/gpu/gpu_backend.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -226,9 +227,11 @@ bool isOnnx(const std::string& source) {
 
 // ---- Options -----------------------------------------------------------------------------
 
+// "cpu", "cuda" or "emu": the GPU backends are made (and registered) at their first use, as the
+// CLI's --device does.
 std::shared_ptr<runtime::Backend> backendNamed(const std::string& device) {
-  if (device.empty() || device == "cpu") return runtime::defaultBackend();
-  return take(runtime::findBackend(device));
+  if (device.empty()) return runtime::defaultBackend();
+  return take(runtime::gpu::backendForDevice(device));
 }
 
 compiler::CompileOptions compileOptions(const std::string& device, bool autotune,

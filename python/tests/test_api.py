@@ -151,6 +151,19 @@ def test_cuda_tensor_on_a_cpu_model_is_refused(mlp_compiled):
         kiln.eager(kiln.load("mlp", batch=2))(FakeCuda())
 
 
+def test_gpu_device_names_reach_the_gpu_backends():
+    # The emu device runs the CUDA backend's generated kernels on the host: device="emu" takes the
+    # path device="cuda" takes on a GPU (it was refused as "no backend named" before it was made
+    # on first use, as the CLI's --device does).
+    m = kiln.load("mnist_cnn", batch=2)
+    c = kiln.compile(m, device="emu")
+    assert c._impl.device == "emu"
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 1, 28, 28)).astype(np.float32)
+    np.testing.assert_allclose(c(x), kiln.compile(m)(x), rtol=1e-4, atol=1e-5)
+    with pytest.raises(kiln.UserError, match=r"unknown device 'tpu'"):
+        kiln.compile(m, device="tpu")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu-check.sh)")
 def test_cuda_tensors_in_and_out_without_copies_after_their_stream():
     m = kiln.load("mnist_cnn", batch=2)

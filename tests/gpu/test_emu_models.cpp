@@ -329,7 +329,10 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
   // updates are compared in L2 (measured: at most 1.3% apart; a wrong gradient is O(1)).
   // resnet18's two steps are compared in L2 too: on a real GPU (KILN_TEST_DEVICE=cuda) cuDNN's
   // algorithms sum in other orders than the CPU's, and after the second step the largest
-  // difference in layer1.1.conv1.weight was 1.07% of its largest update (H100, cuDNN 9).
+  // difference in layer1.1.conv1.weight was 1.07% of its largest update (H100, cuDNN 9). On an
+  // H200 (another cuDNN 9 from the machine's Python packages, the same bits run to run) the
+  // second step's loss was 1.9e-4 apart (relative) and the updates up to 7.6% apart in L2
+  // (layer1.1.bn1.weight), so after the first step the resnets are held to 1e-3 and 10%.
   const bool chaotic = name == "resnet50";
   const bool l2 = name.starts_with("resnet");
   const models::ModelOptions mo{
@@ -339,7 +342,8 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
   for (int step = 0; step < (chaotic ? 1 : 2); ++step) {
     const std::vector<double> losses = stepAll(steps, rng);
     INFO("losses " << losses[0] << " " << losses[1]);
-    CHECK(std::fabs(losses[1] - losses[0]) <= 1e-4 * std::max(1.0, std::fabs(losses[0])));
+    const double tolerance = step > 0 && l2 ? 1e-3 : 1e-4;
+    CHECK(std::fabs(losses[1] - losses[0]) <= tolerance * std::max(1.0, std::fabs(losses[0])));
   }
   // The updated weights came back from the device and match: the difference is small against
   // how far the two steps moved them (BatchNorm over few values makes the gradients
@@ -368,7 +372,7 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
     }
     CHECK(moved > 0);
     if (l2)
-      CHECK(std::sqrt(diff2) <= 5e-2 * std::sqrt(moved2) + 1e-6);
+      CHECK(std::sqrt(diff2) <= 1e-1 * std::sqrt(moved2) + 1e-6);
     else
       CHECK(diff <= 1e-2 * moved + 1e-6);
   }

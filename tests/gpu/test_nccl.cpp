@@ -4,7 +4,10 @@
 // the plain step, on the emu device here (device buffers behind handles) and over NCCL on a GPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "compiler/train.h"
@@ -151,8 +154,29 @@ TEST_CASE("data-parallel step: gradients summed in device buckets") {
   auto nccl = runtime::gpu::ncclCollectives(std::make_shared<Solo>());
   INFO(nccl.status().message());
   REQUIRE(nccl.hasValue());
+  // The plain step is one plan, the data-parallel step two (the update after the sums), so their
+  // kernels fuse differently, and NVRTC contracts multiply-adds into FMAs (its default): on a GPU
+  // the two differ in their last bits (H200: at most 7.5e-9 on weights of 0.06-0.33, under one
+  // ulp of the largest), where a bucket summed or copied wrongly moves a weight by a gradient
+  // step (about 1e-3). On emu they are equal (above). The plain step gives the same bits twice.
   const auto onGpu = trainThree(*cuda, nullptr, false);
+  const auto again = trainThree(*cuda, nullptr, false);
   const auto overNccl = trainThree(*cuda, *nccl, true);
   REQUIRE(onGpu.size() == overNccl.size());
-  for (size_t i = 0; i < onGpu.size(); ++i) CHECK(onGpu[i] == overNccl[i]);
+  REQUIRE(onGpu.size() == again.size());
+  // The largest difference between two runs' parameters, and the largest parameter.
+  auto apart = [](const ir::TensorData& a, const ir::TensorData& b) {
+    double d = 0, m = 0;
+    for (int64_t k = 0; k < a.numElements(); ++k) {
+      d = std::max(d, std::fabs(double(a.as<float>()[k]) - b.as<float>()[k]));
+      m = std::max(m, std::fabs(double(a.as<float>()[k])));
+    }
+    return std::pair{d, m};
+  };
+  for (size_t i = 0; i < onGpu.size(); ++i) {
+    const auto [d, m] = apart(onGpu[i], overNccl[i]);
+    INFO("parameter " << i << ": over NCCL " << d << " apart, largest " << m);
+    CHECK(onGpu[i] == again[i]);
+    CHECK(d <= 1e-6 * m);
+  }
 }
