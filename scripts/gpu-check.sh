@@ -9,7 +9,9 @@
 #    (every zoo model compiled and eager, training steps, generated kernel kinds under random
 #    launch geometries, concurrent callers, runs on device tensors: each against the CPU), the
 #    NVRTC resource check, and kiln's Python package on CUDA tensors (DLPack) where this
-#    machine's Python imports it (built with KILN_PYTHON_EXECUTABLE, packed by gpu-bundle.sh);
+#    machine's Python imports it (built with KILN_PYTHON_EXECUTABLE, packed by gpu-bundle.sh;
+#    for another Python than the build's, gpu-bundle.sh builds the extension from that Python's
+#    headers, which a first run here saves when the import fails: OUT/python-include.tar.gz);
 # 3. benchmarks the zoo on the device — resnet18, resnet50 at batch 1 and 32, bert_layer: eager,
 #    compiled (--no-cuda-graph), compiled with CUDA-graph replay, and that in --precision tf32
 #    and --precision bf16 (autocast);
