@@ -314,6 +314,9 @@ class GpuStream final : public Stream {
     h->numExtra = c.numExtra;
     h->options = c.options;
     h->options.validated = false;  // The device's prepare validated nothing on the host.
+    // The operands are copies in pinned buffers, freed at synchronize() and handed out again:
+    // the plan's library cache, keyed by the weights' address, would give another op's weights.
+    h->options.cache = nullptr;
     auto pinned = [&](size_t bytes) -> Expected<void*> { return dev_.mallocHost(bytes); };
     for (const DeviceTensor& t : inputs) {
       KILN_ASSIGN_OR_RETURN(void* p, pinned(t.type.byteSize()));

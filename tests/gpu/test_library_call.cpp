@@ -791,3 +791,71 @@ TEST_CASE("library calls: gradient algorithms are timed like the forward's and r
   CHECK(maxDiff <= 1e-6);
   std::filesystem::remove_all(cache);
 }
+
+TEST_CASE("library calls: an op run on the host keeps no weights by its pinned buffer's address") {
+  // Calls of one convolution shape with different weights, one per synchronize(). An op run on
+  // the host reads copies of its operands in pinned buffers that are freed at synchronize(), and
+  // a later op's operands may be given the same addresses (cuMemHostAlloc can hand them back). A
+  // plan's library cache (given for constant weights) keys reordered weights by their address,
+  // so an op on the host must not use it: each call gets its own weights, and the cache stays
+  // empty (it held one entry per call before).
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  const ir::Shape x{1, 16, 8, 8}, w{16, 16, 1, 1};
+  ir::AttrMap attrs;
+  attrs["strides"] = std::vector<int64_t>{1, 1};
+  attrs["pads"] = std::vector<int64_t>{0, 0, 0, 0};
+  attrs["dilations"] = std::vector<int64_t>{1, 1};
+  attrs["group"] = int64_t{1};
+  const runtime::PostOp sigmoid{runtime::PostOp::Kind::kSigmoid};  // No descriptor takes it.
+  runtime::LibraryCache cache;
+  runtime::OpCall call;
+  call.name = "conv";
+  call.op = ir::OpKind::kConv2d;
+  call.attrs = &attrs;
+  call.library = true;
+  call.postOps = std::span(&sigmoid, 1);
+  call.options.cache = &cache;
+  const ir::TensorType types[] = {f32(x), f32(w), f32(x)};
+  REQUIRE(runtime::gpu::describeLibraryCall(call, std::span(types, 2), types[2]).status().code() ==
+          ErrorCode::kUnimplemented);
+  auto stream = (*emu)->openStream(0);
+  REQUIRE(stream.hasValue());
+  std::vector<runtime::DeviceBuffer> buffers;
+  std::vector<runtime::DeviceTensor> dev;
+  for (const ir::TensorType& t : types) {
+    auto b = (*emu)->allocate(t.byteSize());
+    REQUIRE(b.hasValue());
+    dev.push_back({b->address(), t});
+    buffers.push_back(std::move(*b));
+  }
+  std::mt19937 fill(8);
+  for (int trial = 0; trial < 4; ++trial) {
+    INFO("call " << trial);
+    std::vector<Tensor> in = {*Tensor::empty(ir::DType::kF32, x),
+                              *Tensor::empty(ir::DType::kF32, w)};
+    for (Tensor& t : in)
+      for (int64_t i = 0; i < t.numElements(); ++i)
+        t.data<float>()[i] = std::uniform_real_distribution<float>(-1, 1)(fill);
+    auto conv = runtime::runReferenceOp(ir::OpKind::kConv2d, in, attrs);
+    REQUIRE(conv.hasValue());
+    auto want = runtime::runReferenceOp(ir::OpKind::kSigmoid, {(*conv)[0]}, {});
+    REQUIRE(want.hasValue());
+    for (int i = 0; i < 2; ++i)
+      REQUIRE((*stream)->upload(dev[i].address, in[i].rawData(), types[i].byteSize()).isOk());
+    Status st = (*stream)->run(call, std::span(dev.data(), 2), std::span(dev.data() + 2, 1));
+    INFO(st.message());
+    REQUIRE(st.isOk());
+    Tensor got = *Tensor::empty(ir::DType::kF32, x);
+    REQUIRE((*stream)->download(got.rawData(), dev[2].address, types[2].byteSize()).isOk());
+    st = (*stream)->synchronize();
+    INFO(st.message());
+    REQUIRE(st.isOk());
+    double maxDiff = 0;
+    for (int64_t i = 0; i < got.numElements(); ++i)
+      maxDiff =
+          std::max(maxDiff, std::fabs(got.elementAsDouble(i) - (*want)[0].elementAsDouble(i)));
+    CHECK(maxDiff <= 1e-5);
+    CHECK(cache.numEntries() == 0);
+  }
+}
