@@ -23,6 +23,9 @@
 #    PyTorch's times are of the model call alone (its input already on the GPU);
 # 4. writes OUT_DIR/gpu-check.json and OUT_DIR/gpu-check.md (a markdown table).
 # On a machine without a usable CUDA device it prints "skipped: no CUDA device" and exits 0.
+# KILN_GPU_CHECK_ARCHIVE=FILE: OUT_DIR is packed into FILE (.tar.gz) and removed when the script
+# ends, also when stopped by a signal (TERM from `timeout`): a device call brings back a limited
+# number of files, and the bench files alone are 32.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=
@@ -36,9 +39,17 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   echo "skipped: no CUDA device (nvidia-smi finds none)"
   exit 0
 fi
+unpacked=
+finish() {
+  [[ -n $unpacked ]] && rm -rf "$unpacked"
+  if [[ -n ${KILN_GPU_CHECK_ARCHIVE:-} && -d $out ]]; then
+    tar czf "$KILN_GPU_CHECK_ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
+  fi
+}
+trap finish EXIT
+trap 'exit 143' TERM INT
 if [[ -n $bundle ]]; then
   unpacked=$(mktemp -d)
-  trap 'rm -rf "$unpacked"' EXIT
   python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
     "$bundle" "$unpacked"
   libs=$unpacked/lib
