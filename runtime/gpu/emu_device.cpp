@@ -175,6 +175,8 @@ class EmuDevice final : public DeviceApi {
     void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
     if (!p)
       return resourceExhausted("emu: cannot allocate " + bytesText(bytes) + " of host memory");
+    std::lock_guard lock(memMu_);
+    ++counters_.hostAllocations;
     return p;
   }
   void freeHost(void* p) override { std::free(p); }

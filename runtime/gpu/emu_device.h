@@ -33,6 +33,7 @@ struct EmuCounters {
   int64_t libraryCalls = 0;
   int64_t liveAllocations = 0;
   int64_t bytesInUse = 0;
+  int64_t hostAllocations = 0;  // mallocHost calls (pinned memory on a GPU).
 };
 // kInvalidArgument when `device` is not an emu device.
 Expected<EmuCounters> emuCounters(const DeviceApi& device);

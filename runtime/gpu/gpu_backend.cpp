@@ -153,7 +153,9 @@ struct HostOp {
   int numExtra = 0;
   LibraryOptions options;
   std::vector<ir::TensorType> inTypes, outTypes;
-  std::vector<void*> in, out;  // Pinned host buffers.
+  // Pinned host buffers from the backend's pool (GpuBackend::takePinned), and their sizes there.
+  std::vector<void*> in, out;
+  std::vector<size_t> inCapacity, outCapacity;
   Status status;
 
   static void run(void* data) {
@@ -214,21 +216,15 @@ struct HostOp {
         KILN_TRY(relayout(to[i], wrap(out[i], outTypes[i]), toNhwc));
     return Status::ok();
   }
-  void release(DeviceApi& dev) {
-    for (void* p : in) dev.freeHost(p);
-    for (void* p : out) dev.freeHost(p);
-    in.clear();
-    out.clear();
-  }
+  void release(GpuBackend& backend);  // The buffers back to the pool.
 };
 
-// A captured graph and the host ops it runs.
+// A captured graph and the host ops it runs (their pinned buffers stay theirs while it lives: the
+// graph's copies name them).
 struct Graph final : CapturedWork, std::enable_shared_from_this<Graph> {
-  explicit Graph(DeviceApi& d) : dev(d) {}
-  ~Graph() override {
-    if (graph) dev.destroyGraph(graph);
-    for (auto& h : hostOps) h->release(dev);
-  }
+  Graph(GpuBackend& b, DeviceApi& d) : backend(b), dev(d) {}
+  ~Graph() override;
+  GpuBackend& backend;
   DeviceApi& dev;
   GraphHandle graph = nullptr;
   std::vector<std::unique_ptr<HostOp>> hostOps;
@@ -243,6 +239,12 @@ class GpuStream final : public Stream {
   // link's full speed): an upload copies the caller's bytes into one at once (so they may change
   // right after), a download lands in one and reaches the caller's memory in synchronize().
   static constexpr size_t kStageBytes = 64 * 1024;
+  // A host op's buffer size in the pinned pool: a power of two, at least a page.
+  static size_t pinnedCapacity(size_t bytes) {
+    size_t size = 4096;
+    while (size < bytes) size *= 2;
+    return size;
+  }
   Status upload(DeviceAddress dst, const std::byte* src, size_t bytes) override {
     if (bytes < kStageBytes) return dev_.copyToDevice(ptr(dst), src, bytes, s_);
     KILN_ASSIGN_OR_RETURN(Staged st, stage(bytes));
@@ -317,19 +319,25 @@ class GpuStream final : public Stream {
     // The operands are copies in pinned buffers, freed at synchronize() and handed out again:
     // the plan's library cache, keyed by the weights' address, would give another op's weights.
     h->options.cache = nullptr;
-    auto pinned = [&](size_t bytes) -> Expected<void*> { return dev_.mallocHost(bytes); };
-    for (const DeviceTensor& t : inputs) {
-      KILN_ASSIGN_OR_RETURN(void* p, pinned(t.type.byteSize()));
-      h->in.push_back(p);
-      h->inTypes.push_back(t.type);
-    }
-    for (const DeviceTensor& t : outputs) {
-      KILN_ASSIGN_OR_RETURN(void* p, pinned(t.type.byteSize()));
-      h->out.push_back(p);
-      h->outTypes.push_back(t.type);
-    }
+    // Pinned buffers from the backend's pool, so that a step's host ops allocate none after its
+    // first run (cuMemHostAlloc and cuMemFreeHost pin and unpin pages, and the latter waits for
+    // the device). Held in hostOps_ or the captured graph from the start: freed on every path.
     HostOp* raw = h.get();
     (capturing_ ? captureOps_ : hostOps_).push_back(std::move(h));
+    for (const DeviceTensor& t : inputs) {
+      const size_t capacity = pinnedCapacity(t.type.byteSize());
+      KILN_ASSIGN_OR_RETURN(void* p, takePinned(capacity));
+      raw->in.push_back(p);
+      raw->inCapacity.push_back(capacity);
+      raw->inTypes.push_back(t.type);
+    }
+    for (const DeviceTensor& t : outputs) {
+      const size_t capacity = pinnedCapacity(t.type.byteSize());
+      KILN_ASSIGN_OR_RETURN(void* p, takePinned(capacity));
+      raw->out.push_back(p);
+      raw->outCapacity.push_back(capacity);
+      raw->outTypes.push_back(t.type);
+    }
     for (size_t i = 0; i < inputs.size(); ++i)
       KILN_TRY(dev_.copyToHost(raw->in[i], ptr(inputs[i].address), inputs[i].type.byteSize(), s_));
     KILN_TRY(dev_.launchHostFunc(s_, &HostOp::run, raw));
@@ -359,7 +367,7 @@ class GpuStream final : public Stream {
     staged_.clear();
     for (auto& h : hostOps_) {
       if (s.isOk() && !h->status.isOk()) s = h->status;
-      h->release(dev_);
+      h->release(b_);
     }
     hostOps_.clear();
     for (const auto& g : replayed_)
@@ -382,7 +390,7 @@ class GpuStream final : public Stream {
   }
   Expected<std::shared_ptr<CapturedWork>> endCapture() override {
     capturing_ = false;
-    auto g = std::make_shared<Graph>(dev_);
+    auto g = std::make_shared<Graph>(b_, dev_);
     g->hostOps = std::move(captureOps_);
     captureOps_.clear();
     KILN_ASSIGN_OR_RETURN(g->graph, dev_.endCapture(s_));
@@ -430,6 +438,7 @@ class GpuStream final : public Stream {
   };
   Expected<Staged> stage(size_t bytes);
   void unstage(const Staged& st);
+  Expected<void*> takePinned(size_t capacity);  // From the backend's pool.
   std::vector<Staged> staged_;
   std::vector<EventHandle> waits_;  // waitForExternal's events, until synchronize().
   bool capturing_ = false;
@@ -481,6 +490,8 @@ class GpuBackend final : public Backend {
   ~GpuBackend() override {
     std::lock_guard lock(streamsMu_);
     for (StreamHandle s : idleStreams_) dev_->destroyStream(s);
+    std::lock_guard pinnedLock(pinnedMu_);
+    for (const auto& [bytes, p] : pinned_) dev_->freeHost(p);
   }
 
   std::string_view name() const override { return name_; }
@@ -605,6 +616,20 @@ class GpuBackend final : public Backend {
   std::multimap<size_t, void*> pinned_;
 };
 
+void HostOp::release(GpuBackend& backend) {
+  for (size_t i = 0; i < in.size(); ++i) backend.givePinned(in[i], inCapacity[i]);
+  for (size_t i = 0; i < out.size(); ++i) backend.givePinned(out[i], outCapacity[i]);
+  in.clear();
+  out.clear();
+  inCapacity.clear();
+  outCapacity.clear();
+}
+
+Graph::~Graph() {
+  if (graph) dev.destroyGraph(graph);
+  for (auto& h : hostOps) h->release(backend);
+}
+
 GpuStream::GpuStream(GpuBackend& b, StreamHandle s) : b_(b), dev_(b.device()), s_(s) {}
 
 GpuStream::~GpuStream() {
@@ -623,6 +648,10 @@ Expected<GpuStream::Staged> GpuStream::stage(size_t bytes) {
 
 void GpuStream::unstage(const Staged& st) {
   b_.givePinned(st.host, st.capacity);
+}
+
+Expected<void*> GpuStream::takePinned(size_t capacity) {
+  return b_.takePinned(capacity);
 }
 
 void GpuStream::free(DeviceBuffer buffer) {

@@ -717,3 +717,24 @@ TEST_CASE("emu: a run on device tensors reads them after the stream that wrote t
   CHECK(refused.status().isUserError());
   CHECK_THAT(refused.status().message(), Catch::Contains("expected f32[2,1,28,28], got f32[4,4]"));
 }
+
+TEST_CASE("emu: a training step's host ops take pooled pinned buffers after its first run") {
+  // mnist_cnn's step runs its loss, the loss's gradient and the max-pool gradient on the host,
+  // each operand copied through a pinned buffer. Those come from the backend's pool: the later
+  // steps allocate none (on a GPU each allocation pins pages and each free waits for the device).
+  auto backend = runtime::gpu::backendForDevice("emu");
+  REQUIRE(backend.hasValue());
+  const runtime::gpu::DeviceApi& device = *runtime::gpu::gpuDevice(**backend);
+  compiler::TrainOptions o;
+  o.compile.backend = *backend;
+  o.mode.dropout = false;
+  auto steps = makeSteps("mnist_cnn", {.batch = 4, .seed = 3}, {&o});
+  std::mt19937 rng(5);
+  std::vector<runtime::gpu::EmuCounters> after;
+  for (int s = 0; s < 3; ++s) {
+    stepAll(steps, rng);
+    after.push_back(*runtime::gpu::emuCounters(device));
+  }
+  CHECK(after[2].hostFunctions > after[1].hostFunctions);  // Ops ran on the host.
+  CHECK(after[2].hostAllocations == after[0].hostAllocations);
+}
