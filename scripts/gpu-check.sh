@@ -88,13 +88,23 @@ nvidia-smi -L | tee "$out/device.txt"
 
 echo "== CUDA tests on the device"
 status=0
+# A crash's stack (tests/catch_main.cpp prints test_gpu(+0xOFFSET) per frame) with the frames'
+# function names, where binutils' addr2line is installed.
+symbolize() {
+  command -v addr2line >/dev/null || return 0
+  { grep -o 'test_gpu(+0x[0-9a-f]*)' "$1" || true; } | sed 's/.*(+\(0x[0-9a-f]*\))/\1/' | while read -r a; do
+    echo "  $a $(addr2line -f -C -e "$test_gpu" "$a" | head -1)"
+  done | tee -a "$1"
+}
 # KILN_GPU_CHECK_TEST_TIMEOUT: seconds the tests may take (a hung device fails them).
 KILN_TEST_DEVICE=cuda timeout "${KILN_GPU_CHECK_TEST_TIMEOUT:-1800}" "$test_gpu" "emu:*" -d yes 2>&1 | tee "$out/tests.txt" || status=1
+symbolize "$out/tests.txt"
 # The training comparison once more: on an H200 it died of SIGSEGV in 2 of 5 runs, cause not
 # found (docs/cuda.md); a crash prints the faulting thread's stack (tests/catch_main.cpp).
 KILN_TEST_DEVICE=cuda timeout "${KILN_GPU_CHECK_TEST_TIMEOUT:-1800}" "$test_gpu" \
   "emu: a compiled training step on the emu device matches the CPU's" 2>&1 |
   tee "$out/tests-training-again.txt" | tail -3 || status=1
+symbolize "$out/tests-training-again.txt"
 "$test_gpu" "nvrtc*" 2>&1 | tee "$out/nvrtc.txt" | grep -E "^nvrtc|passed|failed" || status=1
 # NCCL collectives on the device (a world of one rank: creation, in-place sums of device memory),
 # and a data-parallel training step whose gradient buckets NCCL sums on the GPU.
