@@ -68,9 +68,7 @@ void say(const char* s) {
 }
 
 // Not under a sanitizer: ASan and TSan report fatal signals themselves, with symbols.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-[[maybe_unused]] const bool kReportFatalSignals = false;
-#else
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 const bool kReportFatalSignals = [] {
   void* warm[1];
   backtrace(warm, 1);  // Loads the unwinder now, not inside the handler.

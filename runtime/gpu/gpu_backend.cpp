@@ -142,6 +142,15 @@ DevicePtr ptr(DeviceAddress a) {
 
 class GpuBackend;
 
+// Pinned host buffers are pooled by size (GpuBackend::takePinned): a power of two, at least
+// `least` bytes.
+size_t pinnedPoolSize(size_t bytes, size_t least) {
+  size_t size = least;
+  while (size < bytes) size *= 2;
+  return size;
+}
+constexpr size_t kHostOpPinnedBytes = 4096;  // An operand of an op run on the host: a page.
+
 // An op run on the host in stream order: its inputs are copied into pinned buffers, a host
 // function runs the CPU's kernel, and the outputs are copied back.
 struct HostOp {
@@ -153,9 +162,9 @@ struct HostOp {
   int numExtra = 0;
   LibraryOptions options;
   std::vector<ir::TensorType> inTypes, outTypes;
-  // Pinned host buffers from the backend's pool (GpuBackend::takePinned), and their sizes there.
+  // Pinned host buffers from the backend's pool (sized pinnedPoolSize(type's bytes,
+  // kHostOpPinnedBytes)).
   std::vector<void*> in, out;
-  std::vector<size_t> inCapacity, outCapacity;
   Status status;
 
   static void run(void* data) {
@@ -239,12 +248,6 @@ class GpuStream final : public Stream {
   // link's full speed): an upload copies the caller's bytes into one at once (so they may change
   // right after), a download lands in one and reaches the caller's memory in synchronize().
   static constexpr size_t kStageBytes = 64 * 1024;
-  // A host op's buffer size in the pinned pool: a power of two, at least a page.
-  static size_t pinnedCapacity(size_t bytes) {
-    size_t size = 4096;
-    while (size < bytes) size *= 2;
-    return size;
-  }
   Status upload(DeviceAddress dst, const std::byte* src, size_t bytes) override {
     if (bytes < kStageBytes) return dev_.copyToDevice(ptr(dst), src, bytes, s_);
     KILN_ASSIGN_OR_RETURN(Staged st, stage(bytes));
@@ -316,26 +319,24 @@ class GpuStream final : public Stream {
     h->numExtra = c.numExtra;
     h->options = c.options;
     h->options.validated = false;  // The device's prepare validated nothing on the host.
-    // The operands are copies in pinned buffers, freed at synchronize() and handed out again:
+    // The operands are copies in pinned buffers, pooled and handed out again after synchronize():
     // the plan's library cache, keyed by the weights' address, would give another op's weights.
     h->options.cache = nullptr;
     // Pinned buffers from the backend's pool, so that a step's host ops allocate none after its
-    // first run (cuMemHostAlloc and cuMemFreeHost pin and unpin pages, and the latter waits for
-    // the device). Held in hostOps_ or the captured graph from the start: freed on every path.
+    // first run (cuMemHostAlloc and cuMemFreeHost pin and unpin pages at every call). Held in
+    // hostOps_ or the captured graph from the start: given back on every path.
     HostOp* raw = h.get();
     (capturing_ ? captureOps_ : hostOps_).push_back(std::move(h));
     for (const DeviceTensor& t : inputs) {
-      const size_t capacity = pinnedCapacity(t.type.byteSize());
-      KILN_ASSIGN_OR_RETURN(void* p, takePinned(capacity));
+      KILN_ASSIGN_OR_RETURN(void* p,
+                            takePinned(pinnedPoolSize(t.type.byteSize(), kHostOpPinnedBytes)));
       raw->in.push_back(p);
-      raw->inCapacity.push_back(capacity);
       raw->inTypes.push_back(t.type);
     }
     for (const DeviceTensor& t : outputs) {
-      const size_t capacity = pinnedCapacity(t.type.byteSize());
-      KILN_ASSIGN_OR_RETURN(void* p, takePinned(capacity));
+      KILN_ASSIGN_OR_RETURN(void* p,
+                            takePinned(pinnedPoolSize(t.type.byteSize(), kHostOpPinnedBytes)));
       raw->out.push_back(p);
-      raw->outCapacity.push_back(capacity);
       raw->outTypes.push_back(t.type);
     }
     for (size_t i = 0; i < inputs.size(); ++i)
@@ -617,12 +618,12 @@ class GpuBackend final : public Backend {
 };
 
 void HostOp::release(GpuBackend& backend) {
-  for (size_t i = 0; i < in.size(); ++i) backend.givePinned(in[i], inCapacity[i]);
-  for (size_t i = 0; i < out.size(); ++i) backend.givePinned(out[i], outCapacity[i]);
+  for (size_t i = 0; i < in.size(); ++i)
+    backend.givePinned(in[i], pinnedPoolSize(inTypes[i].byteSize(), kHostOpPinnedBytes));
+  for (size_t i = 0; i < out.size(); ++i)
+    backend.givePinned(out[i], pinnedPoolSize(outTypes[i].byteSize(), kHostOpPinnedBytes));
   in.clear();
   out.clear();
-  inCapacity.clear();
-  outCapacity.clear();
 }
 
 Graph::~Graph() {
@@ -640,8 +641,7 @@ GpuStream::~GpuStream() {
 }
 
 Expected<GpuStream::Staged> GpuStream::stage(size_t bytes) {
-  size_t size = kStageBytes;
-  while (size < bytes) size *= 2;
+  const size_t size = pinnedPoolSize(bytes, kStageBytes);
   KILN_ASSIGN_OR_RETURN(void* p, b_.takePinned(size));
   return Staged{p, size, bytes, nullptr};
 }

@@ -605,9 +605,10 @@ graph res(%x : f32[2,8,10,10], %w1 : f32[8,8,3,3], %w2 : f32[8,8,1,1]) {
 }
 
 // Squeeze-excite after hardswish (as PyTorch exports it: x * clip(x / 6 + 1 / 2, 0, 1)): the
-// activation is stored by the kernel that averages it (an element output and a row output). The activation goes over the convolution's output, which nothing reads later,
-// as a pointwise kernel's would (written elsewhere, those writes cost mobilenet_v3_small's
-// kernels 3-8x their time on 2 threads); the mean is its own buffer.
+// activation is stored by the kernel that averages it (an element output and a row output). The
+// activation goes over the convolution's output, which nothing reads later, as a pointwise
+// kernel's would (written elsewhere, those writes cost mobilenet_v3_small's kernels 3-8x their
+// time on 2 threads); the mean is its own buffer.
 TEST_CASE("a reduction's element output goes over its input in place beside its row output") {
   auto g = ir::parseGraph(R"(
 graph se(%x : f32[1,32,7,7], %w : f32[32,32,1,1], %w2 : f32[32,32,1,1], %c : f32[], %d : f32[]) {

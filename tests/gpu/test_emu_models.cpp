@@ -721,7 +721,7 @@ TEST_CASE("emu: a run on device tensors reads them after the stream that wrote t
 TEST_CASE("emu: a training step's host ops take pooled pinned buffers after its first run") {
   // mnist_cnn's step runs its loss, the loss's gradient and the max-pool gradient on the host,
   // each operand copied through a pinned buffer. Those come from the backend's pool: the later
-  // steps allocate none (on a GPU each allocation pins pages and each free waits for the device).
+  // steps allocate none (on a GPU each allocation pins pages and each free unpins them).
   auto backend = runtime::gpu::backendForDevice("emu");
   REQUIRE(backend.hasValue());
   const runtime::gpu::DeviceApi& device = *runtime::gpu::gpuDevice(**backend);

@@ -538,6 +538,25 @@ std::string convPoolIr(bool nhwc, const ir::Shape& x, const ir::Shape& w, const 
          "  return %o\n}";
 }
 
+// A convolution with unit strides and dilations and no padding, as one library call with a
+// post-op no device descriptor takes (a sigmoid): it runs on the host.
+struct HostConvCall {
+  ir::AttrMap attrs = {{"strides", std::vector<int64_t>{1, 1}},
+                       {"pads", std::vector<int64_t>{0, 0, 0, 0}},
+                       {"dilations", std::vector<int64_t>{1, 1}},
+                       {"group", int64_t{1}}};
+  runtime::PostOp sigmoid{runtime::PostOp::Kind::kSigmoid};
+  runtime::OpCall call;
+  HostConvCall() {
+    call.name = "conv";
+    call.op = ir::OpKind::kConv2d;
+    call.attrs = &attrs;
+    call.library = true;
+    call.postOps = std::span(&sigmoid, 1);
+  }
+  HostConvCall(const HostConvCall&) = delete;  // call points into it.
+};
+
 }  // namespace
 
 TEST_CASE("library calls: channels-last convolutions (KRSC filters) and poolings on the device") {
@@ -603,11 +622,9 @@ TEST_CASE("library calls: channels-last convolutions (KRSC filters) and poolings
 
   // A channels-last call no descriptor takes (a sigmoid epilogue) runs on the host, relayouted.
   const ir::Shape x{2, 3, 6, 5}, w{4, 3, 3, 3}, y{2, 4, 4, 3};
-  ir::AttrMap attrs;
-  attrs["strides"] = std::vector<int64_t>{1, 1};
-  attrs["pads"] = std::vector<int64_t>{0, 0, 0, 0};
-  attrs["dilations"] = std::vector<int64_t>{1, 1};
-  attrs["group"] = int64_t{1};
+  HostConvCall conv;
+  const ir::AttrMap& attrs = conv.attrs;
+  runtime::OpCall& call = conv.call;
   const ir::TensorType types[] = {{ir::DType::kF32, x, ir::Layout::kNHWC},
                                   {ir::DType::kF32, w, ir::Layout::kNHWC},
                                   {ir::DType::kF32, y, ir::Layout::kNHWC}};
@@ -620,13 +637,6 @@ TEST_CASE("library calls: channels-last convolutions (KRSC filters) and poolings
   auto want = runtime::runReferenceOp(ir::OpKind::kConv2d, plainIn, attrs);
   REQUIRE(want.hasValue());
   const ir::AttrMap toNhwc = {{"from", std::string("plain")}, {"to", std::string("nhwc")}};
-  const runtime::PostOp sigmoid{runtime::PostOp::Kind::kSigmoid};
-  runtime::OpCall call;
-  call.name = "conv";
-  call.op = ir::OpKind::kConv2d;
-  call.attrs = &attrs;
-  call.library = true;
-  call.postOps = std::span(&sigmoid, 1);
   call.options.channelsLast = true;
   CHECK(runtime::gpu::describeLibraryCall(call, std::span(types, 2), types[2]).status().code() ==
         ErrorCode::kUnimplemented);
@@ -794,27 +804,17 @@ TEST_CASE("library calls: gradient algorithms are timed like the forward's and r
 
 TEST_CASE("library calls: an op run on the host keeps no weights by its pinned buffer's address") {
   // Calls of one convolution shape with different weights, one per synchronize(). An op run on
-  // the host reads copies of its operands in pinned buffers that are freed at synchronize(), and
-  // a later op's operands may be given the same addresses (cuMemHostAlloc can hand them back). A
-  // plan's library cache (given for constant weights) keys reordered weights by their address,
-  // so an op on the host must not use it: each call gets its own weights, and the cache stays
-  // empty (it held one entry per call before).
+  // the host reads copies of its operands in pinned buffers that go back to the backend's pool at
+  // synchronize(), so each call's weights land at the address of the last call's. A plan's
+  // library cache (given for constant weights) keys reordered weights by their address, so an
+  // op on the host must not use it: each call gets its own weights, and the cache stays empty.
   auto emu = runtime::gpu::backendForDevice("emu");
   REQUIRE(emu.hasValue());
   const ir::Shape x{1, 16, 8, 8}, w{16, 16, 1, 1};
-  ir::AttrMap attrs;
-  attrs["strides"] = std::vector<int64_t>{1, 1};
-  attrs["pads"] = std::vector<int64_t>{0, 0, 0, 0};
-  attrs["dilations"] = std::vector<int64_t>{1, 1};
-  attrs["group"] = int64_t{1};
-  const runtime::PostOp sigmoid{runtime::PostOp::Kind::kSigmoid};  // No descriptor takes it.
+  HostConvCall conv;
+  const ir::AttrMap& attrs = conv.attrs;
+  runtime::OpCall& call = conv.call;
   runtime::LibraryCache cache;
-  runtime::OpCall call;
-  call.name = "conv";
-  call.op = ir::OpKind::kConv2d;
-  call.attrs = &attrs;
-  call.library = true;
-  call.postOps = std::span(&sigmoid, 1);
   call.options.cache = &cache;
   const ir::TensorType types[] = {f32(x), f32(w), f32(x)};
   REQUIRE(runtime::gpu::describeLibraryCall(call, std::span(types, 2), types[2]).status().code() ==
