@@ -1,10 +1,35 @@
 #include "ir/tensor_data.h"
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <new>
 
 namespace kiln::ir {
 
 namespace {
+
+// `v`'s bits in a 16-bit float with `mant` mantissa bits and exponent bias `bias` when `v` is
+// exactly representable there (0, 1, 0.5, -2, ...), else `nan`.
+uint16_t exactHalfBits(double v, int mant, int bias, uint16_t nan) {
+  if (v == 0) return std::signbit(v) ? 0x8000 : 0;
+  if (!std::isfinite(v)) return nan;
+  const uint16_t sign = v < 0 ? 0x8000 : 0;
+  int e = 0;
+  const double m = std::frexp(std::fabs(v), &e);  // |v| = m 2^e, m in [0.5, 1).
+  const int exponent = e - 1 + bias;              // Biased, for 1.f * 2^(e-1).
+  if (exponent >= 2 * bias + 1) return nan;       // Past the largest finite value.
+  if (exponent >= 1) {                            // Normal: mant + 1 significant bits.
+    const double q = std::ldexp(m, mant + 1);
+    if (q != std::floor(q)) return nan;
+    return static_cast<uint16_t>(sign | (exponent << mant) | (static_cast<int>(q) - (1 << mant)));
+  }
+  const double q =
+      std::ldexp(std::fabs(v), bias - 1 + mant);  // Subnormal: in units of 2^(1-bias-mant).
+  if (q != std::floor(q) || q >= (1 << mant)) return nan;
+  return static_cast<uint16_t>(sign | static_cast<int>(q));
+}
+
 struct AlignedDelete {
   void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
 };
@@ -25,10 +50,48 @@ bool TensorData::bitwiseEqual(const TensorData& other) const {
 
 TensorData TensorData::scalar(DType dtype, double value) {
   TensorData out(dtype, {});
-  if (dtype == DType::kF64)
-    *out.as<double>() = value;
-  else
-    *out.as<float>() = static_cast<float>(value);
+  auto put = [&](auto v) { std::memcpy(out.data_.get(), &v, sizeof(v)); };
+  switch (dtype) {
+    case DType::kF64:
+      put(value);
+      break;
+    case DType::kF32:
+      put(static_cast<float>(value));
+      break;
+    case DType::kI64:
+      put(static_cast<int64_t>(value));
+      break;
+    case DType::kI32:
+      put(static_cast<int32_t>(value));
+      break;
+    case DType::kI8:
+      put(static_cast<int8_t>(value));
+      break;
+    case DType::kU8:
+      put(static_cast<uint8_t>(value));
+      break;
+    case DType::kI16:
+      put(static_cast<int16_t>(value));
+      break;
+    case DType::kU16:
+      put(static_cast<uint16_t>(value));
+      break;
+    case DType::kU32:
+      put(static_cast<uint32_t>(value));
+      break;
+    case DType::kU64:
+      put(static_cast<uint64_t>(value));
+      break;
+    case DType::kBool:
+      put(static_cast<uint8_t>(value != 0));
+      break;
+    case DType::kF16:
+      put(exactHalfBits(value, 10, 15, 0x7E00));
+      break;
+    case DType::kBF16:
+      put(exactHalfBits(value, 7, 127, 0x7FC0));
+      break;
+  }
   return out;
 }
 

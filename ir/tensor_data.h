@@ -39,7 +39,10 @@ class TensorData {
   // Bitwise equality of dtype, shape and bytes.
   bool bitwiseEqual(const TensorData& other) const;
   bool operator==(const TensorData& other) const { return bitwiseEqual(other); }
-  // A 0-d f32 or f64 tensor holding `value` (the constants passes add: 1, 0, a learning rate).
+  // A 0-d tensor holding `value` (the constants passes add: 1, 0, a learning rate, a step
+  // counter's increment), converted as static_cast does. f16 and bf16 hold it where it is
+  // exactly representable, else NaN: rounding them is the runtime's (a cast node does it:
+  // passes::GraphBuilder::scalar).
   static TensorData scalar(DType dtype, double value);
   // A deep copy with its own storage.
   TensorData clone() const;

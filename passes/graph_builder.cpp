@@ -13,7 +13,14 @@ Expected<ir::Value*> GraphBuilder::op(ir::OpKind k, std::vector<ir::Value*> ins,
 }
 
 Expected<ir::Value*> GraphBuilder::scalar(ir::DType dtype, double v) {
-  return g_.addParameter(g_.freshName(), ir::TensorData::scalar(dtype, v), /*trainable=*/false);
+  const bool half = dtype == ir::DType::kF16 || dtype == ir::DType::kBF16;
+  KILN_ASSIGN_OR_RETURN(
+      ir::Value * p,
+      g_.addParameter(g_.freshName(), ir::TensorData::scalar(half ? ir::DType::kF32 : dtype, v),
+                      /*trainable=*/false));
+  if (!half) return p;
+  // Rounded once by the cast (constant folding runs it on the reference kernels).
+  return op(ir::OpKind::kCast, {p}, {{"to", std::string(ir::dtypeName(dtype))}});
 }
 
 Expected<ir::Value*> GraphBuilder::mulScalar(ir::Value* v, double s) {

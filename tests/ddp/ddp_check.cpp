@@ -1,7 +1,8 @@
 // Data-parallel training over MPI, run by ctest under `mpirun -np 2` (tests/CMakeLists.txt):
 //   ddp_check equivalence  10 steps on 2 ranks with batch B each give the parameters and optimizer
-//                          state of one process with batch 2B (within 1e-5, relative to each
-//                          tensor's largest value): mnist_cnn with dropout on (masks keyed by the
+//                          state of one process with batch 2B (after the first step within 1e-5
+//                          of each tensor's largest value, after 10 within 1e-2 in L2 per
+//                          tensor: equivalence()): mnist_cnn with dropout on (masks keyed by the
 //                          global sample index), SGD with Nesterov momentum and AdamW, compiled
 //                          with small buckets (started during the backward) and eager; on the
 //                          emu device with host buckets and with device buckets.
@@ -26,6 +27,9 @@ using namespace kiln;
 namespace {
 
 int failures = 0;
+// The state after 10 steps, in L2 per tensor (equivalence(); measured: up to 4.6e-4 on emu,
+// where near-tied max-pooling windows flipped).
+constexpr double kL2Tolerance = 1e-2;
 
 void check(bool ok, const std::string& what, int rank) {
   if (rank == 0) std::printf("%s: %s\n", ok ? "ok" : "FAILED", what.c_str());
@@ -73,10 +77,11 @@ std::unique_ptr<compiler::TrainingStep> makeStep(const std::string& model, int64
   return orDie(compiler::TrainingStep::create(std::move(g), o), "creating the step");
 }
 
-// The largest difference over the largest value, per tensor; the worst over the state
-// (parameters and optimizer state: momenta, Adam's moments).
+// The largest difference over the largest value (or, `l2`, the difference's L2 norm over the
+// tensor's), per tensor; the worst over the state (parameters and optimizer state: momenta,
+// Adam's moments).
 double worstDifference(const compiler::TrainingStep& a, const compiler::TrainingStep& b,
-                       std::string& worstName) {
+                       std::string& worstName, bool l2 = false) {
   double worst = 0;
   const auto sb = b.state();
   int compared = 0;
@@ -93,9 +98,14 @@ double worstDifference(const compiler::TrainingStep& a, const compiler::Training
     double diff = 0, scale = 0;
     for (int64_t i = 0; i < t.numElements(); ++i) {
       const double d = std::abs(double(t.as<float>()[i]) - it->second.as<float>()[i]);
-      diff = std::isnan(d) ? INFINITY : std::max(diff, d);  // A NaN on one side is a difference.
-      scale = std::max(scale, std::abs(double(it->second.as<float>()[i])));
+      const double v = std::abs(double(it->second.as<float>()[i]));
+      if (std::isnan(d))
+        diff = INFINITY;  // A NaN on one side is a difference.
+      else
+        diff = l2 ? diff + d * d : std::max(diff, d);
+      scale = l2 ? scale + v * v : std::max(scale, v);
     }
+    if (l2) diff = std::sqrt(diff), scale = std::sqrt(scale);
     const double rel = scale > 0 ? diff / scale : diff;
     if (rel > worst) {
       worst = rel;
@@ -129,6 +139,8 @@ void equivalence(const std::shared_ptr<runtime::Collectives>& comm, const std::s
   sample.erase(sample.begin());
   bool lossesMatch = true;
   int early = 0;
+  double firstWorst = 0;
+  std::string firstName;
   for (int s = 0; s < 10; ++s) {
     auto [x, y] = globalBatch(sample, batch * ranks, s);
     auto r = orDie((*step)(rows(x, rank * batch, batch), rows(y, rank * batch, batch)), "ddp step");
@@ -136,19 +148,29 @@ void equivalence(const std::shared_ptr<runtime::Collectives>& comm, const std::s
     if (single) {
       auto rs = orDie((*single)(x, y), "single step");
       lossesMatch &= std::abs(rs.loss - r.loss) <= 1e-5 * std::abs(rs.loss);
+      if (s == 0) firstWorst = worstDifference(*step, *single, firstName);
     }
   }
+  // After the first step, from the same weights, every element agrees within `tol` (a gradient
+  // element summed or copied wrongly, a mask drawn for the wrong samples, is O(1) off). Later
+  // steps start from weights that differ by rounding (the batch's sums run in another order), and
+  // a max-pooling window whose two largest values are that close may choose the other one, moving
+  // its gradient to another element, and the runs diverge from there (measured on emu: 1.8e-3 of
+  // conv2.weight.momentum's largest value after 10 steps, 4.6e-4 of conv1.weight.momentum in
+  // L2): after 10 steps the state is compared in L2, where a bucket or a rank's contribution lost
+  // or doubled weighs O(1).
   double worst = 0;
   std::string name;
-  if (single) worst = worstDifference(*step, *single, name);
-  char what[320];
+  if (single) worst = worstDifference(*step, *single, name, /*l2=*/true);
+  char what[480];
   std::snprintf(what, sizeof what,
-                "%s: %d ranks x batch %lld == 1 process x batch %lld after 10 steps within %.0e "
-                "(worst %.2g in '%s'; the global losses match: %s)",
+                "%s: %d ranks x batch %lld == 1 process x batch %lld after 1 step within %.0e "
+                "(worst %.2g in '%s'), after 10 steps within %.0e in L2 (worst %.2g in '%s'); the "
+                "global losses match: %s",
                 label.c_str(), ranks, static_cast<long long>(batch),
-                static_cast<long long>(batch * ranks), tol, worst, name.c_str(),
-                lossesMatch ? "yes" : "no");
-  check(worst <= tol && lossesMatch, what, rank);
+                static_cast<long long>(batch * ranks), tol, firstWorst, firstName.c_str(),
+                kL2Tolerance, worst, name.c_str(), lossesMatch ? "yes" : "no");
+  check(firstWorst <= tol && worst <= kL2Tolerance && lossesMatch, what, rank);
   if (!o.eager && bucketBytes < (1 << 20))
     check(early > 0 && step->allReduceBuckets() > 1,
           label + ": " + std::to_string(step->allReduceBuckets()) + " buckets, " +
