@@ -92,8 +92,9 @@ int64_t Kernel::numUnits() const {
 Expected<Kernel> horizontalKernel(std::string name, std::vector<Kernel> parts) {
   std::vector<Kernel> flat;
   for (Kernel& k : parts) {
-    if (k.isReduction())
-      return invalidArgument("horizontal kernel " + name + ": part " + k.name + " is a reduction");
+    if (k.isReduction() || k.isOpKernel())
+      return invalidArgument("horizontal kernel " + name + ": part " + k.name + " is " +
+                             (k.isOpKernel() ? "an op kernel" : "a reduction"));
     if (k.isHorizontal())
       for (Kernel& p : k.parts) flat.push_back(std::move(p));
     else

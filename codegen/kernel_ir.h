@@ -65,6 +65,16 @@ struct Store {
   bool row = false;  // Stored once per row (its access has stride 0 along the reduced dim).
 };
 
+// An op kernel's argument holding class indices (a loss's targets), read without an error path:
+// each in [0, limit) or equal to `ignore`, else the kernel writes NaN where it is used. The
+// compiler gives such kernels only graph inputs, which the plan checks on the host
+// (runtime::Plan::classIndexChecks).
+struct ClassIndexArg {
+  int arg = 0;
+  int64_t limit = 0;
+  int64_t ignore = 0;
+};
+
 struct KernelArg {
   std::string value;  // The graph value it holds (for reports and the plan).
   ScalarType type = ScalarType::kF32;
@@ -90,8 +100,19 @@ struct Kernel {
   std::vector<Kernel> parts;
   std::vector<std::vector<int>> partArgs;
 
+  // A kernel written for one op (codegen/op_kernels.h) rather than lowered from a fusion group:
+  // `source` is its whole CUDA C function (arguments as `args`, the CUDA ABI of render.h), a
+  // grid-stride loop over the elements of `domain` (its output's), launched as a pointwise
+  // kernel. It has no loads, expressions or stores, and no CPU dialect.
+  std::string source;
+  // An op kernel launched as one block of kCudaBlock threads, not over a grid (one that reduces
+  // over all its rows: a loss's mean).
+  bool oneBlock = false;
+  std::vector<ClassIndexArg> classIndexArgs;
+
   bool isReduction() const { return reduceDim >= 0; }
   bool isHorizontal() const { return !parts.empty(); }
+  bool isOpKernel() const { return !source.empty(); }
   // Pointwise kernels split their innermost dim into chunks of this many elements, so that a
   // 1-D domain still spreads over threads.
   static constexpr int64_t kChunk = 4096;

@@ -891,6 +891,7 @@ CudaLaunchGeometry cudaLaunchGeometry(const Kernel& k, int multiProcessors,
     return static_cast<int>(std::clamp<int64_t>((threads + 31) / 32 * 32, 32, maxBlock));
   };
   CudaLaunchGeometry g;
+  if (k.oneBlock) return {kCudaBlock, 1};
   if (k.isReduction()) {
     // Up to 512 threads per row; 2048 resident threads per SM, four waves.
     int64_t want = 32;
@@ -941,6 +942,9 @@ std::string renderHorizontal(const Kernel& k) {
 }  // namespace
 
 std::string renderKernel(const Kernel& k, Dialect d) {
+  if (k.isOpKernel())  // CUDA C only: the CPU runs these ops on its library and reference kernels.
+    return d == Dialect::kCuda ? k.source
+                               : "#error \"op kernel " + k.name + " has no CPU dialect\"\n";
   if (!k.isHorizontal()) return Printer(k, d).run();
   if (d == Dialect::kCpu) return renderHorizontal(k);
   // CUDA C: each part a kernel of its own. The scheduler joins kernels for the CPU only (a GPU

@@ -98,9 +98,11 @@ struct CompileOptions {
 struct KernelSource {
   std::string name;
   std::string module;
-  std::string group;  // "pointwise", "reduction", "view" or "horizontal" (codegen::Kernel::parts).
-  std::string cpp;    // The kernel alone (without the prelude).
-  std::string cuda;   // When cudaCheck.
+  // "pointwise", "reduction", "view", "horizontal" (codegen::Kernel::parts) or "op" (an op
+  // kernel: codegen/op_kernels.h).
+  std::string group;
+  std::string cpp;   // The kernel alone (without the prelude).
+  std::string cuda;  // When cudaCheck.
 };
 
 // What one plan step computes, for profiles: its ops in order, each once ("conv2d+add+relu"),

@@ -65,6 +65,7 @@ class PlanBuilder {
   // every output of the kernel (of a horizontal kernel: of the part that writes argument `out`;
   // no other part may read `a`, as they run at the same time).
   static bool readsOnlyWhereStored(const codegen::Kernel& k, int a, int out) {
+    if (k.isOpKernel()) return false;  // Its accesses are its source's: nothing to compare.
     auto sameMaps = [](const codegen::Kernel& part, int arg) {
       for (const auto& l : part.loads)
         for (const auto& st : part.stores)
@@ -243,6 +244,7 @@ class PlanBuilder {
     MemoryPlan mp = planMemory(requests);
     KILN_TRY(checkMemoryPlan(requests, mp).withContext("internal memory plan check"));
     plan->arenaBytes = mp.arenaBytes;
+    plan->classIndexChecks = s_.classIndexChecks;
     report_.arenaBytes = mp.arenaBytes;
     report_.arenaLowerBound = mp.lowerBound;
     report_.inplaceReuses = mp.inplaceReuses;

@@ -1,6 +1,9 @@
 #include "compiler/schedule.h"
 
+#include <algorithm>
+
 #include "codegen/lower.h"
+#include "codegen/op_kernels.h"
 
 namespace kiln::compiler {
 
@@ -110,6 +113,42 @@ class Scheduler {
     return Status::ok();
   }
 
+  // A lone op that a backend running CUDA kernels would otherwise run on the host (no library
+  // kernel for it) becomes its op kernel where codegen has one (codegen/op_kernels.h).
+  Expected<bool> addOpKernelStep(const ir::FusionGroup& g) {
+    if (g.nodes.size() != 1 || !backend_.caps().runsCudaKernels()) return false;
+    const ir::Node& n = *g.nodes.front();
+    if (n.outputs().size() != 1) return false;
+    const ir::TensorType& t = n.output()->type();
+    if (backend_.hasLibraryKernel(n.op(), t.dtype, t.layout)) return false;
+    const std::string name = "kiln_k" + std::to_string(s_.kernels.size());
+    Expected<codegen::Kernel> k = codegen::opKernel(n, name);
+    if (!k) {
+      if (k.status().code() == ErrorCode::kUnimplemented) return false;  // On the host.
+      return k.status();
+    }
+    // Class indices it reads unchecked must be graph inputs, which the plan checks on the host;
+    // computed ones stay with the host's kernel, which checks them.
+    std::vector<runtime::ClassIndexCheck> checks;
+    for (const codegen::ClassIndexArg& c : k->classIndexArgs) {
+      const ir::Value* v = n.input(static_cast<size_t>(c.arg));
+      const auto& ins = graph_.inputs();
+      const auto at = std::find(ins.begin(), ins.end(), v);
+      if (at == ins.end()) return false;
+      checks.push_back(
+          {static_cast<int>(at - ins.begin()), c.limit, c.ignore, std::string(ir::opName(n.op()))});
+    }
+    s_.classIndexChecks.insert(s_.classIndexChecks.end(), checks.begin(), checks.end());
+    StepDraft s(runtime::PlanStep::Kind::kKernel, name);
+    s.nodes = {g.nodes.front()};
+    s.kernel = static_cast<int>(s_.kernels.size());
+    KILN_TRY(setKernelValues(s, *k));
+    s_.kernelGroup.push_back("op");
+    s_.kernels.push_back(std::move(*k));
+    s_.steps.push_back(std::move(s));
+    return true;
+  }
+
   Status addReferenceSteps(const ir::FusionGroup& g) {
     for (const ir::Node* n : g.nodes) {
       for (const ir::Value* v : n->inputs())
@@ -199,6 +238,10 @@ class Scheduler {
   Status buildSteps() {
     for (const ir::Value* v : graph_.outputs()) graphOutputs_.insert(v);
     for (const auto& g : groups_) {
+      if (g.kind == ir::GroupKind::kLibrary || g.kind == ir::GroupKind::kOther) {
+        KILN_ASSIGN_OR_RETURN(const bool added, addOpKernelStep(g));
+        if (added) continue;
+      }
       switch (g.kind) {
         case ir::GroupKind::kLibrary:
           KILN_TRY(addLibraryStep(g));

@@ -842,7 +842,24 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
     for (PlanStep& s : plan->plan->steps)
       s.libraryOptions.tf32 =
           info.precision == "tf32" && s.kind == PlanStep::Kind::kOp && s.library;
-    if (r.ok() && !r.atEnd()) r.fail("bytes after the precision");
+    if (r.ok() && !r.atEnd()) {
+      const size_t checks = r.count(32);
+      const auto& inputs = plan->plan->inputs;
+      for (size_t i = 0; r.ok() && i < checks; ++i) {
+        ClassIndexCheck k;
+        k.input = static_cast<int>(r.i64());
+        k.limit = r.i64();
+        k.ignore = r.i64();
+        k.op = r.str();
+        if (r.ok() && (k.input < 0 || static_cast<size_t>(k.input) >= inputs.size() ||
+                       (inputs[k.input].dtype != ir::DType::kI64 &&
+                        inputs[k.input].dtype != ir::DType::kI32) ||
+                       k.limit < 1))
+          r.fail("class-index check " + std::to_string(i));
+        plan->plan->classIndexChecks.push_back(std::move(k));
+      }
+    }
+    if (r.ok() && !r.atEnd()) r.fail("bytes after the class-index checks");
     KILN_TRY(r.status().withContext("artifact '" + path + "'"));
   }
   const auto weights = o.sections.at("weights");
@@ -927,6 +944,18 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
     bool tf32 = false;
     for (const PlanStep& s : c.plan->steps) tf32 = tf32 || s.libraryOptions.tf32;
     device.str(tf32 ? "tf32" : "fp32");
+    // The class-index inputs its op kernels read unchecked (absent before op kernels): a reader
+    // that does not know them refuses the artifact (bytes after the precision) rather than run
+    // without the checks.
+    if (!c.plan->classIndexChecks.empty()) {
+      device.u64(c.plan->classIndexChecks.size());
+      for (const ClassIndexCheck& k : c.plan->classIndexChecks) {
+        device.i64(k.input);
+        device.i64(k.limit);
+        device.i64(k.ignore);
+        device.str(k.op);
+      }
+    }
     sections.push_back({"device", std::move(device.out())});
   }
   ByteWriter weights;

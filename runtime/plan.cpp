@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "ir/timing.h"
+#include "runtime/reference/kernels.h"
 
 namespace kiln::runtime {
 
@@ -251,6 +252,9 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     KILN_ASSIGN_OR_RETURN(Tensor c, t.contiguous());
     ins.push_back(std::move(c));
   }
+  for (const ClassIndexCheck& c : plan_->classIndexChecks)
+    KILN_TRY(checkClassIndices(c.op, ins[static_cast<size_t>(c.input)], c.limit, c.ignore)
+                 .withContext("input '" + plan_->inputNames[static_cast<size_t>(c.input)] + "'"));
   Io io;
   io.hostIn = ins;
   std::vector<Tensor> outs;

@@ -56,6 +56,18 @@ struct PlanStep {
   LibraryOptions libraryOptions;  // Its cache is the executor's.
 };
 
+// A graph input holding class indices (a loss's targets) that a step reads without checking
+// them (a GPU's op kernel, which writes NaN for an index out of range): each must lie in
+// [0, limit) or equal `ignore`. run() checks host inputs before any step, with the reference
+// kernels' error (checkClassIndices); runOnDevice() cannot read device inputs, so there an
+// index out of range gives NaN.
+struct ClassIndexCheck {
+  int input = 0;
+  int64_t limit = 0;
+  int64_t ignore = 0;
+  std::string op;  // The op that reads them ("cross_entropy_loss"), for the error.
+};
+
 struct Plan {
   // Whether a step writes a parameter (a training step's in-place updates): such a plan runs
   // one call at a time.
@@ -77,6 +89,7 @@ struct Plan {
   // within the call instead where that is cheaper (winograd convolutions).
   bool parametersVary = false;
   std::vector<PlanStep> steps;
+  std::vector<ClassIndexCheck> classIndexChecks;
   int64_t arenaBytes = 0;
   // The backend the plan runs on (its kernels are loaded there); null: defaultBackend().
   std::shared_ptr<Backend> backend;

@@ -32,6 +32,11 @@ void registerLossKernels(RefKernelTable& t);      // nll_loss, cross_entropy_los
 // nullptr when the op has no reference kernel (a test asserts none is missing).
 RefKernel referenceKernel(ir::OpKind op);
 
+// The loss kernels' check of class-index targets (i64 or i32): each in [0, classes) or equal to
+// `ignore`, else kInvalidArgument naming `op`, the position, the value and the valid range.
+Status checkClassIndices(std::string_view op, const Tensor& target, int64_t classes,
+                         int64_t ignore);
+
 // Infers output types, allocates outputs and runs the reference kernel; inputs may be
 // non-contiguous. The convenience entry point for tests and constant folding.
 Expected<std::vector<Tensor>> runReferenceOp(ir::OpKind op, std::vector<Tensor> inputs,

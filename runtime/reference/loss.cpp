@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/reference/helpers.h"
+#include "runtime/reference/kernels.h"
 
 namespace kiln::runtime {
 
@@ -33,6 +34,20 @@ Status readTargets(std::string_view op, const Tensor& target, int64_t classes, i
   }
   return Status::ok();
 }
+
+}  // namespace
+
+Status checkClassIndices(std::string_view op, const Tensor& target, int64_t classes,
+                         int64_t ignore) {
+  std::vector<int64_t> read;
+  if (target.dtype() == ir::DType::kI64)
+    return readTargets<int64_t>(op, target, classes, ignore, read);
+  if (target.dtype() == ir::DType::kI32)
+    return readTargets<int32_t>(op, target, classes, ignore, read);
+  return ref::unsupportedDType(std::string(op) + " (target)", target.dtype());
+}
+
+namespace {
 
 // Per-target loss -log p(target), where logProb(n, k, c) is the log-probability of class c at
 // sample n and spatial position k. Ignored targets contribute 0 and are not counted.

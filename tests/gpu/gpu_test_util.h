@@ -3,6 +3,7 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -12,8 +13,18 @@
 #include "codegen/cpu_compiler.h"
 #include "codegen/prelude.h"
 #include "runtime/gpu/emu_device.h"
+#include "runtime/gpu/gpu_backend.h"
 
 namespace kiln::testing {
+
+// The device under test: emu, or $KILN_TEST_DEVICE (scripts/gpu-check.sh sets cuda).
+inline std::shared_ptr<runtime::Backend> testDevice() {
+  const char* env = std::getenv("KILN_TEST_DEVICE");
+  auto b = runtime::gpu::backendForDevice(env && *env ? env : "emu");
+  INFO(b.status().message());
+  REQUIRE(b.hasValue());
+  return *b;
+}
 
 class EmuModule {
  public:

@@ -206,3 +206,46 @@ TEST_CASE("cubin artifacts: a GPU loads its cubins, a cubin of its major archite
   REQUIRE_FALSE(damaged.hasValue());
   CHECK_THAT(damaged.status().message(), Catch::Contains("architecture 'sm_8x'"));
 }
+
+TEST_CASE("emu artifacts: the class-index checks of op kernels come back with the plan") {
+  // The loss's op kernels read the labels unchecked; the plan checks them on the host, so a
+  // loaded artifact must check them too (the device section carries them).
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  ir::Graph g("loss");
+  ir::Value* x = *g.addInput("logits", ir::TensorType(ir::DType::kF32, {3, 4}));
+  ir::Value* t = *g.addInput("labels", ir::TensorType(ir::DType::kI32, {3}));
+  g.setOutputs({(*g.addNode(ir::OpKind::kCrossEntropyLoss, {x, t},
+                            {{"reduction", std::string("sum")}, {"ignore_index", int64_t{-100}}}))
+                    ->output()});
+  TempDir dir;
+  compiler::CompileOptions o;
+  o.cacheDir = (dir.path / "cache").string();
+  o.backend = *emu;
+  auto cm = compiler::compile(g, o);
+  REQUIRE(cm.hasValue());
+  REQUIRE((*cm)->plan().classIndexChecks.size() == 1);
+  const std::string file = (dir.path / "loss.kiln").string();
+  REQUIRE(compiler::saveArtifact(**cm, file, "loss").isOk());
+  runtime::LoadOptions lo;
+  lo.backend = *emu;
+  auto loaded = runtime::loadArtifact(file, lo);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  REQUIRE((*loaded)->plan().classIndexChecks.size() == 1);
+  const runtime::ClassIndexCheck& c = (*loaded)->plan().classIndexChecks[0];
+  CHECK(c.input == 1);
+  CHECK(c.limit == 4);
+  CHECK(c.ignore == -100);
+  CHECK(c.op == "cross_entropy_loss");
+  Tensor logits = *Tensor::zeros(ir::DType::kF32, {3, 4});
+  Tensor labels = *Tensor::zeros(ir::DType::kI32, {3});
+  labels.data<int32_t>()[1] = 4;
+  auto r = (*loaded)->run(std::vector<Tensor>{logits, labels});
+  REQUIRE_FALSE(r.hasValue());
+  CHECK_THAT(r.status().message(), Catch::Contains("target class 4 at flat position 1"));
+  labels.data<int32_t>()[1] = 3;
+  auto ok = (*loaded)->run(std::vector<Tensor>{logits, labels});
+  REQUIRE(ok.hasValue());
+  CHECK(std::fabs((*ok)[0].elementAsDouble(0) - 3 * std::log(4.0)) < 1e-5);
+}

@@ -18,6 +18,7 @@
 #include "compiler/eager_kernels.h"
 #include "compiler/train.h"
 #include "frontends/onnx/onnx_import.h"
+#include "gpu_test_util.h"
 #include "ir/parser.h"
 #include "models/zoo.h"
 #include "random_inputs.h"
@@ -30,15 +31,6 @@ using namespace kiln;
 using runtime::Tensor;
 
 namespace {
-
-// The device under test: emu, or $KILN_TEST_DEVICE (scripts/gpu-check.sh sets cuda).
-std::shared_ptr<runtime::Backend> emu() {
-  const char* env = std::getenv("KILN_TEST_DEVICE");
-  auto b = runtime::gpu::backendForDevice(env && *env ? env : "emu");
-  INFO(b.status().message());
-  REQUIRE(b.hasValue());
-  return *b;
-}
 
 // One kernel cache directory for the process, removed at exit: the tests compile the same
 // models more than once.
@@ -94,7 +86,7 @@ std::unique_ptr<compiler::CompiledModel> compileForDevice(const ir::Graph& g) {
   TempCache cache;
   compiler::CompileOptions o;
   o.cacheDir = cache.path;
-  o.backend = emu();
+  o.backend = testing::testDevice();
   auto cm = compiler::compile(g, o);
   INFO(cm.status().message());
   REQUIRE(cm.hasValue());
@@ -158,13 +150,13 @@ TEST_CASE("emu: every zoo model runs compiled and eager on the emu device, match
   CHECK_FALSE(stats.graphReplayed);
 
   // Eager: every op on the host but the library calls, then with a generated kernel per op.
-  runtime::EagerExecutor eager(*g, emu());
+  runtime::EagerExecutor eager(*g, testing::testDevice());
   checkClose(eager.run(ins), want);
   TempCache cache;
   compiler::CompileOptions ko;
   ko.cacheDir = cache.path;
-  REQUIRE(compiler::useDeviceKernels(eager, emu(), ko).isOk());
-  runtime::gpu::DeviceApi& dev = *runtime::gpu::gpuDevice(*emu());
+  REQUIRE(compiler::useDeviceKernels(eager, testing::testDevice(), ko).isOk());
+  runtime::gpu::DeviceApi& dev = *runtime::gpu::gpuDevice(*testing::testDevice());
   const auto before = runtime::gpu::emuCounters(dev);
   checkClose(eager.run(ins), want);
   if (before.hasValue()) {  // On emu: nothing ran on the host, every op was a device kernel.
@@ -202,7 +194,7 @@ TEST_CASE("emu: --precision bf16|fp16 autocasts every zoo model, compiled and ea
   TempCache cache;
   compiler::CompileOptions o;
   o.cacheDir = cache.path;
-  o.backend = emu();
+  o.backend = testing::testDevice();
   o.precision = precision;
   o.cudaCheck = true;  // The f16/bf16 kernels compile with NVRTC for sm_80 and sm_90.
   auto cm = compiler::compile(*g, o);
@@ -229,11 +221,11 @@ TEST_CASE("emu: --precision bf16|fp16 autocasts every zoo model, compiled and ea
   checkClose((*cm)->run(ins), want, tol);
   checkClose((*cm)->run(ins), cpuEager(*g, ins), bf16 ? 6e-2 : 6e-3);
   // Eager under the same precision: one kernel or library call per op on the device.
-  runtime::EagerExecutor eager(*autocast, emu());
+  runtime::EagerExecutor eager(*autocast, testing::testDevice());
   compiler::CompileOptions ko;
   ko.cacheDir = cache.path;
   ko.precision = precision;
-  REQUIRE(compiler::useDeviceKernels(eager, emu(), ko).isOk());
+  REQUIRE(compiler::useDeviceKernels(eager, testing::testDevice(), ko).isOk());
   checkClose(eager.run(ins), want, tol);
 }
 
@@ -241,13 +233,13 @@ TEST_CASE("emu: eager keeps the weights on the device, and device runs are timed
   auto g = models::buildModel("mlp", {2, 5});
   REQUIRE(g.hasValue());
   const std::vector<Tensor> ins = testing::randomInputs(*g, 4);
-  runtime::EagerExecutor eager(*g, emu());
+  runtime::EagerExecutor eager(*g, testing::testDevice());
   // Counted by the backend's allocator (its cache may serve them without a device malloc).
-  const int64_t bytesBefore = emu()->memoryStats().bytesInUse;
+  const int64_t bytesBefore = testing::testDevice()->memoryStats().bytesInUse;
   const auto first = eager.run(ins);
   checkClose(first, cpuEager(*g, ins));
   // The weights stay on the device between runs (a model moved to a GPU), like a plan's.
-  CHECK(emu()->memoryStats().bytesInUse - bytesBefore >= g->parameterBytes());
+  CHECK(testing::testDevice()->memoryStats().bytesInUse - bytesBefore >= g->parameterBytes());
   CHECK(eager.lastStats().deviceMs >= 0);
   runtime::EagerExecutor onCpu(*g);
   REQUIRE(onCpu.run(ins).hasValue());
@@ -321,7 +313,7 @@ TEST_CASE("emu: a compiled training step on the emu device matches the CPU's") {
   cpu.compile.libraryFusion = false;
   cpu.sgd = {.lr = 0.01, .momentum = 0.9, .weightDecay = 1e-4, .nesterov = false};
   compiler::TrainOptions onEmu = cpu;
-  onEmu.compile.backend = emu();
+  onEmu.compile.backend = testing::testDevice();
   // resnet50's step is far less well-conditioned: at batch 4 and 64x64 its layer4 BatchNorms
   // see 16 values per channel, and its first-step gradients move by up to 3% (max over a
   // tensor) when the input is scaled by 1 + 1e-6 on the CPU alone; a second step at slightly
@@ -387,7 +379,7 @@ TEST_CASE("emu: a bf16 training step computes as its eager run, near fp32; fp16 
   TempCache cache;
   compiler::TrainOptions base;
   base.compile.cacheDir = cache.path;
-  base.compile.backend = emu();
+  base.compile.backend = testing::testDevice();
   compiler::TrainOptions compiled = base, eager = base, fp32 = base;
   compiled.compile.precision = eager.compile.precision = compiler::Precision::kBf16;
   eager.eager = true;
@@ -430,7 +422,7 @@ TEST_CASE("emu: the committed ONNX test models run on the emu device, matching t
     const std::vector<Tensor> ins = testing::randomInputs(*g, 4);
     const std::vector<Tensor> want = cpuEager(*g, ins);
     checkClose(compileForDevice(*g)->run(ins), want);
-    runtime::EagerExecutor eager(*g, emu());
+    runtime::EagerExecutor eager(*g, testing::testDevice());
     checkClose(eager.run(ins), want);
   }
 }
@@ -668,7 +660,7 @@ TEST_CASE("emu: a run on device tensors reads them after the stream that wrote t
   const auto cm = compileForDevice(*g);
   auto want = cm->run(ins);
   REQUIRE(want.hasValue());
-  std::shared_ptr<runtime::Backend> backend = emu();
+  std::shared_ptr<runtime::Backend> backend = testing::testDevice();
   runtime::gpu::DeviceApi& dev = *runtime::gpu::gpuDevice(*backend);
   auto devPtr = [](const runtime::DeviceBuffer& b) {
     return reinterpret_cast<runtime::gpu::DevicePtr>(b.address().handle);
@@ -719,15 +711,14 @@ TEST_CASE("emu: a run on device tensors reads them after the stream that wrote t
 }
 
 TEST_CASE("emu: a training step's host ops take pooled pinned buffers after its first run") {
-  // mnist_cnn's step runs its loss, the loss's gradient and the max-pool gradient on the host,
-  // each operand copied through a pinned buffer. Those come from the backend's pool: the later
+  // mnist_cnn's step runs its dropouts on the host (their random bits are drawn there), each
+  // operand copied through a pinned buffer. Those come from the backend's pool: the later
   // steps allocate none (on a GPU each allocation pins pages and each free unpins them).
   auto backend = runtime::gpu::backendForDevice("emu");
   REQUIRE(backend.hasValue());
   const runtime::gpu::DeviceApi& device = *runtime::gpu::gpuDevice(**backend);
   compiler::TrainOptions o;
   o.compile.backend = *backend;
-  o.mode.dropout = false;
   auto steps = makeSteps("mnist_cnn", {.batch = 4, .seed = 3}, {&o});
   std::mt19937 rng(5);
   std::vector<runtime::gpu::EmuCounters> after;

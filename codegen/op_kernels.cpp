@@ -1,0 +1,274 @@
+#include "codegen/op_kernels.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+// How an op kernel reads and writes a float dtype: the C type of its buffers, the load widening
+// to f32, the rounding of an f32 result to the dtype, and the store narrowing it.
+struct FloatIo {
+  ScalarType type;
+  std::string c;                   // Element type in the kernel's signature.
+  std::string load, round, store;  // Function names ("" for f32: nothing to do).
+
+  std::string loaded(const std::string& e) const { return load.empty() ? e : load + "(" + e + ")"; }
+  std::string rounded(const std::string& e) const {
+    return round.empty() ? e : round + "(" + e + ")";
+  }
+  std::string stored(const std::string& e) const {
+    return store.empty() ? e : store + "(" + e + ")";
+  }
+};
+
+Expected<FloatIo> floatIo(ir::DType t) {
+  switch (t) {
+    case ir::DType::kF32:
+      return FloatIo{ScalarType::kF32, "float", "", "", ""};
+    case ir::DType::kF16:
+      return FloatIo{ScalarType::kF16, "unsigned short", "kiln_f16_to_f32", "kiln_round_f16",
+                     "kiln_f32_to_f16"};
+    case ir::DType::kBF16:
+      return FloatIo{ScalarType::kBF16, "unsigned short", "kiln_bf16_to_f32", "kiln_round_bf16",
+                     "kiln_f32_to_bf16"};
+    default:
+      return unimplemented("no op kernel for dtype " + std::string(ir::dtypeName(t)));
+  }
+}
+
+std::string ll(int64_t v) {
+  return std::to_string(v) + "LL";
+}
+
+// The kernel's arguments: the node's inputs, then its output; its domain the output's elements.
+Expected<Kernel> kernelFor(const ir::Node& n, std::string name) {
+  Kernel k;
+  k.name = std::move(name);
+  k.domain = {n.output()->type().numElements()};
+  for (const ir::Value* v : n.inputs()) {
+    KILN_ASSIGN_OR_RETURN(const ScalarType t, scalarTypeOf(v->type().dtype));
+    k.args.push_back({v->name(), t, false});
+  }
+  KILN_ASSIGN_OR_RETURN(const ScalarType t, scalarTypeOf(n.output()->type().dtype));
+  k.args.push_back({n.output()->name(), t, true});
+  return k;
+}
+
+// The grid-stride loop over `count` units of one thread each.
+std::string gridLoop(const std::string& var, int64_t count) {
+  return "for (long long " + var + " = (long long)blockIdx.x * blockDim.x + threadIdx.x; " + var +
+         " < " + ll(count) + "; " + var + " += (long long)gridDim.x * blockDim.x)";
+}
+
+// max_pool2d_backward(grad [N,C,OH,OW], x [N,C,H,W]) -> dx [N,C,H,W], plain layout. The
+// windows that hold input row h are those with oh*S in [h + P - (K-1)D, h + P] and (h + P -
+// oh*S) a multiple of D (the same for columns); each window's choice is the reference's scan
+// (runtime/reference/conv_pool.cpp): the first tap inside the input, then the first strictly
+// larger one or the first NaN.
+Expected<Kernel> maxPool2dBackward(const ir::Node& n, std::string name) {
+  const ir::TensorType& g = n.input(0)->type();
+  const ir::TensorType& x = n.input(1)->type();
+  if (x.rank() != 4 || x.layout != ir::Layout::kPlain || g.layout != ir::Layout::kPlain)
+    return unimplemented("max_pool2d_backward's op kernel takes plain [N,C,H,W] tensors");
+  KILN_ASSIGN_OR_RETURN(const FloatIo io, floatIo(x.dtype));
+  const auto& kernel = n.attr().getInts("kernel");
+  const auto& strides = n.attr().getInts("strides");
+  const auto& pads = n.attr().getInts("pads");
+  const auto& dil = n.attr().getInts("dilations");
+  if (kernel.size() != 2 || strides.size() != 2 || pads.size() != 4 || dil.size() != 2)
+    return unimplemented("max_pool2d_backward's op kernel takes 2-D pooling attributes");
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  const std::string T = io.c;
+  std::string s = "// max_pool2d_backward " + n.describe() + "\n";
+  s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + T +
+       "> a0, kiln_gptr<const " + T + "> a1, kiln_gptr<" + T + "> a2) {\n";
+  s += "  const long long H = " + ll(x.shape[2]) + ", W = " + ll(x.shape[3]) +
+       ", OH = " + ll(g.shape[2]) + ", OW = " + ll(g.shape[3]) + ";\n";
+  s += "  const long long KH = " + ll(kernel[0]) + ", KW = " + ll(kernel[1]) +
+       ", SH = " + ll(strides[0]) + ", SW = " + ll(strides[1]) + ", PT = " + ll(pads[0]) +
+       ", PL = " + ll(pads[1]) + ", DH = " + ll(dil[0]) + ", DW = " + ll(dil[1]) + ";\n";
+  s += "  " + gridLoop("i", k.numElements()) + " {\n";
+  s += R"(    const long long w = i % W, h = (i / W) % H, p = i / (H * W);
+    const long long x0 = p * (H * W), g0 = p * (OH * OW), self = h * W + w;
+    const long long nh = h + PT - (KH - 1) * DH, nw = w + PL - (KW - 1) * DW;
+    const long long ohLo = nh > 0 ? (nh + SH - 1) / SH : 0, owLo = nw > 0 ? (nw + SW - 1) / SW : 0;
+    const long long ohHi = (h + PT) / SH < OH - 1 ? (h + PT) / SH : OH - 1;
+    const long long owHi = (w + PL) / SW < OW - 1 ? (w + PL) / SW : OW - 1;
+    float acc = 0.f;
+    for (long long oh = ohLo; oh <= ohHi; ++oh) {
+      if ((h + PT - oh * SH) % DH != 0) continue;
+      for (long long ow = owLo; ow <= owHi; ++ow) {
+        if ((w + PL - ow * SW) % DW != 0) continue;
+        long long arg = -1;
+        float best = 0.f;
+        for (long long kh = 0; kh < KH && !(arg >= 0 && best != best); ++kh) {
+          const long long ih = oh * SH - PT + kh * DH;
+          if (ih < 0 || ih >= H) continue;
+          for (long long kw = 0; kw < KW; ++kw) {
+            const long long iw = ow * SW - PL + kw * DW;
+            if (iw < 0 || iw >= W) continue;
+)";
+  s += "            const float v = " + io.loaded("a1[x0 + ih * W + iw]") + ";\n";
+  s += R"(            if (arg < 0 || v > best || v != v) {
+              best = v;
+              arg = ih * W + iw;
+            }
+            if (best != best) break;
+          }
+        }
+)";
+  s += "        if (arg == self) acc = " +
+       io.rounded("acc + " + io.loaded("a0[g0 + oh * OW + ow]")) + ";\n";
+  s += "      }\n    }\n    a2[i] = " + io.stored("acc") + ";\n  }\n}\n";
+  k.source = std::move(s);
+  return k;
+}
+
+// The losses over class-index targets: x [N,C,d..] (f32) and target [N,d..] (i64/i32), a row
+// being one sample and spatial position (its classes `inner` apart). Each row is computed by one
+// thread, serially over its classes, in the reference kernels' order
+// (runtime/reference/loss.cpp); a mean's count and sum run in one block.
+struct LossShape {
+  int64_t rows = 0, classes = 0, inner = 1;
+  int64_t ignore = 0;
+  std::string reduction;
+  std::string index;  // The target's C type.
+};
+
+Expected<LossShape> lossShape(const ir::Node& n, const ir::TensorType& x, const ir::TensorType& t) {
+  if (x.dtype != ir::DType::kF32 || x.layout != ir::Layout::kPlain || x.rank() < 2)
+    return unimplemented(std::string(ir::opName(n.op())) +
+                         "'s op kernel takes plain f32 [N,C,...]");
+  if (t.dtype != ir::DType::kI64 && t.dtype != ir::DType::kI32)
+    return unimplemented(std::string(ir::opName(n.op())) + "'s op kernel takes i64 or i32 targets");
+  LossShape l;
+  l.classes = x.shape[1];
+  for (size_t d = 2; d < x.shape.size(); ++d) l.inner *= x.shape[d];
+  l.rows = x.shape[0] * l.inner;
+  l.ignore = n.attr().getInt("ignore_index");
+  l.reduction = n.attr().getString("reduction");
+  l.index = t.dtype == ir::DType::kI64 ? "long long" : "int";
+  return l;
+}
+
+// The row's base offset `base` in x, and its target `c`, for row `r`.
+std::string rowHead(const LossShape& l, const std::string& targets) {
+  return "    const long long base = (r / " + ll(l.inner) + ") * " + ll(l.classes * l.inner) +
+         " + r % " + ll(l.inner) + ";\n    const long long c = (long long)" + targets + "[r];\n";
+}
+
+// `mx` and `sum`: the row's maximum (NaN first, as the reference) and sum of exp(x - mx).
+std::string rowSoftmaxSums(const LossShape& l, const std::string& x) {
+  const std::string at = x + "[base + j * " + ll(l.inner) + "]";
+  return "    float mx = -kiln_inf_f32(), sum = 0.f;\n    for (long long j = 0; j < " +
+         ll(l.classes) + "; ++j) {\n      const float v = " + at +
+         ";\n      if (v > mx || v != v) mx = v;\n    }\n    for (long long j = 0; j < " +
+         ll(l.classes) + "; ++j) sum += kiln_exp(" + at + " - mx);\n";
+}
+
+std::string badTarget(const LossShape& l) {
+  return "(c < 0 || c >= " + ll(l.classes) + ")";
+}
+
+// nll_loss and cross_entropy_loss: a0 x, a1 target, a2 the loss.
+Expected<Kernel> loss(const ir::Node& n, std::string name, bool crossEntropy) {
+  KILN_ASSIGN_OR_RETURN(const LossShape l, lossShape(n, n.input(0)->type(), n.input(1)->type()));
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  k.domain = {l.rows};
+  k.classIndexArgs.push_back({1, l.classes, l.ignore});
+  const bool none = l.reduction == "none";
+  k.oneBlock = !none;
+  std::string s = "// " + n.describe() + "\n";
+  // The row's loss -log p(c) (0 ignored, NaN for a class out of range), and whether it counts.
+  s += "KILN_FN float " + k.name + "_row(kiln_gptr<const float> a0, kiln_gptr<const " + l.index +
+       "> a1, long long r, long long* counted) {\n" + rowHead(l, "a1");
+  s += "    *counted = c != " + ll(l.ignore) + ";\n    if (!*counted) return 0.f;\n    if (" +
+       badTarget(l) + ") return kiln_nan_f32();\n";
+  if (crossEntropy)
+    s += rowSoftmaxSums(l, "a0") + "    return -(a0[base + c * " + ll(l.inner) +
+         "] - mx - kiln_log(sum));\n";
+  else
+    s += "    return -a0[base + c * " + ll(l.inner) + "];\n";
+  s += "}\n";
+  s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const float> a0, kiln_gptr<const " +
+       l.index + "> a1, kiln_gptr<float> a2) {\n  long long counted = 0;\n";
+  if (none) {
+    s += "  " + gridLoop("r", l.rows) + " a2[r] = " + k.name + "_row(a0, a1, r, &counted);\n}\n";
+  } else {
+    s += "  KILN_SHARED(float, kiln_smem_f32, 32);\n  KILN_SHARED(long long, kiln_smem_i64, 32);\n";
+    s += "  float total = 0.f;\n  long long count = 0;\n";
+    s += "  for (long long r = threadIdx.x; r < " + ll(l.rows) + "; r += blockDim.x) {\n";
+    s += "    total += " + k.name + "_row(a0, a1, r, &counted);\n    count += counted;\n  }\n";
+    s += "  total = kiln_block_reduce(total, 0.f, kiln_sum_op(), kiln_smem_f32);\n";
+    s += "  count = kiln_block_reduce(count, 0LL, kiln_sum_op(), kiln_smem_i64);\n";
+    // With every target ignored, mean is 0/0 = NaN, as the reference's and PyTorch's.
+    s += std::string("  if (threadIdx.x == 0) a2[0] = ") +
+         (l.reduction == "mean" ? "total / (float)count" : "total") + ";\n}\n";
+  }
+  k.source = std::move(s);
+  return k;
+}
+
+// nll_loss_backward and cross_entropy_loss_backward (a0 grad, a1 x, a2 target, a3 dx): each row
+// times its factor s (grad, per row with reduction none; over the counted targets with mean; 0
+// at ignored targets): -s at the target (nll), or softmax * s minus s at the target.
+Expected<Kernel> lossBackward(const ir::Node& n, std::string name, bool crossEntropy) {
+  KILN_ASSIGN_OR_RETURN(const LossShape l, lossShape(n, n.input(1)->type(), n.input(2)->type()));
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  k.domain = {l.rows};
+  k.classIndexArgs.push_back({2, l.classes, l.ignore});
+  const bool mean = l.reduction == "mean";
+  k.oneBlock = mean;  // Every row needs the count first.
+  const std::string cls = ll(l.classes), inner = ll(l.inner);
+  std::string s = "// " + n.describe() + "\n";
+  s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const float> a0, kiln_gptr<const " +
+       "float> a1, kiln_gptr<const " + l.index + "> a2, kiln_gptr<float> a3) {\n";
+  s += "  float scale = 1.f;\n";
+  if (mean) {
+    s += "  KILN_SHARED(long long, kiln_smem_i64, 32);\n  long long count = 0;\n";
+    s += "  for (long long r = threadIdx.x; r < " + ll(l.rows) +
+         "; r += blockDim.x) count += (long long)a2[r] != " + ll(l.ignore) + ";\n";
+    s += "  count = kiln_block_reduce(count, 0LL, kiln_sum_op(), kiln_smem_i64);\n";
+    s += "  scale = 1.f / (float)count;\n";
+    s += "  for (long long r = threadIdx.x; r < " + ll(l.rows) + "; r += blockDim.x) {\n";
+  } else {
+    s += "  " + gridLoop("r", l.rows) + " {\n";
+  }
+  s += rowHead(l, "a2");
+  s += "    const float f = c == " + ll(l.ignore) +
+       " ? 0.f : " + (l.reduction == "none" ? "a0[r]" : "a0[0]") + " * scale;\n";
+  s += "    if (c != " + ll(l.ignore) + " && " + badTarget(l) +
+       ") {\n      for (long long j = 0; j < " + cls + "; ++j) a3[base + j * " + inner +
+       "] = kiln_nan_f32();\n      continue;\n    }\n";
+  if (crossEntropy) {
+    s += rowSoftmaxSums(l, "a1");
+    s += "    const float factor = f / sum;\n    for (long long j = 0; j < " + cls +
+         "; ++j) a3[base + j * " + inner + "] = kiln_exp(a1[base + j * " + inner +
+         "] - mx) * factor;\n";
+    s += "    if (c != " + ll(l.ignore) + ") a3[base + c * " + inner + "] -= f;\n";
+  } else {
+    s += "    for (long long j = 0; j < " + cls + "; ++j) a3[base + j * " + inner +
+         "] = j == c ? -f : 0.f;\n";
+  }
+  s += "  }\n}\n";
+  k.source = std::move(s);
+  return k;
+}
+
+}  // namespace
+
+Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
+  switch (n.op()) {
+    case ir::OpKind::kMaxPool2dBackward:
+      return maxPool2dBackward(n, std::move(name));
+    case ir::OpKind::kNllLoss:
+    case ir::OpKind::kCrossEntropyLoss:
+      return loss(n, std::move(name), n.op() == ir::OpKind::kCrossEntropyLoss);
+    case ir::OpKind::kNllLossBackward:
+    case ir::OpKind::kCrossEntropyLossBackward:
+      return lossBackward(n, std::move(name), n.op() == ir::OpKind::kCrossEntropyLossBackward);
+    default:
+      return unimplemented("no op kernel for " + std::string(ir::opName(n.op())));
+  }
+}
+
+}  // namespace kiln::codegen

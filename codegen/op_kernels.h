@@ -1,0 +1,32 @@
+// Op kernels: CUDA C written for single ops that the kernel IR cannot express (its loads are
+// affine in the iteration index) and that a device's library does not compute as the reference
+// kernels do, so that they run on the device instead of on the host with a copy each way.
+//
+//   - max_pool2d_backward (plain layout, f32/f16/bf16): one thread per input element gathers the
+//     gradients of the windows whose choice it is — each window's first maximum in scan order,
+//     NaN first, as the reference — adding them in the windows' row-major order, the reference's
+//     order (f32: the same bits; f16/bf16: rounded after each add, as the reference). cuDNN's
+//     pooling gradient needs the forward's output and breaks ties its own way; ties are common
+//     after a ReLU.
+//   - nll_loss, cross_entropy_loss and their gradients (f32 over i64/i32 targets): one thread a
+//     row (a sample and spatial position), serially over the classes in the reference's order;
+//     a mean's count and sum in one block. A target out of range gives NaN: the compiler uses
+//     these kernels only where the targets are graph inputs, which the plan checks on the host
+//     before the run (runtime::Plan::classIndexChecks), with the reference's error.
+//
+// The renderers print an op kernel's source as it is (render.h); the compiler schedules one
+// where a backend runs CUDA kernels and has no library kernel for the op (compiler/schedule.cpp).
+#pragma once
+
+#include <string>
+
+#include "codegen/kernel_ir.h"
+#include "ir/graph.h"
+
+namespace kiln::codegen {
+
+// The op kernel named `name` for node `n` (its inputs, then its output, as arguments), or
+// kUnimplemented where the op, its dtypes or its layout have none.
+Expected<Kernel> opKernel(const ir::Node& n, std::string name);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,321 @@
+// Op kernels (codegen/op_kernels.h): ops compiled for the emu device (or $KILN_TEST_DEVICE:
+// scripts/gpu-check.sh runs the "emu:" tests on a GPU) as hand-written CUDA C run as one device
+// kernel, nothing on the host, and give the reference kernels' results on inputs full of ties and
+// NaNs (the choices a wrong scan order or tie rule would change).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+
+#include "compiler/compile.h"
+#include "compiler/train.h"
+#include "gpu_test_util.h"
+#include "models/zoo.h"
+#include "runtime/eager.h"
+#include "runtime/gpu/emu_device.h"
+#include "runtime/gpu/gpu_backend.h"
+
+using namespace kiln;
+using runtime::Tensor;
+
+namespace {
+
+// Small integers (sums of a few are exact in f32, f16 and bf16, whatever their order), `nanRate`
+// of them NaN.
+Tensor smallIntegers(ir::Shape shape, int64_t range, double nanRate, std::mt19937& rng) {
+  Tensor t = *Tensor::empty(ir::DType::kF32, std::move(shape));
+  std::uniform_int_distribution<int64_t> value(-range, range);
+  std::bernoulli_distribution nan(nanRate);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    p[i] = nan(rng) ? std::nanf("") : static_cast<float>(value(rng));
+  return t;
+}
+
+// max_pool2d_backward(grad, x) in `dtype` (f32 inputs cast to it, the result cast back), compiled
+// for emu and run eagerly on the CPU's reference kernels: the same bits, NaNs in the same places.
+void checkMaxPoolBackward(ir::Shape xShape, ir::AttrMap attrs, ir::DType dtype, uint64_t seed) {
+  const std::vector<ir::TensorType> xType = {ir::TensorType(ir::DType::kF32, xShape)};
+  const auto fwd = ir::inferTypes(ir::OpKind::kMaxPool2d, xType, attrs);
+  REQUIRE(fwd.hasValue());
+  ir::Graph g("max_pool_backward");
+  ir::Value* gradIn = *g.addInput("grad", ir::TensorType(ir::DType::kF32, (*fwd)[0].shape));
+  ir::Value* xIn = *g.addInput("x", xType[0]);
+  ir::Value *grad = gradIn, *x = xIn;
+  const ir::AttrMap to = {{"to", std::string(ir::dtypeName(dtype))}};
+  const ir::AttrMap back = {{"to", std::string("f32")}};
+  if (dtype != ir::DType::kF32) {
+    grad = (*g.addNode(ir::OpKind::kCast, {gradIn}, to))->output();
+    x = (*g.addNode(ir::OpKind::kCast, {xIn}, to))->output();
+  }
+  auto pool = g.addNode(ir::OpKind::kMaxPool2dBackward, {grad, x}, attrs);
+  INFO(pool.status().message());
+  REQUIRE(pool.hasValue());
+  ir::Value* out = (*pool)->output();
+  if (dtype != ir::DType::kF32) out = (*g.addNode(ir::OpKind::kCast, {out}, back))->output();
+  g.setOutputs({out});
+
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  // x: values in [-2, 2] (windows full of tied maxima) with some NaNs; grad: in [-4, 4].
+  const std::vector<Tensor> ins = {smallIntegers((*fwd)[0].shape, 4, 0.0, rng),
+                                   smallIntegers(xShape, 2, 0.04, rng)};
+  runtime::EagerExecutor eager(g);
+  auto want = eager.run(ins);
+  INFO(want.status().message());
+  REQUIRE(want.hasValue());
+
+  const std::shared_ptr<runtime::Backend> device = testing::testDevice();
+  compiler::CompileOptions o;
+  o.backend = device;
+  o.useCache = false;
+  auto cm = compiler::compile(g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().hostSteps == 0);
+  int opKernels = 0;
+  for (const auto& k : (*cm)->report().kernels) opKernels += k.group == "op";
+  CHECK(opKernels == 1);
+  // On emu: nothing ran on the host.
+  auto hostFunctions = [&]() -> int64_t {
+    auto c = runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(*device));
+    return c ? c->hostFunctions : 0;
+  };
+  const int64_t before = hostFunctions();
+  auto got = (*cm)->run(ins);
+  INFO(got.status().message());
+  REQUIRE(got.hasValue());
+  CHECK(hostFunctions() == before);
+
+  const Tensor& a = (*got)[0];
+  const Tensor& b = (*want)[0];
+  REQUIRE(a.shape() == b.shape());
+  int64_t differ = 0, first = -1, nonzero = 0;
+  for (int64_t i = 0; i < a.numElements(); ++i) {
+    const double u = a.elementAsDouble(i), v = b.elementAsDouble(i);
+    nonzero += v != 0;
+    if (u == v || (std::isnan(u) && std::isnan(v))) continue;
+    if (differ++ == 0) first = i;
+  }
+  INFO("first difference at " << first << " of " << a.numElements());
+  CHECK(differ == 0);
+  CHECK(nonzero > 0);  // Gradients reached the input: the comparison saw something.
+}
+
+}  // namespace
+
+TEST_CASE("emu: op kernel max_pool2d_backward gives the reference's bits") {
+  // The common poolings: ResNet's stem (3x3, stride 2, pad 1), the 2x2 downsampling (odd sizes
+  // leave a row and a column in no window), a stride-1 3x3 (windows overlapping three ways).
+  const std::vector<std::pair<ir::Shape, ir::AttrMap>> fixed = {
+      {{2, 3, 16, 16},
+       {{"kernel", std::vector<int64_t>{3, 3}},
+        {"strides", std::vector<int64_t>{2, 2}},
+        {"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {{1, 4, 9, 7},
+       {{"kernel", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}}},
+      {{1, 2, 8, 8},
+       {{"kernel", std::vector<int64_t>{3, 3}},
+        {"strides", std::vector<int64_t>{1, 1}},
+        {"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+  };
+  uint64_t seed = 1;
+  for (const auto& [shape, attrs] : fixed)
+    for (ir::DType dt : {ir::DType::kF32, ir::DType::kF16, ir::DType::kBF16}) {
+      INFO(ir::TensorType(ir::DType::kF32, shape).toString() << " " << ir::dtypeName(dt));
+      checkMaxPoolBackward(shape, attrs, dt, seed++);
+    }
+  // Random windows, strides, pads (at most half the window), dilations and ceil mode.
+  std::mt19937 rng(11);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 16; ++trial) {
+    const std::vector<int64_t> k = {pick(1, 3), pick(1, 3)}, d = {pick(1, 2), pick(1, 2)};
+    auto pad = [&](int i) { return pick(0, ((k[i] - 1) * d[i] + 1) / 2); };
+    ir::AttrMap a = {{"kernel", k},
+                     {"strides", std::vector<int64_t>{pick(1, 3), pick(1, 3)}},
+                     {"pads", std::vector<int64_t>{pad(0), pad(1), pad(0), pad(1)}},
+                     {"dilations", d},
+                     {"ceil_mode", pick(0, 1)}};
+    const ir::Shape shape = {pick(1, 2), pick(1, 3), pick((k[0] - 1) * d[0] + 1, 10),
+                             pick((k[1] - 1) * d[1] + 1, 10)};
+    INFO("trial " << trial << " " << ir::TensorType(ir::DType::kF32, shape).toString());
+    checkMaxPoolBackward(shape, a, trial % 3 == 2 ? ir::DType::kBF16 : ir::DType::kF32,
+                         100 + trial);
+  }
+}
+
+TEST_CASE("emu: op kernels: a resnet training step runs nothing on the host") {
+  // Before op kernels its loss, the loss's gradient and the max-pooling gradient ran on the
+  // host, their operands copied both ways (resnet18 at batch 32: 100 MB each way a step for the
+  // pooling gradient).
+  compiler::TrainOptions t;
+  t.compile.backend = testing::testDevice();
+  auto model = models::buildModel("resnet18", {.batch = 2, .seed = 1, .imageSize = 32});
+  REQUIRE(model.hasValue());
+  auto step = compiler::TrainingStep::create(std::move(model).value(), t);
+  INFO(step.status().message());
+  REQUIRE(step.hasValue());
+  REQUIRE((*step)->compiled());
+  const compiler::CompileReport& r = (*step)->compiled()->report();
+  int opKernels = 0;
+  for (const auto& k : r.kernels) opKernels += k.group == "op";
+  // max_pool2d_backward, cross_entropy_loss and cross_entropy_loss_backward.
+  CHECK(opKernels == 3);
+  CHECK(r.hostSteps == 0);
+  // The labels, read unchecked by the loss's kernels, are checked on the host at each run.
+  const auto& checks = (*step)->compiled()->plan().classIndexChecks;
+  REQUIRE(checks.size() == 2);
+  CHECK(checks[0].limit == 1000);
+}
+
+namespace {
+
+struct LossCase {
+  ir::OpKind op;
+  std::string reduction;
+  ir::Shape x;  // [N, C, d..]
+  ir::DType index;
+};
+
+// A loss (or its gradient) over random logits and targets in [0, C) with some ignored, compiled
+// for the test device against the reference kernels run eagerly: within rounding (exp and log
+// differ in the last bits; a mean's sum is a block reduction there, a loop here).
+void checkLoss(const LossCase& c, uint64_t seed) {
+  const bool backward =
+      c.op == ir::OpKind::kNllLossBackward || c.op == ir::OpKind::kCrossEntropyLossBackward;
+  ir::Shape tShape = c.x;
+  tShape.erase(tShape.begin() + 1);
+  const ir::AttrMap attrs = {{"reduction", c.reduction}, {"ignore_index", int64_t{-1}}};
+  ir::Graph g("loss");
+  std::vector<ir::Value*> ins;
+  const ir::OpKind forward = c.op == ir::OpKind::kNllLossBackward ? ir::OpKind::kNllLoss
+                             : c.op == ir::OpKind::kCrossEntropyLossBackward
+                                 ? ir::OpKind::kCrossEntropyLoss
+                                 : c.op;
+  const std::vector<ir::TensorType> lossIn = {ir::TensorType(ir::DType::kF32, c.x),
+                                              ir::TensorType(c.index, tShape)};
+  const auto lossType = ir::inferTypes(forward, lossIn, attrs);
+  REQUIRE(lossType.hasValue());
+  if (backward) ins.push_back(*g.addInput("grad", (*lossType)[0]));
+  ins.push_back(*g.addInput("x", lossIn[0]));
+  ins.push_back(*g.addInput("target", lossIn[1]));
+  auto node = g.addNode(c.op, ins, attrs);
+  INFO(node.status().message());
+  REQUIRE(node.hasValue());
+  g.setOutputs({(*node)->output()});
+
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> normal(0.f, 2.f);
+  std::vector<Tensor> xs;
+  if (backward) {
+    Tensor gr = *Tensor::empty(ir::DType::kF32, (*lossType)[0].shape);
+    for (int64_t i = 0; i < gr.numElements(); ++i) gr.data<float>()[i] = 0.5f + normal(rng);
+    xs.push_back(gr);
+  }
+  Tensor x = *Tensor::empty(ir::DType::kF32, c.x);
+  for (int64_t i = 0; i < x.numElements(); ++i) x.data<float>()[i] = normal(rng);
+  xs.push_back(x);
+  Tensor t = *Tensor::empty(c.index, tShape);
+  std::uniform_int_distribution<int64_t> cls(-1, c.x[1] - 1);  // -1: ignored.
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    const int64_t v = cls(rng);
+    if (c.index == ir::DType::kI64)
+      t.data<int64_t>()[i] = v;
+    else
+      t.data<int32_t>()[i] = static_cast<int32_t>(v);
+  }
+  xs.push_back(t);
+  auto want = runtime::EagerExecutor(g).run(xs);
+  INFO(want.status().message());
+  REQUIRE(want.hasValue());
+
+  compiler::CompileOptions o;
+  o.backend = testing::testDevice();
+  o.useCache = false;
+  auto cm = compiler::compile(g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().hostSteps == 0);
+  REQUIRE((*cm)->plan().classIndexChecks.size() == 1);
+  auto got = (*cm)->run(xs);
+  INFO(got.status().message());
+  REQUIRE(got.hasValue());
+  const Tensor& a = (*got)[0];
+  const Tensor& b = (*want)[0];
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0, largest = 0;
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < b.numElements(); ++i) {
+    const double u = a.elementAsDouble(i), v = b.elementAsDouble(i);
+    REQUIRE(std::isfinite(v));
+    worst = std::max(worst, std::isfinite(u) ? std::fabs(u - v) : INFINITY);
+    largest = std::max(largest, std::fabs(v));
+    nonzero += v != 0;
+  }
+  CHECK(nonzero > 0);
+  CHECK(worst <= 1e-5 * std::max(1.0, largest));
+}
+
+}  // namespace
+
+TEST_CASE("emu: op kernels: losses and their gradients match the reference kernels") {
+  uint64_t seed = 40;
+  for (ir::OpKind op : {ir::OpKind::kCrossEntropyLoss, ir::OpKind::kNllLoss,
+                        ir::OpKind::kCrossEntropyLossBackward, ir::OpKind::kNllLossBackward})
+    for (const char* red : {"mean", "sum", "none"})
+      for (const ir::Shape& x : {ir::Shape{6, 10}, ir::Shape{3, 4, 5, 2}, ir::Shape{300, 7}}) {
+        const LossCase c{op, red, x, seed % 2 ? ir::DType::kI32 : ir::DType::kI64};
+        INFO(ir::opName(op) << " " << red << " " << ir::TensorType(ir::DType::kF32, x).toString()
+                            << " " << ir::dtypeName(c.index));
+        checkLoss(c, seed++);
+      }
+}
+
+TEST_CASE("emu: op kernels: a target out of range is the reference's error, before any step") {
+  // The loss's kernels read the labels unchecked: the plan checks its inputs on the host.
+  const ir::AttrMap attrs = {{"reduction", std::string("mean")}, {"ignore_index", int64_t{-100}}};
+  ir::Graph g("loss");
+  ir::Value* x = *g.addInput("logits", ir::TensorType(ir::DType::kF32, {4, 5}));
+  ir::Value* t = *g.addInput("labels", ir::TensorType(ir::DType::kI64, {4}));
+  g.setOutputs({(*g.addNode(ir::OpKind::kCrossEntropyLoss, {x, t}, attrs))->output()});
+  compiler::CompileOptions o;
+  o.backend = testing::testDevice();
+  auto cm = compiler::compile(g, o);
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().hostSteps == 0);
+  Tensor xs = *Tensor::zeros(ir::DType::kF32, {4, 5});
+  Tensor ts = *Tensor::zeros(ir::DType::kI64, {4});
+  ts.data<int64_t>()[2] = 7;
+  auto r = (*cm)->run(std::vector<Tensor>{xs, ts});
+  REQUIRE_FALSE(r.hasValue());
+  CHECK(r.status().isUserError());
+  CHECK_THAT(r.status().message(), Catch::Contains("input 'labels'") &&
+                                       Catch::Contains("target class 7 at flat position 2") &&
+                                       Catch::Contains("out of range for 5 classes"));
+  ts.data<int64_t>()[2] = -100;  // Ignored: fine.
+  auto ok = (*cm)->run(std::vector<Tensor>{xs, ts});
+  INFO(ok.status().message());
+  REQUIRE(ok.hasValue());
+  CHECK(std::fabs((*ok)[0].elementAsDouble(0) - std::log(5.0)) < 1e-6);
+
+  // Targets the graph computes cannot be checked before the run: that loss stays on the host,
+  // whose kernel checks them.
+  ir::Graph h("computed_targets");
+  ir::Value* hx = *h.addInput("logits", ir::TensorType(ir::DType::kF32, {4, 5}));
+  ir::Value* ht = *h.addInput("labels", ir::TensorType(ir::DType::kI64, {4}));
+  ir::Value* one = *h.addParameter("one", ir::TensorData::scalar(ir::DType::kI64, 1.0), false);
+  ir::Value* shifted = (*h.addNode(ir::OpKind::kAdd, {ht, one}))->output();
+  h.setOutputs({(*h.addNode(ir::OpKind::kCrossEntropyLoss, {hx, shifted}, attrs))->output()});
+  auto hm = compiler::compile(h, o);
+  INFO(hm.status().message());
+  REQUIRE(hm.hasValue());
+  int opKernels = 0;
+  for (const auto& k : (*hm)->report().kernels) opKernels += k.group == "op";
+  CHECK(opKernels == 0);
+  CHECK((*hm)->report().hostSteps >= 1);
+  CHECK((*hm)->plan().classIndexChecks.empty());
+  ts.data<int64_t>()[2] = 4;  // 5 after the add.
+  auto hr = (*hm)->run(std::vector<Tensor>{xs, ts});
+  REQUIRE_FALSE(hr.hasValue());
+  CHECK_THAT(hr.status().message(), Catch::Contains("target class 5"));
+}
