@@ -1,5 +1,9 @@
 #include "codegen/op_kernels.h"
 
+#include <cstdio>
+
+#include "ir/dropout.h"
+
 namespace kiln::codegen {
 
 namespace {
@@ -254,12 +258,78 @@ Expected<Kernel> lossBackward(const ir::Node& n, std::string name, bool crossEnt
   return k;
 }
 
+// dropout_train(x, step) and dropout_backward(grad, step) (a0 x, a1 the i64 step, a2 y): the
+// mask of ir/dropout.h, printed in CUDA C; kept elements times the reference's f32 scale.
+Expected<Kernel> dropout(const ir::Node& n, std::string name) {
+  const ir::TensorType& x = n.input(0)->type();
+  if (x.dtype != ir::DType::kF32)
+    return unimplemented("dropout's op kernel takes f32 (the reference scales f16/bf16 in them)");
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  const double ratio = n.attr().getFloat("ratio");
+  const float scale = 1.f / static_cast<float>(1 - ratio);  // As the reference's T(1) / T(1 - r).
+  char scaleText[32];
+  std::snprintf(scaleText, sizeof scaleText, "(float)%a", static_cast<double>(scale));
+  auto u64 = [](uint64_t v) { return std::to_string(v) + "ULL"; };
+  const std::string mix = k.name + "_mix";
+  std::string s = "// " + n.describe() + "\n";
+  s += "KILN_FN unsigned long long " + mix + "(unsigned long long z) {\n";
+  s += "  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;\n";
+  s += "  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;\n  return z ^ (z >> 31);\n}\n";
+  s += "extern \"C\" __global__ void " + k.name +
+       "(kiln_gptr<const float> a0, kiln_gptr<const long long> a1, kiln_gptr<float> a2) {\n";
+  s += "  const unsigned long long base = " + mix + "(" +
+       u64(static_cast<uint64_t>(n.attr().getInt("seed"))) + " * " + u64(ir::dropout::kGolden) +
+       " + " + mix + "((unsigned long long)a1[0] + " + u64(ir::dropout::kStepSalt) + "));\n";
+  s += "  " + gridLoop("i", k.numElements()) + " {\n";
+  s += "    const unsigned long long r = " + mix + "(base + (" +
+       u64(static_cast<uint64_t>(n.attr().getInt("offset"))) + " + (unsigned long long)i) * " +
+       u64(ir::dropout::kGolden) + ") >> 40;\n";
+  s += "    a2[i] = r >= " + u64(ir::dropout::threshold(ratio)) + " ? a0[i] * " + scaleText +
+       " : 0.f;\n  }\n}\n";
+  k.source = std::move(s);
+  return k;
+}
+
+// add, sub and mul of i64 or i32 (a0, a1 -> a2), wrapping as the reference's: computed on the
+// unsigned type of the same width (the kernel IR computes in floats: kernels leave integer
+// arithmetic alone). Each operand of the output's shape or a single element (a training step's
+// counter plus one).
+Expected<Kernel> integerArithmetic(const ir::Node& n, std::string name) {
+  const ir::TensorType& y = n.output()->type();
+  if (y.dtype != ir::DType::kI64 && y.dtype != ir::DType::kI32)
+    return unimplemented("integer op kernels take i64 or i32");
+  for (const ir::Value* v : n.inputs())
+    if (v->type().dtype != y.dtype || (v->type().shape != y.shape && v->type().numElements() != 1))
+      return unimplemented("integer op kernels take operands of the output's shape or scalars");
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  const std::string t = y.dtype == ir::DType::kI64 ? "long long" : "int";
+  const std::string u = "unsigned " + t;
+  const char* op = n.op() == ir::OpKind::kAdd ? "+" : n.op() == ir::OpKind::kSub ? "-" : "*";
+  auto at = [&](int i) {
+    return n.input(static_cast<size_t>(i))->type().shape == y.shape ? "[i]" : "[0]";
+  };
+  std::string s = "// " + n.describe() + "\n";
+  s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + t +
+       "> a0, kiln_gptr<const " + t + "> a1, kiln_gptr<" + t + "> a2) {\n";
+  s += "  " + gridLoop("i", k.numElements()) + "\n    a2[i] = (" + t + ")((" + u + ")a0" + at(0) +
+       " " + op + " (" + u + ")a1" + at(1) + ");\n}\n";
+  k.source = std::move(s);
+  return k;
+}
+
 }  // namespace
 
 Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
   switch (n.op()) {
     case ir::OpKind::kMaxPool2dBackward:
       return maxPool2dBackward(n, std::move(name));
+    case ir::OpKind::kAdd:
+    case ir::OpKind::kSub:
+    case ir::OpKind::kMul:
+      return integerArithmetic(n, std::move(name));
+    case ir::OpKind::kDropoutTrain:
+    case ir::OpKind::kDropoutBackward:
+      return dropout(n, std::move(name));
     case ir::OpKind::kNllLoss:
     case ir::OpKind::kCrossEntropyLoss:
       return loss(n, std::move(name), n.op() == ir::OpKind::kCrossEntropyLoss);

@@ -13,6 +13,10 @@
 //     a mean's count and sum in one block. A target out of range gives NaN: the compiler uses
 //     these kernels only where the targets are graph inputs, which the plan checks on the host
 //     before the run (runtime::Plan::classIndexChecks), with the reference's error.
+//   - dropout_train and dropout_backward (f32): the mask of ir/dropout.h (the step read on the
+//     device), the reference's bits.
+//   - add, sub and mul of i64/i32 (operands of the output's shape or single elements), wrapping
+//     as the reference's: a training step's dropout counter.
 //
 // The renderers print an op kernel's source as it is (render.h); the compiler schedules one
 // where a backend runs CUDA kernels and has no library kernel for the op (compiler/schedule.cpp).

@@ -6,6 +6,7 @@
 #include <numbers>
 #include <string>
 
+#include "ir/dropout.h"
 #include "runtime/cpu/cpu_clones.h"
 #include "runtime/reference/helpers.h"
 
@@ -611,20 +612,14 @@ Status extremumBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor>
   });
 }
 
-// ---- Training-mode dropout: a counter-based mask, the same for every executor.
-uint64_t mix64(uint64_t z) {  // splitmix64's finalizer.
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+// ---- Training-mode dropout: a counter-based mask, the same for every executor (ir/dropout.h).
 // Elements [lo, hi) of f32 dropout (the training hot path; the hash's 64-bit multiplies
 // vectorize on AVX-512 and AVX2).
 KILN_CPU_CLONES void dropoutRangeF32(const float* x, float* y, int64_t lo, int64_t hi,
                                      uint64_t base, uint64_t offset, uint64_t threshold,
                                      float scale) {
   for (int64_t i = lo; i < hi; ++i) {
-    const uint64_t r =
-        mix64(base + (offset + static_cast<uint64_t>(i)) * 0x9e3779b97f4a7c15ull) >> 40;
+    const uint64_t r = ir::dropout::bits(base, offset, static_cast<uint64_t>(i));
     y[i] = r >= threshold ? x[i] * scale : 0.f;
   }
 }
@@ -636,9 +631,8 @@ Status dropoutMaskKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
   const uint64_t seed = static_cast<uint64_t>(attrs.getInt("seed"));
   const uint64_t offset = static_cast<uint64_t>(attrs.getInt("offset"));
   const uint64_t step = static_cast<uint64_t>(in[1].data<int64_t>()[0]);
-  const uint64_t base = mix64(seed * 0x9e3779b97f4a7c15ull + mix64(step + 0x632be59bd9b4e019ull));
-  // 24 random bits against the threshold, as float compares them.
-  const uint64_t threshold = static_cast<uint64_t>(std::ceil(ratio * double(1u << 24)));
+  const uint64_t base = ir::dropout::base(seed, step);
+  const uint64_t threshold = ir::dropout::threshold(ratio);
   return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
     const T* x = in[0].data<T>();
     T* y = out[0].data<T>();
@@ -653,8 +647,7 @@ Status dropoutMaskKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
     } else {
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
       for (int64_t i = 0; i < n; ++i) {
-        const uint64_t r =
-            mix64(base + (offset + static_cast<uint64_t>(i)) * 0x9e3779b97f4a7c15ull) >> 40;
+        const uint64_t r = ir::dropout::bits(base, offset, static_cast<uint64_t>(i));
         y[i] = r >= threshold ? x[i] * scale : T(0);
       }
     }

@@ -4,6 +4,8 @@
 // NaNs (the choices a wrong scan order or tie rule would change).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "compiler/compile.h"
@@ -29,6 +31,43 @@ Tensor smallIntegers(ir::Shape shape, int64_t range, double nanRate, std::mt1993
   for (int64_t i = 0; i < t.numElements(); ++i)
     p[i] = nan(rng) ? std::nanf("") : static_cast<float>(value(rng));
   return t;
+}
+
+// `g` on `ins`: the reference kernels' output (eager on the CPU) and the test device's (compiled
+// without the kernel cache), which must run nothing on the host (on emu: no host function ran).
+struct Outputs {
+  Tensor device, reference;
+  int opKernels = 0;       // Of the compile's kernels.
+  size_t indexChecks = 0;  // The plan's class-index checks.
+};
+Outputs onDeviceAndReference(const ir::Graph& g, const std::vector<Tensor>& ins) {
+  auto want = runtime::EagerExecutor(g).run(ins);
+  INFO(want.status().message());
+  REQUIRE(want.hasValue());
+  const std::shared_ptr<runtime::Backend> device = testing::testDevice();
+  compiler::CompileOptions o;
+  o.backend = device;
+  o.useCache = false;
+  auto cm = compiler::compile(g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().hostSteps == 0);
+  Outputs out;
+  for (const auto& k : (*cm)->report().kernels) out.opKernels += k.group == "op";
+  out.indexChecks = (*cm)->plan().classIndexChecks.size();
+  auto hostFunctions = [&]() -> int64_t {
+    auto c = runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(*device));
+    return c ? c->hostFunctions : 0;
+  };
+  const int64_t before = hostFunctions();
+  auto got = (*cm)->run(ins);
+  INFO(got.status().message());
+  REQUIRE(got.hasValue());
+  CHECK(hostFunctions() == before);
+  REQUIRE((*got)[0].shape() == (*want)[0].shape());
+  out.device = (*got)[0];
+  out.reference = (*want)[0];
+  return out;
 }
 
 // max_pool2d_backward(grad, x) in `dtype` (f32 inputs cast to it, the result cast back), compiled
@@ -58,36 +97,10 @@ void checkMaxPoolBackward(ir::Shape xShape, ir::AttrMap attrs, ir::DType dtype, 
   // x: values in [-2, 2] (windows full of tied maxima) with some NaNs; grad: in [-4, 4].
   const std::vector<Tensor> ins = {smallIntegers((*fwd)[0].shape, 4, 0.0, rng),
                                    smallIntegers(xShape, 2, 0.04, rng)};
-  runtime::EagerExecutor eager(g);
-  auto want = eager.run(ins);
-  INFO(want.status().message());
-  REQUIRE(want.hasValue());
-
-  const std::shared_ptr<runtime::Backend> device = testing::testDevice();
-  compiler::CompileOptions o;
-  o.backend = device;
-  o.useCache = false;
-  auto cm = compiler::compile(g, o);
-  INFO(cm.status().message());
-  REQUIRE(cm.hasValue());
-  CHECK((*cm)->report().hostSteps == 0);
-  int opKernels = 0;
-  for (const auto& k : (*cm)->report().kernels) opKernels += k.group == "op";
-  CHECK(opKernels == 1);
-  // On emu: nothing ran on the host.
-  auto hostFunctions = [&]() -> int64_t {
-    auto c = runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(*device));
-    return c ? c->hostFunctions : 0;
-  };
-  const int64_t before = hostFunctions();
-  auto got = (*cm)->run(ins);
-  INFO(got.status().message());
-  REQUIRE(got.hasValue());
-  CHECK(hostFunctions() == before);
-
-  const Tensor& a = (*got)[0];
-  const Tensor& b = (*want)[0];
-  REQUIRE(a.shape() == b.shape());
+  const Outputs r = onDeviceAndReference(g, ins);
+  CHECK(r.opKernels == 1);
+  const Tensor& a = r.device;
+  const Tensor& b = r.reference;
   int64_t differ = 0, first = -1, nonzero = 0;
   for (int64_t i = 0; i < a.numElements(); ++i) {
     const double u = a.elementAsDouble(i), v = b.elementAsDouble(i);
@@ -144,28 +157,36 @@ TEST_CASE("emu: op kernel max_pool2d_backward gives the reference's bits") {
   }
 }
 
-TEST_CASE("emu: op kernels: a resnet training step runs nothing on the host") {
-  // Before op kernels its loss, the loss's gradient and the max-pooling gradient ran on the
-  // host, their operands copied both ways (resnet18 at batch 32: 100 MB each way a step for the
-  // pooling gradient).
+TEST_CASE("emu: op kernels: the zoo's training steps run nothing on the host") {
+  // Before op kernels resnet18's step ran its loss, the loss's gradient and the max-pooling
+  // gradient on the host, their operands copied both ways (at batch 32: 100 MB each way a step
+  // for the pooling gradient); mnist_cnn's its dropouts and their step counter too.
+  const std::string name = GENERATE(as<std::string>{}, "resnet18", "mnist_cnn");
+  // resnet18: max_pool2d_backward, cross_entropy_loss and its gradient; mnist_cnn: those, two
+  // dropout_train, two dropout_backward and the counter's add.
+  const int want = name == "resnet18" ? 3 : 8;
+  INFO(name);
   compiler::TrainOptions t;
   t.compile.backend = testing::testDevice();
-  auto model = models::buildModel("resnet18", {.batch = 2, .seed = 1, .imageSize = 32});
+  auto model =
+      models::buildModel(name, {.batch = 2, .seed = 1, .imageSize = name == "resnet18" ? 32 : 0});
   REQUIRE(model.hasValue());
   auto step = compiler::TrainingStep::create(std::move(model).value(), t);
   INFO(step.status().message());
   REQUIRE(step.hasValue());
   REQUIRE((*step)->compiled());
   const compiler::CompileReport& r = (*step)->compiled()->report();
+  std::string remarks;
+  for (const auto& m : r.remarks) remarks += m + "\n";
+  INFO(remarks);
+  CHECK(r.hostSteps == 0);
   int opKernels = 0;
   for (const auto& k : r.kernels) opKernels += k.group == "op";
-  // max_pool2d_backward, cross_entropy_loss and cross_entropy_loss_backward.
-  CHECK(opKernels == 3);
-  CHECK(r.hostSteps == 0);
+  CHECK(opKernels == want);
   // The labels, read unchecked by the loss's kernels, are checked on the host at each run.
   const auto& checks = (*step)->compiled()->plan().classIndexChecks;
   REQUIRE(checks.size() == 2);
-  CHECK(checks[0].limit == 1000);
+  CHECK(checks[0].limit == (name == "resnet18" ? 1000 : 10));
 }
 
 namespace {
@@ -225,24 +246,10 @@ void checkLoss(const LossCase& c, uint64_t seed) {
       t.data<int32_t>()[i] = static_cast<int32_t>(v);
   }
   xs.push_back(t);
-  auto want = runtime::EagerExecutor(g).run(xs);
-  INFO(want.status().message());
-  REQUIRE(want.hasValue());
-
-  compiler::CompileOptions o;
-  o.backend = testing::testDevice();
-  o.useCache = false;
-  auto cm = compiler::compile(g, o);
-  INFO(cm.status().message());
-  REQUIRE(cm.hasValue());
-  CHECK((*cm)->report().hostSteps == 0);
-  REQUIRE((*cm)->plan().classIndexChecks.size() == 1);
-  auto got = (*cm)->run(xs);
-  INFO(got.status().message());
-  REQUIRE(got.hasValue());
-  const Tensor& a = (*got)[0];
-  const Tensor& b = (*want)[0];
-  REQUIRE(a.shape() == b.shape());
+  const Outputs r = onDeviceAndReference(g, xs);
+  CHECK(r.indexChecks == 1);
+  const Tensor& a = r.device;
+  const Tensor& b = r.reference;
   double worst = 0, largest = 0;
   int64_t nonzero = 0;
   for (int64_t i = 0; i < b.numElements(); ++i) {
@@ -309,13 +316,70 @@ TEST_CASE("emu: op kernels: a target out of range is the reference's error, befo
   auto hm = compiler::compile(h, o);
   INFO(hm.status().message());
   REQUIRE(hm.hasValue());
-  int opKernels = 0;
-  for (const auto& k : (*hm)->report().kernels) opKernels += k.group == "op";
-  CHECK(opKernels == 0);
-  CHECK((*hm)->report().hostSteps >= 1);
+  CHECK((*hm)->report().hostSteps == 1);  // The loss (the add is an op kernel).
   CHECK((*hm)->plan().classIndexChecks.empty());
   ts.data<int64_t>()[2] = 4;  // 5 after the add.
   auto hr = (*hm)->run(std::vector<Tensor>{xs, ts});
   REQUIRE_FALSE(hr.hasValue());
   CHECK_THAT(hr.status().message(), Catch::Contains("target class 5"));
+}
+
+TEST_CASE("emu: op kernels: dropout draws the reference's masks") {
+  // The mask of ir/dropout.h with the step read on the device: every bit as the reference's,
+  // over ratios, seeds, offsets (a rank's place in the global batch) and steps.
+  std::mt19937 rng(21);
+  int trial = 0;
+  for (ir::OpKind op : {ir::OpKind::kDropoutTrain, ir::OpKind::kDropoutBackward})
+    for (double ratio : {0.1, 0.5, 0.9})
+      for (int64_t step : {int64_t{0}, int64_t{1}, int64_t{12345}, int64_t{1} << 40}) {
+        const ir::Shape shape = {3, 5, 7 + trial % 3};
+        const ir::AttrMap attrs = {{"ratio", ratio},
+                                   {"seed", static_cast<int64_t>(rng() % 1000)},
+                                   {"offset", trial % 2 ? int64_t{0} : int64_t{105} * 3}};
+        INFO(ir::opName(op) << " ratio " << ratio << " step " << step);
+        ir::Graph g("dropout");
+        ir::Value* x = *g.addInput("x", ir::TensorType(ir::DType::kF32, shape));
+        ir::Value* st = *g.addInput("step", ir::TensorType(ir::DType::kI64, {}));
+        g.setOutputs({(*g.addNode(op, {x, st}, attrs))->output()});
+        const std::vector<Tensor> ins = {smallIntegers(shape, 9, 0.02, rng),
+                                         *Tensor::zeros(ir::DType::kI64, {})};
+        ins[1].data<int64_t>()[0] = step;
+        const Outputs r = onDeviceAndReference(g, ins);
+        int64_t differ = 0, kept = 0;
+        for (int64_t i = 0; i < r.reference.numElements(); ++i) {
+          const double u = r.device.elementAsDouble(i), v = r.reference.elementAsDouble(i);
+          kept += v != 0;
+          differ += !(u == v || (std::isnan(u) && std::isnan(v)));
+        }
+        CHECK(differ == 0);
+        CHECK(kept > 0);
+        ++trial;
+      }
+}
+
+TEST_CASE("emu: op kernels: integer add, sub and mul wrap as the reference's") {
+  for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32})
+    for (ir::OpKind op : {ir::OpKind::kAdd, ir::OpKind::kSub, ir::OpKind::kMul}) {
+      INFO(ir::opName(op) << " " << ir::dtypeName(dt));
+      ir::Graph g("integers");
+      ir::Value* a = *g.addInput("a", ir::TensorType(dt, {5}));
+      ir::Value* b = *g.addInput("b", ir::TensorType(dt, {}));
+      ir::Value* ab = (*g.addNode(op, {a, b}))->output();
+      g.setOutputs({(*g.addNode(op, {ab, a}))->output()});
+      Tensor x = *Tensor::empty(dt, {5}), y = *Tensor::empty(dt, {});
+      const int64_t values[] = {0, -7, 123456789, std::numeric_limits<int64_t>::max(),
+                                std::numeric_limits<int64_t>::min()};
+      for (int i = 0; i < 5; ++i) {
+        if (dt == ir::DType::kI64)
+          x.data<int64_t>()[i] = values[i];
+        else
+          x.data<int32_t>()[i] = static_cast<int32_t>(values[i] >> (i >= 3 ? 32 : 0));
+      }
+      if (dt == ir::DType::kI64)
+        y.data<int64_t>()[0] = 3037000500;  // Squares past 2^63: the products wrap.
+      else
+        y.data<int32_t>()[0] = 46341;
+      const Outputs r = onDeviceAndReference(g, {x, y});
+      CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
+    }
 }
