@@ -8,6 +8,9 @@
 #include <limits>
 #include <random>
 
+#include "codegen/nvrtc_compiler.h"
+#include "codegen/op_kernels.h"
+#include "codegen/render.h"
 #include "compiler/compile.h"
 #include "compiler/train.h"
 #include "gpu_test_util.h"
@@ -382,4 +385,56 @@ TEST_CASE("emu: op kernels: integer add, sub and mul wrap as the reference's") {
       const Outputs r = onDeviceAndReference(g, {x, y});
       CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
     }
+}
+
+TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_90") {
+  // The emu device compiles CUDA C as C++; NVRTC is stricter (shuffles of 64-bit values, shared
+  // arrays, hex floats): every op kernel variant in one module, without a GPU.
+  if (!codegen::cudaCompilerAvailable()) {
+    WARN("skipped: kiln was built without the CUDA toolkit (NVRTC)");
+    return;
+  }
+  ir::Graph g("variants");
+  std::vector<const ir::Node*> nodes;
+  auto add = [&](ir::OpKind op, std::vector<ir::TensorType> types, ir::AttrMap attrs) {
+    std::vector<ir::Value*> ins;
+    for (const auto& t : types) ins.push_back(*g.addInput(g.freshName(), t));
+    auto n = g.addNode(op, ins, std::move(attrs));
+    INFO(n.status().message());
+    REQUIRE(n.hasValue());
+    nodes.push_back(*n);
+  };
+  const ir::AttrMap pool = {{"kernel", std::vector<int64_t>{3, 3}},
+                            {"strides", std::vector<int64_t>{2, 2}},
+                            {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF16, ir::DType::kBF16})
+    add(ir::OpKind::kMaxPool2dBackward, {{dt, {1, 2, 4, 4}}, {dt, {1, 2, 8, 8}}}, pool);
+  for (const char* red : {"none", "sum", "mean"})
+    for (ir::DType index : {ir::DType::kI64, ir::DType::kI32}) {
+      const ir::AttrMap a = {{"reduction", std::string(red)}, {"ignore_index", int64_t{-100}}};
+      const ir::Shape lossShape = std::string(red) == "none" ? ir::Shape{4, 3} : ir::Shape{};
+      for (ir::OpKind op : {ir::OpKind::kNllLoss, ir::OpKind::kCrossEntropyLoss})
+        add(op, {{ir::DType::kF32, {4, 5, 3}}, {index, {4, 3}}}, a);
+      for (ir::OpKind op : {ir::OpKind::kNllLossBackward, ir::OpKind::kCrossEntropyLossBackward})
+        add(op, {{ir::DType::kF32, lossShape}, {ir::DType::kF32, {4, 5, 3}}, {index, {4, 3}}}, a);
+    }
+  for (ir::OpKind op : {ir::OpKind::kDropoutTrain, ir::OpKind::kDropoutBackward})
+    add(op, {{ir::DType::kF32, {6}}, {ir::DType::kI64, {}}},
+        {{"ratio", 0.3}, {"seed", int64_t{5}}});
+  for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32})
+    for (ir::OpKind op : {ir::OpKind::kAdd, ir::OpKind::kSub, ir::OpKind::kMul})
+      add(op, {{dt, {6}}, {dt, {}}}, {});
+  std::vector<codegen::Kernel> kernels;
+  for (const ir::Node* n : nodes) {
+    auto k = codegen::opKernel(*n, "k" + std::to_string(kernels.size()));
+    INFO(n->describe() << ": " << k.status().message());
+    REQUIRE(k.hasValue());
+    kernels.push_back(std::move(*k));
+  }
+  const std::string src = codegen::renderModule(kernels, codegen::Dialect::kCuda);
+  for (int arch : {80, 90}) {
+    auto ptx = codegen::compileCuda(src, "op_kernels.cu", arch);
+    INFO("sm_" << arch << ": " << ptx.status().message());
+    CHECK(ptx.hasValue());
+  }
 }
