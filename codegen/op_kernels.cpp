@@ -1,6 +1,8 @@
 #include "codegen/op_kernels.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "ir/dropout.h"
 
@@ -9,16 +11,13 @@ namespace kiln::codegen {
 namespace {
 
 // How an op kernel reads and writes a float dtype: the C type of its buffers, the load widening
-// to f32, the rounding of an f32 result to the dtype, and the store narrowing it.
+// to f32 and the store narrowing an f32 result (rounded once, to nearest even).
 struct FloatIo {
   ScalarType type;
-  std::string c;                   // Element type in the kernel's signature.
-  std::string load, round, store;  // Function names ("" for f32: nothing to do).
+  std::string c;            // Element type in the kernel's signature.
+  std::string load, store;  // Function names ("" for f32: nothing to do).
 
   std::string loaded(const std::string& e) const { return load.empty() ? e : load + "(" + e + ")"; }
-  std::string rounded(const std::string& e) const {
-    return round.empty() ? e : round + "(" + e + ")";
-  }
   std::string stored(const std::string& e) const {
     return store.empty() ? e : store + "(" + e + ")";
   }
@@ -27,13 +26,11 @@ struct FloatIo {
 Expected<FloatIo> floatIo(ir::DType t) {
   switch (t) {
     case ir::DType::kF32:
-      return FloatIo{ScalarType::kF32, "float", "", "", ""};
+      return FloatIo{ScalarType::kF32, "float", "", ""};
     case ir::DType::kF16:
-      return FloatIo{ScalarType::kF16, "unsigned short", "kiln_f16_to_f32", "kiln_round_f16",
-                     "kiln_f32_to_f16"};
+      return FloatIo{ScalarType::kF16, "unsigned short", "kiln_f16_to_f32", "kiln_f32_to_f16"};
     case ir::DType::kBF16:
-      return FloatIo{ScalarType::kBF16, "unsigned short", "kiln_bf16_to_f32", "kiln_round_bf16",
-                     "kiln_f32_to_bf16"};
+      return FloatIo{ScalarType::kBF16, "unsigned short", "kiln_bf16_to_f32", "kiln_f32_to_bf16"};
     default:
       return unimplemented("no op kernel for dtype " + std::string(ir::dtypeName(t)));
   }
@@ -67,7 +64,11 @@ std::string gridLoop(const std::string& var, int64_t count) {
 // windows that hold input row h are those with oh*S in [h + P - (K-1)D, h + P] and (h + P -
 // oh*S) a multiple of D (the same for columns); each window's choice is the reference's scan
 // (runtime/reference/conv_pool.cpp): the first tap inside the input, then the first strictly
-// larger one or the first NaN.
+// larger one or the first NaN. The gradients are added in the reference's order: per output
+// row, on a row whose windows lie inside the input vertically, the windows inside horizontally
+// first, then the others, left to right (a plain row-major order differs in the last bits with
+// left padding); in f32, rounded once for f16/bf16 (the reference computes halves in f32). Its
+// 2x2 stride-2 path stores each window's gradient where the sums start from 0: a -0 stays.
 Expected<Kernel> maxPool2dBackward(const ir::Node& n, std::string name) {
   const ir::TensorType& g = n.input(0)->type();
   const ir::TensorType& x = n.input(1)->type();
@@ -80,16 +81,63 @@ Expected<Kernel> maxPool2dBackward(const ir::Node& n, std::string name) {
   const auto& dil = n.attr().getInts("dilations");
   if (kernel.size() != 2 || strides.size() != 2 || pads.size() != 4 || dil.size() != 2)
     return unimplemented("max_pool2d_backward's op kernel takes 2-D pooling attributes");
+  const int64_t H = x.shape[2], W = x.shape[3], OH = g.shape[2], OW = g.shape[3];
+  // The reference's two paths and its interior windows (Window::validOutputs of the first and
+  // the last tap along the width; none for planes of 2^31 elements or more).
+  const bool tiles = kernel[0] == 2 && kernel[1] == 2 && strides[0] == 2 && strides[1] == 2 &&
+                     dil[0] == 1 && dil[1] == 1 && pads[0] == 0 && pads[1] == 0 && 2 * OH <= H &&
+                     2 * OW <= W;
+  auto validOutputs = [&](int64_t tap) {
+    const int64_t shift = pads[1] - tap * dil[1];
+    const int64_t lo = shift > 0 ? (shift + strides[1] - 1) / strides[1] : 0;
+    const int64_t last = W + shift - 1;
+    const int64_t hi = last < 0 ? 0 : std::min(OW, last / strides[1] + 1);
+    return std::pair{lo, std::max(lo, hi)};
+  };
+  const auto [lo0, hi0] = validOutputs(0);
+  const auto [loK, hiK] = validOutputs(kernel[1] - 1);
+  const int64_t innerLo = std::max(lo0, loK);
+  const int64_t innerHi =
+      H * W < (int64_t{1} << 31) ? std::max(innerLo, std::min(hi0, hiK)) : innerLo;
+
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   const std::string T = io.c;
   std::string s = "// max_pool2d_backward " + n.describe() + "\n";
+  // The choice of window (oh, ow): its element's offset in the plane.
+  s += "KILN_FN long long " + k.name + "_choice(kiln_gptr<const " + T +
+       "> a1, long long x0, long long oh, long long ow) {\n";
+  s += "  const long long H = " + ll(H) + ", W = " + ll(W) + ", KH = " + ll(kernel[0]) +
+       ", KW = " + ll(kernel[1]) + ", SH = " + ll(strides[0]) + ", SW = " + ll(strides[1]) +
+       ", PT = " + ll(pads[0]) + ", PL = " + ll(pads[1]) + ", DH = " + ll(dil[0]) +
+       ", DW = " + ll(dil[1]) + ";\n";
+  s += R"(  long long arg = -1;
+  float best = 0.f;
+  for (long long kh = 0; kh < KH && !(arg >= 0 && best != best); ++kh) {
+    const long long ih = oh * SH - PT + kh * DH;
+    if (ih < 0 || ih >= H) continue;
+    for (long long kw = 0; kw < KW; ++kw) {
+      const long long iw = ow * SW - PL + kw * DW;
+      if (iw < 0 || iw >= W) continue;
+)";
+  s += "      const float v = " + io.loaded("a1[x0 + ih * W + iw]") + ";\n";
+  s += R"(      if (arg < 0 || v > best || v != v) {
+        best = v;
+        arg = ih * W + iw;
+      }
+      if (best != best) break;
+    }
+  }
+  return arg;
+}
+)";
   s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + T +
        "> a0, kiln_gptr<const " + T + "> a1, kiln_gptr<" + T + "> a2) {\n";
-  s += "  const long long H = " + ll(x.shape[2]) + ", W = " + ll(x.shape[3]) +
-       ", OH = " + ll(g.shape[2]) + ", OW = " + ll(g.shape[3]) + ";\n";
+  s += "  const long long H = " + ll(H) + ", W = " + ll(W) + ", OH = " + ll(OH) +
+       ", OW = " + ll(OW) + ";\n";
   s += "  const long long KH = " + ll(kernel[0]) + ", KW = " + ll(kernel[1]) +
        ", SH = " + ll(strides[0]) + ", SW = " + ll(strides[1]) + ", PT = " + ll(pads[0]) +
        ", PL = " + ll(pads[1]) + ", DH = " + ll(dil[0]) + ", DW = " + ll(dil[1]) + ";\n";
+  s += "  const long long INNER_LO = " + ll(innerLo) + ", INNER_HI = " + ll(innerHi) + ";\n";
   s += "  " + gridLoop("i", k.numElements()) + " {\n";
   s += R"(    const long long w = i % W, h = (i / W) % H, p = i / (H * W);
     const long long x0 = p * (H * W), g0 = p * (OH * OW), self = h * W + w;
@@ -100,29 +148,18 @@ Expected<Kernel> maxPool2dBackward(const ir::Node& n, std::string name) {
     float acc = 0.f;
     for (long long oh = ohLo; oh <= ohHi; ++oh) {
       if ((h + PT - oh * SH) % DH != 0) continue;
-      for (long long ow = owLo; ow <= owHi; ++ow) {
-        if ((w + PL - ow * SW) % DW != 0) continue;
-        long long arg = -1;
-        float best = 0.f;
-        for (long long kh = 0; kh < KH && !(arg >= 0 && best != best); ++kh) {
-          const long long ih = oh * SH - PT + kh * DH;
-          if (ih < 0 || ih >= H) continue;
-          for (long long kw = 0; kw < KW; ++kw) {
-            const long long iw = ow * SW - PL + kw * DW;
-            if (iw < 0 || iw >= W) continue;
+      const long long top = oh * SH - PT;
+      const bool rowInside = INNER_LO < INNER_HI && top >= 0 && top + (KH - 1) * DH < H;
+      for (int pass = 0; pass < 2; ++pass)
+        for (long long ow = owLo; ow <= owHi; ++ow) {
+          if ((w + PL - ow * SW) % DW != 0) continue;
+          const bool interior = rowInside && ow >= INNER_LO && ow < INNER_HI;
+          if (interior != (pass == 0)) continue;
 )";
-  s += "            const float v = " + io.loaded("a1[x0 + ih * W + iw]") + ";\n";
-  s += R"(            if (arg < 0 || v > best || v != v) {
-              best = v;
-              arg = ih * W + iw;
-            }
-            if (best != best) break;
-          }
-        }
-)";
-  s += "        if (arg == self) acc = " +
-       io.rounded("acc + " + io.loaded("a0[g0 + oh * OW + ow]")) + ";\n";
-  s += "      }\n    }\n    a2[i] = " + io.stored("acc") + ";\n  }\n}\n";
+  s += "          if (" + k.name +
+       "_choice(a1, x0, oh, ow) == self) acc = " + (tiles ? std::string() : std::string("acc + ")) +
+       io.loaded("a0[g0 + oh * OW + ow]") + ";\n";
+  s += "        }\n    }\n    a2[i] = " + io.stored("acc") + ";\n  }\n}\n";
   k.source = std::move(s);
   return k;
 }
@@ -251,7 +288,7 @@ Expected<Kernel> lossBackward(const ir::Node& n, std::string name, bool crossEnt
     s += "    if (c != " + ll(l.ignore) + ") a3[base + c * " + inner + "] -= f;\n";
   } else {
     s += "    for (long long j = 0; j < " + cls + "; ++j) a3[base + j * " + inner +
-         "] = j == c ? -f : 0.f;\n";
+         "] = j == c && c != " + ll(l.ignore) + " ? -f : 0.f;\n";
   }
   s += "  }\n}\n";
   k.source = std::move(s);

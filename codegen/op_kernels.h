@@ -4,8 +4,8 @@
 //
 //   - max_pool2d_backward (plain layout, f32/f16/bf16): one thread per input element gathers the
 //     gradients of the windows whose choice it is — each window's first maximum in scan order,
-//     NaN first, as the reference — adding them in the windows' row-major order, the reference's
-//     order (f32: the same bits; f16/bf16: rounded after each add, as the reference). cuDNN's
+//     NaN first, as the reference — adding them in the reference's order, in f32 (f16/bf16
+//     rounded once, as the reference computes them): the same bits. cuDNN's
 //     pooling gradient needs the forward's output and breaks ties its own way; ties are common
 //     after a ReLU.
 //   - nll_loss, cross_entropy_loss and their gradients (f32 over i64/i32 targets): one thread a

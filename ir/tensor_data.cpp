@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <new>
 
 namespace kiln::ir {
@@ -13,8 +14,9 @@ namespace {
 // exactly representable there (0, 1, 0.5, -2, ...), else `nan`.
 uint16_t exactHalfBits(double v, int mant, int bias, uint16_t nan) {
   if (v == 0) return std::signbit(v) ? 0x8000 : 0;
-  if (!std::isfinite(v)) return nan;
+  if (std::isnan(v)) return nan;
   const uint16_t sign = v < 0 ? 0x8000 : 0;
+  if (std::isinf(v)) return static_cast<uint16_t>(sign | ((2 * bias + 1) << mant));
   int e = 0;
   const double m = std::frexp(std::fabs(v), &e);  // |v| = m 2^e, m in [0.5, 1).
   const int exponent = e - 1 + bias;              // Biased, for 1.f * 2^(e-1).
@@ -28,6 +30,16 @@ uint16_t exactHalfBits(double v, int mant, int bias, uint16_t nan) {
       std::ldexp(std::fabs(v), bias - 1 + mant);  // Subnormal: in units of 2^(1-bias-mant).
   if (q != std::floor(q) || q >= (1 << mant)) return nan;
   return static_cast<uint16_t>(sign | static_cast<int>(q));
+}
+
+// `v` as integer type T, saturated to T's range (NaN: 0), as the reference's float-to-integer
+// casts: a plain static_cast of an out-of-range double is undefined.
+template <class T>
+T saturated(double v) {
+  if (std::isnan(v)) return T(0);
+  if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+  if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
 }
 
 struct AlignedDelete {
@@ -59,28 +71,28 @@ TensorData TensorData::scalar(DType dtype, double value) {
       put(static_cast<float>(value));
       break;
     case DType::kI64:
-      put(static_cast<int64_t>(value));
+      put(saturated<int64_t>(value));
       break;
     case DType::kI32:
-      put(static_cast<int32_t>(value));
+      put(saturated<int32_t>(value));
       break;
     case DType::kI8:
-      put(static_cast<int8_t>(value));
+      put(saturated<int8_t>(value));
       break;
     case DType::kU8:
-      put(static_cast<uint8_t>(value));
+      put(saturated<uint8_t>(value));
       break;
     case DType::kI16:
-      put(static_cast<int16_t>(value));
+      put(saturated<int16_t>(value));
       break;
     case DType::kU16:
-      put(static_cast<uint16_t>(value));
+      put(saturated<uint16_t>(value));
       break;
     case DType::kU32:
-      put(static_cast<uint32_t>(value));
+      put(saturated<uint32_t>(value));
       break;
     case DType::kU64:
-      put(static_cast<uint64_t>(value));
+      put(saturated<uint64_t>(value));
       break;
     case DType::kBool:
       put(static_cast<uint8_t>(value != 0));

@@ -40,9 +40,9 @@ class TensorData {
   bool bitwiseEqual(const TensorData& other) const;
   bool operator==(const TensorData& other) const { return bitwiseEqual(other); }
   // A 0-d tensor holding `value` (the constants passes add: 1, 0, a learning rate, a step
-  // counter's increment), converted as static_cast does. f16 and bf16 hold it where it is
-  // exactly representable, else NaN: rounding them is the runtime's (a cast node does it:
-  // passes::GraphBuilder::scalar).
+  // counter's increment): integers saturated (NaN: 0); f16 and bf16 hold it where it is exactly
+  // representable (infinities too), else NaN: rounding them is the runtime's (a cast node does
+  // it: passes::GraphBuilder::scalar).
   static TensorData scalar(DType dtype, double value);
   // A deep copy with its own storage.
   TensorData clone() const;

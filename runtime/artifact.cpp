@@ -847,15 +847,16 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
       const auto& inputs = plan->plan->inputs;
       for (size_t i = 0; r.ok() && i < checks; ++i) {
         ClassIndexCheck k;
-        k.input = static_cast<int>(r.i64());
+        const int64_t input = r.i64();
         k.limit = r.i64();
         k.ignore = r.i64();
         k.op = r.str();
-        if (r.ok() && (k.input < 0 || static_cast<size_t>(k.input) >= inputs.size() ||
-                       (inputs[k.input].dtype != ir::DType::kI64 &&
-                        inputs[k.input].dtype != ir::DType::kI32) ||
+        if (r.ok() && (input < 0 || static_cast<uint64_t>(input) >= inputs.size() ||
+                       (inputs[static_cast<size_t>(input)].dtype != ir::DType::kI64 &&
+                        inputs[static_cast<size_t>(input)].dtype != ir::DType::kI32) ||
                        k.limit < 1))
           r.fail("class-index check " + std::to_string(i));
+        k.input = r.ok() ? static_cast<int>(input) : 0;
         plan->plan->classIndexChecks.push_back(std::move(k));
       }
     }

@@ -12,6 +12,7 @@
 #include "codegen/op_kernels.h"
 #include "codegen/render.h"
 #include "compiler/compile.h"
+#include "compiler/eager_kernels.h"
 #include "compiler/train.h"
 #include "gpu_test_util.h"
 #include "models/zoo.h"
@@ -75,7 +76,9 @@ Outputs onDeviceAndReference(const ir::Graph& g, const std::vector<Tensor>& ins)
 
 // max_pool2d_backward(grad, x) in `dtype` (f32 inputs cast to it, the result cast back), compiled
 // for emu and run eagerly on the CPU's reference kernels: the same bits, NaNs in the same places.
-void checkMaxPoolBackward(ir::Shape xShape, ir::AttrMap attrs, ir::DType dtype, uint64_t seed) {
+// `given`: the f32 inputs (grad, x), else random ones from `seed`.
+void checkMaxPoolBackward(ir::Shape xShape, ir::AttrMap attrs, ir::DType dtype, uint64_t seed,
+                          std::vector<Tensor> given = {}) {
   const std::vector<ir::TensorType> xType = {ir::TensorType(ir::DType::kF32, xShape)};
   const auto fwd = ir::inferTypes(ir::OpKind::kMaxPool2d, xType, attrs);
   REQUIRE(fwd.hasValue());
@@ -97,9 +100,15 @@ void checkMaxPoolBackward(ir::Shape xShape, ir::AttrMap attrs, ir::DType dtype, 
   g.setOutputs({out});
 
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  // x: values in [-2, 2] (windows full of tied maxima) with some NaNs; grad: in [-4, 4].
-  const std::vector<Tensor> ins = {smallIntegers((*fwd)[0].shape, 4, 0.0, rng),
-                                   smallIntegers(xShape, 2, 0.04, rng)};
+  // x: values in [-2, 2] (windows full of tied maxima) with some NaNs; grad: normal, so that
+  // sums of several windows' gradients round by their order (and f16/bf16 by when they round).
+  std::vector<Tensor> ins = std::move(given);
+  if (ins.empty()) {
+    Tensor grad = *Tensor::empty(ir::DType::kF32, (*fwd)[0].shape);
+    std::normal_distribution<float> normal(0.f, 3.f);
+    for (int64_t i = 0; i < grad.numElements(); ++i) grad.data<float>()[i] = normal(rng);
+    ins = {grad, smallIntegers(xShape, 2, 0.04, rng)};
+  }
   const Outputs r = onDeviceAndReference(g, ins);
   CHECK(r.opKernels == 1);
   const Tensor& a = r.device;
@@ -108,7 +117,9 @@ void checkMaxPoolBackward(ir::Shape xShape, ir::AttrMap attrs, ir::DType dtype, 
   for (int64_t i = 0; i < a.numElements(); ++i) {
     const double u = a.elementAsDouble(i), v = b.elementAsDouble(i);
     nonzero += v != 0;
-    if (u == v || (std::isnan(u) && std::isnan(v))) continue;
+    // The same value and sign (a -0 gradient stays -0 where the reference stores it).
+    if ((u == v && std::signbit(u) == std::signbit(v)) || (std::isnan(u) && std::isnan(v)))
+      continue;
     if (differ++ == 0) first = i;
   }
   INFO("first difference at " << first << " of " << a.numElements());
@@ -116,7 +127,36 @@ void checkMaxPoolBackward(ir::Shape xShape, ir::AttrMap attrs, ir::DType dtype, 
   CHECK(nonzero > 0);  // Gradients reached the input: the comparison saw something.
 }
 
+Tensor f32Values(ir::Shape shape, std::vector<float> values) {
+  Tensor t = *Tensor::empty(ir::DType::kF32, std::move(shape));
+  REQUIRE(static_cast<int64_t>(values.size()) == t.numElements());
+  std::copy(values.begin(), values.end(), t.data<float>());
+  return t;
+}
+
 }  // namespace
+
+TEST_CASE("emu: op kernel max_pool2d_backward sums in the reference's order and precision") {
+  // Three windows choose element 1 of [0, 5, 0, 0] (1x3 windows, stride 1, padding 1 on each
+  // side). The reference adds the windows inside the input first (1 and 2), then the padded one
+  // (0); f16/bf16 in f32, rounded once.
+  const ir::AttrMap attrs = {{"kernel", std::vector<int64_t>{1, 3}},
+                             {"strides", std::vector<int64_t>{1, 1}},
+                             {"pads", std::vector<int64_t>{0, 1, 0, 1}}};
+  const Tensor x = f32Values({1, 1, 1, 4}, {0, 5, 0, 0});
+  // f32: (1 + 1) + 2^24 is 2^24 + 2, (2^24 + 1) + 1 is 2^24.
+  checkMaxPoolBackward({1, 1, 1, 4}, attrs, ir::DType::kF32, 0,
+                       {f32Values({1, 1, 1, 4}, {16777216.f, 1.f, 1.f, 0.f}), x});
+  // bf16: 1 + 2^-8 + 2^-8 rounded once is 1.0078125; rounded after each add, 1.
+  checkMaxPoolBackward({1, 1, 1, 4}, attrs, ir::DType::kBF16, 0,
+                       {f32Values({1, 1, 1, 4}, {1.f, 0x1p-8f, 0x1p-8f, 0.f}), x});
+  // The 2x2 stride-2 path stores a window's gradient: -0 stays -0.
+  checkMaxPoolBackward(
+      {1, 1, 2, 4},
+      {{"kernel", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}},
+      ir::DType::kF32, 0,
+      {f32Values({1, 1, 1, 2}, {-0.f, 3.f}), f32Values({1, 1, 2, 4}, {1, 0, 0, 0, 0, 2, 0, 0})});
+}
 
 TEST_CASE("emu: op kernel max_pool2d_backward gives the reference's bits") {
   // The common poolings: ResNet's stem (3x3, stride 2, pad 1), the 2x2 downsampling (odd sizes
@@ -325,6 +365,15 @@ TEST_CASE("emu: op kernels: a target out of range is the reference's error, befo
   auto hr = (*hm)->run(std::vector<Tensor>{xs, ts});
   REQUIRE_FALSE(hr.hasValue());
   CHECK_THAT(hr.status().message(), Catch::Contains("target class 5"));
+
+  // Eager runs on the device run no plan, so no host check: their losses are op calls, whose
+  // kernel checks the targets (the loss's op kernel would give NaN).
+  runtime::EagerExecutor eager(g, o.backend);
+  REQUIRE(compiler::useDeviceKernels(eager, o.backend).isOk());
+  ts.data<int64_t>()[2] = 7;
+  auto er = eager.run(std::vector<Tensor>{xs, ts});
+  REQUIRE_FALSE(er.hasValue());
+  CHECK_THAT(er.status().message(), Catch::Contains("target class 7 at flat position 2"));
 }
 
 TEST_CASE("emu: op kernels: dropout draws the reference's masks") {

@@ -1,6 +1,7 @@
 // ir::TensorData::scalar, the constants passes add (a step counter's increment, a gradient's
 // seed, a zero): every dtype holds the value itself, not an f32's bits.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -44,4 +45,10 @@ TEST_CASE("tensor data: scalar holds its value in every dtype") {
   CHECK(held<uint16_t>(TensorData::scalar(DType::kF16, 0.1)) == 0x7E00);      // Inexact: NaN.
   CHECK(held<uint16_t>(TensorData::scalar(DType::kF16, 65536.0)) == 0x7E00);  // Past the max.
   CHECK(held<uint16_t>(TensorData::scalar(DType::kBF16, 0.1)) == 0x7FC0);
+  CHECK(held<uint16_t>(TensorData::scalar(DType::kBF16, -INFINITY)) == 0xFF80);
+  CHECK(held<uint16_t>(TensorData::scalar(DType::kF16, INFINITY)) == 0x7C00);
+  // Integers saturate (a static_cast past the range is undefined).
+  CHECK(held<int32_t>(TensorData::scalar(DType::kI32, 1e20)) == INT32_MAX);
+  CHECK(held<uint8_t>(TensorData::scalar(DType::kU8, -5)) == 0);
+  CHECK(held<int64_t>(TensorData::scalar(DType::kI64, NAN)) == 0);
 }
