@@ -102,14 +102,16 @@ Expected<Kernel> maxPool2dBackward(const ir::Node& n, std::string name) {
 
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   const std::string T = io.c;
+  // The pooling's numbers, declared in both functions.
+  const std::string dims =
+      "  const long long H = " + ll(H) + ", W = " + ll(W) + ", OH = " + ll(OH) +
+      ", OW = " + ll(OW) + ", KH = " + ll(kernel[0]) + ", KW = " + ll(kernel[1]) +
+      ", SH = " + ll(strides[0]) + ", SW = " + ll(strides[1]) + ", PT = " + ll(pads[0]) +
+      ", PL = " + ll(pads[1]) + ", DH = " + ll(dil[0]) + ", DW = " + ll(dil[1]) + ";\n";
   std::string s = "// max_pool2d_backward " + n.describe() + "\n";
   // The choice of window (oh, ow): its element's offset in the plane.
   s += "KILN_FN long long " + k.name + "_choice(kiln_gptr<const " + T +
-       "> a1, long long x0, long long oh, long long ow) {\n";
-  s += "  const long long H = " + ll(H) + ", W = " + ll(W) + ", KH = " + ll(kernel[0]) +
-       ", KW = " + ll(kernel[1]) + ", SH = " + ll(strides[0]) + ", SW = " + ll(strides[1]) +
-       ", PT = " + ll(pads[0]) + ", PL = " + ll(pads[1]) + ", DH = " + ll(dil[0]) +
-       ", DW = " + ll(dil[1]) + ";\n";
+       "> a1, long long x0, long long oh, long long ow) {\n" + dims;
   s += R"(  long long arg = -1;
   float best = 0.f;
   for (long long kh = 0; kh < KH && !(arg >= 0 && best != best); ++kh) {
@@ -132,12 +134,7 @@ Expected<Kernel> maxPool2dBackward(const ir::Node& n, std::string name) {
 )";
   s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + T +
        "> a0, kiln_gptr<const " + T + "> a1, kiln_gptr<" + T + "> a2) {\n";
-  s += "  const long long H = " + ll(H) + ", W = " + ll(W) + ", OH = " + ll(OH) +
-       ", OW = " + ll(OW) + ";\n";
-  s += "  const long long KH = " + ll(kernel[0]) + ", KW = " + ll(kernel[1]) +
-       ", SH = " + ll(strides[0]) + ", SW = " + ll(strides[1]) + ", PT = " + ll(pads[0]) +
-       ", PL = " + ll(pads[1]) + ", DH = " + ll(dil[0]) + ", DW = " + ll(dil[1]) + ";\n";
-  s += "  const long long INNER_LO = " + ll(innerLo) + ", INNER_HI = " + ll(innerHi) + ";\n";
+  s += dims + "  const long long INNER_LO = " + ll(innerLo) + ", INNER_HI = " + ll(innerHi) + ";\n";
   s += "  " + gridLoop("i", k.numElements()) + " {\n";
   s += R"(    const long long w = i % W, h = (i / W) % H, p = i / (H * W);
     const long long x0 = p * (H * W), g0 = p * (OH * OW), self = h * W + w;
@@ -310,8 +307,8 @@ Expected<Kernel> dropout(const ir::Node& n, std::string name) {
   const std::string mix = k.name + "_mix";
   std::string s = "// " + n.describe() + "\n";
   s += "KILN_FN unsigned long long " + mix + "(unsigned long long z) {\n";
-  s += "  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;\n";
-  s += "  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;\n  return z ^ (z >> 31);\n}\n";
+  s += "  z = (z ^ (z >> 30)) * " + u64(ir::dropout::kMix1) + ";\n";
+  s += "  z = (z ^ (z >> 27)) * " + u64(ir::dropout::kMix2) + ";\n  return z ^ (z >> 31);\n}\n";
   s += "extern \"C\" __global__ void " + k.name +
        "(kiln_gptr<const float> a0, kiln_gptr<const long long> a1, kiln_gptr<float> a2) {\n";
   s += "  const unsigned long long base = " + mix + "(" +

@@ -138,7 +138,14 @@ class Scheduler {
       checks.push_back(
           {static_cast<int>(at - ins.begin()), c.limit, c.ignore, std::string(ir::opName(n.op()))});
     }
-    s_.classIndexChecks.insert(s_.classIndexChecks.end(), checks.begin(), checks.end());
+    // Each input checked once per run: the loss and its gradient read the same labels.
+    for (runtime::ClassIndexCheck& c : checks) {
+      auto same = [&](const runtime::ClassIndexCheck& d) {
+        return d.input == c.input && d.limit == c.limit && d.ignore == c.ignore;
+      };
+      if (std::none_of(s_.classIndexChecks.begin(), s_.classIndexChecks.end(), same))
+        s_.classIndexChecks.push_back(std::move(c));
+    }
     StepDraft s(runtime::PlanStep::Kind::kKernel, name);
     s.nodes = {g.nodes.front()};
     s.kernel = static_cast<int>(s_.kernels.size());

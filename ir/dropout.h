@@ -14,10 +14,13 @@ namespace kiln::ir::dropout {
 inline constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;    // Multiplies seeds and indices.
 inline constexpr uint64_t kStepSalt = 0x632be59bd9b4e019ull;  // Added to the step.
 
+inline constexpr uint64_t kMix1 = 0xbf58476d1ce4e5b9ull;  // splitmix64's finalizer's
+inline constexpr uint64_t kMix2 = 0x94d049bb133111ebull;  // multipliers.
+
 // splitmix64's finalizer.
 constexpr uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z = (z ^ (z >> 30)) * kMix1;
+  z = (z ^ (z >> 27)) * kMix2;
   return z ^ (z >> 31);
 }
 // The hash base of one run.

@@ -15,13 +15,13 @@ namespace {
 
 using ref::Tag;
 
-// Reads the targets as int64 and checks that each is a class index or ignore_index.
+// Checks that each target is a class index or ignore_index and, given `out`, reads them as int64.
 template <class I>
 Status readTargets(std::string_view op, const Tensor& target, int64_t classes, int64_t ignore,
-                   std::vector<int64_t>& out) {
+                   std::vector<int64_t>* out) {
   const I* t = target.data<I>();
   const int64_t n = target.numElements();
-  out.resize(static_cast<size_t>(n));
+  if (out) out->resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const auto c = static_cast<int64_t>(t[i]);
     if (c != ignore && (c < 0 || c >= classes))
@@ -30,7 +30,7 @@ Status readTargets(std::string_view op, const Tensor& target, int64_t classes, i
                              target.describe() + " is out of range for " + std::to_string(classes) +
                              " classes (valid: 0.." + std::to_string(classes - 1) +
                              ", ignore_index " + std::to_string(ignore) + ")");
-    out[i] = c;
+    if (out) (*out)[i] = c;
   }
   return Status::ok();
 }
@@ -39,11 +39,10 @@ Status readTargets(std::string_view op, const Tensor& target, int64_t classes, i
 
 Status checkClassIndices(std::string_view op, const Tensor& target, int64_t classes,
                          int64_t ignore) {
-  std::vector<int64_t> read;
   if (target.dtype() == ir::DType::kI64)
-    return readTargets<int64_t>(op, target, classes, ignore, read);
+    return readTargets<int64_t>(op, target, classes, ignore, nullptr);
   if (target.dtype() == ir::DType::kI32)
-    return readTargets<int32_t>(op, target, classes, ignore, read);
+    return readTargets<int32_t>(op, target, classes, ignore, nullptr);
   return ref::unsupportedDType(std::string(op) + " (target)", target.dtype());
 }
 
@@ -58,9 +57,9 @@ Status lossImpl(const ir::AttrView& attrs, std::span<const Tensor> in, std::span
   const int64_t ignore = attrs.getInt("ignore_index");
   std::vector<int64_t> targets;
   if (in[1].dtype() == ir::DType::kI64)
-    KILN_TRY(readTargets<int64_t>(ref::opNameOf(attrs), in[1], split.dim, ignore, targets));
+    KILN_TRY(readTargets<int64_t>(ref::opNameOf(attrs), in[1], split.dim, ignore, &targets));
   else if (in[1].dtype() == ir::DType::kI32)
-    KILN_TRY(readTargets<int32_t>(ref::opNameOf(attrs), in[1], split.dim, ignore, targets));
+    KILN_TRY(readTargets<int32_t>(ref::opNameOf(attrs), in[1], split.dim, ignore, &targets));
   else
     return ref::unsupportedDType(std::string(ref::opNameOf(attrs)) + " (target)", in[1].dtype());
 
@@ -120,9 +119,9 @@ Status readBackwardTargets(const ir::AttrView& attrs, std::span<const Tensor> in
                            std::vector<int64_t>& targets) {
   const int64_t ignore = attrs.getInt("ignore_index");
   if (in[2].dtype() == ir::DType::kI64)
-    return readTargets<int64_t>(ref::opNameOf(attrs), in[2], classes, ignore, targets);
+    return readTargets<int64_t>(ref::opNameOf(attrs), in[2], classes, ignore, &targets);
   if (in[2].dtype() == ir::DType::kI32)
-    return readTargets<int32_t>(ref::opNameOf(attrs), in[2], classes, ignore, targets);
+    return readTargets<int32_t>(ref::opNameOf(attrs), in[2], classes, ignore, &targets);
   return ref::unsupportedDType(std::string(ref::opNameOf(attrs)) + " (target)", in[2].dtype());
 }
 
