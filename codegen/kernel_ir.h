@@ -65,14 +65,18 @@ struct Store {
   bool row = false;  // Stored once per row (its access has stride 0 along the reduced dim).
 };
 
-// An op kernel's argument holding class indices (a loss's targets), read without an error path:
-// each in [0, limit) or equal to `ignore`, else the kernel writes NaN where it is used. The
-// compiler gives such kernels only graph inputs, which the plan checks on the host
-// (runtime::Plan::classIndexChecks).
-struct ClassIndexArg {
+// An op kernel's argument holding indices that it reads without an error path: class indices (a
+// loss's targets: each in [0, limit) or equal to `ignore`, else the kernel writes NaN where it is
+// used) or, with `position`, positions along dim `axis` (of size `limit`) of a gather's data,
+// input 0 (each in [-limit, limit), else the kernel writes a filler and reads nothing). The
+// compiler gives such kernels graph inputs, which the plan checks on the host
+// (runtime::Plan::indexChecks), or constants, which it checks itself.
+struct IndexArg {
   int arg = 0;
+  bool position = false;
   int64_t limit = 0;
-  int64_t ignore = 0;
+  int64_t ignore = 0;  // Class indices.
+  int axis = 0;        // Positions.
 };
 
 struct KernelArg {
@@ -108,7 +112,7 @@ struct Kernel {
   // An op kernel launched as one block of kCudaBlock threads, not over a grid (one that reduces
   // over all its rows: a loss's mean).
   bool oneBlock = false;
-  std::vector<ClassIndexArg> classIndexArgs;
+  std::vector<IndexArg> indexArgs;
 
   bool isReduction() const { return reduceDim >= 0; }
   bool isHorizontal() const { return !parts.empty(); }

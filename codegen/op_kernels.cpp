@@ -1,6 +1,7 @@
 #include "codegen/op_kernels.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <utility>
 
@@ -212,7 +213,7 @@ Expected<Kernel> loss(const ir::Node& n, std::string name, bool crossEntropy) {
   KILN_ASSIGN_OR_RETURN(const LossShape l, lossShape(n, n.input(0)->type(), n.input(1)->type()));
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   k.domain = {l.rows};
-  k.classIndexArgs.push_back({1, l.classes, l.ignore});
+  k.indexArgs.push_back({.arg = 1, .limit = l.classes, .ignore = l.ignore});
   const bool none = l.reduction == "none";
   k.oneBlock = !none;
   std::string s = "// " + n.describe() + "\n";
@@ -253,7 +254,7 @@ Expected<Kernel> lossBackward(const ir::Node& n, std::string name, bool crossEnt
   KILN_ASSIGN_OR_RETURN(const LossShape l, lossShape(n, n.input(1)->type(), n.input(2)->type()));
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   k.domain = {l.rows};
-  k.classIndexArgs.push_back({2, l.classes, l.ignore});
+  k.indexArgs.push_back({.arg = 2, .limit = l.classes, .ignore = l.ignore});
   const bool mean = l.reduction == "mean";
   k.oneBlock = mean;  // Every row needs the count first.
   const std::string cls = ll(l.classes), inner = ll(l.inner);
@@ -296,21 +297,24 @@ Expected<Kernel> lossBackward(const ir::Node& n, std::string name, bool crossEnt
 // mask of ir/dropout.h, printed in CUDA C; kept elements times the reference's f32 scale.
 Expected<Kernel> dropout(const ir::Node& n, std::string name) {
   const ir::TensorType& x = n.input(0)->type();
-  if (x.dtype != ir::DType::kF32)
-    return unimplemented("dropout's op kernel takes f32 (the reference scales f16/bf16 in them)");
+  const bool f64 = x.dtype == ir::DType::kF64;
+  if (x.dtype != ir::DType::kF32 && !f64)
+    return unimplemented("dropout's op kernel takes f32 or f64 (the reference kernel's dtypes)");
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   const double ratio = n.attr().getFloat("ratio");
-  const float scale = 1.f / static_cast<float>(1 - ratio);  // As the reference's T(1) / T(1 - r).
-  char scaleText[32];
-  std::snprintf(scaleText, sizeof scaleText, "(float)%a", static_cast<double>(scale));
+  // As the reference's T(1) / T(1 - ratio).
+  const double scale = f64 ? 1.0 / (1 - ratio) : 1.f / static_cast<float>(1 - ratio);
+  const std::string T = f64 ? "double" : "float";
+  char scaleText[48];
+  std::snprintf(scaleText, sizeof scaleText, "(%s)%a", T.c_str(), scale);
   auto u64 = [](uint64_t v) { return std::to_string(v) + "ULL"; };
   const std::string mix = k.name + "_mix";
   std::string s = "// " + n.describe() + "\n";
   s += "KILN_FN unsigned long long " + mix + "(unsigned long long z) {\n";
   s += "  z = (z ^ (z >> 30)) * " + u64(ir::dropout::kMix1) + ";\n";
   s += "  z = (z ^ (z >> 27)) * " + u64(ir::dropout::kMix2) + ";\n  return z ^ (z >> 31);\n}\n";
-  s += "extern \"C\" __global__ void " + k.name +
-       "(kiln_gptr<const float> a0, kiln_gptr<const long long> a1, kiln_gptr<float> a2) {\n";
+  s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + T +
+       "> a0, kiln_gptr<const long long> a1, kiln_gptr<" + T + "> a2) {\n";
   s += "  const unsigned long long base = " + mix + "(" +
        u64(static_cast<uint64_t>(n.attr().getInt("seed"))) + " * " + u64(ir::dropout::kGolden) +
        " + " + mix + "((unsigned long long)a1[0] + " + u64(ir::dropout::kStepSalt) + "));\n";
@@ -319,7 +323,7 @@ Expected<Kernel> dropout(const ir::Node& n, std::string name) {
        u64(static_cast<uint64_t>(n.attr().getInt("offset"))) + " + (unsigned long long)i) * " +
        u64(ir::dropout::kGolden) + ") >> 40;\n";
   s += "    a2[i] = r >= " + u64(ir::dropout::threshold(ratio)) + " ? a0[i] * " + scaleText +
-       " : 0.f;\n  }\n}\n";
+       " : (" + T + ")0;\n  }\n}\n";
   k.source = std::move(s);
   return k;
 }
@@ -351,12 +355,104 @@ Expected<Kernel> integerArithmetic(const ir::Node& n, std::string name) {
   return k;
 }
 
+// How a gather moves an element of dtype `t`: as an unsigned integer of its size (its bits), with
+// all bits set where the index is out of range (a NaN for floats, -1 for signed integers), 0 for
+// bool; and the C type of i64/i32 indices.
+struct GatherTypes {
+  std::string element, filler, index;
+};
+
+Expected<GatherTypes> gatherTypes(const ir::Node& n) {
+  const ir::DType data = n.input(0)->type().dtype, idx = n.input(1)->type().dtype;
+  const std::string op(ir::opName(n.op()));
+  if (idx != ir::DType::kI64 && idx != ir::DType::kI32)
+    return unimplemented(op + "'s op kernel takes i64 or i32 indices");
+  for (const ir::Value* v : {n.input(0), n.input(1), n.output()})
+    if (v->type().layout != ir::Layout::kPlain)
+      return unimplemented(op + "'s op kernel takes plain tensors");
+  if (n.output()->type().numElements() == 0)
+    return unimplemented(op + "'s op kernel takes a non-empty output");
+  GatherTypes t;
+  t.index = idx == ir::DType::kI64 ? "long long" : "int";
+  const size_t size = ir::dtypeSize(data);
+  if (size != 1 && size != 2 && size != 4 && size != 8)
+    return unimplemented(op + "'s op kernel takes elements of 1, 2, 4 or 8 bytes");
+  static constexpr const char* kBySize[] = {"unsigned char", "unsigned short", "unsigned int",
+                                            "unsigned long long"};
+  t.element = kBySize[std::countr_zero(size)];
+  t.filler = data == ir::DType::kBool ? "0" : "~0ULL";
+  return t;
+}
+
+// The gathers' signature: a0 data, a1 indices, a2 output.
+std::string gatherHead(const Kernel& k, const GatherTypes& t) {
+  return "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + t.element +
+         "> a0, kiln_gptr<const " + t.index + "> a1, kiln_gptr<" + t.element + "> a2) {\n";
+}
+// gather(data [outer, dim, inner], indices [count..]) -> [outer, count.., inner] along `axis`:
+// one thread an output element.
+Expected<Kernel> gather(const ir::Node& n, std::string name) {
+  KILN_ASSIGN_OR_RETURN(const GatherTypes t, gatherTypes(n));
+  const ir::Shape& d = n.input(0)->type().shape;
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(n.attr().getInt("axis"), d.size(), "axis"));
+  int64_t inner = 1;
+  for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
+  const int64_t dim = d[static_cast<size_t>(axis)];
+  const int64_t count = n.input(1)->type().numElements();
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  k.indexArgs.push_back({.arg = 1, .position = true, .limit = dim, .axis = axis});
+  std::string s = "// " + n.describe() + "\n" + gatherHead(k, t);
+  s += "  " + gridLoop("i", k.numElements()) + " {\n";
+  s += "    const long long r = i % " + ll(inner) + ", j = (i / " + ll(inner) + ") % " + ll(count) +
+       ", o = i / " + ll(inner * count) + ";\n";
+  s += "    long long p = (long long)a1[j];\n    if (p < 0) p += " + ll(dim) + ";\n";
+  s += "    a2[i] = p >= 0 && p < " + ll(dim) + " ? a0[(o * " + ll(dim) + " + p) * " + ll(inner) +
+       " + r] : (" + t.element + ")" + t.filler + ";\n  }\n}\n";
+  k.source = std::move(s);
+  return k;
+}
+
+// gather_elements(data, indices) along `axis`: output element c (of the indices' shape) reads
+// data at c with c[axis] replaced by its index; one thread an output element.
+Expected<Kernel> gatherElements(const ir::Node& n, std::string name) {
+  KILN_ASSIGN_OR_RETURN(const GatherTypes t, gatherTypes(n));
+  const ir::Shape& d = n.input(0)->type().shape;
+  const ir::Shape& y = n.output()->type().shape;
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(n.attr().getInt("axis"), d.size(), "axis"));
+  if (y.size() != d.size())
+    return unimplemented("gather_elements' op kernel takes indices of the data's rank");
+  const std::vector<int64_t> strides = ir::contiguousStrides(d);
+  const int64_t dim = d[static_cast<size_t>(axis)];
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  k.indexArgs.push_back({.arg = 1, .position = true, .limit = dim, .axis = axis});
+  std::string s = "// " + n.describe() + "\n" + gatherHead(k, t);
+  s += "  " + gridLoop("i", k.numElements()) + " {\n";
+  s += "    long long rest = i, at = 0;\n";
+  for (size_t e = y.size(); e-- > 0;) {
+    if (static_cast<int>(e) != axis)
+      s += "    at += (rest % " + ll(y[e]) + ") * " + ll(strides[e]) + ";\n";
+    if (e > 0) s += "    rest /= " + ll(y[e]) + ";\n";
+  }
+  s += "    long long p = (long long)a1[i];\n    if (p < 0) p += " + ll(dim) + ";\n";
+  s += "    a2[i] = p >= 0 && p < " + ll(dim) + " ? a0[at + p * " +
+       ll(strides[static_cast<size_t>(axis)]) + "] : (" + t.element + ")" + t.filler +
+       ";\n  }\n}\n";
+  k.source = std::move(s);
+  return k;
+}
+
 }  // namespace
 
 Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
   switch (n.op()) {
     case ir::OpKind::kMaxPool2dBackward:
       return maxPool2dBackward(n, std::move(name));
+    case ir::OpKind::kGather:
+      return gather(n, std::move(name));
+    case ir::OpKind::kGatherElements:
+      return gatherElements(n, std::move(name));
     case ir::OpKind::kAdd:
     case ir::OpKind::kSub:
     case ir::OpKind::kMul:

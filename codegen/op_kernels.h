@@ -12,11 +12,15 @@
 //     row (a sample and spatial position), serially over the classes in the reference's order;
 //     a mean's count and sum in one block. A target out of range gives NaN: the compiler uses
 //     these kernels only where the targets are graph inputs, which the plan checks on the host
-//     before the run (runtime::Plan::classIndexChecks), with the reference's error.
-//   - dropout_train and dropout_backward (f32): the mask of ir/dropout.h (the step read on the
+//     before the run (runtime::Plan::indexChecks), with the reference's error.
+//   - dropout_train and dropout_backward (f32, f64): the mask of ir/dropout.h (the step read on the
 //     device), the reference's bits.
 //   - add, sub and mul of i64/i32 (operands of the output's shape or single elements), wrapping
 //     as the reference's: a training step's dropout counter.
+//   - gather and gather_elements (elements of 1, 2, 4 or 8 bytes moved as bits, i64/i32
+//     indices): one thread an output element. Like a loss's targets, the indices are checked
+//     before the run (graph inputs by the plan, constants by the compiler); an index out of
+//     range writes all bits set (false for bool) and reads nothing.
 //
 // The renderers print an op kernel's source as it is (render.h); the compiler schedules one
 // where a backend runs CUDA kernels and has no library kernel for the op (compiler/schedule.cpp).

@@ -56,9 +56,9 @@ struct Cache {
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<CompiledModel> model, compile(g, o));
     std::optional<runtime::NodeKernel> kernel;
     const runtime::Plan& plan = model->plan();
-    // An op kernel reading class indices unchecked (a loss) relies on the plan's host check,
+    // An op kernel reading indices unchecked (a loss, a gather) relies on the plan's host check,
     // which eager calls do not run: the op runs as an op call, whose kernel checks them.
-    if (plan.steps.size() == 1 && plan.arenaBytes == 0 && plan.classIndexChecks.empty()) {
+    if (plan.steps.size() == 1 && plan.arenaBytes == 0 && plan.indexChecks.empty()) {
       const runtime::PlanStep& s = plan.steps[0];
       if (s.kind == runtime::PlanStep::Kind::kKernel || s.kind == runtime::PlanStep::Kind::kCopy) {
         runtime::NodeKernel nk;

@@ -244,7 +244,7 @@ class PlanBuilder {
     MemoryPlan mp = planMemory(requests);
     KILN_TRY(checkMemoryPlan(requests, mp).withContext("internal memory plan check"));
     plan->arenaBytes = mp.arenaBytes;
-    plan->classIndexChecks = s_.classIndexChecks;
+    plan->indexChecks = s_.indexChecks;
     report_.arenaBytes = mp.arenaBytes;
     report_.arenaLowerBound = mp.lowerBound;
     report_.inplaceReuses = mp.inplaceReuses;

@@ -127,24 +127,37 @@ class Scheduler {
       if (k.status().code() == ErrorCode::kUnimplemented) return false;  // On the host.
       return k.status();
     }
-    // Class indices it reads unchecked must be graph inputs, which the plan checks on the host;
-    // computed ones stay with the host's kernel, which checks them.
-    std::vector<runtime::ClassIndexCheck> checks;
-    for (const codegen::ClassIndexArg& c : k->classIndexArgs) {
-      const ir::Value* v = n.input(static_cast<size_t>(c.arg));
+    // Indices it reads unchecked must be graph inputs, which the plan checks on the host, or
+    // constants, checked here; computed ones stay with the host's kernel, which checks them.
+    std::vector<runtime::IndexCheck> checks;
+    for (const codegen::IndexArg& a : k->indexArgs) {
+      const ir::Value* v = n.input(static_cast<size_t>(a.arg));
+      runtime::IndexCheck c{.kind = a.position ? runtime::IndexCheck::Kind::kPosition
+                                               : runtime::IndexCheck::Kind::kClass,
+                            .limit = a.limit,
+                            .ignore = a.ignore,
+                            .axis = a.axis,
+                            .op = std::string(ir::opName(n.op())),
+                            .data = a.position ? n.input(0)->type().toString() : std::string()};
+      if (v->isParameter()) {
+        // Out of range: the host's kernel reports it at the run, as without op kernels.
+        if (!runtime::checkIndices(c, runtime::Tensor::fromData(v->data())).isOk()) return false;
+        continue;
+      }
       const auto& ins = graph_.inputs();
       const auto at = std::find(ins.begin(), ins.end(), v);
       if (at == ins.end()) return false;
-      checks.push_back(
-          {static_cast<int>(at - ins.begin()), c.limit, c.ignore, std::string(ir::opName(n.op()))});
+      c.input = static_cast<int>(at - ins.begin());
+      checks.push_back(std::move(c));
     }
-    // Each input checked once per run: the loss and its gradient read the same labels.
-    for (runtime::ClassIndexCheck& c : checks) {
-      auto same = [&](const runtime::ClassIndexCheck& d) {
-        return d.input == c.input && d.limit == c.limit && d.ignore == c.ignore;
+    // Each input checked once per run for each range: the loss and its gradient read the same
+    // labels (the error names the first op).
+    for (runtime::IndexCheck& c : checks) {
+      auto same = [&](const runtime::IndexCheck& d) {
+        return d.kind == c.kind && d.input == c.input && d.limit == c.limit && d.ignore == c.ignore;
       };
-      if (std::none_of(s_.classIndexChecks.begin(), s_.classIndexChecks.end(), same))
-        s_.classIndexChecks.push_back(std::move(c));
+      if (std::none_of(s_.indexChecks.begin(), s_.indexChecks.end(), same))
+        s_.indexChecks.push_back(std::move(c));
     }
     StepDraft s(runtime::PlanStep::Kind::kKernel, name);
     s.nodes = {g.nodes.front()};

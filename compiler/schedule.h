@@ -51,8 +51,8 @@ struct Schedule {
   }
   int aliases = 0;
   std::vector<std::string> remarks;  // Groups that run op by op, and why.
-  // The graph inputs op kernels read as class indices unchecked (runtime::Plan's).
-  std::vector<runtime::ClassIndexCheck> classIndexChecks;
+  // The graph inputs op kernels read as indices unchecked (runtime::Plan's).
+  std::vector<runtime::IndexCheck> indexChecks;
 };
 
 // Schedules `groups` (ir::FusionPlan's, in order) of `graph` for `backend`.

@@ -842,25 +842,46 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
     for (PlanStep& s : plan->plan->steps)
       s.libraryOptions.tf32 =
           info.precision == "tf32" && s.kind == PlanStep::Kind::kOp && s.library;
+    // The indices its op kernels read unchecked: class indices, then positions (each absent
+    // before it existed).
+    const auto& inputs = plan->plan->inputs;
+    auto indexInput = [&](int64_t input, int64_t limit, const std::string& what) {
+      if (r.ok() && (input < 0 || static_cast<uint64_t>(input) >= inputs.size() ||
+                     (inputs[static_cast<size_t>(input)].dtype != ir::DType::kI64 &&
+                      inputs[static_cast<size_t>(input)].dtype != ir::DType::kI32) ||
+                     limit < 1))
+        r.fail(what);
+      return r.ok() ? static_cast<int>(input) : 0;
+    };
     if (r.ok() && !r.atEnd()) {
       const size_t checks = r.count(32);
-      const auto& inputs = plan->plan->inputs;
       for (size_t i = 0; r.ok() && i < checks; ++i) {
-        ClassIndexCheck k;
+        IndexCheck k;
         const int64_t input = r.i64();
         k.limit = r.i64();
         k.ignore = r.i64();
         k.op = r.str();
-        if (r.ok() && (input < 0 || static_cast<uint64_t>(input) >= inputs.size() ||
-                       (inputs[static_cast<size_t>(input)].dtype != ir::DType::kI64 &&
-                        inputs[static_cast<size_t>(input)].dtype != ir::DType::kI32) ||
-                       k.limit < 1))
-          r.fail("class-index check " + std::to_string(i));
-        k.input = r.ok() ? static_cast<int>(input) : 0;
-        plan->plan->classIndexChecks.push_back(std::move(k));
+        k.input = indexInput(input, k.limit, "class-index check " + std::to_string(i));
+        plan->plan->indexChecks.push_back(std::move(k));
       }
     }
-    if (r.ok() && !r.atEnd()) r.fail("bytes after the class-index checks");
+    if (r.ok() && !r.atEnd()) {
+      const size_t checks = r.count(40);
+      for (size_t i = 0; r.ok() && i < checks; ++i) {
+        IndexCheck k;
+        k.kind = IndexCheck::Kind::kPosition;
+        const int64_t input = r.i64();
+        k.limit = r.i64();
+        const int64_t axis = r.i64();
+        k.op = r.str();
+        k.data = r.str();
+        k.input = indexInput(input, k.limit, "position check " + std::to_string(i));
+        if (r.ok() && (axis < 0 || axis > 64)) r.fail("position check " + std::to_string(i));
+        k.axis = r.ok() ? static_cast<int>(axis) : 0;
+        plan->plan->indexChecks.push_back(std::move(k));
+      }
+    }
+    if (r.ok() && !r.atEnd()) r.fail("bytes after the position checks");
     KILN_TRY(r.status().withContext("artifact '" + path + "'"));
   }
   const auto weights = o.sections.at("weights");
@@ -945,16 +966,29 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
     bool tf32 = false;
     for (const PlanStep& s : c.plan->steps) tf32 = tf32 || s.libraryOptions.tf32;
     device.str(tf32 ? "tf32" : "fp32");
-    // The class-index inputs its op kernels read unchecked (absent before op kernels): a reader
-    // that does not know them refuses the artifact (bytes after the precision) rather than run
-    // without the checks.
-    if (!c.plan->classIndexChecks.empty()) {
-      device.u64(c.plan->classIndexChecks.size());
-      for (const ClassIndexCheck& k : c.plan->classIndexChecks) {
-        device.i64(k.input);
-        device.i64(k.limit);
-        device.i64(k.ignore);
-        device.str(k.op);
+    // The inputs its op kernels read unchecked: class indices (absent before op kernels), then
+    // positions (absent before gathers' op kernels). A reader that does not know them refuses
+    // the artifact (bytes after what it knows) rather than run without the checks.
+    std::vector<const IndexCheck*> classes, positions;
+    for (const IndexCheck& k : c.plan->indexChecks)
+      (k.kind == IndexCheck::Kind::kClass ? classes : positions).push_back(&k);
+    if (!classes.empty() || !positions.empty()) {
+      device.u64(classes.size());
+      for (const IndexCheck* k : classes) {
+        device.i64(k->input);
+        device.i64(k->limit);
+        device.i64(k->ignore);
+        device.str(k->op);
+      }
+    }
+    if (!positions.empty()) {
+      device.u64(positions.size());
+      for (const IndexCheck* k : positions) {
+        device.i64(k->input);
+        device.i64(k->limit);
+        device.i64(k->axis);
+        device.str(k->op);
+        device.str(k->data);
       }
     }
     sections.push_back({"device", std::move(device.out())});

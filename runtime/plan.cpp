@@ -12,6 +12,12 @@
 
 namespace kiln::runtime {
 
+Status checkIndices(const IndexCheck& c, const Tensor& indices) {
+  if (c.kind == IndexCheck::Kind::kClass)
+    return checkClassIndices(c.op, indices, c.limit, c.ignore);
+  return checkPositions(c.op, indices, c.limit, c.axis, c.data);
+}
+
 bool Plan::writesParameters() const {
   for (int p : outputParameter)
     if (p >= 0) return true;
@@ -252,8 +258,8 @@ Expected<std::vector<Tensor>> PlanExecutor::run(std::span<const Tensor> inputs,
     KILN_ASSIGN_OR_RETURN(Tensor c, t.contiguous());
     ins.push_back(std::move(c));
   }
-  for (const ClassIndexCheck& c : plan_->classIndexChecks)
-    KILN_TRY(checkClassIndices(c.op, ins[static_cast<size_t>(c.input)], c.limit, c.ignore)
+  for (const IndexCheck& c : plan_->indexChecks)
+    KILN_TRY(checkIndices(c, ins[static_cast<size_t>(c.input)])
                  .withContext("input '" + plan_->inputNames[static_cast<size_t>(c.input)] + "'"));
   Io io;
   io.hostIn = ins;

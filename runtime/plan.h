@@ -56,17 +56,26 @@ struct PlanStep {
   LibraryOptions libraryOptions;  // Its cache is the executor's.
 };
 
-// A graph input holding class indices (a loss's targets) that a step reads without checking
-// them (a GPU's op kernel, which writes NaN for an index out of range): each must lie in
-// [0, limit) or equal `ignore`. run() checks host inputs before any step, with the reference
-// kernels' error (checkClassIndices); runOnDevice() cannot read device inputs, so there an
-// index out of range gives NaN.
-struct ClassIndexCheck {
+// A graph input holding indices that a step reads without checking them (a GPU's op kernel):
+//   kClass     a loss's targets, each in [0, limit) or equal to `ignore`;
+//   kPosition  positions along dim `axis` (of size `limit`) of a gather's data, whose type is
+//              `data`: each in [-limit, limit), negatives counting from the end.
+// run() checks host inputs before any step, with the reference kernels' error (checkIndices);
+// runOnDevice() cannot read device inputs, so there an index out of range gives NaN (a loss) or
+// a filler (a gather: NaN, -1 for integers, false), never a read outside the data.
+struct IndexCheck {
+  enum class Kind : uint8_t { kClass, kPosition };
+  Kind kind = Kind::kClass;
   int input = 0;
   int64_t limit = 0;
-  int64_t ignore = 0;
-  std::string op;  // The op that reads them ("cross_entropy_loss"), for the error.
+  int64_t ignore = 0;  // kClass.
+  int axis = 0;        // kPosition.
+  std::string op;      // The op that reads them ("cross_entropy_loss"), for the error.
+  std::string data;    // kPosition: the data's type ("f32[30522,768]"), for the error.
 };
+
+// The reference kernels' check of `indices` (an input of the plan) against `c`.
+Status checkIndices(const IndexCheck& c, const Tensor& indices);
 
 struct Plan {
   // Whether a step writes a parameter (a training step's in-place updates): such a plan runs
@@ -89,7 +98,7 @@ struct Plan {
   // within the call instead where that is cheaper (winograd convolutions).
   bool parametersVary = false;
   std::vector<PlanStep> steps;
-  std::vector<ClassIndexCheck> classIndexChecks;
+  std::vector<IndexCheck> indexChecks;
   int64_t arenaBytes = 0;
   // The backend the plan runs on (its kernels are loaded there); null: defaultBackend().
   std::shared_ptr<Backend> backend;

@@ -37,6 +37,12 @@ RefKernel referenceKernel(ir::OpKind op);
 Status checkClassIndices(std::string_view op, const Tensor& target, int64_t classes,
                          int64_t ignore);
 
+// The gathers' check of positions (i64 or i32 `indices`) along dim `axis`, of size `size`, of a
+// data tensor described by `data` ("f32[5,3]"): each in [-size, size), else kInvalidArgument
+// naming `op`, the position, the value and the valid range.
+Status checkPositions(std::string_view op, const Tensor& indices, int64_t size, int axis,
+                      std::string_view data);
+
 // Infers output types, allocates outputs and runs the reference kernel; inputs may be
 // non-contiguous. The convenience entry point for tests and constant folding.
 Expected<std::vector<Tensor>> runReferenceOp(ir::OpKind op, std::vector<Tensor> inputs,

@@ -79,6 +79,26 @@ Status concatKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::
   return Status::ok();
 }
 
+// Positions along dim `axis` (of size `size`) of `data`, each in [-size, size) (negatives from
+// the end): every one checked before any is used, so that an error leaves nothing half-done;
+// `resolved` (if given) gets them counted from the start.
+template <class I>
+Status readPositions(std::string_view op, const I* indices, int64_t count, int64_t size, int axis,
+                     std::string_view data, std::vector<int64_t>* resolved) {
+  if (resolved) resolved->resize(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j) {
+    const auto idx = static_cast<int64_t>(indices[j]);
+    if (idx < -size || idx >= size)
+      return invalidArgument(
+          std::string(op) + ": index " + std::to_string(idx) + " (at flat position " +
+          std::to_string(j) + ") is out of range for dim " + std::to_string(axis) + " of size " +
+          std::to_string(size) + " in data " + std::string(data) +
+          " (valid: " + std::to_string(-size) + ".." + std::to_string(size - 1) + ")");
+    if (resolved) (*resolved)[static_cast<size_t>(j)] = idx < 0 ? idx + size : idx;
+  }
+  return Status::ok();
+}
+
 template <class I>
 Status gatherTyped(const ir::AttrView& attrs, const Tensor& data, const I* indices,
                    int64_t numIndices, Tensor& out) {
@@ -87,18 +107,9 @@ Status gatherTyped(const ir::AttrView& attrs, const Tensor& data, const I* indic
   const ref::AxisSplit split = ref::splitAt(data.shape(), axis);
   const size_t esize = ir::dtypeSize(data.dtype());
   const size_t row = static_cast<size_t>(split.inner) * esize;
-  // Check every index before writing, so an error leaves nothing half-done.
-  std::vector<int64_t> resolved(static_cast<size_t>(numIndices));
-  for (int64_t j = 0; j < numIndices; ++j) {
-    const auto idx = static_cast<int64_t>(indices[j]);
-    if (idx < -split.dim || idx >= split.dim)
-      return invalidArgument(
-          "gather: index " + std::to_string(idx) + " (at flat position " + std::to_string(j) +
-          ") is out of range for dim " + std::to_string(axis) + " of size " +
-          std::to_string(split.dim) + " in data " + data.describe() +
-          " (valid: " + std::to_string(-split.dim) + ".." + std::to_string(split.dim - 1) + ")");
-    resolved[j] = idx < 0 ? idx + split.dim : idx;
-  }
+  std::vector<int64_t> resolved;
+  KILN_TRY(
+      readPositions("gather", indices, numIndices, split.dim, axis, data.describe(), &resolved));
   if (row == 0) return Status::ok();
   for (int64_t o = 0; o < split.outer; ++o)
     for (int64_t j = 0; j < numIndices; ++j)
@@ -189,25 +200,18 @@ Status gatherElementsTyped(const ir::AttrView& attrs, const Tensor& data, const 
   KILN_ASSIGN_OR_RETURN(const ElementAxis e, elementAxis(attrs, data.shape()));
   const ir::Shape& shape = out.shape();
   const I* idx = indices.data<I>();
-  Status st = Status::ok();
-  KILN_TRY(ref::dispatchBySize(data.dtype(), [&]<class U>(ref::Tag<U>) {
+  KILN_TRY(readPositions("gather_elements", idx, indices.numElements(), e.dim, e.axis,
+                         data.describe(), nullptr));
+  return ref::dispatchBySize(data.dtype(), [&]<class U>(ref::Tag<U>) {
     const U* x = data.data<U>();
     U* y = out.data<U>();
     ref::forEachStrided<2>(shape, {ir::contiguousStrides(shape), e.base}, {0, 0},
                            [&](int64_t i, const std::array<int64_t, 2>& off) {
-                             if (!st.isOk()) return;
-                             auto k =
-                                 resolveIndex("gather_elements", static_cast<int64_t>(idx[off[0]]),
-                                              e.dim, e.axis);
-                             if (!k) {
-                               st = k.status();
-                               return;
-                             }
-                             y[i] = x[off[1] + *k * e.stride];
+                             const auto k = static_cast<int64_t>(idx[off[0]]);
+                             y[i] = x[off[1] + (k < 0 ? k + e.dim : k) * e.stride];
                            });
     return Status::ok();
-  }));
-  return st;
+  });
 }
 
 template <class I>
@@ -296,16 +300,9 @@ Status gatherBackwardTyped(const ir::AttrView& attrs, const Tensor& grad, const 
   KILN_ASSIGN_OR_RETURN(const int axis,
                         ir::normalizeAxis(attrs.getInt("axis"), data.shape().size(), "axis"));
   const ref::AxisSplit split = ref::splitAt(data.shape(), axis);
-  std::vector<int64_t> resolved(static_cast<size_t>(numIndices));
-  for (int64_t j = 0; j < numIndices; ++j) {
-    const auto idx = static_cast<int64_t>(indices[j]);
-    if (idx < -split.dim || idx >= split.dim)
-      return invalidArgument("gather_backward: index " + std::to_string(idx) +
-                             " (at flat position " + std::to_string(j) +
-                             ") is out of range for dim " + std::to_string(axis) + " of size " +
-                             std::to_string(split.dim));
-    resolved[j] = idx < 0 ? idx + split.dim : idx;
-  }
+  std::vector<int64_t> resolved;
+  KILN_TRY(readPositions("gather_backward", indices, numIndices, split.dim, axis, data.describe(),
+                         &resolved));
   return ref::dispatchFloat(ref::opNameOf(attrs), data.dtype(), [&]<class T>(ref::Tag<T>) {
     const T* g = grad.data<T>();
     T* d = out.data<T>();
@@ -355,6 +352,13 @@ Status relayoutKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
 }
 
 }  // namespace
+
+Status checkPositions(std::string_view op, const Tensor& indices, int64_t size, int axis,
+                      std::string_view data) {
+  return byIndexType(std::string(op).c_str(), indices.dtype(), [&]<class I>(ref::Tag<I>) {
+    return readPositions(op, indices.data<I>(), indices.numElements(), size, axis, data, nullptr);
+  });
+}
 
 void registerMovementKernels(RefKernelTable& t) {
   using ir::OpKind;

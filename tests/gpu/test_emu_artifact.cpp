@@ -207,24 +207,29 @@ TEST_CASE("cubin artifacts: a GPU loads its cubins, a cubin of its major archite
   CHECK_THAT(damaged.status().message(), Catch::Contains("architecture 'sm_8x'"));
 }
 
-TEST_CASE("emu artifacts: the class-index checks of op kernels come back with the plan") {
-  // The loss's op kernels read the labels unchecked; the plan checks them on the host, so a
-  // loaded artifact must check them too (the device section carries them).
+TEST_CASE("emu artifacts: the index checks of op kernels come back with the plan") {
+  // The loss's op kernels read the labels unchecked, the gather's its positions; the plan checks
+  // them on the host, so a loaded artifact must check them too (the device section carries them:
+  // class indices, then positions).
   auto emu = runtime::gpu::backendForDevice("emu");
   REQUIRE(emu.hasValue());
   ir::Graph g("loss");
   ir::Value* x = *g.addInput("logits", ir::TensorType(ir::DType::kF32, {3, 4}));
   ir::Value* t = *g.addInput("labels", ir::TensorType(ir::DType::kI32, {3}));
+  ir::Value* table = *g.addInput("table", ir::TensorType(ir::DType::kF32, {6, 2}));
+  ir::Value* ids = *g.addInput("ids", ir::TensorType(ir::DType::kI64, {2}));
   g.setOutputs({(*g.addNode(ir::OpKind::kCrossEntropyLoss, {x, t},
                             {{"reduction", std::string("sum")}, {"ignore_index", int64_t{-100}}}))
-                    ->output()});
+                    ->output(),
+                (*g.addNode(ir::OpKind::kGather, {table, ids}, {{"axis", int64_t{0}}}))->output()});
   TempDir dir;
   compiler::CompileOptions o;
   o.cacheDir = (dir.path / "cache").string();
   o.backend = *emu;
   auto cm = compiler::compile(g, o);
   REQUIRE(cm.hasValue());
-  REQUIRE((*cm)->plan().classIndexChecks.size() == 1);
+  CHECK((*cm)->report().hostSteps == 0);
+  REQUIRE((*cm)->plan().indexChecks.size() == 2);
   const std::string file = (dir.path / "loss.kiln").string();
   REQUIRE(compiler::saveArtifact(**cm, file, "loss").isOk());
   runtime::LoadOptions lo;
@@ -232,20 +237,35 @@ TEST_CASE("emu artifacts: the class-index checks of op kernels come back with th
   auto loaded = runtime::loadArtifact(file, lo);
   INFO(loaded.status().message());
   REQUIRE(loaded.hasValue());
-  REQUIRE((*loaded)->plan().classIndexChecks.size() == 1);
-  const runtime::ClassIndexCheck& c = (*loaded)->plan().classIndexChecks[0];
-  CHECK(c.input == 1);
-  CHECK(c.limit == 4);
-  CHECK(c.ignore == -100);
-  CHECK(c.op == "cross_entropy_loss");
+  const auto& checks = (*loaded)->plan().indexChecks;
+  REQUIRE(checks.size() == 2);
+  CHECK(checks[0].kind == runtime::IndexCheck::Kind::kClass);
+  CHECK(checks[0].input == 1);
+  CHECK(checks[0].limit == 4);
+  CHECK(checks[0].ignore == -100);
+  CHECK(checks[0].op == "cross_entropy_loss");
+  CHECK(checks[1].kind == runtime::IndexCheck::Kind::kPosition);
+  CHECK(checks[1].input == 3);
+  CHECK(checks[1].limit == 6);
+  CHECK(checks[1].axis == 0);
+  CHECK(checks[1].op == "gather");
+  CHECK(checks[1].data == "f32[6,2]");
   Tensor logits = *Tensor::zeros(ir::DType::kF32, {3, 4});
   Tensor labels = *Tensor::zeros(ir::DType::kI32, {3});
+  Tensor rows = *Tensor::zeros(ir::DType::kF32, {6, 2});
+  Tensor at = *Tensor::zeros(ir::DType::kI64, {2});
   labels.data<int32_t>()[1] = 4;
-  auto r = (*loaded)->run(std::vector<Tensor>{logits, labels});
+  auto r = (*loaded)->run(std::vector<Tensor>{logits, labels, rows, at});
   REQUIRE_FALSE(r.hasValue());
   CHECK_THAT(r.status().message(), Catch::Contains("target class 4 at flat position 1"));
   labels.data<int32_t>()[1] = 3;
-  auto ok = (*loaded)->run(std::vector<Tensor>{logits, labels});
+  at.data<int64_t>()[1] = -7;
+  auto p = (*loaded)->run(std::vector<Tensor>{logits, labels, rows, at});
+  REQUIRE_FALSE(p.hasValue());
+  CHECK_THAT(p.status().message(),
+             Catch::Contains("input 'ids': gather: index -7 (at flat position 1)"));
+  at.data<int64_t>()[1] = -6;
+  auto ok = (*loaded)->run(std::vector<Tensor>{logits, labels, rows, at});
   REQUIRE(ok.hasValue());
   CHECK(std::fabs((*ok)[0].elementAsDouble(0) - 3 * std::log(4.0)) < 1e-5);
 }

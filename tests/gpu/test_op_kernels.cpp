@@ -42,7 +42,7 @@ Tensor smallIntegers(ir::Shape shape, int64_t range, double nanRate, std::mt1993
 struct Outputs {
   Tensor device, reference;
   int opKernels = 0;       // Of the compile's kernels.
-  size_t indexChecks = 0;  // The plan's class-index checks.
+  size_t indexChecks = 0;  // The plan's index checks.
 };
 Outputs onDeviceAndReference(const ir::Graph& g, const std::vector<Tensor>& ins) {
   auto want = runtime::EagerExecutor(g).run(ins);
@@ -58,7 +58,7 @@ Outputs onDeviceAndReference(const ir::Graph& g, const std::vector<Tensor>& ins)
   CHECK((*cm)->report().hostSteps == 0);
   Outputs out;
   for (const auto& k : (*cm)->report().kernels) out.opKernels += k.group == "op";
-  out.indexChecks = (*cm)->plan().classIndexChecks.size();
+  out.indexChecks = (*cm)->plan().indexChecks.size();
   auto hostFunctions = [&]() -> int64_t {
     auto c = runtime::gpu::emuCounters(*runtime::gpu::gpuDevice(*device));
     return c ? c->hostFunctions : 0;
@@ -227,7 +227,7 @@ TEST_CASE("emu: op kernels: the zoo's training steps run nothing on the host") {
   for (const auto& k : r.kernels) opKernels += k.group == "op";
   CHECK(opKernels == want);
   // The labels, read unchecked by the loss and its gradient, are checked on the host once a run.
-  const auto& checks = (*step)->compiled()->plan().classIndexChecks;
+  const auto& checks = (*step)->compiled()->plan().indexChecks;
   REQUIRE(checks.size() == 1);
   CHECK(checks[0].limit == (name == "resnet18" ? 1000 : 10));
 }
@@ -360,7 +360,7 @@ TEST_CASE("emu: op kernels: a target out of range is the reference's error, befo
   INFO(hm.status().message());
   REQUIRE(hm.hasValue());
   CHECK((*hm)->report().hostSteps == 1);  // The loss (the add is an op kernel).
-  CHECK((*hm)->plan().classIndexChecks.empty());
+  CHECK((*hm)->plan().indexChecks.empty());
   ts.data<int64_t>()[2] = 4;  // 5 after the add.
   auto hr = (*hm)->run(std::vector<Tensor>{xs, ts});
   REQUIRE_FALSE(hr.hasValue());
@@ -388,10 +388,13 @@ TEST_CASE("emu: op kernels: dropout draws the reference's masks") {
         const ir::AttrMap attrs = {{"ratio", ratio},
                                    {"seed", static_cast<int64_t>(rng() % 1000)},
                                    {"offset", trial % 2 ? int64_t{0} : int64_t{105} * 3}};
-        INFO(ir::opName(op) << " ratio " << ratio << " step " << step);
+        // f64 (the reference's other dtype) through a cast on the device.
+        const bool f64 = trial % 3 == 1;
+        INFO(ir::opName(op) << " ratio " << ratio << " step " << step << (f64 ? " f64" : ""));
         ir::Graph g("dropout");
         ir::Value* x = *g.addInput("x", ir::TensorType(ir::DType::kF32, shape));
         ir::Value* st = *g.addInput("step", ir::TensorType(ir::DType::kI64, {}));
+        if (f64) x = (*g.addNode(ir::OpKind::kCast, {x}, {{"to", std::string("f64")}}))->output();
         g.setOutputs({(*g.addNode(op, {x, st}, attrs))->output()});
         const std::vector<Tensor> ins = {smallIntegers(shape, 9, 0.02, rng),
                                          *Tensor::zeros(ir::DType::kI64, {})};
@@ -436,6 +439,169 @@ TEST_CASE("emu: op kernels: integer add, sub and mul wrap as the reference's") {
     }
 }
 
+namespace {
+
+// Random bits (NaN payloads and negative zeros among the floats: a gather moves them as they
+// are), 0/1 for bool.
+Tensor randomBits(ir::DType dt, const ir::Shape& shape, std::mt19937& rng) {
+  Tensor t = *Tensor::empty(dt, shape);
+  for (size_t i = 0; i < t.byteSize(); ++i)
+    t.rawData()[i] = static_cast<std::byte>(dt == ir::DType::kBool ? rng() % 2 : rng() % 256);
+  return t;
+}
+
+// Indices in [-dim, dim) (negatives count from the end).
+Tensor randomPositions(ir::DType dt, const ir::Shape& shape, int64_t dim, std::mt19937& rng) {
+  Tensor t = *Tensor::empty(dt, shape);
+  std::uniform_int_distribution<int64_t> pick(-dim, dim - 1);
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    if (dt == ir::DType::kI64)
+      t.data<int64_t>()[i] = pick(rng);
+    else
+      t.data<int32_t>()[i] = static_cast<int32_t>(pick(rng));
+  }
+  return t;
+}
+
+// `op` (gather or gather_elements) of data and indices, both graph inputs.
+ir::Graph gatherGraph(ir::OpKind op, const ir::TensorType& data, const ir::TensorType& indices,
+                      int64_t axis) {
+  ir::Graph g("gather");
+  ir::Value* d = *g.addInput("data", data);
+  ir::Value* i = *g.addInput("ids", indices);
+  auto n = g.addNode(op, {d, i}, {{"axis", axis}});
+  INFO(n.status().message());
+  REQUIRE(n.hasValue());
+  g.setOutputs({(*n)->output()});
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("emu: op kernels: gather and gather_elements move the reference's bits") {
+  std::mt19937 rng(5);
+  const ir::Shape data = {6, 5, 4};
+  int trial = 0;
+  for (ir::OpKind op : {ir::OpKind::kGather, ir::OpKind::kGatherElements})
+    for (ir::DType dt :
+         {ir::DType::kF32, ir::DType::kF16, ir::DType::kI64, ir::DType::kBool, ir::DType::kU8})
+      for (int64_t axis : {0, 1, 2, -1}) {
+        const size_t a = static_cast<size_t>(axis < 0 ? axis + 3 : axis);
+        const ir::DType index = trial++ % 2 ? ir::DType::kI32 : ir::DType::kI64;
+        // gather: indices of any shape, a scalar among them; gather_elements: the data's rank,
+        // other dims no larger than the data's, the axis's any size.
+        ir::Shape ids = op == ir::OpKind::kGather ? (trial % 3 == 0 ? ir::Shape{} : ir::Shape{3, 7})
+                                                  : ir::Shape{5, 3, 2};
+        if (op == ir::OpKind::kGatherElements) ids[a] = 9;
+        INFO(ir::opName(op) << " " << ir::dtypeName(dt) << " axis " << axis << " indices "
+                            << ir::TensorType(index, ids).toString());
+        const ir::Graph g = gatherGraph(op, {dt, data}, {index, ids}, axis);
+        const Outputs r = onDeviceAndReference(
+            g, {randomBits(dt, data, rng), randomPositions(index, ids, data[a], rng)});
+        CHECK(r.opKernels == 1);
+        CHECK(r.indexChecks == 1);
+        CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
+      }
+}
+
+TEST_CASE("emu: op kernels: a gather's index out of range is the reference's error") {
+  compiler::CompileOptions o;
+  o.backend = testing::testDevice();
+  const ir::Graph g =
+      gatherGraph(ir::OpKind::kGather, {ir::DType::kF32, {5, 3}}, {ir::DType::kI64, {4}}, 0);
+  auto cm = compiler::compile(g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().hostSteps == 0);
+  Tensor data = *Tensor::zeros(ir::DType::kF32, {5, 3});
+  Tensor ids = *Tensor::zeros(ir::DType::kI64, {4});
+  ids.data<int64_t>()[1] = 5;
+  auto r = (*cm)->run(std::vector<Tensor>{data, ids});
+  REQUIRE_FALSE(r.hasValue());
+  CHECK(r.status().isUserError());
+  // The reference kernel's words (runtime::ref::checkPositions), with the input's name.
+  const std::string want =
+      "gather: index 5 (at flat position 1) is out of range for dim 0 of size 5 in data "
+      "f32[5,3] (valid: -5..4)";
+  CHECK_THAT(r.status().message(), Catch::Contains("input 'ids'") && Catch::Contains(want));
+  auto onHost = runtime::EagerExecutor(g).run(std::vector<Tensor>{data, ids});
+  REQUIRE_FALSE(onHost.hasValue());
+  CHECK_THAT(onHost.status().message(), Catch::Contains(want));
+  ids.data<int64_t>()[1] = -5;  // The first row, counted from the end.
+  auto ok = (*cm)->run(std::vector<Tensor>{data, ids});
+  INFO(ok.status().message());
+  CHECK(ok.hasValue());
+
+  // Constant indices are checked by the compiler: in range, the op kernel and no run-time
+  // check; out of range, the host's kernel, which reports them at the run as it always did.
+  for (const int64_t bad : {int64_t{2}, int64_t{7}}) {
+    ir::Graph h("constant_ids");
+    ir::Value* d = *h.addInput("data", ir::TensorType(ir::DType::kF32, {5, 3}));
+    ir::TensorData c(ir::DType::kI64, {2});
+    c.as<int64_t>()[1] = bad;
+    ir::Value* k = *h.addParameter("rows", std::move(c), false);
+    h.setOutputs({(*h.addNode(ir::OpKind::kGather, {d, k}, {{"axis", int64_t{0}}}))->output()});
+    auto hm = compiler::compile(h, o);
+    INFO(hm.status().message());
+    REQUIRE(hm.hasValue());
+    CHECK((*hm)->report().hostSteps == (bad < 5 ? 0 : 1));
+    CHECK((*hm)->plan().indexChecks.empty());
+    auto hr = (*hm)->run(std::vector<Tensor>{data});
+    CHECK(hr.hasValue() == (bad < 5));
+    if (!hr) CHECK_THAT(hr.status().message(), Catch::Contains("gather: index 7"));
+  }
+}
+
+TEST_CASE("emu: op kernels: device tensors are not checked: a bad index gives the filler") {
+  // runOnDevice (Python's CUDA tensors) cannot read the indices before the run: the gather's
+  // kernel writes all bits set (a NaN) for an index out of range and reads nothing outside the
+  // data (on emu, a read outside a buffer fails the run).
+  const std::shared_ptr<runtime::Backend> backend = testing::testDevice();
+  compiler::CompileOptions o;
+  o.backend = backend;
+  auto cm = compiler::compile(
+      gatherGraph(ir::OpKind::kGather, {ir::DType::kF32, {5, 3}}, {ir::DType::kI64, {3}}, 0), o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  runtime::gpu::DeviceApi& dev = *runtime::gpu::gpuDevice(*backend);
+  auto devPtr = [](const runtime::DeviceBuffer& b) {
+    return reinterpret_cast<runtime::gpu::DevicePtr>(b.address().handle);
+  };
+  auto stream = dev.createStream();
+  REQUIRE(stream.hasValue());
+  Tensor data = *Tensor::empty(ir::DType::kF32, {5, 3});
+  for (int64_t i = 0; i < 15; ++i) data.data<float>()[i] = static_cast<float>(i);
+  Tensor ids = *Tensor::zeros(ir::DType::kI64, {3});
+  ids.data<int64_t>()[0] = 4;
+  ids.data<int64_t>()[1] = 1000000;
+  ids.data<int64_t>()[2] = -6;
+  std::vector<runtime::DeviceTensor> ins;
+  std::vector<runtime::DeviceBuffer> keep;
+  for (const Tensor* t : {&data, &ids}) {
+    auto b = backend->allocate(t->byteSize());
+    REQUIRE(b.hasValue());
+    REQUIRE(dev.copyToDevice(devPtr(*b), t->rawData(), t->byteSize(), *stream).isOk());
+    ins.push_back({b->address(), t->type()});
+    keep.push_back(std::move(*b));
+  }
+  REQUIRE(dev.synchronize(*stream).isOk());
+  auto outs = (*cm)->runOnDevice(ins);
+  INFO(outs.status().message());
+  REQUIRE(outs.hasValue());
+  Tensor y = *Tensor::empty(ir::DType::kF32, {3, 3});
+  REQUIRE(dev.copyToHost(y.rawData(), devPtr((*outs)[0]), y.byteSize(), *stream).isOk());
+  REQUIRE(dev.synchronize(*stream).isOk());
+  dev.destroyStream(*stream);
+  for (int c = 0; c < 3; ++c) {
+    CHECK(y.data<float>()[c] == 12.f + c);  // Row 4.
+    uint32_t bits[2];
+    std::memcpy(&bits[0], &y.data<float>()[3 + c], 4);
+    std::memcpy(&bits[1], &y.data<float>()[6 + c], 4);
+    CHECK(bits[0] == 0xFFFFFFFFu);
+    CHECK(bits[1] == 0xFFFFFFFFu);
+  }
+}
+
 TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_90") {
   // The emu device compiles CUDA C as C++; NVRTC is stricter (shuffles of 64-bit values, shared
   // arrays, hex floats): every op kernel variant in one module, without a GPU.
@@ -468,11 +634,16 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
         add(op, {{ir::DType::kF32, lossShape}, {ir::DType::kF32, {4, 5, 3}}, {index, {4, 3}}}, a);
     }
   for (ir::OpKind op : {ir::OpKind::kDropoutTrain, ir::OpKind::kDropoutBackward})
-    add(op, {{ir::DType::kF32, {6}}, {ir::DType::kI64, {}}},
-        {{"ratio", 0.3}, {"seed", int64_t{5}}});
+    for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64})
+      add(op, {{dt, {6}}, {ir::DType::kI64, {}}}, {{"ratio", 0.3}, {"seed", int64_t{5}}});
   for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32})
     for (ir::OpKind op : {ir::OpKind::kAdd, ir::OpKind::kSub, ir::OpKind::kMul})
       add(op, {{dt, {6}}, {dt, {}}}, {});
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF16, ir::DType::kF64, ir::DType::kBool})
+    for (ir::DType index : {ir::DType::kI64, ir::DType::kI32}) {
+      add(ir::OpKind::kGather, {{dt, {4, 6}}, {index, {2, 3}}}, {{"axis", int64_t{1}}});
+      add(ir::OpKind::kGatherElements, {{dt, {4, 6}}, {index, {4, 2}}}, {{"axis", int64_t{1}}});
+    }
   std::vector<codegen::Kernel> kernels;
   for (const ir::Node* n : nodes) {
     auto k = codegen::opKernel(*n, "k" + std::to_string(kernels.size()));
