@@ -399,6 +399,7 @@ Expected<Kernel> gather(const ir::Node& n, std::string name) {
   int64_t inner = 1;
   for (size_t i = static_cast<size_t>(axis) + 1; i < d.size(); ++i) inner *= d[i];
   const int64_t dim = d[static_cast<size_t>(axis)];
+  if (dim == 0) return unimplemented("gather's op kernel takes a dim to gather from");
   const int64_t count = n.input(1)->type().numElements();
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   k.indexArgs.push_back({.arg = 1, .position = true, .limit = dim, .axis = axis});
@@ -425,6 +426,7 @@ Expected<Kernel> gatherElements(const ir::Node& n, std::string name) {
     return unimplemented("gather_elements' op kernel takes indices of the data's rank");
   const std::vector<int64_t> strides = ir::contiguousStrides(d);
   const int64_t dim = d[static_cast<size_t>(axis)];
+  if (dim == 0) return unimplemented("gather_elements' op kernel takes a dim to gather from");
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   k.indexArgs.push_back({.arg = 1, .position = true, .limit = dim, .axis = axis});
   std::string s = "// " + n.describe() + "\n" + gatherHead(k, t);

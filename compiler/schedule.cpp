@@ -128,7 +128,8 @@ class Scheduler {
       return k.status();
     }
     // Indices it reads unchecked must be graph inputs, which the plan checks on the host, or
-    // constants, checked here; computed ones stay with the host's kernel, which checks them.
+    // constants, checked here; computed ones and state stay with the host's kernel, which
+    // checks them.
     std::vector<runtime::IndexCheck> checks;
     for (const codegen::IndexArg& a : k->indexArgs) {
       const ir::Value* v = n.input(static_cast<size_t>(a.arg));
@@ -139,8 +140,9 @@ class Scheduler {
                             .axis = a.axis,
                             .op = std::string(ir::opName(n.op())),
                             .data = a.position ? n.input(0)->type().toString() : std::string()};
-      if (v->isParameter()) {
-        // Out of range: the host's kernel reports it at the run, as without op kernels.
+      // A constant (not state a step rewrites, nor trainable: a step counter indexing a table
+      // is state) is checked once; out of range, the host's kernel reports it at the run.
+      if (v->isConstant(/*inference=*/false)) {
         if (!runtime::checkIndices(c, runtime::Tensor::fromData(v->data())).isOk()) return false;
         continue;
       }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <span>
 #include <utility>
 
 #include "ir/op_table.h"
@@ -842,8 +844,8 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
     for (PlanStep& s : plan->plan->steps)
       s.libraryOptions.tf32 =
           info.precision == "tf32" && s.kind == PlanStep::Kind::kOp && s.library;
-    // The indices its op kernels read unchecked: class indices, then positions (each absent
-    // before it existed).
+    // The indices its op kernels read unchecked (absent before op kernels): class indices, then
+    // (absent before gathers' op kernels) every check tagged with its kind, in the plan's order.
     const auto& inputs = plan->plan->inputs;
     auto indexInput = [&](int64_t input, int64_t limit, const std::string& what) {
       if (r.ok() && (input < 0 || static_cast<uint64_t>(input) >= inputs.size() ||
@@ -866,22 +868,25 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
       }
     }
     if (r.ok() && !r.atEnd()) {
-      const size_t checks = r.count(40);
+      const size_t checks = r.count(56);
       for (size_t i = 0; r.ok() && i < checks; ++i) {
         IndexCheck k;
-        k.kind = IndexCheck::Kind::kPosition;
+        const int64_t kind = r.i64();
         const int64_t input = r.i64();
         k.limit = r.i64();
+        k.ignore = r.i64();
         const int64_t axis = r.i64();
         k.op = r.str();
         k.data = r.str();
-        k.input = indexInput(input, k.limit, "position check " + std::to_string(i));
-        if (r.ok() && (axis < 0 || axis > 64)) r.fail("position check " + std::to_string(i));
+        const std::string what = "index check " + std::to_string(i);
+        k.input = indexInput(input, k.limit, what);
+        if (r.ok() && (kind < 0 || kind > 1 || axis < 0 || axis > 64)) r.fail(what);
+        k.kind = kind == 1 ? IndexCheck::Kind::kPosition : IndexCheck::Kind::kClass;
         k.axis = r.ok() ? static_cast<int>(axis) : 0;
         plan->plan->indexChecks.push_back(std::move(k));
       }
     }
-    if (r.ok() && !r.atEnd()) r.fail("bytes after the position checks");
+    if (r.ok() && !r.atEnd()) r.fail("bytes after the index checks");
     KILN_TRY(r.status().withContext("artifact '" + path + "'"));
   }
   const auto weights = o.sections.at("weights");
@@ -966,29 +971,32 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
     bool tf32 = false;
     for (const PlanStep& s : c.plan->steps) tf32 = tf32 || s.libraryOptions.tf32;
     device.str(tf32 ? "tf32" : "fp32");
-    // The inputs its op kernels read unchecked: class indices (absent before op kernels), then
-    // positions (absent before gathers' op kernels). A reader that does not know them refuses
-    // the artifact (bytes after what it knows) rather than run without the checks.
-    std::vector<const IndexCheck*> classes, positions;
-    for (const IndexCheck& k : c.plan->indexChecks)
-      (k.kind == IndexCheck::Kind::kClass ? classes : positions).push_back(&k);
-    if (!classes.empty() || !positions.empty()) {
-      device.u64(classes.size());
-      for (const IndexCheck* k : classes) {
-        device.i64(k->input);
-        device.i64(k->limit);
-        device.i64(k->ignore);
-        device.str(k->op);
-      }
+    // The inputs its op kernels read unchecked, in the order the plan checks them (the first
+    // bad one is the error): class indices alone as they were written before positions existed;
+    // with positions, an empty list of those, then every check tagged with its kind. A reader
+    // that does not know them refuses the artifact (bytes after what it knows) rather than run
+    // without the checks.
+    const auto& checks = c.plan->indexChecks;
+    const bool positions = std::any_of(checks.begin(), checks.end(), [](const IndexCheck& k) {
+      return k.kind == IndexCheck::Kind::kPosition;
+    });
+    if (!checks.empty()) device.u64(positions ? 0 : checks.size());
+    for (const IndexCheck& k : positions ? std::span<const IndexCheck>() : checks) {
+      device.i64(k.input);
+      device.i64(k.limit);
+      device.i64(k.ignore);
+      device.str(k.op);
     }
-    if (!positions.empty()) {
-      device.u64(positions.size());
-      for (const IndexCheck* k : positions) {
-        device.i64(k->input);
-        device.i64(k->limit);
-        device.i64(k->axis);
-        device.str(k->op);
-        device.str(k->data);
+    if (positions) {
+      device.u64(checks.size());
+      for (const IndexCheck& k : checks) {
+        device.i64(k.kind == IndexCheck::Kind::kPosition ? 1 : 0);
+        device.i64(k.input);
+        device.i64(k.limit);
+        device.i64(k.ignore);
+        device.i64(k.axis);
+        device.str(k.op);
+        device.str(k.data);
       }
     }
     sections.push_back({"device", std::move(device.out())});

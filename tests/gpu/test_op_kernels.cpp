@@ -19,6 +19,7 @@
 #include "runtime/eager.h"
 #include "runtime/gpu/emu_device.h"
 #include "runtime/gpu/gpu_backend.h"
+#include "runtime/reference/helpers.h"
 
 using namespace kiln;
 using runtime::Tensor;
@@ -527,6 +528,13 @@ TEST_CASE("emu: op kernels: a gather's index out of range is the reference's err
   auto onHost = runtime::EagerExecutor(g).run(std::vector<Tensor>{data, ids});
   REQUIRE_FALSE(onHost.hasValue());
   CHECK_THAT(onHost.status().message(), Catch::Contains(want));
+  // Eager on the device runs no plan, so no host check: its gather is an op call, whose kernel
+  // checks the indices (the op kernel would write the filler).
+  runtime::EagerExecutor eager(g, o.backend);
+  REQUIRE(compiler::useDeviceKernels(eager, o.backend).isOk());
+  auto onDevice = eager.run(std::vector<Tensor>{data, ids});
+  REQUIRE_FALSE(onDevice.hasValue());
+  CHECK_THAT(onDevice.status().message(), Catch::Contains(want));
   ids.data<int64_t>()[1] = -5;  // The first row, counted from the end.
   auto ok = (*cm)->run(std::vector<Tensor>{data, ids});
   INFO(ok.status().message());
@@ -550,55 +558,97 @@ TEST_CASE("emu: op kernels: a gather's index out of range is the reference's err
     CHECK(hr.hasValue() == (bad < 5));
     if (!hr) CHECK_THAT(hr.status().message(), Catch::Contains("gather: index 7"));
   }
+  // State (a step counter indexing a table, rewritten by the step) is no constant: its gather
+  // stays on the host, whose kernel checks the index at every run.
+  ir::Graph st("state_index");
+  ir::Value* table = *st.addInput("table", ir::TensorType(ir::DType::kF32, {5, 3}));
+  ir::Value* step = *st.addParameter("step", ir::TensorData(ir::DType::kI64, {}), false);
+  REQUIRE(st.markState(step).isOk());
+  st.setOutputs(
+      {(*st.addNode(ir::OpKind::kGather, {table, step}, {{"axis", int64_t{0}}}))->output()});
+  compiler::CompileOptions so = o;
+  so.inference = false;
+  auto sm = compiler::compile(st, so);
+  INFO(sm.status().message());
+  REQUIRE(sm.hasValue());
+  CHECK((*sm)->report().hostSteps == 1);
 }
 
 TEST_CASE("emu: op kernels: device tensors are not checked: a bad index gives the filler") {
-  // runOnDevice (Python's CUDA tensors) cannot read the indices before the run: the gather's
-  // kernel writes all bits set (a NaN) for an index out of range and reads nothing outside the
-  // data (on emu, a read outside a buffer fails the run).
+  // runOnDevice (Python's CUDA tensors) cannot read the indices before the run: the gathers'
+  // kernels write all bits set (a NaN; -1 for signed integers), 0 for bool, for an index out of
+  // range, and read nothing outside the data (on emu, a read outside a buffer fails the run).
+  // data [5, 3] holds 1..15; indices [3, 3]: row 0 in range (4, or -1 for the last row), rows
+  // 1 and 2 out of range (a huge one and one just below -5).
   const std::shared_ptr<runtime::Backend> backend = testing::testDevice();
-  compiler::CompileOptions o;
-  o.backend = backend;
-  auto cm = compiler::compile(
-      gatherGraph(ir::OpKind::kGather, {ir::DType::kF32, {5, 3}}, {ir::DType::kI64, {3}}, 0), o);
-  INFO(cm.status().message());
-  REQUIRE(cm.hasValue());
   runtime::gpu::DeviceApi& dev = *runtime::gpu::gpuDevice(*backend);
   auto devPtr = [](const runtime::DeviceBuffer& b) {
     return reinterpret_cast<runtime::gpu::DevicePtr>(b.address().handle);
   };
-  auto stream = dev.createStream();
-  REQUIRE(stream.hasValue());
-  Tensor data = *Tensor::empty(ir::DType::kF32, {5, 3});
-  for (int64_t i = 0; i < 15; ++i) data.data<float>()[i] = static_cast<float>(i);
-  Tensor ids = *Tensor::zeros(ir::DType::kI64, {3});
-  ids.data<int64_t>()[0] = 4;
-  ids.data<int64_t>()[1] = 1000000;
-  ids.data<int64_t>()[2] = -6;
-  std::vector<runtime::DeviceTensor> ins;
-  std::vector<runtime::DeviceBuffer> keep;
-  for (const Tensor* t : {&data, &ids}) {
-    auto b = backend->allocate(t->byteSize());
-    REQUIRE(b.hasValue());
-    REQUIRE(dev.copyToDevice(devPtr(*b), t->rawData(), t->byteSize(), *stream).isOk());
-    ins.push_back({b->address(), t->type()});
-    keep.push_back(std::move(*b));
-  }
-  REQUIRE(dev.synchronize(*stream).isOk());
-  auto outs = (*cm)->runOnDevice(ins);
-  INFO(outs.status().message());
-  REQUIRE(outs.hasValue());
-  Tensor y = *Tensor::empty(ir::DType::kF32, {3, 3});
-  REQUIRE(dev.copyToHost(y.rawData(), devPtr((*outs)[0]), y.byteSize(), *stream).isOk());
-  REQUIRE(dev.synchronize(*stream).isOk());
-  dev.destroyStream(*stream);
-  for (int c = 0; c < 3; ++c) {
-    CHECK(y.data<float>()[c] == 12.f + c);  // Row 4.
-    uint32_t bits[2];
-    std::memcpy(&bits[0], &y.data<float>()[3 + c], 4);
-    std::memcpy(&bits[1], &y.data<float>()[6 + c], 4);
-    CHECK(bits[0] == 0xFFFFFFFFu);
-    CHECK(bits[1] == 0xFFFFFFFFu);
+  struct Case {
+    ir::OpKind op;
+    ir::DType data, index;
+  };
+  for (const Case& c : {Case{ir::OpKind::kGather, ir::DType::kF32, ir::DType::kI64},
+                        Case{ir::OpKind::kGather, ir::DType::kI32, ir::DType::kI32},
+                        Case{ir::OpKind::kGatherElements, ir::DType::kBool, ir::DType::kI32},
+                        Case{ir::OpKind::kGatherElements, ir::DType::kF16, ir::DType::kI64}}) {
+    INFO(ir::opName(c.op) << " " << ir::dtypeName(c.data) << " " << ir::dtypeName(c.index));
+    compiler::CompileOptions o;
+    o.backend = backend;
+    o.useCache = false;
+    const ir::Shape idShape = c.op == ir::OpKind::kGather ? ir::Shape{3} : ir::Shape{3, 3};
+    auto cm = compiler::compile(gatherGraph(c.op, {c.data, {5, 3}}, {c.index, idShape}, 0), o);
+    INFO(cm.status().message());
+    REQUIRE(cm.hasValue());
+    REQUIRE((*cm)->report().hostSteps == 0);
+    Tensor data = *Tensor::empty(c.data, {5, 3});
+    for (int64_t i = 0; i < 15; ++i) {
+      const int64_t v = c.data == ir::DType::kBool ? 1 : i + 1;
+      if (c.data == ir::DType::kF32) data.data<float>()[i] = static_cast<float>(v);
+      if (c.data == ir::DType::kI32) data.data<int32_t>()[i] = static_cast<int32_t>(v);
+      if (c.data == ir::DType::kBool) data.rawData()[i] = std::byte{1};
+      if (c.data == ir::DType::kF16) data.data<uint16_t>()[i] = runtime::ref::doubleToF16Bits(v);
+    }
+    Tensor ids = *Tensor::zeros(c.index, idShape);
+    const int64_t rows = c.op == ir::OpKind::kGather ? 1 : 3;  // Index elements per row.
+    for (int64_t k = 0; k < 3 * rows; ++k) {
+      const int64_t v = k < rows ? (k % 2 ? -1 : 4) : k < 2 * rows ? 1000000 : -6;
+      if (c.index == ir::DType::kI64)
+        ids.data<int64_t>()[k] = v;
+      else
+        ids.data<int32_t>()[k] = static_cast<int32_t>(v);
+    }
+    auto stream = dev.createStream();
+    REQUIRE(stream.hasValue());
+    std::vector<runtime::DeviceTensor> ins;
+    std::vector<runtime::DeviceBuffer> keep;
+    for (const Tensor* t : {&data, &ids}) {
+      auto b = backend->allocate(t->byteSize());
+      REQUIRE(b.hasValue());
+      REQUIRE(dev.copyToDevice(devPtr(*b), t->rawData(), t->byteSize(), *stream).isOk());
+      ins.push_back({b->address(), t->type()});
+      keep.push_back(std::move(*b));
+    }
+    REQUIRE(dev.synchronize(*stream).isOk());
+    auto outs = (*cm)->runOnDevice(ins);
+    INFO(outs.status().message());
+    REQUIRE(outs.hasValue());
+    // The reference's row 0 (indices in range), then the filler's bytes.
+    const ir::Shape firstShape = c.op == ir::OpKind::kGather ? ir::Shape{1} : ir::Shape{1, 3};
+    Tensor first = *Tensor::empty(c.index, firstShape);
+    std::memcpy(first.rawData(), ids.rawData(), first.byteSize());
+    const ir::Graph firstRow = gatherGraph(c.op, {c.data, {5, 3}}, {c.index, firstShape}, 0);
+    auto want = runtime::EagerExecutor(firstRow).run(std::vector<Tensor>{data, first});
+    REQUIRE(want.hasValue());
+    Tensor y = *Tensor::empty(c.data, {3, 3});
+    REQUIRE(dev.copyToHost(y.rawData(), devPtr((*outs)[0]), y.byteSize(), *stream).isOk());
+    REQUIRE(dev.synchronize(*stream).isOk());
+    dev.destroyStream(*stream);
+    const size_t row = y.byteSize() / 3;
+    CHECK(std::memcmp(y.rawData(), (*want)[0].rawData(), row) == 0);
+    const std::byte filler = c.data == ir::DType::kBool ? std::byte{0} : std::byte{0xFF};
+    for (size_t i = row; i < y.byteSize(); ++i) CHECK(y.rawData()[i] == filler);
   }
 }
 

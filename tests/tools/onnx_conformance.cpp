@@ -1,5 +1,5 @@
 // kiln_onnx_conformance CASES [--expected FILE] [--write-expected FILE] [--only NAME]
-//                       [--modes eager,compiled] [--verbose]
+//                       [--modes eager,compiled] [--device NAME] [--verbose]
 //
 // Runs the ONNX backend node tests that tools/onnx/gen_node_tests.py wrote to CASES through kiln:
 // each case's model is imported, run eagerly and compiled on every data set, and each output is
@@ -14,6 +14,11 @@
 // few ulps of the reference (kPrecision) may land either way on another CPU: for them both
 // outcomes are accepted. --write-expected writes
 // every case that fails with a clear error, its reason the first line of kiln's message.
+//
+// --device emu|cuda runs both modes on that device (the CUDA backend: generated CUDA kernels, op
+// kernels, library calls, host ops) instead of the CPU: a sweep of the GPU path against the same
+// expected outputs. The expected-failures file is the CPU's; on a device, compare the counts and
+// read every WRONG and INTERNAL line.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,10 +33,12 @@
 #include <vector>
 
 #include "compiler/compile.h"
+#include "compiler/eager_kernels.h"
 #include "frontends/onnx/onnx_import.h"
 #include "frontends/onnx/onnx_proto.h"
 #include "frontends/onnx/onnx_tensor.h"
 #include "runtime/eager.h"
+#include "runtime/gpu/gpu_backend.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -42,6 +49,7 @@ struct Options {
   fs::path cases;
   std::string expected, writeExpected, only;
   bool eager = true, compiled = true, verbose = false;
+  std::shared_ptr<runtime::Backend> device;  // --device; null: the CPU.
 };
 
 // kPrecision: an f16/bf16 output within kMaxHalfUlps units in the last place of the expected
@@ -183,6 +191,7 @@ Result runCase(const fs::path& dir, const Options& o) {
   if (o.compiled) {
     compiler::CompileOptions co;
     co.autotune = false;
+    co.backend = o.device;
     auto m = compiler::compile(*graph, co);
     if (!m) return fromStatus(name, "compile", m.status());
     model = std::move(*m);
@@ -238,7 +247,11 @@ Result runCase(const fs::path& dir, const Options& o) {
       return r;
     };
     if (o.eager) {
-      runtime::EagerExecutor eager(*graph);
+      runtime::EagerExecutor eager(*graph, o.device ? o.device : runtime::defaultBackend());
+      // On a device, each op as its device kernel where it has one (as `kiln run --eager`).
+      if (o.device)
+        if (Status st = compiler::useDeviceKernels(eager, o.device); !st)
+          return fromStatus(name, "eager kernels", st);
       auto out = eager.run(inputs);
       if (!out) return fromStatus(name, "eager run", out.status());
       if (Result r = check("eager", *out); r.outcome != Outcome::kPass) return r;
@@ -266,7 +279,7 @@ std::map<std::string, std::string> readExpected(const std::string& path) {
 int usage() {
   std::fprintf(stderr,
                "usage: kiln_onnx_conformance CASES [--expected FILE] [--write-expected FILE] "
-               "[--only NAME] [--modes eager,compiled] [--verbose]\n");
+               "[--only NAME] [--modes eager,compiled] [--device NAME] [--verbose]\n");
   return 2;
 }
 
@@ -285,7 +298,14 @@ int main(int argc, char** argv) {
       o.only = value();
     else if (a == "--verbose")
       o.verbose = true;
-    else if (a == "--modes") {
+    else if (a == "--device") {
+      auto d = runtime::gpu::backendForDevice(value());
+      if (!d) {
+        std::fprintf(stderr, "kiln_onnx_conformance: %s\n", d.status().message().c_str());
+        return 2;
+      }
+      o.device = *d;
+    } else if (a == "--modes") {
       const std::string m = value();
       o.eager = m.find("eager") != std::string::npos;
       o.compiled = m.find("compiled") != std::string::npos;
