@@ -355,32 +355,40 @@ Expected<Kernel> integerArithmetic(const ir::Node& n, std::string name) {
   return k;
 }
 
-// How a gather moves an element of dtype `t`: as an unsigned integer of its size (its bits), with
-// all bits set where the index is out of range (a NaN for floats, -1 for signed integers), 0 for
-// bool; and the C type of i64/i32 indices.
+// The C type that moves an element of node `n`'s output (the movement ops' data): an unsigned
+// integer of its size, its bits unchanged; kUnimplemented for other layouts than plain, empty
+// outputs and other sizes.
+Expected<std::string> movedElement(const ir::Node& n) {
+  const std::string op(ir::opName(n.op()));
+  for (const ir::Value* v : n.inputs())
+    if (v->type().layout != ir::Layout::kPlain)
+      return unimplemented(op + "'s op kernel takes plain tensors");
+  if (n.output()->type().layout != ir::Layout::kPlain)
+    return unimplemented(op + "'s op kernel takes plain tensors");
+  if (n.output()->type().numElements() == 0)
+    return unimplemented(op + "'s op kernel takes a non-empty output");
+  const size_t size = ir::dtypeSize(n.output()->type().dtype);
+  if (size != 1 && size != 2 && size != 4 && size != 8)
+    return unimplemented(op + "'s op kernel takes elements of 1, 2, 4 or 8 bytes");
+  static constexpr const char* kBySize[] = {"unsigned char", "unsigned short", "unsigned int",
+                                            "unsigned long long"};
+  return std::string(kBySize[std::countr_zero(size)]);
+}
+
+// How a gather moves an element (movedElement), with all bits set where the index is out of
+// range (a NaN for floats, -1 for signed integers), 0 for bool; the C type of its indices.
 struct GatherTypes {
   std::string element, filler, index;
 };
 
 Expected<GatherTypes> gatherTypes(const ir::Node& n) {
-  const ir::DType data = n.input(0)->type().dtype, idx = n.input(1)->type().dtype;
-  const std::string op(ir::opName(n.op()));
+  const ir::DType idx = n.input(1)->type().dtype;
   if (idx != ir::DType::kI64 && idx != ir::DType::kI32)
-    return unimplemented(op + "'s op kernel takes i64 or i32 indices");
-  for (const ir::Value* v : {n.input(0), n.input(1), n.output()})
-    if (v->type().layout != ir::Layout::kPlain)
-      return unimplemented(op + "'s op kernel takes plain tensors");
-  if (n.output()->type().numElements() == 0)
-    return unimplemented(op + "'s op kernel takes a non-empty output");
+    return unimplemented(std::string(ir::opName(n.op())) + "'s op kernel takes i64 or i32 indices");
   GatherTypes t;
+  KILN_ASSIGN_OR_RETURN(t.element, movedElement(n));
   t.index = idx == ir::DType::kI64 ? "long long" : "int";
-  const size_t size = ir::dtypeSize(data);
-  if (size != 1 && size != 2 && size != 4 && size != 8)
-    return unimplemented(op + "'s op kernel takes elements of 1, 2, 4 or 8 bytes");
-  static constexpr const char* kBySize[] = {"unsigned char", "unsigned short", "unsigned int",
-                                            "unsigned long long"};
-  t.element = kBySize[std::countr_zero(size)];
-  t.filler = data == ir::DType::kBool ? "0" : "~0ULL";
+  t.filler = n.output()->type().dtype == ir::DType::kBool ? "0" : "~0ULL";
   return t;
 }
 
@@ -445,6 +453,39 @@ Expected<Kernel> gatherElements(const ir::Node& n, std::string name) {
   return k;
 }
 
+// concat(a0 .. a{k-1}) -> ak along `axis`: each input [outer, d_t, inner] copied in a
+// grid-stride loop of its own into its slot [outer, offset_t .. offset_t + d_t, inner] of the
+// output [outer, D, inner], reads and writes contiguous runs; moved as bits.
+Expected<Kernel> concat(const ir::Node& n, std::string name) {
+  KILN_ASSIGN_OR_RETURN(const std::string T, movedElement(n));
+  const ir::Shape& y = n.output()->type().shape;
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(n.attr().getInt("axis"), y.size(), "axis"));
+  int64_t inner = 1;
+  for (size_t i = static_cast<size_t>(axis) + 1; i < y.size(); ++i) inner *= y[i];
+  const int64_t D = y[static_cast<size_t>(axis)];
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  const size_t count = n.inputs().size();
+  std::string s = "// " + n.describe() + "\nextern \"C\" __global__ void " + k.name + "(";
+  for (size_t t = 0; t < count; ++t) s += "kiln_gptr<const " + T + "> a" + std::to_string(t) + ", ";
+  s += "kiln_gptr<" + T + "> a" + std::to_string(count) + ") {\n";
+  int64_t offset = 0;
+  for (size_t t = 0; t < count; ++t) {
+    const ir::TensorType& x = n.input(t)->type();
+    const int64_t run = x.shape[static_cast<size_t>(axis)] * inner;  // Elements per outer index.
+    if (x.numElements() > 0) {
+      const std::string at = "a" + std::to_string(t);
+      s += "  " + gridLoop("i", x.numElements()) + "\n    a" + std::to_string(count) + "[(i / " +
+           ll(run) + ") * " + ll(D * inner) + " + " + ll(offset * inner) + " + i % " + ll(run) +
+           "] = " + at + "[i];\n";
+    }
+    offset += x.shape[static_cast<size_t>(axis)];
+  }
+  s += "}\n";
+  k.source = std::move(s);
+  return k;
+}
+
 }  // namespace
 
 Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
@@ -455,6 +496,8 @@ Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
       return gather(n, std::move(name));
     case ir::OpKind::kGatherElements:
       return gatherElements(n, std::move(name));
+    case ir::OpKind::kConcat:
+      return concat(n, std::move(name));
     case ir::OpKind::kAdd:
     case ir::OpKind::kSub:
     case ir::OpKind::kMul:

@@ -17,6 +17,8 @@
 //     device), the reference's bits.
 //   - add, sub and mul of i64/i32 (operands of the output's shape or single elements), wrapping
 //     as the reference's: a training step's dropout counter.
+//   - concat (elements of 1, 2, 4 or 8 bytes moved as bits): each input in a grid-stride loop of
+//     its own into its slot of the output.
 //   - gather and gather_elements (elements of 1, 2, 4 or 8 bytes moved as bits, i64/i32
 //     indices): one thread an output element. Like a loss's targets, the indices are checked
 //     before the run (graph inputs by the plan, constants by the compiler); an index out of

@@ -2,8 +2,10 @@
 # kiln's binaries for a GPU machine that cannot build them (no LLVM 16 or oneDNN
 # packages, no package registry) and takes at most 64 MiB of files:
 #   scripts/gpu-bundle.sh [BUNDLE]        (default .gpu/bundle.tar.xz; build with scripts/build.sh)
-# packs build/tools/kiln, build/tests/test_gpu, every shared library they load except glibc's
-# and libstdc++'s (the GPU machine's are as new or newer), and clang 16's resource headers.
+# packs build/tools/kiln, build/tests/test_gpu, build/tests/kiln_onnx_conformance with the ONNX
+# conformance cases (where scripts/onnx-conformance.sh generated them: 2.6 MB packed), every
+# shared library they load except glibc's and libstdc++'s (the GPU machine's are as new or
+# newer), and clang 16's resource headers.
 # Two libraries that libLLVM and libxml2 load but kiln never calls into are replaced by stubs
 # to fit the size: libz3 (the static analyzer's SMT solver; each function aborts, naming
 # itself) and ICU's data (libicuuc needs the symbol at load time, not its 30 MB).
@@ -13,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=${1:-.gpu/bundle.tar.xz}
 build=${KILN_BUILD_DIR:-build}
-bins=("$build/tools/kiln" "$build/tests/test_gpu")
+bins=("$build/tools/kiln" "$build/tests/test_gpu" "$build/tests/kiln_onnx_conformance")
 for b in "${bins[@]}"; do
   [[ -x $b ]] || { echo "gpu-bundle: $b is missing: run scripts/build.sh first" >&2; exit 2; }
 done
@@ -22,6 +24,12 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/clang"
 cp "${bins[@]}" "$stage/bin/"
+cases=$(ls -d "${KILN_CACHE_DIR:-$HOME/.cache/kiln}"/onnx-node-tests-* 2>/dev/null | head -1 || true)
+if [[ -f $cases/cases.txt ]]; then
+  cp -r "$cases" "$stage/onnx-cases"
+else
+  echo "gpu-bundle: no ONNX conformance cases (run scripts/onnx-conformance.sh once): not packed" >&2
+fi
 # kiln's Python package where it was built (KILN_PYTHON_EXECUTABLE): gpu-check.sh runs its CUDA
 # test where the device machine's Python imports it.
 libs_of=("${bins[@]}")

@@ -7,6 +7,7 @@
 #   scripts/onnx-conformance.sh                   run, check the list; exit 1 on any difference
 #   scripts/onnx-conformance.sh --write-expected  rewrite the list from this run
 #   scripts/onnx-conformance.sh --only test_abs --verbose
+#   scripts/onnx-conformance.sh --device emu      the CUDA backend (emu, or cuda on a GPU), same list
 #
 # The Python environment (onnx and numpy, pinned) and the generated cases live outside the
 # clone, in ${KILN_CACHE_DIR:-~/.cache/kiln}/, keyed by the pins, and are reused when present.
