@@ -328,29 +328,260 @@ Expected<Kernel> dropout(const ir::Node& n, std::string name) {
   return k;
 }
 
-// add, sub and mul of i64 or i32 (a0, a1 -> a2), wrapping as the reference's: computed on the
-// unsigned type of the same width (the kernel IR computes in floats: kernels leave integer
-// arithmetic alone). Each operand of the output's shape or a single element (a training step's
-// counter plus one).
-Expected<Kernel> integerArithmetic(const ir::Node& n, std::string name) {
-  const ir::TensorType& y = n.output()->type();
-  if (y.dtype != ir::DType::kI64 && y.dtype != ir::DType::kI32)
-    return unimplemented("integer op kernels take i64 or i32");
-  for (const ir::Value* v : n.inputs())
-    if (v->type().dtype != y.dtype || (v->type().shape != y.shape && v->type().numElements() != 1))
-      return unimplemented("integer op kernels take operands of the output's shape or scalars");
-  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
-  const std::string t = y.dtype == ir::DType::kI64 ? "long long" : "int";
-  const std::string u = "unsigned " + t;
-  const char* op = n.op() == ir::OpKind::kAdd ? "+" : n.op() == ir::OpKind::kSub ? "-" : "*";
-  auto at = [&](int i) {
-    return n.input(static_cast<size_t>(i))->type().shape == y.shape ? "[i]" : "[0]";
+// The C type of an element of dtype `t` in the integer and bool op kernels (f16/bf16 as their
+// bits), or "" where they take none.
+std::string elementCType(ir::DType t) {
+  switch (t) {
+    case ir::DType::kI64:
+      return "long long";
+    case ir::DType::kI32:
+      return "int";
+    case ir::DType::kI8:
+      return "signed char";
+    case ir::DType::kU8:
+    case ir::DType::kBool:
+      return "unsigned char";
+    case ir::DType::kF32:
+      return "float";
+    case ir::DType::kF64:
+      return "double";
+    case ir::DType::kF16:
+    case ir::DType::kBF16:
+      return "unsigned short";
+    default:
+      return "";
+  }
+}
+
+bool isKernelInteger(ir::DType t) {
+  return t == ir::DType::kI64 || t == ir::DType::kI32 || t == ir::DType::kI8 || t == ir::DType::kU8;
+}
+
+// The code that computes, for output element `i` of shape `y`, each input's element offset under
+// broadcasting (numpy's: shapes aligned at the right, size-1 dims repeated): `offsets[j]` names
+// it ("i" for an input of the output's shape, "0" for a single element, else a variable).
+std::string broadcastOffsets(const ir::Shape& y, const std::vector<ir::Shape>& ins,
+                             std::vector<std::string>* offsets) {
+  std::string decls, body;
+  std::vector<std::vector<int64_t>> strides(ins.size());
+  for (size_t j = 0; j < ins.size(); ++j) {
+    const ir::Shape& x = ins[j];
+    if (x == y) {
+      offsets->push_back("i");
+      continue;
+    }
+    if (ir::numElements(x) == 1) {
+      offsets->push_back("0");
+      continue;
+    }
+    offsets->push_back("o" + std::to_string(j));
+    decls += ", o" + std::to_string(j) + " = 0";
+    strides[j].assign(y.size(), 0);
+    int64_t stride = 1;
+    for (size_t k = 0; k < x.size(); ++k) {  // From the last dim.
+      const size_t dx = x.size() - 1 - k, dy = y.size() - 1 - k;
+      if (x[dx] != 1) strides[j][dy] = stride;
+      stride *= x[dx];
+    }
+  }
+  if (decls.empty()) return "";
+  body = "    long long rest = i" + decls + ";\n";
+  for (size_t d = y.size(); d-- > 0;) {
+    if (y[d] == 1) continue;
+    body += "    {\n      const long long c = rest % " + ll(y[d]) + ";\n      rest /= " + ll(y[d]) +
+            ";\n";
+    for (size_t j = 0; j < ins.size(); ++j)
+      if (!strides[j].empty() && strides[j][d] != 0)
+        body += "      o" + std::to_string(j) + " += c * " + ll(strides[j][d]) + ";\n";
+    body += "    }\n";
+  }
+  return body;
+}
+
+// Pointwise ops on integers and bools, which the kernel IR leaves alone (it computes in floats:
+// integer arithmetic must wrap, casts to integers saturate), each element as the reference
+// kernels compute it (runtime/reference/pointwise.cpp), operands broadcast:
+//   equal, less, less_equal, greater, greater_equal of integers (-> bool);
+//   logical_and, _or, _xor, _not of bools; bitwise_and, _or, _xor, _not and bitshift, add, sub,
+//   mul (wrapping), minimum, maximum, neg and abs (wrapping) of integers;
+//   where with integer or bool values; cast to an integer (floats truncated toward zero,
+//   saturated, NaN 0; integers wrapped) or to bool (non-zero, NaN too).
+// Integer division and mod stay on the host: their kernels report a zero divisor.
+Expected<Kernel> integerPointwise(const ir::Node& n, std::string name) {
+  const ir::OpKind op = n.op();
+  const std::string opName(ir::opName(op));
+  const ir::DType out = n.output()->type().dtype;
+  const ir::DType first = n.input(0)->type().dtype;
+  std::vector<ir::DType> in;
+  for (const ir::Value* v : n.inputs()) {
+    if (v->type().layout != ir::Layout::kPlain)
+      return unimplemented(opName + "'s op kernel takes plain tensors");
+    in.push_back(v->type().dtype);
+  }
+  if (n.output()->type().numElements() == 0)
+    return unimplemented(opName + "'s op kernel takes a non-empty output");
+  auto allOf = [&](auto pred) { return std::all_of(in.begin(), in.end(), pred); };
+  const bool integers = allOf(isKernelInteger) && allOf([&](ir::DType t) { return t == first; });
+  const bool bools = allOf([](ir::DType t) { return t == ir::DType::kBool; });
+  const std::string T = elementCType(first);
+  const std::string U =
+      "unsigned " + (T == "signed char" || T == "unsigned char" ? std::string("char")
+                     : T == "unsigned short"                    ? std::string("short")
+                                                                : T);
+  auto none = [&] {
+    return unimplemented("no op kernel for " + opName + " of " + std::string(ir::dtypeName(first)) +
+                         " (the kernel IR's, or the host's)");
   };
-  std::string s = "// " + n.describe() + "\n";
-  s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + t +
-       "> a0, kiln_gptr<const " + t + "> a1, kiln_gptr<" + t + "> a2) {\n";
-  s += "  " + gridLoop("i", k.numElements()) + "\n    a2[i] = (" + t + ")((" + u + ")a0" + at(0) +
-       " " + op + " (" + u + ")a1" + at(1) + ");\n}\n";
+  // x, y, z: the operands' elements; the expression of the output element.
+  std::string expr, helper;
+  const std::string x = "x", y = "y";
+  switch (op) {
+    case ir::OpKind::kEqual:
+    case ir::OpKind::kLess:
+    case ir::OpKind::kLessEqual:
+    case ir::OpKind::kGreater:
+    case ir::OpKind::kGreaterEqual: {
+      if (!integers) return none();
+      const char* cmp = op == ir::OpKind::kEqual       ? "=="
+                        : op == ir::OpKind::kLess      ? "<"
+                        : op == ir::OpKind::kLessEqual ? "<="
+                        : op == ir::OpKind::kGreater   ? ">"
+                                                       : ">=";
+      expr = "(x " + std::string(cmp) + " y) ? 1 : 0";
+      break;
+    }
+    case ir::OpKind::kLogicalAnd:
+    case ir::OpKind::kLogicalOr:
+    case ir::OpKind::kLogicalXor:
+    case ir::OpKind::kLogicalNot: {
+      if (!bools) return none();
+      expr = op == ir::OpKind::kLogicalAnd   ? "(x != 0 && y != 0) ? 1 : 0"
+             : op == ir::OpKind::kLogicalOr  ? "(x != 0 || y != 0) ? 1 : 0"
+             : op == ir::OpKind::kLogicalXor ? "((x != 0) != (y != 0)) ? 1 : 0"
+                                             : "x == 0 ? 1 : 0";
+      break;
+    }
+    case ir::OpKind::kBitwiseAnd:
+    case ir::OpKind::kBitwiseOr:
+    case ir::OpKind::kBitwiseXor:
+    case ir::OpKind::kBitwiseNot:
+      if (!integers) return none();
+      expr = op == ir::OpKind::kBitwiseAnd   ? "(" + T + ")(x & y)"
+             : op == ir::OpKind::kBitwiseOr  ? "(" + T + ")(x | y)"
+             : op == ir::OpKind::kBitwiseXor ? "(" + T + ")(x ^ y)"
+                                             : "(" + T + ")(~x)";
+      break;
+    case ir::OpKind::kBitShift: {
+      if (!integers) return none();
+      const bool left = n.attr().getString("direction") == "LEFT";
+      const bool isSigned = first != ir::DType::kU8;
+      const std::string width = std::to_string(ir::dtypeSize(first) * 8);
+      // The reference's shiftBits: a count outside [0, width) gives 0 (-1 for a negative value
+      // shifted right); a right shift of a negative value fills with ones.
+      helper = "KILN_FN " + T + " " + "SHIFT(" + T + " a, " + T + " b) {\n  bool inRange = (" + U +
+               ")b < (" + U + ")" + width + ";\n";
+      if (isSigned) helper += "  inRange = inRange && b >= 0;\n";
+      helper += "  if (!inRange) return " +
+                std::string(isSigned && !left ? "a < 0 ? (" + T + ")-1 : " : "") + "(" + T +
+                ")0;\n  const int s = (int)b;\n";
+      if (left) {
+        helper += "  return (" + T + ")(" + U + ")((" + U + ")a << s);\n}\n";
+      } else {
+        if (isSigned)
+          helper +=
+              "  if (a < 0) return (" + T + ")(" + U + ")(~((" + U + ")(~(" + U + ")a) >> s));\n";
+        helper += "  return (" + T + ")((" + U + ")a >> s);\n}\n";
+      }
+      expr = "SHIFT(x, y)";
+      break;
+    }
+    case ir::OpKind::kAdd:
+    case ir::OpKind::kSub:
+    case ir::OpKind::kMul: {
+      if (!integers) return none();
+      const char* o = op == ir::OpKind::kAdd ? "+" : op == ir::OpKind::kSub ? "-" : "*";
+      expr = "(" + T + ")((" + U + ")x " + o + " (" + U + ")y)";
+      break;
+    }
+    case ir::OpKind::kMinimum:
+    case ir::OpKind::kMaximum:
+      if (!integers) return none();
+      expr = op == ir::OpKind::kMinimum ? "y < x ? y : x" : "x < y ? y : x";
+      break;
+    case ir::OpKind::kNeg:
+    case ir::OpKind::kAbs:
+      if (!integers) return none();
+      expr = op == ir::OpKind::kNeg ? "(" + T + ")((" + U + ")0 - (" + U + ")x)"
+                                    : "x < 0 ? (" + T + ")((" + U + ")0 - (" + U + ")x) : x";
+      break;
+    case ir::OpKind::kWhere: {
+      if (in[0] != ir::DType::kBool || in[1] != in[2] ||
+          !(isKernelInteger(in[1]) || in[1] == ir::DType::kBool))
+        return none();
+      expr = "x != 0 ? y : z";
+      break;
+    }
+    case ir::OpKind::kCast: {
+      if (!(isKernelInteger(out) || out == ir::DType::kBool) || elementCType(first).empty())
+        return none();
+      // The source's value: exact in double for every float dtype.
+      const std::string v = first == ir::DType::kF16    ? "(double)kiln_f16_to_f32(x)"
+                            : first == ir::DType::kBF16 ? "(double)kiln_bf16_to_f32(x)"
+                            : first == ir::DType::kBool ? "(x != 0 ? 1 : 0)"
+                                                        : "x";
+      const bool fromFloat = ir::isFloat(first);
+      const std::string D = elementCType(out);
+      if (out == ir::DType::kBool) {
+        expr = "(" + v + ") != 0 ? 1 : 0";  // NaN != 0: true, as the reference.
+      } else if (!fromFloat) {
+        expr = "(" + D + ")(" + v + ")";  // Wraps (two's complement).
+      } else {
+        // Truncated toward zero, saturated, NaN 0: the reference's truncSaturate (comparing
+        // the value itself with the bounds gives the same as comparing its truncation).
+        const bool i64 = out == ir::DType::kI64;
+        const int bits = static_cast<int>(ir::dtypeSize(out) * 8);
+        const bool isSigned = out != ir::DType::kU8;
+        const std::string lo =
+            isSigned ? (i64 ? "(-9223372036854775807LL - 1)"
+                            : "(" + D + ")(" + std::to_string(-(int64_t{1} << (bits - 1))) + ")")
+                     : "(" + D + ")0";
+        const std::string hi = i64 ? "9223372036854775807LL"
+                                   : "(" + D + ")" +
+                                         std::to_string(isSigned ? (int64_t{1} << (bits - 1)) - 1
+                                                                 : (int64_t{1} << bits) - 1);
+        helper = "KILN_FN " + D + " CONVERT(double v) {\n  if (v != v) return (" + D +
+                 ")0;\n  if (v <= (double)" + lo + ") return " + lo + ";\n  if (v >= (double)" +
+                 hi + ") return " + hi + ";\n  return (" + D + ")v;\n}\n";
+        expr = "CONVERT(" + v + ")";
+      }
+      break;
+    }
+    default:
+      return none();
+  }
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  auto replaceAll = [](std::string text, const std::string& from, const std::string& to) {
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+      text.replace(at, from.size(), to);
+    return text;
+  };
+  helper = replaceAll(replaceAll(helper, "SHIFT", k.name + "_shift"), "CONVERT", k.name + "_cvt");
+  expr = replaceAll(replaceAll(expr, "SHIFT", k.name + "_shift"), "CONVERT", k.name + "_cvt");
+  std::vector<ir::Shape> shapes;
+  for (const ir::Value* v : n.inputs()) shapes.push_back(v->type().shape);
+  std::vector<std::string> offsets;
+  const std::string offsetCode = broadcastOffsets(n.output()->type().shape, shapes, &offsets);
+  std::string s =
+      "// " + n.describe() + "\n" + helper + "extern \"C\" __global__ void " + k.name + "(";
+  for (size_t j = 0; j < in.size(); ++j)
+    s += "kiln_gptr<const " + elementCType(in[j]) + "> a" + std::to_string(j) + ", ";
+  s += "kiln_gptr<" + elementCType(out) + "> a" + std::to_string(in.size()) + ") {\n";
+  s += "  " + gridLoop("i", k.numElements()) + " {\n" + offsetCode;
+  static const char* kNames[] = {"x", "y", "z"};
+  for (size_t j = 0; j < in.size(); ++j)
+    s += "    const " + elementCType(in[j]) + " " + kNames[j] + " = a" + std::to_string(j) + "[" +
+         offsets[j] + "];\n";
+  s += "    a" + std::to_string(in.size()) + "[i] = " + expr + ";\n  }\n}\n";
   k.source = std::move(s);
   return k;
 }
@@ -486,6 +717,41 @@ Expected<Kernel> concat(const ir::Node& n, std::string name) {
   return k;
 }
 
+// argmax and argmin (a0 x -> a1 i64) along `axis`: one thread an output element, scanning the
+// axis in order as the reference (runtime/reference/reduce.cpp): the first extremum (the last
+// with select_last_index), NaN winning over every number. x of f32, f64 or an integer dtype.
+Expected<Kernel> argReduce(const ir::Node& n, std::string name) {
+  const ir::TensorType& x = n.input(0)->type();
+  if (x.layout != ir::Layout::kPlain || n.output()->type().numElements() == 0 ||
+      !(x.dtype == ir::DType::kF32 || x.dtype == ir::DType::kF64 || isKernelInteger(x.dtype)))
+    return unimplemented(std::string(ir::opName(n.op())) +
+                         "'s op kernel takes plain f32, f64 or integers");
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(n.attr().getInt("axis"), x.shape.size(), "axis"));
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < x.shape.size(); ++d) inner *= x.shape[d];
+  const int64_t dim = x.shape[static_cast<size_t>(axis)];
+  const bool last = n.attr().getInt("select_last_index") != 0;
+  const char* better = n.op() == ir::OpKind::kArgMax ? "v > b" : "v < b";
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  const std::string T = elementCType(x.dtype);
+  std::string s = "// " + n.describe() + "\nextern \"C\" __global__ void " + k.name +
+                  "(kiln_gptr<const " + T + "> a0, kiln_gptr<long long> a1) {\n";
+  s += "  " + gridLoop("r", k.numElements()) + " {\n";
+  s += "    const long long base = (r / " + ll(inner) + ") * " + ll(dim * inner) + " + r % " +
+       ll(inner) + ";\n";
+  s += "    long long best = 0;\n    " + T + " b = a0[base];\n";
+  s += "    for (long long k = 1; k < " + ll(dim) + "; ++k) {\n";
+  s += "      const " + T + " v = a0[base + k * " + ll(inner) + "];\n";
+  s += "      const bool vn = v != v, bn = b != b;\n";
+  s += "      const bool better = !bn && (vn || " + std::string(better) + ");\n";
+  s += "      const bool tie = (vn && bn) || (!vn && !bn && v == b);\n";
+  s += std::string("      if (better") + (last ? " || tie" : "") +
+       ") {\n        best = k;\n        b = v;\n      }\n    }\n    a1[r] = best;\n  }\n}\n";
+  k.source = std::move(s);
+  return k;
+}
+
 }  // namespace
 
 Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
@@ -498,10 +764,33 @@ Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
       return gatherElements(n, std::move(name));
     case ir::OpKind::kConcat:
       return concat(n, std::move(name));
+    case ir::OpKind::kArgMax:
+    case ir::OpKind::kArgMin:
+      return argReduce(n, std::move(name));
     case ir::OpKind::kAdd:
     case ir::OpKind::kSub:
     case ir::OpKind::kMul:
-      return integerArithmetic(n, std::move(name));
+    case ir::OpKind::kMinimum:
+    case ir::OpKind::kMaximum:
+    case ir::OpKind::kNeg:
+    case ir::OpKind::kAbs:
+    case ir::OpKind::kEqual:
+    case ir::OpKind::kLess:
+    case ir::OpKind::kLessEqual:
+    case ir::OpKind::kGreater:
+    case ir::OpKind::kGreaterEqual:
+    case ir::OpKind::kLogicalAnd:
+    case ir::OpKind::kLogicalOr:
+    case ir::OpKind::kLogicalXor:
+    case ir::OpKind::kLogicalNot:
+    case ir::OpKind::kBitwiseAnd:
+    case ir::OpKind::kBitwiseOr:
+    case ir::OpKind::kBitwiseXor:
+    case ir::OpKind::kBitwiseNot:
+    case ir::OpKind::kBitShift:
+    case ir::OpKind::kWhere:
+    case ir::OpKind::kCast:
+      return integerPointwise(n, std::move(name));
     case ir::OpKind::kDropoutTrain:
     case ir::OpKind::kDropoutBackward:
       return dropout(n, std::move(name));

@@ -15,8 +15,11 @@
 //     before the run (runtime::Plan::indexChecks), with the reference's error.
 //   - dropout_train and dropout_backward (f32, f64): the mask of ir/dropout.h (the step read on the
 //     device), the reference's bits.
-//   - add, sub and mul of i64/i32 (operands of the output's shape or single elements), wrapping
-//     as the reference's: a training step's dropout counter.
+//   - pointwise ops on integers and bools (i64, i32, i8, u8, bool; operands broadcast), which
+//     the kernel IR leaves alone: comparisons, logical and bitwise ops, bitshift, wrapping add,
+//     sub, mul, neg and abs, minimum, maximum, where of integer or bool values, casts to
+//     integers (saturating, NaN 0) or bool: a training step's dropout counter, attention masks.
+//   - argmax and argmin (f32, f64, integers): one thread an output element scanning the axis.
 //   - concat (elements of 1, 2, 4 or 8 bytes moved as bits): each input in a grid-stride loop of
 //     its own into its slot of the output.
 //   - gather and gather_elements (elements of 1, 2, 4 or 8 bytes moved as bits, i64/i32

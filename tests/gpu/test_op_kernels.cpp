@@ -696,6 +696,179 @@ TEST_CASE("emu: op kernels: device tensors are not checked: a bad index gives th
   }
 }
 
+namespace {
+
+// Random values of dtype `dt` in `shape`, many of them the edges (0, +-1, the type's extremes),
+// the rest small or anywhere in the type's range; floats (a cast's source) also NaN, +-inf,
+// huge values and fractions next to the integer types' bounds.
+Tensor edgyValues(ir::DType dt, const ir::Shape& shape, std::mt19937& rng) {
+  Tensor t = *Tensor::empty(dt, shape);
+  std::uniform_int_distribution<int> kind(0, 5);
+  std::uniform_int_distribution<int64_t> small(-10, 10);
+  std::uniform_int_distribution<uint64_t> any;
+  static const double floats[] = {NAN,
+                                  INFINITY,
+                                  -INFINITY,
+                                  1e20,
+                                  -1e20,
+                                  -0.7,
+                                  2.5,
+                                  -0.0,
+                                  2147483647.5,
+                                  -2147483648.5,
+                                  127.9,
+                                  -128.9,
+                                  255.5,
+                                  256.0,
+                                  9.3e18,
+                                  -9.3e18,
+                                  9223372036854775807.0,
+                                  -129.0,
+                                  3e9};
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    const int k = kind(rng);
+    int64_t v = k == 0   ? 0
+                : k == 1 ? 1
+                : k == 2 ? -1
+                : k == 3 ? small(rng)
+                         : static_cast<int64_t>(any(rng));
+    if (k == 5 && rng() % 2)
+      v = rng() % 2 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+    const double f =
+        k >= 4 ? floats[rng() % std::size(floats)] : static_cast<double>(small(rng)) / 3;
+    switch (dt) {
+      case ir::DType::kI64:
+        t.data<int64_t>()[i] = v;
+        break;
+      case ir::DType::kI32:
+        t.data<int32_t>()[i] = static_cast<int32_t>(k == 5 ? v >> 32 : v);
+        break;
+      case ir::DType::kI8:
+        t.data<int8_t>()[i] = static_cast<int8_t>(k == 5 ? v >> 56 : v);
+        break;
+      case ir::DType::kU8:
+        t.data<uint8_t>()[i] = static_cast<uint8_t>(k == 5 ? v >> 56 : v);
+        break;
+      case ir::DType::kBool:
+        t.data<uint8_t>()[i] = static_cast<uint8_t>(v & 1);
+        break;
+      case ir::DType::kF32:
+        t.data<float>()[i] = static_cast<float>(f);
+        break;
+      case ir::DType::kF64:
+        t.data<double>()[i] = f;
+        break;
+      case ir::DType::kF16:
+        t.data<uint16_t>()[i] = runtime::ref::doubleToF16Bits(f);
+        break;
+      case ir::DType::kBF16:
+        t.data<uint16_t>()[i] = runtime::ref::doubleToBf16Bits(f);
+        break;
+      default:
+        FAIL("no values for " << ir::dtypeName(dt));
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("emu: op kernels: integer and bool pointwise ops give the reference's bits") {
+  // The ops the kernel IR leaves to the reference (it computes in floats), compiled for the
+  // device as op kernels: the reference's bytes, operands broadcast ([2,3,4] with [3,1]).
+  std::mt19937 rng(17);
+  const ir::Shape big = {2, 3, 4}, small = {3, 1};
+  auto check = [&](ir::OpKind op, std::vector<ir::DType> dts, ir::AttrMap attrs = {}) {
+    INFO(ir::opName(op) << " " << ir::dtypeName(dts.front()) << " -> "
+                        << ir::dtypeName(dts.back()));
+    ir::Graph g("integers");
+    std::vector<ir::Value*> ins;
+    std::vector<Tensor> values;
+    for (size_t j = 0; j + 1 < dts.size(); ++j) {
+      const ir::Shape& shape = j == 1 ? small : big;
+      ins.push_back(*g.addInput(g.freshName(), ir::TensorType(dts[j], shape)));
+      values.push_back(edgyValues(dts[j], shape, rng));
+      if (op == ir::OpKind::kBitShift && j == 1)  // Counts in and out of [0, width).
+        for (int64_t i = 0; i < values.back().numElements(); ++i) {
+          const int64_t c = static_cast<int64_t>(rng() % 70) - 3;
+          if (dts[j] == ir::DType::kI64) values.back().data<int64_t>()[i] = c;
+          if (dts[j] == ir::DType::kI32) values.back().data<int32_t>()[i] = static_cast<int32_t>(c);
+          if (dts[j] == ir::DType::kI8)
+            values.back().data<int8_t>()[i] = static_cast<int8_t>(c % 12);
+          if (dts[j] == ir::DType::kU8)
+            values.back().data<uint8_t>()[i] = static_cast<uint8_t>(c % 12);
+        }
+    }
+    auto n = g.addNode(op, ins, std::move(attrs));
+    INFO(n.status().message());
+    REQUIRE(n.hasValue());
+    REQUIRE((*n)->output()->type().dtype == dts.back());
+    g.setOutputs({(*n)->output()});
+    const Outputs r = onDeviceAndReference(g, values);
+    CHECK(r.opKernels == 1);
+    CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
+  };
+  using ir::DType;
+  using ir::OpKind;
+  for (DType t : {DType::kI64, DType::kI32, DType::kI8, DType::kU8}) {
+    for (OpKind op : {OpKind::kEqual, OpKind::kLess, OpKind::kLessEqual, OpKind::kGreater,
+                      OpKind::kGreaterEqual})
+      check(op, {t, t, DType::kBool});
+    for (OpKind op : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kMinimum, OpKind::kMaximum,
+                      OpKind::kBitwiseAnd, OpKind::kBitwiseOr, OpKind::kBitwiseXor})
+      check(op, {t, t, t});
+    for (const char* dir : {"LEFT", "RIGHT"})
+      check(OpKind::kBitShift, {t, t, t}, {{"direction", std::string(dir)}});
+    for (OpKind op : {OpKind::kNeg, OpKind::kAbs, OpKind::kBitwiseNot}) check(op, {t, t});
+    check(OpKind::kWhere, {DType::kBool, t, t, t});
+    for (DType from : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI64,
+                       DType::kI32, DType::kI8, DType::kU8, DType::kBool})
+      if (from != t)  // A cast to its own dtype is no node after the passes.
+        check(OpKind::kCast, {from, t}, {{"to", std::string(ir::dtypeName(t))}});
+  }
+  for (OpKind op : {OpKind::kLogicalAnd, OpKind::kLogicalOr, OpKind::kLogicalXor})
+    check(op, {DType::kBool, DType::kBool, DType::kBool});
+  check(OpKind::kLogicalNot, {DType::kBool, DType::kBool});
+  check(OpKind::kWhere, {DType::kBool, DType::kBool, DType::kBool, DType::kBool});
+  for (DType from : {DType::kF32, DType::kF16, DType::kI64, DType::kU8})
+    check(OpKind::kCast, {from, DType::kBool}, {{"to", std::string("bool")}});
+}
+
+TEST_CASE("emu: op kernels: argmax and argmin pick the reference's index") {
+  // Values full of ties (and NaNs among the floats), every axis, keepdims, first or last.
+  std::mt19937 rng(23);
+  const ir::Shape shape = {3, 7, 5};
+  for (ir::OpKind op : {ir::OpKind::kArgMax, ir::OpKind::kArgMin})
+    for (ir::DType dt :
+         {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kI32, ir::DType::kU8})
+      for (int64_t axis : {0, 1, -1})
+        for (int64_t lastIndex : {0, 1}) {
+          INFO(ir::opName(op) << " " << ir::dtypeName(dt) << " axis " << axis << " last "
+                              << lastIndex);
+          ir::Graph g("arg");
+          ir::Value* x = *g.addInput("x", ir::TensorType(dt, shape));
+          auto n = g.addNode(
+              op, {x}, {{"axis", axis}, {"keepdims", lastIndex}, {"select_last_index", lastIndex}});
+          INFO(n.status().message());
+          REQUIRE(n.hasValue());
+          g.setOutputs({(*n)->output()});
+          Tensor v = *Tensor::empty(dt, shape);
+          for (int64_t i = 0; i < v.numElements(); ++i) {
+            const int64_t k = static_cast<int64_t>(rng() % 5) - 2;
+            const bool nan = ir::isFloat(dt) && rng() % 10 == 0;
+            if (dt == ir::DType::kF32) v.data<float>()[i] = nan ? NAN : static_cast<float>(k);
+            if (dt == ir::DType::kF64) v.data<double>()[i] = nan ? NAN : static_cast<double>(k);
+            if (dt == ir::DType::kI64) v.data<int64_t>()[i] = k;
+            if (dt == ir::DType::kI32) v.data<int32_t>()[i] = static_cast<int32_t>(k);
+            if (dt == ir::DType::kU8) v.data<uint8_t>()[i] = static_cast<uint8_t>(k + 2);
+          }
+          const Outputs r = onDeviceAndReference(g, {v});
+          CHECK(r.opKernels == 1);
+          CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) ==
+                0);
+        }
+}
+
 TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_90") {
   // The emu device compiles CUDA C as C++; NVRTC is stricter (shuffles of 64-bit values, shared
   // arrays, hex floats): every op kernel variant in one module, without a GPU.
@@ -733,6 +906,21 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
   for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32})
     for (ir::OpKind op : {ir::OpKind::kAdd, ir::OpKind::kSub, ir::OpKind::kMul})
       add(op, {{dt, {6}}, {dt, {}}}, {});
+  for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI8, ir::DType::kU8}) {
+    for (ir::OpKind op : {ir::OpKind::kLess, ir::OpKind::kBitwiseXor, ir::OpKind::kMaximum})
+      add(op, {{dt, {2, 3}}, {dt, {3}}}, {});
+    add(ir::OpKind::kAbs, {{dt, {4}}}, {});
+    for (const char* dir : {"LEFT", "RIGHT"})
+      add(ir::OpKind::kBitShift, {{dt, {2, 3}}, {dt, {1}}}, {{"direction", std::string(dir)}});
+    add(ir::OpKind::kWhere, {{ir::DType::kBool, {2, 1}}, {dt, {2, 3}}, {dt, {3}}}, {});
+    for (ir::DType from : {ir::DType::kF32, ir::DType::kF64, ir::DType::kBF16, ir::DType::kBool})
+      add(ir::OpKind::kCast, {{from, {5}}}, {{"to", std::string(ir::dtypeName(dt))}});
+  }
+  add(ir::OpKind::kLogicalXor, {{ir::DType::kBool, {2, 3}}, {ir::DType::kBool, {3}}}, {});
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kU8})
+    for (ir::OpKind op : {ir::OpKind::kArgMax, ir::OpKind::kArgMin})
+      add(op, {{dt, {4, 6}}}, {{"axis", int64_t{1}}, {"select_last_index", int64_t{1}}});
+  add(ir::OpKind::kCast, {{ir::DType::kF16, {5}}}, {{"to", std::string("bool")}});
   for (ir::DType dt : {ir::DType::kF32, ir::DType::kF16, ir::DType::kF64, ir::DType::kBool})
     add(ir::OpKind::kConcat, {{dt, {2, 3}}, {dt, {2, 1}}, {dt, {2, 0}}}, {{"axis", int64_t{1}}});
   for (ir::DType dt : {ir::DType::kF32, ir::DType::kF16, ir::DType::kF64, ir::DType::kBool})
