@@ -695,6 +695,11 @@ Expected<Kernel> concat(const ir::Node& n, std::string name) {
   int64_t inner = 1;
   for (size_t i = static_cast<size_t>(axis) + 1; i < y.size(); ++i) inner *= y[i];
   const int64_t D = y[static_cast<size_t>(axis)];
+  // A pointer argument each: CUDA before 12.1 takes 4 KiB of kernel parameters (512 pointers).
+  static constexpr size_t kMaxInputs = 500;
+  if (n.inputs().size() > kMaxInputs)
+    return unimplemented("concat's op kernel takes at most " + std::to_string(kMaxInputs) +
+                         " inputs (a kernel parameter each)");
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   const size_t count = n.inputs().size();
   std::string s = "// " + n.describe() + "\nextern \"C\" __global__ void " + k.name + "(";

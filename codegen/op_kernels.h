@@ -20,9 +20,9 @@
 //     sub, mul, neg and abs, minimum, maximum, where of integer or bool values, casts to
 //     integers (saturating, NaN 0) or bool: a training step's dropout counter, attention masks.
 //   - argmax and argmin (f32, f64, integers): one thread an output element scanning the axis.
-//   - concat (elements of 1, 2, 4 or 8 bytes moved as bits): each input in a grid-stride loop of
-//     its own into its slot of the output.
-//   - gather and gather_elements (elements of 1, 2, 4 or 8 bytes moved as bits, i64/i32
+//   - concat (the generated kernels' dtypes moved as bits, at most 500 inputs): each input in a
+//     grid-stride loop of its own into its slot of the output.
+//   - gather and gather_elements (the generated kernels' dtypes moved as bits, i64/i32
 //     indices): one thread an output element. Like a loss's targets, the indices are checked
 //     before the run (graph inputs by the plan, constants by the compiler); an index out of
 //     range writes all bits set (false for bool) and reads nothing.

@@ -24,7 +24,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/clang"
 cp "${bins[@]}" "$stage/bin/"
-cases=$(ls -d "${KILN_CACHE_DIR:-$HOME/.cache/kiln}"/onnx-node-tests-* 2>/dev/null | head -1 || true)
+cases=$(scripts/onnx-conformance.sh --cases-dir)
 if [[ -f $cases/cases.txt ]]; then
   cp -r "$cases" "$stage/onnx-cases"
 else

@@ -82,7 +82,7 @@ else
   kiln=$build/tools/kiln
   test_gpu=$build/tests/test_gpu
   conformance=$build/tests/kiln_onnx_conformance
-  onnx_cases=$(ls -d "${KILN_CACHE_DIR:-$HOME/.cache/kiln}"/onnx-node-tests-* 2>/dev/null | head -1 || true)
+  onnx_cases=$(scripts/onnx-conformance.sh --cases-dir)
   python_pkg=$build/python
 fi
 if ! reason=$("$kiln" run mlp --device cuda 2>&1 >/dev/null); then

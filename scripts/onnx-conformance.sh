@@ -8,6 +8,7 @@
 #   scripts/onnx-conformance.sh --write-expected  rewrite the list from this run
 #   scripts/onnx-conformance.sh --only test_abs --verbose
 #   scripts/onnx-conformance.sh --device emu      the CUDA backend (emu, or cuda on a GPU), same list
+#   scripts/onnx-conformance.sh --cases-dir       print where the cases of these pins live
 #
 # The Python environment (onnx and numpy, pinned) and the generated cases live outside the
 # clone, in ${KILN_CACHE_DIR:-~/.cache/kiln}/, keyed by the pins, and are reused when present.
@@ -23,6 +24,10 @@ cache=${KILN_CACHE_DIR:-$HOME/.cache/kiln}
 venv=$cache/onnx-venv-$key
 cases=$cache/onnx-node-tests-$key
 
+if [ "${1:-}" = --cases-dir ]; then
+  echo "$cases"
+  exit 0
+fi
 if [ ! -x "$runner" ]; then
   echo "onnx-conformance: $runner is missing (build it: cmake --build $build --target kiln_onnx_conformance)" >&2
   exit 2

@@ -2,6 +2,7 @@
 // scripts/gpu-check.sh runs the "emu:" tests on a GPU) as hand-written CUDA C run as one device
 // kernel, nothing on the host, and give the reference kernels' results on inputs full of ties and
 // NaNs (the choices a wrong scan order or tie rule would change).
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -749,8 +750,8 @@ Tensor edgyValues(ir::DType dt, const ir::Shape& shape, std::mt19937& rng) {
       case ir::DType::kU8:
         t.data<uint8_t>()[i] = static_cast<uint8_t>(k == 5 ? v >> 56 : v);
         break;
-      case ir::DType::kBool:
-        t.data<uint8_t>()[i] = static_cast<uint8_t>(v & 1);
+      case ir::DType::kBool:  // Any non-zero byte is true (the kernels test != 0).
+        t.data<uint8_t>()[i] = std::array<uint8_t, 4>{0, 1, 2, 255}[rng() % 4];
         break;
       case ir::DType::kF32:
         t.data<float>()[i] = static_cast<float>(f);
@@ -775,38 +776,44 @@ Tensor edgyValues(ir::DType dt, const ir::Shape& shape, std::mt19937& rng) {
 
 TEST_CASE("emu: op kernels: integer and bool pointwise ops give the reference's bits") {
   // The ops the kernel IR leaves to the reference (it computes in floats), compiled for the
-  // device as op kernels: the reference's bytes, operands broadcast ([2,3,4] with [3,1]).
+  // device as op kernels: the reference's bytes, operands broadcast either way.
   std::mt19937 rng(17);
-  const ir::Shape big = {2, 3, 4}, small = {3, 1};
+  // Operand shapes by variant: the second broadcast; the first (and the third a scalar); the
+  // first a scalar, the output with a size-1 dim.
+  const std::vector<std::vector<ir::Shape>> shapes = {
+      {{2, 3, 4}, {3, 1}, {2, 3, 4}}, {{3, 1}, {2, 3, 4}, {}}, {{}, {2, 1, 4}, {1, 4}}};
   auto check = [&](ir::OpKind op, std::vector<ir::DType> dts, ir::AttrMap attrs = {}) {
-    INFO(ir::opName(op) << " " << ir::dtypeName(dts.front()) << " -> "
-                        << ir::dtypeName(dts.back()));
-    ir::Graph g("integers");
-    std::vector<ir::Value*> ins;
-    std::vector<Tensor> values;
-    for (size_t j = 0; j + 1 < dts.size(); ++j) {
-      const ir::Shape& shape = j == 1 ? small : big;
-      ins.push_back(*g.addInput(g.freshName(), ir::TensorType(dts[j], shape)));
-      values.push_back(edgyValues(dts[j], shape, rng));
-      if (op == ir::OpKind::kBitShift && j == 1)  // Counts in and out of [0, width).
-        for (int64_t i = 0; i < values.back().numElements(); ++i) {
-          const int64_t c = static_cast<int64_t>(rng() % 70) - 3;
-          if (dts[j] == ir::DType::kI64) values.back().data<int64_t>()[i] = c;
-          if (dts[j] == ir::DType::kI32) values.back().data<int32_t>()[i] = static_cast<int32_t>(c);
-          if (dts[j] == ir::DType::kI8)
-            values.back().data<int8_t>()[i] = static_cast<int8_t>(c % 12);
-          if (dts[j] == ir::DType::kU8)
-            values.back().data<uint8_t>()[i] = static_cast<uint8_t>(c % 12);
-        }
+    for (size_t variant = 0; variant < shapes.size(); ++variant) {
+      INFO(ir::opName(op) << " " << ir::dtypeName(dts.front()) << " -> "
+                          << ir::dtypeName(dts.back()) << " shapes " << variant);
+      ir::Graph g("integers");
+      std::vector<ir::Value*> ins;
+      std::vector<Tensor> values;
+      for (size_t j = 0; j + 1 < dts.size(); ++j) {
+        const ir::Shape& shape = shapes[variant][j];
+        ins.push_back(*g.addInput(g.freshName(), ir::TensorType(dts[j], shape)));
+        values.push_back(edgyValues(dts[j], shape, rng));
+        if (op == ir::OpKind::kBitShift && j == 1)  // Counts in and out of [0, width).
+          for (int64_t i = 0; i < values.back().numElements(); ++i) {
+            const int64_t c = static_cast<int64_t>(rng() % 70) - 3;
+            if (dts[j] == ir::DType::kI64) values.back().data<int64_t>()[i] = c;
+            if (dts[j] == ir::DType::kI32)
+              values.back().data<int32_t>()[i] = static_cast<int32_t>(c);
+            if (dts[j] == ir::DType::kI8)
+              values.back().data<int8_t>()[i] = static_cast<int8_t>(c % 12);
+            if (dts[j] == ir::DType::kU8)
+              values.back().data<uint8_t>()[i] = static_cast<uint8_t>(c % 12);
+          }
+      }
+      auto n = g.addNode(op, ins, attrs);
+      INFO(n.status().message());
+      REQUIRE(n.hasValue());
+      REQUIRE((*n)->output()->type().dtype == dts.back());
+      g.setOutputs({(*n)->output()});
+      const Outputs r = onDeviceAndReference(g, values);
+      CHECK(r.opKernels == 1);
+      CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
     }
-    auto n = g.addNode(op, ins, std::move(attrs));
-    INFO(n.status().message());
-    REQUIRE(n.hasValue());
-    REQUIRE((*n)->output()->type().dtype == dts.back());
-    g.setOutputs({(*n)->output()});
-    const Outputs r = onDeviceAndReference(g, values);
-    CHECK(r.opKernels == 1);
-    CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
   };
   using ir::DType;
   using ir::OpKind;
@@ -839,28 +846,32 @@ TEST_CASE("emu: op kernels: argmax and argmin pick the reference's index") {
   std::mt19937 rng(23);
   const ir::Shape shape = {3, 7, 5};
   for (ir::OpKind op : {ir::OpKind::kArgMax, ir::OpKind::kArgMin})
-    for (ir::DType dt :
-         {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kI32, ir::DType::kU8})
+    for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kI32,
+                         ir::DType::kI8, ir::DType::kU8})
       for (int64_t axis : {0, 1, -1})
         for (int64_t lastIndex : {0, 1}) {
+          const int64_t keepdims = (axis + lastIndex + 2) % 2;
           INFO(ir::opName(op) << " " << ir::dtypeName(dt) << " axis " << axis << " last "
                               << lastIndex);
           ir::Graph g("arg");
           ir::Value* x = *g.addInput("x", ir::TensorType(dt, shape));
           auto n = g.addNode(
-              op, {x}, {{"axis", axis}, {"keepdims", lastIndex}, {"select_last_index", lastIndex}});
+              op, {x}, {{"axis", axis}, {"keepdims", keepdims}, {"select_last_index", lastIndex}});
           INFO(n.status().message());
           REQUIRE(n.hasValue());
           g.setOutputs({(*n)->output()});
           Tensor v = *Tensor::empty(dt, shape);
           for (int64_t i = 0; i < v.numElements(); ++i) {
-            const int64_t k = static_cast<int64_t>(rng() % 5) - 2;
+            // Ties among -2..2, and the extremes of i8.
+            int64_t k = static_cast<int64_t>(rng() % 5) - 2;
+            if (rng() % 8 == 0) k = rng() % 2 ? 127 : -128;
             const bool nan = ir::isFloat(dt) && rng() % 10 == 0;
             if (dt == ir::DType::kF32) v.data<float>()[i] = nan ? NAN : static_cast<float>(k);
             if (dt == ir::DType::kF64) v.data<double>()[i] = nan ? NAN : static_cast<double>(k);
             if (dt == ir::DType::kI64) v.data<int64_t>()[i] = k;
             if (dt == ir::DType::kI32) v.data<int32_t>()[i] = static_cast<int32_t>(k);
-            if (dt == ir::DType::kU8) v.data<uint8_t>()[i] = static_cast<uint8_t>(k + 2);
+            if (dt == ir::DType::kI8) v.data<int8_t>()[i] = static_cast<int8_t>(k);
+            if (dt == ir::DType::kU8) v.data<uint8_t>()[i] = static_cast<uint8_t>(k + 128);
           }
           const Outputs r = onDeviceAndReference(g, {v});
           CHECK(r.opKernels == 1);
@@ -917,7 +928,8 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
       add(ir::OpKind::kCast, {{from, {5}}}, {{"to", std::string(ir::dtypeName(dt))}});
   }
   add(ir::OpKind::kLogicalXor, {{ir::DType::kBool, {2, 3}}, {ir::DType::kBool, {3}}}, {});
-  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kU8})
+  for (ir::DType dt :
+       {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kI8, ir::DType::kU8})
     for (ir::OpKind op : {ir::OpKind::kArgMax, ir::OpKind::kArgMin})
       add(op, {{dt, {4, 6}}}, {{"axis", int64_t{1}}, {"select_last_index", int64_t{1}}});
   add(ir::OpKind::kCast, {{ir::DType::kF16, {5}}}, {{"to", std::string("bool")}});
