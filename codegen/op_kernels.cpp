@@ -406,7 +406,8 @@ std::string broadcastOffsets(const ir::Shape& y, const std::vector<ir::Shape>& i
 //   mul (wrapping), minimum, maximum, neg and abs (wrapping) of integers;
 //   where with integer or bool values; cast to an integer (floats truncated toward zero,
 //   saturated, NaN 0; integers wrapped) or to bool (non-zero, NaN too).
-// Integer division and mod stay on the host: their kernels report a zero divisor.
+//   div and mod of integers by a constant divisor without zeros (else the host's kernel, which
+//   reports a zero divisor).
 Expected<Kernel> integerPointwise(const ir::Node& n, std::string name) {
   const ir::OpKind op = n.op();
   const std::string opName(ir::opName(op));
@@ -503,6 +504,43 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name) {
       expr = "(" + T + ")((" + U + ")x " + o + " (" + U + ")y)";
       break;
     }
+    case ir::OpKind::kDiv:
+    case ir::OpKind::kMod: {
+      // The reference reports a zero divisor: only a constant divisor without zeros, checked
+      // here (x // 2, a position's row and column), leaves nothing to report.
+      if (!integers) return none();
+      const ir::Value* d = n.input(1);
+      if (!d->isConstant(/*inference=*/false))
+        return unimplemented(opName + " of integers by a divisor that is not constant runs on " +
+                             "the host (its kernel reports a zero divisor)");
+      const ir::TensorData& data = d->data();
+      const size_t size = ir::dtypeSize(first);
+      for (int64_t e = 0; e < data.numElements(); ++e) {
+        bool zero = true;
+        for (size_t b = 0; b < size; ++b)
+          zero = zero && data.data()[static_cast<size_t>(e) * size + b] == std::byte{0};
+        if (zero) return unimplemented(opName + " by a constant holding 0 runs on the host");
+      }
+      const bool isSigned = first != ir::DType::kU8;
+      if (op == ir::OpKind::kDiv) {
+        // Truncated toward zero; x / -1 wraps (INT_MIN / -1 is INT_MIN).
+        expr = isSigned ? "y == -1 ? (" + T + ")((" + U + ")0 - (" + U + ")x) : (" + T + ")(x / y)"
+                        : "(" + T + ")(x / y)";
+      } else if (!isSigned) {
+        expr = "(" + T + ")(x % y)";
+      } else {
+        // The dividend's sign (fmod=1, C's %) or the divisor's (fmod=0: a nonzero remainder of
+        // the other sign moves by y); x % -1 is 0.
+        const bool fmod = n.attr().getInt("fmod") != 0;
+        helper = "KILN_FN " + T + " MOD(" + T + " x, " + T + " y) {\n  if (y == -1) return 0;\n  " +
+                 T + " r = (" + T + ")(x % y);\n" +
+                 (fmod ? std::string()
+                       : "  if (r != 0 && ((r < 0) != (y < 0))) r = (" + T + ")(r + y);\n") +
+                 "  return r;\n}\n";
+        expr = "MOD(x, y)";
+      }
+      break;
+    }
     case ir::OpKind::kMinimum:
     case ir::OpKind::kMaximum:
       if (!integers) return none();
@@ -565,8 +603,12 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name) {
       text.replace(at, from.size(), to);
     return text;
   };
-  helper = replaceAll(replaceAll(helper, "SHIFT", k.name + "_shift"), "CONVERT", k.name + "_cvt");
-  expr = replaceAll(replaceAll(expr, "SHIFT", k.name + "_shift"), "CONVERT", k.name + "_cvt");
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"SHIFT", "_shift"},
+                                 {"CONVERT", "_cvt"},
+                                 {"MOD", "_mod"}}) {
+    helper = replaceAll(helper, from, k.name + to);
+    expr = replaceAll(expr, from, k.name + to);
+  }
   std::vector<ir::Shape> shapes;
   for (const ir::Value* v : n.inputs()) shapes.push_back(v->type().shape);
   std::vector<std::string> offsets;
@@ -775,6 +817,8 @@ Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
     case ir::OpKind::kAdd:
     case ir::OpKind::kSub:
     case ir::OpKind::kMul:
+    case ir::OpKind::kDiv:
+    case ir::OpKind::kMod:
     case ir::OpKind::kMinimum:
     case ir::OpKind::kMaximum:
     case ir::OpKind::kNeg:

@@ -841,6 +841,49 @@ TEST_CASE("emu: op kernels: integer and bool pointwise ops give the reference's 
     check(OpKind::kCast, {from, DType::kBool}, {{"to", std::string("bool")}});
 }
 
+TEST_CASE("emu: op kernels: integer div and mod by a constant give the reference's bits") {
+  // A constant divisor without zeros (edge values: -1 with the type's minimum, the extremes) is
+  // an op kernel; one holding a zero, or a divisor the graph computes, stays on the host, whose
+  // kernel reports the zero.
+  std::mt19937 rng(29);
+  for (ir::DType t : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI8, ir::DType::kU8})
+    for (int variant = 0; variant < 3; ++variant) {
+      const ir::OpKind op = variant == 0 ? ir::OpKind::kDiv : ir::OpKind::kMod;
+      INFO(ir::opName(op) << " " << ir::dtypeName(t) << " variant " << variant);
+      ir::Graph g("divide");
+      ir::Value* a = *g.addInput("a", ir::TensorType(t, {2, 3, 4}));
+      Tensor divisor = edgyValues(t, {3, 1}, rng);
+      for (int64_t i = 0; i < 3; ++i)
+        if (divisor.elementAsDouble(i) == 0)
+          std::memset(divisor.rawData() + i * ir::dtypeSize(t), 0x7f, 1);
+      ir::Value* b = *g.addParameter("b", divisor.toData(), false);
+      ir::AttrMap attrs;
+      if (op == ir::OpKind::kMod) attrs = {{"fmod", int64_t{variant == 2}}};
+      g.setOutputs({(*g.addNode(op, {a, b}, attrs))->output()});
+      const Outputs r = onDeviceAndReference(g, {edgyValues(t, {2, 3, 4}, rng)});
+      CHECK(r.opKernels == 1);
+      CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
+    }
+  compiler::CompileOptions o;
+  o.backend = testing::testDevice();
+  for (const bool constant : {true, false}) {
+    ir::Graph g("zero");
+    ir::Value* a = *g.addInput("a", ir::TensorType(ir::DType::kI32, {4}));
+    ir::Value* b = constant ? *g.addParameter("b", ir::TensorData(ir::DType::kI32, {4}), false)
+                            : *g.addInput("b", ir::TensorType(ir::DType::kI32, {4}));
+    g.setOutputs({(*g.addNode(ir::OpKind::kDiv, {a, b}))->output()});
+    auto cm = compiler::compile(g, o);
+    INFO(cm.status().message());
+    REQUIRE(cm.hasValue());
+    CHECK((*cm)->report().hostSteps == 1);
+    std::vector<Tensor> ins = {*Tensor::zeros(ir::DType::kI32, {4})};
+    if (!constant) ins.push_back(*Tensor::zeros(ir::DType::kI32, {4}));
+    auto r = (*cm)->run(ins);
+    REQUIRE_FALSE(r.hasValue());
+    CHECK_THAT(r.status().message(), Catch::Contains("integer division by zero"));
+  }
+}
+
 TEST_CASE("emu: op kernels: argmax and argmin pick the reference's index") {
   // Values full of ties (and NaNs among the floats), every axis, keepdims, first or last.
   std::mt19937 rng(23);
@@ -928,6 +971,19 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
       add(ir::OpKind::kCast, {{from, {5}}}, {{"to", std::string(ir::dtypeName(dt))}});
   }
   add(ir::OpKind::kLogicalXor, {{ir::DType::kBool, {2, 3}}, {ir::DType::kBool, {3}}}, {});
+  for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI8, ir::DType::kU8}) {
+    ir::TensorData three(dt, {3});  // A constant divisor: 3, 3, 3 (low bytes).
+    for (int64_t e = 0; e < 3; ++e)
+      three.data()[static_cast<size_t>(e) * ir::dtypeSize(dt)] = std::byte{3};
+    ir::Value* d = *g.addParameter(g.freshName(), std::move(three), false);
+    for (int64_t fmod : {-1, 0, 1}) {
+      ir::Value* x = *g.addInput(g.freshName(), ir::TensorType(dt, {2, 3}));
+      auto n = fmod < 0 ? g.addNode(ir::OpKind::kDiv, {x, d})
+                        : g.addNode(ir::OpKind::kMod, {x, d}, {{"fmod", fmod}});
+      REQUIRE(n.hasValue());
+      nodes.push_back(*n);
+    }
+  }
   for (ir::DType dt :
        {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kI8, ir::DType::kU8})
     for (ir::OpKind op : {ir::OpKind::kArgMax, ir::OpKind::kArgMin})
