@@ -38,15 +38,28 @@ std::string Graph::freshName() {
   }
 }
 
+namespace {
+
+// Every value's type: dims >= 0 and at most kMaxElements elements (what the text IR reads back).
+Status checkType(const std::string& name, const TensorType& type) {
+  for (int64_t d : type.shape)
+    if (d < 0)
+      return invalidArgument("value '%" + name + "' has a negative dimension in " +
+                             type.toString());
+  if (!withinElementBound(type.shape))
+    return invalidArgument("value '%" + name + "' of type " + type.toString() +
+                           " has more than 2^48 elements (its dims other than 0 multiplied)");
+  return Status::ok();
+}
+
+}  // namespace
+
 Expected<Value*> Graph::newValue(const std::string& name, TensorType type, ValueKind kind) {
   if (!isValidName(name))
     return invalidArgument("invalid value name '" + name +
                            "' (use letters, digits and _ . - / :, at most 256 characters)");
   if (byName_.count(name)) return invalidArgument("duplicate value name '%" + name + "'");
-  for (int64_t d : type.shape)
-    if (d < 0)
-      return invalidArgument("value '%" + name + "' has a negative dimension in " +
-                             type.toString());
+  KILN_TRY(checkType(name, type));
   auto v = std::make_unique<Value>();
   v->name_ = name;
   v->type_ = std::move(type);
@@ -155,6 +168,7 @@ Expected<Node*> Graph::addNodeWithTypes(OpKind op, std::vector<Value*> inputs, A
     if (byName_.count(name)) return invalidArgument("duplicate value name '%" + name + "'");
     for (size_t j = 0; j < i; ++j)
       if (outputs[j].first == name) return invalidArgument("duplicate value name '%" + name + "'");
+    KILN_TRY(checkType(name, outputs[i].second));
   }
   auto node = std::make_unique<Node>();
   node->op_ = op;

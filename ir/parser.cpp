@@ -19,21 +19,10 @@ namespace kiln::ir {
 
 namespace {
 
-// Larger types are rejected so that element counts, byte sizes and the products that shape
-// inference forms can never overflow int64 (2^48 elements of 8 bytes is 2^51 bytes).
-constexpr int64_t kMaxElements = int64_t{1} << 48;
 constexpr uint64_t kQuietNan = 0x7ff8000000000000ull;
 constexpr uint64_t kSignBit = 0x8000000000000000ull;
 constexpr const char* kColonHint =
     " (value names may contain ':', so write '%x : f32[...]' with spaces)";
-
-// Multiplies the running element count by one dim, counting zero as one so that every partial
-// product stays bounded too; false once the count would pass kMaxElements.
-bool accumulateElements(int64_t& elements, int64_t dim) {
-  if (dim > kMaxElements / elements) return false;
-  elements *= std::max<int64_t>(dim, 1);
-  return true;
-}
 
 bool isIdentStart(char c) {
   return std::isalpha(static_cast<unsigned char>(c)) || c == '_';

@@ -1,5 +1,6 @@
 #include "ir/types.h"
 
+#include <algorithm>
 #include <array>
 
 namespace kiln::ir {
@@ -76,6 +77,19 @@ int64_t numElements(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
+}
+
+bool accumulateElements(int64_t& elements, int64_t dim) {
+  if (dim > kMaxElements / elements) return false;
+  elements *= std::max<int64_t>(dim, 1);
+  return true;
+}
+
+bool withinElementBound(const Shape& s) {
+  int64_t elements = 1;
+  for (int64_t d : s)
+    if (d < 0 || !accumulateElements(elements, d)) return false;
+  return true;
 }
 
 std::string shapeToString(const Shape& s) {

@@ -50,6 +50,13 @@ std::optional<Layout> parseLayout(std::string_view name);
 using Shape = std::vector<int64_t>;
 
 int64_t numElements(const Shape& s);
+// The bound on every value's type: the product of its dims, zeros counted as ones, at most 2^48,
+// so that element counts, byte sizes (2^48 elements of 8 bytes is 2^51 bytes) and the products
+// shape inference forms never overflow int64. accumulateElements multiplies a running count by
+// one dim, false once it would pass the bound; withinElementBound checks a whole shape.
+inline constexpr int64_t kMaxElements = int64_t{1} << 48;
+bool accumulateElements(int64_t& elements, int64_t dim);
+bool withinElementBound(const Shape& s);
 std::string shapeToString(const Shape& s);  // "[1,3,224,224]"
 // Row-major (contiguous) strides in elements.
 std::vector<int64_t> contiguousStrides(const Shape& s);

@@ -300,6 +300,30 @@ TEST_CASE("onnx: LayerNormalization over the last dims, with and without a bias"
   }
 }
 
+TEST_CASE("onnx: LayerNormalization's axis is checked before ONNX infers its statistics") {
+  // libonnx 1.12 infers Mean's shape reading the input's dims at axis + rank unchecked: with an
+  // axis below -rank it read outside the shape (fuzz_onnx crashed there). The axis is now
+  // checked against the rank a first inference gives the input (here an intermediate value),
+  // with the statistics' outputs left out of that one; a valid axis still gives them.
+  for (const int64_t axis : {int64_t{-4}, int64_t{-8388609}, int64_t{3}, int64_t{-3}}) {
+    INFO("axis " << axis);
+    Model m;
+    m.input("x", {int64_t{2}, int64_t{3}, int64_t{4}}).init("s", {4}, randomValues(4, 83));
+    m.node("Relu", {"x"}, {"r"});
+    m.node("LayerNormalization", {"r", "s"}, {"y", "mean"}, {attrInt("axis", axis)}, "ln");
+    m.output("y").output("mean");
+    if (axis == -3) {
+      const kiln::Expected<kiln::ir::Graph> g = kiln::frontends::loadOnnxFromBytes(m.bytes());
+      INFO(g.status().message());
+      CHECK(g.hasValue());
+      continue;
+    }
+    CHECK_THAT(importError(m).message(),
+               Catch::Contains("LayerNormalization node 'ln': axis " + std::to_string(axis) +
+                               " is out of range for input 'r' of rank 3 (valid: -3..2)"));
+  }
+}
+
 TEST_CASE("onnx: Softmax and LogSoftmax, opset 13 per axis and opset 11 flattened to 2-D") {
   const auto x = randomValues(2 * 3 * 4, 90, -3, 3);
   // Softmax over groups of `inner`-strided elements: `outer` x `n` x `inner` layout.

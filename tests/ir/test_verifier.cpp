@@ -207,31 +207,49 @@ TEST_CASE("verifier: parameter data must match the declared type") {
   CHECK(verify(s.g).isOk());
 }
 
-TEST_CASE("verifier: a type whose byte size overflows int64 is rejected") {
+TEST_CASE("graph: a type past 2^48 elements cannot be made; the verifier checks sizes again") {
+  // Every value is made through one check (the bound the text IR reads back, ir::kMaxElements:
+  // the dims other than 0 multiplied), so that no frontend builds a graph that does not print
+  // and parse again (fuzz_onnx found an initializer of dims [276465,16,109,1,0,77,...]).
   SECTION("on a graph input") {
     Graph g("huge");
-    Value* x = *g.addInput("x", T(DType::kF32, {int64_t{1} << 31, int64_t{1} << 31}));
-    g.setOutputs({x});
-    CHECK(verifyError(g) ==
-          "graph input: value '%x' has type f32[2147483648,2147483648], whose size does not fit "
-          "in 64 bits");
+    auto x = g.addInput("x", T(DType::kF32, {int64_t{1} << 31, int64_t{1} << 31}));
+    REQUIRE_FALSE(x.hasValue());
+    CHECK(x.status().message() ==
+          "value '%x' of type f32[2147483648,2147483648] has more than 2^48 elements (its dims "
+          "other than 0 multiplied)");
   }
   SECTION("on a node output produced by an expand of huge attribute values") {
     Graph g("huge");
     Value* x = *g.addInput("x", T(DType::kF32, {2}));
     const int64_t big = int64_t{1} << 32;
-    Node* e = *g.addNode(OpKind::kExpand, {x},
-                         {{"shape", AttrValue(std::vector<int64_t>{big, big, 2})}}, {"e"});
-    g.setOutputs({e->output()});
-    CHECK(verifyError(g) ==
-          "node (expand -> %e): value '%e' has type f32[4294967296,4294967296,2], whose size "
-          "does not fit in 64 bits");
+    auto e = g.addNode(OpKind::kExpand, {x},
+                       {{"shape", AttrValue(std::vector<int64_t>{big, big, 2})}}, {"e"});
+    REQUIRE_FALSE(e.hasValue());
+    CHECK_THAT(e.status().message(), Contains("value '%e' of type f32[4294967296,4294967296,2]"));
+    CHECK(g.nodes().empty());  // Nothing half-made.
+    CHECK(g.findValue("e") == nullptr);
+  }
+  SECTION("on a parameter with a zero dim: the others still count") {
+    Graph g("empty");
+    auto p =
+        g.addParameter("p", T(DType::kU8, {276465, 16, 109, 0, 77, 16, 24, 16, 16, 16}), false);
+    REQUIRE_FALSE(p.hasValue());
   }
   SECTION("zero-size tensors with large dims are fine while the other dims fit") {
     Graph g("empty");
     Value* x = *g.addInput("x", T(DType::kF64, {0, int64_t{1} << 40}));
     g.setOutputs({x});
     CHECK(verify(g).isOk());
+  }
+  SECTION("a type set later past the bytes int64 holds is the verifier's error") {
+    Graph g("huge");
+    Value* x = *g.addInput("x", T(DType::kF32, {2}));
+    x->setType(T(DType::kF32, {int64_t{1} << 31, int64_t{1} << 31}));
+    g.setOutputs({x});
+    CHECK(verifyError(g) ==
+          "graph input: value '%x' has type f32[2147483648,2147483648], whose size does not fit "
+          "in 64 bits");
   }
 }
 
