@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "codegen/render.h"
 #include "ir/dropout.h"
 
 namespace kiln::codegen {
@@ -294,7 +295,7 @@ Expected<Kernel> lossBackward(const ir::Node& n, std::string name, bool crossEnt
 }
 
 // dropout_train(x, step) and dropout_backward(grad, step) (a0 x, a1 the i64 step, a2 y): the
-// mask of ir/dropout.h, printed in CUDA C; kept elements times the reference's f32 scale.
+// mask of ir/dropout.h, printed in CUDA C; kept elements times the reference's scale.
 Expected<Kernel> dropout(const ir::Node& n, std::string name) {
   const ir::TensorType& x = n.input(0)->type();
   const bool f64 = x.dtype == ir::DType::kF64;
@@ -328,29 +329,13 @@ Expected<Kernel> dropout(const ir::Node& n, std::string name) {
   return k;
 }
 
-// The C type of an element of dtype `t` in the integer and bool op kernels (f16/bf16 as their
-// bits), or "" where they take none.
+// The C type of an element of dtype `t` in the integer and bool op kernels (render.h's, but
+// bool as a byte, so that one holding 2 or 255 is read as it is: true), or "" where they take
+// none.
 std::string elementCType(ir::DType t) {
-  switch (t) {
-    case ir::DType::kI64:
-      return "long long";
-    case ir::DType::kI32:
-      return "int";
-    case ir::DType::kI8:
-      return "signed char";
-    case ir::DType::kU8:
-    case ir::DType::kBool:
-      return "unsigned char";
-    case ir::DType::kF32:
-      return "float";
-    case ir::DType::kF64:
-      return "double";
-    case ir::DType::kF16:
-    case ir::DType::kBF16:
-      return "unsigned short";
-    default:
-      return "";
-  }
+  if (t == ir::DType::kBool) return "unsigned char";
+  const Expected<ScalarType> s = scalarTypeOf(t);
+  return s ? std::string(cType(*s)) : std::string();
 }
 
 bool isKernelInteger(ir::DType t) {

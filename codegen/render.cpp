@@ -107,11 +107,6 @@ std::string withCount(std::string_view pattern, int64_t n) {
   return s;
 }
 
-// C types are the same in both dialects; literals use them.
-std::string_view cType(ScalarType t) {
-  return kCTypes[static_cast<size_t>(t)];
-}
-
 std::string literal(double v, ScalarType t) {
   const bool f32 = t == ScalarType::kF32;
   if (std::isnan(v)) return f32 ? "kiln_nan_f32()" : "kiln_nan_f64()";
@@ -862,6 +857,11 @@ class Printer {
 };
 
 }  // namespace
+
+// C types are the same in both dialects; literals use them.
+std::string_view cType(ScalarType t) {
+  return kCTypes[static_cast<size_t>(t)];
+}
 
 CpuRowSplit cpuRowSplit(const Kernel& k) {
   if (!k.isReduction() || k.isHorizontal() || k.stages.size() != 1 ||

@@ -65,4 +65,7 @@ std::string renderKernel(const Kernel& k, Dialect d);
 // The prelude followed by every kernel: one translation unit.
 std::string renderModule(std::span<const Kernel> kernels, Dialect d);
 
+// The C type of an element of `t` in both dialects ("float", "long long", "bool", ...).
+std::string_view cType(ScalarType t);
+
 }  // namespace kiln::codegen
