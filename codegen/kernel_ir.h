@@ -70,7 +70,8 @@ struct Store {
 // used) or, with `position`, positions along dim `axis` (of size `limit`) of a gather's data,
 // input 0 (each in [-limit, limit), else the kernel writes a filler and reads nothing). The
 // compiler gives such kernels graph inputs, which the plan checks on the host
-// (runtime::Plan::indexChecks), or constants, which it checks itself.
+// (runtime::Plan::indexChecks), constants, which it checks itself, or indices the graph
+// computes, which the kernel checks (Kernel::indexWord).
 struct IndexArg {
   int arg = 0;
   bool position = false;
@@ -113,6 +114,9 @@ struct Kernel {
   // over all its rows: a loss's mean).
   bool oneBlock = false;
   std::vector<IndexArg> indexArgs;
+  // Its last argument (an output naming no value) is the u64 word of a device index check
+  // (runtime::IndexWord): an index out of range is reported there as well.
+  bool indexWord = false;
 
   bool isReduction() const { return reduceDim >= 0; }
   bool isHorizontal() const { return !parts.empty(); }

@@ -62,6 +62,21 @@ std::string gridLoop(const std::string& var, int64_t count) {
          " < " + ll(count) + "; " + var + " += (long long)gridDim.x * blockDim.x)";
 }
 
+// An op kernel reading indices that the graph computes takes, with `on`, the word of their device
+// check (runtime::IndexWord) as its last argument `aw`, into which it reports an index out of
+// range (Kernel::indexWord): wordParam is that parameter in its signature, reportIndex the
+// statement reporting index `value` at flat position `position`.
+void addIndexWord(Kernel& k, bool on) {
+  k.indexWord = on;
+  if (on) k.args.push_back({std::string(), ScalarType::kI64, true});
+}
+std::string wordParam(const Kernel& k) {
+  return k.indexWord ? ", kiln_gptr<unsigned long long> aw" : "";
+}
+std::string reportIndex(const Kernel& k, const std::string& position, const std::string& value) {
+  return k.indexWord ? "kiln_report_index(aw, " + position + ", " + value + "); " : "";
+}
+
 // max_pool2d_backward(grad [N,C,OH,OW], x [N,C,H,W]) -> dx [N,C,H,W], plain layout. The
 // windows that hold input row h are those with oh*S in [h + P - (K-1)D, h + P] and (h + P -
 // oh*S) a multiple of D (the same for columns); each window's choice is the reference's scan
@@ -210,19 +225,20 @@ std::string badTarget(const LossShape& l) {
 }
 
 // nll_loss and cross_entropy_loss: a0 x, a1 target, a2 the loss.
-Expected<Kernel> loss(const ir::Node& n, std::string name, bool crossEntropy) {
+Expected<Kernel> loss(const ir::Node& n, std::string name, bool crossEntropy, bool indexWord) {
   KILN_ASSIGN_OR_RETURN(const LossShape l, lossShape(n, n.input(0)->type(), n.input(1)->type()));
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   k.domain = {l.rows};
   k.indexArgs.push_back({.arg = 1, .limit = l.classes, .ignore = l.ignore});
+  addIndexWord(k, indexWord);
   const bool none = l.reduction == "none";
   k.oneBlock = !none;
   std::string s = "// " + n.describe() + "\n";
   // The row's loss -log p(c) (0 ignored, NaN for a class out of range), and whether it counts.
   s += "KILN_FN float " + k.name + "_row(kiln_gptr<const float> a0, kiln_gptr<const " + l.index +
-       "> a1, long long r, long long* counted) {\n" + rowHead(l, "a1");
+       "> a1" + wordParam(k) + ", long long r, long long* counted) {\n" + rowHead(l, "a1");
   s += "    *counted = c != " + ll(l.ignore) + ";\n    if (!*counted) return 0.f;\n    if (" +
-       badTarget(l) + ") return kiln_nan_f32();\n";
+       badTarget(l) + ") { " + reportIndex(k, "r", "c") + "return kiln_nan_f32(); }\n";
   if (crossEntropy)
     s += rowSoftmaxSums(l, "a0") + "    return -(a0[base + c * " + ll(l.inner) +
          "] - mx - kiln_log(sum));\n";
@@ -230,14 +246,16 @@ Expected<Kernel> loss(const ir::Node& n, std::string name, bool crossEntropy) {
     s += "    return -a0[base + c * " + ll(l.inner) + "];\n";
   s += "}\n";
   s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const float> a0, kiln_gptr<const " +
-       l.index + "> a1, kiln_gptr<float> a2) {\n  long long counted = 0;\n";
+       l.index + "> a1, kiln_gptr<float> a2" + wordParam(k) + ") {\n  long long counted = 0;\n";
+  const std::string rowArgs =
+      std::string("(a0, a1") + (k.indexWord ? ", aw" : "") + ", r, &counted)";
   if (none) {
-    s += "  " + gridLoop("r", l.rows) + " a2[r] = " + k.name + "_row(a0, a1, r, &counted);\n}\n";
+    s += "  " + gridLoop("r", l.rows) + " a2[r] = " + k.name + "_row" + rowArgs + ";\n}\n";
   } else {
     s += "  KILN_SHARED(float, kiln_smem_f32, 32);\n  KILN_SHARED(long long, kiln_smem_i64, 32);\n";
     s += "  float total = 0.f;\n  long long count = 0;\n";
     s += "  for (long long r = threadIdx.x; r < " + ll(l.rows) + "; r += blockDim.x) {\n";
-    s += "    total += " + k.name + "_row(a0, a1, r, &counted);\n    count += counted;\n  }\n";
+    s += "    total += " + k.name + "_row" + rowArgs + ";\n    count += counted;\n  }\n";
     s += "  total = kiln_block_reduce(total, 0.f, kiln_sum_op(), kiln_smem_f32);\n";
     s += "  count = kiln_block_reduce(count, 0LL, kiln_sum_op(), kiln_smem_i64);\n";
     // With every target ignored, mean is 0/0 = NaN, as the reference's and PyTorch's.
@@ -251,17 +269,20 @@ Expected<Kernel> loss(const ir::Node& n, std::string name, bool crossEntropy) {
 // nll_loss_backward and cross_entropy_loss_backward (a0 grad, a1 x, a2 target, a3 dx): each row
 // times its factor s (grad, per row with reduction none; over the counted targets with mean; 0
 // at ignored targets): -s at the target (nll), or softmax * s minus s at the target.
-Expected<Kernel> lossBackward(const ir::Node& n, std::string name, bool crossEntropy) {
+Expected<Kernel> lossBackward(const ir::Node& n, std::string name, bool crossEntropy,
+                              bool indexWord) {
   KILN_ASSIGN_OR_RETURN(const LossShape l, lossShape(n, n.input(1)->type(), n.input(2)->type()));
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   k.domain = {l.rows};
   k.indexArgs.push_back({.arg = 2, .limit = l.classes, .ignore = l.ignore});
+  addIndexWord(k, indexWord);
   const bool mean = l.reduction == "mean";
   k.oneBlock = mean;  // Every row needs the count first.
   const std::string cls = ll(l.classes), inner = ll(l.inner);
   std::string s = "// " + n.describe() + "\n";
   s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const float> a0, kiln_gptr<const " +
-       "float> a1, kiln_gptr<const " + l.index + "> a2, kiln_gptr<float> a3) {\n";
+       "float> a1, kiln_gptr<const " + l.index + "> a2, kiln_gptr<float> a3" + wordParam(k) +
+       ") {\n";
   s += "  float scale = 1.f;\n";
   if (mean) {
     s += "  KILN_SHARED(long long, kiln_smem_i64, 32);\n  long long count = 0;\n";
@@ -276,9 +297,9 @@ Expected<Kernel> lossBackward(const ir::Node& n, std::string name, bool crossEnt
   s += rowHead(l, "a2");
   s += "    const float f = c == " + ll(l.ignore) +
        " ? 0.f : " + (l.reduction == "none" ? "a0[r]" : "a0[0]") + " * scale;\n";
-  s += "    if (c != " + ll(l.ignore) + " && " + badTarget(l) +
-       ") {\n      for (long long j = 0; j < " + cls + "; ++j) a3[base + j * " + inner +
-       "] = kiln_nan_f32();\n      continue;\n    }\n";
+  s += "    if (c != " + ll(l.ignore) + " && " + badTarget(l) + ") {\n      " +
+       reportIndex(k, "r", "c") + "\n      for (long long j = 0; j < " + cls +
+       "; ++j) a3[base + j * " + inner + "] = kiln_nan_f32();\n      continue;\n    }\n";
   if (crossEntropy) {
     s += rowSoftmaxSums(l, "a1");
     s += "    const float factor = f / sum;\n    for (long long j = 0; j < " + cls +
@@ -653,11 +674,12 @@ Expected<GatherTypes> gatherTypes(const ir::Node& n) {
 // The gathers' signature: a0 data, a1 indices, a2 output.
 std::string gatherHead(const Kernel& k, const GatherTypes& t) {
   return "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + t.element +
-         "> a0, kiln_gptr<const " + t.index + "> a1, kiln_gptr<" + t.element + "> a2) {\n";
+         "> a0, kiln_gptr<const " + t.index + "> a1, kiln_gptr<" + t.element + "> a2" +
+         wordParam(k) + ") {\n";
 }
 // gather(data [outer, dim, inner], indices [count..]) -> [outer, count.., inner] along `axis`:
 // one thread an output element.
-Expected<Kernel> gather(const ir::Node& n, std::string name) {
+Expected<Kernel> gather(const ir::Node& n, std::string name, bool indexWord) {
   KILN_ASSIGN_OR_RETURN(const GatherTypes t, gatherTypes(n));
   const ir::Shape& d = n.input(0)->type().shape;
   KILN_ASSIGN_OR_RETURN(const int axis,
@@ -669,11 +691,14 @@ Expected<Kernel> gather(const ir::Node& n, std::string name) {
   const int64_t count = n.input(1)->type().numElements();
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   k.indexArgs.push_back({.arg = 1, .position = true, .limit = dim, .axis = axis});
+  addIndexWord(k, indexWord);
   std::string s = "// " + n.describe() + "\n" + gatherHead(k, t);
   s += "  " + gridLoop("i", k.numElements()) + " {\n";
   s += "    const long long r = i % " + ll(inner) + ", j = (i / " + ll(inner) + ") % " + ll(count) +
        ", o = i / " + ll(inner * count) + ";\n";
   s += "    long long p = (long long)a1[j];\n    if (p < 0) p += " + ll(dim) + ";\n";
+  if (k.indexWord)
+    s += "    if (p < 0 || p >= " + ll(dim) + ") " + reportIndex(k, "j", "(long long)a1[j]") + "\n";
   s += "    a2[i] = p >= 0 && p < " + ll(dim) + " ? a0[(o * " + ll(dim) + " + p) * " + ll(inner) +
        " + r] : (" + t.element + ")" + t.filler + ";\n  }\n}\n";
   k.source = std::move(s);
@@ -682,7 +707,7 @@ Expected<Kernel> gather(const ir::Node& n, std::string name) {
 
 // gather_elements(data, indices) along `axis`: output element c (of the indices' shape) reads
 // data at c with c[axis] replaced by its index; one thread an output element.
-Expected<Kernel> gatherElements(const ir::Node& n, std::string name) {
+Expected<Kernel> gatherElements(const ir::Node& n, std::string name, bool indexWord) {
   KILN_ASSIGN_OR_RETURN(const GatherTypes t, gatherTypes(n));
   const ir::Shape& d = n.input(0)->type().shape;
   const ir::Shape& y = n.output()->type().shape;
@@ -695,6 +720,7 @@ Expected<Kernel> gatherElements(const ir::Node& n, std::string name) {
   if (dim == 0) return unimplemented("gather_elements' op kernel takes a dim to gather from");
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   k.indexArgs.push_back({.arg = 1, .position = true, .limit = dim, .axis = axis});
+  addIndexWord(k, indexWord);
   std::string s = "// " + n.describe() + "\n" + gatherHead(k, t);
   s += "  " + gridLoop("i", k.numElements()) + " {\n";
   s += "    long long rest = i, at = 0;\n";
@@ -704,6 +730,8 @@ Expected<Kernel> gatherElements(const ir::Node& n, std::string name) {
     if (e > 0) s += "    rest /= " + ll(y[e]) + ";\n";
   }
   s += "    long long p = (long long)a1[i];\n    if (p < 0) p += " + ll(dim) + ";\n";
+  if (k.indexWord)
+    s += "    if (p < 0 || p >= " + ll(dim) + ") " + reportIndex(k, "i", "(long long)a1[i]") + "\n";
   s += "    a2[i] = p >= 0 && p < " + ll(dim) + " ? a0[at + p * " +
        ll(strides[static_cast<size_t>(axis)]) + "] : (" + t.element + ")" + t.filler +
        ";\n  }\n}\n";
@@ -786,14 +814,14 @@ Expected<Kernel> argReduce(const ir::Node& n, std::string name) {
 
 }  // namespace
 
-Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
+Expected<Kernel> opKernel(const ir::Node& n, std::string name, bool indexWord) {
   switch (n.op()) {
     case ir::OpKind::kMaxPool2dBackward:
       return maxPool2dBackward(n, std::move(name));
     case ir::OpKind::kGather:
-      return gather(n, std::move(name));
+      return gather(n, std::move(name), indexWord);
     case ir::OpKind::kGatherElements:
-      return gatherElements(n, std::move(name));
+      return gatherElements(n, std::move(name), indexWord);
     case ir::OpKind::kConcat:
       return concat(n, std::move(name));
     case ir::OpKind::kArgMax:
@@ -830,10 +858,11 @@ Expected<Kernel> opKernel(const ir::Node& n, std::string name) {
       return dropout(n, std::move(name));
     case ir::OpKind::kNllLoss:
     case ir::OpKind::kCrossEntropyLoss:
-      return loss(n, std::move(name), n.op() == ir::OpKind::kCrossEntropyLoss);
+      return loss(n, std::move(name), n.op() == ir::OpKind::kCrossEntropyLoss, indexWord);
     case ir::OpKind::kNllLossBackward:
     case ir::OpKind::kCrossEntropyLossBackward:
-      return lossBackward(n, std::move(name), n.op() == ir::OpKind::kCrossEntropyLossBackward);
+      return lossBackward(n, std::move(name), n.op() == ir::OpKind::kCrossEntropyLossBackward,
+                          indexWord);
     default:
       return unimplemented("no op kernel for " + std::string(ir::opName(n.op())));
   }

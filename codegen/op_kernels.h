@@ -11,8 +11,9 @@
 //   - nll_loss, cross_entropy_loss and their gradients (f32 over i64/i32 targets): one thread a
 //     row (a sample and spatial position), serially over the classes in the reference's order;
 //     a mean's count and sum in one block. A target out of range gives NaN: the compiler uses
-//     these kernels only where the targets are graph inputs, which the plan checks on the host
-//     before the run (runtime::Plan::indexChecks), with the reference's error.
+//     these kernels where the targets are graph inputs, which the plan checks on the host before
+//     the run (runtime::Plan::indexChecks), with the reference's error; targets the graph
+//     computes the kernel checks itself (runtime::Plan::deviceIndexChecks).
 //   - dropout_train and dropout_backward (f32, f64): the mask of ir/dropout.h (the step read on the
 //     device), the reference's bits.
 //   - pointwise ops on integers and bools (i64, i32, i8, u8, bool; operands broadcast), which
@@ -25,8 +26,8 @@
 //     grid-stride loop of its own into its slot of the output.
 //   - gather and gather_elements (the generated kernels' dtypes moved as bits, i64/i32
 //     indices): one thread an output element. Like a loss's targets, the indices are checked
-//     before the run (graph inputs by the plan, constants by the compiler); an index out of
-//     range writes all bits set (false for bool) and reads nothing.
+//     (graph inputs by the plan before the run, constants by the compiler, computed ones by the
+//     kernel); an index out of range writes all bits set (false for bool) and reads nothing.
 //
 // The renderers print an op kernel's source as it is (render.h); the compiler schedules one
 // where a backend runs CUDA kernels and has no library kernel for the op (compiler/schedule.cpp).
@@ -40,7 +41,10 @@
 namespace kiln::codegen {
 
 // The op kernel named `name` for node `n` (its inputs, then its output, as arguments), or
-// kUnimplemented where the op, its dtypes or its layout have none.
-Expected<Kernel> opKernel(const ir::Node& n, std::string name);
+// kUnimplemented where the op, its dtypes or its layout have none. With `indexWord`, a kernel
+// reading indices (Kernel::indexArgs) checks them itself: it takes the word of their device check
+// last and reports there the index out of range at the lowest flat position
+// (runtime::IndexWord), for indices the graph computes.
+Expected<Kernel> opKernel(const ir::Node& n, std::string name, bool indexWord = false);
 
 }  // namespace kiln::codegen

@@ -245,7 +245,14 @@ class PlanBuilder {
     KILN_TRY(checkMemoryPlan(requests, mp).withContext("internal memory plan check"));
     plan->arenaBytes = mp.arenaBytes;
     plan->indexChecks = s_.indexChecks;
-    report_.arenaBytes = mp.arenaBytes;
+    // The device index checks' words after the buffers (Plan::indexWordsOffset).
+    plan->deviceIndexChecks = s_.deviceIndexChecks;
+    if (!s_.deviceIndexChecks.empty()) {
+      plan->indexWordsOffset = (mp.arenaBytes + 63) / 64 * 64;
+      plan->arenaBytes =
+          plan->indexWordsOffset + static_cast<int64_t>(8 * s_.deviceIndexChecks.size());
+    }
+    report_.arenaBytes = plan->arenaBytes;
     report_.arenaLowerBound = mp.lowerBound;
     report_.inplaceReuses = mp.inplaceReuses;
 
@@ -266,6 +273,12 @@ class PlanBuilder {
       s.name = d.name;
       for (const ir::Value* v : d.inputs) s.inputs.push_back(ref(v));
       for (const ir::Value* v : d.outputs) s.outputs.push_back(ref(v));
+      if (d.indexWord >= 0) {  // The last argument: its index word.
+        runtime::BufferRef w;
+        w.offset = plan->indexWordsOffset + 8 * int64_t{d.indexWord};
+        w.type = ir::TensorType{ir::DType::kI64, {1}};
+        s.outputs.push_back(w);
+      }
       if (d.kind == runtime::PlanStep::Kind::kKernel) {
         s.kernel = entries_[d.kernel];
         s.units = s_.kernels[d.kernel].numUnits();

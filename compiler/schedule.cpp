@@ -127,10 +127,10 @@ class Scheduler {
       if (k.status().code() == ErrorCode::kUnimplemented) return false;  // On the host.
       return k.status();
     }
-    // Indices it reads unchecked must be graph inputs, which the plan checks on the host, or
-    // constants, checked here; computed ones and state stay with the host's kernel, which
-    // checks them.
-    std::vector<runtime::IndexCheck> checks;
+    // The indices it reads: graph inputs are checked by the plan on the host before the run,
+    // constants here; the kernel checks the others (computed, or state: a step counter
+    // indexing a table) itself, into a word of the plan's deviceIndexChecks.
+    std::vector<runtime::IndexCheck> checks, onDevice;
     for (const codegen::IndexArg& a : k->indexArgs) {
       const ir::Value* v = n.input(static_cast<size_t>(a.arg));
       runtime::IndexCheck c{.kind = a.position ? runtime::IndexCheck::Kind::kPosition
@@ -140,17 +140,27 @@ class Scheduler {
                             .axis = a.axis,
                             .op = std::string(ir::opName(n.op())),
                             .data = a.position ? n.input(0)->type().toString() : std::string()};
-      // A constant (not state a step rewrites, nor trainable: a step counter indexing a table
-      // is state) is checked once; out of range, the host's kernel reports it at the run.
+      // A constant (not state a step rewrites, nor trainable) is checked once; out of range,
+      // the host's kernel reports it at the run.
       if (v->isConstant(/*inference=*/false)) {
         if (!runtime::checkIndices(c, runtime::Tensor::fromData(v->data())).isOk()) return false;
         continue;
       }
       const auto& ins = graph_.inputs();
       const auto at = std::find(ins.begin(), ins.end(), v);
-      if (at == ins.end()) return false;
-      c.input = static_cast<int>(at - ins.begin());
-      checks.push_back(std::move(c));
+      if (at != ins.end()) {
+        c.input = static_cast<int>(at - ins.begin());
+        checks.push_back(std::move(c));
+        continue;
+      }
+      if (!a.position) c.data = v->type().toString();  // The target's, as the reference's error.
+      c.where = n.describe();
+      onDevice.push_back(std::move(c));
+    }
+    if (onDevice.size() > 1) return false;  // One word a kernel.
+    if (!onDevice.empty()) {
+      k = codegen::opKernel(n, name, /*indexWord=*/true);
+      KILN_TRY(k.status());
     }
     // Each input checked once per run for each range: the loss and its gradient read the same
     // labels (the error names the first op).
@@ -164,6 +174,10 @@ class Scheduler {
     StepDraft s(runtime::PlanStep::Kind::kKernel, name);
     s.nodes = {g.nodes.front()};
     s.kernel = static_cast<int>(s_.kernels.size());
+    if (!onDevice.empty()) {
+      s.indexWord = static_cast<int>(s_.deviceIndexChecks.size());
+      s_.deviceIndexChecks.push_back(std::move(onDevice.front()));
+    }
     KILN_TRY(setKernelValues(s, *k));
     s_.kernelGroup.push_back("op");
     s_.kernels.push_back(std::move(*k));
@@ -203,7 +217,9 @@ class Scheduler {
     s.inputs.clear();
     s.outputs.clear();
     bool sawOutput = false;
-    for (const auto& a : k.args) {
+    for (size_t i = 0; i < k.args.size(); ++i) {
+      const codegen::KernelArg& a = k.args[i];
+      if (k.indexWord && i + 1 == k.args.size()) break;  // Not a value: StepDraft::indexWord.
       const ir::Value* v = graph_.findValue(a.value);
       if (!v) return internalError("kernel " + k.name + " names unknown value " + a.value);
       if (a.output) {

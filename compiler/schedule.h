@@ -36,6 +36,9 @@ struct StepDraft {
   int numExtra = 0;
   bool channelsLast = false;
   runtime::ConvAlgo algo = runtime::ConvAlgo::kAuto;
+  // An op kernel checking its indices itself (codegen::Kernel::indexWord): its word's number in
+  // Schedule::deviceIndexChecks, passed as its last argument; else -1.
+  int indexWord = -1;
 };
 
 struct Schedule {
@@ -51,8 +54,10 @@ struct Schedule {
   }
   int aliases = 0;
   std::vector<std::string> remarks;  // Groups that run op by op, and why.
-  // The graph inputs op kernels read as indices unchecked (runtime::Plan's).
+  // The graph inputs op kernels read as indices unchecked, and the indices op kernels check
+  // on the device (runtime::Plan's).
   std::vector<runtime::IndexCheck> indexChecks;
+  std::vector<runtime::IndexCheck> deviceIndexChecks;
 };
 
 // Schedules `groups` (ir::FusionPlan's, in order) of `graph` for `backend`.

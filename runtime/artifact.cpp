@@ -886,6 +886,29 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
         plan->plan->indexChecks.push_back(std::move(k));
       }
     }
+    if (r.ok() && !r.atEnd()) {
+      const int64_t offset = r.i64();
+      const size_t checks = r.count(56);
+      if (r.ok() && (offset < 0 || offset % 8 != 0 || offset > plan->plan->arenaBytes ||
+                     static_cast<uint64_t>(plan->plan->arenaBytes - offset) / 8 < checks))
+        r.fail("device index words at " + std::to_string(offset));
+      plan->plan->indexWordsOffset = r.ok() ? offset : 0;
+      for (size_t i = 0; r.ok() && i < checks; ++i) {
+        IndexCheck k;
+        const int64_t kind = r.i64();
+        k.limit = r.i64();
+        k.ignore = r.i64();
+        const int64_t axis = r.i64();
+        k.op = r.str();
+        k.data = r.str();
+        k.where = r.str();
+        if (r.ok() && (kind < 0 || kind > 1 || axis < 0 || axis > 64 || k.limit < 1))
+          r.fail("device index check " + std::to_string(i));
+        k.kind = kind == 1 ? IndexCheck::Kind::kPosition : IndexCheck::Kind::kClass;
+        k.axis = r.ok() ? static_cast<int>(axis) : 0;
+        plan->plan->deviceIndexChecks.push_back(std::move(k));
+      }
+    }
     if (r.ok() && !r.atEnd()) r.fail("bytes after the index checks");
     KILN_TRY(r.status().withContext("artifact '" + path + "'"));
   }
@@ -977,27 +1000,39 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
     // that does not know them refuses the artifact (bytes after what it knows) rather than run
     // without the checks.
     const auto& checks = c.plan->indexChecks;
-    const bool positions = std::any_of(checks.begin(), checks.end(), [](const IndexCheck& k) {
-      return k.kind == IndexCheck::Kind::kPosition;
-    });
-    if (!checks.empty()) device.u64(positions ? 0 : checks.size());
+    const auto& onDevice = c.plan->deviceIndexChecks;
+    // Then (absent before them) the device index checks: both lists above written, then the
+    // words' offset and each check.
+    const bool positions =
+        !onDevice.empty() || std::any_of(checks.begin(), checks.end(), [](const IndexCheck& k) {
+          return k.kind == IndexCheck::Kind::kPosition;
+        });
+    if (!checks.empty() || positions) device.u64(positions ? 0 : checks.size());
     for (const IndexCheck& k : positions ? std::span<const IndexCheck>() : checks) {
       device.i64(k.input);
       device.i64(k.limit);
       device.i64(k.ignore);
       device.str(k.op);
     }
+    // A tagged check: a host check names its input, a device check its node.
+    auto tagged = [&](const IndexCheck& k, bool onHost) {
+      device.i64(k.kind == IndexCheck::Kind::kPosition ? 1 : 0);
+      if (onHost) device.i64(k.input);
+      device.i64(k.limit);
+      device.i64(k.ignore);
+      device.i64(k.axis);
+      device.str(k.op);
+      device.str(k.data);
+      if (!onHost) device.str(k.where);
+    };
     if (positions) {
       device.u64(checks.size());
-      for (const IndexCheck& k : checks) {
-        device.i64(k.kind == IndexCheck::Kind::kPosition ? 1 : 0);
-        device.i64(k.input);
-        device.i64(k.limit);
-        device.i64(k.ignore);
-        device.i64(k.axis);
-        device.str(k.op);
-        device.str(k.data);
-      }
+      for (const IndexCheck& k : checks) tagged(k, true);
+    }
+    if (!onDevice.empty()) {
+      device.i64(c.plan->indexWordsOffset);
+      device.u64(onDevice.size());
+      for (const IndexCheck& k : onDevice) tagged(k, false);
     }
     sections.push_back({"device", std::move(device.out())});
   }

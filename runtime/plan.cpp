@@ -1,6 +1,8 @@
 #include "runtime/plan.h"
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +18,29 @@ Status checkIndices(const IndexCheck& c, const Tensor& indices) {
   if (c.kind == IndexCheck::Kind::kClass)
     return checkClassIndices(c.op, indices, c.limit, c.ignore);
   return checkPositions(c.op, indices, c.limit, c.axis, c.data);
+}
+
+uint64_t IndexWord::encode(int64_t position, int64_t value) {
+  const uint64_t p = std::min<uint64_t>(static_cast<uint64_t>(position), 0xffffffffULL);
+  const int64_t v = std::clamp<int64_t>(value, INT32_MIN, INT32_MAX);
+  return p << 32 | static_cast<uint64_t>(v + (int64_t{1} << 31));
+}
+
+Status deviceIndexError(const IndexCheck& c, uint64_t word) {
+  if (word == IndexWord::kClear) return Status::ok();
+  const uint64_t p = word >> 32;
+  const int64_t v = static_cast<int64_t>(word & 0xffffffffULL) - (int64_t{1} << 31);
+  // Saturated: the kernel saw this bound or beyond it.
+  const std::string position =
+      p == 0xffffffffULL ? std::to_string(p) + " or later" : std::to_string(p);
+  const std::string value = v == INT32_MAX   ? std::to_string(v) + " or more"
+                            : v == INT32_MIN ? std::to_string(v) + " or less"
+                                             : std::to_string(v);
+  const std::string message =
+      c.kind == IndexCheck::Kind::kClass
+          ? classIndexError(c.op, value, position, c.data, c.limit, c.ignore)
+          : positionError(c.op, value, position, c.limit, c.axis, c.data);
+  return invalidArgument(message).withContext(c.where);
 }
 
 bool Plan::writesParameters() const {
@@ -186,6 +211,14 @@ Status PlanExecutor::mapParameters(Stream& stream) {
     DeviceBuffer b = std::move(*mapped);
     KILN_TRY(stream.upload(b.address(), bytes, d.byteSize()));
     params_.push_back(std::move(b));
+  }
+  // What every run copies over its index words first (all clear), kept beside the parameters.
+  const std::vector<uint64_t> clear(plan_->deviceIndexChecks.size(), IndexWord::kClear);
+  if (!clear.empty()) {
+    const size_t bytes = clear.size() * sizeof(uint64_t);
+    KILN_ASSIGN_OR_RETURN(indexWordsClear_, backend_->allocate(bytes));
+    KILN_TRY(stream.upload(indexWordsClear_.address(),
+                           reinterpret_cast<const std::byte*>(clear.data()), bytes));
   }
   KILN_TRY(stream.synchronize().withContext("copying the parameters to " +
                                             std::string(backend_->name())));
@@ -456,6 +489,29 @@ Status PlanExecutor::execute(const Io& io, std::chrono::steady_clock::time_point
   } else {
     KILN_TRY(enqueueSteps(*stream, address, profiling, stats, afterStep));
   }
+  // The device index checks' words: an index out of range fails the run (below).
+  std::vector<uint64_t> words(p.deviceIndexChecks.size(), IndexWord::kClear);
+  if (!words.empty())
+    KILN_TRY(stream->download(reinterpret_cast<std::byte*>(words.data()),
+                              arena.at(p.indexWordsOffset), words.size() * sizeof(uint64_t)));
+  // The run's outcome once its work is done: an index out of range first (ops on the host
+  // that read the same indices, or the filler written for them, fail as well, later), else the
+  // stream's error.
+  auto outcome = [&](Status synced) -> Status {
+    for (size_t i = 0; i < words.size(); ++i)
+      KILN_TRY(deviceIndexError(p.deviceIndexChecks[i], words[i]));
+    return synced;
+  };
+  if (!writtenParameters_.empty() && !backend_->caps().hostAddressable) {
+    // A failed run's parameter writes are not taken: the backend's copies are mapped again
+    // from the plan's bytes (the last good step's) by the next run, as the host's kernels fail
+    // before the update writes anything.
+    if (Status bad = outcome(stream->synchronize()); !bad.isOk()) {
+      std::lock_guard lock(paramsMu_);
+      paramsMapped_ = false;
+      return bad;
+    }
+  }
   for (size_t i = 0; i < outs.size(); ++i)
     if (outDev[i].defined())
       KILN_TRY(stream->download(outs[i].rawData(), outDev[i].address(), outs[i].byteSize()));
@@ -471,7 +527,7 @@ Status PlanExecutor::execute(const Io& io, std::chrono::steady_clock::time_point
   }
   if (timed) KILN_TRY(stream->markEnd());
   syncOnError.s = nullptr;
-  KILN_TRY(stream->synchronize());
+  KILN_TRY(outcome(stream->synchronize()));
   stats.totalMs = msBetween(t0, std::chrono::steady_clock::now());
   if (timed) {
     KILN_ASSIGN_OR_RETURN(stats.deviceMs, stream->markedMs());
@@ -590,6 +646,12 @@ Status PlanExecutor::enqueueSteps(Stream& stream_,
   std::vector<DeviceTensor> tin, tout;
   const auto first =
       profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  if (!p.deviceIndexChecks.empty()) {  // The index words cleared (inside a captured graph too).
+    BufferRef words;
+    words.offset = p.indexWordsOffset;
+    KILN_TRY(stream->copy(address(words), indexWordsClear_.address(),
+                          p.deviceIndexChecks.size() * sizeof(uint64_t)));
+  }
   for (size_t si = 0; si < p.steps.size(); ++si) {
     const PlanStep& s = p.steps[si];
     const auto ts =

@@ -56,26 +56,46 @@ struct PlanStep {
   LibraryOptions libraryOptions;  // Its cache is the executor's.
 };
 
-// A graph input holding indices that a step reads without checking them (a GPU's op kernel):
+// Indices that a step reads without checking them itself (a GPU's op kernel):
 //   kClass     a loss's targets, each in [0, limit) or equal to `ignore`;
 //   kPosition  positions along dim `axis` (of size `limit`) of a gather's data, whose type is
 //              `data`: each in [-limit, limit), negatives counting from the end.
-// run() checks host inputs before any step, with the reference kernels' error (checkIndices);
-// runOnDevice() cannot read device inputs, so there an index out of range gives NaN (a loss) or
-// a filler (a gather: NaN, -1 for integers, false), never a read outside the data.
+// Plan::indexChecks holds graph inputs (`input`): run() checks host inputs before any step, with
+// the reference kernels' error (checkIndices); runOnDevice() cannot read device inputs, so there
+// an index out of range gives NaN (a loss) or a filler (a gather: NaN, -1 for integers, false),
+// never a read outside the data.
+// Plan::deviceIndexChecks holds indices the graph computes: the step's kernel checks them itself
+// and reports the first one out of range (the lowest flat position) in the run's index word of
+// the check (IndexWord), which the run reads after its steps and turns into the reference
+// kernel's error (deviceIndexError); what the steps wrote is then discarded.
 struct IndexCheck {
   enum class Kind : uint8_t { kClass, kPosition };
   Kind kind = Kind::kClass;
-  int input = 0;
+  int input = 0;  // indexChecks: the plan's input.
   int64_t limit = 0;
   int64_t ignore = 0;  // kClass.
   int axis = 0;        // kPosition.
   std::string op;      // The op that reads them ("cross_entropy_loss"), for the error.
-  std::string data;    // kPosition: the data's type ("f32[30522,768]"), for the error.
+  // The type, for the error: kPosition the data's ("f32[30522,768]"); kClass, in
+  // deviceIndexChecks, the target's ("i64[32]").
+  std::string data;
+  std::string where;  // deviceIndexChecks: the node that reads them, the error's context.
 };
 
 // The reference kernels' check of `indices` (an input of the plan) against `c`.
 Status checkIndices(const IndexCheck& c, const Tensor& indices);
+
+// A device index check's word: the kernel atomically lowers it (atomicMin, unsigned) to the
+// report of an index out of range, its flat position above (saturated at 2^32 - 1) and its
+// value biased by 2^31 below (saturated to int32's range), so that the lowest position wins and
+// one value a position is read. kClear (all bits set) means none was.
+struct IndexWord {
+  static constexpr uint64_t kClear = ~uint64_t{0};
+  static uint64_t encode(int64_t position, int64_t value);
+};
+// The error of device check `c` whose word is `word` (kClear: ok): the reference kernel's words,
+// in the context of `c.where`.
+Status deviceIndexError(const IndexCheck& c, uint64_t word);
 
 struct Plan {
   // Whether a step writes a parameter (a training step's in-place updates): such a plan runs
@@ -99,6 +119,11 @@ struct Plan {
   bool parametersVary = false;
   std::vector<PlanStep> steps;
   std::vector<IndexCheck> indexChecks;
+  // Checked by the steps on the device, each into its u64 word (IndexWord) of the arena at
+  // indexWordsOffset + 8 * its position here: the run sets them to kClear first and reads them
+  // after its steps.
+  std::vector<IndexCheck> deviceIndexChecks;
+  int64_t indexWordsOffset = 0;
   int64_t arenaBytes = 0;
   // The backend the plan runs on (its kernels are loaded there); null: defaultBackend().
   std::shared_ptr<Backend> backend;
@@ -236,6 +261,7 @@ class PlanExecutor {
   bool paramsMapped_ = false;
   uint64_t paramsGeneration_ = 0;  // Bumped at every mapping: captured graphs read the mapping.
   std::vector<DeviceBuffer> params_;
+  DeviceBuffer indexWordsClear_;  // Plan::deviceIndexChecks' words, clear: copied in at each run.
   std::unique_ptr<LibraryCache> cache_;  // Reordered constant weights, for this plan only.
   std::unique_ptr<Arenas> arenas_;
   // run() holds it shared (exclusively for a serialized plan); clearLibraryCache exclusively.

@@ -37,6 +37,14 @@ RefKernel referenceKernel(ir::OpKind op);
 Status checkClassIndices(std::string_view op, const Tensor& target, int64_t classes,
                          int64_t ignore);
 
+// The errors of those checks for one index: `value` at `position` (text: a device's report may
+// bound them, "2147483647 or more"), against a target described by `target` ("i64[4]") or a
+// data tensor's dim.
+std::string classIndexError(std::string_view op, std::string_view value, std::string_view position,
+                            std::string_view target, int64_t classes, int64_t ignore);
+std::string positionError(std::string_view op, std::string_view value, std::string_view position,
+                          int64_t size, int axis, std::string_view data);
+
 // The gathers' check of positions (i64 or i32 `indices`) along dim `axis`, of size `size`, of a
 // data tensor described by `data` ("f32[5,3]"): each in [-size, size), else kInvalidArgument
 // naming `op`, the position, the value and the valid range.

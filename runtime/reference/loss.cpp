@@ -25,17 +25,22 @@ Status readTargets(std::string_view op, const Tensor& target, int64_t classes, i
   for (int64_t i = 0; i < n; ++i) {
     const auto c = static_cast<int64_t>(t[i]);
     if (c != ignore && (c < 0 || c >= classes))
-      return invalidArgument(std::string(op) + ": target class " + std::to_string(c) +
-                             " at flat position " + std::to_string(i) + " of target " +
-                             target.describe() + " is out of range for " + std::to_string(classes) +
-                             " classes (valid: 0.." + std::to_string(classes - 1) +
-                             ", ignore_index " + std::to_string(ignore) + ")");
+      return invalidArgument(classIndexError(op, std::to_string(c), std::to_string(i),
+                                             target.describe(), classes, ignore));
     if (out) (*out)[i] = c;
   }
   return Status::ok();
 }
 
 }  // namespace
+
+std::string classIndexError(std::string_view op, std::string_view value, std::string_view position,
+                            std::string_view target, int64_t classes, int64_t ignore) {
+  return std::string(op) + ": target class " + std::string(value) + " at flat position " +
+         std::string(position) + " of target " + std::string(target) + " is out of range for " +
+         std::to_string(classes) + " classes (valid: 0.." + std::to_string(classes - 1) +
+         ", ignore_index " + std::to_string(ignore) + ")";
+}
 
 Status checkClassIndices(std::string_view op, const Tensor& target, int64_t classes,
                          int64_t ignore) {

@@ -90,10 +90,7 @@ Status readPositions(std::string_view op, const I* indices, int64_t count, int64
     const auto idx = static_cast<int64_t>(indices[j]);
     if (idx < -size || idx >= size)
       return invalidArgument(
-          std::string(op) + ": index " + std::to_string(idx) + " (at flat position " +
-          std::to_string(j) + ") is out of range for dim " + std::to_string(axis) + " of size " +
-          std::to_string(size) + " in data " + std::string(data) +
-          " (valid: " + std::to_string(-size) + ".." + std::to_string(size - 1) + ")");
+          positionError(op, std::to_string(idx), std::to_string(j), size, axis, data));
     if (resolved) (*resolved)[static_cast<size_t>(j)] = idx < 0 ? idx + size : idx;
   }
   return Status::ok();
@@ -352,6 +349,14 @@ Status relayoutKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
 }
 
 }  // namespace
+
+std::string positionError(std::string_view op, std::string_view value, std::string_view position,
+                          int64_t size, int axis, std::string_view data) {
+  return std::string(op) + ": index " + std::string(value) + " (at flat position " +
+         std::string(position) + ") is out of range for dim " + std::to_string(axis) + " of size " +
+         std::to_string(size) + " in data " + std::string(data) +
+         " (valid: " + std::to_string(-size) + ".." + std::to_string(size - 1) + ")";
+}
 
 Status checkPositions(std::string_view op, const Tensor& indices, int64_t size, int axis,
                       std::string_view data) {

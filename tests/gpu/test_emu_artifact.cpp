@@ -4,6 +4,7 @@
 // refused when the geometry is damaged.
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -275,4 +276,103 @@ TEST_CASE("emu artifacts: the index checks of op kernels come back with the plan
   auto ok = (*loaded)->run(std::vector<Tensor>{logits, labels, tableIn, at});
   REQUIRE(ok.hasValue());
   CHECK(std::fabs((*ok)[0].elementAsDouble(0) - 3 * std::log(4.0)) < 1e-5);
+}
+
+TEST_CASE("emu artifacts: the device index checks come back with the plan") {
+  // Indices the graph computes are checked by the op kernels themselves, each into its word of
+  // the arena: the artifact carries where the words are and what each check's error says, and
+  // beside them a host check of an input (both lists are written).
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  ir::Graph g("computed");
+  ir::Value* x = *g.addInput("logits", ir::TensorType(ir::DType::kF32, {3, 4}));
+  ir::Value* t = *g.addInput("labels", ir::TensorType(ir::DType::kI32, {3}));
+  ir::Value* table = *g.addInput("table", ir::TensorType(ir::DType::kF32, {6, 2}));
+  ir::Value* ids = *g.addInput("ids", ir::TensorType(ir::DType::kI64, {2}));
+  ir::Value* plain =
+      (*g.addNode(ir::OpKind::kGather, {table, ids}, {{"axis", int64_t{0}}}))->output();
+  ir::Value* shifted = (*g.addNode(ir::OpKind::kAdd, {ids, ids}))->output();
+  ir::Value* rows =
+      (*g.addNode(ir::OpKind::kGather, {table, shifted}, {{"axis", int64_t{0}}}))->output();
+  ir::Value* labels2 = (*g.addNode(ir::OpKind::kAdd, {t, t}))->output();
+  ir::Value* loss = (*g.addNode(ir::OpKind::kCrossEntropyLoss, {x, labels2},
+                                {{"reduction", std::string("sum")}, {"ignore_index", int64_t{-1}}}))
+                        ->output();
+  g.setOutputs({loss, rows, plain});
+  TempDir dir;
+  compiler::CompileOptions o;
+  o.cacheDir = (dir.path / "cache").string();
+  o.backend = *emu;
+  auto cm = compiler::compile(g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().hostSteps == 0);
+  REQUIRE((*cm)->plan().indexChecks.size() == 1);
+  REQUIRE((*cm)->plan().deviceIndexChecks.size() == 2);
+  const std::string file = (dir.path / "computed.kiln").string();
+  REQUIRE(compiler::saveArtifact(**cm, file, "computed").isOk());
+  runtime::LoadOptions lo;
+  lo.backend = *emu;
+  auto loaded = runtime::loadArtifact(file, lo);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  const runtime::Plan& a = (*cm)->plan();
+  const runtime::Plan& b = (*loaded)->plan();
+  CHECK(b.indexChecks.size() == 1);
+  CHECK(b.indexWordsOffset == a.indexWordsOffset);
+  CHECK(b.arenaBytes == a.arenaBytes);
+  REQUIRE(b.deviceIndexChecks.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    const runtime::IndexCheck &p = a.deviceIndexChecks[i], &q = b.deviceIndexChecks[i];
+    CHECK(p.kind == q.kind);
+    CHECK(p.limit == q.limit);
+    CHECK(p.ignore == q.ignore);
+    CHECK(p.axis == q.axis);
+    CHECK(p.op == q.op);
+    CHECK(p.data == q.data);
+    CHECK(p.where == q.where);
+  }
+  Tensor logits = *Tensor::zeros(ir::DType::kF32, {3, 4});
+  Tensor labels = *Tensor::zeros(ir::DType::kI32, {3});
+  Tensor tableIn = *Tensor::zeros(ir::DType::kF32, {6, 2});
+  Tensor at = *Tensor::zeros(ir::DType::kI64, {2});
+  at.data<int64_t>()[1] = 3;  // 6 after the add.
+  for (auto p : {(*loaded)->run(std::vector<Tensor>{logits, labels, tableIn, at}),
+                 (*cm)->run(std::vector<Tensor>{logits, labels, tableIn, at})}) {
+    REQUIRE_FALSE(p.hasValue());
+    CHECK_THAT(p.status().message(),
+               Catch::Contains("gather: index 6 (at flat position 1) is out of range for dim 0 "
+                               "of size 6 in data f32[6,2]"));
+  }
+  at.data<int64_t>()[1] = 1;
+  labels.data<int32_t>()[2] = 2;  // 4 after the add.
+  auto r = (*loaded)->run(std::vector<Tensor>{logits, labels, tableIn, at});
+  REQUIRE_FALSE(r.hasValue());
+  CHECK_THAT(r.status().message(),
+             Catch::Contains("cross_entropy_loss: target class 4 at flat position 2 of target "
+                             "i32[3] is out of range for 4 classes"));
+  labels.data<int32_t>()[2] = 1;
+  auto ok = (*loaded)->run(std::vector<Tensor>{logits, labels, tableIn, at});
+  INFO(ok.status().message());
+  REQUIRE(ok.hasValue());
+  CHECK(std::fabs((*ok)[0].elementAsDouble(0) - 3 * std::log(4.0)) < 1e-5);
+
+  // The words' offset moved past the arena (checksums made again) is refused by name.
+  std::ifstream in(file, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const int64_t field[2] = {a.indexWordsOffset, 2};  // The offset, then the count of checks.
+  const auto found = std::search(bytes.begin(), bytes.end(), reinterpret_cast<const char*>(field),
+                                 reinterpret_cast<const char*>(field) + sizeof(field));
+  REQUIRE(found != bytes.end());
+  const int64_t past = (a.arenaBytes + 8) / 8 * 8;
+  std::memcpy(&*found, &past, sizeof(past));
+  REQUIRE(runtime::resealArtifact(std::as_writable_bytes(std::span(bytes))).isOk());
+  const std::string damaged = (dir.path / "damaged.kiln").string();
+  std::ofstream(damaged, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  auto bad = runtime::loadArtifact(damaged, lo);
+  REQUIRE_FALSE(bad.hasValue());
+  CHECK_THAT(bad.status().message(),
+             Catch::Contains("device index words at " + std::to_string(past)));
 }

@@ -350,24 +350,6 @@ TEST_CASE("emu: op kernels: a target out of range is the reference's error, befo
   REQUIRE(ok.hasValue());
   CHECK(std::fabs((*ok)[0].elementAsDouble(0) - std::log(5.0)) < 1e-6);
 
-  // Targets the graph computes cannot be checked before the run: that loss stays on the host,
-  // whose kernel checks them.
-  ir::Graph h("computed_targets");
-  ir::Value* hx = *h.addInput("logits", ir::TensorType(ir::DType::kF32, {4, 5}));
-  ir::Value* ht = *h.addInput("labels", ir::TensorType(ir::DType::kI64, {4}));
-  ir::Value* one = *h.addParameter("one", ir::TensorData::scalar(ir::DType::kI64, 1.0), false);
-  ir::Value* shifted = (*h.addNode(ir::OpKind::kAdd, {ht, one}))->output();
-  h.setOutputs({(*h.addNode(ir::OpKind::kCrossEntropyLoss, {hx, shifted}, attrs))->output()});
-  auto hm = compiler::compile(h, o);
-  INFO(hm.status().message());
-  REQUIRE(hm.hasValue());
-  CHECK((*hm)->report().hostSteps == 1);  // The loss (the add is an op kernel).
-  CHECK((*hm)->plan().indexChecks.empty());
-  ts.data<int64_t>()[2] = 4;  // 5 after the add.
-  auto hr = (*hm)->run(std::vector<Tensor>{xs, ts});
-  REQUIRE_FALSE(hr.hasValue());
-  CHECK_THAT(hr.status().message(), Catch::Contains("target class 5"));
-
   // Eager runs on the device run no plan, so no host check: their losses are op calls, whose
   // kernel checks the targets (the loss's op kernel would give NaN).
   runtime::EagerExecutor eager(g, o.backend);
@@ -603,8 +585,8 @@ TEST_CASE("emu: op kernels: a gather's index out of range is the reference's err
     CHECK(hr.hasValue() == (bad < 5));
     if (!hr) CHECK_THAT(hr.status().message(), Catch::Contains("gather: index 7"));
   }
-  // State (a step counter indexing a table, rewritten by the step) is no constant: its gather
-  // stays on the host, whose kernel checks the index at every run.
+  // State (a step counter indexing a table, rewritten by the step) is no constant: the kernel
+  // checks it on the device at every run.
   ir::Graph st("state_index");
   ir::Value* table = *st.addInput("table", ir::TensorType(ir::DType::kF32, {5, 3}));
   ir::Value* step = *st.addParameter("step", ir::TensorData(ir::DType::kI64, {}), false);
@@ -616,7 +598,136 @@ TEST_CASE("emu: op kernels: a gather's index out of range is the reference's err
   auto sm = compiler::compile(st, so);
   INFO(sm.status().message());
   REQUIRE(sm.hasValue());
-  CHECK((*sm)->report().hostSteps == 1);
+  CHECK((*sm)->report().hostSteps == 0);
+  CHECK((*sm)->plan().deviceIndexChecks.size() == 1);
+}
+
+namespace {
+
+// `g` compiled for the CPU (whose reference kernels check indices as they read them) and for the
+// test device (whose op kernels check the indices the graph computes themselves).
+struct TwoCompiles {
+  std::shared_ptr<compiler::CompiledModel> cpu, device;
+};
+TwoCompiles compileTwice(const ir::Graph& g) {
+  TwoCompiles c;
+  compiler::CompileOptions o;
+  o.useCache = false;
+  auto cpu = compiler::compile(g, o);
+  INFO(cpu.status().message());
+  REQUIRE(cpu.hasValue());
+  o.backend = testing::testDevice();
+  auto dev = compiler::compile(g, o);
+  INFO(dev.status().message());
+  REQUIRE(dev.hasValue());
+  c.cpu = std::move(*cpu);
+  c.device = std::move(*dev);
+  return c;
+}
+
+// Both runs of `ins`: the same bytes, or the same error.
+void checkSameOutcome(const TwoCompiles& c, const std::vector<Tensor>& ins) {
+  auto want = c.cpu->run(ins);
+  auto got = c.device->run(ins);
+  INFO("cpu: " << want.status().message());
+  INFO("device: " << got.status().message());
+  REQUIRE(want.hasValue() == got.hasValue());
+  if (!want) {
+    CHECK(got.status().isUserError());
+    CHECK(got.status().message() == want.status().message());
+    return;
+  }
+  REQUIRE(got->size() == want->size());
+  for (size_t i = 0; i < want->size(); ++i) {
+    REQUIRE((*got)[i].type() == (*want)[i].type());
+    CHECK(std::memcmp((*got)[i].rawData(), (*want)[i].rawData(), (*want)[i].byteSize()) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("emu: op kernels: indices the graph computes are checked on the device") {
+  // ids + shift: the gathers' and the losses' kernels check such indices themselves and report
+  // the lowest flat position out of range in the run's index word; the run then fails with the
+  // reference kernel's error, word for word the CPU's, and discards its results.
+  const ir::AttrMap lossAttrs = {{"reduction", std::string("mean")},
+                                 {"ignore_index", int64_t{-100}}};
+  struct Case {
+    const char* name;
+    ir::OpKind op;
+    ir::DType index;
+    ir::Shape ids;
+  };
+  for (const Case& c :
+       {Case{"gather", ir::OpKind::kGather, ir::DType::kI64, {2, 3}},
+        Case{"gather i32", ir::OpKind::kGather, ir::DType::kI32, {4}},
+        Case{"gather_elements", ir::OpKind::kGatherElements, ir::DType::kI64, {2, 3}},
+        Case{"cross_entropy_loss", ir::OpKind::kCrossEntropyLoss, ir::DType::kI64, {2}},
+        Case{"nll_loss and its gradient", ir::OpKind::kNllLossBackward, ir::DType::kI32, {2}}}) {
+    INFO(c.name);
+    ir::Graph g("computed");
+    ir::Value* data = *g.addInput("data", ir::TensorType(ir::DType::kF32, {2, 3}));
+    ir::Value* ids = *g.addInput("ids", ir::TensorType(c.index, c.ids));
+    ir::Value* shift = *g.addInput("shift", ir::TensorType(c.index, {}));
+    ir::Value* at = (*g.addNode(ir::OpKind::kAdd, {ids, shift}))->output();
+    std::vector<ir::Value*> outs;
+    switch (c.op) {
+      case ir::OpKind::kGather:
+      case ir::OpKind::kGatherElements:
+        outs.push_back((*g.addNode(c.op, {data, at}, {{"axis", int64_t{1}}}))->output());
+        break;
+      case ir::OpKind::kCrossEntropyLoss:
+        outs.push_back((*g.addNode(c.op, {data, at}, lossAttrs))->output());
+        break;
+      default: {  // The loss and its gradient read the same targets: two words.
+        ir::AttrMap none = lossAttrs;
+        none["reduction"] = std::string("none");
+        ir::Value* loss = (*g.addNode(ir::OpKind::kNllLoss, {data, at}, none))->output();
+        outs.push_back(loss);
+        outs.push_back((*g.addNode(c.op, {loss, data, at}, none))->output());
+      }
+    }
+    g.setOutputs(outs);
+    const TwoCompiles m = compileTwice(g);
+    CHECK(m.device->report().hostSteps == 0);
+    CHECK(m.device->plan().indexChecks.empty());
+    CHECK(m.device->plan().deviceIndexChecks.size() == outs.size());
+
+    std::mt19937 rng(3);
+    Tensor x = smallIntegers({2, 3}, 9, 0.0, rng);
+    Tensor id = *Tensor::zeros(c.index, c.ids);
+    auto set = [&](Tensor& t, int64_t i, int64_t v) {
+      if (t.dtype() == ir::DType::kI64)
+        t.data<int64_t>()[i] = v;
+      else
+        t.data<int32_t>()[i] = static_cast<int32_t>(v);
+    };
+    for (int64_t i = 0; i < id.numElements(); ++i) set(id, i, i % 3);
+    Tensor sh = *Tensor::zeros(c.index, {});
+    auto run = [&](int64_t shift) {
+      set(sh, 0, shift);
+      INFO("shift " << shift);
+      checkSameOutcome(m, {x, id, sh});
+    };
+    run(0);   // In range.
+    run(-3);  // Gathers: negatives from the end; losses: out of range.
+    run(1);   // The last index out of range, and later ones.
+    run(5);   // Every index out of range: the first is reported.
+    run(-7);
+    run(0);  // A run after a bad one: its words were cleared.
+    // The runs above replayed a captured graph (the words cleared inside it); the same without.
+    CHECK(m.device->graphsCaptured() > 0);
+    m.device->setGraphs(false);
+    run(1);
+    run(0);
+    // Values beyond int32 are reported saturated.
+    set(sh, 0, c.index == ir::DType::kI64 ? int64_t{1} << 40 : INT32_MAX - 1);
+    auto big = m.device->run(std::vector<Tensor>{x, id, sh});
+    REQUIRE_FALSE(big.hasValue());
+    if (c.index == ir::DType::kI64)
+      CHECK_THAT(big.status().message(),
+                 Catch::Contains(" 2147483647 or more ") && Catch::Contains("at flat position 0"));
+  }
 }
 
 TEST_CASE("emu: op kernels: device tensors are not checked: a bad index gives the filler") {
@@ -1001,6 +1112,13 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
     auto k = codegen::opKernel(*n, "k" + std::to_string(kernels.size()));
     INFO(n->describe() << ": " << k.status().message());
     REQUIRE(k.hasValue());
+    const bool indices = !k->indexArgs.empty();
+    kernels.push_back(std::move(*k));
+    if (!indices) continue;
+    // Checking the indices itself, as for indices the graph computes.
+    k = codegen::opKernel(*n, "k" + std::to_string(kernels.size()), /*indexWord=*/true);
+    REQUIRE(k.hasValue());
+    CHECK(k->indexWord);
     kernels.push_back(std::move(*k));
   }
   const std::string src = codegen::renderModule(kernels, codegen::Dialect::kCuda);
@@ -1009,4 +1127,67 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
     INFO("sm_" << arch << ": " << ptx.status().message());
     CHECK(ptx.hasValue());
   }
+}
+
+TEST_CASE("emu: op kernels: a training step reading an index out of range updates nothing") {
+  // logits = gather(table, cast(x[:, 0])): the step's gather checks its computed rows on the
+  // device. A step with a row out of range fails with the CPU's error, and its parameter writes
+  // (on the device, done by then) are dropped: the next steps continue from the last good one,
+  // as on the CPU, whose kernel fails before the update.
+  auto model = [] {
+    ir::Graph g("embedding");
+    ir::Value* x = *g.addInput("x", ir::TensorType(ir::DType::kF32, {4, 2}));
+    ir::TensorData w(ir::DType::kF32, {5, 3});
+    for (int64_t i = 0; i < 15; ++i) w.as<float>()[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+    ir::Value* table = *g.addParameter("table", std::move(w), true);
+    ir::Value* col = (*g.addNode(ir::OpKind::kSlice, {x},
+                                 {{"starts", std::vector<int64_t>{0}},
+                                  {"ends", std::vector<int64_t>{1}},
+                                  {"axes", std::vector<int64_t>{1}}}))
+                         ->output();
+    ir::Value* flat =
+        (*g.addNode(ir::OpKind::kReshape, {col}, {{"shape", std::vector<int64_t>{4}}}))->output();
+    ir::Value* rows =
+        (*g.addNode(ir::OpKind::kCast, {flat}, {{"to", std::string("i64")}}))->output();
+    g.setOutputs(
+        {(*g.addNode(ir::OpKind::kGather, {table, rows}, {{"axis", int64_t{0}}}))->output()});
+    return g;
+  };
+  compiler::TrainOptions cpuOptions;
+  cpuOptions.sgd.lr = 0.5;
+  compiler::TrainOptions devOptions = cpuOptions;
+  devOptions.compile.backend = testing::testDevice();
+  auto cpu = compiler::TrainingStep::create(model(), cpuOptions);
+  INFO(cpu.status().message());
+  REQUIRE(cpu.hasValue());
+  auto dev = compiler::TrainingStep::create(model(), devOptions);
+  INFO(dev.status().message());
+  REQUIRE(dev.hasValue());
+  REQUIRE((*dev)->compiled());
+  CHECK((*dev)->compiled()->plan().deviceIndexChecks.size() == 1);
+  Tensor x = *Tensor::zeros(ir::DType::kF32, {4, 2});
+  Tensor t = *Tensor::zeros(ir::DType::kI64, {4});
+  for (int64_t i = 0; i < 4; ++i) t.data<int64_t>()[i] = i % 3;
+  for (int step = 0; step < 4; ++step) {
+    INFO("step " << step);
+    for (int64_t i = 0; i < 4; ++i) x.data<float>()[2 * i] = static_cast<float>((i + step) % 5);
+    if (step == 2) x.data<float>()[4] = 5;  // Row 5 of 5, at flat position 2.
+    auto want = (**cpu)(x, t);
+    auto got = (**dev)(x, t);
+    INFO("cpu: " << want.status().message());
+    INFO("device: " << got.status().message());
+    REQUIRE(want.hasValue() == got.hasValue());
+    if (!want) {
+      CHECK(step == 2);
+      CHECK(got.status().message() == want.status().message());
+      CHECK_THAT(got.status().message(), Catch::Contains("index 5 (at flat position 2)"));
+      continue;
+    }
+    CHECK(std::fabs(got->loss - want->loss) <= 1e-6 * std::max(1.0, std::fabs(want->loss)));
+  }
+  CHECK((*dev)->stepsRun() == (*cpu)->stepsRun());
+  const auto a = (*cpu)->state(), b = (*dev)->state();
+  const ir::TensorData& wa = a.at("table");
+  const ir::TensorData& wb = b.at("table");
+  for (int64_t i = 0; i < 15; ++i) CHECK(std::fabs(wa.as<float>()[i] - wb.as<float>()[i]) <= 1e-6);
 }
