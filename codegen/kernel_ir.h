@@ -68,7 +68,8 @@ struct Store {
 // An op kernel's argument holding indices that it reads without an error path: class indices (a
 // loss's targets: each in [0, limit) or equal to `ignore`, else the kernel writes NaN where it is
 // used) or, with `position`, positions along dim `axis` (of size `limit`) of a gather's data,
-// input 0 (each in [-limit, limit), else the kernel writes a filler and reads nothing). The
+// input `data` (each in [-limit, limit), else the kernel writes a filler, or adds nothing, and
+// reads nothing). The
 // compiler gives such kernels graph inputs, which the plan checks on the host
 // (runtime::Plan::indexChecks), constants, which it checks itself, or indices the graph
 // computes, which the kernel checks (Kernel::indexWord).
@@ -78,6 +79,7 @@ struct IndexArg {
   int64_t limit = 0;
   int64_t ignore = 0;  // Class indices.
   int axis = 0;        // Positions.
+  int data = 0;        // Positions: the argument holding the data (input 0 of a gather).
 };
 
 struct KernelArg {
@@ -114,9 +116,15 @@ struct Kernel {
   // over all its rows: a loss's mean).
   bool oneBlock = false;
   std::vector<IndexArg> indexArgs;
-  // Its last argument (an output naming no value) is the u64 word of a device index check
-  // (runtime::IndexWord): an index out of range is reported there as well.
+  // Arguments after its output that name no value (an empty KernelArg::value), in this order:
+  // with workspaceBytes > 0, a scratch buffer of that many bytes (the run's own, its contents
+  // undefined when the op starts); with indexWord, the u64 word of a device index check
+  // (runtime::IndexWord), where an index out of range is reported as well.
+  int64_t workspaceBytes = 0;
   bool indexWord = false;
+  // An op kernel in several launches: the kernels launched after this one, in order, each
+  // taking the same arguments (its workspace carries what one leaves to the next).
+  std::vector<Kernel> then;
 
   bool isReduction() const { return reduceDim >= 0; }
   bool isHorizontal() const { return !parts.empty(); }

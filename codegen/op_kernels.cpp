@@ -739,6 +739,105 @@ Expected<Kernel> gatherElements(const ir::Node& n, std::string name, bool indexW
   return k;
 }
 
+// gather_backward(grad [outer, count, inner], indices [count..], data [outer, dim, inner]) ->
+// d data [outer, dim, inner] (f32, f64; i64/i32 indices): zeros with each grad row added at its
+// index. The reference adds a row's gradients in index order, so that repeated indices (a
+// padding token, a frequent word) sum deterministically; here in three launches over a workspace
+// of the rows' starts (dim + 1) and the positions sorted by row (count), u64 each:
+//   _a (one block): the count of each row (atomic adds of integers: exact in any order), then
+//      their running sum, the start of each row;
+//   _b (a thread a position): its slot, its row's start plus the positions before it at the same
+//      row (a stable counting sort);
+//   _c (a thread an output element): the sum of its row's gradients over its positions in
+//      order, from 0 in the data's type, as the reference: the same bits.
+// Indices out of range add nothing (reported with an index word; checked before the run, or by
+// the compiler, otherwise).
+Expected<Kernel> gatherBackward(const ir::Node& n, std::string name, bool indexWord) {
+  const ir::TensorType& d = n.input(2)->type();
+  const ir::DType idx = n.input(1)->type().dtype;
+  if (d.dtype != ir::DType::kF32 && d.dtype != ir::DType::kF64)
+    return unimplemented("gather_backward's op kernel takes f32 or f64");
+  if (idx != ir::DType::kI64 && idx != ir::DType::kI32)
+    return unimplemented("gather_backward's op kernel takes i64 or i32 indices");
+  for (const ir::Value* v : n.inputs())
+    if (v->type().layout != ir::Layout::kPlain)
+      return unimplemented("gather_backward's op kernel takes plain tensors");
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(n.attr().getInt("axis"), d.shape.size(), "axis"));
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < static_cast<size_t>(axis); ++i) outer *= d.shape[i];
+  for (size_t i = static_cast<size_t>(axis) + 1; i < d.shape.size(); ++i) inner *= d.shape[i];
+  const int64_t dim = d.shape[static_cast<size_t>(axis)];
+  const int64_t count = n.input(1)->type().numElements();
+  if (dim == 0 || count == 0 || n.output()->type().numElements() == 0)
+    return unimplemented("gather_backward's op kernel takes non-empty operands");
+  const std::string T = d.dtype == ir::DType::kF32 ? "float" : "double";
+  const std::string I = idx == ir::DType::kI64 ? "long long" : "int";
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  k.indexArgs.push_back({.arg = 1, .position = true, .limit = dim, .axis = axis, .data = 2});
+  k.workspaceBytes = 8 * (dim + 1 + count);
+  k.args.push_back({std::string(), ScalarType::kU8, true});
+  addIndexWord(k, indexWord);
+  Kernel b = k, c = k;
+  b.name = k.name + "_b";
+  c.name = k.name + "_c";
+  b.indexArgs.clear();
+  c.indexArgs.clear();
+  auto head = [&](const Kernel& x) {
+    return "extern \"C\" __global__ void " + x.name + "(kiln_gptr<const " + T +
+           "> a0, kiln_gptr<const " + I + "> a1, kiln_gptr<const " + T + "> a2, kiln_gptr<" + T +
+           "> a3, kiln_gptr<unsigned long long> a4" + wordParam(x) + ") {\n";
+  };
+  const std::string row =
+      "    long long p = (long long)a1[j];\n    if (p < 0) p += " + ll(dim) + ";\n";
+  // _a: a4[r + 1] counts row r, then a4[r] is row r's start (a4[dim] = the positions in range).
+  k.oneBlock = true;
+  std::string s = "// " + n.describe() + "\n" + head(k);
+  s += "  for (long long r = threadIdx.x; r <= " + ll(dim) + "; r += blockDim.x) a4[r] = 0;\n";
+  s += "  __syncthreads();\n";
+  s += "  for (long long j = threadIdx.x; j < " + ll(count) + "; j += blockDim.x) {\n" + row;
+  s += "    if (p >= 0 && p < " + ll(dim) + ") atomicAdd(&a4[p + 1], 1ULL);\n";
+  if (k.indexWord) s += "    else " + reportIndex(k, "j", "(long long)a1[j]") + "\n";
+  s += "  }\n  __syncthreads();\n";
+  // Each thread sums a chunk of the counts; thread 0 the chunks' sums; each its chunk's starts.
+  s += "  KILN_SHARED(unsigned long long, kiln_smem_u64, " + std::to_string(kCudaBlock) + ");\n";
+  s += "  const long long chunk = (" + ll(dim) + " + blockDim.x - 1) / blockDim.x;\n";
+  s += "  const long long lo = 1 + (long long)threadIdx.x * chunk;\n";
+  s += "  const long long hi = lo + chunk < " + ll(dim + 1) + " ? lo + chunk : " + ll(dim + 1) +
+       ";\n";
+  s += "  unsigned long long sum = 0;\n  for (long long r = lo; r < hi; ++r) sum += a4[r];\n";
+  s += "  kiln_smem_u64[threadIdx.x] = sum;\n  __syncthreads();\n";
+  s += "  if (threadIdx.x == 0) {\n    unsigned long long run = 0;\n";
+  s += "    for (unsigned t = 0; t < blockDim.x; ++t) {\n      const unsigned long long v = "
+       "kiln_smem_u64[t];\n      kiln_smem_u64[t] = run;\n      run += v;\n    }\n  }\n";
+  s += "  __syncthreads();\n  unsigned long long run = kiln_smem_u64[threadIdx.x];\n";
+  s += "  for (long long r = lo; r < hi; ++r) {\n    run += a4[r];\n    a4[r] = run;\n  }\n}\n";
+  k.source = std::move(s);
+  // _b: position j's slot among the sorted positions.
+  b.domain = {count};
+  s = "// " + n.describe() + ": positions sorted by row\n" + head(b);
+  s += "  " + gridLoop("j", count) + " {\n" + row;
+  s += "    if (p < 0 || p >= " + ll(dim) + ") continue;\n    unsigned long long slot = a4[p];\n";
+  s += "    for (long long e = 0; e < j; ++e) {\n      long long q = (long long)a1[e];\n";
+  s += "      if (q < 0) q += " + ll(dim) + ";\n      slot += q == p;\n    }\n";
+  s += "    a4[" + ll(dim + 1) + " + slot] = (unsigned long long)j;\n  }\n}\n";
+  b.source = std::move(s);
+  // _c: each output element, its row's gradients in position order.
+  c.domain = {outer * dim * inner};
+  s = "// " + n.describe() + ": sums\n" + head(c);
+  s += "  " + gridLoop("i", outer * dim * inner) + " {\n";
+  s += "    const long long col = i % " + ll(inner) + ", r = (i / " + ll(inner) + ") % " + ll(dim) +
+       ", o = i / " + ll(dim * inner) + ";\n";
+  s += "    " + T + " acc = 0;\n";
+  s += "    for (unsigned long long e = a4[r]; e < a4[r + 1]; ++e)\n";
+  s += "      acc += a0[(o * " + ll(count) + " + (long long)a4[" + ll(dim + 1) + " + e]) * " +
+       ll(inner) + " + col];\n";
+  s += "    a3[i] = acc;\n  }\n}\n";
+  c.source = std::move(s);
+  k.then = {std::move(b), std::move(c)};
+  return k;
+}
+
 // concat(a0 .. a{k-1}) -> ak along `axis`: each input [outer, d_t, inner] copied in a
 // grid-stride loop of its own into its slot [outer, offset_t .. offset_t + d_t, inner] of the
 // output [outer, D, inner], reads and writes contiguous runs; moved as bits.
@@ -822,6 +921,8 @@ Expected<Kernel> opKernel(const ir::Node& n, std::string name, bool indexWord) {
       return gather(n, std::move(name), indexWord);
     case ir::OpKind::kGatherElements:
       return gatherElements(n, std::move(name), indexWord);
+    case ir::OpKind::kGatherBackward:
+      return gatherBackward(n, std::move(name), indexWord);
     case ir::OpKind::kConcat:
       return concat(n, std::move(name));
     case ir::OpKind::kArgMax:

@@ -245,10 +245,15 @@ class PlanBuilder {
     KILN_TRY(checkMemoryPlan(requests, mp).withContext("internal memory plan check"));
     plan->arenaBytes = mp.arenaBytes;
     plan->indexChecks = s_.indexChecks;
-    // The device index checks' words after the buffers (Plan::indexWordsOffset).
+    // After the buffers: the op kernels' workspace (one, as large as the largest: steps run one
+    // after another), then the device index checks' words (Plan::indexWordsOffset).
+    int64_t workspace = 0;
+    for (const StepDraft& d : s_.steps) workspace = std::max(workspace, d.workspace);
+    const int64_t workspaceOffset = (mp.arenaBytes + 255) / 256 * 256;
+    if (workspace > 0) plan->arenaBytes = workspaceOffset + workspace;
     plan->deviceIndexChecks = s_.deviceIndexChecks;
     if (!s_.deviceIndexChecks.empty()) {
-      plan->indexWordsOffset = (mp.arenaBytes + 63) / 64 * 64;
+      plan->indexWordsOffset = (plan->arenaBytes + 63) / 64 * 64;
       plan->arenaBytes =
           plan->indexWordsOffset + static_cast<int64_t>(8 * s_.deviceIndexChecks.size());
     }
@@ -273,6 +278,12 @@ class PlanBuilder {
       s.name = d.name;
       for (const ir::Value* v : d.inputs) s.inputs.push_back(ref(v));
       for (const ir::Value* v : d.outputs) s.outputs.push_back(ref(v));
+      if (d.workspace > 0) {  // After the output: its workspace.
+        runtime::BufferRef w;
+        w.offset = workspaceOffset;
+        w.type = ir::TensorType{ir::DType::kU8, {d.workspace}};
+        s.outputs.push_back(w);
+      }
       if (d.indexWord >= 0) {  // The last argument: its index word.
         runtime::BufferRef w;
         w.offset = plan->indexWordsOffset + 8 * int64_t{d.indexWord};

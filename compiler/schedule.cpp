@@ -139,7 +139,9 @@ class Scheduler {
                             .ignore = a.ignore,
                             .axis = a.axis,
                             .op = std::string(ir::opName(n.op())),
-                            .data = a.position ? n.input(0)->type().toString() : std::string()};
+                            .data = a.position
+                                        ? n.input(static_cast<size_t>(a.data))->type().toString()
+                                        : std::string()};
       // A constant (not state a step rewrites, nor trainable) is checked once; out of range,
       // the host's kernel reports it at the run.
       if (v->isConstant(/*inference=*/false)) {
@@ -171,17 +173,23 @@ class Scheduler {
       if (std::none_of(s_.indexChecks.begin(), s_.indexChecks.end(), same))
         s_.indexChecks.push_back(std::move(c));
     }
-    StepDraft s(runtime::PlanStep::Kind::kKernel, name);
-    s.nodes = {g.nodes.front()};
-    s.kernel = static_cast<int>(s_.kernels.size());
-    if (!onDevice.empty()) {
-      s.indexWord = static_cast<int>(s_.deviceIndexChecks.size());
-      s_.deviceIndexChecks.push_back(std::move(onDevice.front()));
+    const int word = onDevice.empty() ? -1 : static_cast<int>(s_.deviceIndexChecks.size());
+    if (!onDevice.empty()) s_.deviceIndexChecks.push_back(std::move(onDevice.front()));
+    // A step for each of its launches, in order.
+    std::vector<codegen::Kernel> launches = std::move(k->then);
+    k->then.clear();
+    launches.insert(launches.begin(), std::move(*k));
+    for (codegen::Kernel& launch : launches) {
+      StepDraft s(runtime::PlanStep::Kind::kKernel, launch.name);
+      s.nodes = {g.nodes.front()};
+      s.kernel = static_cast<int>(s_.kernels.size());
+      s.indexWord = word;
+      s.workspace = launch.workspaceBytes;
+      KILN_TRY(setKernelValues(s, launch));
+      s_.kernelGroup.push_back("op");
+      s_.kernels.push_back(std::move(launch));
+      s_.steps.push_back(std::move(s));
     }
-    KILN_TRY(setKernelValues(s, *k));
-    s_.kernelGroup.push_back("op");
-    s_.kernels.push_back(std::move(*k));
-    s_.steps.push_back(std::move(s));
     return true;
   }
 
@@ -217,9 +225,8 @@ class Scheduler {
     s.inputs.clear();
     s.outputs.clear();
     bool sawOutput = false;
-    for (size_t i = 0; i < k.args.size(); ++i) {
-      const codegen::KernelArg& a = k.args[i];
-      if (k.indexWord && i + 1 == k.args.size()) break;  // Not a value: StepDraft::indexWord.
+    for (const codegen::KernelArg& a : k.args) {
+      if (a.value.empty()) break;  // The workspace and the index word: no values (StepDraft's).
       const ir::Value* v = graph_.findValue(a.value);
       if (!v) return internalError("kernel " + k.name + " names unknown value " + a.value);
       if (a.output) {

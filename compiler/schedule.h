@@ -39,6 +39,8 @@ struct StepDraft {
   // An op kernel checking its indices itself (codegen::Kernel::indexWord): its word's number in
   // Schedule::deviceIndexChecks, passed as its last argument; else -1.
   int indexWord = -1;
+  // An op kernel's workspace (codegen::Kernel::workspaceBytes), passed after its output.
+  int64_t workspace = 0;
 };
 
 struct Schedule {

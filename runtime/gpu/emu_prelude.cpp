@@ -26,6 +26,9 @@ static inline void __syncthreads() { kiln_emu_runtime.syncthreads(); }
 static inline unsigned long long atomicMin(unsigned long long* a, unsigned long long v) {
   return __atomic_fetch_min(a, v, __ATOMIC_RELAXED);
 }
+static inline unsigned long long atomicAdd(unsigned long long* a, unsigned long long v) {
+  return __atomic_fetch_add(a, v, __ATOMIC_RELAXED);
+}
 template <class T> static inline T kiln_emu_shfl(T v, int arg, int width, int mode) {
   static_assert(sizeof(T) <= 8, "shuffles move at most 8 bytes");
   unsigned long long bits = 0;

@@ -1107,19 +1107,29 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
       add(ir::OpKind::kGather, {{dt, {4, 6}}, {index, {2, 3}}}, {{"axis", int64_t{1}}});
       add(ir::OpKind::kGatherElements, {{dt, {4, 6}}, {index, {4, 2}}}, {{"axis", int64_t{1}}});
     }
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64})
+    for (ir::DType index : {ir::DType::kI64, ir::DType::kI32})
+      add(ir::OpKind::kGatherBackward, {{dt, {4, 2, 3}}, {index, {2}}, {dt, {4, 6, 3}}},
+          {{"axis", int64_t{1}}});
   std::vector<codegen::Kernel> kernels;
   for (const ir::Node* n : nodes) {
     auto k = codegen::opKernel(*n, "k" + std::to_string(kernels.size()));
     INFO(n->describe() << ": " << k.status().message());
     REQUIRE(k.hasValue());
     const bool indices = !k->indexArgs.empty();
-    kernels.push_back(std::move(*k));
+    auto keep = [&](codegen::Kernel kernel) {  // With the launches after it.
+      std::vector<codegen::Kernel> then = std::move(kernel.then);
+      kernel.then.clear();
+      kernels.push_back(std::move(kernel));
+      for (codegen::Kernel& t : then) kernels.push_back(std::move(t));
+    };
+    keep(std::move(*k));
     if (!indices) continue;
     // Checking the indices itself, as for indices the graph computes.
     k = codegen::opKernel(*n, "k" + std::to_string(kernels.size()), /*indexWord=*/true);
     REQUIRE(k.hasValue());
     CHECK(k->indexWord);
-    kernels.push_back(std::move(*k));
+    keep(std::move(*k));
   }
   const std::string src = codegen::renderModule(kernels, codegen::Dialect::kCuda);
   for (int arch : {80, 90}) {
@@ -1129,65 +1139,186 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
   }
 }
 
-TEST_CASE("emu: op kernels: a training step reading an index out of range updates nothing") {
-  // logits = gather(table, cast(x[:, 0])): the step's gather checks its computed rows on the
-  // device. A step with a row out of range fails with the CPU's error, and its parameter writes
-  // (on the device, done by then) are dropped: the next steps continue from the last good one,
-  // as on the CPU, whose kernel fails before the update.
-  auto model = [] {
-    ir::Graph g("embedding");
-    ir::Value* x = *g.addInput("x", ir::TensorType(ir::DType::kF32, {4, 2}));
-    ir::TensorData w(ir::DType::kF32, {5, 3});
-    for (int64_t i = 0; i < 15; ++i) w.as<float>()[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
-    ir::Value* table = *g.addParameter("table", std::move(w), true);
-    ir::Value* col = (*g.addNode(ir::OpKind::kSlice, {x},
-                                 {{"starts", std::vector<int64_t>{0}},
-                                  {"ends", std::vector<int64_t>{1}},
-                                  {"axes", std::vector<int64_t>{1}}}))
-                         ->output();
-    ir::Value* flat =
-        (*g.addNode(ir::OpKind::kReshape, {col}, {{"shape", std::vector<int64_t>{4}}}))->output();
-    ir::Value* rows =
-        (*g.addNode(ir::OpKind::kCast, {flat}, {{"to", std::string("i64")}}))->output();
-    g.setOutputs(
-        {(*g.addNode(ir::OpKind::kGather, {table, rows}, {{"axis", int64_t{0}}}))->output()});
-    return g;
-  };
-  compiler::TrainOptions cpuOptions;
-  cpuOptions.sgd.lr = 0.5;
-  compiler::TrainOptions devOptions = cpuOptions;
-  devOptions.compile.backend = testing::testDevice();
-  auto cpu = compiler::TrainingStep::create(model(), cpuOptions);
-  INFO(cpu.status().message());
-  REQUIRE(cpu.hasValue());
-  auto dev = compiler::TrainingStep::create(model(), devOptions);
-  INFO(dev.status().message());
-  REQUIRE(dev.hasValue());
-  REQUIRE((*dev)->compiled());
-  CHECK((*dev)->compiled()->plan().deviceIndexChecks.size() == 1);
-  Tensor x = *Tensor::zeros(ir::DType::kF32, {4, 2});
-  Tensor t = *Tensor::zeros(ir::DType::kI64, {4});
-  for (int64_t i = 0; i < 4; ++i) t.data<int64_t>()[i] = i % 3;
-  for (int step = 0; step < 4; ++step) {
-    INFO("step " << step);
-    for (int64_t i = 0; i < 4; ++i) x.data<float>()[2 * i] = static_cast<float>((i + step) % 5);
-    if (step == 2) x.data<float>()[4] = 5;  // Row 5 of 5, at flat position 2.
-    auto want = (**cpu)(x, t);
-    auto got = (**dev)(x, t);
-    INFO("cpu: " << want.status().message());
-    INFO("device: " << got.status().message());
-    REQUIRE(want.hasValue() == got.hasValue());
-    if (!want) {
-      CHECK(step == 2);
-      CHECK(got.status().message() == want.status().message());
-      CHECK_THAT(got.status().message(), Catch::Contains("index 5 (at flat position 2)"));
-      continue;
+TEST_CASE("emu: op kernels: a training step that fails on the device updates nothing") {
+  // logits = gather(table, rows), rows = cast(x[:, 0]): the step's gather (and its gradient)
+  // check the computed rows on the device. A step with a row out of range fails with the CPU's
+  // error, and its parameter writes (on the device, done by then) are dropped: the next steps
+  // continue from the last good one, as on the CPU, whose kernel fails before the update. The
+  // same for an op on the host that fails: rows = cast(x[:, 0]) / cast(x[:, 1]), an integer
+  // division by a computed divisor, whose host kernel reports a zero.
+  for (const bool divide : {false, true}) {
+    INFO((divide ? "a host op's error" : "an index out of range"));
+    auto model = [&] {
+      ir::Graph g("embedding");
+      ir::Value* x = *g.addInput("x", ir::TensorType(ir::DType::kF32, {4, 2}));
+      ir::TensorData w(ir::DType::kF32, {5, 3});
+      for (int64_t i = 0; i < 15; ++i) w.as<float>()[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+      ir::Value* table = *g.addParameter("table", std::move(w), true);
+      auto column = [&](int64_t c) {
+        ir::Value* col = (*g.addNode(ir::OpKind::kSlice, {x},
+                                     {{"starts", std::vector<int64_t>{c}},
+                                      {"ends", std::vector<int64_t>{c + 1}},
+                                      {"axes", std::vector<int64_t>{1}}}))
+                             ->output();
+        ir::Value* flat =
+            (*g.addNode(ir::OpKind::kReshape, {col}, {{"shape", std::vector<int64_t>{4}}}))
+                ->output();
+        return (*g.addNode(ir::OpKind::kCast, {flat}, {{"to", std::string("i64")}}))->output();
+      };
+      ir::Value* rows = column(0);
+      if (divide) rows = (*g.addNode(ir::OpKind::kDiv, {rows, column(1)}))->output();
+      g.setOutputs(
+          {(*g.addNode(ir::OpKind::kGather, {table, rows}, {{"axis", int64_t{0}}}))->output()});
+      return g;
+    };
+    compiler::TrainOptions cpuOptions;
+    cpuOptions.sgd.lr = 0.5;
+    compiler::TrainOptions devOptions = cpuOptions;
+    devOptions.compile.backend = testing::testDevice();
+    auto cpu = compiler::TrainingStep::create(model(), cpuOptions);
+    INFO(cpu.status().message());
+    REQUIRE(cpu.hasValue());
+    auto dev = compiler::TrainingStep::create(model(), devOptions);
+    INFO(dev.status().message());
+    REQUIRE(dev.hasValue());
+    REQUIRE((*dev)->compiled());
+    // The gather and its gradient (gather_backward) read the rows: two words.
+    CHECK((*dev)->compiled()->plan().deviceIndexChecks.size() == 2);
+    CHECK((*dev)->compiled()->report().hostSteps == (divide ? 1 : 0));
+    Tensor x = *Tensor::zeros(ir::DType::kF32, {4, 2});
+    Tensor t = *Tensor::zeros(ir::DType::kI64, {4});
+    for (int64_t i = 0; i < 4; ++i) t.data<int64_t>()[i] = i % 3;
+    for (int step = 0; step < 4; ++step) {
+      INFO("step " << step);
+      for (int64_t i = 0; i < 4; ++i) {
+        x.data<float>()[2 * i] = static_cast<float>((i + step) % 5);
+        x.data<float>()[2 * i + 1] = 1;
+      }
+      if (step == 2) x.data<float>()[divide ? 5 : 4] = divide ? 0 : 5;
+      auto want = (**cpu)(x, t);
+      auto got = (**dev)(x, t);
+      INFO("cpu: " << want.status().message());
+      INFO("device: " << got.status().message());
+      REQUIRE(want.hasValue() == got.hasValue());
+      if (!want) {
+        CHECK(step == 2);
+        if (!divide) {
+          CHECK(got.status().message() == want.status().message());
+          CHECK_THAT(got.status().message(), Catch::Contains("index 5 (at flat position 2)"));
+        } else {  // The host op's error says where it ran.
+          const std::string& m = want.status().message();
+          CHECK_THAT(got.status().message(), Catch::Contains(m.substr(m.find(": ") + 2)));
+        }
+        continue;
+      }
+      CHECK(std::fabs(got->loss - want->loss) <= 1e-6 * std::max(1.0, std::fabs(want->loss)));
     }
-    CHECK(std::fabs(got->loss - want->loss) <= 1e-6 * std::max(1.0, std::fabs(want->loss)));
+    CHECK((*dev)->stepsRun() == (*cpu)->stepsRun());
+    const auto a = (*cpu)->state(), b = (*dev)->state();
+    const ir::TensorData& wa = a.at("table");
+    const ir::TensorData& wb = b.at("table");
+    for (int64_t i = 0; i < 15; ++i)
+      CHECK(std::fabs(wa.as<float>()[i] - wb.as<float>()[i]) <= 1e-6);
   }
-  CHECK((*dev)->stepsRun() == (*cpu)->stepsRun());
-  const auto a = (*cpu)->state(), b = (*dev)->state();
-  const ir::TensorData& wa = a.at("table");
-  const ir::TensorData& wb = b.at("table");
-  for (int64_t i = 0; i < 15; ++i) CHECK(std::fabs(wa.as<float>()[i] - wb.as<float>()[i]) <= 1e-6);
+}
+
+TEST_CASE("emu: op kernels: gather_backward adds repeated indices in the reference's order") {
+  // An embedding's gradient: each row's gradients added in index order, from 0, in the data's
+  // type. Gradients of mixed magnitudes and many repeats, so that another order of the adds
+  // gives other bits (checked: the test could fail), and negative indices.
+  std::mt19937 rng(17);
+  struct Case {
+    ir::DType dtype, index;
+    ir::Shape data, ids;
+    int64_t axis;
+  };
+  for (const Case& c : {Case{ir::DType::kF32, ir::DType::kI64, {7, 5}, {40}, 0},
+                        Case{ir::DType::kF32, ir::DType::kI32, {7, 3}, {4, 10}, 0},
+                        Case{ir::DType::kF64, ir::DType::kI64, {2, 6, 3}, {25}, 1},
+                        Case{ir::DType::kF32, ir::DType::kI64, {3, 9}, {300}, 1},
+                        Case{ir::DType::kF32, ir::DType::kI32, {1000, 2}, {3}, 0}}) {
+    const ir::TensorType dataType(c.dtype, c.data);
+    INFO(dataType.toString() << " ids " << ir::TensorType(c.index, c.ids).toString() << " axis "
+                             << c.axis);
+    ir::Shape gradShape;
+    const size_t axis = static_cast<size_t>(c.axis);
+    for (size_t d = 0; d < axis; ++d) gradShape.push_back(c.data[d]);
+    for (int64_t d : c.ids) gradShape.push_back(d);
+    for (size_t d = axis + 1; d < c.data.size(); ++d) gradShape.push_back(c.data[d]);
+    ir::Graph g("gather_backward");
+    ir::Value* grad = *g.addInput("grad", ir::TensorType(c.dtype, gradShape));
+    ir::Value* ids = *g.addInput("ids", ir::TensorType(c.index, c.ids));
+    ir::Value* data = *g.addInput("data", dataType);
+    auto n = g.addNode(ir::OpKind::kGatherBackward, {grad, ids, data}, {{"axis", c.axis}});
+    INFO(n.status().message());
+    REQUIRE(n.hasValue());
+    g.setOutputs({(*n)->output()});
+    Tensor gt = *Tensor::empty(c.dtype, gradShape);
+    std::uniform_real_distribution<double> unit(-1, 1);
+    std::uniform_int_distribution<int> scale(-12, 12);
+    for (int64_t i = 0; i < gt.numElements(); ++i) {
+      const double v = unit(rng) * std::ldexp(1.0, scale(rng));
+      if (c.dtype == ir::DType::kF32)
+        gt.data<float>()[i] = static_cast<float>(v);
+      else
+        gt.data<double>()[i] = v;
+    }
+    const int64_t dim = c.data[axis];
+    Tensor it = *Tensor::empty(c.index, c.ids);
+    // Few distinct rows (many repeats), some counted from the end.
+    std::uniform_int_distribution<int64_t> pick(-dim, std::min<int64_t>(dim, 4) - 1);
+    for (int64_t i = 0; i < it.numElements(); ++i) {
+      const int64_t v = pick(rng);
+      if (c.index == ir::DType::kI64)
+        it.data<int64_t>()[i] = v;
+      else
+        it.data<int32_t>()[i] = static_cast<int32_t>(v);
+    }
+    const Outputs r = onDeviceAndReference(g, {gt, it, *Tensor::zeros(c.dtype, c.data)});
+    CHECK(r.opKernels == 3);
+    CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
+    if (it.numElements() < 20) continue;
+    // The adds in reverse order give other bits somewhere.
+    Tensor reversedIds = *Tensor::empty(c.index, c.ids);
+    Tensor reversedGrad = *Tensor::empty(c.dtype, gradShape);
+    const int64_t count = it.numElements();
+    int64_t inner = 1;
+    for (size_t d = axis + 1; d < c.data.size(); ++d) inner *= c.data[d];
+    const int64_t outerDims = gt.numElements() / (count * inner);
+    const size_t es = ir::dtypeSize(c.dtype), is = ir::dtypeSize(c.index);
+    for (int64_t j = 0; j < count; ++j) {
+      std::memcpy(reversedIds.rawData() + j * is, it.rawData() + (count - 1 - j) * is, is);
+      for (int64_t o = 0; o < outerDims; ++o)
+        std::memcpy(reversedGrad.rawData() + ((o * count + j) * inner) * es,
+                    gt.rawData() + ((o * count + count - 1 - j) * inner) * es, inner * es);
+    }
+    auto reversed = runtime::EagerExecutor(g).run(
+        std::vector<Tensor>{reversedGrad, reversedIds, *Tensor::zeros(c.dtype, c.data)});
+    REQUIRE(reversed.hasValue());
+    CHECK(std::memcmp((*reversed)[0].rawData(), r.reference.rawData(), r.reference.byteSize()) !=
+          0);
+  }
+
+  // Indices the graph computes: checked by its first launch, with the CPU's error.
+  ir::Graph g("computed");
+  ir::Value* grad = *g.addInput("grad", ir::TensorType(ir::DType::kF32, {6, 2}));
+  ir::Value* ids = *g.addInput("ids", ir::TensorType(ir::DType::kI64, {6}));
+  ir::Value* shift = *g.addInput("shift", ir::TensorType(ir::DType::kI64, {}));
+  ir::Value* data = *g.addInput("data", ir::TensorType(ir::DType::kF32, {4, 2}));
+  ir::Value* at = (*g.addNode(ir::OpKind::kAdd, {ids, shift}))->output();
+  g.setOutputs({(*g.addNode(ir::OpKind::kGatherBackward, {grad, at, data}))->output()});
+  const TwoCompiles m = compileTwice(g);
+  CHECK(m.device->report().hostSteps == 0);
+  CHECK(m.device->plan().deviceIndexChecks.size() == 1);
+  Tensor gt = *Tensor::empty(ir::DType::kF32, {6, 2});
+  for (int64_t i = 0; i < 12; ++i) gt.data<float>()[i] = 0.1f * static_cast<float>(i) - 0.35f;
+  Tensor it = *Tensor::empty(ir::DType::kI64, {6});
+  for (int64_t i = 0; i < 6; ++i) it.data<int64_t>()[i] = i % 3;
+  Tensor dt = *Tensor::zeros(ir::DType::kF32, {4, 2});
+  for (const int64_t sh : {0, 1, 2, -4, -5, 0}) {
+    INFO("shift " << sh);
+    Tensor st = *Tensor::zeros(ir::DType::kI64, {});
+    st.data<int64_t>()[0] = sh;
+    checkSameOutcome(m, {gt, it, st, dt});
+  }
 }
