@@ -80,6 +80,11 @@ struct IndexArg {
   int64_t ignore = 0;  // Class indices.
   int axis = 0;        // Positions.
   int data = 0;        // Positions: the argument holding the data (input 0 of a gather).
+  // Not empty: a scatter's indices instead, each resolved along a dim as its reference kernel
+  // does (runtime::IndexCheck::Kind::kResolved): component c of each tuple of limits.size() in
+  // [-limits[c], limits[c]) along dim dims[c].
+  std::vector<int64_t> limits;
+  std::vector<int> dims;
 };
 
 struct KernelArg {

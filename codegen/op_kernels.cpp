@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <functional>
 #include <utility>
 
 #include "codegen/render.h"
@@ -739,19 +740,116 @@ Expected<Kernel> gatherElements(const ir::Node& n, std::string name, bool indexW
   return k;
 }
 
+// An op that combines sources into the rows of its output in source order: an embedding's
+// gradient (gather_backward: gradient rows added at their index), a scatter (updates combined
+// into a copy of the data at their index). The reference walks the sources in order, so that
+// repeated indices combine deterministically; here a stable counting sort of the sources by row,
+// in four launches over a workspace of u64s: the rows' starts (rows + 1), a cursor per row
+// (rows), the sources placed by row (count) and sorted by row (count):
+//   _a (one block): each row's count of sources (atomic adds of integers: exact in any order),
+//      their running sum (the starts), and the cursors set to the starts;
+//   _b (a thread a source): a slot of its row by the row's cursor, in any order;
+//   _c (a thread a source): its rank among its row's sources, by their positions, and so its
+//      slot in order (work: the sum of each row's sources squared);
+//   _d (a thread an output element): its initial value combined with its row's sources in
+//      order: the reference's bits.
+// The kernels take a0 .. a2 (the node's inputs), a3 (its output), a4 (the workspace), then the
+// index word.
+struct RowCombine {
+  int64_t rows = 0, count = 0, outElements = 0;
+  std::string params;  // The kernels' parameters.
+  // Statements setting `long long p` for source `j`: its row, or -1 for an index out of range
+  // (reported with an index word, where `report`).
+  std::function<std::string(bool report)> rowOf;
+  // Statements for output element `i` setting `long long r`, its row (and what the expressions
+  // below read); its type, the value before any source; source `j`'s value `v` combined into
+  // `acc`.
+  std::string element, type, init, source, combine;
+};
+
+void combineByRows(Kernel& k, const ir::Node& n, const RowCombine& c) {
+  const int64_t rows = c.rows, count = c.count;
+  const std::string cursor = ll(rows + 1), placed = ll(2 * rows + 1),
+                    sorted = ll(2 * rows + 1 + count);
+  k.workspaceBytes = 8 * (2 * rows + 1 + 2 * count);
+  auto head = [&](const std::string& name) {
+    return "extern \"C\" __global__ void " + name + "(" + c.params + ") {\n";
+  };
+  std::vector<Kernel> then(3, k);
+  const char* suffix[] = {"_b", "_c", "_d"};
+  for (size_t i = 0; i < 3; ++i) {
+    then[i].name = k.name + suffix[i];
+    then[i].indexArgs.clear();
+  }
+  // _a
+  k.oneBlock = true;
+  std::string s = "// " + n.describe() + ": rows' starts\n" + head(k.name);
+  s += "  for (long long r = threadIdx.x; r <= " + ll(rows) + "; r += blockDim.x) a4[r] = 0;\n";
+  s += "  __syncthreads();\n";
+  s += "  for (long long j = threadIdx.x; j < " + ll(count) + "; j += blockDim.x) {\n" +
+       c.rowOf(true) + "    if (p >= 0) atomicAdd(&a4[p + 1], 1ULL);\n  }\n  __syncthreads();\n";
+  // Each thread sums a chunk of the counts; thread 0 the chunks' sums; each its chunk's starts.
+  s += "  KILN_SHARED(unsigned long long, kiln_smem_u64, " + std::to_string(kCudaBlock) + ");\n";
+  s += "  const long long chunk = (" + ll(rows) + " + blockDim.x - 1) / blockDim.x;\n";
+  s += "  const long long lo = 1 + (long long)threadIdx.x * chunk;\n";
+  s += "  const long long hi = lo + chunk < " + ll(rows + 1) + " ? lo + chunk : " + ll(rows + 1) +
+       ";\n";
+  s += "  unsigned long long sum = 0;\n  for (long long r = lo; r < hi; ++r) sum += a4[r];\n";
+  s += "  kiln_smem_u64[threadIdx.x] = sum;\n  __syncthreads();\n";
+  s += "  if (threadIdx.x == 0) {\n    unsigned long long run = 0;\n";
+  s += "    for (unsigned t = 0; t < blockDim.x; ++t) {\n      const unsigned long long v = "
+       "kiln_smem_u64[t];\n      kiln_smem_u64[t] = run;\n      run += v;\n    }\n  }\n";
+  s += "  __syncthreads();\n  unsigned long long run = kiln_smem_u64[threadIdx.x];\n";
+  s += "  for (long long r = lo; r < hi; ++r) {\n    run += a4[r];\n    a4[r] = run;\n  }\n";
+  s += "  __syncthreads();\n";
+  s += "  for (long long r = threadIdx.x; r < " + ll(rows) + "; r += blockDim.x) a4[" + cursor +
+       " + r] = a4[r];\n}\n";
+  k.source = std::move(s);
+  // _b
+  then[0].domain = {count};
+  s = "// " + n.describe() + ": sources by row\n" + head(then[0].name);
+  s += "  " + gridLoop("j", count) + " {\n" + c.rowOf(false);
+  s += "    if (p >= 0) a4[" + placed + " + atomicAdd(&a4[" + cursor +
+       " + p], 1ULL)] = (unsigned long long)j;\n  }\n}\n";
+  then[0].source = std::move(s);
+  // _c
+  then[1].domain = {count};
+  s = "// " + n.describe() + ": sources by row, in order\n" + head(then[1].name);
+  s += "  " + gridLoop("j", count) + " {\n" + c.rowOf(false);
+  s += "    if (p < 0) continue;\n    unsigned long long rank = 0;\n";
+  s += "    for (unsigned long long e = a4[p]; e < a4[p + 1]; ++e) rank += a4[" + placed +
+       " + e] < (unsigned long long)j;\n";
+  s += "    a4[" + sorted + " + a4[p] + rank] = (unsigned long long)j;\n  }\n}\n";
+  then[1].source = std::move(s);
+  // _d
+  then[2].domain = {c.outElements};
+  s = "// " + n.describe() + ": combined\n" + head(then[2].name);
+  s += "  " + gridLoop("i", c.outElements) + " {\n" + c.element;
+  s += "    " + c.type + " acc = " + c.init + ";\n";
+  s += "    for (unsigned long long e = a4[r]; e < a4[r + 1]; ++e) {\n";
+  s += "      const long long j = (long long)a4[" + sorted + " + e];\n";
+  s += "      const " + c.type + " v = " + c.source + ";\n      acc = " + c.combine + ";\n    }\n";
+  s += "    a3[i] = acc;\n  }\n}\n";
+  then[2].source = std::move(s);
+  k.then = std::move(then);
+}
+
+// The statements resolving index `value` (a C expression) along a dim of `size` into `q`, and
+// on one out of range setting `bad` (reporting flat position `position` with an index word,
+// where `report`).
+std::string resolveInto(const Kernel& k, bool report, const std::string& value,
+                        const std::string& position, int64_t size) {
+  std::string s = "      long long q = (long long)" + value +
+                  ";\n      if (q < 0) q += " + ll(size) +
+                  ";\n      if (q < 0 || q >= " + ll(size) + ") { bad = true; ";
+  if (report) s += reportIndex(k, position, "(long long)" + value);
+  return s + "}\n";
+}
+
 // gather_backward(grad [outer, count, inner], indices [count..], data [outer, dim, inner]) ->
 // d data [outer, dim, inner] (f32, f64; i64/i32 indices): zeros with each grad row added at its
-// index. The reference adds a row's gradients in index order, so that repeated indices (a
-// padding token, a frequent word) sum deterministically; here in three launches over a workspace
-// of the rows' starts (dim + 1) and the positions sorted by row (count), u64 each:
-//   _a (one block): the count of each row (atomic adds of integers: exact in any order), then
-//      their running sum, the start of each row;
-//   _b (a thread a position): its slot, its row's start plus the positions before it at the same
-//      row (a stable counting sort);
-//   _c (a thread an output element): the sum of its row's gradients over its positions in
-//      order, from 0 in the data's type, as the reference: the same bits.
-// Indices out of range add nothing (reported with an index word; checked before the run, or by
-// the compiler, otherwise).
+// index, in index order (combineByRows). Indices out of range add nothing (reported with an index
+// word; checked before the run, or by the compiler, otherwise).
 Expected<Kernel> gatherBackward(const ir::Node& n, std::string name, bool indexWord) {
   const ir::TensorType& d = n.input(2)->type();
   const ir::DType idx = n.input(1)->type().dtype;
@@ -764,8 +862,7 @@ Expected<Kernel> gatherBackward(const ir::Node& n, std::string name, bool indexW
       return unimplemented("gather_backward's op kernel takes plain tensors");
   KILN_ASSIGN_OR_RETURN(const int axis,
                         ir::normalizeAxis(n.attr().getInt("axis"), d.shape.size(), "axis"));
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < static_cast<size_t>(axis); ++i) outer *= d.shape[i];
+  int64_t inner = 1;
   for (size_t i = static_cast<size_t>(axis) + 1; i < d.shape.size(); ++i) inner *= d.shape[i];
   const int64_t dim = d.shape[static_cast<size_t>(axis)];
   const int64_t count = n.input(1)->type().numElements();
@@ -775,66 +872,138 @@ Expected<Kernel> gatherBackward(const ir::Node& n, std::string name, bool indexW
   const std::string I = idx == ir::DType::kI64 ? "long long" : "int";
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
   k.indexArgs.push_back({.arg = 1, .position = true, .limit = dim, .axis = axis, .data = 2});
-  k.workspaceBytes = 8 * (dim + 1 + count);
   k.args.push_back({std::string(), ScalarType::kU8, true});
   addIndexWord(k, indexWord);
-  Kernel b = k, c = k;
-  b.name = k.name + "_b";
-  c.name = k.name + "_c";
-  b.indexArgs.clear();
-  c.indexArgs.clear();
-  auto head = [&](const Kernel& x) {
-    return "extern \"C\" __global__ void " + x.name + "(kiln_gptr<const " + T +
-           "> a0, kiln_gptr<const " + I + "> a1, kiln_gptr<const " + T + "> a2, kiln_gptr<" + T +
-           "> a3, kiln_gptr<unsigned long long> a4" + wordParam(x) + ") {\n";
+  RowCombine c;
+  c.rows = dim;
+  c.count = count;
+  c.outElements = n.output()->type().numElements();
+  c.params = "kiln_gptr<const " + T + "> a0, kiln_gptr<const " + I + "> a1, kiln_gptr<const " + T +
+             "> a2, kiln_gptr<" + T + "> a3, kiln_gptr<unsigned long long> a4" + wordParam(k);
+  c.rowOf = [&k, dim](bool report) {
+    return "    long long p = -1;\n    {\n      bool bad = false;\n" +
+           resolveInto(k, report, "a1[j]", "j", dim) + "      if (!bad) p = q;\n    }\n";
   };
-  const std::string row =
-      "    long long p = (long long)a1[j];\n    if (p < 0) p += " + ll(dim) + ";\n";
-  // _a: a4[r + 1] counts row r, then a4[r] is row r's start (a4[dim] = the positions in range).
-  k.oneBlock = true;
-  std::string s = "// " + n.describe() + "\n" + head(k);
-  s += "  for (long long r = threadIdx.x; r <= " + ll(dim) + "; r += blockDim.x) a4[r] = 0;\n";
-  s += "  __syncthreads();\n";
-  s += "  for (long long j = threadIdx.x; j < " + ll(count) + "; j += blockDim.x) {\n" + row;
-  s += "    if (p >= 0 && p < " + ll(dim) + ") atomicAdd(&a4[p + 1], 1ULL);\n";
-  if (k.indexWord) s += "    else " + reportIndex(k, "j", "(long long)a1[j]") + "\n";
-  s += "  }\n  __syncthreads();\n";
-  // Each thread sums a chunk of the counts; thread 0 the chunks' sums; each its chunk's starts.
-  s += "  KILN_SHARED(unsigned long long, kiln_smem_u64, " + std::to_string(kCudaBlock) + ");\n";
-  s += "  const long long chunk = (" + ll(dim) + " + blockDim.x - 1) / blockDim.x;\n";
-  s += "  const long long lo = 1 + (long long)threadIdx.x * chunk;\n";
-  s += "  const long long hi = lo + chunk < " + ll(dim + 1) + " ? lo + chunk : " + ll(dim + 1) +
-       ";\n";
-  s += "  unsigned long long sum = 0;\n  for (long long r = lo; r < hi; ++r) sum += a4[r];\n";
-  s += "  kiln_smem_u64[threadIdx.x] = sum;\n  __syncthreads();\n";
-  s += "  if (threadIdx.x == 0) {\n    unsigned long long run = 0;\n";
-  s += "    for (unsigned t = 0; t < blockDim.x; ++t) {\n      const unsigned long long v = "
-       "kiln_smem_u64[t];\n      kiln_smem_u64[t] = run;\n      run += v;\n    }\n  }\n";
-  s += "  __syncthreads();\n  unsigned long long run = kiln_smem_u64[threadIdx.x];\n";
-  s += "  for (long long r = lo; r < hi; ++r) {\n    run += a4[r];\n    a4[r] = run;\n  }\n}\n";
-  k.source = std::move(s);
-  // _b: position j's slot among the sorted positions.
-  b.domain = {count};
-  s = "// " + n.describe() + ": positions sorted by row\n" + head(b);
-  s += "  " + gridLoop("j", count) + " {\n" + row;
-  s += "    if (p < 0 || p >= " + ll(dim) + ") continue;\n    unsigned long long slot = a4[p];\n";
-  s += "    for (long long e = 0; e < j; ++e) {\n      long long q = (long long)a1[e];\n";
-  s += "      if (q < 0) q += " + ll(dim) + ";\n      slot += q == p;\n    }\n";
-  s += "    a4[" + ll(dim + 1) + " + slot] = (unsigned long long)j;\n  }\n}\n";
-  b.source = std::move(s);
-  // _c: each output element, its row's gradients in position order.
-  c.domain = {outer * dim * inner};
-  s = "// " + n.describe() + ": sums\n" + head(c);
-  s += "  " + gridLoop("i", outer * dim * inner) + " {\n";
-  s += "    const long long col = i % " + ll(inner) + ", r = (i / " + ll(inner) + ") % " + ll(dim) +
-       ", o = i / " + ll(dim * inner) + ";\n";
-  s += "    " + T + " acc = 0;\n";
-  s += "    for (unsigned long long e = a4[r]; e < a4[r + 1]; ++e)\n";
-  s += "      acc += a0[(o * " + ll(count) + " + (long long)a4[" + ll(dim + 1) + " + e]) * " +
-       ll(inner) + " + col];\n";
-  s += "    a3[i] = acc;\n  }\n}\n";
-  c.source = std::move(s);
-  k.then = {std::move(b), std::move(c)};
+  c.element = "    const long long col = i % " + ll(inner) + ", r = (i / " + ll(inner) + ") % " +
+              ll(dim) + ", o = i / " + ll(dim * inner) + ";\n";
+  c.type = T;
+  c.init = "0";
+  c.source = "a0[(o * " + ll(count) + " + j) * " + ll(inner) + " + col]";
+  c.combine = "acc + v";
+  combineByRows(k, n, c);
+  return k;
+}
+
+// scatter_elements(data, indices, updates) along `axis` and scatter_nd(data, indices [.., K],
+// updates) (f32, f64, i64, i32, i8, u8; i64/i32 indices; reduction none, add, mul, max, min):
+// a copy of the data with each update combined in at its index, in index order
+// (combineByRows), as the reference: the last one wins without a reduction; integers wrap.
+// Each index is resolved as the reference's kernel reads it (IndexArg::limits); out of range,
+// an update adds nothing (reported with an index word; checked before the run, or by the
+// compiler, otherwise).
+Expected<Kernel> scatter(const ir::Node& n, std::string name, bool indexWord) {
+  const std::string op(ir::opName(n.op()));
+  const ir::TensorType& d = n.input(0)->type();
+  const ir::TensorType& ix = n.input(1)->type();
+  for (const ir::Value* v : n.inputs())
+    if (v->type().layout != ir::Layout::kPlain)
+      return unimplemented(op + "'s op kernel takes plain tensors");
+  if (ix.dtype != ir::DType::kI64 && ix.dtype != ir::DType::kI32)
+    return unimplemented(op + "'s op kernel takes i64 or i32 indices");
+  const ir::DType t = d.dtype;
+  if (t != ir::DType::kF32 && t != ir::DType::kF64 && !isKernelInteger(t))
+    return unimplemented(op + "'s op kernel takes f32, f64, i64, i32, i8 or u8");
+  if (d.numElements() == 0 || ix.numElements() == 0)
+    return unimplemented(op + "'s op kernel takes non-empty operands");
+  const std::string T = elementCType(t);
+  const std::string I = ix.dtype == ir::DType::kI64 ? "long long" : "int";
+  const std::string reduction = n.attr().getString("reduction");
+  const bool isFloat = t == ir::DType::kF32 || t == ir::DType::kF64;
+  const std::string U = T == "long long" ? "unsigned long long"
+                        : T == "int"     ? "unsigned int"
+                                         : "unsigned char";
+  std::string combine;
+  if (reduction == "none")
+    combine = "v";
+  else if (reduction == "add")
+    combine = isFloat ? "acc + v" : "(" + T + ")((" + U + ")acc + (" + U + ")v)";
+  else if (reduction == "mul")
+    combine = isFloat ? "acc * v" : "(" + T + ")((" + U + ")acc * (" + U + ")v)";
+  else if (reduction == "max")
+    combine = "acc < v ? v : acc";
+  else if (reduction == "min")
+    combine = "v < acc ? v : acc";
+  else
+    return unimplemented(op + "'s op kernel has no reduction '" + reduction + "'");
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  RowCombine c;
+  c.outElements = d.numElements();
+  c.type = T;
+  c.init = "a0[i]";
+  c.combine = combine;
+  IndexArg a{.arg = 1};
+  if (n.op() == ir::OpKind::kScatterNd) {
+    const int64_t kdims = ix.shape.back();
+    if (kdims < 1 || kdims > static_cast<int64_t>(d.shape.size()))
+      return unimplemented("scatter_nd's op kernel takes index tuples of 1 to rank dims");
+    int64_t slice = 1;
+    for (size_t e = static_cast<size_t>(kdims); e < d.shape.size(); ++e) slice *= d.shape[e];
+    c.rows = d.numElements() / slice;
+    c.count = ix.numElements() / kdims;
+    std::vector<int64_t> rowStride(static_cast<size_t>(kdims), 1);
+    for (int64_t e = kdims - 1; e > 0; --e)
+      rowStride[static_cast<size_t>(e - 1)] =
+          rowStride[static_cast<size_t>(e)] * d.shape[static_cast<size_t>(e)];
+    for (int64_t e = 0; e < kdims; ++e) {
+      a.limits.push_back(d.shape[static_cast<size_t>(e)]);
+      a.dims.push_back(static_cast<int>(e));
+    }
+    c.rowOf = [&k, kdims, rowStride, shape = d.shape](bool report) {
+      std::string s = "    long long p = 0;\n    bool bad = false;\n";
+      for (int64_t e = 0; e < kdims; ++e) {
+        const std::string at = "j * " + ll(kdims) + " + " + ll(e);
+        s += "    {\n" +
+             resolveInto(k, report, "a1[" + at + "]", at, shape[static_cast<size_t>(e)]) +
+             "      p += q * " + ll(rowStride[static_cast<size_t>(e)]) + ";\n    }\n";
+      }
+      return s + "    if (bad) p = -1;\n";
+    };
+    c.element = "    const long long r = i / " + ll(slice) + ";\n";
+    c.source = "a2[j * " + ll(slice) + " + i % " + ll(slice) + "]";
+  } else {
+    KILN_ASSIGN_OR_RETURN(const int axis,
+                          ir::normalizeAxis(n.attr().getInt("axis"), d.shape.size(), "axis"));
+    if (ix.shape.size() != d.shape.size())
+      return unimplemented("scatter_elements' op kernel takes indices of the data's rank");
+    c.rows = d.numElements();
+    c.count = ix.numElements();
+    a.limits = {d.shape[static_cast<size_t>(axis)]};
+    a.dims = {axis};
+    const std::vector<int64_t> strides = ir::contiguousStrides(d.shape);
+    c.rowOf = [&k, axis, strides, dshape = d.shape, ishape = ix.shape](bool report) {
+      std::string s = "    long long p = 0, rest = j;\n    bool bad = false;\n";
+      for (size_t e = ishape.size(); e-- > 0;) {
+        s += "    {\n";
+        if (static_cast<int>(e) == axis)
+          s += resolveInto(k, report, "a1[j]", "j", dshape[e]) + "      p += q * " +
+               ll(strides[e]) + ";\n";
+        else
+          s += "      p += (rest % " + ll(ishape[e]) + ") * " + ll(strides[e]) + ";\n";
+        s += "      rest /= " + ll(ishape[e]) + ";\n    }\n";
+      }
+      return s + "    if (bad) p = -1;\n";
+    };
+    c.element = "    const long long r = i;\n";
+    c.source = "a2[j]";
+  }
+  if (c.count == 0) return unimplemented(op + "'s op kernel takes updates");
+  a.limit = a.limits.front();
+  k.indexArgs.push_back(std::move(a));
+  k.args.push_back({std::string(), ScalarType::kU8, true});
+  addIndexWord(k, indexWord);
+  c.params = "kiln_gptr<const " + T + "> a0, kiln_gptr<const " + I + "> a1, kiln_gptr<const " + T +
+             "> a2, kiln_gptr<" + T + "> a3, kiln_gptr<unsigned long long> a4" + wordParam(k);
+  combineByRows(k, n, c);
   return k;
 }
 
@@ -923,6 +1092,9 @@ Expected<Kernel> opKernel(const ir::Node& n, std::string name, bool indexWord) {
       return gatherElements(n, std::move(name), indexWord);
     case ir::OpKind::kGatherBackward:
       return gatherBackward(n, std::move(name), indexWord);
+    case ir::OpKind::kScatterElements:
+    case ir::OpKind::kScatterNd:
+      return scatter(n, std::move(name), indexWord);
     case ir::OpKind::kConcat:
       return concat(n, std::move(name));
     case ir::OpKind::kArgMax:

@@ -28,9 +28,12 @@
 //     indices): one thread an output element. Like a loss's targets, the indices are checked
 //     (graph inputs by the plan before the run, constants by the compiler, computed ones by the
 //     kernel); an index out of range writes all bits set (false for bool) and reads nothing.
-//   - gather_backward (f32, f64; i64/i32 indices): an embedding's gradient, with the reference's
-//     bits (each row's gradients added in index order) from a stable counting sort of the
-//     positions by row: three launches over a workspace (Kernel::then, workspaceBytes).
+//   - gather_backward (f32, f64; i64/i32 indices), scatter_elements and scatter_nd (f32, f64,
+//     i64, i32, i8, u8; every reduction): an embedding's gradient, a scatter's updates, combined
+//     into their rows in index order as the reference does (repeated indices: the same bits, the
+//     last update wins without a reduction), from a stable counting sort of the sources by row:
+//     four launches over a workspace (Kernel::then, workspaceBytes). A scatter's indices are
+//     resolved per component as its reference reads them (IndexArg::limits).
 //
 // The renderers print an op kernel's source as it is (render.h); the compiler schedules one
 // where a backend runs CUDA kernels and has no library kernel for the op (compiler/schedule.cpp).

@@ -133,15 +133,18 @@ class Scheduler {
     std::vector<runtime::IndexCheck> checks, onDevice;
     for (const codegen::IndexArg& a : k->indexArgs) {
       const ir::Value* v = n.input(static_cast<size_t>(a.arg));
-      runtime::IndexCheck c{.kind = a.position ? runtime::IndexCheck::Kind::kPosition
-                                               : runtime::IndexCheck::Kind::kClass,
+      runtime::IndexCheck c{.kind = !a.limits.empty() ? runtime::IndexCheck::Kind::kResolved
+                                    : a.position      ? runtime::IndexCheck::Kind::kPosition
+                                                      : runtime::IndexCheck::Kind::kClass,
                             .limit = a.limit,
                             .ignore = a.ignore,
                             .axis = a.axis,
                             .op = std::string(ir::opName(n.op())),
                             .data = a.position
                                         ? n.input(static_cast<size_t>(a.data))->type().toString()
-                                        : std::string()};
+                                        : std::string(),
+                            .limits = a.limits,
+                            .dims = a.dims};
       // A constant (not state a step rewrites, nor trainable) is checked once; out of range,
       // the host's kernel reports it at the run.
       if (v->isConstant(/*inference=*/false)) {
@@ -155,7 +158,8 @@ class Scheduler {
         checks.push_back(std::move(c));
         continue;
       }
-      if (!a.position) c.data = v->type().toString();  // The target's, as the reference's error.
+      if (c.kind == runtime::IndexCheck::Kind::kClass)
+        c.data = v->type().toString();  // The target's, as the reference's error.
       c.where = n.describe();
       onDevice.push_back(std::move(c));
     }
@@ -168,7 +172,8 @@ class Scheduler {
     // labels (the error names the first op).
     for (runtime::IndexCheck& c : checks) {
       auto same = [&](const runtime::IndexCheck& d) {
-        return d.kind == c.kind && d.input == c.input && d.limit == c.limit && d.ignore == c.ignore;
+        return d.kind == c.kind && d.input == c.input && d.limit == c.limit &&
+               d.ignore == c.ignore && d.limits == c.limits && d.dims == c.dims;
       };
       if (std::none_of(s_.indexChecks.begin(), s_.indexChecks.end(), same))
         s_.indexChecks.push_back(std::move(c));

@@ -867,24 +867,37 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
         plan->plan->indexChecks.push_back(std::move(k));
       }
     }
+    // A tagged check (the writer's `tagged`): a host check's input, a device check's node.
+    auto tagged = [&](bool onHost, const std::string& what) {
+      IndexCheck k;
+      const int64_t kind = r.i64();
+      const int64_t input = onHost ? r.i64() : 0;
+      k.limit = r.i64();
+      k.ignore = r.i64();
+      const int64_t axis = r.i64();
+      k.op = r.str();
+      k.data = r.str();
+      if (!onHost) k.where = r.str();
+      if (r.ok() && (kind < 0 || kind > 2 || axis < 0 || axis > 64 || k.limit < 1)) r.fail(what);
+      k.kind = static_cast<IndexCheck::Kind>(r.ok() ? kind : 0);
+      k.axis = r.ok() ? static_cast<int>(axis) : 0;
+      if (onHost) k.input = indexInput(input, k.limit, what);
+      if (r.ok() && k.kind == IndexCheck::Kind::kResolved) {
+        const size_t n = r.count(16);
+        for (size_t c = 0; r.ok() && c < n; ++c) {
+          const int64_t limit = r.i64(), dim = r.i64();
+          if (r.ok() && (limit < 1 || dim < 0 || dim > 64)) r.fail(what);
+          k.limits.push_back(limit);
+          k.dims.push_back(static_cast<int>(dim));
+        }
+        if (r.ok() && (n == 0 || n > 64)) r.fail(what);
+      }
+      return k;
+    };
     if (r.ok() && !r.atEnd()) {
       const size_t checks = r.count(56);
-      for (size_t i = 0; r.ok() && i < checks; ++i) {
-        IndexCheck k;
-        const int64_t kind = r.i64();
-        const int64_t input = r.i64();
-        k.limit = r.i64();
-        k.ignore = r.i64();
-        const int64_t axis = r.i64();
-        k.op = r.str();
-        k.data = r.str();
-        const std::string what = "index check " + std::to_string(i);
-        k.input = indexInput(input, k.limit, what);
-        if (r.ok() && (kind < 0 || kind > 1 || axis < 0 || axis > 64)) r.fail(what);
-        k.kind = kind == 1 ? IndexCheck::Kind::kPosition : IndexCheck::Kind::kClass;
-        k.axis = r.ok() ? static_cast<int>(axis) : 0;
-        plan->plan->indexChecks.push_back(std::move(k));
-      }
+      for (size_t i = 0; r.ok() && i < checks; ++i)
+        plan->plan->indexChecks.push_back(tagged(true, "index check " + std::to_string(i)));
     }
     if (r.ok() && !r.atEnd()) {
       const int64_t offset = r.i64();
@@ -893,21 +906,9 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
                      static_cast<uint64_t>(plan->plan->arenaBytes - offset) / 8 < checks))
         r.fail("device index words at " + std::to_string(offset));
       plan->plan->indexWordsOffset = r.ok() ? offset : 0;
-      for (size_t i = 0; r.ok() && i < checks; ++i) {
-        IndexCheck k;
-        const int64_t kind = r.i64();
-        k.limit = r.i64();
-        k.ignore = r.i64();
-        const int64_t axis = r.i64();
-        k.op = r.str();
-        k.data = r.str();
-        k.where = r.str();
-        if (r.ok() && (kind < 0 || kind > 1 || axis < 0 || axis > 64 || k.limit < 1))
-          r.fail("device index check " + std::to_string(i));
-        k.kind = kind == 1 ? IndexCheck::Kind::kPosition : IndexCheck::Kind::kClass;
-        k.axis = r.ok() ? static_cast<int>(axis) : 0;
-        plan->plan->deviceIndexChecks.push_back(std::move(k));
-      }
+      for (size_t i = 0; r.ok() && i < checks; ++i)
+        plan->plan->deviceIndexChecks.push_back(
+            tagged(false, "device index check " + std::to_string(i)));
     }
     if (r.ok() && !r.atEnd()) r.fail("bytes after the index checks");
     KILN_TRY(r.status().withContext("artifact '" + path + "'"));
@@ -1005,7 +1006,7 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
     // words' offset and each check.
     const bool positions =
         !onDevice.empty() || std::any_of(checks.begin(), checks.end(), [](const IndexCheck& k) {
-          return k.kind == IndexCheck::Kind::kPosition;
+          return k.kind != IndexCheck::Kind::kClass;
         });
     if (!checks.empty() || positions) device.u64(positions ? 0 : checks.size());
     for (const IndexCheck& k : positions ? std::span<const IndexCheck>() : checks) {
@@ -1015,8 +1016,9 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
       device.str(k.op);
     }
     // A tagged check: a host check names its input, a device check its node.
+    // Kind 2 (a scatter's resolved indices; absent before them) adds its (limit, dim) pairs.
     auto tagged = [&](const IndexCheck& k, bool onHost) {
-      device.i64(k.kind == IndexCheck::Kind::kPosition ? 1 : 0);
+      device.i64(static_cast<int64_t>(k.kind));
       if (onHost) device.i64(k.input);
       device.i64(k.limit);
       device.i64(k.ignore);
@@ -1024,6 +1026,12 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
       device.str(k.op);
       device.str(k.data);
       if (!onHost) device.str(k.where);
+      if (k.kind != IndexCheck::Kind::kResolved) return;
+      device.u64(k.limits.size());
+      for (size_t i = 0; i < k.limits.size(); ++i) {
+        device.i64(k.limits[i]);
+        device.i64(k.dims[i]);
+      }
     };
     if (positions) {
       device.u64(checks.size());

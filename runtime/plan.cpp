@@ -15,9 +15,15 @@
 namespace kiln::runtime {
 
 Status checkIndices(const IndexCheck& c, const Tensor& indices) {
-  if (c.kind == IndexCheck::Kind::kClass)
-    return checkClassIndices(c.op, indices, c.limit, c.ignore);
-  return checkPositions(c.op, indices, c.limit, c.axis, c.data);
+  switch (c.kind) {
+    case IndexCheck::Kind::kClass:
+      return checkClassIndices(c.op, indices, c.limit, c.ignore);
+    case IndexCheck::Kind::kPosition:
+      return checkPositions(c.op, indices, c.limit, c.axis, c.data);
+    case IndexCheck::Kind::kResolved:
+      return checkResolvedIndices(c.op, indices, c.limits, c.dims);
+  }
+  return internalError("unknown index check");
 }
 
 uint64_t IndexWord::encode(int64_t position, int64_t value) {
@@ -36,10 +42,22 @@ Status deviceIndexError(const IndexCheck& c, uint64_t word) {
   const std::string value = v == INT32_MAX   ? std::to_string(v) + " or more"
                             : v == INT32_MIN ? std::to_string(v) + " or less"
                                              : std::to_string(v);
-  const std::string message =
-      c.kind == IndexCheck::Kind::kClass
-          ? classIndexError(c.op, value, position, c.data, c.limit, c.ignore)
-          : positionError(c.op, value, position, c.limit, c.axis, c.data);
+  std::string message;
+  switch (c.kind) {
+    case IndexCheck::Kind::kClass:
+      message = classIndexError(c.op, value, position, c.data, c.limit, c.ignore);
+      break;
+    case IndexCheck::Kind::kPosition:
+      message = positionError(c.op, value, position, c.limit, c.axis, c.data);
+      break;
+    case IndexCheck::Kind::kResolved: {
+      if (c.limits.empty() || c.limits.size() != c.dims.size())
+        return internalError("a scatter's index check without its dims");
+      const size_t k = p % c.limits.size();  // A saturated position names component 0 or later.
+      message = resolvedIndexError(c.op, value, c.dims[k], c.limits[k]);
+      break;
+    }
+  }
   return invalidArgument(message).withContext(c.where);
 }
 

@@ -59,7 +59,10 @@ struct PlanStep {
 // Indices that a step reads without checking them itself (a GPU's op kernel):
 //   kClass     a loss's targets, each in [0, limit) or equal to `ignore`;
 //   kPosition  positions along dim `axis` (of size `limit`) of a gather's data, whose type is
-//              `data`: each in [-limit, limit), negatives counting from the end.
+//              `data`: each in [-limit, limit), negatives counting from the end;
+//   kResolved  a scatter's indices, resolved as its reference kernel reads them: index i is
+//              component c = i % limits.size() of a tuple, in [-limits[c], limits[c]) along
+//              dim dims[c] (checkResolvedIndices).
 // Plan::indexChecks holds graph inputs (`input`): run() checks host inputs before any step, with
 // the reference kernels' error (checkIndices); runOnDevice() cannot read device inputs, so there
 // an index out of range gives NaN (a loss) or a filler (a gather: NaN, -1 for integers, false),
@@ -69,7 +72,7 @@ struct PlanStep {
 // the check (IndexWord), which the run reads after its steps and turns into the reference
 // kernel's error (deviceIndexError); what the steps wrote is then discarded.
 struct IndexCheck {
-  enum class Kind : uint8_t { kClass, kPosition };
+  enum class Kind : uint8_t { kClass, kPosition, kResolved };
   Kind kind = Kind::kClass;
   int input = 0;  // indexChecks: the plan's input.
   int64_t limit = 0;
@@ -79,7 +82,9 @@ struct IndexCheck {
   // The type, for the error: kPosition the data's ("f32[30522,768]"); kClass, in
   // deviceIndexChecks, the target's ("i64[32]").
   std::string data;
-  std::string where;  // deviceIndexChecks: the node that reads them, the error's context.
+  std::string where;            // deviceIndexChecks: the node that reads them, the error's context.
+  std::vector<int64_t> limits;  // kResolved.
+  std::vector<int> dims;        // kResolved.
 };
 
 // The reference kernels' check of `indices` (an input of the plan) against `c`.

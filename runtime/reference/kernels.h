@@ -45,6 +45,13 @@ std::string classIndexError(std::string_view op, std::string_view value, std::st
 std::string positionError(std::string_view op, std::string_view value, std::string_view position,
                           int64_t size, int axis, std::string_view data);
 
+// The scatters' check of their indices (i64 or i32), each resolved as they read it: index i,
+// component c = i % limits.size() of a tuple, in [-limits[c], limits[c]) along dim dims[c], else
+// kInvalidArgument with resolvedIndexError (no position: the reference's scatters name none).
+Status checkResolvedIndices(std::string_view op, const Tensor& indices,
+                            std::span<const int64_t> limits, std::span<const int> dims);
+std::string resolvedIndexError(std::string_view op, std::string_view value, int dim, int64_t size);
+
 // The gathers' check of positions (i64 or i32 `indices`) along dim `axis`, of size `size`, of a
 // data tensor described by `data` ("f32[5,3]"): each in [-size, size), else kInvalidArgument
 // naming `op`, the position, the value and the valid range.

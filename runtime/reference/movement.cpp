@@ -128,9 +128,7 @@ Status gatherKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::
 Expected<int64_t> resolveIndex(const char* op, int64_t k, int64_t size, int dim) {
   const int64_t r = k < 0 ? k + size : k;
   if (r < 0 || r >= size)
-    return invalidArgument(std::string(op) + ": index " + std::to_string(k) +
-                           " is out of range for dim " + std::to_string(dim) + " of size " +
-                           std::to_string(size));
+    return invalidArgument(resolvedIndexError(op, std::to_string(k), dim, size));
   return r;
 }
 
@@ -349,6 +347,26 @@ Status relayoutKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
 }
 
 }  // namespace
+
+std::string resolvedIndexError(std::string_view op, std::string_view value, int dim, int64_t size) {
+  return std::string(op) + ": index " + std::string(value) + " is out of range for dim " +
+         std::to_string(dim) + " of size " + std::to_string(size);
+}
+
+Status checkResolvedIndices(std::string_view op, const Tensor& indices,
+                            std::span<const int64_t> limits, std::span<const int> dims) {
+  const std::string name(op);
+  return byIndexType(name.c_str(), indices.dtype(), [&]<class I>(ref::Tag<I>) -> Status {
+    const I* idx = indices.data<I>();
+    const size_t k = limits.size();
+    for (int64_t i = 0; i < indices.numElements(); ++i) {
+      const size_t c = static_cast<size_t>(i) % k;
+      KILN_TRY(
+          resolveIndex(name.c_str(), static_cast<int64_t>(idx[i]), limits[c], dims[c]).status());
+    }
+    return Status::ok();
+  });
+}
 
 std::string positionError(std::string_view op, std::string_view value, std::string_view position,
                           int64_t size, int axis, std::string_view data) {

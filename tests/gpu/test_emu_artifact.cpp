@@ -278,6 +278,40 @@ TEST_CASE("emu artifacts: the index checks of op kernels come back with the plan
   CHECK(std::fabs((*ok)[0].elementAsDouble(0) - 3 * std::log(4.0)) < 1e-5);
 }
 
+namespace {
+
+// `g` compiled for emu (nothing on the host) and saved to DIR/NAME.kiln, and that artifact
+// loaded for emu.
+struct SavedAndLoaded {
+  std::unique_ptr<compiler::CompiledModel> compiled;
+  std::unique_ptr<runtime::LoadedModel> loaded;
+  std::string file;
+};
+SavedAndLoaded compileSaveLoad(const ir::Graph& g, const TempDir& dir, const std::string& name) {
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  compiler::CompileOptions o;
+  o.cacheDir = (dir.path / "cache").string();
+  o.backend = *emu;
+  auto cm = compiler::compile(g, o);
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  CHECK((*cm)->report().hostSteps == 0);
+  SavedAndLoaded r;
+  r.file = (dir.path / (name + ".kiln")).string();
+  REQUIRE(compiler::saveArtifact(**cm, r.file, name).isOk());
+  runtime::LoadOptions lo;
+  lo.backend = *emu;
+  auto loaded = runtime::loadArtifact(r.file, lo);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  r.compiled = std::move(*cm);
+  r.loaded = std::move(*loaded);
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("emu artifacts: the device index checks come back with the plan") {
   // Indices the graph computes are checked by the op kernels themselves, each into its word of
   // the arena: the artifact carries where the words are and what each check's error says, and
@@ -300,24 +334,14 @@ TEST_CASE("emu artifacts: the device index checks come back with the plan") {
                         ->output();
   g.setOutputs({loss, rows, plain});
   TempDir dir;
-  compiler::CompileOptions o;
-  o.cacheDir = (dir.path / "cache").string();
-  o.backend = *emu;
-  auto cm = compiler::compile(g, o);
-  INFO(cm.status().message());
-  REQUIRE(cm.hasValue());
-  CHECK((*cm)->report().hostSteps == 0);
-  REQUIRE((*cm)->plan().indexChecks.size() == 1);
-  REQUIRE((*cm)->plan().deviceIndexChecks.size() == 2);
-  const std::string file = (dir.path / "computed.kiln").string();
-  REQUIRE(compiler::saveArtifact(**cm, file, "computed").isOk());
-  runtime::LoadOptions lo;
-  lo.backend = *emu;
-  auto loaded = runtime::loadArtifact(file, lo);
-  INFO(loaded.status().message());
-  REQUIRE(loaded.hasValue());
-  const runtime::Plan& a = (*cm)->plan();
-  const runtime::Plan& b = (*loaded)->plan();
+  SavedAndLoaded m = compileSaveLoad(g, dir, "computed");
+  const std::unique_ptr<compiler::CompiledModel>& cm = m.compiled;
+  const std::unique_ptr<runtime::LoadedModel>& loaded = m.loaded;
+  const std::string& file = m.file;
+  REQUIRE(cm->plan().indexChecks.size() == 1);
+  REQUIRE(cm->plan().deviceIndexChecks.size() == 2);
+  const runtime::Plan& a = cm->plan();
+  const runtime::Plan& b = loaded->plan();
   CHECK(b.indexChecks.size() == 1);
   CHECK(b.indexWordsOffset == a.indexWordsOffset);
   CHECK(b.arenaBytes == a.arenaBytes);
@@ -337,8 +361,8 @@ TEST_CASE("emu artifacts: the device index checks come back with the plan") {
   Tensor tableIn = *Tensor::zeros(ir::DType::kF32, {6, 2});
   Tensor at = *Tensor::zeros(ir::DType::kI64, {2});
   at.data<int64_t>()[1] = 3;  // 6 after the add.
-  for (auto p : {(*loaded)->run(std::vector<Tensor>{logits, labels, tableIn, at}),
-                 (*cm)->run(std::vector<Tensor>{logits, labels, tableIn, at})}) {
+  for (auto p : {loaded->run(std::vector<Tensor>{logits, labels, tableIn, at}),
+                 cm->run(std::vector<Tensor>{logits, labels, tableIn, at})}) {
     REQUIRE_FALSE(p.hasValue());
     CHECK_THAT(p.status().message(),
                Catch::Contains("gather: index 6 (at flat position 1) is out of range for dim 0 "
@@ -346,13 +370,13 @@ TEST_CASE("emu artifacts: the device index checks come back with the plan") {
   }
   at.data<int64_t>()[1] = 1;
   labels.data<int32_t>()[2] = 2;  // 4 after the add.
-  auto r = (*loaded)->run(std::vector<Tensor>{logits, labels, tableIn, at});
+  auto r = loaded->run(std::vector<Tensor>{logits, labels, tableIn, at});
   REQUIRE_FALSE(r.hasValue());
   CHECK_THAT(r.status().message(),
              Catch::Contains("cross_entropy_loss: target class 4 at flat position 2 of target "
                              "i32[3] is out of range for 4 classes"));
   labels.data<int32_t>()[2] = 1;
-  auto ok = (*loaded)->run(std::vector<Tensor>{logits, labels, tableIn, at});
+  auto ok = loaded->run(std::vector<Tensor>{logits, labels, tableIn, at});
   INFO(ok.status().message());
   REQUIRE(ok.hasValue());
   CHECK(std::fabs((*ok)[0].elementAsDouble(0) - 3 * std::log(4.0)) < 1e-5);
@@ -371,8 +395,58 @@ TEST_CASE("emu artifacts: the device index checks come back with the plan") {
   const std::string damaged = (dir.path / "damaged.kiln").string();
   std::ofstream(damaged, std::ios::binary)
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  runtime::LoadOptions lo;
+  lo.backend = *emu;
   auto bad = runtime::loadArtifact(damaged, lo);
   REQUIRE_FALSE(bad.hasValue());
   CHECK_THAT(bad.status().message(),
              Catch::Contains("device index words at " + std::to_string(past)));
+}
+
+TEST_CASE("emu artifacts: a scatter's index checks come back with the plan") {
+  // A scatter's indices are resolved per component (kind 2 of the tagged checks, with its limits
+  // and dims): an input's checked before the run, computed ones on the device.
+  auto emu = runtime::gpu::backendForDevice("emu");
+  REQUIRE(emu.hasValue());
+  ir::Graph g("scatter");
+  ir::Value* d = *g.addInput("data", ir::TensorType(ir::DType::kF32, {3, 4, 2}));
+  ir::Value* ids = *g.addInput("ids", ir::TensorType(ir::DType::kI32, {2, 2}));
+  ir::Value* u = *g.addInput("updates", ir::TensorType(ir::DType::kF32, {2, 2}));
+  ir::Value* twice = (*g.addNode(ir::OpKind::kAdd, {ids, ids}))->output();
+  const ir::AttrMap none = {{"reduction", std::string("none")}};
+  g.setOutputs({(*g.addNode(ir::OpKind::kScatterNd, {d, ids, u}, none))->output(),
+                (*g.addNode(ir::OpKind::kScatterNd, {d, twice, u}, none))->output()});
+  TempDir dir;
+  SavedAndLoaded m = compileSaveLoad(g, dir, "scatter");
+  const std::unique_ptr<compiler::CompiledModel>& cm = m.compiled;
+  const std::unique_ptr<runtime::LoadedModel>& loaded = m.loaded;
+  for (const runtime::Plan* p : {&cm->plan(), &loaded->plan()}) {
+    REQUIRE(p->indexChecks.size() == 1);
+    REQUIRE(p->deviceIndexChecks.size() == 1);
+    for (const runtime::IndexCheck* c : {&p->indexChecks[0], &p->deviceIndexChecks[0]}) {
+      CHECK(c->kind == runtime::IndexCheck::Kind::kResolved);
+      CHECK(c->limits == std::vector<int64_t>{3, 4});
+      CHECK(c->dims == std::vector<int>{0, 1});
+      CHECK(c->op == "scatter_nd");
+    }
+  }
+  Tensor data = *Tensor::zeros(ir::DType::kF32, {3, 4, 2});
+  Tensor at = *Tensor::zeros(ir::DType::kI32, {2, 2});
+  Tensor upd = *Tensor::zeros(ir::DType::kF32, {2, 2});
+  at.data<int32_t>()[3] = 2;  // 4 once doubled: out of range for dim 1.
+  for (auto r : {loaded->run(std::vector<Tensor>{data, at, upd}),
+                 cm->run(std::vector<Tensor>{data, at, upd})}) {
+    REQUIRE_FALSE(r.hasValue());
+    CHECK_THAT(r.status().message(),
+               Catch::Contains("scatter_nd: index 4 is out of range for dim 1 of size 4"));
+  }
+  at.data<int32_t>()[3] = 4;  // The input itself.
+  auto r = loaded->run(std::vector<Tensor>{data, at, upd});
+  REQUIRE_FALSE(r.hasValue());
+  CHECK_THAT(r.status().message(),
+             Catch::Contains("input 'ids': scatter_nd: index 4 is out of range for dim 1"));
+  at.data<int32_t>()[3] = -2;
+  auto ok = loaded->run(std::vector<Tensor>{data, at, upd});
+  INFO(ok.status().message());
+  CHECK(ok.hasValue());
 }

@@ -1107,6 +1107,15 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
       add(ir::OpKind::kGather, {{dt, {4, 6}}, {index, {2, 3}}}, {{"axis", int64_t{1}}});
       add(ir::OpKind::kGatherElements, {{dt, {4, 6}}, {index, {4, 2}}}, {{"axis", int64_t{1}}});
     }
+  for (const char* reduction : {"none", "add", "mul", "max", "min"})
+    for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kI8}) {
+      const ir::AttrMap a = {{"reduction", std::string(reduction)}};
+      const ir::DType index = dt == ir::DType::kI8 ? ir::DType::kI32 : ir::DType::kI64;
+      add(ir::OpKind::kScatterNd, {{dt, {4, 6, 3}}, {index, {5, 2}}, {dt, {5, 3}}}, a);
+      ir::AttrMap e = a;
+      e["axis"] = int64_t{1};
+      add(ir::OpKind::kScatterElements, {{dt, {4, 6}}, {index, {4, 2}}, {dt, {4, 2}}}, e);
+    }
   for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64})
     for (ir::DType index : {ir::DType::kI64, ir::DType::kI32})
       add(ir::OpKind::kGatherBackward, {{dt, {4, 2, 3}}, {index, {2}}, {dt, {4, 6, 3}}},
@@ -1224,8 +1233,9 @@ TEST_CASE("emu: op kernels: a training step that fails on the device updates not
 
 TEST_CASE("emu: op kernels: gather_backward adds repeated indices in the reference's order") {
   // An embedding's gradient: each row's gradients added in index order, from 0, in the data's
-  // type. Gradients of mixed magnitudes and many repeats, so that another order of the adds
-  // gives other bits (checked: the test could fail), and negative indices.
+  // type (four launches: a stable counting sort of the positions by row, then the sums). Gradients
+  // of mixed magnitudes and many repeats, so that another order of the adds gives other bits
+  // (checked: the test could fail), and negative indices.
   std::mt19937 rng(17);
   struct Case {
     ir::DType dtype, index;
@@ -1275,7 +1285,7 @@ TEST_CASE("emu: op kernels: gather_backward adds repeated indices in the referen
         it.data<int32_t>()[i] = static_cast<int32_t>(v);
     }
     const Outputs r = onDeviceAndReference(g, {gt, it, *Tensor::zeros(c.dtype, c.data)});
-    CHECK(r.opKernels == 3);
+    CHECK(r.opKernels == 4);  // combineByRows' launches.
     CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
     if (it.numElements() < 20) continue;
     // The adds in reverse order give other bits somewhere.
@@ -1320,5 +1330,142 @@ TEST_CASE("emu: op kernels: gather_backward adds repeated indices in the referen
     Tensor st = *Tensor::zeros(ir::DType::kI64, {});
     st.data<int64_t>()[0] = sh;
     checkSameOutcome(m, {gt, it, st, dt});
+  }
+}
+
+namespace {
+
+// Random values of `dtype` (integers over their whole range, floats of mixed magnitudes).
+Tensor mixedValues(ir::DType dtype, const ir::Shape& shape, std::mt19937& rng) {
+  Tensor t = *Tensor::empty(dtype, shape);
+  std::uniform_real_distribution<double> unit(-1, 1);
+  std::uniform_int_distribution<int> scale(-12, 12);
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    const double v = unit(rng) * std::ldexp(1.0, scale(rng));
+    const uint64_t bits = (uint64_t{rng()} << 32) | rng();
+    switch (dtype) {
+      case ir::DType::kF32:
+        t.data<float>()[i] = static_cast<float>(v);
+        break;
+      case ir::DType::kF64:
+        t.data<double>()[i] = v;
+        break;
+      default:
+        std::memcpy(t.rawData() + i * ir::dtypeSize(dtype), &bits, ir::dtypeSize(dtype));
+    }
+  }
+  return t;
+}
+
+Tensor indicesIn(ir::DType index, const ir::Shape& shape, int64_t lo, int64_t hi,
+                 std::mt19937& rng) {
+  Tensor t = *Tensor::empty(index, shape);
+  std::uniform_int_distribution<int64_t> pick(lo, hi);
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    const int64_t v = pick(rng);
+    if (index == ir::DType::kI64)
+      t.data<int64_t>()[i] = v;
+    else
+      t.data<int32_t>()[i] = static_cast<int32_t>(v);
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("emu: op kernels: scatters combine their updates in the reference's order") {
+  // scatter_elements and scatter_nd with every reduction over dtypes, many repeated indices (the
+  // last update wins without a reduction; float adds and products depend on the order) and
+  // negative ones: the reference's bytes.
+  std::mt19937 rng(29);
+  int trial = 0;
+  for (ir::OpKind op : {ir::OpKind::kScatterElements, ir::OpKind::kScatterNd})
+    for (const char* reduction : {"none", "add", "mul", "max", "min"})
+      for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kI32,
+                           ir::DType::kI8, ir::DType::kU8}) {
+        const ir::DType index = trial++ % 2 ? ir::DType::kI32 : ir::DType::kI64;
+        const ir::Shape data = {3, 4, 5};
+        ir::Shape ids, updates;
+        int64_t axis = 0, lo = 0, hi = 0;
+        if (op == ir::OpKind::kScatterElements) {
+          axis = trial % 3;
+          ids = {3, 4, 5};
+          ids[static_cast<size_t>(axis)] = 7;  // More updates than the dim: repeats.
+          updates = ids;
+          lo = -data[static_cast<size_t>(axis)];
+          hi = data[static_cast<size_t>(axis)] - 1;
+        } else {
+          ids = {9, 2};  // Tuples of 2 into [3, 4], updates of slices [5].
+          updates = {9, 5};
+          lo = -3;
+          hi = 2;  // Resolved against 3, then 4: in range for both.
+        }
+        INFO(ir::opName(op) << " " << reduction << " " << ir::dtypeName(dt) << " "
+                            << ir::dtypeName(index) << " axis " << axis);
+        ir::Graph g("scatter");
+        ir::Value* d = *g.addInput("data", ir::TensorType(dt, data));
+        ir::Value* i = *g.addInput("ids", ir::TensorType(index, ids));
+        ir::Value* u = *g.addInput("updates", ir::TensorType(dt, updates));
+        ir::AttrMap attrs = {{"reduction", std::string(reduction)}};
+        if (op == ir::OpKind::kScatterElements) attrs["axis"] = axis;
+        auto n = g.addNode(op, {d, i, u}, attrs);
+        INFO(n.status().message());
+        REQUIRE(n.hasValue());
+        g.setOutputs({(*n)->output()});
+        const Outputs r =
+            onDeviceAndReference(g, {mixedValues(dt, data, rng), indicesIn(index, ids, lo, hi, rng),
+                                     mixedValues(dt, updates, rng)});
+        CHECK(r.opKernels == 4);
+        CHECK(r.indexChecks == 1);
+        CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
+      }
+}
+
+TEST_CASE("emu: op kernels: a scatter's index out of range is the reference's error") {
+  // The indices are resolved as the reference's kernels read them ("index 4 is out of range for
+  // dim 1 of size 4", no position): checked before the run for an input, by the first launch
+  // for computed ones, and by the compiler for constants.
+  for (ir::OpKind op : {ir::OpKind::kScatterNd, ir::OpKind::kScatterElements}) {
+    INFO(ir::opName(op));
+    const bool nd = op == ir::OpKind::kScatterNd;
+    ir::Graph g("scatter");
+    ir::Value* d = *g.addInput("data", ir::TensorType(ir::DType::kF32, {3, 4}));
+    ir::Value* i = *g.addInput("ids", ir::TensorType(ir::DType::kI64, {2, 2}));
+    ir::Value* shift = *g.addInput("shift", ir::TensorType(ir::DType::kI64, {}));
+    ir::Value* u = *g.addInput(
+        "updates", ir::TensorType(ir::DType::kF32, nd ? ir::Shape{2} : ir::Shape{2, 2}));
+    ir::Value* at = (*g.addNode(ir::OpKind::kAdd, {i, shift}))->output();
+    ir::AttrMap attrs = {{"reduction", std::string("add")}};
+    if (!nd) attrs["axis"] = int64_t{1};
+    ir::Value* y = (*g.addNode(op, {d, at, u}, attrs))->output();
+    ir::Value* direct = (*g.addNode(op, {d, i, u}, attrs))->output();
+    g.setOutputs({y, direct});
+    const TwoCompiles m = compileTwice(g);
+    CHECK(m.device->report().hostSteps == 0);
+    CHECK(m.device->plan().indexChecks.size() == 1);
+    CHECK(m.device->plan().deviceIndexChecks.size() == 1);
+    Tensor data = *Tensor::zeros(ir::DType::kF32, {3, 4});
+    Tensor ids = *Tensor::zeros(ir::DType::kI64, {2, 2});
+    const int64_t v[] = {0, 1, 2, 3};
+    std::memcpy(ids.rawData(), v, sizeof(v));
+    Tensor upd = *Tensor::empty(ir::DType::kF32, nd ? ir::Shape{2} : ir::Shape{2, 2});
+    for (int64_t e = 0; e < upd.numElements(); ++e)
+      upd.data<float>()[e] = static_cast<float>(e) + 0.5f;
+    for (const int64_t sh : {0, 1, -3, -5, 2, 0}) {
+      INFO("shift " << sh);
+      Tensor st = *Tensor::zeros(ir::DType::kI64, {});
+      st.data<int64_t>()[0] = sh;
+      checkSameOutcome(m, {data, ids, st, upd});
+    }
+    // The input itself out of range: the plan's check, before the run, in the reference's words.
+    ids.data<int64_t>()[3] = nd ? 4 : -5;
+    Tensor st = *Tensor::zeros(ir::DType::kI64, {});
+    auto r = m.device->run(std::vector<Tensor>{data, ids, st, upd});
+    REQUIRE_FALSE(r.hasValue());
+    CHECK(r.status().isUserError());
+    CHECK_THAT(r.status().message(),
+               Catch::Contains("input 'ids': " + std::string(ir::opName(op)) + ": index " +
+                               (nd ? "4 is out of range for dim 1 of size 4"
+                                   : "-5 is out of range for dim 1 of size 4")));
   }
 }
