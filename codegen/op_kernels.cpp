@@ -1007,6 +1007,69 @@ Expected<Kernel> scatter(const ir::Node& n, std::string name, bool indexWord) {
   return k;
 }
 
+// topk_indices(x [outer, dim, inner]) -> i64 [outer, k, inner] along `axis` (f32, f64, i64, i32,
+// i8, u8): the reference's stable order (by value, largest or smallest first, NaN the largest;
+// ties by index), as k selections: a block a row, each selection the first element after the
+// previous one in that order (a block's threads over the row, then thread 0 over theirs), so
+// that nothing needs to remember what was chosen.
+Expected<Kernel> topK(const ir::Node& n, std::string name) {
+  const ir::TensorType& x = n.input(0)->type();
+  if (x.layout != ir::Layout::kPlain)
+    return unimplemented("topk_indices' op kernel takes a plain tensor");
+  if (x.dtype != ir::DType::kF32 && x.dtype != ir::DType::kF64 && !isKernelInteger(x.dtype))
+    return unimplemented("topk_indices' op kernel takes f32, f64, i64, i32, i8 or u8");
+  if (n.output()->type().numElements() == 0)
+    return unimplemented("topk_indices' op kernel takes a non-empty output");
+  KILN_ASSIGN_OR_RETURN(const int axis,
+                        ir::normalizeAxis(n.attr().getInt("axis"), x.shape.size(), "axis"));
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < static_cast<size_t>(axis); ++i) outer *= x.shape[i];
+  for (size_t i = static_cast<size_t>(axis) + 1; i < x.shape.size(); ++i) inner *= x.shape[i];
+  const int64_t dim = x.shape[static_cast<size_t>(axis)];
+  const int64_t kk = n.attr().getInt("k");
+  const bool largest = n.attr().getInt("largest") != 0;
+  const std::string T = elementCType(x.dtype);
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  const int64_t rows = outer * inner;
+  k.domain = {rows * kCudaBlock};  // A block a row.
+  const std::string before = k.name + "_before", D = ll(dim), I = ll(inner);
+  std::string s = "// " + n.describe() + "\n";
+  // Whether (a, ia) comes before (b, ib).
+  s += "KILN_FN bool " + before + "(" + T + " a, long long ia, " + T + " b, long long ib) {\n";
+  s += "  const bool an = a != a, bn = b != b;\n";
+  s += "  const bool gt = an ? !bn : (!bn && a > b), lt = bn ? !an : (!an && a < b);\n";
+  s += std::string("  return ") + (largest ? "gt" : "lt") + " || (!gt && !lt && ia < ib);\n}\n";
+  s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + T +
+       "> a0, kiln_gptr<long long> a1) {\n";
+  s += "  KILN_SHARED(" + T + ", kiln_smem_v, " + std::to_string(kCudaBlock) + ");\n";
+  s += "  KILN_SHARED(long long, kiln_smem_i, " + std::to_string(kCudaBlock) + ");\n";
+  s += "  for (long long row = blockIdx.x; row < " + ll(rows) + "; row += gridDim.x) {\n";
+  s +=
+      "    const long long base = (row / " + I + ") * " + ll(dim * inner) + " + row % " + I + ";\n";
+  s += "    " + T + " prev = 0;\n    long long prevI = -1;\n";
+  s += "    for (long long t = 0; t < " + ll(kk) + "; ++t) {\n";
+  s += "      " + T + " best = 0;\n      long long bestI = -1;\n";
+  s += "      for (long long j = threadIdx.x; j < " + D + "; j += blockDim.x) {\n";
+  s += "        const " + T + " v = a0[base + j * " + I + "];\n";
+  s += "        if (prevI >= 0 && !" + before + "(prev, prevI, v, j)) continue;\n";
+  s += "        if (bestI < 0 || " + before + "(v, j, best, bestI)) {\n";
+  s += "          best = v;\n          bestI = j;\n        }\n      }\n";
+  s += "      kiln_smem_v[threadIdx.x] = best;\n      kiln_smem_i[threadIdx.x] = bestI;\n";
+  s += "      __syncthreads();\n      if (threadIdx.x == 0) {\n";
+  s += "        for (unsigned u = 1; u < blockDim.x; ++u) {\n";
+  s += "          const long long ui = kiln_smem_i[u];\n";
+  s += "          if (ui >= 0 && (bestI < 0 || " + before +
+       "(kiln_smem_v[u], ui, best, bestI))) {\n";
+  s += "            best = kiln_smem_v[u];\n            bestI = ui;\n          }\n        }\n";
+  s += "        a1[(row / " + I + ") * " + ll(kk * inner) + " + t * " + I + " + row % " + I +
+       "] = bestI;\n";
+  s += "        kiln_smem_v[0] = best;\n        kiln_smem_i[0] = bestI;\n      }\n";
+  s += "      __syncthreads();\n      prev = kiln_smem_v[0];\n      prevI = kiln_smem_i[0];\n";
+  s += "      __syncthreads();\n    }\n  }\n}\n";
+  k.source = std::move(s);
+  return k;
+}
+
 // concat(a0 .. a{k-1}) -> ak along `axis`: each input [outer, d_t, inner] copied in a
 // grid-stride loop of its own into its slot [outer, offset_t .. offset_t + d_t, inner] of the
 // output [outer, D, inner], reads and writes contiguous runs; moved as bits.
@@ -1095,6 +1158,8 @@ Expected<Kernel> opKernel(const ir::Node& n, std::string name, bool indexWord) {
     case ir::OpKind::kScatterElements:
     case ir::OpKind::kScatterNd:
       return scatter(n, std::move(name), indexWord);
+    case ir::OpKind::kTopKIndices:
+      return topK(n, std::move(name));
     case ir::OpKind::kConcat:
       return concat(n, std::move(name));
     case ir::OpKind::kArgMax:

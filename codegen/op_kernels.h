@@ -34,6 +34,8 @@
 //     last update wins without a reduction), from a stable counting sort of the sources by row:
 //     four launches over a workspace (Kernel::then, workspaceBytes). A scatter's indices are
 //     resolved per component as its reference reads them (IndexArg::limits).
+//   - topk_indices (f32, f64, i64, i32, i8, u8): a block a row making k selections, each the
+//     first element after the previous one in the reference's stable order (NaN the largest).
 //
 // The renderers print an op kernel's source as it is (render.h); the compiler schedules one
 // where a backend runs CUDA kernels and has no library kernel for the op (compiler/schedule.cpp).

@@ -144,7 +144,9 @@ Status reduceMaxBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
 }  // namespace
 
 // topk_indices: a stable sort of each row's indices by value (largest or smallest first; ties
-// keep the lower index first), the first k kept.
+// keep the lower index first), the first k kept. NaN is larger than every number and equal to
+// NaN (PyTorch's topk): first when largest, last when smallest (a comparison that left NaN
+// unordered would not be a strict weak order, and the sort's result undefined).
 static Status topKIndicesKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
                                 std::span<Tensor> out) {
   KILN_ASSIGN_OR_RETURN(const int axis,
@@ -160,9 +162,14 @@ static Status topKIndicesKernel(const ir::AttrView& attrs, std::span<const Tenso
       for (int64_t i = 0; i < s.inner; ++i) {
         const T* row = x + o * s.dim * s.inner + i;
         for (int64_t j = 0; j < s.dim; ++j) order[static_cast<size_t>(j)] = j;
+        // a > b with NaN the largest.
+        auto greater = [](T a, T b) {
+          const bool an = ref::isNaN(a), bn = ref::isNaN(b);
+          return an ? !bn : (!bn && a > b);
+        };
         std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
           const T va = row[a * s.inner], vb = row[b * s.inner];
-          return largest ? va > vb : va < vb;
+          return largest ? greater(va, vb) : greater(vb, va);
         });
         for (int64_t j = 0; j < k; ++j)
           y[(o * k + j) * s.inner + i] = order[static_cast<size_t>(j)];

@@ -1116,6 +1116,10 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
       e["axis"] = int64_t{1};
       add(ir::OpKind::kScatterElements, {{dt, {4, 6}}, {index, {4, 2}}, {dt, {4, 2}}}, e);
     }
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kU8})
+    for (int64_t largest : {0, 1})
+      add(ir::OpKind::kTopKIndices, {{dt, {4, 9, 2}}},
+          {{"k", int64_t{3}}, {"axis", int64_t{1}}, {"largest", largest}});
   for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64})
     for (ir::DType index : {ir::DType::kI64, ir::DType::kI32})
       add(ir::OpKind::kGatherBackward, {{dt, {4, 2, 3}}, {index, {2}}, {dt, {4, 6, 3}}},
@@ -1468,4 +1472,37 @@ TEST_CASE("emu: op kernels: a scatter's index out of range is the reference's er
                                (nd ? "4 is out of range for dim 1 of size 4"
                                    : "-5 is out of range for dim 1 of size 4")));
   }
+}
+
+TEST_CASE("emu: op kernels: topk_indices picks the reference's order") {
+  // Rows full of ties and NaNs (NaN the largest: first when largest, last when smallest; ties by
+  // index), over axes, k up to the whole row, largest and smallest, dtypes.
+  std::mt19937 rng(31);
+  int trial = 0;
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kI64, ir::DType::kI32,
+                       ir::DType::kI8, ir::DType::kU8})
+    for (const ir::Shape& shape : {ir::Shape{3, 17}, ir::Shape{2, 300, 3}, ir::Shape{600}})
+      for (int64_t largest : {1, 0}) {
+        const int64_t axis = shape.size() == 3 ? 1 : static_cast<int64_t>(shape.size()) - 1;
+        const int64_t dim = shape[static_cast<size_t>(axis)];
+        const int64_t k = trial++ % 3 == 0 ? dim : std::min<int64_t>(dim, 1 + trial % 9);
+        INFO(ir::dtypeName(dt) << " " << ir::TensorType(dt, shape).toString() << " k " << k
+                               << " largest " << largest);
+        ir::Graph g("topk");
+        ir::Value* x = *g.addInput("x", ir::TensorType(dt, shape));
+        auto n = g.addNode(ir::OpKind::kTopKIndices, {x},
+                           {{"k", k}, {"axis", axis}, {"largest", largest}});
+        INFO(n.status().message());
+        REQUIRE(n.hasValue());
+        g.setOutputs({(*n)->output()});
+        // Few distinct values (ties everywhere), a tenth NaN for floats.
+        Tensor xs =
+            smallIntegers(shape, 3, dt == ir::DType::kF32 || dt == ir::DType::kF64 ? 0.1 : 0, rng);
+        auto cast = runtime::runReferenceOp(ir::OpKind::kCast, {xs},
+                                            {{"to", std::string(ir::dtypeName(dt))}});
+        REQUIRE(cast.hasValue());
+        const Outputs r = onDeviceAndReference(g, {(*cast)[0]});
+        CHECK(r.opKernels == 1);
+        CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
+      }
 }
