@@ -85,6 +85,9 @@ struct IndexArg {
   // [-limits[c], limits[c]) along dim dims[c].
   std::vector<int64_t> limits;
   std::vector<int> dims;
+  // Instead an integer div's or mod's divisor (runtime::IndexCheck::Kind::kNonZero): every
+  // element non-zero, else the kernel writes 0 there.
+  bool nonZero = false;
 };
 
 struct KernelArg {

@@ -413,9 +413,10 @@ std::string broadcastOffsets(const ir::Shape& y, const std::vector<ir::Shape>& i
 //   mul (wrapping), minimum, maximum, neg and abs (wrapping) of integers;
 //   where with integer or bool values; cast to an integer (floats truncated toward zero,
 //   saturated, NaN 0; integers wrapped) or to bool (non-zero, NaN too).
-//   div and mod of integers by a constant divisor without zeros (else the host's kernel, which
-//   reports a zero divisor).
-Expected<Kernel> integerPointwise(const ir::Node& n, std::string name) {
+//   div and mod of integers: by a constant divisor without zeros (a constant holding one runs on
+//   the host, whose kernel reports it), or by another divisor, checked as indices are
+//   (IndexArg::nonZero: before the run, or by the kernel into an index word), a zero giving 0.
+Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool indexWord) {
   const ir::OpKind op = n.op();
   const std::string opName(ir::opName(op));
   const ir::DType out = n.output()->type().dtype;
@@ -442,6 +443,7 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name) {
   };
   // x, y, z: the operands' elements; the expression of the output element.
   std::string expr, helper;
+  bool checkedDivisor = false;  // div or mod by a divisor that may hold 0.
   const std::string x = "x", y = "y";
   switch (op) {
     case ir::OpKind::kEqual:
@@ -513,19 +515,16 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name) {
     }
     case ir::OpKind::kDiv:
     case ir::OpKind::kMod: {
-      // The reference reports a zero divisor: only a constant divisor without zeros, checked
-      // here (x // 2, a position's row and column), leaves nothing to report.
+      // The reference reports a zero divisor: a constant divisor without zeros (x // 2, a
+      // position's row and column) leaves nothing to report; others are checked (below).
       if (!integers) return none();
       const ir::Value* d = n.input(1);
-      if (!d->isConstant(/*inference=*/false))
-        return unimplemented(opName + " of integers by a divisor that is not constant runs on " +
-                             "the host (its kernel reports a zero divisor)");
-      const ir::TensorData& data = d->data();
+      checkedDivisor = !d->isConstant(/*inference=*/false);
       const size_t size = ir::dtypeSize(first);
-      for (int64_t e = 0; e < data.numElements(); ++e) {
+      for (int64_t e = 0; !checkedDivisor && e < d->data().numElements(); ++e) {
         bool zero = true;
         for (size_t b = 0; b < size; ++b)
-          zero = zero && data.data()[static_cast<size_t>(e) * size + b] == std::byte{0};
+          zero = zero && d->data().data()[static_cast<size_t>(e) * size + b] == std::byte{0};
         if (zero) return unimplemented(opName + " by a constant holding 0 runs on the host");
       }
       const bool isSigned = first != ir::DType::kU8;
@@ -605,6 +604,10 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name) {
       return none();
   }
   KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  if (checkedDivisor) {
+    k.indexArgs.push_back({.arg = 1, .limit = 1, .nonZero = true});
+    addIndexWord(k, indexWord);
+  }
   auto replaceAll = [](std::string text, const std::string& from, const std::string& to) {
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
       text.replace(at, from.size(), to);
@@ -624,12 +627,16 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name) {
       "// " + n.describe() + "\n" + helper + "extern \"C\" __global__ void " + k.name + "(";
   for (size_t j = 0; j < in.size(); ++j)
     s += "kiln_gptr<const " + elementCType(in[j]) + "> a" + std::to_string(j) + ", ";
-  s += "kiln_gptr<" + elementCType(out) + "> a" + std::to_string(in.size()) + ") {\n";
+  s +=
+      "kiln_gptr<" + elementCType(out) + "> a" + std::to_string(in.size()) + wordParam(k) + ") {\n";
   s += "  " + gridLoop("i", k.numElements()) + " {\n" + offsetCode;
   static const char* kNames[] = {"x", "y", "z"};
   for (size_t j = 0; j < in.size(); ++j)
     s += "    const " + elementCType(in[j]) + " " + kNames[j] + " = a" + std::to_string(j) + "[" +
          offsets[j] + "];\n";
+  if (checkedDivisor)  // A zero divisor: 0, reported at its flat index in the divisor.
+    s += "    if (y == 0) {\n      " + reportIndex(k, offsets[1], "0") + "a" +
+         std::to_string(in.size()) + "[i] = 0;\n      continue;\n    }\n";
   s += "    a" + std::to_string(in.size()) + "[i] = " + expr + ";\n  }\n}\n";
   k.source = std::move(s);
   return k;
@@ -1190,7 +1197,7 @@ Expected<Kernel> opKernel(const ir::Node& n, std::string name, bool indexWord) {
     case ir::OpKind::kBitShift:
     case ir::OpKind::kWhere:
     case ir::OpKind::kCast:
-      return integerPointwise(n, std::move(name));
+      return integerPointwise(n, std::move(name), indexWord);
     case ir::OpKind::kDropoutTrain:
     case ir::OpKind::kDropoutBackward:
       return dropout(n, std::move(name));

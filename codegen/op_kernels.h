@@ -19,8 +19,9 @@
 //   - pointwise ops on integers and bools (i64, i32, i8, u8, bool; operands broadcast), which
 //     the kernel IR leaves alone: comparisons, logical and bitwise ops, bitshift, wrapping add,
 //     sub, mul, neg and abs, minimum, maximum, where of integer or bool values, casts to
-//     integers (saturating, NaN 0) or bool, div and mod by a constant without zeros: a training
-//     step's dropout counter, attention masks.
+//     integers (saturating, NaN 0) or bool, div and mod (by a constant without zeros, or a
+//     divisor checked as indices are: IndexArg::nonZero): a training step's dropout counter,
+//     attention masks.
 //   - argmax and argmin (f32, f64, integers): one thread an output element scanning the axis.
 //   - concat (the generated kernels' dtypes moved as bits, at most 500 inputs): each input in a
 //     grid-stride loop of its own into its slot of the output.

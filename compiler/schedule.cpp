@@ -133,9 +133,10 @@ class Scheduler {
     std::vector<runtime::IndexCheck> checks, onDevice;
     for (const codegen::IndexArg& a : k->indexArgs) {
       const ir::Value* v = n.input(static_cast<size_t>(a.arg));
-      runtime::IndexCheck c{.kind = !a.limits.empty() ? runtime::IndexCheck::Kind::kResolved
-                                    : a.position      ? runtime::IndexCheck::Kind::kPosition
-                                                      : runtime::IndexCheck::Kind::kClass,
+      runtime::IndexCheck c{.kind = a.nonZero           ? runtime::IndexCheck::Kind::kNonZero
+                                    : !a.limits.empty() ? runtime::IndexCheck::Kind::kResolved
+                                    : a.position        ? runtime::IndexCheck::Kind::kPosition
+                                                        : runtime::IndexCheck::Kind::kClass,
                             .limit = a.limit,
                             .ignore = a.ignore,
                             .axis = a.axis,
@@ -158,8 +159,9 @@ class Scheduler {
         checks.push_back(std::move(c));
         continue;
       }
-      if (c.kind == runtime::IndexCheck::Kind::kClass)
-        c.data = v->type().toString();  // The target's, as the reference's error.
+      if (c.kind == runtime::IndexCheck::Kind::kClass ||
+          c.kind == runtime::IndexCheck::Kind::kNonZero)
+        c.data = v->type().toString();  // The target's or divisor's, as the reference's error.
       c.where = n.describe();
       onDevice.push_back(std::move(c));
     }

@@ -847,12 +847,16 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
     // The indices its op kernels read unchecked (absent before op kernels): class indices, then
     // (absent before gathers' op kernels) every check tagged with its kind, in the plan's order.
     const auto& inputs = plan->plan->inputs;
-    auto indexInput = [&](int64_t input, int64_t limit, const std::string& what) {
-      if (r.ok() && (input < 0 || static_cast<uint64_t>(input) >= inputs.size() ||
-                     (inputs[static_cast<size_t>(input)].dtype != ir::DType::kI64 &&
-                      inputs[static_cast<size_t>(input)].dtype != ir::DType::kI32) ||
-                     limit < 1))
+    // Indices are i64 or i32; a divisor (`divisor`) any integer dtype.
+    auto indexInput = [&](int64_t input, int64_t limit, const std::string& what,
+                          bool divisor = false) {
+      if (r.ok() && (input < 0 || static_cast<uint64_t>(input) >= inputs.size() || limit < 1))
         r.fail(what);
+      if (r.ok()) {
+        const ir::DType t = inputs[static_cast<size_t>(input)].dtype;
+        if (divisor ? !ir::isInteger(t) : t != ir::DType::kI64 && t != ir::DType::kI32)
+          r.fail(what);
+      }
       return r.ok() ? static_cast<int>(input) : 0;
     };
     if (r.ok() && !r.atEnd()) {
@@ -878,10 +882,10 @@ Expected<ArtifactInfo> readInfo(Opened& o, ParsedPlan* planOut) {
       k.op = r.str();
       k.data = r.str();
       if (!onHost) k.where = r.str();
-      if (r.ok() && (kind < 0 || kind > 2 || axis < 0 || axis > 64 || k.limit < 1)) r.fail(what);
+      if (r.ok() && (kind < 0 || kind > 3 || axis < 0 || axis > 64 || k.limit < 1)) r.fail(what);
       k.kind = static_cast<IndexCheck::Kind>(r.ok() ? kind : 0);
       k.axis = r.ok() ? static_cast<int>(axis) : 0;
-      if (onHost) k.input = indexInput(input, k.limit, what);
+      if (onHost) k.input = indexInput(input, k.limit, what, k.kind == IndexCheck::Kind::kNonZero);
       if (r.ok() && k.kind == IndexCheck::Kind::kResolved) {
         const size_t n = r.count(16);
         for (size_t c = 0; r.ok() && c < n; ++c) {
@@ -1109,6 +1113,9 @@ Status LoadedModel::warmUp() {
     zeros.push_back(std::move(z));
   }
   auto outputs = exec_.run(zeros);
+  // Zeros are not every model's valid input (an integer division by an input, which the run
+  // rejects as the user's error): the model still loads, and its first real run warms it up.
+  if (!outputs && outputs.status().isUserError()) return Status::ok();
   if (!outputs) return outputs.status().withContext("the warm-up run on zero inputs");
   warmupMs_ = msSince(start);
   return Status::ok();

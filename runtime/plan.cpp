@@ -22,6 +22,8 @@ Status checkIndices(const IndexCheck& c, const Tensor& indices) {
       return checkPositions(c.op, indices, c.limit, c.axis, c.data);
     case IndexCheck::Kind::kResolved:
       return checkResolvedIndices(c.op, indices, c.limits, c.dims);
+    case IndexCheck::Kind::kNonZero:
+      return checkNonZeroDivisor(c.op, indices);
   }
   return internalError("unknown index check");
 }
@@ -57,6 +59,9 @@ Status deviceIndexError(const IndexCheck& c, uint64_t word) {
       message = resolvedIndexError(c.op, value, c.dims[k], c.limits[k]);
       break;
     }
+    case IndexCheck::Kind::kNonZero:
+      message = zeroDivisorError(c.op, c.data, position);
+      break;
   }
   return invalidArgument(message).withContext(c.where);
 }

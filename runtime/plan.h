@@ -62,7 +62,9 @@ struct PlanStep {
 //              `data`: each in [-limit, limit), negatives counting from the end;
 //   kResolved  a scatter's indices, resolved as its reference kernel reads them: index i is
 //              component c = i % limits.size() of a tuple, in [-limits[c], limits[c]) along
-//              dim dims[c] (checkResolvedIndices).
+//              dim dims[c] (checkResolvedIndices);
+//   kNonZero   an integer div's or mod's divisor, whose type is `data`: every element non-zero
+//              (checkNonZeroDivisor; `limit` 1).
 // Plan::indexChecks holds graph inputs (`input`): run() checks host inputs before any step, with
 // the reference kernels' error (checkIndices); runOnDevice() cannot read device inputs, so there
 // an index out of range gives NaN (a loss) or a filler (a gather: NaN, -1 for integers, false),
@@ -72,7 +74,7 @@ struct PlanStep {
 // the check (IndexWord), which the run reads after its steps and turns into the reference
 // kernel's error (deviceIndexError); what the steps wrote is then discarded.
 struct IndexCheck {
-  enum class Kind : uint8_t { kClass, kPosition, kResolved };
+  enum class Kind : uint8_t { kClass, kPosition, kResolved, kNonZero };
   Kind kind = Kind::kClass;
   int input = 0;  // indexChecks: the plan's input.
   int64_t limit = 0;

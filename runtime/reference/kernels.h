@@ -52,6 +52,12 @@ Status checkResolvedIndices(std::string_view op, const Tensor& indices,
                             std::span<const int64_t> limits, std::span<const int> dims);
 std::string resolvedIndexError(std::string_view op, std::string_view value, int dim, int64_t size);
 
+// Integer div's and mod's check of their divisor (an integer dtype): every element non-zero, else
+// kInvalidArgument with zeroDivisorError (the first zero's flat index in the divisor).
+Status checkNonZeroDivisor(std::string_view op, const Tensor& divisor);
+std::string zeroDivisorError(std::string_view op, std::string_view divisor,
+                             std::string_view position);
+
 // The gathers' check of positions (i64 or i32 `indices`) along dim `axis`, of size `size`, of a
 // data tensor described by `data` ("f32[5,3]"): each in [-size, size), else kInvalidArgument
 // naming `op`, the position, the value and the valid range.

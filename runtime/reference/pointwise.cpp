@@ -340,15 +340,32 @@ Status minimumKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std:
   });
 }
 
+}  // namespace
+
+std::string zeroDivisorError(std::string_view op, std::string_view divisor,
+                             std::string_view position) {
+  return std::string(op) + ": integer division by zero (divisor " + std::string(divisor) +
+         " is 0 at flat index " + std::string(position) + ")";
+}
+
+Status checkNonZeroDivisor(std::string_view op, const Tensor& divisor) {
+  const size_t size = ir::dtypeSize(divisor.dtype());
+  const std::byte* b = divisor.rawData();
+  for (int64_t i = 0; i < divisor.numElements(); ++i) {
+    bool zero = true;
+    for (size_t e = 0; e < size; ++e)
+      zero = zero && b[static_cast<size_t>(i) * size + e] == std::byte{0};
+    if (zero) return invalidArgument(zeroDivisorError(op, divisor.describe(), std::to_string(i)));
+  }
+  return Status::ok();
+}
+
+namespace {
+
 Status divKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
   return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
     if constexpr (std::is_integral_v<T>) {
-      const T* d = in[1].data<T>();
-      const int64_t n = in[1].numElements();
-      for (int64_t i = 0; i < n; ++i)
-        if (d[i] == 0)
-          return invalidArgument("div: integer division by zero (divisor " + in[1].describe() +
-                                 " is 0 at flat index " + std::to_string(i) + ")");
+      KILN_TRY(checkNonZeroDivisor("div", in[1]));
       // Truncates toward zero; INT_MIN / -1 wraps to INT_MIN instead of overflowing.
       mapBinary<T>(in[0], in[1], out[0], [](T a, T b) -> T {
         if constexpr (std::is_signed_v<T>)
@@ -432,11 +449,7 @@ Status modKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
   const bool fmod = attrs.getInt("fmod") != 0;
   return ref::dispatchNumeric(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
     if constexpr (std::is_integral_v<T>) {
-      const T* d = in[1].data<T>();
-      for (int64_t i = 0; i < in[1].numElements(); ++i)
-        if (d[i] == 0)
-          return invalidArgument("mod: integer division by zero (divisor " + in[1].describe() +
-                                 " is 0 at flat index " + std::to_string(i) + ")");
+      KILN_TRY(checkNonZeroDivisor("mod", in[1]));
       mapBinary<T>(in[0], in[1], out[0], [fmod](T a, T b) -> T {
         if constexpr (std::is_signed_v<T>)
           if (b == T(-1)) return T(0);  // INT_MIN % -1 overflows; the remainder is 0.

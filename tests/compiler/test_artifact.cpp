@@ -411,3 +411,29 @@ TEST_CASE("artifact: inspect lists version, target, signature, kernels and secti
   // The weights start on a page, so that they can be mapped.
   CHECK(info->sections.back().offset % 4096 == 0);
 }
+
+// Zeros are not every model's valid input: one dividing by an input rejects them as the user's
+// error, and then loads cold (the warm-up skipped) instead of failing to load.
+TEST_CASE("artifact: a model that rejects zero inputs loads without its warm-up") {
+  TempDir dir;
+  ir::Graph g("divide");
+  ir::Value* a = *g.addInput("a", ir::TensorType(ir::DType::kI32, {4}));
+  ir::Value* b = *g.addInput("b", ir::TensorType(ir::DType::kI32, {4}));
+  g.setOutputs({(*g.addNode(ir::OpKind::kDiv, {a, b}))->output()});
+  auto cm = compiler::compile(g, options(dir));
+  INFO(cm.status().message());
+  REQUIRE(cm.hasValue());
+  const std::string path = dir.file("divide.kiln");
+  REQUIRE(compiler::saveArtifact(**cm, path, "divide").isOk());
+  auto loaded = kiln::load(path);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  CHECK((*loaded)->warmupMs() == 0);
+  Tensor as = *Tensor::zeros(ir::DType::kI32, {4});
+  Tensor bs = *Tensor::zeros(ir::DType::kI32, {4});
+  for (int64_t i = 0; i < 4; ++i) as.data<int32_t>()[i] = 7, bs.data<int32_t>()[i] = 2;
+  auto out = (*loaded)->run(std::vector<Tensor>{as, bs});
+  INFO(out.status().message());
+  REQUIRE(out.hasValue());
+  CHECK((*out)[0].data<int32_t>()[3] == 3);
+}

@@ -450,3 +450,40 @@ TEST_CASE("emu artifacts: a scatter's index checks come back with the plan") {
   INFO(ok.status().message());
   CHECK(ok.hasValue());
 }
+
+TEST_CASE("emu artifacts: a divisor's checks come back with the plan") {
+  // Integer div by an input divisor (any integer dtype: here i8) is checked before the run, by a
+  // computed one on the device (kind 3 of the tagged checks).
+  ir::Graph g("divide");
+  ir::Value* a = *g.addInput("a", ir::TensorType(ir::DType::kI8, {2, 3}));
+  ir::Value* b = *g.addInput("b", ir::TensorType(ir::DType::kI8, {3}));
+  ir::Value* twice = (*g.addNode(ir::OpKind::kAdd, {b, b}))->output();
+  g.setOutputs({(*g.addNode(ir::OpKind::kDiv, {a, b}))->output(),
+                (*g.addNode(ir::OpKind::kMod, {a, twice}, {{"fmod", int64_t{1}}}))->output()});
+  TempDir dir;
+  SavedAndLoaded m = compileSaveLoad(g, dir, "divide");
+  for (const runtime::Plan* p : {&m.compiled->plan(), &m.loaded->plan()}) {
+    REQUIRE(p->indexChecks.size() == 1);
+    REQUIRE(p->deviceIndexChecks.size() == 1);
+    CHECK(p->indexChecks[0].kind == runtime::IndexCheck::Kind::kNonZero);
+    CHECK(p->deviceIndexChecks[0].kind == runtime::IndexCheck::Kind::kNonZero);
+    CHECK(p->deviceIndexChecks[0].data == "i8[3]");
+  }
+  Tensor as = *Tensor::zeros(ir::DType::kI8, {2, 3});
+  Tensor bs = *Tensor::zeros(ir::DType::kI8, {3});
+  const int8_t v[] = {1, -128, 2};  // -128 doubled wraps to 0.
+  std::memcpy(bs.rawData(), v, sizeof(v));
+  auto r = m.loaded->run(std::vector<Tensor>{as, bs});
+  REQUIRE_FALSE(r.hasValue());
+  CHECK_THAT(r.status().message(),
+             Catch::Contains("mod: integer division by zero (divisor i8[3] is 0 at flat index 1)"));
+  bs.data<int8_t>()[1] = 0;
+  r = m.loaded->run(std::vector<Tensor>{as, bs});
+  REQUIRE_FALSE(r.hasValue());
+  CHECK_THAT(r.status().message(),
+             Catch::Contains("input 'b': div: integer division by zero (divisor i8[3] is 0"));
+  bs.data<int8_t>()[1] = 3;
+  auto ok = m.loaded->run(std::vector<Tensor>{as, bs});
+  INFO(ok.status().message());
+  CHECK(ok.hasValue());
+}
