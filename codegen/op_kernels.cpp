@@ -44,15 +44,32 @@ std::string ll(int64_t v) {
 }
 
 // The kernel's arguments: the node's inputs, then its output; its domain the output's elements.
+// An op kernel's source declares its arguments' C types itself: an integer dtype the kernel IR
+// has no ScalarType for (i16, u16, u32, u64) is named by one of its size.
+Expected<ScalarType> argType(ir::DType t) {
+  if (Expected<ScalarType> s = scalarTypeOf(t)) return s;
+  switch (t) {
+    case ir::DType::kI16:
+    case ir::DType::kU16:
+      return ScalarType::kF16;
+    case ir::DType::kU32:
+      return ScalarType::kI32;
+    case ir::DType::kU64:
+      return ScalarType::kI64;
+    default:
+      return scalarTypeOf(t);
+  }
+}
+
 Expected<Kernel> kernelFor(const ir::Node& n, std::string name) {
   Kernel k;
   k.name = std::move(name);
   k.domain = {n.output()->type().numElements()};
   for (const ir::Value* v : n.inputs()) {
-    KILN_ASSIGN_OR_RETURN(const ScalarType t, scalarTypeOf(v->type().dtype));
+    KILN_ASSIGN_OR_RETURN(const ScalarType t, argType(v->type().dtype));
     k.args.push_back({v->name(), t, false});
   }
-  KILN_ASSIGN_OR_RETURN(const ScalarType t, scalarTypeOf(n.output()->type().dtype));
+  KILN_ASSIGN_OR_RETURN(const ScalarType t, argType(n.output()->type().dtype));
   k.args.push_back({n.output()->name(), t, true});
   return k;
 }
@@ -355,13 +372,38 @@ Expected<Kernel> dropout(const ir::Node& n, std::string name) {
 // bool as a byte, so that one holding 2 or 255 is read as it is: true), or "" where they take
 // none.
 std::string elementCType(ir::DType t) {
-  if (t == ir::DType::kBool) return "unsigned char";
-  const Expected<ScalarType> s = scalarTypeOf(t);
-  return s ? std::string(cType(*s)) : std::string();
+  switch (t) {
+    case ir::DType::kBool:
+      return "unsigned char";
+    // Integer dtypes the kernel IR does not take (it has no ScalarType for them).
+    case ir::DType::kI16:
+      return "short";
+    case ir::DType::kU16:
+      return "unsigned short";
+    case ir::DType::kU32:
+      return "unsigned int";
+    case ir::DType::kU64:
+      return "unsigned long long";
+    default: {
+      const Expected<ScalarType> s = scalarTypeOf(t);
+      return s ? std::string(cType(*s)) : std::string();
+    }
+  }
 }
 
+// The integer dtypes (every one, signed and unsigned), and the unsigned C type of their size:
+// wrapping arithmetic computes in it.
 bool isKernelInteger(ir::DType t) {
-  return t == ir::DType::kI64 || t == ir::DType::kI32 || t == ir::DType::kI8 || t == ir::DType::kU8;
+  return ir::isInteger(t);
+}
+bool isSignedInteger(ir::DType t) {
+  return t == ir::DType::kI64 || t == ir::DType::kI32 || t == ir::DType::kI16 ||
+         t == ir::DType::kI8;
+}
+std::string unsignedCType(ir::DType t) {
+  static constexpr const char* kBySize[] = {"unsigned char", "unsigned short", "unsigned int",
+                                            "unsigned long long"};
+  return kBySize[std::countr_zero(ir::dtypeSize(t))];
 }
 
 // The code that computes, for output element `i` of shape `y`, each input's element offset under
@@ -433,10 +475,7 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool inde
   const bool integers = allOf(isKernelInteger) && allOf([&](ir::DType t) { return t == first; });
   const bool bools = allOf([](ir::DType t) { return t == ir::DType::kBool; });
   const std::string T = elementCType(first);
-  const std::string U =
-      "unsigned " + (T == "signed char" || T == "unsigned char" ? std::string("char")
-                     : T == "unsigned short"                    ? std::string("short")
-                                                                : T);
+  const std::string U = unsignedCType(first);
   auto none = [&] {
     return unimplemented("no op kernel for " + opName + " of " + std::string(ir::dtypeName(first)) +
                          " (the kernel IR's, or the host's)");
@@ -484,7 +523,7 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool inde
     case ir::OpKind::kBitShift: {
       if (!integers) return none();
       const bool left = n.attr().getString("direction") == "LEFT";
-      const bool isSigned = first != ir::DType::kU8;
+      const bool isSigned = isSignedInteger(first);
       const std::string width = std::to_string(ir::dtypeSize(first) * 8);
       // The reference's shiftBits: a count outside [0, width) gives 0 (-1 for a negative value
       // shifted right); a right shift of a negative value fills with ones.
@@ -527,7 +566,7 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool inde
           zero = zero && d->data().data()[static_cast<size_t>(e) * size + b] == std::byte{0};
         if (zero) return unimplemented(opName + " by a constant holding 0 runs on the host");
       }
-      const bool isSigned = first != ir::DType::kU8;
+      const bool isSigned = isSignedInteger(first);
       if (op == ir::OpKind::kDiv) {
         // Truncated toward zero; x / -1 wraps (INT_MIN / -1 is INT_MIN).
         expr = isSigned ? "y == -1 ? (" + T + ")((" + U + ")0 - (" + U + ")x) : (" + T + ")(x / y)"
@@ -582,17 +621,18 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool inde
       } else {
         // Truncated toward zero, saturated, NaN 0: the reference's truncSaturate (comparing
         // the value itself with the bounds gives the same as comparing its truncation).
-        const bool i64 = out == ir::DType::kI64;
         const int bits = static_cast<int>(ir::dtypeSize(out) * 8);
-        const bool isSigned = out != ir::DType::kU8;
+        const bool isSigned = isSignedInteger(out);
+        // The bounds, written so that no literal overflows (i64's minimum, u64's maximum).
         const std::string lo =
-            isSigned ? (i64 ? "(-9223372036854775807LL - 1)"
-                            : "(" + D + ")(" + std::to_string(-(int64_t{1} << (bits - 1))) + ")")
-                     : "(" + D + ")0";
-        const std::string hi = i64 ? "9223372036854775807LL"
-                                   : "(" + D + ")" +
-                                         std::to_string(isSigned ? (int64_t{1} << (bits - 1)) - 1
-                                                                 : (int64_t{1} << bits) - 1);
+            !isSigned    ? "(" + D + ")0"
+            : bits == 64 ? "(-9223372036854775807LL - 1)"
+                         : "(" + D + ")(" + std::to_string(-(int64_t{1} << (bits - 1))) + ")";
+        const std::string hi =
+            bits == 64 ? (isSigned ? "9223372036854775807LL" : "18446744073709551615ULL")
+                       : "(" + D + ")" +
+                             std::to_string(isSigned ? (int64_t{1} << (bits - 1)) - 1
+                                                     : (int64_t{1} << bits) - 1);
         helper = "KILN_FN " + D + " CONVERT(double v) {\n  if (v != v) return (" + D +
                  ")0;\n  if (v <= (double)" + lo + ") return " + lo + ";\n  if (v >= (double)" +
                  hi + ") return " + hi + ";\n  return (" + D + ")v;\n}\n";
@@ -919,16 +959,14 @@ Expected<Kernel> scatter(const ir::Node& n, std::string name, bool indexWord) {
     return unimplemented(op + "'s op kernel takes i64 or i32 indices");
   const ir::DType t = d.dtype;
   if (t != ir::DType::kF32 && t != ir::DType::kF64 && !isKernelInteger(t))
-    return unimplemented(op + "'s op kernel takes f32, f64, i64, i32, i8 or u8");
+    return unimplemented(op + "'s op kernel takes f32, f64 or integers");
   if (d.numElements() == 0 || ix.numElements() == 0)
     return unimplemented(op + "'s op kernel takes non-empty operands");
   const std::string T = elementCType(t);
   const std::string I = ix.dtype == ir::DType::kI64 ? "long long" : "int";
   const std::string reduction = n.attr().getString("reduction");
   const bool isFloat = t == ir::DType::kF32 || t == ir::DType::kF64;
-  const std::string U = T == "long long" ? "unsigned long long"
-                        : T == "int"     ? "unsigned int"
-                                         : "unsigned char";
+  const std::string U = unsignedCType(t);
   std::string combine;
   if (reduction == "none")
     combine = "v";
@@ -1024,7 +1062,7 @@ Expected<Kernel> topK(const ir::Node& n, std::string name) {
   if (x.layout != ir::Layout::kPlain)
     return unimplemented("topk_indices' op kernel takes a plain tensor");
   if (x.dtype != ir::DType::kF32 && x.dtype != ir::DType::kF64 && !isKernelInteger(x.dtype))
-    return unimplemented("topk_indices' op kernel takes f32, f64, i64, i32, i8 or u8");
+    return unimplemented("topk_indices' op kernel takes f32, f64 or integers");
   if (n.output()->type().numElements() == 0)
     return unimplemented("topk_indices' op kernel takes a non-empty output");
   KILN_ASSIGN_OR_RETURN(const int axis,

@@ -16,7 +16,7 @@
 //     computes the kernel checks itself (runtime::Plan::deviceIndexChecks).
 //   - dropout_train and dropout_backward (f32, f64): the mask of ir/dropout.h (the step read on the
 //     device), the reference's bits.
-//   - pointwise ops on integers and bools (i64, i32, i8, u8, bool; operands broadcast), which
+//   - pointwise ops on integers and bools (every integer dtype, bool; operands broadcast), which
 //     the kernel IR leaves alone: comparisons, logical and bitwise ops, bitshift, wrapping add,
 //     sub, mul, neg and abs, minimum, maximum, where of integer or bool values, casts to
 //     integers (saturating, NaN 0) or bool, div and mod (by a constant without zeros, or a

@@ -836,7 +836,15 @@ Tensor edgyValues(ir::DType dt, const ir::Shape& shape, std::mt19937& rng) {
                                   -9.3e18,
                                   9223372036854775807.0,
                                   -129.0,
-                                  3e9};
+                                  3e9,
+                                  32767.5,
+                                  -32768.5,
+                                  65535.5,
+                                  65536.0,
+                                  4294967295.5,
+                                  4294967296.0,
+                                  18446744073709551615.0,
+                                  1.9e19};
   for (int64_t i = 0; i < t.numElements(); ++i) {
     const int k = kind(rng);
     int64_t v = k == 0   ? 0
@@ -860,6 +868,18 @@ Tensor edgyValues(ir::DType dt, const ir::Shape& shape, std::mt19937& rng) {
         break;
       case ir::DType::kU8:
         t.data<uint8_t>()[i] = static_cast<uint8_t>(k == 5 ? v >> 56 : v);
+        break;
+      case ir::DType::kI16:
+        t.data<int16_t>()[i] = static_cast<int16_t>(k == 5 ? v >> 48 : v);
+        break;
+      case ir::DType::kU16:
+        t.data<uint16_t>()[i] = static_cast<uint16_t>(k == 5 ? v >> 48 : v);
+        break;
+      case ir::DType::kU32:
+        t.data<uint32_t>()[i] = static_cast<uint32_t>(k == 5 ? v >> 32 : v);
+        break;
+      case ir::DType::kU64:
+        t.data<uint64_t>()[i] = static_cast<uint64_t>(v);
         break;
       case ir::DType::kBool:  // Any non-zero byte is true (the kernels test != 0).
         t.data<uint8_t>()[i] = std::array<uint8_t, 4>{0, 1, 2, 255}[rng() % 4];
@@ -914,6 +934,14 @@ TEST_CASE("emu: op kernels: integer and bool pointwise ops give the reference's 
               values.back().data<int8_t>()[i] = static_cast<int8_t>(c % 12);
             if (dts[j] == ir::DType::kU8)
               values.back().data<uint8_t>()[i] = static_cast<uint8_t>(c % 12);
+            if (dts[j] == ir::DType::kI16)
+              values.back().data<int16_t>()[i] = static_cast<int16_t>(c % 20);
+            if (dts[j] == ir::DType::kU16)
+              values.back().data<uint16_t>()[i] = static_cast<uint16_t>(c % 20);
+            if (dts[j] == ir::DType::kU32)
+              values.back().data<uint32_t>()[i] = static_cast<uint32_t>(c % 36);
+            if (dts[j] == ir::DType::kU64)
+              values.back().data<uint64_t>()[i] = static_cast<uint64_t>(c);
           }
       }
       auto n = g.addNode(op, ins, attrs);
@@ -928,7 +956,8 @@ TEST_CASE("emu: op kernels: integer and bool pointwise ops give the reference's 
   };
   using ir::DType;
   using ir::OpKind;
-  for (DType t : {DType::kI64, DType::kI32, DType::kI8, DType::kU8}) {
+  for (DType t : {DType::kI64, DType::kI32, DType::kI16, DType::kI8, DType::kU64, DType::kU32,
+                  DType::kU16, DType::kU8}) {
     for (OpKind op : {OpKind::kEqual, OpKind::kLess, OpKind::kLessEqual, OpKind::kGreater,
                       OpKind::kGreaterEqual})
       check(op, {t, t, DType::kBool});
@@ -939,8 +968,9 @@ TEST_CASE("emu: op kernels: integer and bool pointwise ops give the reference's 
       check(OpKind::kBitShift, {t, t, t}, {{"direction", std::string(dir)}});
     for (OpKind op : {OpKind::kNeg, OpKind::kAbs, OpKind::kBitwiseNot}) check(op, {t, t});
     check(OpKind::kWhere, {DType::kBool, t, t, t});
-    for (DType from : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI64,
-                       DType::kI32, DType::kI8, DType::kU8, DType::kBool})
+    for (DType from :
+         {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI64, DType::kI32,
+          DType::kI16, DType::kI8, DType::kU64, DType::kU16, DType::kU8, DType::kBool})
       if (from != t)  // A cast to its own dtype is no node after the passes.
         check(OpKind::kCast, {from, t}, {{"to", std::string(ir::dtypeName(t))}});
   }
@@ -957,7 +987,8 @@ TEST_CASE("emu: op kernels: integer div and mod by a constant give the reference
   // an op kernel; one holding a zero, or a divisor the graph computes, stays on the host, whose
   // kernel reports the zero.
   std::mt19937 rng(29);
-  for (ir::DType t : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI8, ir::DType::kU8})
+  for (ir::DType t : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI16, ir::DType::kI8,
+                      ir::DType::kU64, ir::DType::kU32, ir::DType::kU16, ir::DType::kU8})
     for (int variant = 0; variant < 3; ++variant) {
       const ir::OpKind op = variant == 0 ? ir::OpKind::kDiv : ir::OpKind::kMod;
       INFO(ir::opName(op) << " " << ir::dtypeName(t) << " variant " << variant);
@@ -1008,7 +1039,8 @@ TEST_CASE("emu: op kernels: integer div and mod by a computed divisor check it o
   // divisor = b + shift, broadcast against a: the kernel reports the first zero (its flat index
   // in the divisor) in an index word, with the CPU's error; nonzero divisors give its bits.
   std::mt19937 rng(37);
-  for (ir::DType t : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI8, ir::DType::kU8})
+  for (ir::DType t : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI16, ir::DType::kI8,
+                      ir::DType::kU64, ir::DType::kU32, ir::DType::kU16, ir::DType::kU8})
     for (const ir::OpKind op : {ir::OpKind::kDiv, ir::OpKind::kMod}) {
       INFO(ir::opName(op) << " " << ir::dtypeName(t));
       ir::Graph g("divide");
@@ -1115,7 +1147,8 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
   for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32})
     for (ir::OpKind op : {ir::OpKind::kAdd, ir::OpKind::kSub, ir::OpKind::kMul})
       add(op, {{dt, {6}}, {dt, {}}}, {});
-  for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI8, ir::DType::kU8}) {
+  for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI16, ir::DType::kI8,
+                       ir::DType::kU64, ir::DType::kU32, ir::DType::kU16, ir::DType::kU8}) {
     for (ir::OpKind op : {ir::OpKind::kLess, ir::OpKind::kBitwiseXor, ir::OpKind::kMaximum})
       add(op, {{dt, {2, 3}}, {dt, {3}}}, {});
     add(ir::OpKind::kAbs, {{dt, {4}}}, {});
@@ -1126,7 +1159,8 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
       add(ir::OpKind::kCast, {{from, {5}}}, {{"to", std::string(ir::dtypeName(dt))}});
   }
   add(ir::OpKind::kLogicalXor, {{ir::DType::kBool, {2, 3}}, {ir::DType::kBool, {3}}}, {});
-  for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI8, ir::DType::kU8}) {
+  for (ir::DType dt : {ir::DType::kI64, ir::DType::kI32, ir::DType::kI16, ir::DType::kI8,
+                       ir::DType::kU64, ir::DType::kU32, ir::DType::kU16, ir::DType::kU8}) {
     ir::TensorData three(dt, {3});  // A constant divisor: 3, 3, 3 (low bytes).
     for (int64_t e = 0; e < 3; ++e)
       three.data()[static_cast<size_t>(e) * ir::dtypeSize(dt)] = std::byte{3};
@@ -1201,10 +1235,11 @@ TEST_CASE("emu: op kernels: a training step that fails on the device updates not
   // check the computed rows on the device. A step with a row out of range fails with the CPU's
   // error, and its parameter writes (on the device, done by then) are dropped: the next steps
   // continue from the last good one, as on the CPU, whose kernel fails before the update. The
-  // same for an op on the host that fails: rows = cast(x[:, 0]) / cast(x[:, 1]) in i16 (which
-  // no device kernel takes), whose host kernel reports a zero divisor.
+  // same for an integer division by a computed divisor, checked on the device as well: rows =
+  // cast(x[:, 0]) / cast(x[:, 1]) in i16, a zero divisor. (The same path, the run's outcome after
+  // its stream synchronized, drops the writes of a run whose op on the host failed.)
   for (const bool divide : {false, true}) {
-    INFO((divide ? "a host op's error" : "an index out of range"));
+    INFO((divide ? "a zero divisor" : "an index out of range"));
     auto model = [&] {
       ir::Graph g("embedding");
       ir::Value* x = *g.addInput("x", ir::TensorType(ir::DType::kF32, {4, 2}));
@@ -1243,9 +1278,9 @@ TEST_CASE("emu: op kernels: a training step that fails on the device updates not
     INFO(dev.status().message());
     REQUIRE(dev.hasValue());
     REQUIRE((*dev)->compiled());
-    // The gather and its gradient (gather_backward) read the rows: two words.
-    CHECK((*dev)->compiled()->plan().deviceIndexChecks.size() == 2);
-    CHECK(((*dev)->compiled()->report().hostSteps > 0) == divide);
+    // The gather and its gradient (gather_backward) read the rows: two words (and the divisor's).
+    CHECK((*dev)->compiled()->plan().deviceIndexChecks.size() == (divide ? 3 : 2));
+    CHECK((*dev)->compiled()->report().hostSteps == 0);
     Tensor x = *Tensor::zeros(ir::DType::kF32, {4, 2});
     Tensor t = *Tensor::zeros(ir::DType::kI64, {4});
     for (int64_t i = 0; i < 4; ++i) t.data<int64_t>()[i] = i % 3;
@@ -1263,13 +1298,9 @@ TEST_CASE("emu: op kernels: a training step that fails on the device updates not
       REQUIRE(want.hasValue() == got.hasValue());
       if (!want) {
         CHECK(step == 2);
-        if (!divide) {
-          CHECK(got.status().message() == want.status().message());
-          CHECK_THAT(got.status().message(), Catch::Contains("index 5 (at flat position 2)"));
-        } else {  // The host op's error says where it ran.
-          const std::string& m = want.status().message();
-          CHECK_THAT(got.status().message(), Catch::Contains(m.substr(m.find(": ") + 2)));
-        }
+        CHECK(got.status().message() == want.status().message());
+        CHECK_THAT(got.status().message(),
+                   Catch::Contains(divide ? "division by zero" : "index 5 (at flat position 2)"));
         continue;
       }
       CHECK(std::fabs(got->loss - want->loss) <= 1e-6 * std::max(1.0, std::fabs(want->loss)));
