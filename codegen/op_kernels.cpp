@@ -39,6 +39,10 @@ Expected<FloatIo> floatIo(ir::DType t) {
   }
 }
 
+// The most threads a block has (CUDA's limit, and what an artifact's geometry may say): a
+// kernel's per-thread shared arrays hold this many.
+constexpr int kMaxBlock = 1024;
+
 std::string ll(int64_t v) {
   return std::to_string(v) + "LL";
 }
@@ -405,6 +409,11 @@ std::string unsignedCType(ir::DType t) {
                                             "unsigned long long"};
   return kBySize[std::countr_zero(ir::dtypeSize(t))];
 }
+// Where wrapping arithmetic of dtype `t` computes: unsigned, and at least an unsigned int, so
+// that narrower operands are not promoted to a signed int (65535 * 65535 overflows one).
+std::string wrapType(ir::DType t) {
+  return ir::dtypeSize(t) < 4 ? "unsigned int" : unsignedCType(t);
+}
 
 // The code that computes, for output element `i` of shape `y`, each input's element offset under
 // broadcasting (numpy's: shapes aligned at the right, size-1 dims repeated): `offsets[j]` names
@@ -549,7 +558,7 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool inde
     case ir::OpKind::kMul: {
       if (!integers) return none();
       const char* o = op == ir::OpKind::kAdd ? "+" : op == ir::OpKind::kSub ? "-" : "*";
-      expr = "(" + T + ")((" + U + ")x " + o + " (" + U + ")y)";
+      expr = "(" + T + ")((" + wrapType(first) + ")x " + o + " (" + wrapType(first) + ")y)";
       break;
     }
     case ir::OpKind::kDiv:
@@ -836,7 +845,7 @@ void combineByRows(Kernel& k, const ir::Node& n, const RowCombine& c) {
   s += "  for (long long j = threadIdx.x; j < " + ll(count) + "; j += blockDim.x) {\n" +
        c.rowOf(true) + "    if (p >= 0) atomicAdd(&a4[p + 1], 1ULL);\n  }\n  __syncthreads();\n";
   // Each thread sums a chunk of the counts; thread 0 the chunks' sums; each its chunk's starts.
-  s += "  KILN_SHARED(unsigned long long, kiln_smem_u64, " + std::to_string(kCudaBlock) + ");\n";
+  s += "  KILN_SHARED(unsigned long long, kiln_smem_u64, " + std::to_string(kMaxBlock) + ");\n";
   s += "  const long long chunk = (" + ll(rows) + " + blockDim.x - 1) / blockDim.x;\n";
   s += "  const long long lo = 1 + (long long)threadIdx.x * chunk;\n";
   s += "  const long long hi = lo + chunk < " + ll(rows + 1) + " ? lo + chunk : " + ll(rows + 1) +
@@ -966,14 +975,15 @@ Expected<Kernel> scatter(const ir::Node& n, std::string name, bool indexWord) {
   const std::string I = ix.dtype == ir::DType::kI64 ? "long long" : "int";
   const std::string reduction = n.attr().getString("reduction");
   const bool isFloat = t == ir::DType::kF32 || t == ir::DType::kF64;
-  const std::string U = unsignedCType(t);
   std::string combine;
   if (reduction == "none")
     combine = "v";
   else if (reduction == "add")
-    combine = isFloat ? "acc + v" : "(" + T + ")((" + U + ")acc + (" + U + ")v)";
+    combine =
+        isFloat ? "acc + v" : "(" + T + ")((" + wrapType(t) + ")acc + (" + wrapType(t) + ")v)";
   else if (reduction == "mul")
-    combine = isFloat ? "acc * v" : "(" + T + ")((" + U + ")acc * (" + U + ")v)";
+    combine =
+        isFloat ? "acc * v" : "(" + T + ")((" + wrapType(t) + ")acc * (" + wrapType(t) + ")v)";
   else if (reduction == "max")
     combine = "acc < v ? v : acc";
   else if (reduction == "min")
@@ -1086,8 +1096,8 @@ Expected<Kernel> topK(const ir::Node& n, std::string name) {
   s += std::string("  return ") + (largest ? "gt" : "lt") + " || (!gt && !lt && ia < ib);\n}\n";
   s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + T +
        "> a0, kiln_gptr<long long> a1) {\n";
-  s += "  KILN_SHARED(" + T + ", kiln_smem_v, " + std::to_string(kCudaBlock) + ");\n";
-  s += "  KILN_SHARED(long long, kiln_smem_i, " + std::to_string(kCudaBlock) + ");\n";
+  s += "  KILN_SHARED(" + T + ", kiln_smem_v, " + std::to_string(kMaxBlock) + ");\n";
+  s += "  KILN_SHARED(long long, kiln_smem_i, " + std::to_string(kMaxBlock) + ");\n";
   s += "  for (long long row = blockIdx.x; row < " + ll(rows) + "; row += gridDim.x) {\n";
   s +=
       "    const long long base = (row / " + I + ") * " + ll(dim * inner) + " + row % " + I + ";\n";

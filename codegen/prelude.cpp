@@ -401,13 +401,13 @@ template <class T, class Op> KILN_FN T kiln_block_reduce(T v, T init, Op op, T* 
   return smem[0];
 }
 // Reports index `value` at flat position `position` out of range into the word of a device
-// index check (runtime::IndexWord, whose encode() is the same formula): the position above
-// (saturated at 2^32 - 1), the value biased by 2^31 below (saturated to int32's range); the
-// lowest position wins.
+// index check (runtime::IndexWord, whose encode() is the same formula): the position in bits
+// 63..33 (saturated at 2^31 - 2), bit 32 set when the value lies outside int32's range, the
+// value clamped to it and biased by 2^31 below; the lowest position wins.
 KILN_FN void kiln_report_index(kiln_gptr<unsigned long long> w, long long position, long long value) {
-  const unsigned long long p = position < 0xffffffffLL ? (unsigned long long)position : 0xffffffffULL;
+  const unsigned long long p = position < 2147483646LL ? (unsigned long long)position : 2147483646ULL;
   const long long v = value < -2147483648LL ? -2147483648LL : (value > 2147483647LL ? 2147483647LL : value);
-  atomicMin(&w[0], (p << 32) | (unsigned long long)(v + 2147483648LL));
+  atomicMin(&w[0], (p << 33) | ((unsigned long long)(v != value) << 32) | (unsigned long long)(v + 2147483648LL));
 }
 #endif
 )KILN";

@@ -1114,8 +1114,9 @@ Status LoadedModel::warmUp() {
   }
   auto outputs = exec_.run(zeros);
   // Zeros are not every model's valid input (an integer division by an input, which the run
-  // rejects as the user's error): the model still loads, and its first real run warms it up.
-  if (!outputs && outputs.status().isUserError()) return Status::ok();
+  // rejects as an invalid argument): the model still loads, and its first real run warms it up.
+  // Any other error (memory, a missing library) fails the load as before.
+  if (!outputs && outputs.status().code() == ErrorCode::kInvalidArgument) return Status::ok();
   if (!outputs) return outputs.status().withContext("the warm-up run on zero inputs");
   warmupMs_ = msSince(start);
   return Status::ok();

@@ -147,7 +147,7 @@ class LoadedModel {
   // prepare cannot do ahead of a run — the calling thread's compute threads started, every
   // kernel's and library call's code and the arena's pages touched — so that the first real
   // call costs about what later ones do. Its outputs are dropped. A model that rejects zeros as
-  // the user's error (an integer division by an input) is left cold, not failed.
+  // an invalid argument (an integer division by an input) is left cold, not failed.
   Status warmUp();
   double warmupMs() const { return warmupMs_; }    // 0 when not warmed up.
   bool recompiled() const { return recompiled_; }  // Object code rebuilt from the sources.

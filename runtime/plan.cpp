@@ -29,21 +29,30 @@ Status checkIndices(const IndexCheck& c, const Tensor& indices) {
 }
 
 uint64_t IndexWord::encode(int64_t position, int64_t value) {
-  const uint64_t p = std::min<uint64_t>(static_cast<uint64_t>(position), 0xffffffffULL);
+  const auto p = static_cast<uint64_t>(std::clamp<int64_t>(position, 0, kMaxPosition));
   const int64_t v = std::clamp<int64_t>(value, INT32_MIN, INT32_MAX);
-  return p << 32 | static_cast<uint64_t>(v + (int64_t{1} << 31));
+  return p << 33 | uint64_t{v != value} << 32 | static_cast<uint64_t>(v + (int64_t{1} << 31));
+}
+
+IndexWord::Report IndexWord::decode(uint64_t word) {
+  Report r;
+  r.position = static_cast<int64_t>(word >> 33);
+  r.positionSaturated = r.position >= kMaxPosition;
+  r.valueSaturated = (word >> 32 & 1) != 0;
+  r.value = static_cast<int64_t>(word & 0xffffffffULL) - (int64_t{1} << 31);
+  return r;
 }
 
 Status deviceIndexError(const IndexCheck& c, uint64_t word) {
   if (word == IndexWord::kClear) return Status::ok();
-  const uint64_t p = word >> 32;
-  const int64_t v = static_cast<int64_t>(word & 0xffffffffULL) - (int64_t{1} << 31);
+  const IndexWord::Report r = IndexWord::decode(word);
+  const uint64_t p = static_cast<uint64_t>(r.position);
   // Saturated: the kernel saw this bound or beyond it.
   const std::string position =
-      p == 0xffffffffULL ? std::to_string(p) + " or later" : std::to_string(p);
-  const std::string value = v == INT32_MAX   ? std::to_string(v) + " or more"
-                            : v == INT32_MIN ? std::to_string(v) + " or less"
-                                             : std::to_string(v);
+      std::to_string(r.position) + (r.positionSaturated ? " or later" : "");
+  const std::string value = std::to_string(r.value) + (!r.valueSaturated ? ""
+                                                       : r.value > 0     ? " or more"
+                                                                         : " or less");
   std::string message;
   switch (c.kind) {
     case IndexCheck::Kind::kClass:
@@ -55,7 +64,8 @@ Status deviceIndexError(const IndexCheck& c, uint64_t word) {
     case IndexCheck::Kind::kResolved: {
       if (c.limits.empty() || c.limits.size() != c.dims.size())
         return internalError("a scatter's index check without its dims");
-      const size_t k = p % c.limits.size();  // A saturated position names component 0 or later.
+      // A saturated position names no component: the first one's dim is said.
+      const size_t k = r.positionSaturated ? 0 : p % c.limits.size();
       message = resolvedIndexError(c.op, value, c.dims[k], c.limits[k]);
       break;
     }

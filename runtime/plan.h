@@ -93,12 +93,21 @@ struct IndexCheck {
 Status checkIndices(const IndexCheck& c, const Tensor& indices);
 
 // A device index check's word: the kernel atomically lowers it (atomicMin, unsigned) to the
-// report of an index out of range, its flat position above (saturated at 2^32 - 1) and its
-// value biased by 2^31 below (saturated to int32's range), so that the lowest position wins and
-// one value a position is read. kClear (all bits set) means none was.
+// report of an index out of range: its flat position in bits 63..33 (saturated at 2^31 - 2), a
+// flag in bit 32 when the value lies outside int32's range, and the value clamped to that range
+// and biased by 2^31 in bits 31..0; so the lowest position wins, and one value a position is
+// read. kClear (all bits set) means none was. The kernels' kiln_report_index (codegen/prelude.cpp)
+// computes encode() in CUDA C.
 struct IndexWord {
   static constexpr uint64_t kClear = ~uint64_t{0};
+  static constexpr int64_t kMaxPosition = (int64_t{1} << 31) - 2;
   static uint64_t encode(int64_t position, int64_t value);
+  struct Report {
+    int64_t position = 0, value = 0;
+    bool positionSaturated = false;  // At kMaxPosition or beyond.
+    bool valueSaturated = false;     // `value` is int32's bound, the index beyond it.
+  };
+  static Report decode(uint64_t word);
 };
 // The error of device check `c` whose word is `word` (kClear: ok): the reference kernel's words,
 // in the context of `c.where`.

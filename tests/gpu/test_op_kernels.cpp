@@ -720,14 +720,44 @@ TEST_CASE("emu: op kernels: indices the graph computes are checked on the device
     m.device->setGraphs(false);
     run(1);
     run(0);
-    // Values beyond int32 are reported saturated.
-    set(sh, 0, c.index == ir::DType::kI64 ? int64_t{1} << 40 : INT32_MAX - 1);
+    // int32's bounds themselves are exact, as the CPU says them; only values beyond are said
+    // saturated.
+    run(INT32_MAX);
+    run(INT32_MIN);
+    if (c.index != ir::DType::kI64) continue;
+    set(sh, 0, int64_t{1} << 40);
     auto big = m.device->run(std::vector<Tensor>{x, id, sh});
     REQUIRE_FALSE(big.hasValue());
-    if (c.index == ir::DType::kI64)
-      CHECK_THAT(big.status().message(),
-                 Catch::Contains(" 2147483647 or more ") && Catch::Contains("at flat position 0"));
+    CHECK_THAT(big.status().message(),
+               Catch::Contains(" 2147483647 or more ") && Catch::Contains("at flat position 0"));
   }
+}
+
+TEST_CASE("index words: what a kernel reports decodes to its position and value") {
+  using runtime::IndexWord;
+  struct Case {
+    int64_t position, value;
+    IndexWord::Report want;
+  };
+  const int64_t maxPos = IndexWord::kMaxPosition;
+  for (const Case& c : {Case{0, 5, {0, 5, false, false}}, Case{7, -1, {7, -1, false, false}},
+                        Case{3, INT32_MAX, {3, INT32_MAX, false, false}},
+                        Case{3, INT32_MIN, {3, INT32_MIN, false, false}},
+                        Case{3, int64_t{1} << 40, {3, INT32_MAX, false, true}},
+                        Case{3, -(int64_t{1} << 40), {3, INT32_MIN, false, true}},
+                        Case{int64_t{1} << 40, 2, {maxPos, 2, true, false}}}) {
+    INFO(c.position << " " << c.value);
+    const uint64_t w = IndexWord::encode(c.position, c.value);
+    CHECK(w != IndexWord::kClear);
+    const IndexWord::Report r = IndexWord::decode(w);
+    CHECK(r.position == c.want.position);
+    CHECK(r.value == c.want.value);
+    CHECK(r.positionSaturated == c.want.positionSaturated);
+    CHECK(r.valueSaturated == c.want.valueSaturated);
+  }
+  // The lowest position wins an atomicMin, whatever the values.
+  CHECK(IndexWord::encode(2, INT32_MAX) < IndexWord::encode(3, INT32_MIN));
+  CHECK(IndexWord::encode(2, int64_t{1} << 40) < IndexWord::encode(3, 0));
 }
 
 TEST_CASE("emu: op kernels: device tensors are not checked: a bad index gives the filler") {
