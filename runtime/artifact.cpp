@@ -1008,12 +1008,14 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
     const auto& onDevice = c.plan->deviceIndexChecks;
     // Then (absent before them) the device index checks: both lists above written, then the
     // words' offset and each check.
-    const bool positions =
+    // The tagged list is written where any check is more than class indices, or any is on the
+    // device (whose list comes after it).
+    const bool taggedList =
         !onDevice.empty() || std::any_of(checks.begin(), checks.end(), [](const IndexCheck& k) {
           return k.kind != IndexCheck::Kind::kClass;
         });
-    if (!checks.empty() || positions) device.u64(positions ? 0 : checks.size());
-    for (const IndexCheck& k : positions ? std::span<const IndexCheck>() : checks) {
+    if (!checks.empty() || taggedList) device.u64(taggedList ? 0 : checks.size());
+    for (const IndexCheck& k : taggedList ? std::span<const IndexCheck>() : checks) {
       device.i64(k.input);
       device.i64(k.limit);
       device.i64(k.ignore);
@@ -1037,7 +1039,7 @@ Status writeArtifact(const std::string& path, const ArtifactContents& c) {
         device.i64(k.dims[i]);
       }
     };
-    if (positions) {
+    if (taggedList) {
       device.u64(checks.size());
       for (const IndexCheck& k : checks) tagged(k, true);
     }
