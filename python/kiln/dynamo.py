@@ -20,10 +20,12 @@ import; importing kiln.dynamo registers it too.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import operator
 import os
 import sys
+import weakref
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -122,6 +124,17 @@ class _Support(OperatorSupport):
         return unsupported_reason(node) is None
 
 
+_LIVE_SUBGRAPHS = weakref.WeakSet()
+
+
+@atexit.register
+def _release_compiled_models():
+    """Dynamo's caches keep the compiled subgraphs alive until the interpreter is torn down,
+    after nanobind counts what is left as leaked; they are dropped first."""
+    for sub in list(_LIVE_SUBGRAPHS):
+        sub.cache.clear()
+
+
 class KilnSubgraph(torch.nn.Module):
     """One partition: translated and compiled by kiln per input signature; falls back to the
     PyTorch subgraph (logged) if translation fails."""
@@ -137,6 +150,7 @@ class KilnSubgraph(torch.nn.Module):
         self.fallback = False
         out = next(n for n in gm.graph.nodes if n.op == "output")
         self.single = not isinstance(out.args[0], (list, tuple))
+        _LIVE_SUBGRAPHS.add(self)
 
     def _compile(self, args):
         from . import compile as kiln_compile
@@ -265,8 +279,11 @@ def kiln_backend(gm: torch.fx.GraphModule, example_inputs, **options):
         # then reads the probabilities as its logsumexp and gives wrong gradients (the same with
         # aot_eager and this table; tests/test_torch.py has the case). Forward and backward stay
         # PyTorch's flash kernels; in inference the math form is what kiln fuses into attention.
-        training_table = {k: v for k, v in table.items()
-                          if k != aten._scaled_dot_product_flash_attention_for_cpu.default}
+        # An embedding's backward stays whole too: kiln's gather_backward is that op, where the
+        # decomposition masks every index (out of range, padding) into an index_put.
+        kept = (aten._scaled_dot_product_flash_attention_for_cpu.default,
+                aten.embedding_dense_backward.default)
+        training_table = {k: v for k, v in table.items() if k not in kept}
         _DECOMPOSITIONS = (table, training_table)
     decomps = _DECOMPOSITIONS[1 if training else 0]
     return aot_autograd(

@@ -336,6 +336,26 @@ def _logical_not(t, a):
     return t.op("logical_not", [t.cast(a, "bool")])
 
 
+def _bitwise(kiln_op):
+    def fn(t, a, b=None):
+        if b is None:
+            return t.op("logical_not" if a.dtype == "bool" else kiln_op, [a])
+        a, b = _operands(t, a, b)
+        if a.dtype == "bool":
+            return t.op(kiln_op.replace("bitwise", "logical"), [a, b])
+        if _is_float(a.dtype):
+            raise Unsupported(f"{kiln_op} of {a.dtype}")
+        return t.op(kiln_op, [a, b])
+
+    return fn
+
+
+handles(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_bitwise("bitwise_and"))
+handles(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_bitwise("bitwise_or"))
+handles(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_bitwise("bitwise_xor"))
+handles(aten.bitwise_not.default)(_bitwise("bitwise_not"))
+
+
 def _unary(kiln_op):
     return lambda t, x: t.op(kiln_op, [x])
 
@@ -741,6 +761,81 @@ def _embedding(t, weight, indices, padding_idx=-1, scale_grad_by_freq=False, spa
     return t.op("gather", [weight, indices], {"axis": 0})
 
 
+def _index_tensors(t, indices, what: str):
+    """The dims and index tensors of an advanced index x[indices] (None: a whole dim)."""
+    dims = [d for d, v in enumerate(indices) if v is not None]
+    if not dims:
+        raise Unsupported(f"{what} without an index tensor")
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        raise Unsupported(f"{what} by index tensors on dims that are not adjacent ({dims})")
+    tensors = [indices[d] for d in dims]
+    for v in tensors:
+        if v.dtype in ("bool", "u8"):  # PyTorch reads a u8 index as a mask too.
+            raise Unsupported(f"{what} by a boolean mask")
+        if _is_float(v.dtype):
+            raise Unsupported(f"{what} by {v.dtype} indices")
+    return dims, [v if v.dtype in ("i64", "i32") else t.cast(v, "i64") for v in tensors]
+
+
+@handles(aten.index.Tensor)
+def _index(t, x, indices):
+    dims, tensors = _index_tensors(t, indices, "index")
+    if len(dims) != 1:
+        raise Unsupported("indexing by more than one index tensor")
+    return t.op("gather", [x, tensors[0]], {"axis": dims[0]})
+
+
+@handles(*[op for op in (aten.index_put.default, getattr(aten, "_unsafe_index_put", None))
+           if op is not None])
+def _index_put(t, x, indices, values, accumulate=False):
+    """x[indices] = values (or += with accumulate) as a scatter_nd over x with its indexed dims
+    moved first: repeated indices add in index order, or the last one wins."""
+    dims, tensors = _index_tensors(t, indices, "index_put")
+    r, first, k = len(x.shape), dims[0], len(dims)
+    batch = list(torch.broadcast_shapes(*[tuple(v.shape) for v in tensors]))
+    cols = [t.op("unsqueeze", [_expand(t, t.cast(v, "i64"), batch)], {"axes": [len(batch)]})
+            for v in tensors]
+    where = cols[0] if k == 1 else t.op("concat", cols, {"axis": len(batch)})
+    # The values broadcast to x[indices]'s shape, then its index dims first, as `where` has them.
+    target = x.shape[:first] + batch + x.shape[first + k:]
+    v = t.cast(values, x.dtype)
+    lead = len(v.shape) - len(target)
+    if lead > 0:
+        if any(s != 1 for s in v.shape[:lead]):
+            raise Unsupported(f"values {v.shape} for an index_put into {target}")
+        v = _view(t, v, v.shape[lead:])
+    v = _expand(t, v, target)
+    if first > 0:
+        nb = len(batch)
+        v = t.op("transpose", [v], {"perm": list(range(first, first + nb)) + list(range(first)) +
+                                    list(range(first + nb, len(target)))})
+    perm = dims + [d for d in range(r) if d not in dims]
+    moved = x if perm == list(range(r)) else t.op("transpose", [x], {"perm": perm})
+    y = t.op("scatter_nd", [moved, where, v], {"reduction": "add" if accumulate else "none"})
+    if moved is x:
+        return y
+    return t.op("transpose", [y], {"perm": [perm.index(d) for d in range(r)]})
+
+
+@handles(aten.embedding_dense_backward.default)
+def _embedding_dense_backward(t, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """An embedding's weight gradient: each grad row added at its index, in index order (kiln's
+    gather_backward), rows at padding_idx left out, in f32 for f16/bf16 grads as PyTorch does."""
+    g = t.cast(grad, "f32") if grad.dtype in ("f16", "bf16") else grad
+    idx = indices if indices.dtype in ("i64", "i32") else t.cast(indices, "i64")
+    per_row = idx.shape + [1] * (len(g.shape) - len(idx.shape))  # idx broadcast against g.
+    if scale_grad_by_freq:
+        counts = t.op("gather_backward", [_filled(t, idx.shape + [1], 1, g.dtype), idx,
+                                          _filled(t, [num_weights, 1], 0, g.dtype)], {"axis": 0})
+        freq = t.op("gather", [counts, idx], {"axis": 0})
+        g = t.op("div", [g, _view(t, freq, per_row)])
+    if padding_idx >= 0:
+        pad = t.op("equal", [idx, t.scalar(padding_idx, idx.dtype)])
+        g = t.op("where", [_view(t, pad, per_row), t.scalar(0, g.dtype), g])
+    zeros = _filled(t, [num_weights] + g.shape[len(idx.shape):], 0, g.dtype)
+    return t.cast(t.op("gather_backward", [g, idx, zeros], {"axis": 0}), grad.dtype)
+
+
 @handles(aten.flatten.using_ints)
 def _flatten(t, x, start=0, end=-1):
     r = len(x.shape)
@@ -759,19 +854,29 @@ def _np_dtype(dtype, default="f32"):
     return _NP[k]
 
 
+def _kiln_dtype(dtype: torch.dtype) -> str:
+    if dtype not in TORCH_TO_KILN:
+        raise Unsupported(f"a tensor of dtype {dtype}")
+    return TORCH_TO_KILN[dtype]
+
+
+def _filled(t, shape, value, dtype: str) -> _Value:
+    """A tensor of one value: a scalar constant expanded (kiln folds it when small; a large one,
+    an embedding gradient's zeros, stays an expand instead of a constant the size of the table)."""
+    s = t.scalar(value, dtype)
+    return _expand(t, s, [int(d) for d in shape])
+
+
 @handles(aten.full.default)
 def _full(t, size, value, dtype=None, layout=None, device=None, pin_memory=None):
     default = "f32" if isinstance(value, float) else ("bool" if isinstance(value, bool) else "i64")
-    return t.array(np.full([int(s) for s in size], value, dtype=_np_dtype(dtype, default)))
+    return _filled(t, size, value, _kiln_dtype(dtype) if dtype is not None else default)
 
 
 @handles(aten.full_like.default)
 def _full_like(t, x, value, dtype=None, layout=None, device=None, pin_memory=None,
                memory_format=None):
-    dt = _np_dtype(dtype, x.dtype) if dtype is not None else _NP.get(x.dtype)
-    if dt is None:
-        raise Unsupported(f"full_like of {x.dtype}")
-    return t.array(np.full(x.shape, value, dtype=dt))
+    return _filled(t, x.shape, value, _kiln_dtype(dtype) if dtype is not None else x.dtype)
 
 
 @handles(aten.scalar_tensor.default)
