@@ -37,11 +37,10 @@ from .torch_export import HANDLERS, SKIP, TORCH_TO_KILN, Translator, describe
 log = logging.getLogger("kiln")
 aten = torch.ops.aten
 
-# Ops whose further outputs (BatchNorm's statistics, max-pooling's indices, layer norm's mean
-# and rstd) kiln does not compute: the node is kiln's only where every user reads output 0.
+# Ops whose further outputs (inference BatchNorm's empty statistics, max-pooling's indices)
+# kiln does not compute: the node is kiln's only where every user reads output 0.
 _FIRST_OUTPUT_ONLY = {
     aten._native_batch_norm_legit_no_training.default,
-    aten.native_layer_norm.default,
     aten.max_pool2d_with_indices.default,
 }
 # Movement and constant ops: a partition made of these alone is left to PyTorch (a kiln call
@@ -113,6 +112,8 @@ def unsupported_reason(node) -> str | None:
             return f"a {w.dim() - 2}-D convolution (kiln has conv2d only)"
     if node.target == aten.threshold_backward.default and node.args[2] != 0:
         return "threshold_backward away from 0 (kiln has ReLU's)"
+    if node.target == aten._native_batch_norm_legit_functional.default and not node.args[5]:
+        return "BatchNorm with running statistics under autograd"
     if node.target == aten.native_layer_norm.default and len(node.args[1]) != 1:
         return "layer norm over more than the last dim"
     return None
@@ -199,12 +200,18 @@ class KilnSubgraph(torch.nn.Module):
         return outs[0] if self.single else tuple(outs)
 
 
+def _is_write_back(node) -> bool:
+    """A copy_ into a graph input: AOTAutograd's write-back of a mutated buffer (BatchNorm's
+    running statistics), which PyTorch does after kiln computed the value; not a fallback."""
+    return node.target is aten.copy_.default and node.args[0].op == "placeholder"
+
+
 def _partition(gm: torch.fx.GraphModule, frozen_inputs: set, options: dict, tag: str):
     """`gm` with kiln's partitions replaced by KilnSubgraph modules; reports the rest."""
     for node in gm.graph.nodes:
         if node.op == "call_function":
             r = unsupported_reason(node)
-            if r and node.target is not operator.getitem:
+            if r and node.target is not operator.getitem and not _is_write_back(node):
                 _report_fallback(node, r)
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True,
                                              non_compute_ops=_NON_COMPUTE)

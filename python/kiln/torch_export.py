@@ -502,15 +502,56 @@ def _batch_norm(t, x, w, b, mean, var, momentum, eps):
     return (y, None, None)
 
 
+def _stat_dtype(t, i: int) -> str:
+    """The dtype PyTorch gives output `i` of the node (f32 statistics of f16/bf16 inputs)."""
+    val = t.node.meta.get("val")
+    return TORCH_TO_KILN.get(val[i].dtype, "f32") if isinstance(val, (list, tuple)) else "f32"
+
+
+@handles(aten._native_batch_norm_legit_functional.default)
+def _batch_norm_training(t, x, w, b, running_mean, running_var, training, momentum, eps):
+    """Training BatchNorm: (y, batch mean, 1/sqrt(biased var + eps), the running mean and
+    variance updated with the unbiased variance), as PyTorch computes them; kiln's
+    batch_norm_stats and batch_norm_train."""
+    if not training:
+        raise Unsupported("BatchNorm with running statistics under autograd")
+    c = x.shape[1]
+    w = w if w is not None else _filled(t, [c], 1, x.dtype)
+    b = b if b is not None else _filled(t, [c], 0, x.dtype)
+    stats = t.op("batch_norm_stats", [x])
+    row = lambda i: t.op("reshape", [t.op("slice", [stats], {"starts": [i], "ends": [i + 1],
+                                                             "axes": [0]})], {"shape": [c]})
+    mean, var = row(0), row(1)
+    y = t.op("batch_norm_train", [x, w, b, mean, var], {"epsilon": float(eps)})
+    f32 = lambda v: t.cast(v, "f32")
+    invstd = t.op("rsqrt", [t.op("add", [f32(var), t.scalar(float(eps), "f32")])])
+    n = math.prod(x.shape) // c
+
+    def running(old, batch, scale):
+        keep = t.op("mul", [old, t.scalar(1.0 - momentum, old.dtype)])
+        new = t.op("mul", [t.cast(batch, old.dtype), t.scalar(momentum * scale, old.dtype)])
+        return t.op("add", [keep, new])
+
+    return (y, t.cast(f32(mean), _stat_dtype(t, 1)), t.cast(invstd, _stat_dtype(t, 2)),
+            running(running_mean, mean, 1.0), running(running_var, var, n / max(n - 1, 1)))
+
+
 @handles(aten.native_layer_norm.default)
 def _layer_norm(t, x, shape, w, b, eps):
+    """(y, mean, 1/sqrt(var + eps)) over the last dim, the statistics shaped [..., 1] (the
+    backward reads them; kiln drops them when nothing does)."""
     if len(shape) != 1:
         raise Unsupported("layer norm over more than the last dim")
     inputs = [x] + ([w] if w is not None else []) + ([b] if b is not None else [])
     if w is None and b is not None:
         raise Unsupported("layer norm with a bias but no weight")
     y = t.op("layer_norm", inputs, {"axis": -1, "epsilon": float(eps)})
-    return (y, None, None)
+    xf = t.cast(x, "f32")
+    mean = t.op("reduce_mean", [xf], {"axes": [len(x.shape) - 1], "keepdims": 1})
+    d = t.op("sub", [xf, mean])
+    var = t.op("reduce_mean", [t.op("mul", [d, d])], {"axes": [len(x.shape) - 1], "keepdims": 1})
+    rstd = t.op("rsqrt", [t.op("add", [var, t.scalar(float(eps), "f32")])])
+    return (y, t.cast(mean, _stat_dtype(t, 1)), t.cast(rstd, _stat_dtype(t, 2)))
 
 
 @handles(aten._softmax.default)
@@ -785,8 +826,7 @@ def _index(t, x, indices):
     return t.op("gather", [x, tensors[0]], {"axis": dims[0]})
 
 
-@handles(*[op for op in (aten.index_put.default, getattr(aten, "_unsafe_index_put", None))
-           if op is not None])
+@handles(aten.index_put.default, aten._unsafe_index_put.default)
 def _index_put(t, x, indices, values, accumulate=False):
     """x[indices] = values (or += with accumulate) as a scatter_nd over x with its indexed dims
     moved first: repeated indices add in index order, or the last one wins."""

@@ -184,6 +184,47 @@ def test_torch_compile_training_attention_matches_eager():
     assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
 
 
+class NormNet(torch.nn.Module):
+    """Training BatchNorm (batch statistics, running statistics updated) and layer norm (whose
+    mean and rstd the backward reads)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3)
+        self.bn1 = torch.nn.BatchNorm2d(8)
+        self.c2 = torch.nn.Conv2d(8, 16, 3, stride=2)
+        self.bn2 = torch.nn.BatchNorm2d(16, affine=False, momentum=0.3)
+        self.ln = torch.nn.LayerNorm(16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.c1(x)))
+        x = F.relu(self.bn2(self.c2(x)))
+        return self.fc(self.ln(x.mean((2, 3))))
+
+
+def test_torch_compile_training_batch_and_layer_norm_matches_eager(monkeypatch, capfd):
+    """10 SGD steps with BatchNorm in training mode and layer norm: eager's losses, weights and
+    running statistics, the whole step in kiln (the buffers' write-back aside)."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = NormNet()
+    m2 = copy.deepcopy(m)
+
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    eager = _train(m, sgd(m), 10, (8, 3, 12, 12), 10)
+    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 10, (8, 3, 12, 12), 10)
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
+    for (name, a), b in zip(m.state_dict().items(), m2.state_dict().values()):
+        close(b.detach().double(), a.detach().double())
+    assert m2.bn1.num_batches_tracked.item() == 10
+    assert not torch.equal(m2.bn2.running_var, torch.ones(16))
+    assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
 class Embeddings(torch.nn.Module):
     """Token embeddings with a padding row, embeddings scaled by frequency, and positions."""
 
