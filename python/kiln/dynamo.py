@@ -146,7 +146,8 @@ class KilnSubgraph(torch.nn.Module):
         self.frozen = frozen
         self.name = name
         self.options = options
-        self.cache = {}  # Signature of the runtime inputs -> (compiled model, their indices).
+        # Signature of the runtime inputs -> (compiled model, their indices, draws a seed).
+        self.cache = {}
         self.frozen_state = None  # (data_ptr, version) of each frozen tensor the cache is for.
         self.fallback = False
         out = next(n for n in gm.graph.nodes if n.op == "output")
@@ -168,7 +169,7 @@ class KilnSubgraph(torch.nn.Module):
         compiled = kiln_compile(model, **self.options)
         index = [i for i, (a, f) in enumerate(zip(args, self.frozen))
                  if isinstance(a, torch.Tensor) and not f]
-        return compiled, index
+        return compiled, index, t.seed is not None
 
     def forward(self, *args):
         if self.fallback:
@@ -191,11 +192,13 @@ class KilnSubgraph(torch.nn.Module):
                         _report_fallback(n, f"its subgraph {self.name} did not translate: {e}")
                 return self.gm(*args)
             self.cache[key] = entry
-        compiled, index = entry
+        compiled, index, random = entry
         inputs = []
         for i in index:
             a = args[i].detach()
             inputs.append(a if a.is_contiguous() else a.contiguous())
+        if random:  # The run's random seed (Translator.random_seed), from torch's generator.
+            inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64))
         outs = compiled._impl.run(inputs, True)
         return outs[0] if self.single else tuple(outs)
 

@@ -93,6 +93,8 @@ class Translator:
         self.env = {}
         self.counter = 0
         self.transposed = {}  # Value name -> the 2-D value it is the transpose of.
+        self.seed = None  # The i64 scalar input that random ops draw from (random_seed()).
+        self.random_ops = 0
 
     # ---- values -------------------------------------------------------------------------
 
@@ -131,6 +133,13 @@ class Translator:
         arr = np.ascontiguousarray(arr)
         n = self.b.parameter(self._fresh("const"), arr, arr, False)
         return self._wrap(n)
+
+    def random_seed(self) -> _Value:
+        """The graph's last input, made at its first use: an i64 scalar the caller draws anew
+        for every run (kiln.dynamo from torch's generator, so torch.manual_seed repeats it)."""
+        if self.seed is None:
+            self.seed = self._wrap(self.b.input("kiln_random_seed", "i64", []))
+        return self.seed
 
     def op(self, op: str, inputs, attrs=None, name: str = "") -> _Value:
         outs = self.b.node(op, [v.name for v in inputs], attrs or {}, [], name)
@@ -552,6 +561,23 @@ def _layer_norm(t, x, shape, w, b, eps):
     var = t.op("reduce_mean", [t.op("mul", [d, d])], {"axes": [len(x.shape) - 1], "keepdims": 1})
     rstd = t.op("rsqrt", [t.op("add", [var, t.scalar(float(eps), "f32")])])
     return (y, t.cast(mean, _stat_dtype(t, 1)), t.cast(rstd, _stat_dtype(t, 2)))
+
+
+@handles(aten.native_dropout.default)
+def _native_dropout(t, x, p, train):
+    """(x * mask / (1 - p), mask): kiln's dropout_train, whose counter-based hash of (seed,
+    the run's random seed, element) draws the mask; each dropout node has its own seed. Not
+    PyTorch's random stream (as with Inductor), but drawn from it: torch.manual_seed repeats it."""
+    if not train or p == 0:
+        return (x, _filled(t, x.shape, True, "bool"))
+    if not 0 < p < 1:
+        raise Unsupported(f"dropout with p={p}")
+    t.random_ops += 1
+    attrs = {"ratio": float(p), "seed": t.random_ops}
+    step = t.random_seed()
+    y = t.op("dropout_train", [x, step], attrs)
+    kept = t.op("dropout_train", [_filled(t, x.shape, 1, x.dtype), step], attrs)
+    return (y, t.op("logical_not", [t.op("equal", [kept, t.scalar(0, x.dtype)])]))
 
 
 @handles(aten._softmax.default)
@@ -1027,6 +1053,9 @@ class TorchModel:
         for name, a in zip(self._user, args):
             bindings[name] = (a.dtype, list(a.shape))
         outs = t.run(self.exported.graph, bindings)
+        if t.seed is not None:
+            raise UserError("the exported module draws random numbers (training-mode dropout): "
+                            "export it in eval mode (module.eval())")
         return t.finish(outs)
 
     def compiled(self, *args) -> CompiledModel:

@@ -225,6 +225,35 @@ def test_torch_compile_training_batch_and_layer_norm_matches_eager(monkeypatch, 
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 
+class TwoDropouts(torch.nn.Module):
+    def forward(self, x):
+        return F.dropout(x * 1.0, 0.3, training=True), F.dropout(x * 2.0, 0.5, training=True)
+
+
+def test_torch_compile_training_dropout(monkeypatch, capfd):
+    """Training-mode dropout in kiln (not PyTorch's random stream, as with Inductor): each node
+    drops its fraction independently, keeps x / (1 - p), the backward applies the forward's mask,
+    every call draws anew, and torch.manual_seed repeats a call."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    c = torch.compile(TwoDropouts(), backend="kiln")
+    x = torch.ones(1000, 100, requires_grad=True)
+    y, z = c(x)
+    (y.sum() + z.sum()).backward()
+    assert abs((y == 0).float().mean().item() - 0.3) < 0.01
+    assert abs((z == 0).float().mean().item() - 0.5) < 0.01
+    assert abs(((y == 0) & (z == 0)).float().mean().item() - 0.15) < 0.01  # Independent masks.
+    torch.testing.assert_close(y[y != 0], torch.full_like(y[y != 0], 1 / 0.7))
+    assert torch.equal(z[z != 0], torch.full_like(z[z != 0], 4.0))
+    assert torch.equal(x.grad, y + (z != 0).float() * 4.0)  # d/dx: mask / (1 - p), the same mask.
+    assert not torch.equal(c(x)[0], y)
+    torch.manual_seed(5)
+    a = c(x)[0]
+    torch.manual_seed(5)
+    assert torch.equal(c(x)[0], a)
+    assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
 class Embeddings(torch.nn.Module):
     """Token embeddings with a padding row, embeddings scaled by frequency, and positions."""
 
