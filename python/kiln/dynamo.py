@@ -51,7 +51,9 @@ _NON_COMPUTE = [
     "aten.clone.default", "aten.alias.default", "aten.unsqueeze.default", "aten.squeeze.dim",
     "aten.squeeze.dims", "aten.slice.Tensor", "aten.select.int", "aten.detach.default",
     "_operator.getitem", "aten.sym_size.int", "aten.full.default", "aten.scalar_tensor.default",
-    "aten.arange.start_step", "aten.full_like.default",
+    "aten.arange.start_step", "aten.full_like.default", "aten.empty.memory_format",
+    "aten.empty_permuted.default", "aten.new_empty_strided.default", "aten.new_empty.default",
+    "aten.empty_like.default",
 ]
 
 

@@ -572,12 +572,33 @@ def _native_dropout(t, x, p, train):
         return (x, _filled(t, x.shape, True, "bool"))
     if not 0 < p < 1:
         raise Unsupported(f"dropout with p={p}")
+    attrs = _random_attrs(t, float(p))
+    return (t.op("dropout_train", [x, t.random_seed()], attrs), _kept(t, x.shape, attrs))
+
+
+def _random_attrs(t, ratio: float) -> dict:
+    """dropout_train's attributes for one more random node of the graph: its own seed."""
     t.random_ops += 1
-    attrs = {"ratio": float(p), "seed": t.random_ops}
-    step = t.random_seed()
-    y = t.op("dropout_train", [x, step], attrs)
-    kept = t.op("dropout_train", [_filled(t, x.shape, 1, x.dtype), step], attrs)
-    return (y, t.op("logical_not", [t.op("equal", [kept, t.scalar(0, x.dtype)])]))
+    return {"ratio": ratio, "seed": t.random_ops}
+
+
+def _kept(t, shape, attrs: dict) -> _Value:
+    """The bool mask dropout_train with `attrs` keeps (the same hash of the same elements)."""
+    kept = t.op("dropout_train", [_filled(t, shape, 1, "f32"), t.random_seed()], attrs)
+    return t.op("logical_not", [t.op("equal", [kept, t.scalar(0, "f32")])])
+
+
+@handles(aten.bernoulli.p)
+def _bernoulli(t, x, p=0.5, generator=None):
+    """1 with probability p, else 0, shaped and typed like x: the mask kiln's dropout_train
+    keeps of ones at ratio 1 - p (drawn as _native_dropout's are)."""
+    if generator is not None:
+        raise Unsupported("bernoulli with a generator of its own")
+    if not 0 <= p <= 1:
+        raise Unsupported(f"bernoulli with p={p}")
+    if p == 0:
+        return _filled(t, x.shape, 0, x.dtype)
+    return t.cast(_kept(t, x.shape, _random_attrs(t, 1.0 - float(p))), x.dtype)
 
 
 @handles(aten._softmax.default)
@@ -943,6 +964,24 @@ def _full(t, size, value, dtype=None, layout=None, device=None, pin_memory=None)
 def _full_like(t, x, value, dtype=None, layout=None, device=None, pin_memory=None,
                memory_format=None):
     return _filled(t, x.shape, value, _kiln_dtype(dtype) if dtype is not None else x.dtype)
+
+
+@handles(aten.empty.memory_format, aten.empty_permuted.default, aten.new_empty_strided.default,
+         aten.new_empty.default, aten.empty_like.default)
+def _empty(t, *args, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None,
+           **kw):
+    """A tensor whose contents PyTorch leaves undefined (written by what follows, e.g.
+    bernoulli_): zeros of its size and dtype."""
+    like = args[0] if args and isinstance(args[0], _Value) else None
+    size = like.shape if like is not None and len(args) == 1 else (args[1] if like else args[0])
+    default = like.dtype if like is not None else "f32"
+    return _filled(t, size, 0, _kiln_dtype(dtype) if dtype is not None else default)
+
+
+@handles(aten.copy.default)
+def _copy(t, dst, src, non_blocking=False):
+    """The functional copy: src cast to dst's dtype and broadcast to its shape."""
+    return _expand(t, t.cast(src, dst.dtype), dst.shape)
 
 
 @handles(aten.scalar_tensor.default)

@@ -254,6 +254,32 @@ def test_torch_compile_training_dropout(monkeypatch, capfd):
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 
+class StochasticDepth(torch.nn.Module):
+    """torchvision's stochastic depth (empty, then bernoulli_) and a copy_ into a new tensor."""
+
+    def forward(self, x):
+        keep = torch.empty(x.shape[0], 1, dtype=x.dtype).bernoulli_(0.75)
+        y = torch.empty_like(x)
+        y.copy_(x * 2)
+        return x * keep / 0.75, y
+
+
+def test_torch_compile_training_bernoulli_empty_and_copy(monkeypatch, capfd):
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    c = torch.compile(StochasticDepth(), backend="kiln")
+    x = (torch.rand(4000, 3) + 1).requires_grad_()
+    y, doubled = c(x)
+    y.sum().backward()
+    kept = (y != 0).all(1)
+    assert torch.equal(kept, (y != 0).any(1))  # Whole rows.
+    assert abs(kept.float().mean().item() - 0.75) < 0.02
+    torch.testing.assert_close(y[kept], x[kept] / 0.75)
+    torch.testing.assert_close(x.grad, kept[:, None].float().expand(-1, 3) / 0.75)
+    assert torch.equal(doubled, x * 2)
+    assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
 class Embeddings(torch.nn.Module):
     """Token embeddings with a padding row, embeddings scaled by frequency, and positions."""
 
