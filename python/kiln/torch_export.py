@@ -601,6 +601,63 @@ def _bernoulli(t, x, p=0.5, generator=None):
     return t.cast(_kept(t, x.shape, _random_attrs(t, 1.0 - float(p))), x.dtype)
 
 
+def _last_two_swapped(t, x: _Value) -> _Value:
+    r = len(x.shape)
+    return t.op("transpose", [x], {"perm": list(range(r - 2)) + [r - 1, r - 2]})
+
+
+def _attention_probs(t, q, k, is_causal, attn_mask, scale):
+    """(softmax(scale q k^T + mask), the scores, scale) as PyTorch's attention computes them: a
+    bool mask (and the causal one, the lower triangle) keeps where true, a float mask adds."""
+    if q.shape[:-2] != k.shape[:-2]:
+        raise Unsupported(f"attention with query {q.shape} and key {k.shape} batch dims")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    s = t.op("mul", [t.op("matmul", [q, _last_two_swapped(t, k)]), t.scalar(scale, q.dtype)])
+    hidden = t.scalar(float("-inf"), s.dtype)
+    if is_causal:
+        tril = np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool))
+        s = t.op("where", [t.array(tril), s, hidden])
+    if attn_mask is not None:
+        s = (t.op("where", [attn_mask, s, hidden]) if attn_mask.dtype == "bool"
+             else t.op("add", [s, t.cast(attn_mask, s.dtype)]))
+    return t.op("softmax", [s], {"axis": -1}), s, scale
+
+
+@handles(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _flash_attention_cpu(t, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None,
+                         scale=None):
+    """The CPU flash kernel that training keeps whole (kiln.dynamo): (softmax(scores) v, the
+    scores' logsumexp [..., L] in f32, which PyTorch's backward would read)."""
+    if dropout_p:
+        raise Unsupported(f"attention with dropout_p={dropout_p}")
+    probs, s, _ = _attention_probs(t, q, k, is_causal, attn_mask, scale)
+    sf = t.cast(s, "f32")
+    top = t.op("reduce_max", [sf], {"axes": [len(s.shape) - 1], "keepdims": 1})
+    total = t.op("reduce_sum", [t.op("exp", [t.op("sub", [sf, top])])],
+                 {"axes": [len(s.shape) - 1], "keepdims": 1})
+    lse = t.op("add", [t.op("log", [total]), top])
+    lse = t.op("squeeze", [lse], {"axes": [len(s.shape) - 1]})
+    return (t.op("matmul", [probs, v]), t.cast(lse, _stat_dtype(t, 1)))
+
+
+@handles(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _flash_attention_cpu_backward(t, grad, q, k, v, out, logsumexp, dropout_p, is_causal,
+                                  attn_mask=None, scale=None):
+    """(dq, dk, dv) with the probabilities computed again from q and k: dv = p^T g,
+    ds = p (g v^T - rowsum(g out)), dq = scale ds k, dk = scale ds^T q."""
+    if dropout_p:
+        raise Unsupported(f"attention with dropout_p={dropout_p}")
+    probs, _, scale = _attention_probs(t, q, k, is_causal, attn_mask, scale)
+    dv = t.op("matmul", [_last_two_swapped(t, probs), grad])
+    dp = t.op("matmul", [grad, _last_two_swapped(t, v)])
+    rows = t.op("reduce_sum", [t.op("mul", [grad, out])], {"axes": [len(out.shape) - 1],
+                                                           "keepdims": 1})
+    ds = t.op("mul", [probs, t.op("sub", [dp, rows])])
+    dq = t.op("mul", [t.op("matmul", [ds, k]), t.scalar(scale, q.dtype)])
+    dk = t.op("mul", [t.op("matmul", [_last_two_swapped(t, ds), q]), t.scalar(scale, q.dtype)])
+    return (dq, dk, dv)
+
+
 @handles(aten._softmax.default)
 def _softmax(t, x, dim, half_to_float=False):
     return t.op("softmax", [x], {"axis": int(dim)})
