@@ -800,14 +800,16 @@ Expected<Kernel> gatherElements(const ir::Node& n, std::string name, bool indexW
 // gradient (gather_backward: gradient rows added at their index), a scatter (updates combined
 // into a copy of the data at their index). The reference walks the sources in order, so that
 // repeated indices combine deterministically; here a stable counting sort of the sources by row,
-// in four launches over a workspace of u64s: the rows' starts (rows + 1), a cursor per row
-// (rows), the sources placed by row (count) and sorted by row (count):
+// in three launches over a workspace of u64s: the rows' starts (rows + 1), a cursor per row
+// (rows) and the sources sorted by row (count):
 //   _a (one block): each row's count of sources (atomic adds of integers: exact in any order),
 //      their running sum (the starts), and the cursors set to the starts;
-//   _b (a thread a source): a slot of its row by the row's cursor, in any order;
-//   _c (a thread a source): its rank among its row's sources, by their positions, and so its
-//      slot in order (work: the sum of each row's sources squared);
-//   _d (a thread an output element): its initial value combined with its row's sources in
+//   _b (one block): the sources in chunks of a block, in order; each thread's slot is its row's
+//      cursor plus its rank among the chunk's earlier sources of that row (shared memory), and
+//      the cursors advance by the chunk's counts before the next chunk. Work: count times the
+//      block size, whatever the rows (ranking among all of a row's sources instead cost the sum
+//      of each row's sources squared: 10^10 compares for 10^5 ids into one row);
+//   _c (a thread an output element): its initial value combined with its row's sources in
 //      order: the reference's bits.
 // The kernels take a0 .. a2 (the node's inputs), a3 (its output), a4 (the workspace), then the
 // index word.
@@ -825,15 +827,14 @@ struct RowCombine {
 
 void combineByRows(Kernel& k, const ir::Node& n, const RowCombine& c) {
   const int64_t rows = c.rows, count = c.count;
-  const std::string cursor = ll(rows + 1), placed = ll(2 * rows + 1),
-                    sorted = ll(2 * rows + 1 + count);
-  k.workspaceBytes = 8 * (2 * rows + 1 + 2 * count);
+  const std::string cursor = ll(rows + 1), sorted = ll(2 * rows + 1);
+  k.workspaceBytes = 8 * (2 * rows + 1 + count);
   auto head = [&](const std::string& name) {
     return "extern \"C\" __global__ void " + name + "(" + c.params + ") {\n";
   };
-  std::vector<Kernel> then(3, k);
-  const char* suffix[] = {"_b", "_c", "_d"};
-  for (size_t i = 0; i < 3; ++i) {
+  std::vector<Kernel> then(2, k);
+  const char* suffix[] = {"_b", "_c"};
+  for (size_t i = 0; i < 2; ++i) {
     then[i].name = k.name + suffix[i];
     then[i].indexArgs.clear();
   }
@@ -861,32 +862,32 @@ void combineByRows(Kernel& k, const ir::Node& n, const RowCombine& c) {
   s += "  for (long long r = threadIdx.x; r < " + ll(rows) + "; r += blockDim.x) a4[" + cursor +
        " + r] = a4[r];\n}\n";
   k.source = std::move(s);
-  // _b
-  then[0].domain = {count};
-  s = "// " + n.describe() + ": sources by row\n" + head(then[0].name);
-  s += "  " + gridLoop("j", count) + " {\n" + c.rowOf(false);
-  s += "    if (p >= 0) a4[" + placed + " + atomicAdd(&a4[" + cursor +
-       " + p], 1ULL)] = (unsigned long long)j;\n  }\n}\n";
+  // _b: every thread runs every chunk (the barriers), those past the end with no row.
+  then[0].oneBlock = true;
+  s = "// " + n.describe() + ": sources by row, in order\n" + head(then[0].name);
+  s += "  KILN_SHARED(long long, kiln_smem_rows, " + std::to_string(kMaxBlock) + ");\n";
+  s += "  for (long long base = 0; base < " + ll(count) + "; base += blockDim.x) {\n";
+  s += "    const long long j = base + threadIdx.x;\n    long long row = -1;\n";
+  s += "    if (j < " + ll(count) + ") {\n" + c.rowOf(false) + "    row = p;\n    }\n";
+  s += "    kiln_smem_rows[threadIdx.x] = row;\n    __syncthreads();\n";
+  s += "    if (row >= 0) {\n      unsigned long long rank = 0;\n";
+  s += "      for (unsigned t = 0; t < threadIdx.x; ++t) rank += kiln_smem_rows[t] == row;\n";
+  s += "      a4[" + sorted + " + a4[" + cursor +
+       " + row] + rank] = (unsigned long long)j;\n    }\n";
+  s += "    __syncthreads();\n";  // Every slot read its cursor before any advances.
+  s += "    if (row >= 0) atomicAdd(&a4[" + cursor +
+       " + row], 1ULL);\n    __syncthreads();\n  }\n}\n";
   then[0].source = std::move(s);
   // _c
-  then[1].domain = {count};
-  s = "// " + n.describe() + ": sources by row, in order\n" + head(then[1].name);
-  s += "  " + gridLoop("j", count) + " {\n" + c.rowOf(false);
-  s += "    if (p < 0) continue;\n    unsigned long long rank = 0;\n";
-  s += "    for (unsigned long long e = a4[p]; e < a4[p + 1]; ++e) rank += a4[" + placed +
-       " + e] < (unsigned long long)j;\n";
-  s += "    a4[" + sorted + " + a4[p] + rank] = (unsigned long long)j;\n  }\n}\n";
-  then[1].source = std::move(s);
-  // _d
-  then[2].domain = {c.outElements};
-  s = "// " + n.describe() + ": combined\n" + head(then[2].name);
+  then[1].domain = {c.outElements};
+  s = "// " + n.describe() + ": combined\n" + head(then[1].name);
   s += "  " + gridLoop("i", c.outElements) + " {\n" + c.element;
   s += "    " + c.type + " acc = " + c.init + ";\n";
   s += "    for (unsigned long long e = a4[r]; e < a4[r + 1]; ++e) {\n";
   s += "      const long long j = (long long)a4[" + sorted + " + e];\n";
   s += "      const " + c.type + " v = " + c.source + ";\n      acc = " + c.combine + ";\n    }\n";
   s += "    a3[i] = acc;\n  }\n}\n";
-  then[2].source = std::move(s);
+  then[1].source = std::move(s);
   k.then = std::move(then);
 }
 
