@@ -525,13 +525,17 @@ def _batch_norm_training(t, x, w, b, running_mean, running_var, training, moment
     if not training:
         raise Unsupported("BatchNorm with running statistics under autograd")
     c = x.shape[1]
-    w = w if w is not None else _filled(t, [c], 1, x.dtype)
-    b = b if b is not None else _filled(t, [c], 0, x.dtype)
+    # Under autocast, x is f16/bf16 and the parameters and statistics f32: computed in f32, y
+    # in x's dtype, as PyTorch's kernel does.
+    dtype = x.dtype
+    x = t.cast(x, running_mean.dtype if running_mean is not None else dtype)
+    w = t.cast(w, x.dtype) if w is not None else _filled(t, [c], 1, x.dtype)
+    b = t.cast(b, x.dtype) if b is not None else _filled(t, [c], 0, x.dtype)
     stats = t.op("batch_norm_stats", [x])
     row = lambda i: t.op("reshape", [t.op("slice", [stats], {"starts": [i], "ends": [i + 1],
                                                              "axes": [0]})], {"shape": [c]})
     mean, var = row(0), row(1)
-    y = t.op("batch_norm_train", [x, w, b, mean, var], {"epsilon": float(eps)})
+    y = t.cast(t.op("batch_norm_train", [x, w, b, mean, var], {"epsilon": float(eps)}), dtype)
     f32 = lambda v: t.cast(v, "f32")
     invstd = t.op("rsqrt", [t.op("add", [f32(var), t.scalar(float(eps), "f32")])])
     n = math.prod(x.shape) // c
@@ -551,10 +555,12 @@ def _layer_norm(t, x, shape, w, b, eps):
     backward reads them; kiln drops them when nothing does)."""
     if len(shape) != 1:
         raise Unsupported("layer norm over more than the last dim")
-    inputs = [x] + ([w] if w is not None else []) + ([b] if b is not None else [])
     if w is None and b is not None:
         raise Unsupported("layer norm with a bias but no weight")
-    y = t.op("layer_norm", inputs, {"axis": -1, "epsilon": float(eps)})
+    # f16/bf16 x with f32 parameters (autocast): computed in f32, y in x's dtype, as PyTorch's.
+    at = w.dtype if w is not None else x.dtype
+    inputs = [t.cast(x, at)] + [t.cast(v, at) for v in (w, b) if v is not None]
+    y = t.cast(t.op("layer_norm", inputs, {"axis": -1, "epsilon": float(eps)}), x.dtype)
     xf = t.cast(x, "f32")
     mean = t.op("reduce_mean", [xf], {"axes": [len(x.shape) - 1], "keepdims": 1})
     d = t.op("sub", [xf, mean])
@@ -1043,7 +1049,7 @@ def _copy(t, dst, src, non_blocking=False):
 
 @handles(aten.scalar_tensor.default)
 def _scalar_tensor(t, value, dtype=None, layout=None, device=None, pin_memory=None):
-    return t.array(np.array(value, dtype=_np_dtype(dtype)))
+    return t.scalar(value, _kiln_dtype(dtype) if dtype is not None else "f32")
 
 
 @handles(aten.arange.start_step, aten.arange.default, aten.arange.start)
