@@ -503,12 +503,12 @@ def _convolution(t, x, w, b, stride, padding, dilation, transposed, output_paddi
 @handles(aten._native_batch_norm_legit_no_training.default)
 def _batch_norm(t, x, w, b, mean, var, momentum, eps):
     c = x.shape[1]
-    if w is None:
-        w = t.array(np.ones(c, dtype=_NP[x.dtype]))
-    if b is None:
-        b = t.array(np.zeros(c, dtype=_NP[x.dtype]))
-    y = t.op("batch_norm", [x, w, b, mean, var], {"epsilon": float(eps)})
-    return (y, None, None)
+    # An f16/bf16 x with f32 statistics (autocast): computed in f32, y in x's dtype.
+    at = mean.dtype
+    w = t.cast(w, at) if w is not None else _filled(t, [c], 1, at)
+    b = t.cast(b, at) if b is not None else _filled(t, [c], 0, at)
+    y = t.op("batch_norm", [t.cast(x, at), w, b, mean, t.cast(var, at)], {"epsilon": float(eps)})
+    return (t.cast(y, x.dtype), None, None)
 
 
 def _stat_dtype(t, i: int) -> str:

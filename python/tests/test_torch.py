@@ -255,6 +255,13 @@ def test_torch_compile_training_under_bf16_autocast(monkeypatch, capfd):
     eager = train(m)
     compiled = train(torch.compile(m2, backend="kiln"))
     assert max(abs(a - b) / abs(a) for a, b in zip(eager, compiled)) < 1e-2  # 1e-3 seen.
+    # Inference: BatchNorm folded over bf16 activations with f32 statistics.
+    m.eval()
+    x = torch.randn(4, 3, 12, 12)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y, ref = torch.compile(m, backend="kiln")(x), m(x)
+    assert y.dtype == ref.dtype == torch.bfloat16
+    close(y.float(), ref.float(), rtol=2e-2)
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 
