@@ -563,6 +563,23 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool inde
     }
     case ir::OpKind::kDiv:
     case ir::OpKind::kMod: {
+      const bool floats = (first == ir::DType::kF32 || first == ir::DType::kF64) &&
+                          allOf([&](ir::DType t) { return t == first; });
+      if (op == ir::OpKind::kMod && floats) {
+        // C's fmod (exact), then with fmod=0 the divisor's sign: a nonzero remainder of the
+        // other sign moves by y, a zero one takes y's sign (the reference's, NaN's sign bit
+        // included).
+        const bool fmod = n.attr().getInt("fmod") != 0;
+        helper =
+            "KILN_FN " + T + " MOD(" + T + " x, " + T + " y) {\n  " + T +
+            " r = kiln_m_fmod(x, y);\n" +
+            (fmod ? std::string()
+                  : "  if (r != 0 && kiln_m_copysign((" + T + ")1, r) != kiln_m_copysign((" + T +
+                        ")1, y)) r += y;\n  if (r == 0) r = kiln_m_copysign((" + T + ")0, y);\n") +
+            "  return r;\n}\n";
+        expr = "MOD(x, y)";
+        break;
+      }
       // The reference reports a zero divisor: a constant divisor without zeros (x // 2, a
       // position's row and column) leaves nothing to report; others are checked (below).
       if (!integers) return none();

@@ -69,6 +69,10 @@ KILN_FN float kiln_m_pow(float x, float y) { return powf(x, y); }
 KILN_FN double kiln_m_pow(double x, double y) { return pow(x, y); }
 KILN_FN float kiln_m_fabs(float x) { return fabsf(x); }
 KILN_FN double kiln_m_fabs(double x) { return fabs(x); }
+KILN_FN float kiln_m_fmod(float x, float y) { return fmodf(x, y); }
+KILN_FN double kiln_m_fmod(double x, double y) { return fmod(x, y); }
+KILN_FN float kiln_m_copysign(float x, float y) { return copysignf(x, y); }
+KILN_FN double kiln_m_copysign(double x, double y) { return copysign(x, y); }
 KILN_FN float kiln_inf_f32() { return __int_as_float(0x7f800000); }
 KILN_FN double kiln_inf_f64() { return __longlong_as_double(0x7ff0000000000000LL); }
 KILN_FN float kiln_nan_f32() { return __int_as_float(0x7fc00000); }
@@ -228,6 +232,10 @@ KILN_FN float kiln_m_pow(float x, float y) { return __builtin_powf(x, y); }
 KILN_FN double kiln_m_pow(double x, double y) { return __builtin_pow(x, y); }
 KILN_FN float kiln_m_fabs(float x) { return __builtin_fabsf(x); }
 KILN_FN double kiln_m_fabs(double x) { return __builtin_fabs(x); }
+KILN_FN float kiln_m_fmod(float x, float y) { return __builtin_fmodf(x, y); }
+KILN_FN double kiln_m_fmod(double x, double y) { return __builtin_fmod(x, y); }
+KILN_FN float kiln_m_copysign(float x, float y) { return __builtin_copysignf(x, y); }
+KILN_FN double kiln_m_copysign(double x, double y) { return __builtin_copysign(x, y); }
 KILN_FN float kiln_inf_f32() { return __builtin_inff(); }
 KILN_FN double kiln_inf_f64() { return __builtin_inf(); }
 KILN_FN float kiln_nan_f32() { return __builtin_nanf(""); }

@@ -711,16 +711,19 @@ TEST_CASE("emu: a run on device tensors reads them after the stream that wrote t
 }
 
 TEST_CASE("emu: host ops take pooled pinned buffers after their first run") {
-  // An op without a device kernel (a float mod with the divisor's sign, fmod=0) runs on the
-  // host, each operand copied through a pinned buffer. Those come from the backend's pool: later
-  // runs allocate none (on a GPU each allocation pins pages and each free unpins them).
+  // An op without a device kernel (a product reduction) runs on the host, each operand copied
+  // through a pinned buffer. Those come from the backend's pool: later runs allocate none (on a
+  // GPU each allocation pins pages and each free unpins them).
   auto backend = runtime::gpu::backendForDevice("emu");
   REQUIRE(backend.hasValue());
   const runtime::gpu::DeviceApi& device = *runtime::gpu::gpuDevice(**backend);
-  ir::Graph g("mod");
+  ir::Graph g("prod");
   ir::Value* x = *g.addInput("x", ir::TensorType(ir::DType::kF32, {64, 32}));
   ir::Value* y = *g.addInput("y", ir::TensorType(ir::DType::kF32, {64, 32}));
-  g.setOutputs({(*g.addNode(ir::OpKind::kMod, {x, y}, {{"fmod", int64_t{0}}}))->output()});
+  ir::Value* sum = (*g.addNode(ir::OpKind::kAdd, {x, y}))->output();
+  g.setOutputs({(*g.addNode(ir::OpKind::kReduceProd, {sum},
+                            {{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}}))
+                    ->output()});
   compiler::CompileOptions o;
   o.backend = *backend;
   auto cm = compiler::compile(g, o);
@@ -735,6 +738,6 @@ TEST_CASE("emu: host ops take pooled pinned buffers after their first run") {
     REQUIRE(r.hasValue());
     after.push_back(*runtime::gpu::emuCounters(device));
   }
-  CHECK(after[2].hostFunctions > after[1].hostFunctions);  // The mod ran on the host.
+  CHECK(after[2].hostFunctions > after[1].hostFunctions);  // The product ran on the host.
   CHECK(after[2].hostAllocations == after[0].hostAllocations);
 }

@@ -1232,6 +1232,9 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
     for (ir::DType index : {ir::DType::kI64, ir::DType::kI32})
       add(ir::OpKind::kGatherBackward, {{dt, {4, 2, 3}}, {index, {2}}, {dt, {4, 6, 3}}},
           {{"axis", int64_t{1}}});
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64})
+    for (int64_t fmod : {0, 1})
+      add(ir::OpKind::kMod, {{dt, {2, 3}}, {dt, {3}}}, {{"fmod", fmod}});
   std::vector<codegen::Kernel> kernels;
   for (const ir::Node* n : nodes) {
     auto k = codegen::opKernel(*n, "k" + std::to_string(kernels.size()));
@@ -1615,4 +1618,46 @@ TEST_CASE("emu: op kernels: topk_indices picks the reference's order") {
         CHECK(r.opKernels == 1);
         CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
       }
+}
+
+TEST_CASE("emu: op kernels: float mod gives the reference's values") {
+  // C's fmod (fmod=1) and the divisor's sign (fmod=0: ONNX Mod, Python's %), over edge values
+  // (signed zeros, infinities, NaN, divisors of 0) and mixed magnitudes, broadcast: the
+  // reference's bits, any NaN for a NaN (a GPU's NaN need not carry the host's payload).
+  std::mt19937 rng(41);
+  for (ir::DType t : {ir::DType::kF32, ir::DType::kF64})
+    for (int64_t fmod : {0, 1}) {
+      INFO(ir::dtypeName(t) << " fmod " << fmod);
+      ir::Graph g("mod");
+      ir::Value* a = *g.addInput("a", ir::TensorType(t, {6, 40}));
+      ir::Value* b = *g.addInput("b", ir::TensorType(t, {40}));
+      g.setOutputs({(*g.addNode(ir::OpKind::kMod, {a, b}, {{"fmod", fmod}}))->output()});
+      Tensor as = edgyValues(t, {6, 40}, rng), bs = edgyValues(t, {40}, rng);
+      const Tensor mixed = mixedValues(t, {6, 40}, rng);
+      std::memcpy(as.rawData(), mixed.rawData(), mixed.byteSize() / 2);  // Half the rows.
+      for (int64_t i : {0, 1}) {
+        const double zero = i == 0 ? 0.0 : -0.0;
+        if (t == ir::DType::kF32)
+          bs.data<float>()[i] = static_cast<float>(zero);
+        else
+          bs.data<double>()[i] = zero;
+      }
+      const Outputs r = onDeviceAndReference(g, {as, bs});
+      CHECK(r.opKernels == 1);
+      int64_t nans = 0;
+      for (int64_t i = 0; i < r.reference.numElements(); ++i) {
+        const double want = r.reference.elementAsDouble(i), got = r.device.elementAsDouble(i);
+        INFO("element " << i << ": " << as.elementAsDouble(i) << " mod "
+                        << bs.elementAsDouble(i % 40) << " = " << want << ", got " << got);
+        if (std::isnan(want)) {
+          CHECK(std::isnan(got));
+          ++nans;
+          continue;
+        }
+        const size_t size = ir::dtypeSize(t);
+        CHECK(std::memcmp(r.device.rawData() + i * size, r.reference.rawData() + i * size, size) ==
+              0);
+      }
+      CHECK(nans > 0);
+    }
 }
