@@ -563,20 +563,24 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool inde
     }
     case ir::OpKind::kDiv:
     case ir::OpKind::kMod: {
-      const bool floats = (first == ir::DType::kF32 || first == ir::DType::kF64) &&
+      const bool half = first == ir::DType::kF16 || first == ir::DType::kBF16;
+      const bool floats = (first == ir::DType::kF32 || first == ir::DType::kF64 || half) &&
                           allOf([&](ir::DType t) { return t == first; });
       if (op == ir::OpKind::kMod && floats) {
         // C's fmod (exact), then with fmod=0 the divisor's sign: a nonzero remainder of the
         // other sign moves by y, a zero one takes y's sign (the reference's, NaN's sign bit
-        // included).
+        // included). f16 and bf16 in f32, rounded once, as the host's reference runs them.
         const bool fmod = n.attr().getInt("fmod") != 0;
+        const std::string C = half ? "float" : T;
+        const FloatIo io = half ? *floatIo(first) : FloatIo{};  // f32 and f64: no conversions.
         helper =
-            "KILN_FN " + T + " MOD(" + T + " x, " + T + " y) {\n  " + T +
+            "KILN_FN " + T + " MOD(" + T + " xs, " + T + " ys) {\n  const " + C +
+            " x = " + io.loaded("xs") + ", y = " + io.loaded("ys") + ";\n  " + C +
             " r = kiln_m_fmod(x, y);\n" +
             (fmod ? std::string()
-                  : "  if (r != 0 && kiln_m_copysign((" + T + ")1, r) != kiln_m_copysign((" + T +
-                        ")1, y)) r += y;\n  if (r == 0) r = kiln_m_copysign((" + T + ")0, y);\n") +
-            "  return r;\n}\n";
+                  : "  if (r != 0 && kiln_m_copysign((" + C + ")1, r) != kiln_m_copysign((" + C +
+                        ")1, y)) r += y;\n  if (r == 0) r = kiln_m_copysign((" + C + ")0, y);\n") +
+            "  return " + io.stored("r") + ";\n}\n";
         expr = "MOD(x, y)";
         break;
       }

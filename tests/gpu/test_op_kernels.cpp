@@ -1232,9 +1232,8 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
     for (ir::DType index : {ir::DType::kI64, ir::DType::kI32})
       add(ir::OpKind::kGatherBackward, {{dt, {4, 2, 3}}, {index, {2}}, {dt, {4, 6, 3}}},
           {{"axis", int64_t{1}}});
-  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64})
-    for (int64_t fmod : {0, 1})
-      add(ir::OpKind::kMod, {{dt, {2, 3}}, {dt, {3}}}, {{"fmod", fmod}});
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kF16, ir::DType::kBF16})
+    for (int64_t fmod : {0, 1}) add(ir::OpKind::kMod, {{dt, {2, 3}}, {dt, {3}}}, {{"fmod", fmod}});
   std::vector<codegen::Kernel> kernels;
   for (const ir::Node* n : nodes) {
     auto k = codegen::opKernel(*n, "k" + std::to_string(kernels.size()));
@@ -1623,9 +1622,10 @@ TEST_CASE("emu: op kernels: topk_indices picks the reference's order") {
 TEST_CASE("emu: op kernels: float mod gives the reference's values") {
   // C's fmod (fmod=1) and the divisor's sign (fmod=0: ONNX Mod, Python's %), over edge values
   // (signed zeros, infinities, NaN, divisors of 0) and mixed magnitudes, broadcast: the
-  // reference's bits, any NaN for a NaN (a GPU's NaN need not carry the host's payload).
+  // reference's bits, any NaN for a NaN (a GPU's NaN need not carry the host's payload). f16
+  // and bf16 compute in f32, rounded once, as the host runs the reference.
   std::mt19937 rng(41);
-  for (ir::DType t : {ir::DType::kF32, ir::DType::kF64})
+  for (ir::DType t : {ir::DType::kF32, ir::DType::kF64, ir::DType::kF16, ir::DType::kBF16})
     for (int64_t fmod : {0, 1}) {
       INFO(ir::dtypeName(t) << " fmod " << fmod);
       ir::Graph g("mod");
@@ -1635,13 +1635,9 @@ TEST_CASE("emu: op kernels: float mod gives the reference's values") {
       Tensor as = edgyValues(t, {6, 40}, rng), bs = edgyValues(t, {40}, rng);
       const Tensor mixed = mixedValues(t, {6, 40}, rng);
       std::memcpy(as.rawData(), mixed.rawData(), mixed.byteSize() / 2);  // Half the rows.
-      for (int64_t i : {0, 1}) {
-        const double zero = i == 0 ? 0.0 : -0.0;
-        if (t == ir::DType::kF32)
-          bs.data<float>()[i] = static_cast<float>(zero);
-        else
-          bs.data<double>()[i] = zero;
-      }
+      const size_t size = ir::dtypeSize(t);
+      std::memset(bs.rawData(), 0, 2 * size);  // Divisors 0 and -0: the sign bit's byte.
+      bs.rawData()[2 * size - 1] = std::byte{0x80};
       const Outputs r = onDeviceAndReference(g, {as, bs});
       CHECK(r.opKernels == 1);
       int64_t nans = 0;
@@ -1654,7 +1650,6 @@ TEST_CASE("emu: op kernels: float mod gives the reference's values") {
           ++nans;
           continue;
         }
-        const size_t size = ir::dtypeSize(t);
         CHECK(std::memcmp(r.device.rawData() + i * size, r.reference.rawData() + i * size, size) ==
               0);
       }
