@@ -635,6 +635,27 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool inde
       break;
     }
     case ir::OpKind::kCast: {
+      if (ir::isFloat(out)) {
+        // To a float from an integer or bool (f16: through f32, exact up to 2^24, beyond which
+        // f16 is infinite; bf16: through f64, exact for 32-bit sources, u64's as the reference
+        // rounds it), or f64 to f16/bf16 rounded once (kiln_f64_to_f16): the reference's bits.
+        const bool half = out == ir::DType::kF16 || out == ir::DType::kBF16;
+        const std::string v = first == ir::DType::kBool ? "(x != 0 ? 1 : 0)" : "x";
+        const std::string narrow = out == ir::DType::kF16 ? "kiln_f64_to_f16" : "kiln_f64_to_bf16";
+        if (first == ir::DType::kF64 && half)
+          expr = narrow + "(x)";
+        else if (!(isKernelInteger(first) || first == ir::DType::kBool))
+          return none();
+        else if (out == ir::DType::kF16)
+          expr = "kiln_f32_to_f16((float)" + v + ")";
+        else if (out == ir::DType::kBF16 && first != ir::DType::kI64)
+          expr = narrow + "((double)" + v + ")";
+        else if (!half)
+          expr = "(" + elementCType(out) + ")" + v;
+        else
+          return none();  // i64 -> bf16: the reference rounds the exact int64 once.
+        break;
+      }
       if (!(isKernelInteger(out) || out == ir::DType::kBool) || elementCType(first).empty())
         return none();
       // The source's value: exact in double for every float dtype.

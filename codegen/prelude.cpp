@@ -277,6 +277,25 @@ KILN_FN unsigned short kiln_f32_to_f16(float x) {
   // normal's encoding).
   return (unsigned short)(sign | (unsigned)kiln_m_rint(kiln_bits_f32(a) * 16777216.0f));
 }
+// f64 narrowed to f16 or bf16, rounded once from the double's exact value (as the reference's
+// casts): through f32 rounded to odd (an inexact f32 moved toward zero, its last bit set), which
+// makes the later rounding to nearest even, at least 2 bits narrower, the correct one. NaN: the
+// quiet NaN of its sign (a GPU's f64 -> f32 need not keep a NaN's sign).
+KILN_FN float kiln_f64_to_f32_odd(double d) {
+  const float f = (float)d;
+  if ((double)f == d || d != d) return f;
+  unsigned b = kiln_f32_bits(f);
+  if (kiln_m_fabs((double)f) > kiln_m_fabs(d)) b -= 1u;
+  return kiln_bits_f32(b | 1u);
+}
+KILN_FN unsigned short kiln_f64_to_f16(double d) {
+  if (d != d) return (unsigned short)(kiln_m_copysign(1.0, d) < 0 ? 0xfe00u : 0x7e00u);
+  return kiln_f32_to_f16(kiln_f64_to_f32_odd(d));
+}
+KILN_FN unsigned short kiln_f64_to_bf16(double d) {
+  if (d != d) return (unsigned short)(kiln_m_copysign(1.0, d) < 0 ? 0xffc0u : 0x7fc0u);
+  return kiln_f32_to_bf16(kiln_f64_to_f32_odd(d));
+}
 KILN_FN float kiln_round_bf16(float x) { return kiln_bf16_to_f32(kiln_f32_to_bf16(x)); }
 KILN_FN float kiln_round_f16(float x) { return kiln_f16_to_f32(kiln_f32_to_f16(x)); }
 

@@ -317,6 +317,10 @@ class Scheduler {
           const std::string name = "kiln_k" + std::to_string(s_.kernels.size());
           auto k = codegen::lowerGroup(g, graphOutputs_, name);
           if (!k) {
+            // A lone op the kernel IR cannot express (a cast it would round twice) may still
+            // have an op kernel.
+            KILN_ASSIGN_OR_RETURN(const bool added, addOpKernelStep(g));
+            if (added) break;
             s_.remarks.push_back("group " + std::to_string(g.id) +
                                  " runs op by op: " + k.status().message());
             KILN_TRY(addReferenceSteps(g));

@@ -1234,6 +1234,13 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
           {{"axis", int64_t{1}}});
   for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kF16, ir::DType::kBF16})
     for (int64_t fmod : {0, 1}) add(ir::OpKind::kMod, {{dt, {2, 3}}, {dt, {3}}}, {{"fmod", fmod}});
+  for (auto [from, to] : {std::pair{ir::DType::kF64, ir::DType::kF16},
+                          {ir::DType::kF64, ir::DType::kBF16},
+                          {ir::DType::kU32, ir::DType::kF16},
+                          {ir::DType::kU64, ir::DType::kBF16},
+                          {ir::DType::kI16, ir::DType::kF32},
+                          {ir::DType::kBool, ir::DType::kF64}})
+    add(ir::OpKind::kCast, {{from, {5}}}, {{"to", std::string(ir::dtypeName(to))}});
   std::vector<codegen::Kernel> kernels;
   for (const ir::Node* n : nodes) {
     auto k = codegen::opKernel(*n, "k" + std::to_string(kernels.size()));
@@ -1655,4 +1662,52 @@ TEST_CASE("emu: op kernels: float mod gives the reference's values") {
       }
       CHECK(nans > 0);
     }
+}
+
+TEST_CASE("emu: op kernels: casts to floats give the reference's bits") {
+  // Every integer dtype and bool to f32, f64, f16 and bf16 (the op kernel's, or the kernel IR's
+  // for its own dtypes), and f64 to f16 and bf16 rounded once from the double: values just past
+  // a tie of the narrow type, which rounding through f32 to nearest would round the other way
+  // (checked: the test could fail), overflow and subnormal edges, NaN of either sign.
+  std::mt19937 rng(43);
+  using ir::DType;
+  auto run = [&](DType from, DType to, const Tensor& values) {
+    INFO(ir::dtypeName(from) << " -> " << ir::dtypeName(to));
+    ir::Graph g("cast");
+    ir::Value* x = *g.addInput("x", ir::TensorType(from, values.shape()));
+    g.setOutputs(
+        {(*g.addNode(ir::OpKind::kCast, {x}, {{"to", std::string(ir::dtypeName(to))}}))->output()});
+    const Outputs r = onDeviceAndReference(g, {values});
+    CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
+  };
+  for (DType from : {DType::kI64, DType::kI32, DType::kI16, DType::kI8, DType::kU64, DType::kU32,
+                     DType::kU16, DType::kU8, DType::kBool})
+    for (DType to : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16})
+      if (!(from == DType::kI64 && to == DType::kBF16)) run(from, to, edgyValues(from, {40}, rng));
+  std::vector<double> doubles = {1 + 0x1p-11 + 0x1p-40,
+                                 1 + 0x1p-11,
+                                 1 + 0x1p-8 + 0x1p-40,
+                                 1 + 0x1p-8,
+                                 3 + 0x1p-9 + 0x1p-45,
+                                 65504,
+                                 65519.99999,
+                                 65520,
+                                 0x1p-25 + 0x1p-60,
+                                 0x1p-25,
+                                 0x1.8p-24 + 0x1p-70,
+                                 1e300,
+                                 3.3961e38,
+                                 3.3963e38,
+                                 0x1p-140 + 0x1p-170,
+                                 NAN,
+                                 -NAN,
+                                 INFINITY,
+                                 0x1p-1074};
+  for (size_t i = 0, n = doubles.size(); i < n; ++i) doubles.push_back(-doubles[i]);
+  Tensor t = *Tensor::empty(DType::kF64, {static_cast<int64_t>(doubles.size())});
+  std::memcpy(t.rawData(), doubles.data(), t.byteSize());
+  for (DType to : {DType::kF16, DType::kBF16}) {
+    run(DType::kF64, to, t);
+    run(DType::kF64, to, edgyValues(DType::kF64, {40}, rng));
+  }
 }
