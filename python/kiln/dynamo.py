@@ -21,6 +21,7 @@ import; importing kiln.dynamo registers it too.
 from __future__ import annotations
 
 import atexit
+import copy
 import logging
 import operator
 import os
@@ -123,8 +124,12 @@ def unsupported_reason(node) -> str | None:
 
 
 class _Support(OperatorSupport):
+    def __init__(self, excluded: dict | None = None):
+        super().__init__()
+        self.excluded = excluded or {}  # Node name -> why its translation failed.
+
     def is_node_supported(self, submodules, node) -> bool:
-        return unsupported_reason(node) is None
+        return node.name not in self.excluded and unsupported_reason(node) is None
 
 
 _LIVE_SUBGRAPHS = weakref.WeakSet()
@@ -173,6 +178,24 @@ class KilnSubgraph(torch.nn.Module):
                  if isinstance(a, torch.Tensor) and not f]
         return compiled, index, t.seed is not None
 
+    def _split(self, error: UserError, args):
+        """After nodes failed to translate at these shapes (an adaptive pooling that does not
+        divide): this subgraph partitioned again without them, the rest still kiln's (a module
+        for this signature); None, with every node reported, where nothing else is left."""
+        failed = getattr(error, "failed", None)
+        if failed:
+            gm = copy.deepcopy(self.gm)
+            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            frozen = {p.name for p, f in zip(placeholders, self.frozen) if f}
+            split = _partition(gm, frozen, self.options, self.name, excluded=failed)
+            if any(isinstance(m, KilnSubgraph) for m in split.children()):
+                return split
+        self.fallback = True
+        for n in self.gm.graph.nodes:
+            if n.op == "call_function":
+                _report_fallback(n, f"its subgraph {self.name} did not translate: {error}")
+        return None
+
     def forward(self, *args):
         if self.fallback:
             return self.gm(*args)
@@ -188,12 +211,12 @@ class KilnSubgraph(torch.nn.Module):
             try:
                 entry = self._compile(args)
             except UserError as e:
-                self.fallback = True
-                for n in self.gm.graph.nodes:
-                    if n.op == "call_function":
-                        _report_fallback(n, f"its subgraph {self.name} did not translate: {e}")
-                return self.gm(*args)
+                entry = self._split(e, args)
+                if entry is None:
+                    return self.gm(*args)
             self.cache[key] = entry
+        if isinstance(entry, torch.fx.GraphModule):
+            return entry(*args)
         compiled, index, random = entry
         inputs = []
         for i in index:
@@ -211,14 +234,18 @@ def _is_write_back(node) -> bool:
     return node.target is aten.copy_.default and node.args[0].op == "placeholder"
 
 
-def _partition(gm: torch.fx.GraphModule, frozen_inputs: set, options: dict, tag: str):
-    """`gm` with kiln's partitions replaced by KilnSubgraph modules; reports the rest."""
+def _partition(gm: torch.fx.GraphModule, frozen_inputs: set, options: dict, tag: str,
+               excluded: dict | None = None):
+    """`gm` with kiln's partitions replaced by KilnSubgraph modules; reports the rest.
+    `excluded`: nodes (by name) whose translation failed, with why."""
+    excluded = excluded or {}
     for node in gm.graph.nodes:
         if node.op == "call_function":
-            r = unsupported_reason(node)
+            r = excluded.get(node.name) or unsupported_reason(node)
             if r and node.target is not operator.getitem and not _is_write_back(node):
                 _report_fallback(node, r)
-    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True,
+    partitioner = CapabilityBasedPartitioner(gm, _Support(excluded),
+                                             allows_single_node_partition=True,
                                              non_compute_ops=_NON_COMPUTE)
     partitions = partitioner.propose_partitions()
     if not partitions:

@@ -155,6 +155,7 @@ class Translator:
         tensor (a constant) or (torch.dtype, shape) (an input). Returns the output values.
         Raises UserError listing every unsupported node."""
         unsupported = []
+        failed = {}  # Node name -> why it did not translate.
         for node in graph.nodes:
             if node.op == "placeholder":
                 bound = bindings[node.name]
@@ -167,19 +168,19 @@ class Translator:
             elif node.op == "call_function":
                 try:
                     self.env[node] = self.call(node)
-                except Unsupported as e:
-                    unsupported.append(f"{describe(node)}: {e.reason}")
+                except (Unsupported, UserError) as e:
+                    failed[node.name] = e.reason if isinstance(e, Unsupported) else str(e)
+                    unsupported.append(f"{describe(node)}: {failed[node.name]}")
                     self.env[node] = None
                 except _Missing:
                     self.env[node] = None  # An input was unsupported: reported there.
-                except UserError as e:
-                    unsupported.append(f"{describe(node)}: {e}")
-                    self.env[node] = None
             elif node.op == "output":
                 if unsupported:
-                    raise UserError(
+                    err = UserError(
                         f"kiln cannot translate {len(unsupported)} node(s) of the PyTorch "
                         "graph:\n  " + "\n  ".join(unsupported))
+                    err.failed = failed  # For kiln.dynamo, which leaves just these to PyTorch.
+                    raise err
                 outs = node.args[0]
                 return [self.arg(o) for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
             elif node.op == "get_attr":
@@ -284,6 +285,15 @@ handles(aten.mul.Tensor, aten.mul.Scalar)(_binary("mul"))
 handles(aten.maximum.default)(_binary("maximum"))
 handles(aten.minimum.default)(_binary("minimum"))
 handles(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)(_binary("pow"))
+
+
+@handles(aten.fmod.Scalar, aten.fmod.Tensor, aten.remainder.Scalar, aten.remainder.Tensor)
+def _mod(t, a, b):
+    """fmod: C's, the dividend's sign; remainder: Python's %, the divisor's."""
+    if not isinstance(a, _Value) and not isinstance(b, _Value):
+        raise Unsupported("both operands are numbers")
+    fmod = t.node.target in (aten.fmod.Scalar, aten.fmod.Tensor)
+    return t.op("mod", list(_operands(t, a, b)), {"fmod": int(fmod)})
 
 
 @handles(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -905,6 +915,71 @@ def _split(t, x, sizes, dim=0):
         outs.append(_slice(t, x, dim, start, start + s, 1))
         start += s
     return tuple(outs)
+
+
+@handles(aten.constant_pad_nd.default)
+def _constant_pad(t, x, pad, value=0):
+    """F.pad's constant mode: pads (last dim first) as concats of filled blocks, negative ones
+    as slices."""
+    r = len(x.shape)
+    for i in range(len(pad) // 2):
+        d = r - 1 - i
+        lo, hi = int(pad[2 * i]), int(pad[2 * i + 1])
+        x = _slice(t, x, d, max(-lo, 0), x.shape[d] - max(-hi, 0))
+        parts = []
+        for n in (lo, None, hi):
+            if n is None:
+                parts.append(x)
+            elif n > 0:
+                parts.append(_filled(t, x.shape[:d] + [n] + x.shape[d + 1:], value, x.dtype))
+        if len(parts) > 1:
+            x = t.op("concat", parts, {"axis": d})
+    return x
+
+
+@handles(aten.as_strided.default)
+def _as_strided(t, x, size, stride, storage_offset=None):
+    """A strided view of x's storage, where that is x's elements in order (x contiguous from
+    its storage's start): the elements it picks, by a gather of constant positions (a reshape
+    where they are all of them in order, as adaptive pooling's decomposition gives)."""
+    src = t.node.args[0].meta.get("val") if isinstance(t.node.args[0], torch.fx.Node) else None
+    if not (isinstance(src, torch.Tensor) and src.is_contiguous() and src.storage_offset() == 0):
+        raise Unsupported("as_strided of a view (kiln has no storage to index)")
+    size, stride = [int(s) for s in size], [int(s) for s in stride]
+    at = np.full(size, int(storage_offset or 0), dtype=np.int64)
+    for d, (n, step) in enumerate(zip(size, stride)):
+        at += (np.arange(n, dtype=np.int64) * step).reshape([-1 if e == d else 1
+                                                             for e in range(len(size))])
+    total = math.prod(x.shape)
+    if at.size and (at.min() < 0 or at.max() >= total):
+        raise Unsupported("as_strided beyond the tensor's own elements")
+    flat = _view(t, x, [total])
+    if np.array_equal(at.ravel(), np.arange(at.size)):
+        return _view(t, flat, size)
+    return t.op("gather", [flat, t.array(at)], {"axis": 0})
+
+
+@handles(aten.index_select.default)
+def _index_select(t, x, dim, index):
+    return t.op("gather", [x, index if index.dtype in ("i64", "i32") else t.cast(index, "i64")],
+                {"axis": dim % len(x.shape)})
+
+
+@handles(aten.slice_scatter.default)
+def _slice_scatter(t, x, src, dim=0, start=None, end=None, step=1):
+    """x with x[start:end:step] along dim replaced by src: concats for step 1, else an
+    index_put."""
+    dim %= len(x.shape)
+    n = x.shape[dim]
+    start = 0 if start is None else (start + n if start < 0 else min(start, n))
+    end = n if end is None else (end + n if end < 0 else min(end, n))
+    src = t.cast(src, x.dtype)
+    if step != 1:
+        rows = t.array(np.arange(start, end, step, dtype=np.int64))
+        return _index_put(t, x, [None] * dim + [rows], src)
+    parts = (([_slice(t, x, dim, 0, start)] if start > 0 else []) + [src] +
+             ([_slice(t, x, dim, end, n)] if end < n else []))
+    return parts[0] if len(parts) == 1 else t.op("concat", parts, {"axis": dim})
 
 
 @handles(aten.embedding.default)

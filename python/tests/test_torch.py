@@ -98,6 +98,34 @@ def test_torch_compile_backend_falls_back_and_logs(monkeypatch, capfd):
     assert "no kiln translation for this op" in err
 
 
+class UpsamplingPool(torch.nn.Module):
+    """vgg's classifier head on a small image: an adaptive pooling from 4x4 up to 7x7, which
+    kiln only finds it cannot express once it translates the shapes."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8 * 7 * 7, 10)
+
+    def forward(self, x):
+        return self.fc(F.adaptive_avg_pool2d(F.relu(self.conv(x)), (7, 7)).flatten(1))
+
+
+def test_torch_compile_leaves_only_what_fails_to_translate_to_pytorch(monkeypatch, capfd):
+    """A node whose translation fails at the call's shapes goes to PyTorch alone: the subgraph
+    is partitioned again without it, the convolution and the product still kiln's."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = UpsamplingPool().eval()
+    x = torch.randn(2, 3, 4, 4)
+    with torch.no_grad():
+        close(torch.compile(m, backend="kiln")(x), m(x))
+    err = capfd.readouterr().err
+    assert "aten._adaptive_avg_pool2d.default" in err and "not a divisor" in err
+    assert "aten.convolution" not in err and "aten.addmm" not in err
+
+
 def test_torch_compile_resnet18_inference_and_weight_updates():
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -400,6 +428,34 @@ def test_torch_compile_index_put_index_and_bitwise_ops(monkeypatch, capfd):
         for y, ref in zip(torch.compile(m, backend="kiln")(*args), m(*args)):
             assert y.dtype == ref.dtype
             close(y, ref) if y.is_floating_point() else assert_equal(y, ref)
+    assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+class PadsAndScatters(torch.nn.Module):
+    """Swin's and ConvNeXt's ops: padding, fmod and remainder, index_select, slice writes,
+    as_strided (adaptive pooling's decomposition makes one)."""
+
+    def forward(self, x, idx):
+        p = F.pad(x, (1, 2, 0, 3), value=-1.5) + F.pad(x, (-1, 4, 4, -1))
+        m = torch.fmod(x * 7, 2.5) + torch.remainder(x * 7, -2.5)
+        s = x.clone()
+        s[:, 1:3] = x[:, :2] * 2
+        s[:, ::2] = s[:, ::2] + 1
+        pooled = F.adaptive_avg_pool2d(x.reshape(1, 3, 5, 1).permute(0, 2, 1, 3), 1)
+        strided = torch.as_strided(x * 1, (2, 4), (3, 2), 1)
+        return p, m, torch.remainder(idx - 2, 3), torch.index_select(x, 1, idx), s, pooled, strided
+
+
+def test_torch_compile_pads_mods_index_select_and_slice_writes(monkeypatch, capfd):
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    args = (torch.randn(3, 5), torch.tensor([4, 0, 2, 2]))
+    m = PadsAndScatters()
+    with torch.no_grad():
+        for y, ref in zip(torch.compile(m, backend="kiln")(*args), m(*args)):
+            assert y.dtype == ref.dtype and y.shape == ref.shape
+            close(y, ref)
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 
