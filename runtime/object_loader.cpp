@@ -4,8 +4,10 @@
 #include <vector>
 
 #include <llvm/ADT/StringMap.h>
+#include <llvm/ExecutionEngine/JITLink/JITLinkMemoryManager.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/Object/ObjectFile.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -89,8 +91,24 @@ struct LoadedObjects::Impl {
     auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
     if (!builder)
       return internalError("JIT: cannot detect the host: " + errorText(builder.takeError()));
+    // JITLink, not LLVM 16's default RuntimeDyld on x86-64: RuntimeDyld's memory manager maps
+    // an object's code and its constants separately, and where they land over 2 GB apart (a
+    // process with PyTorch's and CUDA's libraries, a large machine) it truncates the code's
+    // 32-bit PC-relative references to them without an error: a kernel then read another
+    // page (a crash, or wrong constants). JITLink's in-process manager maps each object's
+    // segments in one slab, and reaches other objects and libraries through GOT/PLT stubs.
     auto created =
-        llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*builder)).create();
+        llvm::orc::LLJITBuilder()
+            .setJITTargetMachineBuilder(std::move(*builder))
+            .setObjectLinkingLayerCreator(
+                [](llvm::orc::ExecutionSession& session,
+                   const llvm::Triple&) -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+                  auto memory = llvm::jitlink::InProcessMemoryManager::Create();
+                  if (!memory) return memory.takeError();
+                  return std::make_unique<llvm::orc::ObjectLinkingLayer>(session,
+                                                                         std::move(*memory));
+                })
+            .create();
     if (!created) return internalError("JIT: cannot create: " + errorText(created.takeError()));
     jit = std::move(*created);
     // Kernels call libm/libc (expf, memset); resolve them against what this process loaded.
