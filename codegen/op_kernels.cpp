@@ -568,8 +568,9 @@ Expected<Kernel> integerPointwise(const ir::Node& n, std::string name, bool inde
                           allOf([&](ir::DType t) { return t == first; });
       if (op == ir::OpKind::kMod && floats) {
         // C's fmod (exact), then with fmod=0 the divisor's sign: a nonzero remainder of the
-        // other sign moves by y, a zero one takes y's sign (the reference's, NaN's sign bit
-        // included). f16 and bf16 in f32, rounded once, as the host's reference runs them.
+        // other sign moves by y, a zero one takes y's sign (the reference's bits; a NaN is a NaN,
+        // its sign the device's fmod's). f16 and bf16 in f32, rounded once, as the host's
+        // reference runs them.
         const bool fmod = n.attr().getInt("fmod") != 0;
         const std::string C = half ? "float" : T;
         const FloatIo io = half ? *floatIo(first) : FloatIo{};  // f32 and f64: no conversions.

@@ -318,7 +318,8 @@ class Scheduler {
           auto k = codegen::lowerGroup(g, graphOutputs_, name);
           if (!k) {
             // A lone op the kernel IR cannot express (a cast it would round twice) may still
-            // have an op kernel.
+            // have an op kernel (an error other than "none" is a bug and fails the compile: it
+            // may have left part of its steps).
             KILN_ASSIGN_OR_RETURN(const bool added, addOpKernelStep(g));
             if (added) break;
             s_.remarks.push_back("group " + std::to_string(g.id) +

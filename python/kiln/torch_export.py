@@ -289,11 +289,22 @@ handles(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar)(_binary("pow"))
 
 @handles(aten.fmod.Scalar, aten.fmod.Tensor, aten.remainder.Scalar, aten.remainder.Tensor)
 def _mod(t, a, b):
-    """fmod: C's, the dividend's sign; remainder: Python's %, the divisor's."""
+    """fmod: C's, the dividend's sign; remainder: Python's %, the divisor's, where a float's
+    nonzero remainder moves by b and a zero one keeps fmod's sign (PyTorch's; kiln's fmod=0, as
+    ONNX's, gives a zero the divisor's sign)."""
     if not isinstance(a, _Value) and not isinstance(b, _Value):
         raise Unsupported("both operands are numbers")
-    fmod = t.node.target in (aten.fmod.Scalar, aten.fmod.Tensor)
-    return t.op("mod", list(_operands(t, a, b)), {"fmod": int(fmod)})
+    a, b = _operands(t, a, b)
+    if t.node.target in (aten.fmod.Scalar, aten.fmod.Tensor):
+        return t.op("mod", [a, b], {"fmod": 1})
+    if not _is_float(a.dtype):
+        return t.op("mod", [a, b], {"fmod": 0})
+    r = t.op("mod", [a, b], {"fmod": 1})
+    zero = t.scalar(0, r.dtype)
+    moves = t.op("logical_and", [t.op("logical_not", [t.op("equal", [r, zero])]),
+                                 t.op("logical_xor", [t.op("less", [r, zero]),
+                                                      t.op("less", [b, zero])])])
+    return t.op("where", [moves, t.op("add", [r, b]), r])
 
 
 @handles(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -521,6 +532,11 @@ def _batch_norm(t, x, w, b, mean, var, momentum, eps):
     return (t.cast(y, x.dtype), None, None)
 
 
+def _stat_acc(dtype: str) -> str:
+    """The dtype normalization statistics are computed in: f64 for f64, else f32."""
+    return "f64" if dtype == "f64" else "f32"
+
+
 def _stat_dtype(t, i: int) -> str:
     """The dtype PyTorch gives output `i` of the node (f32 statistics of f16/bf16 inputs)."""
     val = t.node.meta.get("val")
@@ -546,8 +562,8 @@ def _batch_norm_training(t, x, w, b, running_mean, running_var, training, moment
                                                              "axes": [0]})], {"shape": [c]})
     mean, var = row(0), row(1)
     y = t.cast(t.op("batch_norm_train", [x, w, b, mean, var], {"epsilon": float(eps)}), dtype)
-    f32 = lambda v: t.cast(v, "f32")
-    invstd = t.op("rsqrt", [t.op("add", [f32(var), t.scalar(float(eps), "f32")])])
+    acc = _stat_acc(x.dtype)
+    invstd = t.op("rsqrt", [t.op("add", [t.cast(var, acc), t.scalar(float(eps), acc)])])
     n = math.prod(x.shape) // c
 
     def running(old, batch, scale):
@@ -555,7 +571,7 @@ def _batch_norm_training(t, x, w, b, running_mean, running_var, training, moment
         new = t.op("mul", [t.cast(batch, old.dtype), t.scalar(momentum * scale, old.dtype)])
         return t.op("add", [keep, new])
 
-    return (y, t.cast(f32(mean), _stat_dtype(t, 1)), t.cast(invstd, _stat_dtype(t, 2)),
+    return (y, t.cast(t.cast(mean, acc), _stat_dtype(t, 1)), t.cast(invstd, _stat_dtype(t, 2)),
             running(running_mean, mean, 1.0), running(running_var, var, n / max(n - 1, 1)))
 
 
@@ -571,11 +587,12 @@ def _layer_norm(t, x, shape, w, b, eps):
     at = w.dtype if w is not None else x.dtype
     inputs = [t.cast(x, at)] + [t.cast(v, at) for v in (w, b) if v is not None]
     y = t.cast(t.op("layer_norm", inputs, {"axis": -1, "epsilon": float(eps)}), x.dtype)
-    xf = t.cast(x, "f32")
+    acc = _stat_acc(x.dtype)
+    xf = t.cast(x, acc)
     mean = t.op("reduce_mean", [xf], {"axes": [len(x.shape) - 1], "keepdims": 1})
     d = t.op("sub", [xf, mean])
     var = t.op("reduce_mean", [t.op("mul", [d, d])], {"axes": [len(x.shape) - 1], "keepdims": 1})
-    rstd = t.op("rsqrt", [t.op("add", [var, t.scalar(float(eps), "f32")])])
+    rstd = t.op("rsqrt", [t.op("add", [var, t.scalar(float(eps), acc)])])
     return (y, t.cast(mean, _stat_dtype(t, 1)), t.cast(rstd, _stat_dtype(t, 2)))
 
 
@@ -584,7 +601,7 @@ def _native_dropout(t, x, p, train):
     """(x * mask / (1 - p), mask): kiln's dropout_train, whose counter-based hash of (seed,
     the run's random seed, element) draws the mask; each dropout node has its own seed. Not
     PyTorch's random stream (as with Inductor), but drawn from it: torch.manual_seed repeats it."""
-    if not train or p == 0:
+    if train is False or p == 0:  # None: training, as PyTorch reads it.
         return (x, _filled(t, x.shape, True, "bool"))
     if not 0 < p < 1:
         raise Unsupported(f"dropout with p={p}")
@@ -624,18 +641,21 @@ def _last_two_swapped(t, x: _Value) -> _Value:
 
 def _attention_probs(t, q, k, is_causal, attn_mask, scale):
     """(softmax(scale q k^T + mask), the scores, scale) as PyTorch's attention computes them: a
-    bool mask (and the causal one, the lower triangle) keeps where true, a float mask adds."""
+    bool mask (and the causal one, the lower triangle) keeps where true, a float mask adds.
+    Scores and probabilities are f32 for f16/bf16 inputs (the CPU kernel's accumulation)."""
     if q.shape[:-2] != k.shape[:-2]:
         raise Unsupported(f"attention with query {q.shape} and key {k.shape} batch dims")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    s = t.op("mul", [t.op("matmul", [q, _last_two_swapped(t, k)]), t.scalar(scale, q.dtype)])
-    hidden = t.scalar(float("-inf"), s.dtype)
+    acc = _stat_acc(q.dtype)
+    s = t.op("mul", [t.cast(t.op("matmul", [q, _last_two_swapped(t, k)]), acc),
+                     t.scalar(scale, acc)])
+    hidden = t.scalar(float("-inf"), acc)
     if is_causal:
         tril = np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool))
         s = t.op("where", [t.array(tril), s, hidden])
     if attn_mask is not None:
         s = (t.op("where", [attn_mask, s, hidden]) if attn_mask.dtype == "bool"
-             else t.op("add", [s, t.cast(attn_mask, s.dtype)]))
+             else t.op("add", [s, t.cast(attn_mask, acc)]))
     return t.op("softmax", [s], {"axis": -1}), s, scale
 
 
@@ -643,35 +663,40 @@ def _attention_probs(t, q, k, is_causal, attn_mask, scale):
 def _flash_attention_cpu(t, q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None,
                          scale=None):
     """The CPU flash kernel that training keeps whole (kiln.dynamo): (softmax(scores) v, the
-    scores' logsumexp [..., L] in f32, which PyTorch's backward would read)."""
+    scores' logsumexp [..., L], which PyTorch's backward would read)."""
     if dropout_p:
         raise Unsupported(f"attention with dropout_p={dropout_p}")
     probs, s, _ = _attention_probs(t, q, k, is_causal, attn_mask, scale)
-    sf = t.cast(s, "f32")
-    top = t.op("reduce_max", [sf], {"axes": [len(s.shape) - 1], "keepdims": 1})
-    total = t.op("reduce_sum", [t.op("exp", [t.op("sub", [sf, top])])],
+    top = t.op("reduce_max", [s], {"axes": [len(s.shape) - 1], "keepdims": 1})
+    total = t.op("reduce_sum", [t.op("exp", [t.op("sub", [s, top])])],
                  {"axes": [len(s.shape) - 1], "keepdims": 1})
     lse = t.op("add", [t.op("log", [total]), top])
     lse = t.op("squeeze", [lse], {"axes": [len(s.shape) - 1]})
-    return (t.op("matmul", [probs, v]), t.cast(lse, _stat_dtype(t, 1)))
+    out = t.op("matmul", [t.cast(probs, v.dtype), v])
+    return (out, t.cast(lse, _stat_dtype(t, 1)))
 
 
 @handles(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
 def _flash_attention_cpu_backward(t, grad, q, k, v, out, logsumexp, dropout_p, is_causal,
                                   attn_mask=None, scale=None):
     """(dq, dk, dv) with the probabilities computed again from q and k: dv = p^T g,
-    ds = p (g v^T - rowsum(g out)), dq = scale ds k, dk = scale ds^T q."""
+    ds = p (g v^T - rowsum(g out)), dq = scale ds k, dk = scale ds^T q (ds and the scaling in
+    f32 for f16/bf16 inputs)."""
     if dropout_p:
         raise Unsupported(f"attention with dropout_p={dropout_p}")
     probs, _, scale = _attention_probs(t, q, k, is_causal, attn_mask, scale)
-    dv = t.op("matmul", [_last_two_swapped(t, probs), grad])
-    dp = t.op("matmul", [grad, _last_two_swapped(t, v)])
-    rows = t.op("reduce_sum", [t.op("mul", [grad, out])], {"axes": [len(out.shape) - 1],
-                                                           "keepdims": 1})
-    ds = t.op("mul", [probs, t.op("sub", [dp, rows])])
-    dq = t.op("mul", [t.op("matmul", [ds, k]), t.scalar(scale, q.dtype)])
-    dk = t.op("mul", [t.op("matmul", [_last_two_swapped(t, ds), q]), t.scalar(scale, q.dtype)])
-    return (dq, dk, dv)
+    acc = probs.dtype
+    dv = t.op("matmul", [_last_two_swapped(t, t.cast(probs, grad.dtype)), grad])
+    dp = t.cast(t.op("matmul", [grad, _last_two_swapped(t, v)]), acc)
+    rows = t.op("reduce_sum", [t.op("mul", [t.cast(grad, acc), t.cast(out, acc)])],
+                {"axes": [len(out.shape) - 1], "keepdims": 1})
+    ds = t.cast(t.op("mul", [probs, t.op("sub", [dp, rows])]), q.dtype)
+
+    def scaled(x):
+        return t.cast(t.op("mul", [t.cast(x, acc), t.scalar(scale, acc)]), q.dtype)
+
+    return (scaled(t.op("matmul", [ds, k])),
+            scaled(t.op("matmul", [_last_two_swapped(t, ds), q])), dv)
 
 
 @handles(aten._softmax.default)
@@ -961,8 +986,12 @@ def _as_strided(t, x, size, stride, storage_offset=None):
 
 @handles(aten.index_select.default)
 def _index_select(t, x, dim, index):
-    return t.op("gather", [x, index if index.dtype in ("i64", "i32") else t.cast(index, "i64")],
-                {"axis": dim % len(x.shape)})
+    if not x.shape:
+        raise Unsupported("index_select of a 0-d tensor")
+    index = index if index.dtype in ("i64", "i32") else t.cast(index, "i64")
+    if not index.shape:  # A 0-d index keeps the dim, of size 1.
+        index = _view(t, index, [1])
+    return t.op("gather", [x, index], {"axis": dim % len(x.shape)})
 
 
 @handles(aten.slice_scatter.default)
@@ -971,8 +1000,10 @@ def _slice_scatter(t, x, src, dim=0, start=None, end=None, step=1):
     index_put."""
     dim %= len(x.shape)
     n = x.shape[dim]
-    start = 0 if start is None else (start + n if start < 0 else min(start, n))
-    end = n if end is None else (end + n if end < 0 else min(end, n))
+    start = 0 if start is None else min(max(start + n if start < 0 else start, 0), n)
+    end = n if end is None else min(max(end + n if end < 0 else end, 0), n)
+    if end <= start:  # An empty slice: src is empty, x unchanged.
+        return x
     src = t.cast(src, x.dtype)
     if step != 1:
         rows = t.array(np.arange(start, end, step, dtype=np.int64))
