@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <malloc.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <algorithm>
 #include <bit>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -554,4 +556,60 @@ TEST_CASE("cpu target: an unknown name is an error that lists the valid ones") {
   REQUIRE_FALSE(object.hasValue());
   CHECK(object.status().message().find("does not know the target CPU 'generic'") !=
         std::string::npos);
+}
+
+TEST_CASE("object loader: a kernel reads its constants when free memory lies far apart") {
+  // LLVM 16's default linker (RuntimeDyld) mapped an object's code and its constants separately:
+  // with a page free high up and room for the code only far below (a process with PyTorch's and
+  // CUDA's libraries), the constants took the page, and the code's 32-bit references to them
+  // were truncated without an error (a crash, or another page's bytes). Here every gap above an
+  // 8 GB reservation is filled but one page at its top and 1 MB at its bottom.
+  const char* source = R"(
+extern "C" double pick(int i) {
+  static const double table[4] = {1.25, -2.5, 3.75, 1e300};
+  __asm__ volatile(".rept 3000\n nop\n .endr");  // Code larger than a page.
+  return table[i & 3];
+}
+)";
+  CpuObject object = compileOrFail(source, "far");
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), size = size_t{8} << 30;
+  void* r = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  REQUIRE(r != MAP_FAILED);
+  const auto lo = reinterpret_cast<uintptr_t>(r), hi = lo + size;
+  // The mappings above it; the gaps between them (not the one below the stack, where the
+  // stack grows and mmap does not place) are filled.
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    uintptr_t a = 0, b = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &a, &b) == 2 && a >= hi &&
+        line.find("[stack]") == std::string::npos && line.find("[v") == std::string::npos)
+      ranges.push_back({a, b});
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<void*, size_t>> fillers;
+  uintptr_t at = hi;
+  for (const auto& [a, b] : ranges) {
+    if (a > at) {
+      void* f = mmap(reinterpret_cast<void*>(at), a - at, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+      if (f != MAP_FAILED) fillers.push_back({f, a - at});
+    }
+    at = std::max(at, b);
+  }
+  REQUIRE(munmap(reinterpret_cast<void*>(hi - page), page) == 0);  // A page at the top,
+  REQUIRE(munmap(r, size_t{1} << 20) == 0);                        // 1 MB at the bottom.
+  double got[4] = {};
+  {
+    LoadedObjects objects;
+    REQUIRE(objects.add(object.bytes, "far").isOk());
+    auto* pick = lookupOrFail<double(int)>(objects, "pick");
+    for (int i = 0; i < 4; ++i) got[i] = pick(i);
+  }
+  for (const auto& [f, n] : fillers) munmap(f, n);
+  munmap(reinterpret_cast<void*>(lo + (size_t{1} << 20)), size - (size_t{1} << 20) - page);
+  CHECK(got[0] == 1.25);
+  CHECK(got[1] == -2.5);
+  CHECK(got[2] == 3.75);
+  CHECK(got[3] == 1e300);
 }
