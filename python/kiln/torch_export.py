@@ -598,15 +598,16 @@ def _layer_norm(t, x, shape, w, b, eps):
 
 @handles(aten.native_dropout.default)
 def _native_dropout(t, x, p, train):
-    """(x * mask / (1 - p), mask): kiln's dropout_train, whose counter-based hash of (seed,
-    the run's random seed, element) draws the mask; each dropout node has its own seed. Not
-    PyTorch's random stream (as with Inductor), but drawn from it: torch.manual_seed repeats it."""
+    """(x * mask / (1 - p), mask), as PyTorch multiplies by the scale: kiln's dropout_train of
+    ones, whose counter-based hash of (seed, the run's random seed, element) draws the mask; each
+    dropout node has its own seed. Not PyTorch's random stream (as with Inductor), but drawn from
+    it: torch.manual_seed repeats it."""
     if train is False or p == 0:  # None: training, as PyTorch reads it.
         return (x, _filled(t, x.shape, True, "bool"))
     if not 0 < p < 1:
         raise Unsupported(f"dropout with p={p}")
-    attrs = _random_attrs(t, float(p))
-    return (t.op("dropout_train", [x, t.random_seed()], attrs), _kept(t, x.shape, attrs))
+    scale, kept = _kept(t, x.shape, _random_attrs(t, float(p)), x.dtype)
+    return (t.op("mul", [x, scale]), kept)
 
 
 def _random_attrs(t, ratio: float) -> dict:
@@ -615,10 +616,11 @@ def _random_attrs(t, ratio: float) -> dict:
     return {"ratio": ratio, "seed": t.random_ops}
 
 
-def _kept(t, shape, attrs: dict) -> _Value:
-    """The bool mask dropout_train with `attrs` keeps (the same hash of the same elements)."""
-    kept = t.op("dropout_train", [_filled(t, shape, 1, "f32"), t.random_seed()], attrs)
-    return t.op("logical_not", [t.op("equal", [kept, t.scalar(0, "f32")])])
+def _kept(t, shape, attrs: dict, dtype: str = "f32"):
+    """dropout_train with `attrs` of ones in `dtype` (1 / (1 - ratio) where kept, else 0) and
+    its bool mask."""
+    scale = t.op("dropout_train", [_filled(t, shape, 1, dtype), t.random_seed()], attrs)
+    return scale, t.op("logical_not", [t.op("equal", [scale, t.scalar(0, dtype)])])
 
 
 @handles(aten.bernoulli.p)
@@ -631,7 +633,7 @@ def _bernoulli(t, x, p=0.5, generator=None):
         raise Unsupported(f"bernoulli with p={p}")
     if p == 0:
         return _filled(t, x.shape, 0, x.dtype)
-    return t.cast(_kept(t, x.shape, _random_attrs(t, 1.0 - float(p))), x.dtype)
+    return t.cast(_kept(t, x.shape, _random_attrs(t, 1.0 - float(p)))[1], x.dtype)
 
 
 def _last_two_swapped(t, x: _Value) -> _Value:
