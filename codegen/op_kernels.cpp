@@ -200,6 +200,66 @@ Expected<Kernel> maxPool2dBackward(const ir::Node& n, std::string name) {
   return k;
 }
 
+// max_pool2d_indices(x [N,C,H,W]) -> i64 [N,C,OH,OW], NCHW: one thread an output element scanning
+// its window's taps in the reference's order with its rule (ops.def; runtime/reference/
+// conv_pool.cpp): from PyTorch's start (the first tap at or past row and column 0) and -inf, the
+// first strictly larger element or each NaN. Halves compare widened (exactly), f64 as doubles.
+Expected<Kernel> maxPool2dIndices(const ir::Node& n, std::string name) {
+  const ir::TensorType& x = n.input(0)->type();
+  if (x.rank() != 4 || x.layout == ir::Layout::kNHWC)
+    return unimplemented("max_pool2d_indices' op kernel takes NCHW tensors");
+  const bool f64 = x.dtype == ir::DType::kF64;
+  FloatIo io{ScalarType::kF64, "double", "", ""};
+  if (!f64) {
+    KILN_ASSIGN_OR_RETURN(io, floatIo(x.dtype));
+  }
+  const auto& kernel = n.attr().getInts("kernel");
+  const auto& strides = n.attr().getInts("strides");
+  const auto& pads = n.attr().getInts("pads");
+  const auto& dil = n.attr().getInts("dilations");
+  if (kernel.size() != 2 || strides.size() != 2 || pads.size() != 4 || dil.size() != 2)
+    return unimplemented("max_pool2d_indices' op kernel takes 2-D pooling attributes");
+  const ir::TensorType& y = n.output()->type();
+  KILN_ASSIGN_OR_RETURN(Kernel k, kernelFor(n, std::move(name)));
+  const std::string V = f64 ? "double" : "float";
+  std::string s = "// max_pool2d_indices " + n.describe() + "\n";
+  s += "extern \"C\" __global__ void " + k.name + "(kiln_gptr<const " + io.c +
+       "> a0, kiln_gptr<long long> a1) {\n";
+  s += "  const long long H = " + ll(x.shape[2]) + ", W = " + ll(x.shape[3]) +
+       ", OH = " + ll(y.shape[2]) + ", OW = " + ll(y.shape[3]) + ", KH = " + ll(kernel[0]) +
+       ", KW = " + ll(kernel[1]) + ", SH = " + ll(strides[0]) + ", SW = " + ll(strides[1]) +
+       ", PT = " + ll(pads[0]) + ", PL = " + ll(pads[1]) + ", DH = " + ll(dil[0]) +
+       ", DW = " + ll(dil[1]) + ";\n";
+  s += "  " + gridLoop("i", k.numElements()) + " {\n";
+  s += R"(    const long long ow = i % OW, oh = (i / OW) % OH, x0 = (i / (OH * OW)) * (H * W);
+    const long long h0 = oh * SH - PT, w0 = ow * SW - PL;
+    const long long fh = h0 >= 0 ? h0 : h0 + (-h0 + DH - 1) / DH * DH;
+    const long long fw = w0 >= 0 ? w0 : w0 + (-w0 + DW - 1) / DW * DW;
+    long long arg = fh * W + fw;
+)";
+  s += "    " + V + " best = -kiln_inf_" + (f64 ? "f64" : "f32") + "();\n";
+  s += R"(    for (long long kh = 0; kh < KH; ++kh) {
+      const long long ih = h0 + kh * DH;
+      if (ih < 0 || ih >= H) continue;
+      for (long long kw = 0; kw < KW; ++kw) {
+        const long long iw = w0 + kw * DW;
+        if (iw < 0 || iw >= W) continue;
+)";
+  s += "        const " + V + " v = " + io.loaded("a0[x0 + ih * W + iw]") + ";\n";
+  s += R"(        if (v > best || v != v) {
+          best = v;
+          arg = ih * W + iw;
+        }
+      }
+    }
+    a1[i] = arg;
+  }
+}
+)";
+  k.source = std::move(s);
+  return k;
+}
+
 // The losses over class-index targets: x [N,C,d..] (f32) and target [N,d..] (i64/i32), a row
 // being one sample and spatial position (its classes `inner` apart). Each row is computed by one
 // thread, serially over its classes, in the reference kernels' order
@@ -1248,6 +1308,8 @@ Expected<Kernel> opKernel(const ir::Node& n, std::string name, bool indexWord) {
   switch (n.op()) {
     case ir::OpKind::kMaxPool2dBackward:
       return maxPool2dBackward(n, std::move(name));
+    case ir::OpKind::kMaxPool2dIndices:
+      return maxPool2dIndices(n, std::move(name));
     case ir::OpKind::kGather:
       return gather(n, std::move(name), indexWord);
     case ir::OpKind::kGatherElements:

@@ -8,6 +8,8 @@
 //     rounded once, as the reference computes them): the same bits. cuDNN's
 //     pooling gradient needs the forward's output and breaks ties its own way; ties are common
 //     after a ReLU.
+//   - max_pool2d_indices (NCHW, f32/f64/f16/bf16): one thread an output element scanning its
+//     window with the reference's rule (PyTorch's indices); cuDNN's pooling gives no indices.
 //   - nll_loss, cross_entropy_loss and their gradients (f32 over i64/i32 targets): one thread a
 //     row (a sample and spatial position), serially over the classes in the reference's order;
 //     a mean's count and sum in one block. A target out of range gives NaN: the compiler uses

@@ -39,6 +39,7 @@ WorkCount countWork(const Node& n) {
       break;
     }
     case OpKind::kMaxPool2d:
+    case OpKind::kMaxPool2dIndices:
     case OpKind::kAvgPool2d: {
       const auto& k = n.attr().getInts("kernel");
       w.otherFlops = outElems * k[0] * k[1];

@@ -485,6 +485,14 @@ Expected<std::vector<TensorType>> inferConv2dBackwardBias(std::span<const Tensor
   return one({in[0].dtype, {in[0].shape[1]}, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferPool2dIndices(std::span<const TensorType> in,
+                                                     const AttrView& a) {
+  if (in[0].layout == Layout::kNHWC)
+    return invalidArgument("input must be NCHW, got " + in[0].toString());
+  KILN_ASSIGN_OR_RETURN(auto y, inferPool2d(in, a));
+  return one({DType::kI64, y[0].shape, Layout::kPlain});
+}
+
 Expected<std::vector<TensorType>> inferPool2dBackward(std::span<const TensorType> in,
                                                       const AttrView& a) {
   const TensorType fwd[] = {in[1]};

@@ -198,11 +198,54 @@ int64_t onnxPooledSize(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, 
   return avail / s + (ceil && avail % s != 0) + 1;
 }
 
+// MaxPool's Indices: kiln's max_pool2d_indices (the offset in each [H,W] plane) made ONNX's flat
+// position in the input, n*C*H*W + c*H*W + h*W + w, or with storage_order=1 (column-major planes)
+// n*C*H*W + c*H*W + h + w*H; a 1-D input's is its position in the row. `attrs`: the pooling's.
+Status emitMaxPoolIndices(NodeContext& ctx, ir::Value* x, const ir::TensorType& xt,
+                          const ir::AttrMap& attrs) {
+  KILN_ASSIGN_OR_RETURN(int64_t order, ctx.attrInt("storage_order", 0));
+  if (order != 0 && order != 1)
+    return ctx.invalid("storage_order must be 0 or 1, got " + std::to_string(order));
+  const bool oneD = xt.rank() == 3;
+  ir::Value* x4 = x;
+  if (oneD) {
+    KILN_ASSIGN_OR_RETURN(x4, unsqueeze2(ctx, x));
+  }
+  const int64_t h = x4->type().shape[2], w = x4->type().shape[3];
+  KILN_ASSIGN_OR_RETURN(ir::Value * idx, ctx.emit(OpKind::kMaxPool2dIndices, {x4}, attrs));
+  auto scalar = [&](int64_t v) {
+    ir::TensorData d(ir::DType::kI64, {});
+    *d.as<int64_t>() = v;
+    return ctx.constantValue(std::move(d));
+  };
+  if (order == 1 && !oneD) {
+    // idx = r*W + c -> r + c*H.
+    KILN_ASSIGN_OR_RETURN(ir::Value * wv, scalar(w));
+    KILN_ASSIGN_OR_RETURN(ir::Value * hv, scalar(h));
+    KILN_ASSIGN_OR_RETURN(ir::Value * row, ctx.emit(OpKind::kDiv, {idx, wv}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * col,
+                          ctx.emit(OpKind::kMod, {idx, wv}, {{"fmod", int64_t{1}}}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * colH, ctx.emit(OpKind::kMul, {col, hv}));
+    KILN_ASSIGN_OR_RETURN(idx, ctx.emit(OpKind::kAdd, {row, colH}));
+  }
+  if (oneD) {
+    KILN_ASSIGN_OR_RETURN(idx,
+                          ctx.emit(OpKind::kSqueeze, {idx}, {{"axes", std::vector<int64_t>{2}}}));
+  }
+  // Each (n, c) plane's first position, broadcast over its outputs.
+  const int64_t planes = xt.shape[0] * xt.shape[1];
+  ir::Shape offShape = {xt.shape[0], xt.shape[1], 1};
+  if (!oneD) offShape.push_back(1);
+  ir::TensorData offsets(ir::DType::kI64, offShape);
+  for (int64_t p = 0; p < planes; ++p) offsets.as<int64_t>()[p] = p * h * w;
+  KILN_ASSIGN_OR_RETURN(ir::Value * off, ctx.constantValue(std::move(offsets)));
+  return ctx.emit(OpKind::kAdd, {idx, off}, {}, 1).status();
+}
+
 template <OpKind kOp>
 Status mapPool(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
   const bool isMax = kOp == OpKind::kMaxPool2d;
-  if (isMax) KILN_TRY(requireUnused(ctx, 1, "indices"));
   KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
   KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel));
   if (!isMax &&
@@ -222,13 +265,13 @@ Status mapPool(NodeContext& ctx) {
     onnxOut.push_back(onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
                                      w.pads[i], w.pads[i + spatial], ceil));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
-  KILN_ASSIGN_OR_RETURN(ir::Value * y,
-                        emitWindowOp(ctx, kOp, x, {}, std::move(attrs), xt.rank() == 3));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, emitWindowOp(ctx, kOp, x, {}, attrs, xt.rank() == 3));
   const std::vector<int64_t> kilnOut(y->type().shape.begin() + 2, y->type().shape.end());
   if (kilnOut != onnxOut)
     return ctx.unsupported("ceil_mode=1 with a last window that starts in the right padding: " +
                            std::string("ONNX keeps that window (output ") + list(onnxOut) +
                            "), kiln drops it as PyTorch does (output " + list(kilnOut) + ")");
+  if (isMax && ctx.outputUsed(1)) return emitMaxPoolIndices(ctx, x, xt, attrs);
   return Status::ok();
 }
 
@@ -363,7 +406,7 @@ Status mapReduce(NodeContext& ctx) {
 }  // namespace
 
 // Versions, checked against the specification (later versions that only add element types
-// are listed without comment): MaxPool 8 adds the Indices output (refused when read), 10
+// are listed without comment): MaxPool 8 adds the Indices output (and storage_order), 10
 // dilations and ceil_mode; AveragePool 19 adds dilations (refused unless 1: kiln's avg_pool2d
 // has none); BatchNormalization 7's `spatial` must be 1; Softmax before 13 normalizes over
 // the input flattened at `axis`; the Reduce ops take their axes as an input from 13 (ReduceSum)

@@ -38,11 +38,10 @@ from .torch_export import HANDLERS, SKIP, TORCH_TO_KILN, Translator, describe
 log = logging.getLogger("kiln")
 aten = torch.ops.aten
 
-# Ops whose further outputs (inference BatchNorm's empty statistics, max-pooling's indices)
-# kiln does not compute: the node is kiln's only where every user reads output 0.
+# Ops whose further outputs (inference BatchNorm's empty statistics) kiln does not compute: the
+# node is kiln's only where every user reads output 0.
 _FIRST_OUTPUT_ONLY = {
     aten._native_batch_norm_legit_no_training.default,
-    aten.max_pool2d_with_indices.default,
 }
 # Movement and constant ops: a partition made of these alone is left to PyTorch (a kiln call
 # would cost more than it saves).

@@ -726,7 +726,12 @@ def _max_pool(t, x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False)
     attrs = {"kernel": k, "strides": _pair(stride, k), "pads": p + p,
              "dilations": _pair(dilation, [1, 1]), "ceil_mode": int(bool(ceil_mode))}
     y = t.op("max_pool2d", [x], attrs)
-    return (y, None) if t.node.target == aten.max_pool2d_with_indices.default else y
+    if t.node.target != aten.max_pool2d_with_indices.default:
+        return y
+    # The indices (each window's maximum's offset in its plane, as PyTorch's) where a node reads
+    # them: a training forward returns them for PyTorch's backward.
+    read = any(u.target is operator.getitem and u.args[1] == 1 for u in t.node.users)
+    return (y, t.op("max_pool2d_indices", [x], attrs) if read else None)
 
 
 @handles(aten.avg_pool2d.default)
@@ -807,8 +812,10 @@ def _convolution_backward(t, grad, x, w, bias_sizes, stride, padding, dilation, 
 
 @handles(aten.max_pool2d_with_indices_backward.default)
 def _max_pool_backward(t, grad, x, kernel, stride, padding, dilation, ceil_mode, indices):
-    # kiln routes each window's gradient to its first maximum (NaN first), the element PyTorch's
-    # forward recorded in `indices`; the indices themselves are not read.
+    # kiln routes each window's gradient to its first maximum, the element `indices` records
+    # (max_pool2d_indices, PyTorch's forward), read again from x instead of the indices, which
+    # keeps its NHWC library kernel; with NaNs in a window, to its first NaN (the indices name the
+    # last).
     k = _pair(kernel)
     p = _pair(padding, [0, 0])
     return t.op("max_pool2d_backward", [grad, x],

@@ -378,11 +378,13 @@ void maxPool2x2Backward(const T* __restrict x, const T* __restrict dy, T* __rest
 // row at plane offset `rowStart`, taps dilH/dilW apart, windows strideW apart starting at column
 // `w0` for window 0): in arg, its offset in the plane. Branch-free, so that it vectorizes across
 // windows (resnet18's 3x3 stride-2 stem pooling took 66 ms a training step at batch 32 with a
-// branch per tap): the first NaN in scan order, else the first strictly larger element, as the
-// general loop chooses.
+// branch per tap): the first strictly larger element in scan order, a NaN overriding it — the
+// first NaN with kFirstNaN (the gradient's choice, as the general loop of max_pool2d_backward
+// makes it; `nan` tracks it), else each NaN taking over, so the last (max_pool2d_indices, as
+// PyTorch's kernels; `nan` unused).
 // kStride: the window stride when it is known at compile time (1 or 2: strided loads the compiler
 // can vectorize), else 0 (strideW).
-template <class T, int64_t kStride = 0>
+template <class T, bool kFirstNaN, int64_t kStride = 0>
 inline void maxWindowArgs(const T* __restrict plane, int64_t win, int64_t rowStart, int64_t kh,
                           int64_t kw, int64_t dilH, int64_t dilW, int64_t stride, int64_t w0,
                           int64_t lo, int64_t hi, T* __restrict best, int32_t* __restrict arg,
@@ -393,7 +395,7 @@ inline void maxWindowArgs(const T* __restrict plane, int64_t win, int64_t rowSta
     const int64_t idx = rowStart + w0 + (lo + i) * strideW;
     best[i] = plane[idx];
     arg[i] = static_cast<int32_t>(idx);
-    nan[i] = plane[idx] != plane[idx];
+    if constexpr (kFirstNaN) nan[i] = plane[idx] != plane[idx];
   }
   for (int64_t a = 0; a < kh; ++a)
     for (int64_t b = 0; b < kw; ++b) {
@@ -402,25 +404,69 @@ inline void maxWindowArgs(const T* __restrict plane, int64_t win, int64_t rowSta
       for (int64_t i = 0; i < n; ++i) {
         const int64_t idx = off + i * strideW;
         const T v = plane[idx];
-        const bool take = (nan[i] == 0) & ((v > best[i]) | (v != v));  // No branches.
+        bool take = (v > best[i]) | (v != v);  // No branches.
+        if constexpr (kFirstNaN) take = take & (nan[i] == 0);
         best[i] = take ? v : best[i];
         arg[i] = take ? static_cast<int32_t>(idx) : arg[i];
-        nan[i] = nan[i] | static_cast<uint8_t>(v != v);
+        if constexpr (kFirstNaN) nan[i] = nan[i] | static_cast<uint8_t>(v != v);
       }
     }
 }
+template <bool kFirstNaN>
+[[gnu::always_inline]] inline void maxWindowArgsByStride(const float* plane, int64_t win,
+                                                         int64_t rowStart, int64_t kh, int64_t kw,
+                                                         int64_t dilH, int64_t dilW,
+                                                         int64_t strideW, int64_t w0, int64_t lo,
+                                                         int64_t hi, float* best, int32_t* arg,
+                                                         uint8_t* nan) {
+  if (strideW == 2)
+    maxWindowArgs<float, kFirstNaN, 2>(plane, win, rowStart, kh, kw, dilH, dilW, 2, w0, lo, hi,
+                                       best, arg, nan);
+  else if (strideW == 1)
+    maxWindowArgs<float, kFirstNaN, 1>(plane, win, rowStart, kh, kw, dilH, dilW, 1, w0, lo, hi,
+                                       best, arg, nan);
+  else
+    maxWindowArgs<float, kFirstNaN>(plane, win, rowStart, kh, kw, dilH, dilW, strideW, w0, lo, hi,
+                                    best, arg, nan);
+}
+// f32, the training hot path: vectorized per ISA.
 KILN_CPU_CLONES void maxWindowArgsF32(const float* plane, int64_t win, int64_t rowStart, int64_t kh,
                                       int64_t kw, int64_t dilH, int64_t dilW, int64_t strideW,
                                       int64_t w0, int64_t lo, int64_t hi, float* best, int32_t* arg,
                                       uint8_t* nan) {
-  if (strideW == 2)
-    maxWindowArgs<float, 2>(plane, win, rowStart, kh, kw, dilH, dilW, 2, w0, lo, hi, best, arg,
-                            nan);
-  else if (strideW == 1)
-    maxWindowArgs<float, 1>(plane, win, rowStart, kh, kw, dilH, dilW, 1, w0, lo, hi, best, arg,
-                            nan);
-  else
-    maxWindowArgs(plane, win, rowStart, kh, kw, dilH, dilW, strideW, w0, lo, hi, best, arg, nan);
+  maxWindowArgsByStride<true>(plane, win, rowStart, kh, kw, dilH, dilW, strideW, w0, lo, hi, best,
+                              arg, nan);
+}
+KILN_CPU_CLONES void maxWindowLastNaNArgsF32(const float* plane, int64_t win, int64_t rowStart,
+                                             int64_t kh, int64_t kw, int64_t dilH, int64_t dilW,
+                                             int64_t strideW, int64_t w0, int64_t lo, int64_t hi,
+                                             float* best, int32_t* arg) {
+  maxWindowArgsByStride<false>(plane, win, rowStart, kh, kw, dilH, dilW, strideW, w0, lo, hi, best,
+                               arg, nullptr);
+}
+
+// The output columns [lo, hi) whose windows lie inside the input horizontally (every tap's
+// valid range holds them), for the branch-free scan above; none for planes of 2^31 elements or
+// more, whose offsets an int32 does not hold.
+std::pair<int64_t, int64_t> interiorColumns(const Window& wh, const Window& ww) {
+  const auto [lo0, hi0] = ww.validOutputs(0);
+  const auto [loK, hiK] = ww.validOutputs(ww.kernel - 1);
+  const int64_t lo = std::max(lo0, loK);
+  if (wh.in * ww.in >= (int64_t{1} << 31)) return {lo, lo};
+  return {lo, std::max(lo, std::min(hi0, hiK))};
+}
+
+// Whether output row oh's windows lie inside the input vertically.
+bool rowInside(const Window& wh, int64_t oh) {
+  const int64_t top = wh.start(oh);
+  return top >= 0 && top + (wh.kernel - 1) * wh.dilation < wh.in;
+}
+
+// Output o's first tap at or past 0 (it may lie past the input, for a dilated window wholly in
+// the padding).
+int64_t firstTap(const Window& w, int64_t o) {
+  const int64_t s = w.start(o);
+  return s >= 0 ? s : s + (-s + w.dilation - 1) / w.dilation * w.dilation;
 }
 
 Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
@@ -440,13 +486,7 @@ Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
       maxPool2x2Backward(x.data<T>(), dy.data<T>(), dx, planes, wh, ww);
       return Status::ok();
     }
-    // The windows inside the input horizontally: the first tap's and the last tap's valid range.
-    const auto [lo0, hi0] = ww.validOutputs(0);
-    const auto [loK, hiK] = ww.validOutputs(ww.kernel - 1);
-    const int64_t innerLo = std::max(lo0, loK);
-    const int64_t innerHi = wh.in * ww.in < (int64_t{1} << 31)
-                                ? std::max(innerLo, std::min(hi0, hiK))
-                                : innerLo;  // A huge plane: the general loop only.
+    const auto [innerLo, innerHi] = interiorColumns(wh, ww);
     // Planes are independent: each thread zeroes and fills its own.
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < planes; ++p) {
@@ -459,8 +499,8 @@ Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
       std::vector<uint8_t> rowNan(rowBest.size());
       for (int64_t oh = 0; oh < wh.out; ++oh) {
         const int64_t top = wh.start(oh);
-        const bool rowInside = top >= 0 && top + (wh.kernel - 1) * wh.dilation < wh.in;
-        if (rowInside && innerLo < innerHi) {
+        const bool inside = rowInside(wh, oh);
+        if (inside && innerLo < innerHi) {
           // The interior windows at once; the scatter-add after (windows may overlap).
           const int64_t rowStart = top * ww.in, w0 = ww.start(0);
           if constexpr (std::is_same_v<T, float>)
@@ -468,14 +508,14 @@ Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
                              ww.dilation, ww.stride, w0, innerLo, innerHi, rowBest.data(),
                              rowArg.data(), rowNan.data());
           else
-            maxWindowArgs(xPlane, ww.in, rowStart, wh.kernel, ww.kernel, wh.dilation, ww.dilation,
-                          ww.stride, w0, innerLo, innerHi, rowBest.data(), rowArg.data(),
-                          rowNan.data());
+            maxWindowArgs<T, true>(xPlane, ww.in, rowStart, wh.kernel, ww.kernel, wh.dilation,
+                                   ww.dilation, ww.stride, w0, innerLo, innerHi, rowBest.data(),
+                                   rowArg.data(), rowNan.data());
           const T* g = dyPlane + oh * ww.out + innerLo;
           for (int64_t i = 0; i < innerHi - innerLo; ++i) dxPlane[rowArg[i]] += g[i];
         }
         for (int64_t ow = 0; ow < ww.out; ++ow) {
-          if (rowInside && ow >= innerLo && ow < innerHi) continue;  // Done above.
+          if (inside && ow >= innerLo && ow < innerHi) continue;  // Done above.
           const int64_t h0 = wh.start(oh), w0 = ww.start(ow);
           if (h0 >= 0 && w0 >= 0 && h0 + (wh.kernel - 1) * wh.dilation < wh.in &&
               w0 + (ww.kernel - 1) * ww.dilation < ww.in) {
@@ -514,6 +554,66 @@ Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
             }
           }
           if (arg >= 0) dxPlane[arg] += dyPlane[oh * ww.out + ow];
+        }
+      }
+    }
+    return Status::ok();
+  });
+}
+
+// max_pool2d_indices: each window's choice as ops.def says (PyTorch's): a row's windows inside
+// the input at once (maxWindowArgs, branch-free), the others tap by tap.
+Status maxPool2dIndicesKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                              std::span<Tensor> out) {
+  const Tensor& x = in[0];
+  const auto& k = attrs.getInts("kernel");
+  const auto& dil = attrs.getInts("dilations");
+  const Window wh = heightWindow(attrs, x, out[0], k[0], dil[0]);
+  const Window ww = widthWindow(attrs, x, out[0], k[1], dil[1]);
+  return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
+    const int64_t planes = x.shape()[0] * x.shape()[1];
+    const auto [innerLo, innerHi] = interiorColumns(wh, ww);
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < planes; ++p) {
+      const T* xPlane = x.data<T>() + p * wh.in * ww.in;
+      int64_t* args = out[0].data<int64_t>() + p * wh.out * ww.out;
+      std::vector<T> rowBest(static_cast<size_t>(innerHi - innerLo));
+      std::vector<int32_t> rowArg(rowBest.size());
+      for (int64_t oh = 0; oh < wh.out; ++oh) {
+        int64_t* row = args + oh * ww.out;
+        const bool inside = rowInside(wh, oh);
+        if (inside && innerLo < innerHi) {
+          const int64_t rowStart = wh.start(oh) * ww.in, w0 = ww.start(0);
+          if constexpr (std::is_same_v<T, float>)
+            maxWindowLastNaNArgsF32(xPlane, ww.in, rowStart, wh.kernel, ww.kernel, wh.dilation,
+                                    ww.dilation, ww.stride, w0, innerLo, innerHi, rowBest.data(),
+                                    rowArg.data());
+          else
+            maxWindowArgs<T, false>(xPlane, ww.in, rowStart, wh.kernel, ww.kernel, wh.dilation,
+                                    ww.dilation, ww.stride, w0, innerLo, innerHi, rowBest.data(),
+                                    rowArg.data(), nullptr);
+          std::copy(rowArg.begin(), rowArg.end(), row + innerLo);
+        }
+        for (int64_t ow = 0; ow < ww.out; ++ow) {
+          if (inside && ow >= innerLo && ow < innerHi) continue;  // Done above.
+          // PyTorch's start: the first tap at or past row and column 0, where the index of a
+          // window of -inf stays (of a dilated window wholly in the padding too, past the input).
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t arg = firstTap(wh, oh) * ww.in + firstTap(ww, ow);
+          for (int64_t kh = 0; kh < wh.kernel; ++kh) {
+            const int64_t ih = wh.start(oh) + kh * wh.dilation;
+            if (ih < 0 || ih >= wh.in) continue;
+            for (int64_t kw = 0; kw < ww.kernel; ++kw) {
+              const int64_t iw = ww.start(ow) + kw * ww.dilation;
+              if (iw < 0 || iw >= ww.in) continue;
+              const T v = xPlane[ih * ww.in + iw];
+              if (v > best || v != v) {
+                best = v;
+                arg = ih * ww.in + iw;
+              }
+            }
+          }
+          row[ow] = arg;
         }
       }
     }
@@ -565,6 +665,7 @@ void registerConvPoolKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kConv2dBackwardData, conv2dBackwardKernel<false>);
   ref::setKernel(t, ir::OpKind::kConv2dBackwardWeight, conv2dBackwardKernel<true>);
   ref::setKernel(t, ir::OpKind::kMaxPool2dBackward, maxPool2dBackwardKernel);
+  ref::setKernel(t, ir::OpKind::kMaxPool2dIndices, maxPool2dIndicesKernel);
   ref::setKernel(t, ir::OpKind::kAvgPool2dBackward, avgPool2dBackwardKernel);
 }
 

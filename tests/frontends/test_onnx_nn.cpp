@@ -1,5 +1,6 @@
 // ONNX neural-network ops through the importer, run eagerly, against kiln reference ops given
 // hand-derived attributes (pads from auto_pad, 1-D as 2-D) or against hand-computed values.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -216,6 +217,55 @@ TEST_CASE("onnx: a ceil-mode pool whose last window starts in the padding is uns
   const kiln::Status s = importError(m);
   CHECK(s.code() == ErrorCode::kUnimplemented);
   CHECK_THAT(s.message(), Catch::Contains("MaxPool (opset 17) node 'pool': ceil_mode=1"));
+}
+
+TEST_CASE("onnx: MaxPool's Indices are flat positions in the input, either storage order") {
+  // Two images of two channels (four planes of 3x4), 2x2 windows with stride 1 and one column of
+  // right padding: each index is the plane's first position plus the window maximum's offset,
+  // row-major (storage_order 0) or column-major (1); a 1-D pool's is its position in the row.
+  const auto x = randomValues(2 * 2 * 3 * 4, 61);
+  for (int64_t order : {0, 1}) {
+    INFO("storage_order " << order);
+    Model m;
+    m.input("x", {int64_t{2}, int64_t{2}, int64_t{3}, int64_t{4}});
+    m.node("MaxPool", {"x"}, {"y", "i"},
+           {attrInts("kernel_shape", {2, 2}), attrInts("pads", {0, 0, 0, 1}),
+            attrInt("storage_order", order)});
+    m.output("y").output("i", kInt64);
+    auto out = run(m, {makeF32({2, 2, 3, 4}, x)});
+    std::vector<int64_t> want;
+    for (int64_t p = 0; p < 4; ++p)
+      for (int64_t r = 0; r < 2; ++r)
+        for (int64_t c = 0; c < 4; ++c) {
+          int64_t br = r, bc = c;
+          for (int64_t a = r; a < r + 2; ++a)
+            for (int64_t b = c; b < std::min<int64_t>(c + 2, 4); ++b)
+              if (x[p * 12 + a * 4 + b] > x[p * 12 + br * 4 + bc]) br = a, bc = b;
+          want.push_back(p * 12 + (order == 0 ? br * 4 + bc : br + bc * 3));
+        }
+    REQUIRE(out[1].shape() == Shape{2, 2, 2, 4});
+    CHECK(int64s(out[1]) == want);
+  }
+  Model m;
+  m.input("x", {int64_t{2}, int64_t{3}, int64_t{8}});
+  m.node("MaxPool", {"x"}, {"y", "i"}, {attrInts("kernel_shape", {3}), attrInts("strides", {2})});
+  m.output("i", kInt64);
+  const auto x1 = randomValues(2 * 3 * 8, 62);
+  auto out = run(m, {makeF32({2, 3, 8}, x1)});
+  std::vector<int64_t> want;
+  for (int64_t p = 0; p < 6; ++p)
+    for (int64_t o = 0; o < 3; ++o) {
+      const float* row = x1.data() + p * 8;
+      want.push_back(p * 8 + (std::max_element(row + 2 * o, row + 2 * o + 3) - row));
+    }
+  REQUIRE(out[0].shape() == Shape{2, 3, 3});
+  CHECK(int64s(out[0]) == want);
+  Model bad;
+  bad.input("x", {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
+  bad.node("MaxPool", {"x"}, {"y", "i"},
+           {attrInts("kernel_shape", {2, 2}), attrInt("storage_order", 2)}, "pool");
+  bad.output("i", kInt64);
+  CHECK_THAT(importError(bad).message(), Catch::Contains("storage_order must be 0 or 1, got 2"));
 }
 
 TEST_CASE("onnx: a 1-D MaxPool and the global pools") {

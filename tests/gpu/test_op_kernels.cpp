@@ -1101,6 +1101,61 @@ TEST_CASE("emu: op kernels: integer div and mod by a computed divisor check it o
     }
 }
 
+TEST_CASE("emu: op kernel max_pool2d_indices gives the reference's (PyTorch's) indices") {
+  // Windows full of tied maxima, NaNs (two in a window: the last is chosen) and -inf (a window
+  // of them: its first tap), over ResNet's stem pooling, the 2x2 downsampling and random
+  // geometries with dilations and ceil mode; f16/bf16 and f64 inputs through casts.
+  std::mt19937 rng(31);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  std::vector<std::pair<ir::Shape, ir::AttrMap>> cases = {
+      {{2, 3, 16, 16},
+       {{"kernel", std::vector<int64_t>{3, 3}},
+        {"strides", std::vector<int64_t>{2, 2}},
+        {"pads", std::vector<int64_t>{1, 1, 1, 1}}}},
+      {{1, 4, 9, 7},
+       {{"kernel", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}}},
+      // Dilated windows wholly in the padding: PyTorch's start, past the input.
+      {{1, 1, 2, 2},
+       {{"kernel", std::vector<int64_t>{2, 2}},
+        {"pads", std::vector<int64_t>{2, 2, 2, 2}},
+        {"dilations", std::vector<int64_t>{4, 4}}}},
+  };
+  for (int trial = 0; trial < 12; ++trial) {
+    const std::vector<int64_t> k = {pick(1, 3), pick(1, 3)}, d = {pick(1, 2), pick(1, 2)};
+    auto pad = [&](int i) { return pick(0, ((k[i] - 1) * d[i] + 1) / 2); };
+    cases.push_back(
+        {{pick(1, 2), pick(1, 3), pick((k[0] - 1) * d[0] + 1, 10), pick((k[1] - 1) * d[1] + 1, 10)},
+         {{"kernel", k},
+          {"strides", std::vector<int64_t>{pick(1, 3), pick(1, 3)}},
+          {"pads", std::vector<int64_t>{pad(0), pad(1), pad(0), pad(1)}},
+          {"dilations", d},
+          {"ceil_mode", pick(0, 1)}}});
+  }
+  int trial = 0;
+  for (const auto& [shape, attrs] : cases) {
+    const ir::DType dt = std::array{ir::DType::kF32, ir::DType::kF64, ir::DType::kF16,
+                                    ir::DType::kBF16}[static_cast<size_t>(trial++ % 4)];
+    INFO("case " << trial << " " << ir::TensorType(ir::DType::kF32, shape).toString() << " "
+                 << ir::dtypeName(dt));
+    ir::Graph g("pool_indices");
+    ir::Value* x = *g.addInput("x", ir::TensorType(ir::DType::kF32, shape));
+    if (dt != ir::DType::kF32)
+      x = (*g.addNode(ir::OpKind::kCast, {x}, {{"to", std::string(ir::dtypeName(dt))}}))->output();
+    auto n = g.addNode(ir::OpKind::kMaxPool2dIndices, {x}, attrs);
+    INFO(n.status().message());
+    REQUIRE(n.hasValue());
+    g.setOutputs({(*n)->output()});
+    Tensor v = smallIntegers(shape, 1, 0.08, rng);
+    for (int64_t i = 0; i < v.numElements(); ++i)
+      if (rng() % 9 == 0) v.data<float>()[i] = -std::numeric_limits<float>::infinity();
+    const Outputs r = onDeviceAndReference(g, {v});
+    CHECK(r.opKernels >= 1);
+    CHECK(std::memcmp(r.device.rawData(), r.reference.rawData(), r.reference.byteSize()) == 0);
+  }
+}
+
 TEST_CASE("emu: op kernels: argmax and argmin pick the reference's index") {
   // Values full of ties (and NaNs among the floats), every axis, keepdims, first or last.
   std::mt19937 rng(23);
@@ -1162,6 +1217,8 @@ TEST_CASE("emu: op kernels: every variant compiles with NVRTC for sm_80 and sm_9
                             {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
   for (ir::DType dt : {ir::DType::kF32, ir::DType::kF16, ir::DType::kBF16})
     add(ir::OpKind::kMaxPool2dBackward, {{dt, {1, 2, 4, 4}}, {dt, {1, 2, 8, 8}}}, pool);
+  for (ir::DType dt : {ir::DType::kF32, ir::DType::kF64, ir::DType::kF16, ir::DType::kBF16})
+    add(ir::OpKind::kMaxPool2dIndices, {{dt, {1, 2, 8, 8}}}, pool);
   for (const char* red : {"none", "sum", "mean"})
     for (ir::DType index : {ir::DType::kI64, ir::DType::kI32}) {
       const ir::AttrMap a = {{"reduction", std::string(red)}, {"ignore_index", int64_t{-100}}};

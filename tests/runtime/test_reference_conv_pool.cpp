@@ -277,3 +277,101 @@ TEMPLATE_TEST_CASE(
     checkClose<TestType>(run(OpKind::kMaxPool2dBackward, {dy, x}, attrs), {n, c, h, w}, want);
   }
 }
+
+TEMPLATE_TEST_CASE("reference max_pool2d_indices: PyTorch's indices on ties, NaNs and -inf",
+                   "[reference][pool]", float, double) {
+  const TestType nan = std::numeric_limits<TestType>::quiet_NaN();
+  const TestType inf = std::numeric_limits<TestType>::infinity();
+  const Tensor x = make<TestType>({1, 1, 4, 4}, {1, 1, 0, 2,        //
+                                                 1, 0, 2, 0,        //
+                                                 3, nan, nan, nan,  //
+                                                 0, 4, 5, 5});
+  // 2x2 windows: a tie's first element (0), 2 first at 3, the one NaN (9), the last of two NaNs
+  // with larger numbers after them (11).
+  const ir::AttrMap k2s2 = {{"kernel", attrInts({2, 2})}, {"strides", attrInts({2, 2})}};
+  checkExact<int64_t>(run(OpKind::kMaxPool2dIndices, {x}, k2s2), {1, 1, 2, 2},
+                      std::vector<int64_t>{0, 3, 9, 11});
+  // 3x3 windows over the border: [-1,1]^2 -> 1 first at 0; [-1,1]x[1,3] -> 2 first at 3;
+  // [1,3]x[-1,1] -> the NaN at 9 (4 after it does not take over); [1,3]^2 -> the last NaN, 11.
+  const ir::AttrMap k3s2p1 = {{"kernel", attrInts({3, 3})},
+                              {"strides", attrInts({2, 2})},
+                              {"pads", attrInts({1, 1, 1, 1})}};
+  checkExact<int64_t>(run(OpKind::kMaxPool2dIndices, {x}, k3s2p1), {1, 1, 2, 2},
+                      std::vector<int64_t>{0, 3, 9, 11});
+  // A window of -inf: its first element; -inf before a number: the number.
+  const Tensor infs = make<TestType>({1, 1, 2, 4}, {-inf, -inf, -inf, -inf, -inf, -inf, -inf, 3});
+  checkExact<int64_t>(run(OpKind::kMaxPool2dIndices, {infs}, k2s2), {1, 1, 1, 2},
+                      std::vector<int64_t>{0, 7});
+  // Dilated windows wholly in the padding (2x2 taps 4 apart, pads 2, on a 2x2 plane; kiln takes
+  // pads up to half the dilated window, PyTorch refuses more than half the kernel): PyTorch's
+  // start formula, the first tap at or past row and column 0: rows 2 and 3, columns 2 and 3, past
+  // the input.
+  const ir::AttrMap dilated = {{"kernel", attrInts({2, 2})},
+                               {"pads", attrInts({2, 2, 2, 2})},
+                               {"dilations", attrInts({4, 4})}};
+  checkExact<int64_t>(
+      run(OpKind::kMaxPool2dIndices, {make<TestType>({1, 1, 2, 2}, {1, 2, 3, 4})}, dilated),
+      {1, 1, 2, 2}, std::vector<int64_t>{6, 7, 8, 9});
+}
+
+TEMPLATE_TEST_CASE(
+    "reference max_pool2d_indices (vectorized interior windows and the general loop) on ties, "
+    "NaNs, -inf, padding, dilation, ceil_mode and odd sizes",
+    "[reference][pool]", float, double) {
+  // The kernel against the rule, brute force: from -inf at the first tap at or past 0, the first
+  // strictly larger element or any NaN. Values from {0, 1, 2, NaN, -inf} make ties and NaNs
+  // common. Each index also names an element whose value max_pool2d returns.
+  const TestType nan = std::numeric_limits<TestType>::quiet_NaN();
+  const TestType inf = std::numeric_limits<TestType>::infinity();
+  struct Config {
+    int64_t k, s, p, d, ceil;
+  };
+  for (const Config cfg :
+       {Config{2, 2, 0, 1, 0}, Config{3, 2, 1, 1, 0}, Config{3, 1, 1, 1, 0}, Config{3, 3, 0, 1, 1},
+        Config{2, 1, 0, 2, 0}, Config{3, 2, 1, 2, 1}, Config{2, 2, 1, 1, 1}}) {
+    INFO("kernel " << cfg.k << " stride " << cfg.s << " pad " << cfg.p << " dilation " << cfg.d
+                   << " ceil_mode " << cfg.ceil);
+    const int64_t n = 2, c = 3, h = 11, w = 13;
+    const ir::AttrMap attrs = {{"kernel", attrInts({cfg.k, cfg.k})},
+                               {"strides", attrInts({cfg.s, cfg.s})},
+                               {"pads", attrInts({cfg.p, cfg.p, cfg.p, cfg.p})},
+                               {"dilations", attrInts({cfg.d, cfg.d})},
+                               {"ceil_mode", attrInt(cfg.ceil)}};
+    std::mt19937 gen(7);
+    std::vector<double> xv(n * c * h * w);
+    for (double& v : xv) {
+      const int r = static_cast<int>(gen() % 8);
+      v = r == 6 ? static_cast<double>(nan) : r == 7 ? -static_cast<double>(inf) : r % 3;
+    }
+    const Tensor x = make<TestType>({n, c, h, w}, xv);
+    const Tensor got = run(OpKind::kMaxPool2dIndices, {x}, attrs);
+    const Tensor y = run(OpKind::kMaxPool2d, {x}, attrs);
+    REQUIRE(got.shape() == y.shape());
+    const int64_t oh = y.shape()[2], ow = y.shape()[3];
+    std::vector<int64_t> want;
+    for (int64_t p = 0; p < n * c; ++p)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          int64_t r0 = i * cfg.s - cfg.p, c0 = j * cfg.s - cfg.p;
+          while (r0 < 0) r0 += cfg.d;
+          while (c0 < 0) c0 += cfg.d;
+          int64_t arg = r0 * w + c0;
+          double best = -std::numeric_limits<double>::infinity();
+          for (int64_t a = 0; a < cfg.k; ++a)
+            for (int64_t b = 0; b < cfg.k; ++b) {
+              const int64_t r = i * cfg.s - cfg.p + a * cfg.d, col = j * cfg.s - cfg.p + b * cfg.d;
+              if (r < 0 || r >= h || col < 0 || col >= w) continue;
+              const double v = xv[p * h * w + r * w + col];
+              if (v > best || std::isnan(v)) best = v, arg = r * w + col;
+            }
+          want.push_back(arg);
+        }
+    checkExact<int64_t>(got, y.shape(), want);
+    const std::vector<TestType> ys = values<TestType>(y);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double at = xv[static_cast<int64_t>(i) / (oh * ow) * h * w + want[i]];
+      INFO("output " << i);
+      CHECK((std::isnan(at) ? std::isnan(ys[i]) : static_cast<double>(ys[i]) == at));
+    }
+  }
+}
