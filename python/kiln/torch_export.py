@@ -746,16 +746,40 @@ def _avg_pool(t, x, kernel, stride=None, padding=0, ceil_mode=False, count_inclu
                                     "count_include_pad": int(bool(count_include_pad))})
 
 
+def _adaptive_matrix(n, out):
+    """Adaptive average pooling along a dim of n to out as a matrix [out, n]: PyTorch's window i
+    averages [floor(i n / out), ceil((i + 1) n / out)) (windows overlap where out does not divide
+    n), so that pooling x [N,C,H,W] is rows @ x @ columns^T."""
+    a = np.zeros((out, n), dtype=np.float64)
+    for i in range(out):
+        lo, hi = (i * n) // out, -(-(i + 1) * n // out)
+        a[i, lo:hi] = 1.0 / (hi - lo)
+    return a
+
+
+def _float_constant(t, a, dtype):
+    """A float64 NumPy array as a constant of the float dtype `dtype`."""
+    return t.array(a) if dtype == "f64" else t.cast(t.array(a.astype(np.float32)), dtype)
+
+
+def _adaptive_kernel(x, out_h, out_w):
+    """The avg_pool2d kernel (= stride) of an adaptive pooling whose windows tile x, else None."""
+    h, w = x.shape[2], x.shape[3]
+    return None if h % out_h or w % out_w else [h // out_h, w // out_w]
+
+
 @handles(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
 def _adaptive_avg_pool(t, x, size):
-    if list(size) == [1, 1]:
-        return t.op("reduce_mean", [x], {"axes": [2, 3], "keepdims": 1})
-    h, w = x.shape[2], x.shape[3]
     oh, ow = int(size[0]), int(size[1])
-    if h % oh or w % ow:
-        raise Unsupported(f"adaptive average pooling {h}x{w} -> {oh}x{ow} (not a divisor)")
-    k = [h // oh, w // ow]
-    return t.op("avg_pool2d", [x], {"kernel": k, "strides": k})
+    if [oh, ow] == [1, 1]:
+        return t.op("reduce_mean", [x], {"axes": [2, 3], "keepdims": 1})
+    k = _adaptive_kernel(x, oh, ow)
+    if k is not None:
+        return t.op("avg_pool2d", [x], {"kernel": k, "strides": k})
+    # Overlapping windows (vgg's head on a small image, 4x4 -> 7x7).
+    rows = _float_constant(t, _adaptive_matrix(x.shape[2], oh), x.dtype)
+    cols_t = _float_constant(t, _adaptive_matrix(x.shape[3], ow).T, x.dtype)
+    return t.op("matmul", [rows, t.op("matmul", [x, cols_t])])
 
 
 def _reduce(kiln_op):
@@ -821,6 +845,18 @@ def _max_pool_backward(t, grad, x, kernel, stride, padding, dilation, ceil_mode,
     return t.op("max_pool2d_backward", [grad, x],
                 {"kernel": k, "strides": _pair(stride, k), "pads": p + p,
                  "dilations": _pair(dilation, [1, 1]), "ceil_mode": int(bool(ceil_mode))})
+
+
+@handles(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool_backward(t, grad, x):
+    oh, ow = grad.shape[2], grad.shape[3]
+    k = _adaptive_kernel(x, oh, ow)
+    if k is not None:
+        return t.op("avg_pool2d_backward", [grad, x], {"kernel": k, "strides": k})
+    # The forward's rows^T @ grad @ columns.
+    rows_t = _float_constant(t, _adaptive_matrix(x.shape[2], oh).T, grad.dtype)
+    cols = _float_constant(t, _adaptive_matrix(x.shape[3], ow), grad.dtype)
+    return t.op("matmul", [rows_t, t.op("matmul", [grad, cols])])
 
 
 @handles(aten.avg_pool2d_backward.default)
@@ -971,6 +1007,16 @@ def _constant_pad(t, x, pad, value=0):
     return x
 
 
+def _strided_positions(size, stride, storage_offset):
+    """The storage position of each element of a strided view, as an int64 array of `size`."""
+    size, stride = [int(s) for s in size], [int(s) for s in stride]
+    at = np.full(size, int(storage_offset or 0), dtype=np.int64)
+    for d, (n, step) in enumerate(zip(size, stride)):
+        at += (np.arange(n, dtype=np.int64) * step).reshape([-1 if e == d else 1
+                                                             for e in range(len(size))])
+    return at
+
+
 @handles(aten.as_strided.default)
 def _as_strided(t, x, size, stride, storage_offset=None):
     """A strided view of x's storage, where that is x's elements in order (x contiguous from
@@ -979,11 +1025,8 @@ def _as_strided(t, x, size, stride, storage_offset=None):
     src = t.node.args[0].meta.get("val") if isinstance(t.node.args[0], torch.fx.Node) else None
     if not (isinstance(src, torch.Tensor) and src.is_contiguous() and src.storage_offset() == 0):
         raise Unsupported("as_strided of a view (kiln has no storage to index)")
-    size, stride = [int(s) for s in size], [int(s) for s in stride]
-    at = np.full(size, int(storage_offset or 0), dtype=np.int64)
-    for d, (n, step) in enumerate(zip(size, stride)):
-        at += (np.arange(n, dtype=np.int64) * step).reshape([-1 if e == d else 1
-                                                             for e in range(len(size))])
+    size = [int(s) for s in size]
+    at = _strided_positions(size, stride, storage_offset)
     total = math.prod(x.shape)
     if at.size and (at.min() < 0 or at.max() >= total):
         raise Unsupported("as_strided beyond the tensor's own elements")
@@ -991,6 +1034,32 @@ def _as_strided(t, x, size, stride, storage_offset=None):
     if np.array_equal(at.ravel(), np.arange(at.size)):
         return _view(t, flat, size)
     return t.op("gather", [flat, t.array(at)], {"axis": 0})
+
+
+@handles(aten.as_strided_scatter.default)
+def _as_strided_scatter(t, x, src, size, stride, storage_offset=None):
+    """x with the elements of as_strided(x, size, stride, offset) replaced by src's (x contiguous
+    from its storage's start, as AOTAutograd's gradient of a view chain gives it: a zero tensor
+    and the view's gradient): a reshape where they are all of x in order, else a scatter to
+    their positions, which must not repeat (PyTorch leaves overlapping writes unordered)."""
+    base = t.node.args[0].meta.get("val") if isinstance(t.node.args[0], torch.fx.Node) else None
+    if not (isinstance(base, torch.Tensor) and base.is_contiguous() and
+            base.storage_offset() == 0):
+        raise Unsupported("as_strided_scatter into a view (kiln has no storage to index)")
+    at = _strided_positions(size, stride, storage_offset)
+    total = math.prod(x.shape)
+    if at.size and (at.min() < 0 or at.max() >= total):
+        raise Unsupported("as_strided_scatter beyond the tensor's own elements")
+    src = t.cast(src, x.dtype)
+    if np.array_equal(at.ravel(), np.arange(total)):
+        return _view(t, src, list(x.shape))
+    if np.unique(at).size != at.size:
+        raise Unsupported("as_strided_scatter onto positions that repeat (writes in no order)")
+    if at.size == 0:
+        return x
+    flat = t.op("scatter_elements", [_view(t, x, [total]), t.array(at.ravel()),
+                                     _view(t, src, [at.size])], {"axis": 0})
+    return _view(t, flat, list(x.shape))
 
 
 @handles(aten.index_select.default)

@@ -98,32 +98,93 @@ def test_torch_compile_backend_falls_back_and_logs(monkeypatch, capfd):
     assert "no kiln translation for this op" in err
 
 
-class UpsamplingPool(torch.nn.Module):
-    """vgg's classifier head on a small image: an adaptive pooling from 4x4 up to 7x7, which
-    kiln only finds it cannot express once it translates the shapes."""
+class DivisorOverride(torch.nn.Module):
+    """An average pooling with divisor_override (kiln has none), refused only when its node is
+    translated: between a convolution and a product that kiln takes."""
 
     def __init__(self):
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.fc = torch.nn.Linear(8 * 7 * 7, 10)
+        self.fc = torch.nn.Linear(8 * 2 * 2, 10)
 
     def forward(self, x):
-        return self.fc(F.adaptive_avg_pool2d(F.relu(self.conv(x)), (7, 7)).flatten(1))
+        return self.fc(F.avg_pool2d(F.relu(self.conv(x)), 2, divisor_override=3).flatten(1))
 
 
 def test_torch_compile_leaves_only_what_fails_to_translate_to_pytorch(monkeypatch, capfd):
-    """A node whose translation fails at the call's shapes goes to PyTorch alone: the subgraph
-    is partitioned again without it, the convolution and the product still kiln's."""
+    """A node whose translation fails goes to PyTorch alone: the subgraph is partitioned again
+    without it, the convolution and the product still kiln's."""
     monkeypatch.setenv("KILN_LOG", "fallback")
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = UpsamplingPool().eval()
+    m = DivisorOverride().eval()
     x = torch.randn(2, 3, 4, 4)
     with torch.no_grad():
         close(torch.compile(m, backend="kiln")(x), m(x))
     err = capfd.readouterr().err
-    assert "aten._adaptive_avg_pool2d.default" in err and "not a divisor" in err
+    assert "aten.avg_pool2d.default" in err and "divisor_override" in err
     assert "aten.convolution" not in err and "aten.addmm" not in err
+
+
+class AdaptivePool(torch.nn.Module):
+    """Adaptive average pooling to `size`: vgg's head on a small image (4x4 -> 7x7, windows
+    overlapping), a shrinking one that does not divide (5x5 -> 3x3) or one that does."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.pool = torch.nn.AdaptiveAvgPool2d(size)
+        self.fc = torch.nn.Linear(8 * size[0] * size[1], 10)
+
+    def forward(self, x):
+        return self.fc(self.pool(F.relu(self.conv(x))).flatten(1))
+
+
+@pytest.mark.parametrize("image,size", [(4, (7, 7)), (5, (3, 2)), (8, (4, 2))])
+def test_adaptive_avg_pool_any_size_forward_and_training(image, size, monkeypatch, capfd):
+    """Adaptive average pooling to any size (averaging matrices where the windows do not tile)
+    and its gradient: from_torch and eager agree, and 5 SGD steps through torch.compile give
+    eager's losses, nothing left to PyTorch."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = AdaptivePool(size)
+    x = torch.randn(3, 3, image, image)
+    with torch.no_grad():
+        close(kiln.from_torch(m.eval(), (x,))(x), m(x))
+    m.train()
+    m2 = copy.deepcopy(m)
+
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    eager = _train(m, sgd(m), 5, (4, 3, image, image), 10)
+    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, image, image), 10)
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
+    close(m2.conv.weight.detach(), m.conv.weight.detach(), rtol=1e-4)
+    assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+class StridedScatter(torch.nn.Module):
+    def __init__(self, size, stride, offset):
+        super().__init__()
+        self.view = (size, stride, offset)
+
+    def forward(self, x, src):
+        return torch.as_strided_scatter(2 * x, src, *self.view)
+
+
+@pytest.mark.parametrize("shape,size,stride,offset", [
+    ((2, 3), (3, 2), (2, 1), 0),  # Every element in order: a reshape.
+    ((4, 5), (2, 3), (5, 2), 6),  # Some, strided: a scatter.
+    ((3, 4), (4, 3), (1, 4), 0),  # Every element, transposed.
+])
+def test_as_strided_scatter(shape, size, stride, offset):
+    """as_strided_scatter (AOTAutograd's gradient of a view chain, in convnext's and swin's
+    training) writes src where PyTorch does (which refuses positions that repeat itself)."""
+    m = StridedScatter(size, stride, offset)
+    x, src = torch.randn(*shape), torch.randn(*size)
+    torch.testing.assert_close(kiln.from_torch(m, (x, src))(x, src), m(x, src), rtol=0, atol=0)
 
 
 def test_torch_compile_resnet18_inference_and_weight_updates():
