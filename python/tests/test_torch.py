@@ -652,3 +652,37 @@ def test_torch_compile_backend_on_every_peer_model(name, monkeypatch, capfd):
     with torch.no_grad():
         close(torch.compile(m, backend="kiln")(x), m(x))
     assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+def _kiln_parts(f, *args):
+    """f's ATen graph (fake tensors) partitioned by kiln.dynamo: the fused module and how many
+    nodes each kiln subgraph holds."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(f, tracing_mode="fake")(*args)
+    fused = kiln.dynamo._partition(gm, set(), {}, "t")
+    sizes = [sum(n.op == "call_function" for n in m.gm.graph.nodes)
+             for m in fused.children() if isinstance(m, kiln.dynamo.KilnSubgraph)]
+    return fused, sorted(sizes)
+
+
+def test_partitions_one_where_pytorchs_nodes_sit_at_the_edges_else_around_them():
+    """kiln's nodes form one partition where nothing PyTorch keeps lies between two of them (a
+    sink, a source, a disconnected part: no quadratic partitioner), else the partitioner's
+    split; partitions of movement ops alone stay PyTorch's. Each fused module computes f."""
+    bessel = torch.special.bessel_j0
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    cases = [
+        (lambda x, y: (bessel(x * 2), x * 2 + y), [3]),  # A sink: mul, mul, add.
+        (lambda x, y: (x * 2, y * 3, bessel(y)), [2]),  # Disconnected parts, one partition.
+        (lambda x, y: bessel(x) * 2 + y, [2]),  # A source.
+        (lambda x, y: bessel(x * 2) * 3, [1, 1]),  # Between: split around it.
+        (lambda x, y: bessel(x).reshape(12).t(), []),  # Views alone: PyTorch's.
+    ]
+    for i, (f, want) in enumerate(cases):
+        fused, sizes = _kiln_parts(f, x, y)
+        assert sizes == want, f"case {i}: {sizes}"
+        got, ref = fused(x, y), f(x, y)
+        for a, b in zip(got if isinstance(got, tuple) else (got,),
+                        ref if isinstance(ref, tuple) else (ref,)):
+            torch.testing.assert_close(a, b)
