@@ -13,6 +13,11 @@ WorkCount countWork(const Node& n) {
       if (n.numInputs() > 2) w.otherFlops = outElems;
       break;
     }
+    case OpKind::kConvTranspose2d: {
+      const Shape& wt = n.input(1)->type().shape;  // [C, M/g, kh, kw]: each input element's taps.
+      w.macs = numElements(n.input(0)->type().shape) * wt[1] * wt[2] * wt[3];
+      break;
+    }
     case OpKind::kMatMul: {
       const Shape& a = n.input(0)->type().shape;
       w.macs = outElems * a.back();

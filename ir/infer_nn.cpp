@@ -485,6 +485,66 @@ Expected<std::vector<TensorType>> inferConv2dBackwardBias(std::span<const Tensor
   return one({in[0].dtype, {in[0].shape[1]}, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferConvTranspose2d(std::span<const TensorType> in,
+                                                       const AttrView& a) {
+  KILN_TRY(requireFloat(in[0], "input"));
+  KILN_TRY(requireRank(in[0], 4, "input [N,C,H,W]"));
+  KILN_TRY(requireRank(in[1], 4, "weight [C,M/group,kh,kw]"));
+  KILN_TRY(requireSameDType(in[0], in[1], "weight"));
+  KILN_TRY(requirePlain(in[1], "weight"));
+  const auto& st = a.getInts("strides");
+  const auto& pads = a.getInts("pads");
+  const auto& dil = a.getInts("dilations");
+  const auto& outPad = a.getInts("output_padding");
+  KILN_TRY(requireLen(st, 2, "strides"));
+  KILN_TRY(requireLen(pads, 4, "pads"));
+  KILN_TRY(requireLen(dil, 2, "dilations"));
+  KILN_TRY(requireLen(outPad, 2, "output_padding"));
+  const int64_t group = a.getInt("group");
+  const Shape& x = in[0].shape;
+  const Shape& w = in[1].shape;
+  if (group < 1 || x[1] % group != 0)
+    return invalidArgument("group " + std::to_string(group) + " must divide input channels " +
+                           std::to_string(x[1]));
+  if (w[0] != x[1])
+    return invalidArgument("weight " + dims(w) + " expects " + std::to_string(w[0]) +
+                           " input channels, input " + dims(x) + " has " + std::to_string(x[1]));
+  int64_t outChannels = 0;
+  if (__builtin_mul_overflow(w[1], group, &outChannels))
+    return invalidArgument("weight " + dims(w) + " with group " + std::to_string(group) +
+                           " gives more output channels than int64 holds");
+  Shape out = {x[0], outChannels, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const char* dim = i == 0 ? "height" : "width";
+    if (st[i] < 1 || dil[i] < 1 || pads[i] < 0 || pads[i + 2] < 0 || w[i + 2] < 1)
+      return invalidArgument(std::string(dim) + ": strides " + dims(st) + ", dilations " +
+                             dims(dil) + " and kernel " + dims(w) +
+                             " must be >= 1, pads >= 0, got pads " + dims(pads));
+    if (outPad[i] < 0 || (outPad[i] >= st[i] && outPad[i] >= dil[i]))
+      return invalidArgument("output_padding " + dims(outPad) +
+                             " must be below the stride or the dilation (strides " + dims(st) +
+                             ", dilations " + dims(dil) + ")");
+    // (in - 1) stride - pads + dilation (k - 1) + output_padding + 1, without overflow.
+    int64_t size = 0, span = 0;
+    if (x[i + 2] < 1 || __builtin_mul_overflow(x[i + 2] - 1, st[i], &size) ||
+        __builtin_mul_overflow(dil[i], w[i + 2] - 1, &span) ||
+        __builtin_add_overflow(size, span + outPad[i] + 1, &size))
+      return invalidArgument(std::string(dim) + ": input " + dims(x) + " is empty or too large");
+    size -= pads[i] + pads[i + 2];
+    if (size < 1)
+      return invalidArgument(std::string(dim) + ": pads " + dims(pads) +
+                             " leave no output for input " + dims(x) + " and kernel " + dims(w));
+    // The convolution whose input gradient this is maps the output back onto the input.
+    KILN_ASSIGN_OR_RETURN(int64_t back, windowOutputSize(size, w[i + 2], st[i], pads[i],
+                                                         pads[i + 2], dil[i], false, dim));
+    if (back != x[i + 2])
+      return invalidArgument(std::string(dim) + ": output " + std::to_string(size) +
+                             " does not convolve back to input " + std::to_string(x[i + 2]));
+    out[static_cast<size_t>(i) + 2] = size;
+  }
+  return one({in[0].dtype, out, in[0].layout});
+}
+
 Expected<std::vector<TensorType>> inferPool2dIndices(std::span<const TensorType> in,
                                                      const AttrView& a) {
   if (in[0].layout == Layout::kNHWC)

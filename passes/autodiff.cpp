@@ -364,6 +364,17 @@ Expected<Grads> gradConv2d(Emitter& e, Value* g) {
   }
   return out;
 }
+// y = conv_transpose2d(x, w) is conv2d_backward_data(x, w, y): linear in x and in w, so that
+// dx = conv2d(dy, w) and dw = conv2d_backward_weight(x, dy, w) (the convolution's input dy, its
+// output gradient x).
+Expected<Grads> gradConvTranspose2d(Emitter& e, Value* g) {
+  if (e.in(0)->type().layout == ir::Layout::kNHWC)
+    return e.unsupported("channels-last activations (differentiate before layout selection)");
+  const ir::AttrMap a = windowAttrs(e, {"strides", "pads", "dilations", "group"});
+  KILN_ASSIGN_OR_RETURN(Value * dx, e.op(OpKind::kConv2d, {g, e.in(1)}, a));
+  KILN_ASSIGN_OR_RETURN(Value * dw, e.op(OpKind::kConv2dBackwardWeight, {e.in(0), g, e.in(1)}, a));
+  return Grads{dx, dw};
+}
 Expected<Grads> gradPool(Emitter& e, Value* g, OpKind backward) {
   if (e.in(0)->type().layout == ir::Layout::kNHWC)
     return e.unsupported("channels-last activations (differentiate before layout selection)");
@@ -678,6 +689,7 @@ const std::array<GradFn, ir::kNumOps>& builders() {
     set(OpKind::kMatMul, gradMatMul);
     set(OpKind::kLinear, gradLinear);
     set(OpKind::kConv2d, gradConv2d);
+    set(OpKind::kConvTranspose2d, gradConvTranspose2d);
     set(OpKind::kMaxPool2d, gradMaxPool2d);
     set(OpKind::kAvgPool2d, gradAvgPool2d);
     set(OpKind::kGlobalAvgPool, gradGlobalAvgPool);

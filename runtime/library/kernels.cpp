@@ -75,6 +75,14 @@ Status runFamily(OpKind op, const lib::Call& call) {
     switch (op) {
       case OpKind::kConv2d:
         return runConv2d(call);
+      case OpKind::kConvTranspose2d:
+        return ref::asConvBackwardData(
+            call.attrs, call.in, call.out,
+            [&](const ir::AttrView& data, std::span<const Tensor> operands) {
+              return runFamily(
+                  OpKind::kConv2dBackwardData,
+                  lib::Call{data, operands, call.post, call.extra, call.out, call.options});
+            });
       case OpKind::kConv2dBackwardData:
       case OpKind::kConv2dBackwardWeight: {
         // Shapes oneDNN would run on its reference implementation run on kiln's.
@@ -328,6 +336,8 @@ RefKernel libraryKernel(ir::OpKind op, ir::DType dtype) {
       return abiKernel<OpKind::kConv2dBackwardData>;
     case OpKind::kConv2dBackwardWeight:
       return abiKernel<OpKind::kConv2dBackwardWeight>;
+    case OpKind::kConvTranspose2d:
+      return abiKernel<OpKind::kConvTranspose2d>;
     case OpKind::kMaxPool2d:
       return abiKernel<OpKind::kMaxPool2d>;
     case OpKind::kAvgPool2d:
@@ -439,6 +449,12 @@ Status runLibraryWithPostOps(ir::OpKind op, const ir::AttrView& attrs,
                              std::span<const Tensor> inputs, std::span<const PostOp> post,
                              std::span<const Tensor> extra, Tensor& output,
                              const LibraryOptions& options) {
+  if (op == OpKind::kConvTranspose2d)  // The backward-data call it is, bf16 kernels and all.
+    return ref::asConvBackwardData(
+        attrs, inputs, output, [&](const ir::AttrView& data, std::span<const Tensor> operands) {
+          return runLibraryWithPostOps(OpKind::kConv2dBackwardData, data, operands, post, extra,
+                                       output, options);
+        });
   // f16/bf16 (autocast): the operands widened to f32 (exact), the f32 call with its post-ops,
   // the result rounded once, as a GPU's library computes it. bf16 convolutions and their
   // gradients run on oneDNN's native bf16 kernels where the CPU has them (runNativeBf16: the

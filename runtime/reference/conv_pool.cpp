@@ -311,6 +311,15 @@ Status conv2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor> i
   });
 }
 
+// conv_transpose2d(x, w) is conv2d_backward_data(x, w, y) (ops.def), which reads y's shape only.
+Status convTranspose2dKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                             std::span<Tensor> out) {
+  return ref::asConvBackwardData(attrs, in, out[0],
+                                 [&](const ir::AttrView& data, std::span<const Tensor> operands) {
+                                   return conv2dBackwardKernel<false>(data, operands, out);
+                                 });
+}
+
 // max_pool2d_backward of the most common pooling, 2x2 windows with stride 2, no padding, every
 // window inside the input (CNNs' downsampling): the windows tile the input without overlap, so
 // each input element is written once (its window's gradient or 0) in one pass, with no zeroing
@@ -664,6 +673,7 @@ void registerConvPoolKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kGlobalAvgPool, globalAvgPoolKernel);
   ref::setKernel(t, ir::OpKind::kConv2dBackwardData, conv2dBackwardKernel<false>);
   ref::setKernel(t, ir::OpKind::kConv2dBackwardWeight, conv2dBackwardKernel<true>);
+  ref::setKernel(t, ir::OpKind::kConvTranspose2d, convTranspose2dKernel);
   ref::setKernel(t, ir::OpKind::kMaxPool2dBackward, maxPool2dBackwardKernel);
   ref::setKernel(t, ir::OpKind::kMaxPool2dIndices, maxPool2dIndicesKernel);
   ref::setKernel(t, ir::OpKind::kAvgPool2dBackward, avgPool2dBackwardKernel);

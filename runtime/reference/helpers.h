@@ -45,6 +45,20 @@ inline void setKernel(RefKernelTable& t, ir::OpKind op, RefKernel k) {
   t[static_cast<size_t>(op)] = k;
 }
 
+// conv_transpose2d(x, w) -> y as the conv2d_backward_data(x, w, y) call it is (ops.def), for the
+// reference and the library kernels: run(attrs, operands) gets the attributes without
+// output_padding (the output's shape says it) and the operands x, w, y, of which that call reads
+// y's shape only.
+template <class F>
+Status asConvBackwardData(const ir::AttrView& attrs, std::span<const Tensor> in, const Tensor& out,
+                          F&& run) {
+  ir::AttrMap data = attrs.raw();
+  data.erase("output_padding");
+  const ir::AttrView view(ir::opInfo(ir::OpKind::kConv2dBackwardData), data);
+  const std::array<Tensor, 3> operands = {in[0], in[1], out};
+  return run(view, std::span<const Tensor>(operands));
+}
+
 // Copies input 0 to output 0 byte for byte (any dtype): dropout in inference mode and the
 // movement ops that only change the shape.
 Status identityKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out);

@@ -49,10 +49,10 @@ TEST_CASE("op traits: refinements imply what they refine") {
   CHECK(views == 7);      // reshape, flatten, squeeze, unsqueeze; transpose, expand, slice.
   CHECK(epilogues == 7);  // relu, leaky_relu, clip, sigmoid, tanh, gelu, add.
   CHECK(heads == 4);      // conv2d, linear, gemm, matmul.
-  // conv2d, max_pool2d, avg_pool2d, concat; conv2d_backward_data, conv2d_backward_weight,
-  // conv2d_backward_bias, max_pool2d_backward, batch_norm_stats, batch_norm_backward_reduce,
-  // batch_norm_backward.
-  CHECK(channelsLast == 11);
+  // conv2d, conv_transpose2d, max_pool2d, avg_pool2d, concat; conv2d_backward_data,
+  // conv2d_backward_weight, conv2d_backward_bias, max_pool2d_backward, batch_norm_stats,
+  // batch_norm_backward_reduce, batch_norm_backward.
+  CHECK(channelsLast == 12);
   CHECK(channelwise == 2);   // batch_norm, batch_norm_train.
   CHECK(rowBroadcast == 3);  // softmax, log_softmax, layer_norm.
 }

@@ -312,6 +312,15 @@ TEST_CASE("autodiff: gradient check of conv2d and the pools") {
                         "  %y = conv2d(%x, %w) {strides = [2,1], pads = [0,2,1,0], "
                         "dilations = [2,1], group = 2}"),
                   {Range::kAny, Range::kAny}});
+  checkGradients({"conv_transpose2d",
+                  graph("%x : f64[2,3,4,3], %w : f64[3,2,3,2]",
+                        "  %y = conv_transpose2d(%x, %w) {pads = [1,0,0,1]}"),
+                  {Range::kAny, Range::kAny}});
+  checkGradients({"conv_transpose2d strided dilated grouped output_padding",
+                  graph("%x : f64[1,4,3,4], %w : f64[4,3,2,3]",
+                        "  %y = conv_transpose2d(%x, %w) {strides = [2,3], pads = [0,1,1,0], "
+                        "dilations = [2,1], group = 2, output_padding = [1,2]}"),
+                  {Range::kAny, Range::kAny}});
   checkGradients({"max_pool2d",
                   graph("%x : f64[2,2,5,5]",
                         "  %y = max_pool2d(%x) {kernel = [3,2], strides = [2,2], "

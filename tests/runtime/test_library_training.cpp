@@ -149,3 +149,31 @@ TEST_CASE("library BatchNorm statistics of bf16 equal the reference's in both la
       CHECK(got.data<uint16_t>()[i] == want.data<uint16_t>()[i]);
   }
 }
+
+TEST_CASE("library conv_transpose2d equals the reference in both layouts", "[library][conv]") {
+  // oneDNN's backward-data primitive (conv_transpose2d runs as conv2d_backward_data with its
+  // output giving the shape): strides, asymmetric pads, dilation, groups and output_padding.
+  struct Config {
+    int64_t c, m, k, s, pt, pb, d, group, op;
+  };
+  const Config configs[] = {{4, 3, 3, 2, 1, 1, 1, 1, 1},
+                            {6, 4, 2, 2, 0, 0, 1, 2, 0},
+                            {3, 5, 3, 1, 1, 0, 2, 1, 0},
+                            {8, 8, 4, 3, 1, 2, 1, 4, 2}};
+  for (const Config& cfg : configs)
+    for (const bool nhwc : {false, true}) {
+      INFO("config c " << cfg.c << " m " << cfg.m << " k " << cfg.k << " s " << cfg.s
+                       << (nhwc ? " channels-last" : " NCHW"));
+      const Tensor x = randomTensor({2, cfg.c, 5, 6}, 3);
+      const Tensor w = randomTensor({cfg.c, cfg.m / cfg.group, cfg.k, cfg.k}, 4);
+      const ir::AttrMap attrs = {{"strides", std::vector<int64_t>{cfg.s, cfg.s}},
+                                 {"pads", std::vector<int64_t>{cfg.pt, cfg.pt, cfg.pb, cfg.pb}},
+                                 {"dilations", std::vector<int64_t>{cfg.d, cfg.d}},
+                                 {"group", cfg.group},
+                                 {"output_padding", std::vector<int64_t>{cfg.op, cfg.op}}};
+      LibraryOptions options;
+      options.channelsLast = nhwc;
+      checkRelClose(runLib(OpKind::kConvTranspose2d, {x, w}, attrs, {}, {}, options),
+                    runRef(OpKind::kConvTranspose2d, {x, w}, attrs), 1e-5);
+    }
+}

@@ -375,3 +375,52 @@ TEMPLATE_TEST_CASE(
     }
   }
 }
+
+TEMPLATE_TEST_CASE("reference conv_transpose2d scatters each input element through the kernel",
+                   "[reference][conv]", float, double) {
+  // Brute force, as PyTorch defines ConvTranspose2d: y[n, g*M/G + m, i*s - pt + a*d,
+  // j*s - pl + b*d] += x[n, g*C/G + c, i, j] * w[g*C/G + c, m, a, b], taps outside y dropped;
+  // output_padding adds rows and columns at the bottom and right.
+  struct Config {
+    int64_t c, mg, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, group, oph, opw;
+  };
+  for (const Config cfg : {Config{2, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 1, 1, 1, 0},
+                           Config{4, 1, 2, 3, 3, 2, 0, 1, 1, 0, 2, 1, 2, 2, 1},
+                           Config{3, 2, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 0}}) {
+    const int64_t n = 2, h = 3, w = 4, m = cfg.mg * cfg.group;
+    const int64_t oh = (h - 1) * cfg.sh - cfg.pt - cfg.pb + cfg.dh * (cfg.kh - 1) + cfg.oph + 1;
+    const int64_t ow = (w - 1) * cfg.sw - cfg.pl - cfg.pr + cfg.dw * (cfg.kw - 1) + cfg.opw + 1;
+    std::mt19937 gen(9);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> xv(n * cfg.c * h * w), wv(cfg.c * cfg.mg * cfg.kh * cfg.kw);
+    for (double& v : xv) v = u(gen);
+    for (double& v : wv) v = u(gen);
+    std::vector<double> want(n * m * oh * ow, 0.0);
+    const int64_t cg = cfg.c / cfg.group;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ci = 0; ci < cfg.c; ++ci)
+        for (int64_t i = 0; i < h; ++i)
+          for (int64_t j = 0; j < w; ++j)
+            for (int64_t mo = 0; mo < cfg.mg; ++mo)
+              for (int64_t a = 0; a < cfg.kh; ++a)
+                for (int64_t e = 0; e < cfg.kw; ++e) {
+                  const int64_t r = i * cfg.sh - cfg.pt + a * cfg.dh;
+                  const int64_t q = j * cfg.sw - cfg.pl + e * cfg.dw;
+                  if (r < 0 || r >= oh || q < 0 || q >= ow) continue;
+                  const int64_t out = (ci / cg) * cfg.mg + mo;
+                  want[((b * m + out) * oh + r) * ow + q] +=
+                      xv[((b * cfg.c + ci) * h + i) * w + j] *
+                      wv[((ci * cfg.mg + mo) * cfg.kh + a) * cfg.kw + e];
+                }
+    const ir::AttrMap attrs = {{"strides", attrInts({cfg.sh, cfg.sw})},
+                               {"pads", attrInts({cfg.pt, cfg.pl, cfg.pb, cfg.pr})},
+                               {"dilations", attrInts({cfg.dh, cfg.dw})},
+                               {"group", attrInt(cfg.group)},
+                               {"output_padding", attrInts({cfg.oph, cfg.opw})}};
+    checkClose<TestType>(run(OpKind::kConvTranspose2d,
+                             {make<TestType>({n, cfg.c, h, w}, xv),
+                              make<TestType>({cfg.c, cfg.mg, cfg.kh, cfg.kw}, wv)},
+                             attrs),
+                         {n, m, oh, ow}, want);
+  }
+}
