@@ -189,6 +189,112 @@ Status mapConv(NodeContext& ctx) {
   return emitWindowOp(ctx, OpKind::kConv2d, x, std::move(rest), std::move(attrs), oneD).status();
 }
 
+// Python's floor division (ONNX's reference splits a negative total padding with it).
+int64_t floorDiv(int64_t a, int64_t b) {
+  return a / b - (a % b != 0 && (a < 0) != (b < 0));
+}
+
+// ConvTranspose: kiln's conv_transpose2d (1-D as [1, L]) with the bias added after it. The pads
+// are given, or come from output_shape (auto_pad SAME: the input times the stride) as ONNX's
+// reference computes them: the total padding split in two, the odd one at the end (SAME_UPPER)
+// or the start (otherwise). An output that ends past the unpadded one grows at the end
+// (output_padding) where kiln's rule allows it (below the stride or the dilation).
+Status mapConvTranspose(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType wt, ctx.inputType(1));
+  if (wt.rank() != xt.rank())
+    return ctx.invalid("weight " + wt.toString() + " must have the input's rank " +
+                       std::to_string(xt.rank()));
+  const size_t spatial = xt.shape.size() - 2;
+  std::vector<int64_t> kernel(wt.shape.begin() + 2, wt.shape.end());
+  if (ctx.hasAttr("kernel_shape")) {
+    KILN_ASSIGN_OR_RETURN(auto ks, ctx.attrInts("kernel_shape"));
+    if (ks != kernel)
+      return ctx.invalid("kernel_shape " + list(ks) + " differs from the weight's " + list(kernel));
+  }
+  const std::vector<int64_t> ones(spatial, 1), zeros(spatial, 0);
+  KILN_ASSIGN_OR_RETURN(auto strides, ctx.attrInts("strides", ones));
+  KILN_ASSIGN_OR_RETURN(auto dilations, ctx.attrInts("dilations", ones));
+  KILN_ASSIGN_OR_RETURN(auto outPad, ctx.attrInts("output_padding", zeros));
+  KILN_ASSIGN_OR_RETURN(auto pads, ctx.attrInts("pads", std::vector<int64_t>(2 * spatial, 0)));
+  KILN_ASSIGN_OR_RETURN(std::string autoPad, ctx.attrString("auto_pad", "NOTSET"));
+  KILN_ASSIGN_OR_RETURN(int64_t group, ctx.attrInt("group", 1));
+  std::vector<int64_t> outShape;
+  if (ctx.hasAttr("output_shape")) {
+    KILN_ASSIGN_OR_RETURN(outShape, ctx.attrInts("output_shape"));
+    if (outShape.size() == spatial + 2) outShape.erase(outShape.begin(), outShape.begin() + 2);
+  }
+  if (strides.size() != spatial || dilations.size() != spatial || outPad.size() != spatial ||
+      pads.size() != 2 * spatial || (!outShape.empty() && outShape.size() != spatial))
+    return ctx.invalid("strides " + list(strides) + ", dilations " + list(dilations) +
+                       ", output_padding " + list(outPad) + ", pads " + list(pads) +
+                       " and output_shape " + list(outShape) + " do not match " +
+                       std::to_string(spatial) + " spatial dims");
+  if (autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" &&
+      autoPad != "SAME_LOWER")
+    return ctx.invalid("auto_pad must be NOTSET, VALID, SAME_UPPER or SAME_LOWER, got '" + autoPad +
+                       "'");
+  const bool same = autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER";
+  if (autoPad == "VALID") pads.assign(2 * spatial, 0);
+  for (size_t i = 0; i < spatial; ++i) {
+    if (strides[i] < 1 || dilations[i] < 1 || kernel[i] < 1 || outPad[i] < 0)
+      return ctx.invalid("strides, dilations and kernel must be >= 1 and output_padding >= 0, got " +
+                         list(strides) + ", " + list(dilations) + ", " + list(kernel) + ", " +
+                         list(outPad));
+    const int64_t natural = strides[i] * (xt.shape[i + 2] - 1) + outPad[i] +
+                            (kernel[i] - 1) * dilations[i] + 1;
+    int64_t& begin = pads[i];
+    int64_t& end = pads[i + spatial];
+    if (!ctx.hasAttr("pads") && (same || !outShape.empty())) {
+      const int64_t target = outShape.empty() ? xt.shape[i + 2] * strides[i] : outShape[i];
+      const int64_t total = natural - target;
+      begin = autoPad == "SAME_UPPER" ? floorDiv(total, 2) : total - floorDiv(total, 2);
+      end = total - begin;
+    } else if (!outShape.empty()) {
+      end = natural - begin - outShape[i];  // Given pads, and the output's size: its end.
+    }
+    if (begin < 0)
+      return ctx.unsupported("pads " + list(pads) + " (from output_shape " + list(outShape) +
+                             ") start before the output: kiln's pads are >= 0");
+    if (end < 0) {  // The output ends past the unpadded one: more output_padding.
+      outPad[i] -= end;
+      end = 0;
+    }
+  }
+  const bool oneD = spatial == 1;
+  auto two = [&](const std::vector<int64_t>& v, int64_t pad) {
+    return oneD ? std::vector<int64_t>{pad, v[0]} : v;
+  };
+  ir::AttrMap attrs = {{"strides", two(strides, 1)},
+                       {"pads", oneD ? std::vector<int64_t>{0, pads[0], 0, pads[1]} : pads},
+                       {"dilations", two(dilations, 1)},
+                       {"group", group},
+                       {"output_padding", two(outPad, 0)}};
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * weight, ctx.value(1));
+  if (oneD) {
+    KILN_ASSIGN_OR_RETURN(x, unsqueeze2(ctx, x));
+    KILN_ASSIGN_OR_RETURN(weight, unsqueeze2(ctx, weight));
+  }
+  const bool bias = ctx.hasInput(2);
+  const int last = bias || oneD ? -1 : 0;
+  KILN_ASSIGN_OR_RETURN(ir::Value * y,
+                        ctx.emit(OpKind::kConvTranspose2d, {x, weight}, std::move(attrs), last));
+  if (bias) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(2));
+    const int64_t m = y->type().shape[1];
+    if (b->type().shape != ir::Shape{m})
+      return ctx.invalid("bias " + b->type().toString() + " must have the output's " +
+                         std::to_string(m) + " channels");
+    KILN_ASSIGN_OR_RETURN(b, ctx.emit(OpKind::kReshape, {b}, {{"shape", ir::Shape{m, 1, 1}}}));
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, b}, {}, oneD ? -1 : 0));
+  }
+  if (oneD) {
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kSqueeze, {y}, {{"axes", std::vector<int64_t>{2}}}, 0));
+  }
+  return Status::ok();
+}
+
 // ONNX's pooled size (libonnx 1.12 and ONNX Runtime): ceil mode keeps a last window that
 // starts in the right padding, which kiln (like PyTorch) drops.
 int64_t onnxPooledSize(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe,
@@ -416,6 +522,7 @@ std::vector<MapperEntry> nnMappers() {
       {"MatMul", {1, 9, 13}, mapMatMul},
       {"Gemm", {7, 9, 11, 13}, mapGemm},
       {"Conv", {1, 11, 22}, mapConv},
+      {"ConvTranspose", {1, 11, 22}, mapConvTranspose},
       {"MaxPool", {1, 8, 10, 11, 12, 22}, mapPool<OpKind::kMaxPool2d>},
       {"AveragePool", {7, 10, 11, 19, 22}, mapPool<OpKind::kAvgPool2d>},
       {"GlobalAveragePool",

@@ -76,7 +76,8 @@ const Source kGraphs[] = {
   %a = avg_pool2d_backward(%dp, %x) {kernel = [3,3], strides = [2,2], ceil_mode = 1, count_include_pad = 1}
   %s = add(%m, %a)
   %i = max_pool2d_indices(%x) {kernel = [3,3], strides = [2,2], pads = [1,1,1,1]}
-  return %dx, %dw, %s, %i
+  %t = conv_transpose2d(%dy, %w) {strides = [2,2], pads = [1,1,0,0], output_padding = [1,0]}
+  return %dx, %dw, %s, %i, %t
 })"},
     {"pointwise", R"(graph pointwise(%a : f32[2,3], %b : f32[3], %c : bool[2,1]) {
   %s = add(%a, %b)
