@@ -520,10 +520,11 @@ Expected<std::vector<TensorType>> inferConvTranspose2d(std::span<const TensorTyp
       return invalidArgument(std::string(dim) + ": strides " + dims(st) + ", dilations " +
                              dims(dil) + " and kernel " + dims(w) +
                              " must be >= 1, pads >= 0, got pads " + dims(pads));
-    if (outPad[i] < 0 || (outPad[i] >= st[i] && outPad[i] >= dil[i]))
-      return invalidArgument("output_padding " + dims(outPad) +
-                             " must be below the stride or the dilation (strides " + dims(st) +
-                             ", dilations " + dims(dil) + ")");
+    // PyTorch allows up to the dilation too, but such an output does not convolve back to the
+    // input, which the kernels (conv2d_backward_data) need.
+    if (outPad[i] < 0 || outPad[i] >= st[i])
+      return invalidArgument("output_padding " + dims(outPad) + " must be >= 0 and below the " +
+                             "strides " + dims(st));
     // (in - 1) stride - pads + dilation (k - 1) + output_padding + 1, without overflow.
     int64_t size = 0, span = 0;
     if (x[i + 2] < 1 || __builtin_mul_overflow(x[i + 2] - 1, st[i], &size) ||

@@ -198,7 +198,7 @@ int64_t floorDiv(int64_t a, int64_t b) {
 // are given, or come from output_shape (auto_pad SAME: the input times the stride) as ONNX's
 // reference computes them: the total padding split in two, the odd one at the end (SAME_UPPER)
 // or the start (otherwise). An output that ends past the unpadded one grows at the end
-// (output_padding) where kiln's rule allows it (below the stride or the dilation).
+// (output_padding) where kiln's rule allows it (below the stride).
 Status mapConvTranspose(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
   KILN_ASSIGN_OR_RETURN(ir::TensorType wt, ctx.inputType(1));
@@ -238,11 +238,11 @@ Status mapConvTranspose(NodeContext& ctx) {
   if (autoPad == "VALID") pads.assign(2 * spatial, 0);
   for (size_t i = 0; i < spatial; ++i) {
     if (strides[i] < 1 || dilations[i] < 1 || kernel[i] < 1 || outPad[i] < 0)
-      return ctx.invalid("strides, dilations and kernel must be >= 1 and output_padding >= 0, got " +
-                         list(strides) + ", " + list(dilations) + ", " + list(kernel) + ", " +
-                         list(outPad));
-    const int64_t natural = strides[i] * (xt.shape[i + 2] - 1) + outPad[i] +
-                            (kernel[i] - 1) * dilations[i] + 1;
+      return ctx.invalid(
+          "strides, dilations and kernel must be >= 1 and output_padding >= 0, got " +
+          list(strides) + ", " + list(dilations) + ", " + list(kernel) + ", " + list(outPad));
+    const int64_t natural =
+        strides[i] * (xt.shape[i + 2] - 1) + outPad[i] + (kernel[i] - 1) * dilations[i] + 1;
     int64_t& begin = pads[i];
     int64_t& end = pads[i + spatial];
     if (!ctx.hasAttr("pads") && (same || !outShape.empty())) {
@@ -290,7 +290,8 @@ Status mapConvTranspose(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, b}, {}, oneD ? -1 : 0));
   }
   if (oneD) {
-    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kSqueeze, {y}, {{"axes", std::vector<int64_t>{2}}}, 0));
+    KILN_ASSIGN_OR_RETURN(y,
+                          ctx.emit(OpKind::kSqueeze, {y}, {{"axes", std::vector<int64_t>{2}}}, 0));
   }
   return Status::ok();
 }

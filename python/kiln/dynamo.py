@@ -106,12 +106,9 @@ def unsupported_reason(node) -> str | None:
         r = _tensor_ok(a.meta.get("val"))
         if r:
             return f"an input of {r}"
-    conv = {aten.convolution.default: (6, 1), aten.convolution_backward.default: (7, 2)}
+    conv = {aten.convolution.default: 1, aten.convolution_backward.default: 2}
     if node.target in conv:
-        transposed, weight = conv[node.target]
-        if node.args[transposed]:
-            return "transposed convolution (kiln has no conv_transpose)"
-        w = node.args[weight].meta.get("val")
+        w = node.args[conv[node.target]].meta.get("val")
         if w is not None and w.dim() != 4:
             return f"a {w.dim() - 2}-D convolution (kiln has conv2d only)"
     if node.target == aten.threshold_backward.default and node.args[2] != 0:

@@ -506,16 +506,24 @@ def _linear(t, x, w, b=None):
     return t.op("linear", [x, w] + ([b] if b is not None else []))
 
 
+def _conv_attrs(stride, padding, dilation, groups):
+    return {"strides": [int(s) for s in stride],
+            "pads": [int(padding[0]), int(padding[1]), int(padding[0]), int(padding[1])],
+            "dilations": [int(d) for d in dilation], "group": int(groups)}
+
+
 @handles(aten.convolution.default)
 def _convolution(t, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise Unsupported("transposed convolution (kiln has no conv_transpose)")
     if len(w.shape) != 4:
         raise Unsupported(f"a {len(w.shape) - 2}-D convolution (kiln has conv2d only)")
-    pads = [int(padding[0]), int(padding[1]), int(padding[0]), int(padding[1])]
-    attrs = {"strides": [int(s) for s in stride], "pads": pads,
-             "dilations": [int(d) for d in dilation], "group": int(groups)}
-    return t.op("conv2d", [x, w] + ([b] if b is not None else []), attrs)
+    attrs = _conv_attrs(stride, padding, dilation, groups)
+    if not transposed:
+        return t.op("conv2d", [x, w] + ([b] if b is not None else []), attrs)
+    attrs["output_padding"] = [int(p) for p in output_padding]
+    y = t.op("conv_transpose2d", [x, w], attrs)
+    if b is None:
+        return y
+    return t.op("add", [y, _view(t, b, [b.shape[0], 1, 1])])
 
 
 # ---- normalization, softmax, pooling, reductions ----------------------------------------
@@ -820,15 +828,15 @@ def _argmax(t, x, dim=None, keepdim=False):
 @handles(aten.convolution_backward.default)
 def _convolution_backward(t, grad, x, w, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
-    if transposed:
-        raise Unsupported("transposed convolution (kiln has no conv_transpose)")
     if len(w.shape) != 4:
         raise Unsupported(f"a {len(w.shape) - 2}-D convolution (kiln has conv2d only)")
-    attrs = {"strides": [int(s) for s in stride],
-             "pads": [int(padding[0]), int(padding[1]), int(padding[0]), int(padding[1])],
-             "dilations": [int(d) for d in dilation], "group": int(groups)}
-    gi = t.op("conv2d_backward_data", [grad, w, x], attrs) if output_mask[0] else None
-    gw = t.op("conv2d_backward_weight", [grad, x, w], attrs) if output_mask[1] else None
+    attrs = _conv_attrs(stride, padding, dilation, groups)
+    if transposed:  # y = conv2d_backward_data(x, w): dx = conv2d(dy, w), dw from (x, dy).
+        gi = t.op("conv2d", [grad, w], attrs) if output_mask[0] else None
+        gw = t.op("conv2d_backward_weight", [x, grad, w], attrs) if output_mask[1] else None
+    else:
+        gi = t.op("conv2d_backward_data", [grad, w, x], attrs) if output_mask[0] else None
+        gw = t.op("conv2d_backward_weight", [grad, x, w], attrs) if output_mask[1] else None
     gb = (t.op("reduce_sum", [grad], {"axes": [0, 2, 3], "keepdims": 0})
           if output_mask[2] else None)
     return (gi, gw, gb)

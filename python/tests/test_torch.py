@@ -686,3 +686,50 @@ def test_partitions_one_where_pytorchs_nodes_sit_at_the_edges_else_around_them()
         for a, b in zip(got if isinstance(got, tuple) else (got,),
                         ref if isinstance(ref, tuple) else (ref,)):
             torch.testing.assert_close(a, b)
+
+
+class Decoder(torch.nn.Module):
+    """A convolution, then a transposed one (a UNet's or a GAN's upsampling)."""
+
+    def __init__(self, k, stride, padding, output_padding, groups, dilation, bias):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.up = torch.nn.ConvTranspose2d(8, 4, k, stride=stride, padding=padding,
+                                           output_padding=output_padding, groups=groups,
+                                           dilation=dilation, bias=bias)
+        self.fc = torch.nn.LazyLinear(10)
+
+    def forward(self, x):
+        return self.fc(F.relu(self.up(F.relu(self.conv(x)))).flatten(1))
+
+
+@pytest.mark.parametrize("cfg", [
+    (3, 2, 1, 1, 1, 1, True),  # The usual 2x upsampling.
+    (4, 2, 1, 0, 2, 1, False),  # Groups, no bias.
+    ((3, 2), (3, 1), (1, 0), (2, 0), 1, (2, 1), True),  # Per-dim strides, pads, dilations.
+])
+def test_conv_transpose_matches_pytorch_in_inference_and_training(cfg, monkeypatch, capfd):
+    """torch.nn.ConvTranspose2d through from_torch and torch.compile (forward, and 5 SGD steps
+    whose backward is kiln's too) gives PyTorch's results, nothing left to PyTorch."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = Decoder(*cfg)
+    x = torch.randn(2, 3, 6, 5)
+    m(x)  # Sizes the lazy head.
+    with torch.no_grad():
+        m.eval()
+        close(kiln.from_torch(m, (x,))(x), m(x))
+        close(torch.compile(m, backend="kiln")(x), m(x))
+    m.train()
+    m2 = copy.deepcopy(m)
+
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    torch._dynamo.reset()
+    eager = _train(m, sgd(m), 5, (4, 3, 6, 5), 10)
+    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, 6, 5), 10)
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
+    close(m2.up.weight.detach(), m.up.weight.detach())
+    assert "fallback to PyTorch" not in capfd.readouterr().err

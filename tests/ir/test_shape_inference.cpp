@@ -433,7 +433,7 @@ const std::vector<InferCase>& cases() {
     {OpKind::kConvTranspose2d, {"f32[2,4,5,6]", "f32[4,3,3,2]"}, {{"strides", Is({2, 3})}, {"pads", Is({1, 0, 1, 1})}, {"output_padding", Is({1, 2})}}, "f32[2,3,10,18]"},
     {OpKind::kConvTranspose2d, {"f32[1,4,3,3]@nhwc", "f32[4,1,3,3]"}, {{"group", int64_t{2}}, {"dilations", Is({2, 2})}}, "f32[1,2,7,7]@nhwc"},
     {OpKind::kConvTranspose2d, {"f32[2,4,5,6]", "f32[3,3,3,2]"}, {}, "error: weight [3,3,3,2] expects 3 input channels, input [2,4,5,6] has 4"},
-    {OpKind::kConvTranspose2d, {"f32[2,4,5,6]", "f32[4,3,3,2]"}, {{"strides", Is({2, 2})}, {"output_padding", Is({2, 0})}}, "error: output_padding [2,0] must be below the stride or the dilation"},
+    {OpKind::kConvTranspose2d, {"f32[2,4,5,6]", "f32[4,3,3,2]"}, {{"strides", Is({2, 2})}, {"output_padding", Is({2, 0})}}, "error: output_padding [2,0] must be >= 0 and below the strides [2,2]"},
     {OpKind::kConvTranspose2d, {"f32[1,4,1,1]", "f32[4,3,1,1]"}, {{"pads", Is({1, 0, 0, 0})}}, "error: height: pads [1,0,0,0] leave no output"},
     {OpKind::kMaxPool2dIndices, {"f32[1,2,5,5]"}, {{"kernel", Is({3, 3})}, {"strides", Is({2, 2})}, {"pads", Is({1, 1, 1, 1})}}, "i64[1,2,3,3]"},
     {OpKind::kMaxPool2dIndices, {"bf16[1,2,4,4]@nchw"}, {{"kernel", Is({2, 2})}, {"strides", Is({2, 2})}, {"ceil_mode", int64_t{1}}}, "i64[1,2,2,2]"},
