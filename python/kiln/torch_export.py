@@ -300,11 +300,16 @@ def _mod(t, a, b):
     if not _is_float(a.dtype):
         return t.op("mod", [a, b], {"fmod": 0})
     r = t.op("mod", [a, b], {"fmod": 1})
+    return t.op("where", [_remainder_moves(t, r, b), t.op("add", [r, b]), r])
+
+
+def _remainder_moves(t, r, b):
+    """Where fmod's remainder r of a / b is not Python's: nonzero with a sign other than b's
+    (Python's remainder is r + b there, and its floor quotient one less than the truncated)."""
     zero = t.scalar(0, r.dtype)
-    moves = t.op("logical_and", [t.op("logical_not", [t.op("equal", [r, zero])]),
-                                 t.op("logical_xor", [t.op("less", [r, zero]),
-                                                      t.op("less", [b, zero])])])
-    return t.op("where", [moves, t.op("add", [r, b]), r])
+    return t.op("logical_and", [t.op("logical_not", [t.op("equal", [r, zero])]),
+                                t.op("logical_xor", [t.op("less", [r, zero]),
+                                                     t.op("less", [b, zero])])])
 
 
 @handles(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -324,6 +329,13 @@ def _div(t, a, b, rounding_mode=None):
     if rounding_mode == "trunc" and _is_float(y.dtype):
         return t.op("where", [t.op("less", [y, t.scalar(0, y.dtype)]), t.op("ceil", [y]),
                               t.op("floor", [y])])
+    if y.dtype == "bool":
+        raise Unsupported(f"division with rounding_mode={rounding_mode!r} on bool")
+    if rounding_mode == "trunc":  # kiln's integer division truncates (a zero divisor: an error).
+        return y
+    if rounding_mode == "floor":  # Toward -inf: one less where the remainder's sign is not b's.
+        r = t.op("mod", [a, b], {"fmod": 1})
+        return t.op("sub", [y, t.cast(_remainder_moves(t, r, b), y.dtype)])
     raise Unsupported(f"division with rounding_mode={rounding_mode!r} on {y.dtype}")
 
 

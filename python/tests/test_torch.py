@@ -733,3 +733,23 @@ def test_conv_transpose_matches_pytorch_in_inference_and_training(cfg, monkeypat
     assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
     close(m2.up.weight.detach(), m.up.weight.detach())
     assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+class IntegerDivision(torch.nn.Module):
+    def forward(self, a, b):
+        return (torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
+                a // 3, torch.div(a, -4, rounding_mode="floor"), a / b)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_division_rounds_as_pytorch(dtype):
+    """Integer division with rounding_mode floor (Python's //: toward -inf) and trunc, by tensors
+    and numbers of either sign, and true division (a float), equal PyTorch's."""
+    g = torch.Generator().manual_seed(4)
+    a = torch.randint(-20, 21, (5, 7), generator=g, dtype=dtype)
+    b = torch.randint(1, 6, (5, 7), generator=g, dtype=dtype) * (
+        torch.randint(0, 2, (5, 7), generator=g, dtype=dtype) * 2 - 1)
+    m = IntegerDivision()
+    for got, want in zip(kiln.from_torch(m, (a, b))(a, b), m(a, b)):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
