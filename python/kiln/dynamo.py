@@ -109,8 +109,8 @@ def unsupported_reason(node) -> str | None:
     conv = {aten.convolution.default: 1, aten.convolution_backward.default: 2}
     if node.target in conv:
         w = node.args[conv[node.target]].meta.get("val")
-        if w is not None and w.dim() != 4:
-            return f"a {w.dim() - 2}-D convolution (kiln has conv2d only)"
+        if w is not None and w.dim() not in (3, 4):
+            return f"a {w.dim() - 2}-D convolution (kiln has 1-D and 2-D)"
     if node.target == aten.threshold_backward.default and node.args[2] != 0:
         return "threshold_backward away from 0 (kiln has ReLU's)"
     if node.target == aten._native_batch_norm_legit_functional.default and not node.args[5]:

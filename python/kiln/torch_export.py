@@ -524,18 +524,41 @@ def _conv_attrs(stride, padding, dilation, groups):
             "dilations": [int(d) for d in dilation], "group": int(groups)}
 
 
+def _conv_dims(w, stride, padding, dilation, output_padding):
+    """A convolution's parameters for kiln's 2-D ops: a 1-D one (weight [M,C/g,k]) runs over
+    [N,C,1,L], a 1 (a 0 pad) before each of its parameters. Also whether it is 1-D."""
+    if len(w.shape) not in (3, 4):
+        raise Unsupported(f"a {len(w.shape) - 2}-D convolution (kiln has 1-D and 2-D)")
+    if len(w.shape) == 4:
+        return stride, padding, dilation, output_padding, False
+    return ([1] + list(stride), [0] + list(padding), [1] + list(dilation),
+            [0] + list(output_padding), True)
+
+
+def _with_dim2(t, v):
+    """[N,C,L] as [N,C,1,L] (a 1-D convolution's operands)."""
+    return _view(t, v, list(v.shape[:2]) + [1] + list(v.shape[2:]))
+
+
+def _without_dim2(t, v):
+    return None if v is None else _view(t, v, list(v.shape[:2]) + list(v.shape[3:]))
+
+
 @handles(aten.convolution.default)
 def _convolution(t, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    if len(w.shape) != 4:
-        raise Unsupported(f"a {len(w.shape) - 2}-D convolution (kiln has conv2d only)")
+    stride, padding, dilation, output_padding, one_d = _conv_dims(w, stride, padding, dilation,
+                                                                  output_padding)
+    if one_d:
+        x, w = _with_dim2(t, x), _with_dim2(t, w)
     attrs = _conv_attrs(stride, padding, dilation, groups)
     if not transposed:
-        return t.op("conv2d", [x, w] + ([b] if b is not None else []), attrs)
-    attrs["output_padding"] = [int(p) for p in output_padding]
-    y = t.op("conv_transpose2d", [x, w], attrs)
-    if b is None:
-        return y
-    return t.op("add", [y, _view(t, b, [b.shape[0], 1, 1])])
+        y = t.op("conv2d", [x, w] + ([b] if b is not None else []), attrs)
+    else:
+        attrs["output_padding"] = [int(p) for p in output_padding]
+        y = t.op("conv_transpose2d", [x, w], attrs)
+        if b is not None:
+            y = t.op("add", [y, _view(t, b, [b.shape[0], 1, 1])])
+    return _without_dim2(t, y) if one_d else y
 
 
 # ---- normalization, softmax, pooling, reductions ----------------------------------------
@@ -840,8 +863,10 @@ def _argmax(t, x, dim=None, keepdim=False):
 @handles(aten.convolution_backward.default)
 def _convolution_backward(t, grad, x, w, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
-    if len(w.shape) != 4:
-        raise Unsupported(f"a {len(w.shape) - 2}-D convolution (kiln has conv2d only)")
+    stride, padding, dilation, output_padding, one_d = _conv_dims(w, stride, padding, dilation,
+                                                                  output_padding)
+    if one_d:
+        grad, x, w = _with_dim2(t, grad), _with_dim2(t, x), _with_dim2(t, w)
     attrs = _conv_attrs(stride, padding, dilation, groups)
     if transposed:  # y = conv2d_backward_data(x, w): dx = conv2d(dy, w), dw from (x, dy).
         gi = t.op("conv2d", [grad, w], attrs) if output_mask[0] else None
@@ -851,6 +876,8 @@ def _convolution_backward(t, grad, x, w, bias_sizes, stride, padding, dilation, 
         gw = t.op("conv2d_backward_weight", [grad, x, w], attrs) if output_mask[1] else None
     gb = (t.op("reduce_sum", [grad], {"axes": [0, 2, 3], "keepdims": 0})
           if output_mask[2] else None)
+    if one_d:
+        gi, gw = _without_dim2(t, gi), _without_dim2(t, gw)
     return (gi, gw, gb)
 
 

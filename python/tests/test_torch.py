@@ -753,3 +753,46 @@ def test_integer_division_rounds_as_pytorch(dtype):
     for got, want in zip(kiln.from_torch(m, (a, b))(a, b), m(a, b)):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+
+
+class Audio(torch.nn.Module):
+    """1-D convolutions (whisper's and wav2vec's front ends), strided, dilated, grouped, and a
+    transposed one."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv1d(3, 8, 5, stride=2, padding=2)
+        self.b = torch.nn.Conv1d(8, 8, 3, padding=2, dilation=2, groups=4, bias=False)
+        self.up = torch.nn.ConvTranspose1d(8, 4, 4, stride=2, padding=1, output_padding=1)
+        self.fc = torch.nn.Linear(4 * 17, 10)
+
+    def forward(self, x):
+        return self.fc(F.gelu(self.up(F.gelu(self.b(F.gelu(self.a(x)))))).flatten(1))
+
+
+def test_conv1d_matches_pytorch_in_inference_and_training(monkeypatch, capfd):
+    """Conv1d and ConvTranspose1d (as kiln's 2-D ops over [N,C,1,L]) through from_torch and
+    torch.compile, and 5 SGD steps whose backward is kiln's: PyTorch's results, nothing left to
+    PyTorch."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = Audio()
+    x = torch.randn(2, 3, 16)
+    with torch.no_grad():
+        m.eval()
+        close(kiln.from_torch(m, (x,))(x), m(x))
+        close(torch.compile(m, backend="kiln")(x), m(x))
+    m.train()
+    m2 = copy.deepcopy(m)
+
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    torch._dynamo.reset()
+    eager = _train(m, sgd(m), 5, (4, 3, 16), 10)
+    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, 16), 10)
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
+    for p, q in zip(m.parameters(), m2.parameters()):
+        close(q.detach(), p.detach())
+    assert "fallback to PyTorch" not in capfd.readouterr().err
