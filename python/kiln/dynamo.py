@@ -115,8 +115,6 @@ def unsupported_reason(node) -> str | None:
         return "threshold_backward away from 0 (kiln has ReLU's)"
     if node.target == aten._native_batch_norm_legit_functional.default and not node.args[5]:
         return "BatchNorm with running statistics under autograd"
-    if node.target == aten.native_layer_norm.default and len(node.args[1]) != 1:
-        return "layer norm over more than the last dim"
     return None
 
 

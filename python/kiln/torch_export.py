@@ -620,12 +620,18 @@ def _batch_norm_training(t, x, w, b, running_mean, running_var, training, moment
 
 @handles(aten.native_layer_norm.default)
 def _layer_norm(t, x, shape, w, b, eps):
-    """(y, mean, 1/sqrt(var + eps)) over the last dim, the statistics shaped [..., 1] (the
-    backward reads them; kiln drops them when nothing does)."""
-    if len(shape) != 1:
-        raise Unsupported("layer norm over more than the last dim")
+    """(y, mean, 1/sqrt(var + eps)) over the last len(shape) dims, the statistics shaped
+    [..., 1, ...] (the backward reads them; kiln drops them when nothing does). Over several dims
+    (nn.LayerNorm([C, H, W])) the normalization runs on x with those dims flattened into one."""
     if w is None and b is not None:
         raise Unsupported("layer norm with a bias but no weight")
+    k = len(shape)
+    full = list(x.shape)
+    lead = full[:len(full) - k]
+    if k != 1:
+        n = math.prod(full[len(full) - k:])
+        x = _view(t, x, lead + [n])
+        w, b = (None if v is None else _view(t, v, [n]) for v in (w, b))
     # f16/bf16 x with f32 parameters (autocast): computed in f32, y in x's dtype, as PyTorch's.
     at = w.dtype if w is not None else x.dtype
     inputs = [t.cast(x, at)] + [t.cast(v, at) for v in (w, b) if v is not None]
@@ -636,6 +642,9 @@ def _layer_norm(t, x, shape, w, b, eps):
     d = t.op("sub", [xf, mean])
     var = t.op("reduce_mean", [t.op("mul", [d, d])], {"axes": [len(x.shape) - 1], "keepdims": 1})
     rstd = t.op("rsqrt", [t.op("add", [var, t.scalar(float(eps), acc)])])
+    if k != 1:
+        y = _view(t, y, full)
+        mean, rstd = (_view(t, v, lead + [1] * k) for v in (mean, rstd))
     return (y, t.cast(mean, _stat_dtype(t, 1)), t.cast(rstd, _stat_dtype(t, 2)))
 
 

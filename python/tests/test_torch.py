@@ -796,3 +796,47 @@ def test_conv1d_matches_pytorch_in_inference_and_training(monkeypatch, capfd):
     for p, q in zip(m.parameters(), m2.parameters()):
         close(q.detach(), p.detach())
     assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+class WideNorm(torch.nn.Module):
+    """Layer norm over several trailing dims: [C, H, W] after a convolution, [T, D] of a
+    sequence, and one without affine parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.chw = torch.nn.LayerNorm([4, 5, 6])
+        self.td = torch.nn.LayerNorm([5, 24])
+        self.plain = torch.nn.LayerNorm([24], elementwise_affine=False)
+        self.fc = torch.nn.Linear(120, 10)
+
+    def forward(self, x):
+        h = F.relu(self.chw(self.conv(x)))
+        s = self.plain(self.td(h.permute(0, 2, 1, 3).reshape(-1, 5, 24)))
+        return self.fc(s.flatten(1))
+
+
+def test_layer_norm_over_several_dims_matches_pytorch(monkeypatch, capfd):
+    """nn.LayerNorm over several trailing dims (normalized as one flattened dim, its statistics
+    shaped as PyTorch's for the backward) through from_torch, the backend and 5 SGD steps."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = WideNorm()
+    x = torch.randn(2, 3, 5, 6)
+    with torch.no_grad():
+        close(kiln.from_torch(m.eval(), (x,))(x), m(x))
+        close(torch.compile(m, backend="kiln")(x), m(x))
+    m.train()
+    m2 = copy.deepcopy(m)
+
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    torch._dynamo.reset()
+    eager = _train(m, sgd(m), 5, (4, 3, 5, 6), 10)
+    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, 5, 6), 10)
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
+    for p, q in zip(m.parameters(), m2.parameters()):
+        close(q.detach(), p.detach())
+    assert "fallback to PyTorch" not in capfd.readouterr().err
