@@ -586,11 +586,20 @@ def _stat_dtype(t, i: int) -> str:
     return TORCH_TO_KILN.get(val[i].dtype, "f32") if isinstance(val, (list, tuple)) else "f32"
 
 
+@handles(aten._native_batch_norm_legit.no_stats)
+def _batch_norm_no_stats(t, x, w, b, training, momentum, eps):
+    """BatchNorm with batch statistics and no running ones (instance norm's, over x reshaped to
+    [1, N*C, ...]): (y, batch mean, 1/sqrt(biased var + eps))."""
+    if not training:
+        raise Unsupported("BatchNorm without running statistics outside training")
+    return _batch_norm_training(t, x, w, b, None, None, True, momentum, eps)[:3]
+
+
 @handles(aten._native_batch_norm_legit_functional.default)
 def _batch_norm_training(t, x, w, b, running_mean, running_var, training, momentum, eps):
     """Training BatchNorm: (y, batch mean, 1/sqrt(biased var + eps), the running mean and
     variance updated with the unbiased variance), as PyTorch computes them; kiln's
-    batch_norm_stats and batch_norm_train."""
+    batch_norm_stats and batch_norm_train. Without running statistics, those two are None."""
     if not training:
         raise Unsupported("BatchNorm with running statistics under autograd")
     c = x.shape[1]
@@ -610,12 +619,51 @@ def _batch_norm_training(t, x, w, b, running_mean, running_var, training, moment
     n = math.prod(x.shape) // c
 
     def running(old, batch, scale):
+        if old is None:
+            return None
         keep = t.op("mul", [old, t.scalar(1.0 - momentum, old.dtype)])
         new = t.op("mul", [t.cast(batch, old.dtype), t.scalar(momentum * scale, old.dtype)])
         return t.op("add", [keep, new])
 
     return (y, t.cast(t.cast(mean, acc), _stat_dtype(t, 1)), t.cast(invstd, _stat_dtype(t, 2)),
             running(running_mean, mean, 1.0), running(running_var, var, n / max(n - 1, 1)))
+
+
+@handles(aten.repeat.default)
+def _repeat(t, x, repeats):
+    """x tiled repeats[i] times along each dim (leading dims added): each dim d as [1, d]
+    expanded to [r, d], then merged."""
+    reps = [int(r) for r in repeats]
+    if len(reps) < len(x.shape):
+        raise Unsupported(f"repeat {reps} of fewer dims than {x.shape}")
+    shape = [1] * (len(reps) - len(x.shape)) + list(x.shape)
+    pairs = [v for d in shape for v in (1, d)]
+    tiled = [v for r, d in zip(reps, shape) for v in (r, d)]
+    return _view(t, _expand(t, _view(t, x, pairs), tiled), [r * d for r, d in zip(reps, shape)])
+
+
+@handles(aten.native_group_norm.default)
+def _group_norm(t, x, w, b, n, c, hw, groups, eps):
+    """(y, mean, 1/sqrt(var + eps)) of group norm, the statistics [N, G]: each image's channels
+    in G groups normalized as one row (kiln's layer_norm over [N, G, C/G * HxW]), then the
+    per-channel affine parameters."""
+    n, c, groups = int(n), int(c), int(groups)
+    at = w.dtype if w is not None else x.dtype  # Autocast: f16/bf16 x, f32 parameters.
+    rows = _view(t, t.cast(x, at), [n, groups, math.prod(x.shape) // (n * groups)])
+    y = _view(t, t.op("layer_norm", [rows], {"axis": -1, "epsilon": float(eps)}), list(x.shape))
+    per_channel = [c] + [1] * (len(x.shape) - 2)
+    if w is not None:
+        y = t.op("mul", [y, _view(t, t.cast(w, at), per_channel)])
+    if b is not None:
+        y = t.op("add", [y, _view(t, t.cast(b, at), per_channel)])
+    acc = _stat_acc(x.dtype)
+    rf = t.cast(rows, acc)
+    mean = t.op("reduce_mean", [rf], {"axes": [2], "keepdims": 1})
+    d = t.op("sub", [rf, mean])
+    var = t.op("reduce_mean", [t.op("mul", [d, d])], {"axes": [2], "keepdims": 0})
+    rstd = t.op("rsqrt", [t.op("add", [var, t.scalar(float(eps), acc)])])
+    return (t.cast(y, x.dtype), t.cast(_view(t, mean, [n, groups]), _stat_dtype(t, 1)),
+            t.cast(rstd, _stat_dtype(t, 2)))
 
 
 @handles(aten.native_layer_norm.default)
@@ -1168,12 +1216,30 @@ def _index_tensors(t, indices, what: str):
     return dims, [v if v.dtype in ("i64", "i32") else t.cast(v, "i64") for v in tensors]
 
 
-@handles(aten.index.Tensor)
+@handles(aten.index.Tensor, aten._unsafe_index.Tensor)
 def _index(t, x, indices):
+    """x[indices]: a gather along the indexed dim; several index tensors (on adjacent dims, as
+    upsampling's decomposition gives them) broadcast into one index of those dims flattened, each
+    wrapped if negative, and an index out of range made one past the flattened dim so that the
+    gather reports it."""
     dims, tensors = _index_tensors(t, indices, "index")
-    if len(dims) != 1:
-        raise Unsupported("indexing by more than one index tensor")
-    return t.op("gather", [x, tensors[0]], {"axis": dims[0]})
+    if len(dims) == 1:
+        return t.op("gather", [x, tensors[0]], {"axis": dims[0]})
+    first, sizes = dims[0], [x.shape[d] for d in dims]
+    total = math.prod(sizes)
+    flat, ok = None, None
+    for v, size in zip(tensors, sizes):
+        v = t.cast(v, "i64")
+        zero, n = t.scalar(0, "i64"), t.scalar(size, "i64")
+        v = t.op("where", [t.op("less", [v, zero]), t.op("add", [v, n]), v])
+        inside = t.op("logical_and", [t.op("logical_not", [t.op("less", [v, zero])]),
+                                      t.op("less", [v, n])])
+        ok = inside if ok is None else t.op("logical_and", [ok, inside])
+        flat = v if flat is None else t.op("add", [t.op("mul", [flat, n]), v])
+    flat = t.op("where", [ok, flat, t.scalar(total, "i64")])
+    flat = _expand(t, flat, list(torch.broadcast_shapes(*[tuple(v.shape) for v in tensors])))
+    merged = _view(t, x, list(x.shape[:first]) + [total] + list(x.shape[first + len(dims):]))
+    return t.op("gather", [merged, flat], {"axis": first})
 
 
 @handles(aten.index_put.default, aten._unsafe_index_put.default)
@@ -1324,6 +1390,21 @@ def _getitem(t, seq, i):
 # ---- exported programs ------------------------------------------------------------------
 
 
+def _export_decompositions():
+    """torch.export's core ATen decompositions, and upsampling's (nearest and bilinear, kept
+    whole by the core table) into the index and arithmetic ops kiln translates, as
+    torch.compile's AOTAutograd gives them."""
+    from torch._decomp import get_decompositions
+
+    table = torch.export.default_decompositions()
+    upsampling = get_decompositions([aten.upsample_nearest2d.vec, aten.upsample_bilinear2d.vec,
+                                     aten.upsample_nearest2d.default,
+                                     aten.upsample_bilinear2d.default])
+    for op, fn in upsampling.items():
+        table[op] = fn
+    return table
+
+
 def _check_dims(ep, user_nodes, args):
     """The call's inputs against the export's: static dims equal, symbolic dims in range and
     consistent. Errors name the input and dim."""
@@ -1433,7 +1514,7 @@ def from_torch(module, example_inputs, dynamic_shapes=None, **compile_options) -
     try:
         ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes,
                                  strict=False)
-        ep = ep.run_decompositions()
+        ep = ep.run_decompositions(_export_decompositions())
     except Exception as e:  # torch.export's own errors: say where they come from.
         raise UserError(f"torch.export could not capture {type(module).__name__}: {e}") from e
     finally:

@@ -840,3 +840,66 @@ def test_layer_norm_over_several_dims_matches_pytorch(monkeypatch, capfd):
     for p, q in zip(m.parameters(), m2.parameters()):
         close(q.detach(), p.detach())
     assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+class UNetBlock(torch.nn.Module):
+    """What UNets, diffusion models and style transfer add to a CNN: group and instance norm,
+    nearest and bilinear upsampling, a tiled tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.gn = torch.nn.GroupNorm(2, 8)
+        self.inorm = torch.nn.InstanceNorm2d(8, affine=True)
+        self.near = torch.nn.Upsample(scale_factor=2, mode="nearest")
+        self.bilinear = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.fc = torch.nn.Linear(16 * 16 * 16, 10)
+
+    def forward(self, x):
+        h = F.silu(self.gn(self.conv(x)))
+        h = self.bilinear(self.near(self.inorm(h)))
+        return self.fc(torch.cat([h, h.repeat(1, 1, 1, 1)], 1).flatten(1))
+
+
+def test_group_norm_instance_norm_and_upsampling_match_pytorch(monkeypatch, capfd):
+    """GroupNorm, InstanceNorm2d, nearest and bilinear Upsample and repeat through from_torch,
+    the backend and 5 SGD steps against PyTorch, nothing left to it."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = UNetBlock()
+    x = torch.randn(2, 3, 4, 4)
+    with torch.no_grad():
+        close(kiln.from_torch(m.eval(), (x,))(x), m(x))
+        close(torch.compile(m, backend="kiln")(x), m(x))
+    m.train()
+    m2 = copy.deepcopy(m)
+
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    torch._dynamo.reset()
+    eager = _train(m, sgd(m), 5, (4, 3, 4, 4), 10)
+    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, 4, 4), 10)
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
+    for p, q in zip(m.parameters(), m2.parameters()):
+        close(q.detach(), p.detach())
+    assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+class TwoIndices(torch.nn.Module):
+    def forward(self, x, i, j):
+        return x[:, i, j], x[:, i[:, None], j], x.repeat(2, 1, 3)
+
+
+def test_indexing_by_several_index_tensors():
+    """x[:, i, j] with index tensors that broadcast (negative ones counting from the end) equals
+    PyTorch's; an index out of range is an error, not a read of another element."""
+    x = torch.randn(2, 5, 6)
+    i, j = torch.tensor([0, -1, 3, 4]), torch.tensor([5, 2, -6, 0])
+    m = TwoIndices()
+    k = kiln.from_torch(m, (x, i, j))
+    for got, want in zip(k(x, i, j), m(x, i, j)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(kiln.Error, match="out of range"):
+        k(x, i, torch.tensor([6, 0, 0, 0]))  # Column 6 of 6: would read row i+1's first.
