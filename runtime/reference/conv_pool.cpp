@@ -495,7 +495,9 @@ Status maxPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
       maxPool2x2Backward(x.data<T>(), dy.data<T>(), dx, planes, wh, ww);
       return Status::ok();
     }
-    const auto [innerLo, innerHi] = interiorColumns(wh, ww);
+    // Not a structured binding: clang 16 crashes on one used in an OpenMP region in a lambda.
+    const std::pair<int64_t, int64_t> inner = interiorColumns(wh, ww);
+    const int64_t innerLo = inner.first, innerHi = inner.second;
     // Planes are independent: each thread zeroes and fills its own.
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < planes; ++p) {
@@ -581,7 +583,9 @@ Status maxPool2dIndicesKernel(const ir::AttrView& attrs, std::span<const Tensor>
   const Window ww = widthWindow(attrs, x, out[0], k[1], dil[1]);
   return ref::dispatchFloat(ref::opNameOf(attrs), x.dtype(), [&]<class T>(Tag<T>) {
     const int64_t planes = x.shape()[0] * x.shape()[1];
-    const auto [innerLo, innerHi] = interiorColumns(wh, ww);
+    // Not a structured binding: clang 16 crashes on one used in an OpenMP region in a lambda.
+    const std::pair<int64_t, int64_t> inner = interiorColumns(wh, ww);
+    const int64_t innerLo = inner.first, innerHi = inner.second;
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < planes; ++p) {
       const T* xPlane = x.data<T>() + p * wh.in * ww.in;
