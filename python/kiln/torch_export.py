@@ -1236,8 +1236,7 @@ def _index(t, x, indices):
                                       t.op("less", [v, n])])
         ok = inside if ok is None else t.op("logical_and", [ok, inside])
         flat = v if flat is None else t.op("add", [t.op("mul", [flat, n]), v])
-    flat = t.op("where", [ok, flat, t.scalar(total, "i64")])
-    flat = _expand(t, flat, list(torch.broadcast_shapes(*[tuple(v.shape) for v in tensors])))
+    flat = t.op("where", [ok, flat, t.scalar(total, "i64")])  # Broadcast: the indices' shape.
     merged = _view(t, x, list(x.shape[:first]) + [total] + list(x.shape[first + len(dims):]))
     return t.op("gather", [merged, flat], {"axis": first})
 

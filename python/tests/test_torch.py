@@ -148,20 +148,8 @@ def test_adaptive_avg_pool_any_size_forward_and_training(image, size, monkeypatc
     monkeypatch.setenv("KILN_LOG", "fallback")
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = AdaptivePool(size)
-    x = torch.randn(3, 3, image, image)
-    with torch.no_grad():
-        close(kiln.from_torch(m.eval(), (x,))(x), m(x))
-    m.train()
-    m2 = copy.deepcopy(m)
-
-    def sgd(model):
-        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    eager = _train(m, sgd(m), 5, (4, 3, image, image), 10)
-    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, image, image), 10)
-    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
-    close(m2.conv.weight.detach(), m.conv.weight.detach(), rtol=1e-4)
+    _matches_eager_and_trains(AdaptivePool(size), torch.randn(3, 3, image, image),
+                              (4, 3, image, image), lambda m: [m.conv.weight])
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 
@@ -229,6 +217,28 @@ def _train(model, opt, steps, x_shape, classes, autocast=None):
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def _matches_eager_and_trains(m, x, shape, weights):
+    """m through from_torch and the backend in inference equals eager on x; 5 SGD steps on batches
+    of `shape` through the backend give eager's losses and `weights(model)` (all parameters if
+    None); and nothing was left to PyTorch (the caller sets KILN_LOG=fallback and reads capfd)."""
+    with torch.no_grad():
+        m.eval()
+        close(kiln.from_torch(m, (x,))(x), m(x))
+        close(torch.compile(m, backend="kiln")(x), m(x))
+    m.train()
+    m2 = copy.deepcopy(m)
+
+    def sgd(model):
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    torch._dynamo.reset()
+    eager = _train(m, sgd(m), 5, shape, 10)
+    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, shape, 10)
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
+    for p, q in zip(weights(m), weights(m2)):
+        close(q.detach(), p.detach())
 
 
 def test_torch_compile_training_matches_eager(monkeypatch, capfd):
@@ -717,21 +727,7 @@ def test_conv_transpose_matches_pytorch_in_inference_and_training(cfg, monkeypat
     m = Decoder(*cfg)
     x = torch.randn(2, 3, 6, 5)
     m(x)  # Sizes the lazy head.
-    with torch.no_grad():
-        m.eval()
-        close(kiln.from_torch(m, (x,))(x), m(x))
-        close(torch.compile(m, backend="kiln")(x), m(x))
-    m.train()
-    m2 = copy.deepcopy(m)
-
-    def sgd(model):
-        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    torch._dynamo.reset()
-    eager = _train(m, sgd(m), 5, (4, 3, 6, 5), 10)
-    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, 6, 5), 10)
-    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
-    close(m2.up.weight.detach(), m.up.weight.detach())
+    _matches_eager_and_trains(m, x, (4, 3, 6, 5), lambda m: [m.up.weight])
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 
@@ -777,24 +773,8 @@ def test_conv1d_matches_pytorch_in_inference_and_training(monkeypatch, capfd):
     monkeypatch.setenv("KILN_LOG", "fallback")
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = Audio()
-    x = torch.randn(2, 3, 16)
-    with torch.no_grad():
-        m.eval()
-        close(kiln.from_torch(m, (x,))(x), m(x))
-        close(torch.compile(m, backend="kiln")(x), m(x))
-    m.train()
-    m2 = copy.deepcopy(m)
-
-    def sgd(model):
-        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    torch._dynamo.reset()
-    eager = _train(m, sgd(m), 5, (4, 3, 16), 10)
-    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, 16), 10)
-    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
-    for p, q in zip(m.parameters(), m2.parameters()):
-        close(q.detach(), p.detach())
+    _matches_eager_and_trains(Audio(), torch.randn(2, 3, 16), (4, 3, 16),
+                              lambda m: m.parameters())
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 
@@ -822,23 +802,8 @@ def test_layer_norm_over_several_dims_matches_pytorch(monkeypatch, capfd):
     monkeypatch.setenv("KILN_LOG", "fallback")
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = WideNorm()
-    x = torch.randn(2, 3, 5, 6)
-    with torch.no_grad():
-        close(kiln.from_torch(m.eval(), (x,))(x), m(x))
-        close(torch.compile(m, backend="kiln")(x), m(x))
-    m.train()
-    m2 = copy.deepcopy(m)
-
-    def sgd(model):
-        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    torch._dynamo.reset()
-    eager = _train(m, sgd(m), 5, (4, 3, 5, 6), 10)
-    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, 5, 6), 10)
-    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
-    for p, q in zip(m.parameters(), m2.parameters()):
-        close(q.detach(), p.detach())
+    _matches_eager_and_trains(WideNorm(), torch.randn(2, 3, 5, 6), (4, 3, 5, 6),
+                              lambda m: m.parameters())
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 
@@ -867,23 +832,8 @@ def test_group_norm_instance_norm_and_upsampling_match_pytorch(monkeypatch, capf
     monkeypatch.setenv("KILN_LOG", "fallback")
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = UNetBlock()
-    x = torch.randn(2, 3, 4, 4)
-    with torch.no_grad():
-        close(kiln.from_torch(m.eval(), (x,))(x), m(x))
-        close(torch.compile(m, backend="kiln")(x), m(x))
-    m.train()
-    m2 = copy.deepcopy(m)
-
-    def sgd(model):
-        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    torch._dynamo.reset()
-    eager = _train(m, sgd(m), 5, (4, 3, 4, 4), 10)
-    compiled = _train(torch.compile(m2, backend="kiln"), sgd(m2), 5, (4, 3, 4, 4), 10)
-    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
-    for p, q in zip(m.parameters(), m2.parameters()):
-        close(q.detach(), p.detach())
+    _matches_eager_and_trains(UNetBlock(), torch.randn(2, 3, 4, 4), (4, 3, 4, 4),
+                              lambda m: m.parameters())
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 

@@ -129,6 +129,24 @@ void checkMaxPoolBackward(ir::Shape xShape, ir::AttrMap attrs, ir::DType dtype, 
   CHECK(nonzero > 0);  // Gradients reached the input: the comparison saw something.
 }
 
+// A random 2-D pooling and its input shape: windows of 1-3, strides of 1-3, dilations of 1-2,
+// pads of at most half the window, ceil mode or not, an input the window fits.
+std::pair<ir::Shape, ir::AttrMap> randomPooling(std::mt19937& rng) {
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const std::vector<int64_t> k = {pick(1, 3), pick(1, 3)}, d = {pick(1, 2), pick(1, 2)};
+  auto pad = [&](int i) { return pick(0, ((k[i] - 1) * d[i] + 1) / 2); };
+  ir::AttrMap a = {{"kernel", k},
+                   {"strides", std::vector<int64_t>{pick(1, 3), pick(1, 3)}},
+                   {"pads", std::vector<int64_t>{pad(0), pad(1), pad(0), pad(1)}},
+                   {"dilations", d},
+                   {"ceil_mode", pick(0, 1)}};
+  ir::Shape shape = {pick(1, 2), pick(1, 3), pick((k[0] - 1) * d[0] + 1, 10),
+                     pick((k[1] - 1) * d[1] + 1, 10)};
+  return {std::move(shape), std::move(a)};
+}
+
 Tensor f32Values(ir::Shape shape, std::vector<float> values) {
   Tensor t = *Tensor::empty(ir::DType::kF32, std::move(shape));
   REQUIRE(static_cast<int64_t>(values.size()) == t.numElements());
@@ -183,19 +201,8 @@ TEST_CASE("emu: op kernel max_pool2d_backward gives the reference's bits") {
     }
   // Random windows, strides, pads (at most half the window), dilations and ceil mode.
   std::mt19937 rng(11);
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
   for (int trial = 0; trial < 16; ++trial) {
-    const std::vector<int64_t> k = {pick(1, 3), pick(1, 3)}, d = {pick(1, 2), pick(1, 2)};
-    auto pad = [&](int i) { return pick(0, ((k[i] - 1) * d[i] + 1) / 2); };
-    ir::AttrMap a = {{"kernel", k},
-                     {"strides", std::vector<int64_t>{pick(1, 3), pick(1, 3)}},
-                     {"pads", std::vector<int64_t>{pad(0), pad(1), pad(0), pad(1)}},
-                     {"dilations", d},
-                     {"ceil_mode", pick(0, 1)}};
-    const ir::Shape shape = {pick(1, 2), pick(1, 3), pick((k[0] - 1) * d[0] + 1, 10),
-                             pick((k[1] - 1) * d[1] + 1, 10)};
+    const auto [shape, a] = randomPooling(rng);
     INFO("trial " << trial << " " << ir::TensorType(ir::DType::kF32, shape).toString());
     checkMaxPoolBackward(shape, a, trial % 3 == 2 ? ir::DType::kBF16 : ir::DType::kF32,
                          100 + trial);
@@ -1106,9 +1113,6 @@ TEST_CASE("emu: op kernel max_pool2d_indices gives the reference's (PyTorch's) i
   // of them: its first tap), over ResNet's stem pooling, the 2x2 downsampling and random
   // geometries with dilations and ceil mode; f16/bf16 and f64 inputs through casts.
   std::mt19937 rng(31);
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
   std::vector<std::pair<ir::Shape, ir::AttrMap>> cases = {
       {{2, 3, 16, 16},
        {{"kernel", std::vector<int64_t>{3, 3}},
@@ -1122,17 +1126,7 @@ TEST_CASE("emu: op kernel max_pool2d_indices gives the reference's (PyTorch's) i
         {"pads", std::vector<int64_t>{2, 2, 2, 2}},
         {"dilations", std::vector<int64_t>{4, 4}}}},
   };
-  for (int trial = 0; trial < 12; ++trial) {
-    const std::vector<int64_t> k = {pick(1, 3), pick(1, 3)}, d = {pick(1, 2), pick(1, 2)};
-    auto pad = [&](int i) { return pick(0, ((k[i] - 1) * d[i] + 1) / 2); };
-    cases.push_back(
-        {{pick(1, 2), pick(1, 3), pick((k[0] - 1) * d[0] + 1, 10), pick((k[1] - 1) * d[1] + 1, 10)},
-         {{"kernel", k},
-          {"strides", std::vector<int64_t>{pick(1, 3), pick(1, 3)}},
-          {"pads", std::vector<int64_t>{pad(0), pad(1), pad(0), pad(1)}},
-          {"dilations", d},
-          {"ceil_mode", pick(0, 1)}}});
-  }
+  for (int trial = 0; trial < 12; ++trial) cases.push_back(randomPooling(rng));
   int trial = 0;
   for (const auto& [shape, attrs] : cases) {
     const ir::DType dt = std::array{ir::DType::kF32, ir::DType::kF64, ir::DType::kF16,
