@@ -82,8 +82,12 @@ struct GroupState {
   ir::Shape domain;    // Element domain (the anchor's input shape for reductions).
   ir::Shape rowShape;  // A reduce-type anchor's output shape; empty otherwise.
   bool hasRowAnchor = false;
-  bool dead = false;   // Merged into another group.
-  std::set<int> deps;  // Groups whose values this group reads.
+  bool dead = false;    // Merged into another group.
+  std::set<int> deps;   // Groups whose values this group reads.
+  std::set<int> users;  // Groups that read this group's values (ids may be merged away).
+  // Above every dependency's level: a group can depend only on groups of a lower level, which
+  // bounds the cycle checks' searches (reachesThroughOutside).
+  int level = 0;
   std::set<const ir::Value*> externalInputs;
 };
 
@@ -120,31 +124,55 @@ class Planner {
     return groups_.back().group.id;
   }
 
+  // `s` may be a group not yet in groups_ (newGroup), which has no users to update.
   void addInput(GroupState& s, const ir::Value* in) {
     if (in->producer()) {
       const int pg = groupOf(in->producer());
       if (pg != s.group.id) {
         s.deps.insert(pg);
         s.externalInputs.insert(in);
+        groups_[pg].users.insert(s.group.id);
+        if (groups_[pg].level >= s.level) {
+          s.level = groups_[pg].level + 1;
+          if (s.group.id < static_cast<int>(groups_.size())) raiseUsers(s.group.id);
+        }
       }
     } else {
       s.externalInputs.insert(in);
     }
   }
 
+  // Restores "a user's level is above its dependency's" after group `id`'s level rose.
+  void raiseUsers(int id) {
+    std::vector<int> work{id};
+    while (!work.empty()) {
+      const int g = work.back();
+      work.pop_back();
+      for (int u : groups_[g].users) {
+        u = resolve(u);
+        if (u == g || groups_[u].level > groups_[g].level) continue;
+        groups_[u].level = groups_[g].level + 1;
+        work.push_back(u);
+      }
+    }
+  }
+
   // True when some group in `from`'s dependencies (transitively) is `target`, passing only
   // through groups not in `inside`: merging would then need `target` before and after itself.
+  // Groups at or below target's level cannot depend on it and are not searched (a long chain
+  // of earlier steps, such as an unrolled recurrence's, costs nothing).
   bool reachesThroughOutside(int from, int target, const std::set<int>& inside) {
     std::vector<int> stack;
     std::unordered_set<int> seen;
     for (int d : groups_[from].deps) stack.push_back(resolve(d));
+    const int floor = groups_[target].level;
     int budget = 256;  // Keeps the check near-linear on big graphs; exhausting it rejects.
     while (!stack.empty()) {
       const int g = stack.back();
       stack.pop_back();
       if (!seen.insert(g).second) continue;
       if (g == target) return true;
-      if (inside.count(g)) continue;
+      if (inside.count(g) || groups_[g].level <= floor) continue;
       if (--budget < 0) return true;
       for (int d : groups_[g].deps) stack.push_back(resolve(d));
     }
@@ -338,11 +366,17 @@ class Planner {
       a.hasRowAnchor = b.hasRowAnchor;
     }
     for (int d : b.deps) a.deps.insert(d);
+    for (int u : b.users) a.users.insert(u);
     for (const ir::Value* v : b.externalInputs) a.externalInputs.insert(v);
     b.dead = true;
     forward_[from] = into;
     a.deps.erase(into);
     a.deps.erase(from);
+    a.users.erase(into);
+    a.users.erase(from);
+    // Above both groups' dependencies; their users may now sit too low.
+    a.level = std::max(a.level, b.level);
+    raiseUsers(into);
     // Values that flowed between the two are internal now.
     for (auto it = a.externalInputs.begin(); it != a.externalInputs.end();) {
       const ir::Value* v = *it;

@@ -202,3 +202,36 @@ graph g(%x : f32[4,8], %w : f32[8,8]) {
   CHECK(unprofitable >= 1);
   CHECK_THAT(passes::explainFusion(plan), Catch::Contains("not profitable"));
 }
+
+TEST_CASE("fusion: a long recurrence fuses each step alike (the cycle checks skip earlier steps)") {
+  // An unrolled recurrence (ONNX's LSTM is imported so): each step's state feeds the next
+  // step's matmul. Every step's pointwise ops must be one kernel, the 300th as the 1st; the cycle
+  // check of each step's join with the previous state must not search (and run out of its budget
+  // on) the whole chain of earlier steps.
+  const int steps = 300;
+  std::string text =
+      "graph g(%x : f32[4,8], %w : f32[8,8], %c0 : f32[4,8]) {\n"
+      "  %h0 : f32[4,8] = relu(%x)\n";
+  for (int s = 1; s <= steps; ++s) {
+    const std::string k = std::to_string(s), p = std::to_string(s - 1);
+    text += "  %m" + k + " : f32[4,8] = matmul(%h" + p + ", %w)\n";
+    text += "  %i" + k + " : f32[4,8] = sigmoid(%m" + k + ")\n";
+    text += "  %t" + k + " : f32[4,8] = tanh(%m" + k + ")\n";
+    text += "  %c" + k + " : f32[4,8] = mul(%i" + k + ", %c" + p + ")\n";
+    text += "  %k" + k + " : f32[4,8] = add(%c" + k + ", %t" + k + ")\n";
+    text += "  %h" + k + " : f32[4,8] = mul(%k" + k + ", %i" + k + ")\n";
+  }
+  text += "  return %h" + std::to_string(steps) + ", %c" + std::to_string(steps) + "\n}\n";
+  ir::Graph g = parse(text);
+  auto plan = passes::planFusion(g);
+  int pointwise = 0;
+  for (const auto& group : plan.groups) {
+    if (group.kind != passes::GroupKind::kPointwise ||
+        group.nodes.front()->op() == ir::OpKind::kRelu)
+      continue;
+    ++pointwise;
+    INFO("group " << group.id << " of " << plan.groups.size());
+    CHECK(group.nodes.size() == 5);
+  }
+  CHECK(pointwise == steps);
+}
