@@ -123,6 +123,8 @@ class NodeContext {
   Expected<std::vector<int64_t>> attrInts(std::string_view name,
                                           std::optional<std::vector<int64_t>> def = {}) const;
   Expected<std::vector<double>> attrFloats(std::string_view name) const;
+  Expected<std::vector<std::string>> attrStrings(
+      std::string_view name, std::optional<std::vector<std::string>> def = {}) const;
   Expected<ir::TensorData> attrTensor(std::string_view name) const;
 
   // ---- Inputs. ONNX leaves an optional input out by giving it an empty name.
@@ -231,6 +233,7 @@ std::vector<MapperEntry> padResizeMappers();
 std::vector<MapperEntry> compositeMappers();
 std::vector<MapperEntry> attentionMappers();
 std::vector<MapperEntry> derivedMappers();
+std::vector<MapperEntry> recurrentMappers();
 Status mapGelu(NodeContext& ctx);  // com.microsoft Gelu, and matched Erf GELU patterns.
 
 // Erf-based GELU subgraphs, x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it.

@@ -91,6 +91,17 @@ Expected<std::vector<double>> NodeContext::attrFloats(std::string_view name) con
   return std::vector<double>(a->floats().begin(), a->floats().end());
 }
 
+Expected<std::vector<std::string>> NodeContext::attrStrings(
+    std::string_view name, std::optional<std::vector<std::string>> def) const {
+  const auto* a = findAttr(node_, name);
+  if (!a) {
+    if (def) return *def;
+    return invalidArgument("missing required attribute '" + std::string(name) + "'");
+  }
+  if (a->type() != ::onnx::AttributeProto::STRINGS) return wrongKind(name, "a list of strings");
+  return std::vector<std::string>(a->strings().begin(), a->strings().end());
+}
+
 Expected<ir::TensorData> NodeContext::attrTensor(std::string_view name) const {
   const auto* a = findAttr(node_, name);
   if (!a) return invalidArgument("missing required attribute '" + std::string(name) + "'");

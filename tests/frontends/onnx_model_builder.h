@@ -57,6 +57,15 @@ inline ::onnx::AttributeProto attrFloats(const std::string& name, const std::vec
   return a;
 }
 
+inline ::onnx::AttributeProto attrStrings(const std::string& name,
+                                          const std::vector<std::string>& v) {
+  ::onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(::onnx::AttributeProto::STRINGS);
+  for (const auto& x : v) a.add_strings(x);
+  return a;
+}
+
 // ---- Tensor protos.
 inline ::onnx::TensorProto floatTensor(const std::string& name, const Shape& dims,
                                        const std::vector<float>& v, bool raw = true) {

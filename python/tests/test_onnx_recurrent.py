@@ -1,0 +1,157 @@
+"""ONNX's recurrent layers (RNN, GRU, LSTM) through kiln against ONNX Runtime, the peer whose
+semantics kiln follows where the ONNX specification is silent (clip, sequence_lens, activation
+parameters, input_forget), and PyTorch's nn.LSTM / nn.GRU exported by torch.onnx. Run by ctest
+("python: pytest") in the peer venv."""
+
+import numpy as np
+import pytest
+
+import kiln
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper  # noqa: E402
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+# (op, attributes, inputs given, sequence_lens) -- each config exercises a rule kiln's mapper
+# implements: directions, layouts, lengths that cut sequences (0 included) in both directions,
+# initial states, clip, peepholes, input_forget, linear_before_reset, activations with their
+# alpha/beta.
+CONFIGS = [
+    ("RNN", {}, "xwr", None),
+    ("RNN", {"direction": "bidirectional", "activations": ["Relu", "Tanh"]}, "xwrbh", None),
+    ("RNN", {"direction": "reverse", "clip": 0.5}, "xwrbh", [3, 0, 1, 5]),
+    ("RNN", {"activations": ["HardSigmoid"], "activation_alpha": [0.3],
+             "activation_beta": [0.4], "layout": 1}, "xwrbh", [5, 2, 4, 1]),
+    ("GRU", {}, "xwrb", None),
+    ("GRU", {"linear_before_reset": 1}, "xwrbh", None),
+    ("GRU", {"linear_before_reset": 1}, "xwrb", None),  # Rb_h reaches the first step.
+    ("GRU", {"direction": "bidirectional", "linear_before_reset": 1}, "xwrbh", [5, 3, 0, 2]),
+    ("GRU", {"direction": "reverse", "layout": 1, "clip": 0.7}, "xwrbh", [2, 5, 1, 4]),
+    ("GRU", {"activations": ["LeakyRelu", "ScaledTanh"], "activation_alpha": [0.2, 0.9],
+             "activation_beta": [1.5]}, "xwrb", None),
+    ("LSTM", {}, "xwrb", None),
+    ("LSTM", {"direction": "bidirectional"}, "xwrbhcp", [5, 1, 0, 3]),
+    ("LSTM", {"direction": "reverse", "clip": 0.6}, "xwrbhcp", [4, 5, 2, 3]),
+    ("LSTM", {"input_forget": 1, "layout": 1}, "xwrbhc", [1, 5, 3, 2]),
+    ("LSTM", {"activations": ["Sigmoid", "Elu", "Softsign"], "activation_alpha": [0.5]},
+     "xwrbp", None),
+]
+
+
+def recurrent_model(op, attrs, given, seq_lens, seed=0, T=5, B=4, I=3, H=6):
+    """The node as a model, and its input values in the model's layout."""
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    g = GATES[op]
+    layout = attrs.get("layout", 0)
+    rng = np.random.default_rng(seed)
+    shapes = {
+        "X": [T, B, I],
+        "W": [dirs, g * H, I],
+        "R": [dirs, g * H, H],
+        "B": [dirs, 2 * g * H],
+        "initial_h": [dirs, B, H],
+        "initial_c": [dirs, B, H],
+        "P": [dirs, 3 * H],
+    }
+    batch_first = {"X": (1, 0, 2), "initial_h": (1, 0, 2), "initial_c": (1, 0, 2)}
+    order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"]
+    letter = {"X": "x", "W": "w", "R": "r", "B": "b", "initial_h": "h", "initial_c": "c",
+              "P": "p"}
+    if op != "LSTM":
+        order = order[:6]
+    names, inputs, feeds = [], [], {}
+    for name in order:
+        present = seq_lens is not None if name == "sequence_lens" else letter[name] in given
+        if not present:
+            names.append("")
+            continue
+        names.append(name)
+        if name == "sequence_lens":
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.INT32, [B]))
+            feeds[name] = np.array(seq_lens, np.int32)
+            continue
+        v = rng.uniform(-1, 1, shapes[name]).astype(np.float32)
+        if layout == 1 and name in batch_first:
+            v = np.ascontiguousarray(v.transpose(batch_first[name]))
+        inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(v.shape)))
+        feeds[name] = v
+    while names and names[-1] == "":
+        names.pop()
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, names, outs, hidden_size=H, **attrs)
+    ydims = [T, dirs, B, H] if layout == 0 else [B, T, dirs, H]
+    sdims = [dirs, B, H] if layout == 0 else [B, dirs, H]
+    outputs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ydims)]
+    outputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, sdims) for n in outs[1:]]
+    graph = helper.make_graph([node], "recurrent", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    present = [n for n in names if n]
+    return model, [feeds[n] for n in present], present
+
+
+def onnxruntime_outputs(tmp_path, op, attrs, given, seq_lens, seed):
+    """ONNX Runtime's outputs for the node, in its layout. ONNX Runtime has no batch-first layout
+    (it refuses layout=1): such a node is run time-major and its outputs transposed."""
+    layout = attrs.get("layout", 0)
+    major = {k: v for k, v in attrs.items() if k != "layout"}
+    model, values, names = recurrent_model(op, major, given, seq_lens, seed)
+    path = tmp_path / "peer.onnx"
+    onnx.save(model, str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    outs = session.run(None, dict(zip(names, values)))
+    if layout == 1:
+        outs = [outs[0].transpose(2, 0, 1, 3)] + [o.transpose(1, 0, 2) for o in outs[1:]]
+    return outs
+
+
+@pytest.mark.parametrize("seed", range(len(CONFIGS)),
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CONFIGS)])
+def test_recurrent_matches_onnxruntime(tmp_path, seed):
+    op, attrs, given, seq_lens = CONFIGS[seed]
+    expected = onnxruntime_outputs(tmp_path, op, attrs, given, seq_lens, seed)
+    model, values, _ = recurrent_model(op, attrs, given, seq_lens, seed)
+    path = tmp_path / "rnn.onnx"
+    onnx.save(model, str(path))
+    m = kiln.load(str(path))
+    for run in (kiln.compile(m), kiln.eager(m)):
+        got = run(*values)
+        got = got if isinstance(got, (list, tuple)) else [got]
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            # f32 rounding of the states, scaled by their size (LeakyRelu gates grow them).
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6 * max(1, np.abs(e).max()))
+    # The outputs hold something: a mapper that dropped a term would not pass by zeros.
+    assert np.abs(expected[1]).max() > 0.05
+
+
+def test_sequence_lens_out_of_range_is_an_error(tmp_path):
+    model, _, _ = recurrent_model("LSTM", {}, "xwr", [1, 1, 1, 1])
+    lens = helper.make_tensor("sequence_lens", TensorProto.INT32, [4], [1, 7, 2, 3])
+    model.graph.initializer.append(lens)
+    model.graph.input.remove(next(i for i in model.graph.input if i.name == "sequence_lens"))
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(kiln.UserError, match=r"LSTM .*sequence_lens\[1\] is 7, outside 0\.\.5"):
+        kiln.load(str(path))
+
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_torch_exported_recurrent_layer_matches_torch(tmp_path, kind):
+    torch.manual_seed(0)
+    layer = getattr(torch.nn, kind)(input_size=8, hidden_size=16, num_layers=2,
+                                    bidirectional=True, batch_first=True).eval()
+    x = torch.randn(3, 7, 8)
+    path = tmp_path / f"{kind}.onnx"
+    torch.onnx.export(layer, (x,), str(path), input_names=["x"], dynamo=True)
+    with torch.no_grad():
+        expected = layer(x)[0].numpy()
+    got = kiln.compile(kiln.load(str(path)))(x.numpy())
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
