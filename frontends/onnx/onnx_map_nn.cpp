@@ -382,6 +382,89 @@ Status mapPool(NodeContext& ctx) {
   return Status::ok();
 }
 
+// |x|^p and its root s^(1/p), the two ends of LpPool and GlobalLpPool (abs, a square and sqrt
+// for p 1 and 2).
+Expected<ir::Value*> absPower(NodeContext& ctx, ir::Value* x, int64_t p) {
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, ctx.emit(OpKind::kAbs, {x}));
+  if (p == 1) return a;
+  if (p == 2) return ctx.emit(OpKind::kMul, {a, a});
+  KILN_ASSIGN_OR_RETURN(ir::Value * e,
+                        scalarConstant(ctx, x->type().dtype, static_cast<double>(p)));
+  return ctx.emit(OpKind::kPow, {a, e});
+}
+
+Status emitRoot(NodeContext& ctx, ir::Value* s, int64_t p) {
+  if (p == 1) {
+    ctx.setOutput(0, s);
+    return Status::ok();
+  }
+  if (p == 2) return ctx.emit(OpKind::kSqrt, {s}, {}, 0).status();
+  KILN_ASSIGN_OR_RETURN(ir::Value * e, scalarConstant(ctx, s->type().dtype, 1.0 / p));
+  return ctx.emit(OpKind::kPow, {s, e}, {}, 0).status();
+}
+
+Expected<int64_t> lpOrder(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t p, ctx.attrInt("p", 2));
+  if (p < 1) return ctx.invalid("p must be 1 or more, got " + std::to_string(p));
+  return p;
+}
+
+// LpPool: (sum over each window of |x|^p)^(1/p), the sum a depthwise convolution with a kernel of
+// ones (which takes the pads, strides and dilations; the padding adds zeros, as ONNX's). ceil_mode
+// keeps a last partial window (ONNX's rule): more zero padding at the end.
+Status mapLpPool(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
+  KILN_TRY(floatInput(ctx).status());
+  KILN_ASSIGN_OR_RETURN(int64_t p, lpOrder(ctx));
+  KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
+  KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel));
+  KILN_ASSIGN_OR_RETURN(bool ceil, ctx.attrBool("ceil_mode", false));
+  const size_t spatial = xt.shape.size() - 2;
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t avail = xt.shape[i + 2] + w.pads[i] + w.pads[i + spatial] -
+                          ((w.kernel[i] - 1) * w.dilations[i] + 1);
+    if (avail < 0)
+      return ctx.invalid("kernel " + list(w.kernel) + " with dilations " + list(w.dilations) +
+                         " does not fit the padded input " + xt.toString());
+    if (ceil && avail % w.strides[i] != 0)
+      w.pads[i + spatial] += w.strides[i] - avail % w.strides[i];
+  }
+  const int64_t c = xt.shape[1];
+  ir::Shape wshape{c, 1};
+  for (int64_t k : w.kernel) wshape.push_back(k);
+  if (spatial == 1) wshape.insert(wshape.begin() + 2, 1);
+  KILN_ASSIGN_OR_RETURN(ir::Value * ones, ctx.constantValue(filledTensor(xt.dtype, wshape, 1.0)));
+  ir::AttrMap attrs = windowAttrs2d(w, false, true);
+  attrs["group"] = c;
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * powered, absPower(ctx, x, p));
+  const bool oneD = spatial == 1;
+  ir::Value* xin = powered;
+  if (oneD) {
+    KILN_ASSIGN_OR_RETURN(xin, unsqueeze2(ctx, powered));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * sum, ctx.emit(OpKind::kConv2d, {xin, ones}, std::move(attrs)));
+  if (oneD) {
+    KILN_ASSIGN_OR_RETURN(sum,
+                          ctx.emit(OpKind::kSqueeze, {sum}, {{"axes", std::vector<int64_t>{2}}}));
+  }
+  return emitRoot(ctx, sum, p);
+}
+
+// GlobalLpPool: the same over all spatial dims, kept as 1.
+Status mapGlobalLpPool(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, floatInput(ctx));
+  if (xt.rank() < 3) return ctx.invalid("input " + xt.toString() + " must be [N,C,spatial...]");
+  KILN_ASSIGN_OR_RETURN(int64_t p, lpOrder(ctx));
+  std::vector<int64_t> axes(static_cast<size_t>(xt.rank() - 2));
+  std::iota(axes.begin(), axes.end(), 2);
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * powered, absPower(ctx, x, p));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sum, ctx.emit(OpKind::kReduceSum, {powered},
+                                                  {{"axes", axes}, {"keepdims", int64_t{1}}}));
+  return emitRoot(ctx, sum, p);
+}
+
 Status mapGlobalPool(NodeContext& ctx, OpKind reduce) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
   if (xt.rank() < 3) return ctx.invalid("input " + xt.toString() + " must be [N,C,spatial...]");
@@ -532,6 +615,9 @@ std::vector<MapperEntry> nnMappers() {
       {"GlobalMaxPool",
        {1, 22},
        [](NodeContext& c) { return mapGlobalPool(c, OpKind::kReduceMax); }},
+      // LpPool and GlobalLpPool 2 made p an int; LpPool 18 adds ceil_mode and dilations.
+      {"LpPool", {2, 11, 18, 22}, mapLpPool},
+      {"GlobalLpPool", {2, 22}, mapGlobalLpPool},
       {"BatchNormalization", {7, 9, 14, 15}, mapBatchNorm},
       {"LayerNormalization", {17}, mapLayerNorm},
       {"Softmax", {1, 11, 13}, mapSoftmax<OpKind::kSoftmax>},

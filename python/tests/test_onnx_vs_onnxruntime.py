@@ -1,7 +1,8 @@
-"""ONNX's recurrent layers (RNN, GRU, LSTM) through kiln against ONNX Runtime, the peer whose
-semantics kiln follows where the ONNX specification is silent (clip, sequence_lens, activation
-parameters, input_forget), and PyTorch's nn.LSTM / nn.GRU exported by torch.onnx. Run by ctest
-("python: pytest") in the peer venv."""
+"""ONNX ops that kiln composes from its own, through kiln (compiled and eager) against ONNX
+Runtime on configurations beyond the conformance suite's: the recurrent layers (RNN, GRU, LSTM),
+whose semantics kiln takes from ONNX Runtime where the specification is silent (clip,
+sequence_lens, activation parameters, input_forget), PyTorch's nn.LSTM / nn.GRU exported by
+torch.onnx, and LpPool / GlobalLpPool. Run by ctest ("python: pytest") in the peer venv."""
 
 import numpy as np
 import pytest
@@ -93,16 +94,32 @@ def recurrent_model(op, attrs, given, seq_lens, seed=0, T=5, B=4, I=3, H=6):
     return model, [feeds[n] for n in present], present
 
 
+def onnxruntime_run(tmp_path, model, values, names):
+    path = tmp_path / "peer.onnx"
+    onnx.save(model, str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, dict(zip(names, values)))
+
+
+def check_kiln(tmp_path, model, values, expected, atol):
+    """kiln's outputs, compiled and eager, equal `expected`."""
+    path = tmp_path / "kiln.onnx"
+    onnx.save(model, str(path))
+    m = kiln.load(str(path))
+    for run in (kiln.compile(m), kiln.eager(m)):
+        got = run(*values)
+        got = got if isinstance(got, (list, tuple)) else [got]
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=atol(e))
+
+
 def onnxruntime_outputs(tmp_path, op, attrs, given, seq_lens, seed):
     """ONNX Runtime's outputs for the node, in its layout. ONNX Runtime has no batch-first layout
     (it refuses layout=1): such a node is run time-major and its outputs transposed."""
     layout = attrs.get("layout", 0)
     major = {k: v for k, v in attrs.items() if k != "layout"}
-    model, values, names = recurrent_model(op, major, given, seq_lens, seed)
-    path = tmp_path / "peer.onnx"
-    onnx.save(model, str(path))
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    outs = session.run(None, dict(zip(names, values)))
+    outs = onnxruntime_run(tmp_path, *recurrent_model(op, major, given, seq_lens, seed))
     if layout == 1:
         outs = [outs[0].transpose(2, 0, 1, 3)] + [o.transpose(1, 0, 2) for o in outs[1:]]
     return outs
@@ -114,16 +131,8 @@ def test_recurrent_matches_onnxruntime(tmp_path, seed):
     op, attrs, given, seq_lens = CONFIGS[seed]
     expected = onnxruntime_outputs(tmp_path, op, attrs, given, seq_lens, seed)
     model, values, _ = recurrent_model(op, attrs, given, seq_lens, seed)
-    path = tmp_path / "rnn.onnx"
-    onnx.save(model, str(path))
-    m = kiln.load(str(path))
-    for run in (kiln.compile(m), kiln.eager(m)):
-        got = run(*values)
-        got = got if isinstance(got, (list, tuple)) else [got]
-        assert len(got) == len(expected)
-        for g, e in zip(got, expected):
-            # f32 rounding of the states, scaled by their size (LeakyRelu gates grow them).
-            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6 * max(1, np.abs(e).max()))
+    # f32 rounding of the states, scaled by their size (LeakyRelu gates grow them).
+    check_kiln(tmp_path, model, values, expected, lambda e: 1e-6 * max(1, np.abs(e).max()))
     # The outputs hold something: a mapper that dropped a term would not pass by zeros.
     assert np.abs(expected[1]).max() > 0.05
 
@@ -155,3 +164,32 @@ def test_torch_exported_recurrent_layer_matches_torch(tmp_path, kind):
     got = kiln.compile(kiln.load(str(path)))(x.numpy())
     got = got[0] if isinstance(got, (list, tuple)) else got
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+# (op, input shape, attributes): orders 1, 2 and 3, 1-D and 2-D, pads, strides, dilations,
+# auto_pad, and ceil_mode keeping a last partial window.
+LP_POOLS = [
+    ("LpPool", [2, 3, 10, 9], {"kernel_shape": [3, 2], "p": 3, "strides": [2, 2], "ceil_mode": 1}),
+    ("LpPool", [2, 3, 9, 8], {"kernel_shape": [2, 2], "p": 1, "pads": [1, 0, 0, 1]}),
+    ("LpPool", [1, 2, 7, 7], {"kernel_shape": [2, 3], "dilations": [2, 1], "strides": [1, 2]}),
+    ("LpPool", [1, 2, 7, 6], {"kernel_shape": [3, 3], "auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    ("LpPool", [2, 4, 12], {"kernel_shape": [3], "p": 3, "strides": [2], "ceil_mode": 1}),
+    ("GlobalLpPool", [2, 3, 5, 4], {"p": 3}),
+    ("GlobalLpPool", [2, 3, 6], {}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(LP_POOLS)), ids=[c[0] for c in LP_POOLS])
+def test_lp_pool_matches_onnxruntime(tmp_path, case):
+    op, shape, attrs = LP_POOLS[case]
+    x = np.random.default_rng(case).uniform(-2, 2, shape).astype(np.float32)
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "lp", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    # ONNX Runtime implements GlobalLpPool up to version 2.
+    opset = 22 if op == "LpPool" else 18
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    expected = onnxruntime_run(tmp_path, model, [x], ["x"])
+    check_kiln(tmp_path, model, [x], expected, lambda e: 1e-6 * np.abs(e).max())
