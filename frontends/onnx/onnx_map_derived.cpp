@@ -159,6 +159,64 @@ Status mapCumSum(NodeContext& ctx) {
   return ctx.emit(OpKind::kTranspose, {y}, {{"perm", back}}, 0).status();
 }
 
+// CumProd (26): a scan by doubling (Hillis and Steele), log2(n) steps of y *= y shifted by 2^k
+// along the axis with ones shifted in. Exclusive shifts the input by one first; reverse flips the
+// axis before and after. Integers multiply with wrapping, exactly as a running product; floats
+// associate the products in another order than a running product (rounding within a few ulps).
+Status mapCumProd(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  if (t.dtype != DType::kF32 && t.dtype != DType::kF64 && t.dtype != DType::kI64 &&
+      t.dtype != DType::kI32)
+    return ctx.unsupported("CumProd of " + t.toString() + " (kiln composes f32, f64, i32, i64)");
+  if (t.rank() < 1) return ctx.invalid("input must have rank 1 or more");
+  KILN_ASSIGN_OR_RETURN(double axisValue, ctx.constScalar(1, "axis"));
+  KILN_ASSIGN_OR_RETURN(int axis,
+                        ir::normalizeAxis(static_cast<int64_t>(axisValue), t.shape.size(), "axis"));
+  KILN_ASSIGN_OR_RETURN(bool exclusive, ctx.attrBool("exclusive", false));
+  KILN_ASSIGN_OR_RETURN(bool reverse, ctx.attrBool("reverse", false));
+  const int64_t n = t.shape[static_cast<size_t>(axis)];
+  const std::vector<int64_t> axes{axis};
+  auto flip = [&](Value* v) {
+    return ctx.emit(OpKind::kSlice, {v},
+                    {{"starts", std::vector<int64_t>{n - 1}},
+                     {"ends", std::vector<int64_t>{std::numeric_limits<int64_t>::min()}},
+                     {"axes", axes},
+                     {"steps", std::vector<int64_t>{-1}}});
+  };
+  // v shifted by k along the axis, ones coming in: [1 x k, v[0 : n-k]].
+  auto shifted = [&](Value* v, int64_t k) -> Expected<Value*> {
+    Shape onesShape = t.shape;
+    onesShape[static_cast<size_t>(axis)] = k;
+    KILN_ASSIGN_OR_RETURN(Value * ones, ctx.constantValue(filledTensor(t.dtype, onesShape, 1)));
+    KILN_ASSIGN_OR_RETURN(Value * head, ctx.emit(OpKind::kSlice, {v},
+                                                 {{"starts", std::vector<int64_t>{0}},
+                                                  {"ends", std::vector<int64_t>{n - k}},
+                                                  {"axes", axes}}));
+    return ctx.emit(OpKind::kConcat, {ones, head}, {{"axis", int64_t{axis}}});
+  };
+  KILN_ASSIGN_OR_RETURN(Value * y, ctx.value(0));
+  if (n == 0 || (n == 1 && !exclusive)) return alias(ctx, 0);
+  if (n == 1) {  // Exclusive: all ones.
+    ctx.setConstantOutput(0, filledTensor(t.dtype, t.shape, 1));
+    return Status::ok();
+  }
+  if (reverse) {
+    KILN_ASSIGN_OR_RETURN(y, flip(y));
+  }
+  if (exclusive) {
+    KILN_ASSIGN_OR_RETURN(y, shifted(y, 1));
+  }
+  for (int64_t k = 1; k < n; k *= 2) {
+    KILN_ASSIGN_OR_RETURN(Value * prev, shifted(y, k));
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kMul, {y, prev}));
+  }
+  if (reverse) {
+    KILN_ASSIGN_OR_RETURN(y, flip(y));
+  }
+  ctx.setOutput(0, y);
+  return Status::ok();
+}
+
 Status mapSpaceToDepth(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   KILN_ASSIGN_OR_RETURN(int64_t b, ctx.attrInt("blocksize"));
@@ -909,6 +967,7 @@ std::vector<MapperEntry> derivedMappers() {
       {"OneHot", {9, 11, 28}, mapOneHot},
       {"LpNormalization", {1, 22}, mapLpNormalization},
       {"CumSum", {11, 14}, mapCumSum},
+      {"CumProd", {26}, mapCumProd},
       {"SpaceToDepth", {1, 13, 28}, mapSpaceToDepth},
       {"DepthToSpace", {1, 11, 13, 28}, mapDepthToSpace},
       {"IsNaN", {9, 13, 20}, mapIsNaN},
