@@ -321,6 +321,55 @@ Status mapEyeLike(NodeContext& ctx) {
   return Status::ok();
 }
 
+enum class Window { kHann, kHamming, kBlackman };
+
+// HannWindow, HammingWindow, BlackmanWindow (17): constants of the size (an input known at
+// import), by ONNX's formulas with N the size (periodic) or the size - 1, computed in double and
+// converted once to output_datatype. A window of size 1 is [1] (ONNX's reference divides 0 by 0
+// for a symmetric one; PyTorch and NumPy give 1).
+template <Window kWindow>
+Status mapWindow(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* sizeData, ctx.requireConstant(0));
+  if (!sizeData)
+    return ctx.unsupported(
+        "a window size computed at run time (kiln needs it at import; give "
+        "the graph input's value with OnnxImportOptions::inputValues)");
+  KILN_ASSIGN_OR_RETURN(double sizeValue, toScalar(*sizeData, "size"));
+  const int64_t size = static_cast<int64_t>(sizeValue);
+  if (size < 0) return ctx.invalid("size must be >= 0, got " + std::to_string(size));
+  if (size > kMaxFoldElements)
+    return ctx.unsupported("a window of " + std::to_string(size) + " elements (too large)");
+  KILN_ASSIGN_OR_RETURN(int64_t code, ctx.attrInt("output_datatype", 1));
+  auto dtype = dtypeFromOnnx(static_cast<int32_t>(code));
+  if (!dtype || !foldableDType(*dtype))
+    return ctx.unsupported("output_datatype " + onnxTypeName(static_cast<int32_t>(code)));
+  KILN_ASSIGN_OR_RETURN(bool periodic, ctx.attrBool("periodic", true));
+  const double n1 = static_cast<double>(periodic ? size : size - 1);
+  ir::TensorData w = filledTensor(*dtype, {size}, 0);
+  const size_t es = ir::dtypeSize(*dtype);
+  for (int64_t i = 0; i < size; ++i) {
+    const double x = 2 * M_PI * static_cast<double>(i) / n1;
+    double v = 1;
+    if (size > 1) {
+      switch (kWindow) {
+        case Window::kHann:
+          v = 0.5 - 0.5 * std::cos(x);
+          break;
+        case Window::kHamming:
+          v = 25.0 / 46.0 - 21.0 / 46.0 * std::cos(x);
+          break;
+        case Window::kBlackman:
+          v = 0.42 - 0.5 * std::cos(x) + 0.08 * std::cos(2 * x);
+          break;
+      }
+    }
+    const ir::TensorData e = filledTensor(*dtype, {}, v);
+    std::memcpy(w.data() + static_cast<size_t>(i) * es, e.data(), es);
+  }
+  ctx.setConstantOutput(0, std::move(w));
+  return Status::ok();
+}
+
 // Tile: [d0, d1, ...] -> [1, d0, 1, d1, ...] -> expand to [r0, d0, r1, d1, ...] -> merge pairs.
 Status mapTile(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
@@ -973,6 +1022,9 @@ std::vector<MapperEntry> derivedMappers() {
       {"IsNaN", {9, 13, 20}, mapIsNaN},
       {"IsInf", {10, 20}, mapIsInf},
       {"EyeLike", {9, 22}, mapEyeLike},
+      {"HannWindow", {17}, mapWindow<Window::kHann>},
+      {"HammingWindow", {17}, mapWindow<Window::kHamming>},
+      {"BlackmanWindow", {17}, mapWindow<Window::kBlackman>},
       {"Tile", {6, 13}, mapTile},
       {"Shrink", {9}, mapShrink},
       {"InstanceNormalization", {6, 22}, mapInstanceNorm},

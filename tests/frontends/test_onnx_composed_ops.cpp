@@ -1,5 +1,6 @@
-// ONNX's CumProd, composed by the importer as a scan by doubling, against a running product
-// written here: every axis, exclusive and reverse, i64 products that wrap, f32.
+// ONNX ops the importer composes from kiln's, against direct computations written here: CumProd
+// (a scan by doubling) against a running product along every axis, exclusive and reverse, i64
+// products that wrap, f32; the window functions against their formulas.
 #include <type_traits>
 
 #include "tests/frontends/test_onnx_model.h"
@@ -75,4 +76,36 @@ TEST_CASE("onnx: CumProd along every axis, exclusive and reverse, i64 wrapping a
       for (size_t k = 0; k < got.size(); ++k)  // A few ulps: the products associate differently.
         CHECK(std::fabs(got[k] - want[k]) <= 4e-7f * std::fabs(want[k]));
     }
+}
+
+TEST_CASE("onnx: Hann, Hamming and Blackman windows, periodic and symmetric, in f32 and f64") {
+  struct Case {
+    std::string op;
+    double (*w)(double);  // Of x = 2 pi n / N.
+  };
+  const Case cases[] = {
+      {"HannWindow", [](double x) { return 0.5 - 0.5 * std::cos(x); }},
+      {"HammingWindow", [](double x) { return 25.0 / 46 - 21.0 / 46 * std::cos(x); }},
+      {"BlackmanWindow",
+       [](double x) { return 0.42 - 0.5 * std::cos(x) + 0.08 * std::cos(2 * x); }},
+  };
+  for (const Case& c : cases)
+    for (int64_t size : {1, 2, 7, 10})
+      for (bool periodic : {true, false})
+        for (int32_t type : {kFloat, int32_t{::onnx::TensorProto::DOUBLE}}) {
+          INFO(c.op << " size " << size << " periodic " << periodic << " type " << type);
+          Model m(17);
+          m.initI64("size", {}, {size});
+          m.node(c.op, {"size"}, {"w"},
+                 {attrInt("periodic", periodic), attrInt("output_datatype", type)});
+          m.output("w", type);
+          const Tensor w = run(m, {})[0];
+          REQUIRE(w.shape() == Shape{size});
+          const double n = static_cast<double>(periodic ? size : size - 1);
+          for (int64_t i = 0; i < size; ++i) {
+            const double want = size == 1 ? 1.0 : c.w(2 * M_PI * static_cast<double>(i) / n);
+            const double got = type == kFloat ? w.data<float>()[i] : w.data<double>()[i];
+            CHECK(std::fabs(got - want) <= (type == kFloat ? 1e-7 : 1e-15));
+          }
+        }
 }
