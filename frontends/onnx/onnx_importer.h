@@ -234,6 +234,7 @@ std::vector<MapperEntry> compositeMappers();
 std::vector<MapperEntry> attentionMappers();
 std::vector<MapperEntry> derivedMappers();
 std::vector<MapperEntry> recurrentMappers();
+std::vector<MapperEntry> signalMappers();
 Status mapGelu(NodeContext& ctx);  // com.microsoft Gelu, and matched Erf GELU patterns.
 
 // Erf-based GELU subgraphs, x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it.

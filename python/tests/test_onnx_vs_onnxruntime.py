@@ -2,7 +2,8 @@
 Runtime on configurations beyond the conformance suite's: the recurrent layers (RNN, GRU, LSTM),
 whose semantics kiln takes from ONNX Runtime where the specification is silent (clip,
 sequence_lens, activation parameters, input_forget), PyTorch's nn.LSTM / nn.GRU exported by
-torch.onnx, and LpPool / GlobalLpPool. Run by ctest ("python: pytest") in the peer venv."""
+torch.onnx, and LpPool / GlobalLpPool; and DFT against NumPy's FFT in f64 (ONNX Runtime's and
+ONNX's reference compute in f32). Run by ctest ("python: pytest") in the peer venv."""
 
 import numpy as np
 import pytest
@@ -193,3 +194,55 @@ def test_lp_pool_matches_onnxruntime(tmp_path, case):
     model.ir_version = 10
     expected = onnxruntime_run(tmp_path, model, [x], ["x"])
     check_kiln(tmp_path, model, [x], expected, lambda e: 1e-6 * np.abs(e).max())
+
+
+# (opset, input shape, attributes, axis, dft_length): real and complex inputs, each axis, forward
+# and inverse, onesided both ways (irfft of even and odd lengths), dft_length truncating and
+# zero-padding.
+DFTS = [
+    (20, [2, 12, 5, 1], {}, 1, None),
+    (20, [2, 12, 5, 2], {"inverse": 1}, -2, None),
+    (20, [3, 7, 2], {"onesided": 1}, 1, None),
+    (20, [2, 9, 6, 2], {"onesided": 1}, 2, 8),
+    (20, [2, 4, 7, 2], {"inverse": 1, "onesided": 1}, 2, None),
+    (20, [2, 4, 7, 2], {"inverse": 1, "onesided": 1}, 2, 13),
+    (20, [2, 6, 2], {}, 1, 10),
+    (17, [2, 5, 8, 2], {"axis": 2}, None, None),
+    (17, [2, 5, 8, 1], {"axis": 1, "inverse": 1}, None, 4),
+]
+
+
+def numpy_dft(x, axis, n, inverse, onesided):
+    sig = x[..., 0].astype(np.float64)
+    if x.shape[-1] == 2:
+        sig = sig + 1j * x[..., 1].astype(np.float64)
+    if inverse and onesided:
+        return np.fft.irfft(sig, n=n, axis=axis)[..., np.newaxis]
+    y = (np.fft.ifft if inverse else np.fft.fft)(sig, n=n, axis=axis)
+    if onesided:
+        y = np.take(y, range(y.shape[axis] // 2 + 1), axis=axis)
+    return np.stack([y.real, y.imag], -1)
+
+
+@pytest.mark.parametrize("case", range(len(DFTS)))
+def test_dft_matches_numpy(tmp_path, case):
+    opset, shape, attrs, axis, length = DFTS[case]
+    x = np.random.default_rng(case).uniform(-1, 1, shape).astype(np.float32)
+    inputs, values = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)], [x]
+    init = []
+    if length is not None:
+        init.append(helper.make_tensor("len", TensorProto.INT64, [], [length]))
+    if axis is not None:
+        init.append(helper.make_tensor("axis", TensorProto.INT64, [], [axis]))
+    node_inputs = ["x", "len" if length is not None else ""] + (["axis"] if axis is not None else [])
+    node = helper.make_node("DFT", node_inputs, ["y"], **attrs)
+    graph = helper.make_graph([node], "dft", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    a = (axis if axis is not None else attrs.get("axis", 1)) % len(shape)
+    inverse, onesided = attrs.get("inverse", 0), attrs.get("onesided", 0)
+    n = length if length is not None else (2 * (shape[a] - 1) if inverse and onesided else shape[a])
+    expected = [numpy_dft(x, a, n, inverse, onesided).astype(np.float32)]
+    # kiln computes in f64 and rounds once: within f32 rounding of the largest coefficient.
+    check_kiln(tmp_path, model, values, expected, lambda e: 2e-7 * np.abs(e).max())
