@@ -2,7 +2,8 @@
 Runtime on configurations beyond the conformance suite's: the recurrent layers (RNN, GRU, LSTM),
 whose semantics kiln takes from ONNX Runtime where the specification is silent (clip,
 sequence_lens, activation parameters, input_forget), PyTorch's nn.LSTM / nn.GRU exported by
-torch.onnx, and LpPool / GlobalLpPool; and DFT against NumPy's FFT in f64 (ONNX Runtime's and
+torch.onnx, LpPool / GlobalLpPool and GridSample (every mode, padding and align_corners, 2-D
+and 3-D, against ONNX Runtime and PyTorch's grid_sample); and DFT against NumPy's FFT in f64 (ONNX Runtime's and
 ONNX's reference compute in f32). Run by ctest ("python: pytest") in the peer venv."""
 
 import numpy as np
@@ -246,3 +247,40 @@ def test_dft_matches_numpy(tmp_path, case):
     expected = [numpy_dft(x, a, n, inverse, onesided).astype(np.float32)]
     # kiln computes in f64 and rounds once: within f32 rounding of the largest coefficient.
     check_kiln(tmp_path, model, values, expected, lambda e: 2e-7 * np.abs(e).max())
+
+
+GRID_SAMPLES = [(mode, padding, align, dims)
+                for dims in (2, 3)
+                for mode in ("linear", "nearest", "cubic")
+                for padding in ("zeros", "border", "reflection")
+                for align in (0, 1)
+                if not (dims == 3 and mode == "cubic")]
+
+
+@pytest.mark.parametrize("case", range(len(GRID_SAMPLES)),
+                         ids=["-".join(map(str, c)) for c in GRID_SAMPLES])
+def test_grid_sample_matches_onnxruntime_and_torch(tmp_path, case):
+    mode, padding, align, dims = GRID_SAMPLES[case]
+    rng = np.random.default_rng(case)
+    xshape = [2, 3, 5, 6] if dims == 2 else [2, 3, 4, 5, 3]
+    gshape = [2, 4, 7, 2] if dims == 2 else [2, 3, 4, 2, 3]
+    x = rng.uniform(-1, 1, xshape).astype(np.float32)
+    # Beyond [-1, 1] too: every padding rule is exercised, reflection more than once.
+    grid = rng.uniform(-2.5, 2.5, gshape).astype(np.float32)
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode, padding_mode=padding,
+                            align_corners=align)
+    graph = helper.make_graph(
+        [node], "gs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xshape),
+                       helper.make_tensor_value_info("grid", TensorProto.FLOAT, gshape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 10
+    torch = pytest.importorskip("torch")
+    expected = torch.nn.functional.grid_sample(
+        torch.from_numpy(x), torch.from_numpy(grid),
+        mode={"linear": "bilinear", "cubic": "bicubic"}.get(mode, mode), padding_mode=padding,
+        align_corners=bool(align)).numpy()
+    if dims == 2:  # ONNX Runtime's CPU kernel is 2-D.
+        peer = onnxruntime_run(tmp_path, model, [x, grid], ["x", "grid"])[0]
+        np.testing.assert_allclose(peer, expected, rtol=1e-5, atol=1e-5)
+    check_kiln(tmp_path, model, [x, grid], [expected], lambda e: 1e-5)

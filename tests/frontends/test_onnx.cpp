@@ -135,7 +135,7 @@ TEST_CASE("onnx: one error lists every unsupported node, and no graph is returne
   m.input("x", {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{4}});
   m.node("Det", {"x"}, {"e"}, {}, "det");
   m.node("Relu", {"e"}, {"after_erf"}, {}, "relu_after_erf");  // Unreachable: not listed.
-  m.node("LpPool", {"x"}, {"sp"}, {attrInts("kernel_shape", {2, 2})}, "lppool");
+  m.node("Unique", {"x"}, {"sp"}, {}, "unique");
   m.node("MyOp", {"x"}, {"mine"}, {}, "custom", "custom.domain");
   m.init("scales", {4}, {1, 1, 2, 2});
   m.node("Resize", {"x", "", "scales"}, {"up"}, {attrString("mode", "cubic")}, "resize");
@@ -147,7 +147,7 @@ TEST_CASE("onnx: one error lists every unsupported node, and no graph is returne
   CHECK_THAT(s.message(), Catch::Contains("cannot import 4 nodes of 6"));
   CHECK_THAT(s.message(),
              Catch::Contains("Det (opset 17) node 'det': kiln has no mapping"));
-  CHECK_THAT(s.message(), Catch::Contains("LpPool (opset 17) node 'lppool': kiln has no "
+  CHECK_THAT(s.message(), Catch::Contains("Unique (opset 17) node 'unique': kiln has no "
                                           "mapping for this op"));
   CHECK_THAT(s.message(), Catch::Contains("custom.domain.MyOp (opset 1) node 'custom'"));
   CHECK_THAT(s.message(), Catch::Contains("Resize (opset 17) node 'resize': mode 'cubic'"));
