@@ -236,6 +236,7 @@ std::vector<MapperEntry> derivedMappers();
 std::vector<MapperEntry> recurrentMappers();
 std::vector<MapperEntry> signalMappers();
 std::vector<MapperEntry> samplingMappers();
+std::vector<MapperEntry> indexingMappers();
 Status mapGelu(NodeContext& ctx);  // com.microsoft Gelu, and matched Erf GELU patterns.
 
 // Erf-based GELU subgraphs, x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it.

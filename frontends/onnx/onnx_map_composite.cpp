@@ -211,16 +211,43 @@ Status mapPRelu(NodeContext& ctx) {
   return Status::ok();
 }
 
-// Swish (24): x sigmoid(alpha x).
-Status mapSwish(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
-  KILN_ASSIGN_OR_RETURN(double alpha, ctx.attrFloat("alpha", 1.0));
-  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
-  if (alpha == 1.0) return ctx.emit(OpKind::kSilu, {x}, {}, 0).status();
-  KILN_ASSIGN_OR_RETURN(ir::Value * a, scalarConstant(ctx, t.dtype, alpha));
+// x sigmoid(alpha x): silu when alpha is 1. Any float type (silu, mul and sigmoid take halves,
+// each rounding its result once).
+Expected<ir::Value*> swish(NodeContext& ctx, ir::Value* x, double alpha, int output) {
+  if (alpha == 1.0) return ctx.emit(OpKind::kSilu, {x}, {}, output);
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, scalarConstant(ctx, x->type().dtype, alpha));
   KILN_ASSIGN_OR_RETURN(ir::Value * ax, ctx.emit(OpKind::kMul, {x, a}));
   KILN_ASSIGN_OR_RETURN(ir::Value * s, ctx.emit(OpKind::kSigmoid, {ax}));
-  return ctx.emit(OpKind::kMul, {x, s}, {}, 0).status();
+  return ctx.emit(OpKind::kMul, {x, s}, {}, output);
+}
+
+Expected<ir::TensorType> anyFloatInput(NodeContext& ctx, size_t i) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(i));
+  if (!ir::isFloat(t.dtype))
+    return ctx.unsupported(ctx.opType() + " of " + t.toString() + " (floats only)");
+  return t;
+}
+
+// Swish (24): x sigmoid(alpha x).
+Status mapSwish(NodeContext& ctx) {
+  KILN_TRY(anyFloatInput(ctx, 0).status());
+  KILN_ASSIGN_OR_RETURN(double alpha, ctx.attrFloat("alpha", 1.0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  return swish(ctx, x, alpha, 0).status();
+}
+
+// SwiGLU (28): Swish_alpha(A) * B, A and B of one shape and type (no broadcasting).
+Status mapSwiGlu(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType a, anyFloatInput(ctx, 0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType b, ctx.inputType(1));
+  if (a != b)
+    return ctx.invalid("A " + a.toString() + " and B " + b.toString() +
+                       " must have one shape and type (SwiGLU does not broadcast)");
+  KILN_ASSIGN_OR_RETURN(double alpha, ctx.attrFloat("alpha", 1.0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(1));
+  KILN_ASSIGN_OR_RETURN(ir::Value * gate, swish(ctx, x, alpha, -1));
+  return ctx.emit(OpKind::kMul, {gate, v}, {}, 0).status();
 }
 
 // Mean: the sum of the inputs (broadcast) divided by their count.
@@ -342,6 +369,7 @@ std::vector<MapperEntry> compositeMappers() {
       {"Softsign", {1, 22}, mapSoftsign},
       {"PRelu", {7, 9, 16}, mapPRelu},
       {"Swish", {24}, mapSwish},
+      {"SwiGLU", {28}, mapSwiGlu},
       {"Mean", {6, 8, 13}, mapMean},
       {"NegativeLogLikelihoodLoss", {12, 13, 22}, mapNllLoss},
       {"SoftmaxCrossEntropyLoss", {12, 13}, mapSoftmaxCrossEntropy},

@@ -65,7 +65,7 @@ const std::unordered_map<std::string, MapperEntry>& registry() {
     auto* t = new std::unordered_map<std::string, MapperEntry>;
     for (auto family : {pointwiseMappers, nnMappers, movementMappers, constantMappers,
                         padResizeMappers, compositeMappers, attentionMappers, derivedMappers,
-                        recurrentMappers, signalMappers, samplingMappers})
+                        recurrentMappers, signalMappers, samplingMappers, indexingMappers})
       for (MapperEntry& e : family()) t->emplace(std::string(e.opType), std::move(e));
     return t;
   }();

@@ -3,7 +3,8 @@ Runtime on configurations beyond the conformance suite's: the recurrent layers (
 whose semantics kiln takes from ONNX Runtime where the specification is silent (clip,
 sequence_lens, activation parameters, input_forget), PyTorch's nn.LSTM / nn.GRU exported by
 torch.onnx, LpPool / GlobalLpPool and GridSample (every mode, padding and align_corners, 2-D
-and 3-D, against ONNX Runtime and PyTorch's grid_sample); and DFT against NumPy's FFT in f64 (ONNX Runtime's and
+and 3-D, against ONNX Runtime and PyTorch's grid_sample), GatherND, ReverseSequence and
+MaxUnpool; and DFT against NumPy's FFT in f64 (ONNX Runtime's and
 ONNX's reference compute in f32). Run by ctest ("python: pytest") in the peer venv."""
 
 import numpy as np
@@ -284,3 +285,85 @@ def test_grid_sample_matches_onnxruntime_and_torch(tmp_path, case):
         peer = onnxruntime_run(tmp_path, model, [x, grid], ["x", "grid"])[0]
         np.testing.assert_allclose(peer, expected, rtol=1e-5, atol=1e-5)
     check_kiln(tmp_path, model, [x, grid], [expected], lambda e: 1e-5)
+
+
+def single_node_model(op, inputs, attrs, opset, initializers=()):
+    """A model of one node: `inputs` as (name, numpy value) graph inputs, output y of the first
+    input's type."""
+    node = helper.make_node(op, [n for n, _ in inputs] + [i.name for i in initializers], ["y"],
+                            **attrs)
+    graph = helper.make_graph(
+        [node], op, [helper.make_tensor_value_info(
+            n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in inputs],
+        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(inputs[0][1].dtype),
+                                       None)], list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+INDEXING = [
+    # GatherND: negative indices, whole slices, batch_dims 1 and 2.
+    ("GatherND", lambda r: [("data", r.uniform(-1, 1, (4, 5, 3)).astype(np.float32)),
+                            ("indices", np.array([[[1, -2]], [[-4, 4]], [[3, 0]]]))], {}),
+    ("GatherND", lambda r: [("data", r.uniform(-1, 1, (4, 5, 3)).astype(np.float32)),
+                            ("indices", np.array([[2], [-1], [0]]))], {}),
+    ("GatherND", lambda r: [("data", r.integers(-9, 9, (2, 3, 4, 5)).astype(np.int64)),
+                            ("indices", np.array([[[1, 3], [0, -1]], [[2, 2], [1, 0]]]))],
+     {"batch_dims": 1}),
+    ("GatherND", lambda r: [("data", r.uniform(-1, 1, (2, 3, 4, 5)).astype(np.float32)),
+                            ("indices", r.integers(-4, 4, (2, 3, 6, 1)))], {"batch_dims": 2}),
+    # ReverseSequence: both axis orders, lengths 0, 1 and the whole sequence.
+    ("ReverseSequence", lambda r: [("x", r.uniform(-1, 1, (5, 4, 3)).astype(np.float32)),
+                                   ("sequence_lens", np.array([5, 0, 1, 3]))],
+     {"time_axis": 0, "batch_axis": 1}),
+    ("ReverseSequence", lambda r: [("x", r.uniform(-1, 1, (4, 6)).astype(np.float32)),
+                                   ("sequence_lens", np.array([2, 6, 1, 4]))],
+     {"time_axis": 1, "batch_axis": 0}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(INDEXING)), ids=[c[0] for c in INDEXING])
+def test_indexing_matches_onnxruntime(tmp_path, case):
+    op, make, attrs = INDEXING[case]
+    inputs = make(np.random.default_rng(case))
+    model = single_node_model(op, inputs, attrs, 13 if op == "GatherND" else 22)
+    values = [v for _, v in inputs]
+    expected = onnxruntime_run(tmp_path, model, values, [n for n, _ in inputs])
+    check_kiln(tmp_path, model, values, expected, lambda e: 0)
+
+
+def test_gather_nd_index_out_of_range_is_an_error(tmp_path):
+    data = np.zeros((4, 5), np.float32)
+    model = single_node_model("GatherND", [("data", data), ("indices", np.array([[1, 5]]))], {},
+                              13)
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(kiln.UserError, match=r"index 5 .*out of range for dim 0 of size 5"):
+        kiln.compile(kiln.load(str(path)))(data, np.array([[1, 5]]))
+
+
+@pytest.mark.parametrize("output_shape", [None, [2, 3, 7, 9]])
+def test_max_unpool_inverts_onnxruntime_max_pool(tmp_path, output_shape):
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 3, 6, 8)).astype(np.float32)
+    pool = single_node_model("MaxPool", [("x", x)], {"kernel_shape": [2, 2], "strides": [2, 2]},
+                             22)
+    pool.graph.node[0].output.append("i")
+    pool.graph.output.append(helper.make_tensor_value_info("i", TensorProto.INT64, None))
+    pooled, indices = onnxruntime_run(tmp_path, pool, [x], ["x"])
+    inits = ()
+    if output_shape:
+        inits = (helper.make_tensor("output_shape", TensorProto.INT64, [4], output_shape),)
+    model = single_node_model("MaxUnpool", [("xT", pooled), ("xI", indices)],
+                              {"kernel_shape": [2, 2], "strides": [2, 2]}, 22, inits)
+    # With output_shape larger than the unpooled shape, ONNX (its reference and the conformance
+    # case test_maxunpool_export_with_output_shape) scatters into the unpooled shape and pads;
+    # ONNX Runtime reads the indices in output_shape's layout and fails that case. kiln is
+    # ONNX's, checked against ONNX's reference there and against ONNX Runtime otherwise.
+    from onnx.reference import ReferenceEvaluator
+    expected = ReferenceEvaluator(model).run(None, {"xT": pooled, "xI": indices})
+    if not output_shape:
+        peer = onnxruntime_run(tmp_path, model, [pooled, indices], ["xT", "xI"])
+        np.testing.assert_array_equal(peer[0], expected[0])
+    assert np.count_nonzero(expected[0]) == pooled.size
+    check_kiln(tmp_path, model, [pooled, indices], expected, lambda e: 0)

@@ -1,0 +1,218 @@
+// ONNX's index ops composed from kiln's gathers and scatters: GatherND (one gather on the
+// indexed dims flattened), ReverseSequence (gather_elements along the time axis) and MaxUnpool
+// (scatter_elements into the flattened output). Indices read at run time are checked where
+// kiln's gathers check theirs: each GatherND component goes through a gather of its dim's
+// positions, which wraps a negative index and makes one out of range an error naming it, so an
+// invalid component never lands on another element.
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "frontends/onnx/onnx_fold.h"
+#include "frontends/onnx/onnx_map_util.h"
+#include "frontends/onnx/onnx_tensor.h"
+
+namespace kiln::frontends::onnx_import {
+
+namespace {
+
+using ir::OpKind;
+using ir::Shape;
+using ir::Value;
+
+Expected<Value*> i64Constant(NodeContext& ctx, Shape shape, const std::vector<int64_t>& v) {
+  return ctx.constantValue(intTensor(v, std::move(shape)));
+}
+
+// GatherND (11, 12, 13): data [b..., d_b .. d_{b+k-1}, rest...], indices [b..., m..., k] ->
+// [b..., m..., rest...]. The batch dims and the k indexed dims are flattened into one; each
+// index component j, checked and wrapped by a gather of 0 .. d_j - 1, times its stride, plus the
+// batch's offset, selects a row of the flattened data.
+Status mapGatherNd(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType dt, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType it, ctx.inputType(1));
+  int64_t b = 0;
+  if (ctx.version() >= 12) {
+    KILN_ASSIGN_OR_RETURN(b, ctx.attrInt("batch_dims", 0));
+  }
+  if (it.dtype != ir::DType::kI64 && it.dtype != ir::DType::kI32)
+    return ctx.invalid("indices " + it.toString() + " must be i64 (or i32)");
+  const int64_t r = dt.rank(), q = it.rank();
+  if (q < 1 || b < 0 || b >= std::min(r, q))
+    return ctx.invalid("batch_dims " + std::to_string(b) + " must be below the ranks of data " +
+                       dt.toString() + " and indices " + it.toString());
+  const int64_t k = it.shape.back();
+  if (k < 1 || k > r - b)
+    return ctx.invalid("indices " + it.toString() + " index " + std::to_string(k) + " dims; data " +
+                       dt.toString() + " has " + std::to_string(r - b) + " after its " +
+                       std::to_string(b) + " batch dims");
+  for (int64_t d = 0; d < b; ++d)
+    if (dt.shape[static_cast<size_t>(d)] != it.shape[static_cast<size_t>(d)])
+      return ctx.invalid("batch dim " + std::to_string(d) + " differs: data " + dt.toString() +
+                         ", indices " + it.toString());
+  KILN_ASSIGN_OR_RETURN(Value * data, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(Value * idx, ctx.value(1, /*trainable=*/false));
+  if (it.dtype != ir::DType::kI64) {
+    KILN_ASSIGN_OR_RETURN(idx, ctx.emit(OpKind::kCast, {idx}, {{"to", std::string("i64")}}));
+  }
+  // The flattened row: sum over j of index_j * stride_j, strides over the k indexed dims.
+  const Shape compShape(it.shape.begin(), it.shape.end() - 1);
+  Value* flat = nullptr;
+  int64_t stride = 1;
+  for (int64_t j = k - 1; j >= 0; --j) {
+    const int64_t dim = dt.shape[static_cast<size_t>(b + j)];
+    KILN_ASSIGN_OR_RETURN(Value * c, ctx.emit(OpKind::kSlice, {idx},
+                                              {{"starts", std::vector<int64_t>{j}},
+                                               {"ends", std::vector<int64_t>{j + 1}},
+                                               {"axes", std::vector<int64_t>{q - 1}}}));
+    KILN_ASSIGN_OR_RETURN(c,
+                          ctx.emit(OpKind::kSqueeze, {c}, {{"axes", std::vector<int64_t>{q - 1}}}));
+    std::vector<int64_t> positions(static_cast<size_t>(dim));
+    std::iota(positions.begin(), positions.end(), int64_t{0});
+    KILN_ASSIGN_OR_RETURN(Value * table, i64Constant(ctx, {dim}, positions));
+    KILN_ASSIGN_OR_RETURN(c, ctx.emit(OpKind::kGather, {table, c}, {{"axis", int64_t{0}}}));
+    if (stride != 1) {
+      KILN_ASSIGN_OR_RETURN(Value * s, i64Constant(ctx, {}, {stride}));
+      KILN_ASSIGN_OR_RETURN(c, ctx.emit(OpKind::kMul, {c, s}));
+    }
+    if (flat) {
+      KILN_ASSIGN_OR_RETURN(flat, ctx.emit(OpKind::kAdd, {flat, c}));
+    } else {
+      flat = c;
+    }
+    stride *= dim;
+  }
+  // Each batch's first row: batch position (row-major over the b batch dims) times `stride`.
+  int64_t batches = 1;
+  for (int64_t d = 0; d < b; ++d) batches *= dt.shape[static_cast<size_t>(d)];
+  if (b > 0) {
+    Shape offShape(it.shape.begin(), it.shape.begin() + b);
+    offShape.resize(compShape.size(), 1);
+    std::vector<int64_t> offsets(static_cast<size_t>(batches));
+    for (int64_t i = 0; i < batches; ++i) offsets[static_cast<size_t>(i)] = i * stride;
+    KILN_ASSIGN_OR_RETURN(Value * off, i64Constant(ctx, offShape, offsets));
+    KILN_ASSIGN_OR_RETURN(flat, ctx.emit(OpKind::kAdd, {flat, off}));
+  }
+  Shape rows{batches * stride};
+  Shape rest(dt.shape.begin() + b + k, dt.shape.end());
+  rows.insert(rows.end(), rest.begin(), rest.end());
+  KILN_ASSIGN_OR_RETURN(Value * table, ctx.emit(OpKind::kReshape, {data}, {{"shape", rows}}));
+  return ctx.emit(OpKind::kGather, {table, flat}, {{"axis", int64_t{0}}}, 0).status();
+}
+
+// ReverseSequence (10): out[t, b] = in[len_b - 1 - t, b] for t < len_b, else in[t, b], by
+// gather_elements along the time axis (a length above the time dim reads out of range: an
+// error). Lengths below 0 reverse nothing.
+Status mapReverseSequence(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType lt, ctx.inputType(1));
+  KILN_ASSIGN_OR_RETURN(int64_t timeAxis, ctx.attrInt("time_axis", 0));
+  KILN_ASSIGN_OR_RETURN(int64_t batchAxis, ctx.attrInt("batch_axis", 1));
+  if (xt.rank() < 2 || !((timeAxis == 0 && batchAxis == 1) || (timeAxis == 1 && batchAxis == 0)))
+    return ctx.invalid(
+        "time_axis and batch_axis must be 0 and 1 (either way) of an input of rank "
+        "2 or more, got " +
+        std::to_string(timeAxis) + " and " + std::to_string(batchAxis) + " for " + xt.toString());
+  const int64_t t = xt.shape[static_cast<size_t>(timeAxis)];
+  const int64_t bsz = xt.shape[static_cast<size_t>(batchAxis)];
+  if (lt.shape != Shape{bsz} || (lt.dtype != ir::DType::kI64 && lt.dtype != ir::DType::kI32))
+    return ctx.invalid("sequence_lens " + lt.toString() + " must be i64[" + std::to_string(bsz) +
+                       "] (the batch dim)");
+  KILN_ASSIGN_OR_RETURN(Value * lens, ctx.value(1, /*trainable=*/false));
+  if (lt.dtype != ir::DType::kI64) {
+    KILN_ASSIGN_OR_RETURN(lens, ctx.emit(OpKind::kCast, {lens}, {{"to", std::string("i64")}}));
+  }
+  // Steps [T, 1] or [1, T] against lengths [1, B] or [B, 1].
+  std::vector<int64_t> steps(static_cast<size_t>(t));
+  std::iota(steps.begin(), steps.end(), int64_t{0});
+  const Shape stepShape = timeAxis == 0 ? Shape{t, 1} : Shape{1, t};
+  const Shape lenShape = timeAxis == 0 ? Shape{1, bsz} : Shape{bsz, 1};
+  KILN_ASSIGN_OR_RETURN(Value * step, i64Constant(ctx, stepShape, steps));
+  KILN_ASSIGN_OR_RETURN(lens, ctx.emit(OpKind::kReshape, {lens}, {{"shape", lenShape}}));
+  KILN_ASSIGN_OR_RETURN(Value * inside, ctx.emit(OpKind::kLess, {step, lens}));
+  KILN_ASSIGN_OR_RETURN(Value * one, i64Constant(ctx, {}, {1}));
+  KILN_ASSIGN_OR_RETURN(Value * lastOne, ctx.emit(OpKind::kSub, {lens, one}));
+  KILN_ASSIGN_OR_RETURN(Value * mirrored, ctx.emit(OpKind::kSub, {lastOne, step}));
+  KILN_ASSIGN_OR_RETURN(Value * src, ctx.emit(OpKind::kWhere, {inside, mirrored, step}));
+  // Over the remaining dims.
+  Shape full = xt.shape;
+  Shape keep{full[0], full[1]};
+  keep.resize(full.size(), 1);
+  KILN_ASSIGN_OR_RETURN(src, ctx.emit(OpKind::kReshape, {src}, {{"shape", keep}}));
+  KILN_ASSIGN_OR_RETURN(src, ctx.emit(OpKind::kExpand, {src}, {{"shape", full}}));
+  KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
+  return ctx.emit(OpKind::kGatherElements, {x, src}, {{"axis", timeAxis}}, 0).status();
+}
+
+// MaxUnpool (9, 11, 22): zeros of the unpooled shape ((in - 1) stride - pads + kernel per dim)
+// with each X value scattered to its index (flat in that shape, as MaxPool's Indices; a repeated
+// index keeps its last value), then, given output_shape, placed at its start and padded with
+// zeros to it.
+Status mapMaxUnpool(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType it, ctx.inputType(1));
+  const size_t spatial = xt.shape.size() < 3 ? 0 : xt.shape.size() - 2;
+  KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
+  KILN_ASSIGN_OR_RETURN(auto strides, ctx.attrInts("strides", std::vector<int64_t>(spatial, 1)));
+  KILN_ASSIGN_OR_RETURN(auto pads, ctx.attrInts("pads", std::vector<int64_t>(2 * spatial, 0)));
+  if (spatial == 0 || kernel.size() != spatial || strides.size() != spatial ||
+      pads.size() != 2 * spatial || it.shape != xt.shape || it.dtype != ir::DType::kI64)
+    return ctx.invalid("X " + xt.toString() + ", I " + it.toString() + ", kernel_shape " +
+                       ir::shapeToString(kernel) + ", strides " + ir::shapeToString(strides) +
+                       " and pads " + ir::shapeToString(pads) + " do not match");
+  Shape unpooled{xt.shape[0], xt.shape[1]};
+  for (size_t d = 0; d < spatial; ++d)
+    unpooled.push_back((xt.shape[d + 2] - 1) * strides[d] - (pads[d] + pads[d + spatial]) +
+                       kernel[d]);
+  Shape out = unpooled;
+  if (ctx.hasInput(2)) {
+    KILN_ASSIGN_OR_RETURN(out, ctx.constInts(2, "output_shape"));
+    if (out.size() != unpooled.size())
+      return ctx.invalid("output_shape " + ir::shapeToString(out) + " must have rank " +
+                         std::to_string(unpooled.size()));
+    for (size_t d = 0; d < out.size(); ++d)
+      if (out[d] < unpooled[d] || (d < 2 && out[d] != unpooled[d]))
+        return ctx.invalid("output_shape " + ir::shapeToString(out) +
+                           " is smaller than the unpooled shape " + ir::shapeToString(unpooled) +
+                           " (or changes N or C)");
+  }
+  const int64_t total = ir::numElements(unpooled);
+  KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(Value * idx, ctx.value(1, /*trainable=*/false));
+  KILN_ASSIGN_OR_RETURN(Value * zero, scalarConstant(ctx, xt.dtype, 0));
+  KILN_ASSIGN_OR_RETURN(Value * zeros,
+                        ctx.emit(OpKind::kExpand, {zero}, {{"shape", Shape{total}}}));
+  const Shape flatShape{ir::numElements(xt.shape)};
+  KILN_ASSIGN_OR_RETURN(Value * xf, ctx.emit(OpKind::kReshape, {x}, {{"shape", flatShape}}));
+  KILN_ASSIGN_OR_RETURN(Value * idf, ctx.emit(OpKind::kReshape, {idx}, {{"shape", flatShape}}));
+  KILN_ASSIGN_OR_RETURN(
+      Value * y, ctx.emit(OpKind::kScatterElements, {zeros, idf, xf}, {{"axis", int64_t{0}}}));
+  KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kReshape, {y}, {{"shape", unpooled}}));
+  // Zeros after the unpooled extent of each spatial dim that output_shape makes larger.
+  Shape cur = unpooled;
+  for (size_t d = 2; d < out.size(); ++d) {
+    if (out[d] == cur[d]) continue;
+    Shape padShape = cur;
+    padShape[d] = out[d] - cur[d];
+    KILN_ASSIGN_OR_RETURN(Value * pad, ctx.emit(OpKind::kExpand, {zero}, {{"shape", padShape}}));
+    KILN_ASSIGN_OR_RETURN(y,
+                          ctx.emit(OpKind::kConcat, {y, pad}, {{"axis", static_cast<int64_t>(d)}}));
+    cur[d] = out[d];
+  }
+  ctx.setOutput(0, y);
+  return Status::ok();
+}
+
+}  // namespace
+
+// GatherND 12 adds batch_dims; ReverseSequence 28 only more element types; MaxUnpool 11 adds
+// nothing kiln reads differently (output_shape's semantics were clarified).
+std::vector<MapperEntry> indexingMappers() {
+  return {
+      {"GatherND", {11, 12, 13}, mapGatherNd},
+      {"ReverseSequence", {10, 28}, mapReverseSequence},
+      {"MaxUnpool", {9, 11, 22}, mapMaxUnpool},
+  };
+}
+
+}  // namespace kiln::frontends::onnx_import
