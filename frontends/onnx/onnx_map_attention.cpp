@@ -302,10 +302,155 @@ Status mapAttention(NodeContext& ctx) {
   return Status::ok();
 }
 
+// LinearAttention (27): the recurrence over the (static) sequence unrolled, in f32 as ONNX's
+// reference (halves widened, the results rounded once). Per step t, per KV head: S *= exp(g_t)
+// (gated), v_t = beta_t (v_t - S^T k_t) (delta), S += k_t v_t^T, and each query head reads its KV
+// head's state (heads grouped: query head h reads KV head h / (q_num_heads / kv_num_heads)),
+// o_t = scale q_t^T S. Inputs [B, T, heads * dim]; the state [B, H_kv, d_k, d_v].
+Status mapLinearAttention(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType qt, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType kt, ctx.inputType(1));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType vt, ctx.inputType(2));
+  KILN_ASSIGN_OR_RETURN(std::string rule, ctx.attrString("update_rule", "gated_delta"));
+  if (rule != "linear" && rule != "gated" && rule != "delta" && rule != "gated_delta")
+    return ctx.invalid("update_rule must be linear, gated, delta or gated_delta, got '" + rule +
+                       "'");
+  const bool gated = rule == "gated" || rule == "gated_delta";
+  const bool delta = rule == "delta" || rule == "gated_delta";
+  KILN_ASSIGN_OR_RETURN(int64_t hq, ctx.attrInt("q_num_heads"));
+  KILN_ASSIGN_OR_RETURN(int64_t hkv, ctx.attrInt("kv_num_heads"));
+  KILN_ASSIGN_OR_RETURN(double scale, ctx.attrFloat("scale", 0.0));
+  if (!ir::isFloat(qt.dtype) || qt.rank() != 3 || kt.rank() != 3 || vt.rank() != 3 ||
+      kt.dtype != qt.dtype || vt.dtype != qt.dtype)
+    return ctx.invalid("query " + qt.toString() + ", key " + kt.toString() + " and value " +
+                       vt.toString() + " must be [B, T, heads * dim] of one float type");
+  if (hq <= 0 || hkv <= 0 || hq % hkv != 0 || qt.shape[2] % hq != 0 || vt.shape[2] % hkv != 0 ||
+      kt.shape[2] != qt.shape[2] / hq * hkv)
+    return ctx.invalid("q_num_heads " + std::to_string(hq) + " and kv_num_heads " +
+                       std::to_string(hkv) + " do not divide query " + qt.toString() + ", key " +
+                       kt.toString() + " and value " + vt.toString());
+  if (gated != ctx.hasInput(4) || delta != ctx.hasInput(5))
+    return ctx.invalid("update_rule '" + rule + "' " + (gated ? "needs" : "takes no") +
+                       " decay and " + (delta ? "needs" : "takes no") + " beta");
+  const int64_t b = qt.shape[0], t = qt.shape[1], dk = qt.shape[2] / hq, dv = vt.shape[2] / hkv;
+  const int64_t group = hq / hkv;
+  if (kt.shape[0] != b || kt.shape[1] != t || vt.shape[0] != b || vt.shape[1] != t)
+    return ctx.invalid("query, key and value must share B and T");
+  const Shape stateShape{b, hkv, dk, dv};
+  const DType f32 = DType::kF32;
+  auto emit = [&](OpKind k, std::vector<Value*> in, ir::AttrMap a = {}) {
+    return ctx.emit(k, std::move(in), std::move(a));
+  };
+  auto widen = [&](Value* v) -> Expected<Value*> {
+    if (v->type().dtype == f32) return v;
+    return emit(OpKind::kCast, {v}, {{"to", std::string("f32")}});
+  };
+  // [B, T, H * D] -> [B, H, T, D] in f32.
+  auto heads = [&](size_t i, int64_t h) -> Expected<Value*> {
+    KILN_ASSIGN_OR_RETURN(Value * v, ctx.value(i));
+    KILN_ASSIGN_OR_RETURN(v, widen(v));
+    const int64_t d = v->type().shape[2] / h;
+    KILN_ASSIGN_OR_RETURN(v, emit(OpKind::kReshape, {v}, {{"shape", Shape{b, t, h, d}}}));
+    return emit(OpKind::kTranspose, {v}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+  };
+  KILN_ASSIGN_OR_RETURN(Value * q, heads(0, hq));
+  KILN_ASSIGN_OR_RETURN(Value * k, heads(1, hkv));
+  KILN_ASSIGN_OR_RETURN(Value * v, heads(2, hkv));
+  Value* decay = nullptr;  // [B, H_kv, T, 1 or d_k]
+  if (gated) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType gt, ctx.inputType(4));
+    if (gt.rank() != 3 || gt.shape[0] != b || gt.shape[1] != t ||
+        (gt.shape[2] != hkv && gt.shape[2] != hkv * dk))
+      return ctx.invalid("decay " + gt.toString() + " must be [B, T, kv_num_heads] or [B, T, " +
+                         "kv_num_heads * d_k]");
+    KILN_ASSIGN_OR_RETURN(decay, heads(4, hkv));
+  }
+  Value* beta = nullptr;  // [B, H_kv or 1, T, 1]
+  if (delta) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType bt, ctx.inputType(5));
+    if (bt.rank() != 3 || bt.shape[0] != b || bt.shape[1] != t ||
+        (bt.shape[2] != hkv && bt.shape[2] != 1))
+      return ctx.invalid("beta " + bt.toString() + " must be [B, T, kv_num_heads] or [B, T, 1]");
+    KILN_ASSIGN_OR_RETURN(beta, heads(5, bt.shape[2]));
+  }
+  Value* state = nullptr;  // Null while zero.
+  DType stateType = qt.dtype;
+  if (ctx.hasInput(3)) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType st, ctx.inputType(3));
+    if (st.shape != stateShape || !ir::isFloat(st.dtype))
+      return ctx.invalid("past_state " + st.toString() + " must be [B, kv_num_heads, d_k, d_v] " +
+                         ir::shapeToString(stateShape));
+    stateType = st.dtype;
+    KILN_ASSIGN_OR_RETURN(state, ctx.value(3, /*trainable=*/false));
+    KILN_ASSIGN_OR_RETURN(state, widen(state));
+  }
+  const double scaleValue = scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(dk)) : scale;
+  KILN_ASSIGN_OR_RETURN(Value * scaleV, ctx.constantValue(filledTensor(f32, {}, scaleValue)));
+  auto step = [&](Value* x, int64_t i) -> Expected<Value*> {  // [B, H, 1, D]
+    return emit(OpKind::kSlice, {x},
+                {{"starts", std::vector<int64_t>{i}},
+                 {"ends", std::vector<int64_t>{i + 1}},
+                 {"axes", std::vector<int64_t>{2}}});
+  };
+  const ir::AttrMap swapLast{{"perm", std::vector<int64_t>{0, 1, 3, 2}}};
+  std::vector<Value*> outs;
+  for (int64_t i = 0; i < t; ++i) {
+    KILN_ASSIGN_OR_RETURN(Value * kI, step(k, i));  // [B, H_kv, 1, d_k]
+    KILN_ASSIGN_OR_RETURN(Value * vI, step(v, i));  // [B, H_kv, 1, d_v]
+    if (gated && state) {
+      KILN_ASSIGN_OR_RETURN(Value * g, step(decay, i));  // [B, H_kv, 1, 1 or d_k]
+      KILN_ASSIGN_OR_RETURN(g, emit(OpKind::kExp, {g}));
+      KILN_ASSIGN_OR_RETURN(g, emit(OpKind::kTranspose, {g}, swapLast));  // [.., 1 or d_k, 1]
+      KILN_ASSIGN_OR_RETURN(state, emit(OpKind::kMul, {state, g}));
+    }
+    if (delta) {
+      if (state) {
+        KILN_ASSIGN_OR_RETURN(Value * got, emit(OpKind::kMatMul, {kI, state}));  // k^T S
+        KILN_ASSIGN_OR_RETURN(vI, emit(OpKind::kSub, {vI, got}));
+      }
+      KILN_ASSIGN_OR_RETURN(Value * bI, step(beta, i));
+      KILN_ASSIGN_OR_RETURN(vI, emit(OpKind::kMul, {bI, vI}));
+    }
+    KILN_ASSIGN_OR_RETURN(Value * kCol, emit(OpKind::kTranspose, {kI}, swapLast));
+    KILN_ASSIGN_OR_RETURN(Value * outer, emit(OpKind::kMul, {kCol, vI}));  // [.., d_k, d_v]
+    if (state) {
+      KILN_ASSIGN_OR_RETURN(state, emit(OpKind::kAdd, {state, outer}));
+    } else {
+      state = outer;
+    }
+    // Query heads grouped by their KV head: [B, H_kv, group, d_k] x S -> [B, H_kv, group, d_v].
+    KILN_ASSIGN_OR_RETURN(Value * qI, step(q, i));  // [B, H_q, 1, d_k]
+    KILN_ASSIGN_OR_RETURN(qI, emit(OpKind::kReshape, {qI}, {{"shape", Shape{b, hkv, group, dk}}}));
+    KILN_ASSIGN_OR_RETURN(Value * o, emit(OpKind::kMatMul, {qI, state}));
+    KILN_ASSIGN_OR_RETURN(o, emit(OpKind::kMul, {o, scaleV}));
+    KILN_ASSIGN_OR_RETURN(o, emit(OpKind::kReshape, {o}, {{"shape", Shape{b, hq, 1, dv}}}));
+    outs.push_back(o);
+  }
+  KILN_ASSIGN_OR_RETURN(Value * o, outs.size() == 1
+                                       ? Expected<Value*>(outs[0])
+                                       : emit(OpKind::kConcat, outs, {{"axis", int64_t{2}}}));
+  KILN_ASSIGN_OR_RETURN(
+      o, emit(OpKind::kTranspose, {o}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}}));
+  KILN_ASSIGN_OR_RETURN(o, emit(OpKind::kReshape, {o}, {{"shape", Shape{b, t, hq * dv}}}));
+  if (qt.dtype != f32) {
+    KILN_ASSIGN_OR_RETURN(o,
+                          emit(OpKind::kCast, {o}, {{"to", std::string(ir::dtypeName(qt.dtype))}}));
+  }
+  ctx.setOutput(0, o);
+  if (ctx.outputUsed(1)) {
+    if (stateType != f32) {
+      KILN_ASSIGN_OR_RETURN(
+          state, emit(OpKind::kCast, {state}, {{"to", std::string(ir::dtypeName(stateType))}}));
+    }
+    ctx.setOutput(1, state);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 std::vector<MapperEntry> attentionMappers() {
-  return {{"Attention", {23, 24, 25}, mapAttention}};
+  return {{"Attention", {23, 24, 25}, mapAttention}, {"LinearAttention", {27}, mapLinearAttention}};
 }
 
 }  // namespace kiln::frontends::onnx_import

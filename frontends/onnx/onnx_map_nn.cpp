@@ -296,6 +296,71 @@ Status mapConvTranspose(NodeContext& ctx) {
   return Status::ok();
 }
 
+// CausalConvWithState (27): the past state (zeros without one) before the input along the length,
+// a depthwise conv2d over [B, C, 1, L + k - 1] with the optional bias, an optional SiLU, and the
+// last k - 1 positions of the padded sequence as the present state.
+Status mapCausalConvWithState(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType wt, ctx.inputType(1));
+  if (xt.rank() != 3 || wt.rank() != 3 || wt.shape[0] != xt.shape[1] || wt.shape[1] != 1 ||
+      wt.shape[2] < 1 || wt.dtype != xt.dtype)
+    return ctx.invalid("input " + xt.toString() + " and weight " + wt.toString() +
+                       " must be [batch, channels, length] and [channels, 1, k]");
+  KILN_ASSIGN_OR_RETURN(std::string activation, ctx.attrString("activation", "none"));
+  if (activation != "none" && activation != "silu" && activation != "swish")
+    return ctx.invalid("activation must be none, silu or swish, got '" + activation + "'");
+  const int64_t b = xt.shape[0], c = xt.shape[1], len = xt.shape[2], k = wt.shape[2];
+  const ir::Shape stateShape{b, c, k - 1};
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  ir::Value* padded = x;
+  if (k > 1) {
+    ir::Value* past = nullptr;
+    if (ctx.hasInput(3)) {
+      KILN_ASSIGN_OR_RETURN(ir::TensorType pt, ctx.inputType(3));
+      if (pt != ir::TensorType{xt.dtype, stateShape})
+        return ctx.invalid("past_state " + pt.toString() + " must be " +
+                           ir::TensorType{xt.dtype, stateShape}.toString());
+      KILN_ASSIGN_OR_RETURN(past, ctx.value(3, /*trainable=*/false));
+    } else {
+      KILN_ASSIGN_OR_RETURN(ir::Value * zero, scalarConstant(ctx, xt.dtype, 0));
+      KILN_ASSIGN_OR_RETURN(past, ctx.emit(OpKind::kExpand, {zero}, {{"shape", stateShape}}));
+    }
+    KILN_ASSIGN_OR_RETURN(padded, ctx.emit(OpKind::kConcat, {past, x}, {{"axis", int64_t{2}}}));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * w, ctx.value(1));
+  KILN_ASSIGN_OR_RETURN(ir::Value * p4, unsqueeze2(ctx, padded));
+  KILN_ASSIGN_OR_RETURN(ir::Value * w4, unsqueeze2(ctx, w));
+  std::vector<ir::Value*> ins{p4, w4};
+  if (ctx.hasInput(2)) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * bias, ctx.value(2));
+    ins.push_back(bias);
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * y4, ctx.emit(OpKind::kConv2d, std::move(ins),
+                                                 {{"strides", std::vector<int64_t>{1, 1}},
+                                                  {"pads", std::vector<int64_t>{0, 0, 0, 0}},
+                                                  {"dilations", std::vector<int64_t>{1, 1}},
+                                                  {"group", c}}));
+  const bool silu = activation != "none";
+  KILN_ASSIGN_OR_RETURN(
+      ir::Value * y,
+      ctx.emit(OpKind::kSqueeze, {y4}, {{"axes", std::vector<int64_t>{2}}}, silu ? -1 : 0));
+  if (silu) {
+    KILN_TRY(ctx.emit(OpKind::kSilu, {y}, {}, 0).status());
+  }
+  if (!ctx.outputUsed(1)) return Status::ok();
+  if (k == 1) {
+    ctx.setConstantOutput(1, filledTensor(xt.dtype, stateShape, 0));
+    return Status::ok();
+  }
+  return ctx
+      .emit(OpKind::kSlice, {padded},
+            {{"starts", std::vector<int64_t>{len}},
+             {"ends", std::vector<int64_t>{len + k - 1}},
+             {"axes", std::vector<int64_t>{2}}},
+            1)
+      .status();
+}
+
 // ONNX's pooled size (libonnx 1.12 and ONNX Runtime): ceil mode keeps a last window that
 // starts in the right padding, which kiln (like PyTorch) drops.
 int64_t onnxPooledSize(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe,
@@ -607,6 +672,7 @@ std::vector<MapperEntry> nnMappers() {
       {"Gemm", {7, 9, 11, 13}, mapGemm},
       {"Conv", {1, 11, 22}, mapConv},
       {"ConvTranspose", {1, 11, 22}, mapConvTranspose},
+      {"CausalConvWithState", {27}, mapCausalConvWithState},
       {"MaxPool", {1, 8, 10, 11, 12, 22}, mapPool<OpKind::kMaxPool2d>},
       {"AveragePool", {7, 10, 11, 19, 22}, mapPool<OpKind::kAvgPool2d>},
       {"GlobalAveragePool",

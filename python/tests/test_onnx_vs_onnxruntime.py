@@ -4,7 +4,8 @@ whose semantics kiln takes from ONNX Runtime where the specification is silent (
 sequence_lens, activation parameters, input_forget), PyTorch's nn.LSTM / nn.GRU exported by
 torch.onnx, LpPool / GlobalLpPool and GridSample (every mode, padding and align_corners, 2-D
 and 3-D, against ONNX Runtime and PyTorch's grid_sample), GatherND, ReverseSequence and
-MaxUnpool; and DFT against NumPy's FFT in f64 (ONNX Runtime's and
+MaxUnpool; the opset-27 LinearAttention and CausalConvWithState against ONNX's reference
+evaluator (ONNX Runtime has neither); and DFT against NumPy's FFT in f64 (ONNX Runtime's and
 ONNX's reference compute in f32). Run by ctest ("python: pytest") in the peer venv."""
 
 import numpy as np
@@ -367,3 +368,63 @@ def test_max_unpool_inverts_onnxruntime_max_pool(tmp_path, output_shape):
         np.testing.assert_array_equal(peer[0], expected[0])
     assert np.count_nonzero(expected[0]) == pooled.size
     check_kiln(tmp_path, model, [pooled, indices], expected, lambda e: 0)
+
+
+@pytest.mark.parametrize("rule", ["linear", "gated", "delta", "gated_delta"])
+def test_linear_attention_matches_onnx_reference(tmp_path, rule):
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(len(rule))
+    b, t, hq, hkv, dk, dv = 2, 6, 4, 2, 3, 5
+    inputs = [("query", rng.uniform(-1, 1, (b, t, hq * dk))),
+              ("key", rng.uniform(-1, 1, (b, t, hkv * dk)) / 2),
+              ("value", rng.uniform(-1, 1, (b, t, hkv * dv))),
+              ("past_state", rng.uniform(-1, 1, (b, hkv, dk, dv)))]
+    if rule in ("gated", "gated_delta"):  # Per key dim for one rule, per head for the other.
+        inputs.append(("decay", -rng.uniform(0, 0.5, (b, t, hkv * dk if rule == "gated" else hkv))))
+    if rule in ("delta", "gated_delta"):
+        inputs.append(("beta", rng.uniform(0, 1, (b, t, hkv))))
+    inputs = [(n, v.astype(np.float32)) for n, v in inputs]
+    names = [n for n, _ in inputs]
+    if rule == "delta":  # beta is input 5: leave decay (4) out by name.
+        names.insert(4, "")
+    node = helper.make_node("LinearAttention", names, ["y", "state"], update_rule=rule,
+                            q_num_heads=hq, kv_num_heads=hkv)
+    graph = helper.make_graph(
+        [node], "la", [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape)
+                       for n, v in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("state", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 27)])
+    model.ir_version = 10
+    values = [v for _, v in inputs]
+    expected = ReferenceEvaluator(model).run(None, dict(inputs))
+    check_kiln(tmp_path, model, values, expected, lambda e: 1e-6 * np.abs(e).max())
+
+
+@pytest.mark.parametrize("past,bias,activation", [(True, True, "silu"), (False, False, "none"),
+                                                  (True, False, "swish")])
+def test_causal_conv_with_state_matches_onnx_reference(tmp_path, past, bias, activation):
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(int(past) + 2 * int(bias))
+    b, c, length, k = 2, 3, 7, 4
+    inputs = [("x", rng.uniform(-1, 1, (b, c, length))), ("w", rng.uniform(-1, 1, (c, 1, k)))]
+    names = ["x", "w"]
+    if bias:
+        inputs.append(("bias", rng.uniform(-1, 1, (c,))))
+    names.append("bias" if bias else "")
+    if past:
+        inputs.append(("past", rng.uniform(-1, 1, (b, c, k - 1))))
+        names.append("past")
+    inputs = [(n, v.astype(np.float32)) for n, v in inputs]
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("CausalConvWithState", names, ["y", "state"], activation=activation)
+    graph = helper.make_graph(
+        [node], "cc", [helper.make_tensor_value_info(n, TensorProto.FLOAT, v.shape)
+                       for n, v in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("state", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 27)])
+    model.ir_version = 10
+    expected = ReferenceEvaluator(model).run(None, dict(inputs))
+    check_kiln(tmp_path, model, [v for _, v in inputs], expected, lambda e: 1e-6)
