@@ -40,13 +40,7 @@ Importer::Importer(::onnx::ModelProto& model, std::string displayName, InputDimN
   for (const auto& imp : model_.opset_import())
     opsets_[imp.domain() == "ai.onnx" ? "" : imp.domain()] = static_cast<int>(imp.version());
   const auto& g = model_.graph();
-  for (const auto& node : g.node())
-    for (const auto& in : node.input()) {
-      if (in.empty()) continue;
-      ++numConsumers_[in];
-      consumerNodes_[in].push_back(&node);
-    }
-  for (const auto& out : g.output()) ++numConsumers_[out.name()];
+  countConsumers(g, true);
   for (const auto* list : {&g.input(), &g.output(), &g.value_info()})
     for (const auto& vi : *list) onnxTypes_[vi.name()] = &vi.type();
   for (const auto& init : g.initializer()) {
@@ -251,6 +245,93 @@ Status Importer::importNode(const ::onnx::NodeProto& node) {
     poison();
   }
   return Status::ok();
+}
+
+void Importer::countConsumers(const ::onnx::GraphProto& g, bool outputs) {
+  for (const auto& node : g.node()) {
+    for (const auto& in : node.input()) {
+      if (in.empty()) continue;
+      ++numConsumers_[in];
+      consumerNodes_[in].push_back(&node);
+    }
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) countConsumers(a.g(), true);
+      for (const auto& sub : a.graphs()) countConsumers(sub, true);
+    }
+  }
+  if (outputs)
+    for (const auto& out : g.output()) ++numConsumers_[out.name()];
+}
+
+namespace {
+
+// The names `g` defines, in nested graphs too.
+void definedNames(const ::onnx::GraphProto& g, std::unordered_set<std::string>& names) {
+  for (const auto& in : g.input()) names.insert(in.name());
+  for (const auto& init : g.initializer()) names.insert(init.name());
+  for (const auto& node : g.node()) {
+    for (const auto& out : node.output())
+      if (!out.empty()) names.insert(out);
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) definedNames(a.g(), names);
+      for (const auto& sub : a.graphs()) definedNames(sub, names);
+    }
+  }
+}
+
+void renameIn(::onnx::GraphProto& g, const std::unordered_set<std::string>& names,
+              const std::string& scope) {
+  auto rename = [&](std::string* n) {
+    if (!n->empty() && names.count(*n)) *n = scope + *n;
+  };
+  for (auto& vi : *g.mutable_input()) rename(vi.mutable_name());
+  for (auto& vi : *g.mutable_output()) rename(vi.mutable_name());
+  for (auto& vi : *g.mutable_value_info()) rename(vi.mutable_name());
+  for (auto& init : *g.mutable_initializer()) rename(init.mutable_name());
+  for (auto& node : *g.mutable_node()) {
+    for (auto& in : *node.mutable_input()) rename(&in);
+    for (auto& out : *node.mutable_output()) rename(&out);
+    if (!node.name().empty()) node.set_name(scope + node.name());
+    for (auto& a : *node.mutable_attribute()) {
+      if (a.has_g()) renameIn(*a.mutable_g(), names, scope);
+      for (auto& sub : *a.mutable_graphs()) renameIn(sub, names, scope);
+    }
+  }
+}
+
+}  // namespace
+
+Expected<std::vector<OnnxValue>> Importer::inlineGraph(const ::onnx::GraphProto& body,
+                                                       const std::vector<OnnxValue>& inputs,
+                                                       const std::string& scope) {
+  if (static_cast<size_t>(body.input_size()) != inputs.size())
+    return invalidArgument("the subgraph '" + body.name() + "' takes " +
+                           std::to_string(body.input_size()) + " inputs, given " +
+                           std::to_string(inputs.size()));
+  std::unordered_set<std::string> names;
+  definedNames(body, names);
+  inlined_.push_back(body);
+  ::onnx::GraphProto& g = inlined_.back();
+  renameIn(g, names, scope);
+  countConsumers(g, true);
+  for (const auto& vi : g.value_info()) onnxTypes_[vi.name()] = &vi.type();
+  for (int i = 0; i < g.input_size(); ++i)
+    values_[g.input(i).name()] = inputs[static_cast<size_t>(i)];
+  for (const auto& init : g.initializer()) {
+    OnnxValue& v = values_[init.name()];
+    v = OnnxValue{};
+    v.initializer = &init;
+  }
+  for (const auto& node : g.node()) KILN_TRY(importNode(node));
+  std::vector<OnnxValue> outs;
+  for (const auto& out : g.output()) {
+    const OnnxValue* v = find(out.name());
+    if (!v)
+      return invalidArgument("the subgraph '" + body.name() + "' output '" +
+                             out.name().substr(scope.size()) + "' is not defined in it");
+    outs.push_back(*v);
+  }
+  return outs;
 }
 
 Status Importer::setGraphOutputs() {

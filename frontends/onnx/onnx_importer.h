@@ -2,6 +2,7 @@
 // problems found so far) and NodeContext, the view of it that an op mapper gets for one node.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -71,6 +72,14 @@ class Importer {
   // it is recorded (neededInputs) so that importing again with its value can succeed.
   void noteNeededConstant(const std::string& name);
   const std::set<std::string>& neededInputs() const { return neededInputs_; }
+  // Imports `body` (an If branch, a Loop or Scan body) once more into this graph, its inputs
+  // bound to `inputs` and every name it defines prefixed by `scope`, so that each inlining
+  // makes fresh values; names it does not define are the outer scopes' (ONNX's subgraphs read
+  // them directly). A node that cannot be imported is listed with the others and poisons what
+  // reads it. Returns the values of its outputs.
+  Expected<std::vector<OnnxValue>> inlineGraph(const ::onnx::GraphProto& body,
+                                               const std::vector<OnnxValue>& inputs,
+                                               const std::string& scope);
 
  private:
   Status addGraphInputs();
@@ -78,6 +87,9 @@ class Importer {
   Status checkAgainstOnnx(const ::onnx::NodeProto& node, const std::string& describe);
   Status setGraphOutputs();
   void removeDeadNodes();
+  // Counts the readers of every value (node inputs and graph outputs), in subgraphs too: a value
+  // read only inside a branch or a body is still read.
+  void countConsumers(const ::onnx::GraphProto& g, bool outputs);
 
   ::onnx::ModelProto& model_;
   std::string displayName_;
@@ -96,6 +108,7 @@ class Importer {
   std::vector<NodeProblem> problems_;
   std::map<std::string, ir::TensorData> bound_;
   std::set<std::string> graphInputs_, neededInputs_;
+  std::deque<::onnx::GraphProto> inlined_;  // The renamed copies inlineGraph imported.
 };
 
 // One ONNX node as an op mapper sees it: attributes with ONNX defaults, inputs as kiln values or
@@ -170,6 +183,20 @@ class NodeContext {
   // `trainable`: the data is a weight (a float initializer, reshaped or transposed at import).
   void setConstantOutput(size_t k, ir::TensorData data, bool trainable = false);
   void setPaddedOutput(size_t k, ir::Value* unpadded, std::vector<int64_t> pads);
+  // Defines output k as `v` (a value or a constant; poisoned: the node fails).
+  void setOutputValue(size_t k, const OnnxValue& v);
+
+  // ---- Subgraphs (If, Loop, Scan).
+  Expected<const ::onnx::GraphProto*> attrGraph(std::string_view name) const;
+  // Input i as the importer holds it (a constant stays one, so that a body can fold it).
+  OnnxValue inputValue(size_t i) { return input(i); }
+  Expected<std::vector<OnnxValue>> inlineGraph(const ::onnx::GraphProto& body,
+                                               const std::vector<OnnxValue>& inputs,
+                                               const std::string& scope) {
+    return imp_.inlineGraph(body, inputs, scope);
+  }
+  // An ir::Value for `v` (a parameter for a constant).
+  Expected<ir::Value*> valueOf(const OnnxValue& v);
 
   // ---- Errors. A mapper returns these to have the node listed in the import's one error.
   Status unsupported(const std::string& reason) const { return unimplemented(reason); }
@@ -237,6 +264,7 @@ std::vector<MapperEntry> recurrentMappers();
 std::vector<MapperEntry> signalMappers();
 std::vector<MapperEntry> samplingMappers();
 std::vector<MapperEntry> indexingMappers();
+std::vector<MapperEntry> controlFlowMappers();
 Status mapGelu(NodeContext& ctx);  // com.microsoft Gelu, and matched Erf GELU patterns.
 
 // Erf-based GELU subgraphs, x * 0.5 * (1 + Erf(x / sqrt(2))) in the orders exporters write it.

@@ -19,6 +19,7 @@ namespace kiln::frontends::onnx_import {
 namespace {
 
 using ir::OpKind;
+using ir::Shape;
 using ir::Value;
 
 enum class Mode { kNearest, kLinear, kCubic };
@@ -328,12 +329,61 @@ Status mapGridSample(NodeContext& ctx) {
   return s.run();
 }
 
+// AffineGrid (20): the normalized coordinates of every output pixel, (x, y[, z], 1) with x along
+// the last dim (align_corners: -1 .. 1 through the corner pixels' centres; else through the
+// pixels' edges), times theta^T: [H*W, 3] x [N, 3, 2] -> [N, H, W, 2] (3-D: 4 and 3). The size
+// must be known at import.
+Status mapAffineGrid(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType tt, floatInput(ctx));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> size, ctx.constInts(1, "size"));
+  KILN_ASSIGN_OR_RETURN(bool align, ctx.attrBool("align_corners", false));
+  const int64_t spatial = static_cast<int64_t>(size.size()) - 2;
+  if ((spatial != 2 && spatial != 3) || tt.rank() != 3 || tt.shape[0] != size[0] ||
+      tt.shape[1] != spatial || tt.shape[2] != spatial + 1)
+    return ctx.invalid("theta " + tt.toString() + " and size " + ir::shapeToString(size) +
+                       " must be [N, 2, 3] and [N, C, H, W], or [N, 3, 4] and [N, C, D, H, W]");
+  for (int64_t d : size)
+    if (d < 1) return ctx.invalid("size " + ir::shapeToString(size) + " must be positive");
+  const Shape dims(size.begin() + 2, size.end());
+  const int64_t points = ir::numElements(dims);
+  if (points * (spatial + 1) > kMaxFoldElements)
+    return ctx.unsupported("an AffineGrid of " + ir::shapeToString(dims) + " (too large)");
+  // Row p of the base: the coordinates of point p, x (the last dim) first, then 1.
+  ir::TensorData base = filledTensor(tt.dtype, {points, spatial + 1}, 1);
+  auto coord = [&](int64_t i, int64_t n) {
+    if (align) return n == 1 ? -1.0 : -1.0 + 2.0 * static_cast<double>(i) / (n - 1);
+    return (2.0 * static_cast<double>(i) + 1.0) / n - 1.0;
+  };
+  for (int64_t p = 0; p < points; ++p) {
+    int64_t rest = p;
+    for (int64_t d = spatial - 1; d >= 0; --d) {  // Dim d's index; x is the last dim.
+      const int64_t n = dims[static_cast<size_t>(d)], i = rest % n;
+      rest /= n;
+      const double c = coord(i, n);
+      const size_t at = static_cast<size_t>(p * (spatial + 1) + (spatial - 1 - d));
+      if (tt.dtype == ir::DType::kF32)
+        base.as<float>()[at] = static_cast<float>(c);
+      else
+        base.as<double>()[at] = c;
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(Value * b, ctx.constantValue(std::move(base)));
+  KILN_ASSIGN_OR_RETURN(Value * theta, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(Value * thetaT, ctx.emit(OpKind::kTranspose, {theta},
+                                                 {{"perm", std::vector<int64_t>{0, 2, 1}}}));
+  KILN_ASSIGN_OR_RETURN(Value * g, ctx.emit(OpKind::kMatMul, {b, thetaT}));
+  Shape out{size[0]};
+  out.insert(out.end(), dims.begin(), dims.end());
+  out.push_back(spatial);
+  return ctx.emit(OpKind::kReshape, {g}, {{"shape", out}}, 0).status();
+}
+
 }  // namespace
 
 // GridSample 16: 4-D, modes bilinear / bicubic / nearest; 20: N-D, modes linear / cubic /
 // nearest; 22 adds bfloat16 (refused: f32 and f64 only).
 std::vector<MapperEntry> samplingMappers() {
-  return {{"GridSample", {16, 20, 22}, mapGridSample}};
+  return {{"GridSample", {16, 20, 22}, mapGridSample}, {"AffineGrid", {20}, mapAffineGrid}};
 }
 
 }  // namespace kiln::frontends::onnx_import

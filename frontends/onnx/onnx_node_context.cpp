@@ -242,6 +242,26 @@ void NodeContext::setConstantOutput(size_t k, ir::TensorData data, bool trainabl
   out.constant = std::move(data);
 }
 
+void NodeContext::setOutputValue(size_t k, const OnnxValue& v) {
+  if (k >= numOutputs()) return;
+  const std::string& name = node_.output(static_cast<int>(k));
+  if (name.empty()) return;
+  imp_.define(name) = v;
+}
+
+Expected<const ::onnx::GraphProto*> NodeContext::attrGraph(std::string_view name) const {
+  const auto* a = findAttr(node_, name);
+  if (!a) return invalidArgument("missing required attribute '" + std::string(name) + "'");
+  if (a->type() != ::onnx::AttributeProto::GRAPH || !a->has_g()) return wrongKind(name, "a graph");
+  return &a->g();
+}
+
+Expected<ir::Value*> NodeContext::valueOf(const OnnxValue& v) {
+  if (v.value) return v.value;
+  if (v.constant) return constantValue(*v.constant);
+  return internalError(opType() + ": a subgraph value has neither data nor a value");
+}
+
 void NodeContext::setPaddedOutput(size_t k, ir::Value* unpadded, std::vector<int64_t> pads) {
   if (k >= numOutputs()) return;
   const std::string& name = node_.output(static_cast<int>(k));

@@ -63,9 +63,10 @@ std::string joinVersions(const std::vector<int>& vs) {
 const std::unordered_map<std::string, MapperEntry>& registry() {
   static const auto* table = [] {
     auto* t = new std::unordered_map<std::string, MapperEntry>;
-    for (auto family : {pointwiseMappers, nnMappers, movementMappers, constantMappers,
-                        padResizeMappers, compositeMappers, attentionMappers, derivedMappers,
-                        recurrentMappers, signalMappers, samplingMappers, indexingMappers})
+    for (auto family :
+         {pointwiseMappers, nnMappers, movementMappers, constantMappers, padResizeMappers,
+          compositeMappers, attentionMappers, derivedMappers, recurrentMappers, signalMappers,
+          samplingMappers, indexingMappers, controlFlowMappers})
       for (MapperEntry& e : family()) t->emplace(std::string(e.opType), std::move(e));
     return t;
   }();

@@ -5,7 +5,7 @@ sequence_lens, activation parameters, input_forget), PyTorch's nn.LSTM / nn.GRU 
 torch.onnx, LpPool / GlobalLpPool and GridSample (every mode, padding and align_corners, 2-D
 and 3-D, against ONNX Runtime and PyTorch's grid_sample), GatherND, ReverseSequence and
 MaxUnpool; the opset-27 LinearAttention and CausalConvWithState against ONNX's reference
-evaluator (ONNX Runtime has neither); and DFT against NumPy's FFT in f64 (ONNX Runtime's and
+evaluator (ONNX Runtime has neither); Scan, Loop and If unrolled or inlined at import; and DFT against NumPy's FFT in f64 (ONNX Runtime's and
 ONNX's reference compute in f32). Run by ctest ("python: pytest") in the peer venv."""
 
 import numpy as np
@@ -428,3 +428,76 @@ def test_causal_conv_with_state_matches_onnx_reference(tmp_path, past, bias, act
     model.ir_version = 10
     expected = ReferenceEvaluator(model).run(None, dict(inputs))
     check_kiln(tmp_path, model, [v for _, v in inputs], expected, lambda e: 1e-6)
+
+
+def _vi(name, shape, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def test_scan_with_axes_directions_and_an_outer_value_matches_onnxruntime(tmp_path):
+    # State s (running sum) and a scan output per step; the scan input runs along axis 1 in
+    # reverse, the scan output is stacked along axis 1 in reverse; the body reads `w` from the
+    # outer graph and holds an If whose condition is known (a constant) reading the body's value.
+    then_g = helper.make_graph([helper.make_node("Mul", ["t", "w"], ["r"])], "then", [],
+                               [_vi("r", [3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["t"], ["r2"])], "else", [],
+                               [_vi("r2", [3])])
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+         helper.make_node("Tanh", ["s_out"], ["t"]),
+         helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", TensorProto.BOOL,
+                                                                          [], [True])),
+         helper.make_node("If", ["c"], ["y_t"], then_branch=then_g, else_branch=else_g)],
+        "body", [_vi("s_in", [3]), _vi("x_t", [3])], [_vi("s_out", [3]), _vi("y_t", [3])])
+    node = helper.make_node("Scan", ["s0", "x"], ["s_final", "ys"], body=body, num_scan_inputs=1,
+                            scan_input_axes=[1], scan_input_directions=[1],
+                            scan_output_axes=[1], scan_output_directions=[1])
+    graph = helper.make_graph([node], "scan", [_vi("s0", [3]), _vi("x", [3, 5]), _vi("w", [3])],
+                              [_vi("s_final", [3]), _vi("ys", [3, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    rng = np.random.default_rng(0)
+    values = [rng.uniform(-1, 1, s).astype(np.float32) for s in ([3], [3, 5], [3])]
+    expected = onnxruntime_run(tmp_path, model, values, ["s0", "x", "w"])
+    check_kiln(tmp_path, model, values, expected, lambda e: 1e-6)
+
+
+def test_loop_stopped_by_its_condition_matches_onnxruntime(tmp_path):
+    # Up to 10 iterations; the body's condition (iteration < 3, known at import) stops it
+    # after 4; a loop-carried value and a scan output of each iteration.
+    body = helper.make_graph(
+        [helper.make_node("Constant", [], ["three"],
+                          value=helper.make_tensor("three", TensorProto.INT64, [], [3])),
+         helper.make_node("Less", ["i", "three"], ["cond_out"]),
+         helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["v_in", "fi"], ["scaled"]),
+         helper.make_node("Add", ["v_in", "scaled"], ["v_out"]),
+         helper.make_node("Identity", ["v_out"], ["scan"])],
+        "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL),
+                 _vi("v_in", [2])],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", [2]), _vi("scan", [2])])
+    trip = helper.make_tensor("trip", TensorProto.INT64, [], [10])
+    cond = helper.make_tensor("cond", TensorProto.BOOL, [], [True])
+    node = helper.make_node("Loop", ["trip", "cond", "v0"], ["v", "scans"], body=body)
+    graph = helper.make_graph([node], "loop", [_vi("v0", [2])], [_vi("v", [2]), _vi("scans", None)],
+                              [trip, cond])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    v0 = np.array([0.5, -1.25], np.float32)
+    expected = onnxruntime_run(tmp_path, model, [v0], ["v0"])
+    assert expected[1].shape == (4, 2)
+    check_kiln(tmp_path, model, [v0], expected, lambda e: 1e-6)
+
+
+def test_if_with_a_run_time_condition_is_an_error(tmp_path):
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["y1"])], "b", [],
+                               [_vi("y1", [2])])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+    graph = helper.make_graph([node], "if", [_vi("c", [], TensorProto.BOOL), _vi("x", [2])],
+                              [_vi("y", [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    path = tmp_path / "if.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(kiln.UserError, match=r"If .*an If whose condition is computed at run time"):
+        kiln.load(str(path))
