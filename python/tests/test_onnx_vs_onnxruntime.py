@@ -501,3 +501,21 @@ def test_if_with_a_run_time_condition_is_an_error(tmp_path):
     onnx.save(model, str(path))
     with pytest.raises(kiln.UserError, match=r"If .*an If whose condition is computed at run time"):
         kiln.load(str(path))
+
+
+@pytest.mark.parametrize("size,align", [([2, 3, 4, 5], 0), ([2, 3, 4, 5], 1), ([1, 2, 3, 1, 4], 0),
+                                        ([1, 2, 3, 4, 2], 1)])
+def test_affine_grid_matches_torch(tmp_path, size, align):
+    torch = pytest.importorskip("torch")
+    spatial = len(size) - 2
+    theta = np.random.default_rng(len(size) + align).uniform(
+        -1, 1, (size[0], spatial, spatial + 1)).astype(np.float32)
+    init = helper.make_tensor("size", TensorProto.INT64, [len(size)], size)
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align)
+    graph = helper.make_graph([node], "ag", [_vi("theta", list(theta.shape))], [_vi("grid", None)],
+                              [init])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 10
+    expected = torch.nn.functional.affine_grid(torch.from_numpy(theta), size,
+                                               align_corners=bool(align)).numpy()
+    check_kiln(tmp_path, model, [theta], [expected], lambda e: 1e-6)
