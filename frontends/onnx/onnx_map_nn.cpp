@@ -3,6 +3,7 @@
 // (inference), Softmax/LogSoftmax (opset < 13 flatten-to-2-D semantics), reductions.
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_map_util.h"
@@ -361,6 +362,205 @@ Status mapCausalConvWithState(NodeContext& ctx) {
       .status();
 }
 
+// ---- Integer and quantized products (MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv).
+// The integer products are computed exactly in f64 (|a - za| |b - zb| summed stays far below
+// 2^53 for any size kiln runs) and cast to int32; the quantized ones requantize that sum as ONNX's
+// reference does: times (a_scale b_scale / y_scale), that factor computed in the scales' type,
+// plus the output zero point, rounded half to even and saturated to int8 / uint8.
+
+// Input i (int8 / uint8), minus zero point input `zp` when given, as f64. A zero point with
+// more than one value is reshaped to `perShape` (per row, column or output channel).
+Expected<ir::Value*> shiftedF64(NodeContext& ctx, size_t i, size_t zp, const ir::Shape& perShape) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(i));
+  if (t.dtype != ir::DType::kI8 && t.dtype != ir::DType::kU8)
+    return ctx.unsupported(ctx.opType() + " of " + t.toString() + " (kiln takes int8 and uint8)");
+  const ir::AttrMap f64{{"to", std::string("f64")}};
+  KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i, /*trainable=*/false));
+  KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kCast, {v}, f64));
+  if (!ctx.hasInput(zp)) return v;
+  KILN_ASSIGN_OR_RETURN(ir::TensorType zt, ctx.inputType(zp));
+  if (zt.dtype != t.dtype)
+    return ctx.invalid("zero point " + zt.toString() + " must have its input's type " +
+                       std::string(ir::dtypeName(t.dtype)));
+  KILN_ASSIGN_OR_RETURN(ir::Value * z, ctx.value(zp, /*trainable=*/false));
+  KILN_ASSIGN_OR_RETURN(z, ctx.emit(OpKind::kCast, {z}, f64));
+  const ir::Shape zs = zt.numElements() == 1 ? ir::Shape{} : perShape;
+  if (zt.numElements() != 1 && zt.numElements() != ir::numElements(perShape))
+    return ctx.invalid("zero point " + zt.toString() + " must hold 1 or " +
+                       std::to_string(ir::numElements(perShape)) + " values");
+  KILN_ASSIGN_OR_RETURN(z, ctx.emit(OpKind::kReshape, {z}, {{"shape", zs}}));
+  return ctx.emit(OpKind::kSub, {v, z});
+}
+
+// A scale input (one value, or `perShape`'s count reshaped to it).
+Expected<ir::Value*> scaleInput(NodeContext& ctx, size_t i, const ir::Shape& perShape) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(i));
+  if (!ir::isFloat(t.dtype) ||
+      (t.numElements() != 1 && t.numElements() != ir::numElements(perShape)))
+    return ctx.invalid("scale " + t.toString() + " must be a float with 1 or " +
+                       std::to_string(ir::numElements(perShape)) + " values");
+  KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i, /*trainable=*/false));
+  return ctx.emit(OpKind::kReshape, {v},
+                  {{"shape", t.numElements() == 1 ? ir::Shape{} : perShape}});
+}
+
+// saturate(round_half_even(acc * (sa sb / sy)) + zy), to zy's type (else `fallback`).
+Status requantize(NodeContext& ctx, ir::Value* acc, ir::Value* sa, ir::Value* sb, ir::Value* sy,
+                  size_t zyInput, ir::DType fallback, const ir::Shape& zyShape) {
+  if (sa->type().dtype != sb->type().dtype || sa->type().dtype != sy->type().dtype)
+    return ctx.invalid("the scales must have one type");
+  KILN_ASSIGN_OR_RETURN(ir::Value * m, ctx.emit(OpKind::kMul, {sa, sb}));
+  KILN_ASSIGN_OR_RETURN(m, ctx.emit(OpKind::kDiv, {m, sy}));
+  KILN_ASSIGN_OR_RETURN(m, ctx.emit(OpKind::kCast, {m}, {{"to", std::string("f64")}}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kMul, {acc, m}));
+  ir::DType out = fallback;
+  if (ctx.hasInput(zyInput)) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType zt, ctx.inputType(zyInput));
+    out = zt.dtype;
+    if (zt.numElements() != 1 && zt.numElements() != ir::numElements(zyShape))
+      return ctx.invalid("y_zero_point " + zt.toString() + " must hold 1 or " +
+                         std::to_string(ir::numElements(zyShape)) + " values");
+    KILN_ASSIGN_OR_RETURN(ir::Value * z, ctx.value(zyInput, /*trainable=*/false));
+    KILN_ASSIGN_OR_RETURN(z, ctx.emit(OpKind::kCast, {z}, {{"to", std::string("f64")}}));
+    KILN_ASSIGN_OR_RETURN(z, ctx.emit(OpKind::kReshape, {z},
+                                      {{"shape", zt.numElements() == 1 ? ir::Shape{} : zyShape}}));
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, z}));
+  }
+  if (out != ir::DType::kI8 && out != ir::DType::kU8)
+    return ctx.unsupported("a quantized output of " + std::string(ir::dtypeName(out)) +
+                           " (kiln quantizes to int8 and uint8)");
+  KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kRound, {y}));
+  const bool u8 = out == ir::DType::kU8;
+  KILN_ASSIGN_OR_RETURN(
+      y, ctx.emit(OpKind::kClip, {y}, {{"min", u8 ? 0.0 : -128.0}, {"max", u8 ? 255.0 : 127.0}}));
+  return ctx.emit(OpKind::kCast, {y}, {{"to", std::string(ir::dtypeName(out))}}, 0).status();
+}
+
+// The rows and columns of a matrix product's operands [..., M, K] x [..., K, N].
+Expected<std::pair<int64_t, int64_t>> productRowsCols(NodeContext& ctx, size_t a, size_t b) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType at, ctx.inputType(a));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType bt, ctx.inputType(b));
+  if (at.rank() < 2 || bt.rank() < 2)
+    return ctx.unsupported(ctx.opType() + " of " + at.toString() + " and " + bt.toString() +
+                           " (kiln takes matrices and batches of them)");
+  return std::pair<int64_t, int64_t>{at.shape[at.shape.size() - 2], bt.shape.back()};
+}
+
+Status mapMatMulInteger(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(auto mn, productRowsCols(ctx, 0, 1));
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, shiftedF64(ctx, 0, 2, {mn.first, 1}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * b, shiftedF64(ctx, 1, 3, {mn.second}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * c, ctx.emit(OpKind::kMatMul, {a, b}));
+  return ctx.emit(OpKind::kCast, {c}, {{"to", std::string("i32")}}, 0).status();
+}
+
+// QLinearMatMul (10, 21): a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+// y_zero_point; a's parameters per tensor or per row, b's and y's per tensor or per column.
+Status mapQLinearMatMul(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(auto mn, productRowsCols(ctx, 0, 3));
+  const ir::Shape row{mn.first, 1}, col{mn.second};
+  KILN_ASSIGN_OR_RETURN(ir::Value * a, shiftedF64(ctx, 0, 2, row));
+  KILN_ASSIGN_OR_RETURN(ir::Value * b, shiftedF64(ctx, 3, 5, col));
+  KILN_ASSIGN_OR_RETURN(ir::Value * c, ctx.emit(OpKind::kMatMul, {a, b}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sa, scaleInput(ctx, 1, row));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sb, scaleInput(ctx, 4, col));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sy, scaleInput(ctx, 6, col));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType at, ctx.inputType(0));
+  return requantize(ctx, c, sa, sb, sy, 7, at.dtype, col);
+}
+
+// The integer convolution of ConvInteger and QLinearConv: x - x_zp (per tensor) and w - w_zp
+// (per tensor or per output channel) in f64 through kiln's conv2d with the node's window
+// attributes (1-D as [1, L]), plus an int32 bias (QLinearConv's B).
+Expected<ir::Value*> integerConv(NodeContext& ctx, size_t x, size_t xzp, size_t w, size_t wzp,
+                                 std::optional<size_t> bias) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(x));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType wt, ctx.inputType(w));
+  if ((xt.rank() != 3 && xt.rank() != 4) || wt.rank() != xt.rank())
+    return ctx.unsupported(ctx.opType() + " of " + xt.toString() + " and " + wt.toString() +
+                           " (kiln has 1-D and 2-D convolutions)");
+  ir::Shape perChannel(wt.shape.size(), 1);
+  perChannel[0] = wt.shape[0];
+  KILN_ASSIGN_OR_RETURN(ir::Value * xv, shiftedF64(ctx, x, xzp, {}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * wv, shiftedF64(ctx, w, wzp, perChannel));
+  std::vector<int64_t> kernel(wt.shape.begin() + 2, wt.shape.end());
+  KILN_ASSIGN_OR_RETURN(Window win, readWindow(ctx, xt.shape, kernel));
+  KILN_ASSIGN_OR_RETURN(int64_t group, ctx.attrInt("group", 1));
+  ir::AttrMap attrs = windowAttrs2d(win, false, true);
+  attrs["group"] = group;
+  const bool oneD = xt.rank() == 3;
+  if (oneD) {
+    KILN_ASSIGN_OR_RETURN(xv, unsqueeze2(ctx, xv));
+    KILN_ASSIGN_OR_RETURN(wv, unsqueeze2(ctx, wv));
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kConv2d, {xv, wv}, std::move(attrs)));
+  if (bias && ctx.hasInput(*bias)) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType bt, ctx.inputType(*bias));
+    if (bt.dtype != ir::DType::kI32 || bt.shape != ir::Shape{wt.shape[0]})
+      return ctx.invalid("B " + bt.toString() + " must be i32[" + std::to_string(wt.shape[0]) +
+                         "]");
+    KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(*bias, /*trainable=*/false));
+    KILN_ASSIGN_OR_RETURN(b, ctx.emit(OpKind::kCast, {b}, {{"to", std::string("f64")}}));
+    KILN_ASSIGN_OR_RETURN(
+        b, ctx.emit(OpKind::kReshape, {b}, {{"shape", ir::Shape{wt.shape[0], 1, 1}}}));
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, b}));
+  }
+  if (oneD) return ctx.emit(OpKind::kSqueeze, {y}, {{"axes", std::vector<int64_t>{2}}});
+  return y;
+}
+
+Status mapConvInteger(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, integerConv(ctx, 0, 2, 1, 3, std::nullopt));
+  return ctx.emit(OpKind::kCast, {y}, {{"to", std::string("i32")}}, 0).status();
+}
+
+// QLinearConv (10): x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+// B; w's parameters per tensor or per output channel.
+Status mapQLinearConv(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType wt, ctx.inputType(3));
+  KILN_ASSIGN_OR_RETURN(ir::Value * acc, integerConv(ctx, 0, 2, 3, 5, 8));
+  ir::Shape perOut(xt.shape.size(), 1);
+  perOut[1] = wt.shape[0];
+  KILN_ASSIGN_OR_RETURN(ir::Value * sx, scaleInput(ctx, 1, {}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sw, scaleInput(ctx, 4, perOut));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sy, scaleInput(ctx, 6, {}));
+  return requantize(ctx, acc, sx, sw, sy, 7, xt.dtype, {});
+}
+
+// DynamicQuantizeLinear (11): uint8 with scale (max(0, max x) - min(0, min x)) / 255 (1 where
+// the two are equal) and zero point saturate(round(-min / scale)), as ONNX's reference.
+Status mapDynamicQuantizeLinear(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  if (xt.dtype != ir::DType::kF32)
+    return ctx.unsupported("DynamicQuantizeLinear of " + xt.toString() + " (kiln takes f32)");
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  const ir::AttrMap all{{"axes", std::vector<int64_t>{}}, {"keepdims", int64_t{0}}};
+  KILN_ASSIGN_OR_RETURN(ir::Value * zero, scalarConstant(ctx, ir::DType::kF32, 0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * mx, ctx.emit(OpKind::kReduceMax, {x}, all));
+  KILN_ASSIGN_OR_RETURN(mx, ctx.emit(OpKind::kMaximum, {mx, zero}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * nx, ctx.emit(OpKind::kNeg, {x}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * mn, ctx.emit(OpKind::kReduceMax, {nx}, all));
+  KILN_ASSIGN_OR_RETURN(mn, ctx.emit(OpKind::kNeg, {mn}));
+  KILN_ASSIGN_OR_RETURN(mn, ctx.emit(OpKind::kMinimum, {mn, zero}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * range, ctx.emit(OpKind::kSub, {mx, mn}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * same, ctx.emit(OpKind::kEqual, {mx, mn}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * one, scalarConstant(ctx, ir::DType::kF32, 1));
+  KILN_ASSIGN_OR_RETURN(range, ctx.emit(OpKind::kWhere, {same, one, range}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * q, scalarConstant(ctx, ir::DType::kF32, 255));
+  KILN_ASSIGN_OR_RETURN(ir::Value * scale, ctx.emit(OpKind::kDiv, {range, q}, {}, 1));
+  KILN_ASSIGN_OR_RETURN(ir::Value * zp, ctx.emit(OpKind::kDiv, {mn, scale}));
+  KILN_ASSIGN_OR_RETURN(zp, ctx.emit(OpKind::kNeg, {zp}));
+  KILN_ASSIGN_OR_RETURN(zp, ctx.emit(OpKind::kClip, {zp}, {{"min", 0.0}, {"max", 255.0}}));
+  KILN_ASSIGN_OR_RETURN(zp, ctx.emit(OpKind::kRound, {zp}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * y, ctx.emit(OpKind::kDiv, {x, scale}));
+  KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kRound, {y}));
+  KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, zp}));
+  KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kClip, {y}, {{"min", 0.0}, {"max", 255.0}}));
+  KILN_TRY(ctx.emit(OpKind::kCast, {y}, {{"to", std::string("u8")}}, 0).status());
+  return ctx.emit(OpKind::kCast, {zp}, {{"to", std::string("u8")}}, 2).status();
+}
+
 // ONNX's pooled size (libonnx 1.12 and ONNX Runtime): ceil mode keeps a last window that
 // starts in the right padding, which kiln (like PyTorch) drops.
 int64_t onnxPooledSize(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe,
@@ -673,6 +873,11 @@ std::vector<MapperEntry> nnMappers() {
       {"Conv", {1, 11, 22}, mapConv},
       {"ConvTranspose", {1, 11, 22}, mapConvTranspose},
       {"CausalConvWithState", {27}, mapCausalConvWithState},
+      {"MatMulInteger", {10}, mapMatMulInteger},
+      {"QLinearMatMul", {10, 21}, mapQLinearMatMul},
+      {"ConvInteger", {10}, mapConvInteger},
+      {"QLinearConv", {10}, mapQLinearConv},
+      {"DynamicQuantizeLinear", {11}, mapDynamicQuantizeLinear},
       {"MaxPool", {1, 8, 10, 11, 12, 22}, mapPool<OpKind::kMaxPool2d>},
       {"AveragePool", {7, 10, 11, 19, 22}, mapPool<OpKind::kAvgPool2d>},
       {"GlobalAveragePool",

@@ -5,7 +5,9 @@ sequence_lens, activation parameters, input_forget), PyTorch's nn.LSTM / nn.GRU 
 torch.onnx, LpPool / GlobalLpPool and GridSample (every mode, padding and align_corners, 2-D
 and 3-D, against ONNX Runtime and PyTorch's grid_sample), GatherND, ReverseSequence and
 MaxUnpool; the opset-27 LinearAttention and CausalConvWithState against ONNX's reference
-evaluator (ONNX Runtime has neither); Scan, Loop and If unrolled or inlined at import; and DFT against NumPy's FFT in f64 (ONNX Runtime's and
+evaluator (ONNX Runtime has neither); Scan, Loop and If unrolled or inlined at import; the integer
+and quantized products (MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv,
+DynamicQuantizeLinear); and DFT against NumPy's FFT in f64 (ONNX Runtime's and
 ONNX's reference compute in f32). Run by ctest ("python: pytest") in the peer venv."""
 
 import numpy as np
@@ -519,3 +521,60 @@ def test_affine_grid_matches_torch(tmp_path, size, align):
     expected = torch.nn.functional.affine_grid(torch.from_numpy(theta), size,
                                                align_corners=bool(align)).numpy()
     check_kiln(tmp_path, model, [theta], [expected], lambda e: 1e-6)
+
+
+def _quantized(rng, shape, dtype):
+    lo, hi = (-128, 128) if dtype == np.int8 else (0, 256)
+    return rng.integers(lo, hi, shape).astype(dtype)
+
+
+QUANTIZED = ["qlinearmatmul-u8", "qlinearmatmul-i8-per-column", "qlinearconv-per-channel",
+             "matmulinteger-per-column", "convinteger", "dynamicquantize"]
+
+
+@pytest.mark.parametrize("case", QUANTIZED)
+def test_quantized_ops_match_onnxruntime(tmp_path, case):
+    rng = np.random.default_rng(QUANTIZED.index(case))
+    f = lambda *v: np.array(v, np.float32)  # noqa: E731
+    if case.startswith("qlinearmatmul"):
+        dt = np.uint8 if "u8" in case else np.int8
+        per = "per-column" in case
+        a, b = _quantized(rng, (2, 3, 16), dt), _quantized(rng, (16, 5), dt)
+        bs = rng.uniform(0.01, 0.05, 5).astype(np.float32) if per else f(0.02)
+        bz = _quantized(rng, (5,), dt) if per else np.array(3, dt)
+        inputs = [("a", a), ("a_scale", f(0.03)), ("a_zero_point", np.array(7, dt)), ("b", b),
+                  ("b_scale", bs), ("b_zero_point", bz), ("y_scale", f(0.9)),
+                  ("y_zero_point", np.array(2, dt))]
+        op, attrs = "QLinearMatMul", {}
+    elif case == "qlinearconv-per-channel":
+        x, w = _quantized(rng, (1, 4, 7, 6), np.uint8), _quantized(rng, (6, 2, 3, 3), np.int8)
+        inputs = [("x", x), ("x_scale", f(0.05)), ("x_zero_point", np.array(9, np.uint8)),
+                  ("w", w), ("w_scale", rng.uniform(0.005, 0.02, 6).astype(np.float32)),
+                  ("w_zero_point", np.zeros(6, np.int8)), ("y_scale", f(0.4)),
+                  ("y_zero_point", np.array(120, np.uint8)),
+                  ("B", rng.integers(-500, 500, 6).astype(np.int32))]
+        op, attrs = "QLinearConv", {"group": 2, "pads": [1, 0, 1, 1], "strides": [2, 1]}
+    elif case == "matmulinteger-per-column":
+        a, b = _quantized(rng, (4, 9), np.uint8), _quantized(rng, (9, 3), np.uint8)
+        inputs = [("A", a), ("B", b), ("a_zero_point", np.array(12, np.uint8)),
+                  ("b_zero_point", _quantized(rng, (3,), np.uint8))]
+        op, attrs = "MatMulInteger", {}
+    elif case == "convinteger":
+        inputs = [("x", _quantized(rng, (2, 3, 6, 5), np.uint8)),
+                  ("w", _quantized(rng, (4, 3, 2, 2), np.uint8)),
+                  ("x_zero_point", np.array(100, np.uint8))]
+        op, attrs = "ConvInteger", {"pads": [1, 1, 0, 0], "dilations": [2, 1]}
+    else:
+        inputs = [("x", rng.uniform(-3, 5, (3, 7)).astype(np.float32))]
+        op, attrs = "DynamicQuantizeLinear", {}
+    model = single_node_model(op, inputs, attrs, 21 if op == "QLinearMatMul" else 13)
+    if op == "DynamicQuantizeLinear":
+        del model.graph.output[:]
+        model.graph.node[0].output[:] = ["y", "scale", "zp"]
+        model.graph.output.extend([_vi("y", None, TensorProto.UINT8), _vi("scale", None),
+                                   _vi("zp", None, TensorProto.UINT8)])
+    elif op in ("MatMulInteger", "ConvInteger"):
+        model.graph.output[0].type.tensor_type.elem_type = TensorProto.INT32
+    values = [v for _, v in inputs]
+    expected = onnxruntime_run(tmp_path, model, values, [n for n, _ in inputs])
+    check_kiln(tmp_path, model, values, expected, lambda e: 0)
