@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "ir/fusion_group.h"
+#include "passes/fusion.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
@@ -118,8 +119,11 @@ class Selector {
     // Everything else reads plain memory (reductions read any layout through their strides
     // and write plain, when their reduced dims are one contiguous run that a generated kernel
     // can walk; others run on reference kernels, which read plain memory).
+    // An elementwise op that generated kernels do not take (a cast to an integer type,
+    // integer arithmetic) runs on a reference kernel, which reads plain memory too.
     const bool stridedReader =
-        (n->info().has(ir::kReduction) && ir::reducedRange(*n).first >= 0) || isElementwiseOp(*n);
+        notFusableReason(*n).empty() &&
+        ((n->info().has(ir::kReduction) && ir::reducedRange(*n).first >= 0) || isElementwiseOp(*n));
     for (size_t i = 0; i < n->inputs().size(); ++i)
       if (isNhwc(n->input(i)) && !stridedReader)
         n->replaceInput(i, converted(n->input(i), ir::Layout::kPlain, n));

@@ -578,3 +578,36 @@ def test_quantized_ops_match_onnxruntime(tmp_path, case):
     values = [v for _, v in inputs]
     expected = onnxruntime_run(tmp_path, model, values, [n for n, _ in inputs])
     check_kiln(tmp_path, model, values, expected, lambda e: 0)
+
+
+@pytest.mark.parametrize("fmt", ["dynamic", "qdq"])
+def test_onnxruntime_quantized_cnn_matches_onnxruntime(tmp_path, fmt):
+    # A small CNN quantized by ONNX Runtime's own tools: dynamic (DynamicQuantizeLinear,
+    # ConvInteger, MatMulInteger) and QDQ (QuantizeLinear / DequantizeLinear around Conv and
+    # Gemm, which kiln compiles with its integer casts reading plain memory).
+    torch = pytest.importorskip("torch")
+    quant = pytest.importorskip("onnxruntime.quantization")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 32), torch.nn.ReLU(),
+                              torch.nn.Linear(32, 10)).eval()
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    fp32, q = str(tmp_path / "fp32.onnx"), str(tmp_path / f"{fmt}.onnx")
+    torch.onnx.export(net, (torch.from_numpy(x),), fp32, input_names=["x"], dynamo=False,
+                      opset_version=17)
+    if fmt == "dynamic":
+        quant.quantize_dynamic(fp32, q, weight_type=quant.QuantType.QUInt8)
+    else:
+        class Reader(quant.CalibrationDataReader):
+            def __init__(self):
+                rng = np.random.default_rng(2)
+                self.batches = iter([{"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)}
+                                     for _ in range(4)])
+
+            def get_next(self):
+                return next(self.batches, None)
+        quant.quantize_static(fp32, q, Reader(), quant_format=quant.QuantFormat.QDQ)
+    expected = ort.InferenceSession(q, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    m = kiln.load(q)
+    for run in (kiln.compile(m), kiln.eager(m)):
+        np.testing.assert_allclose(run(x), expected[0], rtol=1e-5, atol=1e-6)

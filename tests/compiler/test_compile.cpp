@@ -572,6 +572,30 @@ graph fire(%x : f32[2,8,9,9], %ws : f32[4,8,1,1], %we1 : f32[6,4,1,1], %we3 : f3
   std::filesystem::remove_all(cache);
 }
 
+TEST_CASE("a quantize-dequantize between convolutions compiles: its integer cast reads plain") {
+  // ONNX Runtime's QDQ format: each activation rounded to uint8 and back between convolutions.
+  // The cast to u8 runs on a reference kernel (generated kernels do not take it): the layout
+  // pass must give it plain memory rather than the channels-last convolution output.
+  auto g = ir::parseGraph(R"(
+graph qdq(%x : f32[2,3,8,8], %w1 : f32[4,3,3,3], %w2 : f32[5,4,1,1], %s : f32[]) {
+  %c : f32[2,4,8,8] = conv2d(%x, %w1) {pads=[1,1,1,1]}
+  %r : f32[2,4,8,8] = relu(%c)
+  %d : f32[2,4,8,8] = div(%r, %s)
+  %q : f32[2,4,8,8] = round(%d)
+  %k : f32[2,4,8,8] = clip(%q) {min=0.0, max=255.0}
+  %u : u8[2,4,8,8] = cast(%k) {to="u8"}
+  %f : f32[2,4,8,8] = cast(%u) {to="f32"}
+  %dq : f32[2,4,8,8] = mul(%f, %s)
+  %y : f32[2,5,8,8] = conv2d(%dq, %w2)
+  return %y
+})");
+  INFO(g.status().message());
+  REQUIRE(g.hasValue());
+  const std::string cache = tempCacheDir("qdq_layout");
+  checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 6);
+  std::filesystem::remove_all(cache);
+}
+
 TEST_CASE("a convolution's residual that nothing reads later is overwritten in place, right") {
   const std::string algo = GENERATE(as<std::string>{}, "auto", "im2col_gemm");
   INFO(algo);
