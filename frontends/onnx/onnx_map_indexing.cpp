@@ -203,6 +203,58 @@ Status mapMaxUnpool(NodeContext& ctx) {
   return Status::ok();
 }
 
+// TensorScatter (24): the past cache with `update` written along `axis` at each batch's
+// write_indices[b] + s (mod the cache's length in circular mode), by scatter_elements (a linear
+// write past the cache's end is an out-of-range error).
+Status mapTensorScatter(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType ct, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType ut, ctx.inputType(1));
+  KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrString("mode", "linear"));
+  if (mode != "linear" && mode != "circular")
+    return ctx.invalid("mode must be linear or circular, got '" + mode + "'");
+  KILN_ASSIGN_OR_RETURN(int64_t axisAttr, ctx.attrInt("axis", -2));
+  KILN_ASSIGN_OR_RETURN(int axis, ir::normalizeAxis(axisAttr, ct.shape.size(), "axis"));
+  bool fits = ut.rank() == ct.rank() && ut.dtype == ct.dtype && axis >= 1;
+  for (size_t d = 0; fits && d < ct.shape.size(); ++d)
+    fits = static_cast<int>(d) == axis ? ut.shape[d] <= ct.shape[d] : ut.shape[d] == ct.shape[d];
+  if (!fits)
+    return ctx.invalid("update " + ut.toString() + " must match past_cache " + ct.toString() +
+                       " but along axis " + std::to_string(axis) + " (after the batch dim)");
+  const int64_t b = ct.shape[0], maxLen = ct.shape[static_cast<size_t>(axis)],
+                s = ut.shape[static_cast<size_t>(axis)];
+  // Positions [1, .., S, .., 1] along the axis, plus each batch's start [B, 1, ..].
+  Shape posShape(ct.shape.size(), 1);
+  posShape[static_cast<size_t>(axis)] = s;
+  std::vector<int64_t> pos(static_cast<size_t>(s));
+  std::iota(pos.begin(), pos.end(), int64_t{0});
+  KILN_ASSIGN_OR_RETURN(Value * idx, i64Constant(ctx, posShape, pos));
+  if (ctx.hasInput(2)) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType wt, ctx.inputType(2));
+    if (wt.shape != Shape{b} || (wt.dtype != ir::DType::kI64 && wt.dtype != ir::DType::kI32))
+      return ctx.invalid("write_indices " + wt.toString() + " must be i64[" + std::to_string(b) +
+                         "]");
+    KILN_ASSIGN_OR_RETURN(Value * w, ctx.value(2, /*trainable=*/false));
+    if (wt.dtype != ir::DType::kI64) {
+      KILN_ASSIGN_OR_RETURN(w, ctx.emit(OpKind::kCast, {w}, {{"to", std::string("i64")}}));
+    }
+    Shape startShape(ct.shape.size(), 1);
+    startShape[0] = b;
+    KILN_ASSIGN_OR_RETURN(w, ctx.emit(OpKind::kReshape, {w}, {{"shape", startShape}}));
+    KILN_ASSIGN_OR_RETURN(idx, ctx.emit(OpKind::kAdd, {idx, w}));
+  }
+  if (mode == "circular") {
+    KILN_ASSIGN_OR_RETURN(Value * len, i64Constant(ctx, {}, {maxLen}));
+    KILN_ASSIGN_OR_RETURN(idx, ctx.emit(OpKind::kMod, {idx, len}));
+  }
+  KILN_ASSIGN_OR_RETURN(idx, ctx.emit(OpKind::kExpand, {idx}, {{"shape", ut.shape}}));
+  KILN_ASSIGN_OR_RETURN(Value * past, ctx.value(0, /*trainable=*/false));
+  KILN_ASSIGN_OR_RETURN(Value * update, ctx.value(1));
+  return ctx
+      .emit(OpKind::kScatterElements, {past, idx, update}, {{"axis", static_cast<int64_t>(axis)}},
+            0)
+      .status();
+}
+
 }  // namespace
 
 // GatherND 12 adds batch_dims; ReverseSequence 28 only more element types; MaxUnpool 11 adds
@@ -212,6 +264,7 @@ std::vector<MapperEntry> indexingMappers() {
       {"GatherND", {11, 12, 13}, mapGatherNd},
       {"ReverseSequence", {10, 28}, mapReverseSequence},
       {"MaxUnpool", {9, 11, 22}, mapMaxUnpool},
+      {"TensorScatter", {24}, mapTensorScatter},
   };
 }
 

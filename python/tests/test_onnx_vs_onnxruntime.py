@@ -7,7 +7,8 @@ and 3-D, against ONNX Runtime and PyTorch's grid_sample), GatherND, ReverseSeque
 MaxUnpool; the opset-27 LinearAttention and CausalConvWithState against ONNX's reference
 evaluator (ONNX Runtime has neither); Scan, Loop and If unrolled or inlined at import; the integer
 and quantized products (MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv,
-DynamicQuantizeLinear); and DFT against NumPy's FFT in f64 (ONNX Runtime's and
+DynamicQuantizeLinear), TensorScatter; STFT against torch.stft, MelWeightMatrix against ONNX's
+reference; and DFT against NumPy's FFT in f64 (ONNX Runtime's and
 ONNX's reference compute in f32). Run by ctest ("python: pytest") in the peer venv."""
 
 import numpy as np
@@ -611,3 +612,62 @@ def test_onnxruntime_quantized_cnn_matches_onnxruntime(tmp_path, fmt):
     m = kiln.load(q)
     for run in (kiln.compile(m), kiln.eager(m)):
         np.testing.assert_allclose(run(x), expected[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("window,onesided", [(True, 1), (False, 0)])
+def test_stft_matches_torch(tmp_path, window, onesided):
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(int(window)).standard_normal((2, 100)).astype(np.float32)
+    n_fft, hop = 16, 5
+    w = torch.hann_window(n_fft).numpy() if window else np.ones(n_fft, np.float32)
+    inits = [helper.make_tensor("step", TensorProto.INT64, [], [hop])]
+    names = ["signal", "step"]
+    if window:
+        inits.append(helper.make_tensor("window", TensorProto.FLOAT, [n_fft], w))
+        names.append("window")
+    else:
+        inits.append(helper.make_tensor("length", TensorProto.INT64, [], [n_fft]))
+        names += ["", "length"]
+    node = helper.make_node("STFT", names, ["y"], onesided=onesided)
+    graph = helper.make_graph([node], "stft", [_vi("signal", [2, 100, 1])], [_vi("y", None)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    spec = torch.stft(torch.from_numpy(x), n_fft, hop_length=hop, window=torch.from_numpy(w),
+                      center=False, onesided=bool(onesided), return_complex=True)
+    expected = torch.view_as_real(spec).permute(0, 2, 1, 3).numpy()  # [B, frames, bins, 2]
+    check_kiln(tmp_path, model, [x[..., None]], [expected], lambda e: 1e-6 * np.abs(e).max())
+
+
+def test_tensor_scatter_matches_onnx_reference(tmp_path):
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(0)
+    for mode, starts in (("linear", [0, 3, 5]), ("circular", [6, 7, 2])):
+        cache = rng.standard_normal((3, 2, 8, 4)).astype(np.float32)
+        update = rng.standard_normal((3, 2, 3, 4)).astype(np.float32)
+        idx = np.array(starts, np.int64)
+        node = helper.make_node("TensorScatter", ["cache", "update", "idx"], ["y"], mode=mode)
+        graph = helper.make_graph([node], "ts", [_vi("cache", cache.shape), _vi("update", update.shape),
+                                                 _vi("idx", [3], TensorProto.INT64)],
+                                  [_vi("y", cache.shape)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+        model.ir_version = 10
+        expected = ReferenceEvaluator(model).run(None, {"cache": cache, "update": update,
+                                                        "idx": idx})
+        check_kiln(tmp_path, model, [cache, update, idx], expected, lambda e: 0)
+
+
+@pytest.mark.parametrize("edge_type", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_mel_weight_matrix_matches_onnx_reference(tmp_path, edge_type):
+    from onnx.reference import ReferenceEvaluator
+    i64 = lambda n, v: helper.make_tensor(n, TensorProto.INT64, [], [v])  # noqa: E731
+    inits = [i64("bins", 10), i64("dft", 64), i64("rate", 16000),
+             helper.make_tensor("lo", edge_type, [], [30.0]),
+             helper.make_tensor("hi", edge_type, [], [7600.0])]
+    node = helper.make_node("MelWeightMatrix", ["bins", "dft", "rate", "lo", "hi"], ["w"])
+    graph = helper.make_graph([node], "mel", [], [_vi("w", None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    expected = ReferenceEvaluator(model).run(None, {})
+    assert np.count_nonzero(expected[0]) > 10
+    check_kiln(tmp_path, model, [], expected, lambda e: 1e-7)
