@@ -159,14 +159,116 @@ Status mapPad(NodeContext& ctx) {
 // coordinate_transformation_mode).
 // The output length in these formulas is scale * in, unrounded (as ONNX's reference computes
 // it): with scales given, it need not be the integer output size.
-double sourceCoordinate(const std::string& mode, int64_t i, double scale, int64_t in) {
+double sourceCoordinate(const std::string& mode, int64_t i, double scale, int64_t in,
+                        int64_t outSize) {
   const double x = static_cast<double>(i);
   const double out = scale * static_cast<double>(in);
   if (mode == "half_pixel") return (x + 0.5) / scale - 0.5;
+  if (mode == "half_pixel_symmetric") {
+    const double adjustment = static_cast<double>(outSize) / out;
+    const double offset = static_cast<double>(in) / 2 * (1 - adjustment);
+    return offset + (x + 0.5) / scale - 0.5;
+  }
   if (mode == "pytorch_half_pixel") return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
   if (mode == "align_corners") return out == 1 ? 0.0 : x * static_cast<double>(in - 1) / (out - 1);
   if (mode == "asymmetric") return x / scale;
   return (x + 0.5) / scale;  // tf_half_pixel_for_nearest
+}
+
+// The resize of one dim as a matrix: row i holds output i's weights over the input (cubic,
+// antialiased linear or cubic, any coordinate mode), as ONNX's reference computes them: the
+// coefficients of the fraction of the source coordinate (1 at an integer), over the n input
+// positions nearest to it (ties to the lower), edge positions standing in past the ends
+// (exclude_outside: their weights dropped and the rest renormalized). tf_crop_and_resize: a
+// source outside the input is the extrapolation value (`extrapolated`, its row 0).
+struct ResizeMatrix {
+  std::vector<double> w;  // [out, in]
+  std::vector<bool> extrapolated;
+};
+
+std::vector<double> resizeCoefficients(const std::string& mode, bool antialias, double ratio,
+                                       double scale, double a, const std::string& nearest) {
+  if (mode == "nearest") {
+    if (ratio == 1.0) return {0, 1};
+    const bool second = nearest == "round_prefer_floor"  ? ratio > 0.5
+                        : nearest == "round_prefer_ceil" ? ratio >= 0.5
+                                                         : nearest == "ceil";
+    return {second ? 0.0 : 1.0, second ? 1.0 : 0.0};
+  }
+  if (!antialias) {
+    if (mode == "linear") return {1 - ratio, ratio};
+    const double r = ratio, q = 1 - ratio;
+    return {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+            ((a + 2) * r - (a + 3)) * r * r + 1, ((a + 2) * q - (a + 3)) * q * q + 1,
+            ((a * (q + 1) - 5 * a) * (q + 1) + 8 * a) * (q + 1) - 4 * a};
+  }
+  const double sc = std::min(scale, 1.0);
+  std::vector<double> c;
+  if (mode == "linear") {
+    const int64_t start = static_cast<int64_t>(std::floor(-1 / sc) + 1);
+    for (int64_t k = start; k < start + 2 - 2 * start; ++k)
+      c.push_back(std::clamp(1 - std::abs((static_cast<double>(k) - ratio) * sc), 0.0, 1.0));
+  } else {
+    const int64_t start = static_cast<int64_t>(std::floor(-2 / sc) + 1);
+    for (int64_t k = start; k < 2 - start; ++k) {
+      const double x = std::abs(sc * (static_cast<double>(k) - ratio));
+      const double x2 = x * x, x3 = x2 * x;
+      c.push_back(x <= 1  ? (a + 2) * x3 - (a + 3) * x2 + 1
+                  : x < 2 ? a * x3 - 5 * a * x2 + 8 * a * x - 4 * a
+                          : 0.0);
+    }
+  }
+  double sum = 0;
+  for (double v : c) sum += v;
+  for (double& v : c) v /= sum;
+  return c;
+}
+
+Expected<ResizeMatrix> resizeMatrix(NodeContext& ctx, const std::string& mode,
+                                    const std::string& coord, const std::string& nearest,
+                                    bool antialias, bool excludeOutside, double a, double scale,
+                                    int64_t in, int64_t out, double roiStart, double roiEnd) {
+  ResizeMatrix m;
+  m.w.assign(static_cast<size_t>(in * out), 0.0);
+  m.extrapolated.assign(static_cast<size_t>(out), false);
+  for (int64_t i = 0; i < out; ++i) {
+    double x;
+    if (coord == "tf_crop_and_resize") {
+      const double outWidth = scale * static_cast<double>(in);
+      x = outWidth == 1 ? (roiEnd - roiStart) * static_cast<double>(in - 1) / 2
+                        : static_cast<double>(i) * (roiEnd - roiStart) *
+                              static_cast<double>(in - 1) / (outWidth - 1);
+      x += roiStart * static_cast<double>(in - 1);
+      if (x < 0 || x > static_cast<double>(in - 1)) {
+        m.extrapolated[static_cast<size_t>(i)] = true;
+        continue;
+      }
+    } else {
+      x = sourceCoordinate(coord, i, scale, in, out);
+    }
+    const double ratio = x == std::floor(x) ? 1.0 : x - std::floor(x);
+    std::vector<double> c = resizeCoefficients(mode, antialias, ratio, scale, a, nearest);
+    const int64_t n = static_cast<int64_t>(c.size());
+    // The n positions nearest x, ties to the lower: from ceil(x) - n/2 (n is even).
+    const int64_t first = static_cast<int64_t>(std::ceil(x)) - n / 2;
+    if (excludeOutside) {
+      double sum = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t j = first + k;
+        if (j < 0 || j >= in) c[static_cast<size_t>(k)] = 0;
+        sum += c[static_cast<size_t>(k)];
+      }
+      if (sum == 0)
+        return ctx.invalid("exclude_outside leaves output " + std::to_string(i) +
+                           " no input to read");
+      for (double& v : c) v /= sum;
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t j = std::clamp<int64_t>(first + k, 0, in - 1);
+      m.w[static_cast<size_t>(i * in + j)] += c[static_cast<size_t>(k)];
+    }
+  }
+  return m;
 }
 
 int64_t roundNearest(const std::string& mode, double x) {
@@ -179,10 +281,10 @@ int64_t roundNearest(const std::string& mode, double x) {
 
 Status mapResize(NodeContext& ctx) {
   std::string policy = "stretch";
+  bool antialias = false;
   if (ctx.version() >= 18) {
-    // Version 18's additions: antialias (refused), axes and keep_aspect_ratio_policy (below).
-    KILN_ASSIGN_OR_RETURN(bool antialias, ctx.attrBool("antialias", false));
-    if (antialias) return ctx.unsupported("antialias=1 (kiln resizes without an antialias filter)");
+    // Version 18's additions: antialias, axes and keep_aspect_ratio_policy (below).
+    KILN_ASSIGN_OR_RETURN(antialias, ctx.attrBool("antialias", false));
     KILN_ASSIGN_OR_RETURN(policy, ctx.attrString("keep_aspect_ratio_policy", "stretch"));
     if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
       return ctx.invalid("keep_aspect_ratio_policy '" + policy + "'");
@@ -191,18 +293,26 @@ Status mapResize(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::string coord,
                         ctx.attrString("coordinate_transformation_mode", "half_pixel"));
   KILN_ASSIGN_OR_RETURN(std::string nearest, ctx.attrString("nearest_mode", "round_prefer_floor"));
-  if (mode != "nearest" && mode != "linear")
-    return ctx.unsupported("mode '" + mode + "' (kiln composes nearest and linear Resize)");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    return ctx.invalid("mode '" + mode + "' is not nearest, linear or cubic");
   if (coord != "half_pixel" && coord != "pytorch_half_pixel" && coord != "align_corners" &&
-      coord != "asymmetric" && coord != "tf_half_pixel_for_nearest")
-    return ctx.unsupported("coordinate_transformation_mode '" + coord + "'");
+      coord != "asymmetric" && coord != "tf_half_pixel_for_nearest" &&
+      coord != "half_pixel_symmetric" && coord != "tf_crop_and_resize")
+    return ctx.invalid("coordinate_transformation_mode '" + coord + "'");
+  if (antialias && mode == "nearest") antialias = false;  // ONNX: linear and cubic only.
+  KILN_ASSIGN_OR_RETURN(double cubicA, ctx.attrFloat("cubic_coeff_a", -0.75));
+  KILN_ASSIGN_OR_RETURN(bool excludeOutside, ctx.attrBool("exclude_outside", false));
+  KILN_ASSIGN_OR_RETURN(double extrapolation, ctx.attrFloat("extrapolation_value", 0.0));
+  // Cubic, antialiased and crop-and-resize weights are a matrix per dim; nearest and linear
+  // otherwise gather (one or two taps).
+  const bool byMatrix = mode == "cubic" || antialias || coord == "tf_crop_and_resize";
   if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" &&
       nearest != "ceil")
     return ctx.invalid("nearest_mode '" + nearest + "'");
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
   const size_t r = xt.shape.size();
-  if (mode == "linear" && (!ir::isFloat(xt.dtype) || !foldableDType(xt.dtype)))
-    return ctx.unsupported("linear Resize of " + xt.toString() + " (kiln blends f32 and f64)");
+  if ((mode != "nearest" || byMatrix) && (!ir::isFloat(xt.dtype) || !foldableDType(xt.dtype)))
+    return ctx.unsupported(mode + " Resize of " + xt.toString() + " (kiln blends f32 and f64)");
 
   // The axes that scales or sizes name (version 18's axes attribute; all dims by default).
   std::vector<int> axes;
@@ -266,10 +376,74 @@ Status mapResize(NodeContext& ctx) {
     return ctx.invalid("Resize needs scales or sizes");
   }
 
+  // tf_crop_and_resize's region: roi (input 1) [starts..., ends...] over the named axes.
+  std::vector<double> roiStart(r, 0.0), roiEnd(r, 1.0);
+  if (coord == "tf_crop_and_resize") {
+    KILN_ASSIGN_OR_RETURN(const ir::TensorData* roi, ctx.requireConstant(1));
+    if (!roi || roi->numElements() != static_cast<int64_t>(2 * na))
+      return ctx.invalid("tf_crop_and_resize needs roi (input 1) known at import with " +
+                         std::to_string(2 * na) + " values");
+    for (size_t i = 0; i < na; ++i) {
+      roiStart[static_cast<size_t>(axes[i])] = elementAsDouble(*roi, static_cast<int64_t>(i));
+      roiEnd[static_cast<size_t>(axes[i])] = elementAsDouble(*roi, static_cast<int64_t>(i + na));
+    }
+  }
+
   KILN_ASSIGN_OR_RETURN(ir::Value * cur, ctx.value(0));
   for (size_t d = 0; d < r; ++d) {
     const int64_t in = xt.shape[d], out = sizes[d];
-    if (in == out && scales[d] == 1.0) continue;
+    if (in == out && scales[d] == 1.0 && coord != "tf_crop_and_resize") continue;
+    if (byMatrix) {
+      if (in == 0) return ctx.invalid("cannot resize an empty dim " + std::to_string(d));
+      if (in * out > (int64_t{1} << 22))
+        return ctx.unsupported("a " + mode + " Resize of dim " + std::to_string(d) + " from " +
+                               std::to_string(in) + " to " + std::to_string(out) +
+                               " (kiln multiplies by an [out, in] matrix of weights: at most "
+                               "2^22 entries)");
+      KILN_ASSIGN_OR_RETURN(
+          ResizeMatrix m, resizeMatrix(ctx, mode, coord, nearest, antialias, excludeOutside, cubicA,
+                                       scales[d], in, out, roiStart[d], roiEnd[d]));
+      // cur moved to [..., in] along d, times W^T [in, out], moved back.
+      ir::TensorData wt(xt.dtype, {in, out});
+      for (int64_t j = 0; j < in; ++j)
+        for (int64_t i = 0; i < out; ++i) {
+          const double v = m.w[static_cast<size_t>(i * in + j)];
+          if (xt.dtype == ir::DType::kF32)
+            wt.as<float>()[j * out + i] = static_cast<float>(v);
+          else
+            wt.as<double>()[j * out + i] = v;
+        }
+      std::vector<int64_t> perm;
+      for (size_t k = 0; k < r; ++k)
+        if (k != d) perm.push_back(static_cast<int64_t>(k));
+      perm.push_back(static_cast<int64_t>(d));
+      std::vector<int64_t> back(r);
+      for (size_t k = 0; k < r; ++k) back[static_cast<size_t>(perm[k])] = static_cast<int64_t>(k);
+      const bool last = d + 1 == r;
+      if (!last) {
+        KILN_ASSIGN_OR_RETURN(cur, ctx.emit(OpKind::kTranspose, {cur}, {{"perm", perm}}));
+      }
+      KILN_ASSIGN_OR_RETURN(ir::Value * wv, ctx.constantValue(std::move(wt)));
+      KILN_ASSIGN_OR_RETURN(cur, ctx.emit(OpKind::kMatMul, {cur, wv}));
+      if (!last) {
+        KILN_ASSIGN_OR_RETURN(cur, ctx.emit(OpKind::kTranspose, {cur}, {{"perm", back}}));
+      }
+      if (std::find(m.extrapolated.begin(), m.extrapolated.end(), true) != m.extrapolated.end()) {
+        ir::Shape eShape(r, 1);
+        eShape[d] = out;
+        ir::TensorData e = filledTensor(xt.dtype, eShape, 0);
+        for (int64_t i = 0; i < out; ++i)
+          if (m.extrapolated[static_cast<size_t>(i)]) {
+            if (xt.dtype == ir::DType::kF32)
+              e.as<float>()[i] = static_cast<float>(extrapolation);
+            else
+              e.as<double>()[i] = extrapolation;
+          }
+        KILN_ASSIGN_OR_RETURN(ir::Value * ev, ctx.constantValue(std::move(e)));
+        KILN_ASSIGN_OR_RETURN(cur, ctx.emit(OpKind::kAdd, {cur, ev}));
+      }
+      continue;
+    }
     if (in == 0) return ctx.invalid("cannot resize an empty dim " + std::to_string(d));
     // The gather indices and blend weights are import-time tables of `out` entries each.
     constexpr int64_t kMaxResized = int64_t{1} << 20;
@@ -280,7 +454,7 @@ Status mapResize(NodeContext& ctx) {
     std::vector<int64_t> lo(static_cast<size_t>(out)), hi(static_cast<size_t>(out));
     std::vector<double> wHi(static_cast<size_t>(out));
     for (int64_t i = 0; i < out; ++i) {
-      const double x = sourceCoordinate(coord, i, scales[d], in);
+      const double x = sourceCoordinate(coord, i, scales[d], in, out);
       const size_t k = static_cast<size_t>(i);
       if (mode == "nearest") {
         lo[k] = std::clamp<int64_t>(roundNearest(nearest, x), 0, in - 1);
@@ -328,8 +502,7 @@ Status mapResize(NodeContext& ctx) {
 // Versions: Pad 2 takes pads and value as attributes, 11 as inputs, 18 adds the axes input, 19
 // the wrap mode (refused with the other unknown modes); Resize 11 is the first with roi,
 // scales and sizes inputs (Resize 10 is not mapped), 18 adds antialias, axes and
-// keep_aspect_ratio_policy (refused unless they change nothing), 19 the half_pixel_symmetric
-// mode (refused with the other unknown modes). The rest only add element types.
+// keep_aspect_ratio_policy, 19 the half_pixel_symmetric mode. The rest only add element types.
 std::vector<MapperEntry> padResizeMappers() {
   return {{"Pad", {2, 11, 13, 18, 19, 21, 23, 24, 25}, mapPad},
           {"Resize", {11, 13, 18, 19}, mapResize}};

@@ -8,7 +8,7 @@ MaxUnpool; the opset-27 LinearAttention and CausalConvWithState against ONNX's r
 evaluator (ONNX Runtime has neither); Scan, Loop and If unrolled or inlined at import; the integer
 and quantized products (MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv,
 DynamicQuantizeLinear), TensorScatter; STFT against torch.stft, MelWeightMatrix against ONNX's
-reference; and DFT against NumPy's FFT in f64 (ONNX Runtime's and
+reference; Resize's cubic, antialiased and crop-and-resize modes; and DFT against NumPy's FFT in f64 (ONNX Runtime's and
 ONNX's reference compute in f32). Run by ctest ("python: pytest") in the peer venv."""
 
 import numpy as np
@@ -671,3 +671,42 @@ def test_mel_weight_matrix_matches_onnx_reference(tmp_path, edge_type):
     expected = ReferenceEvaluator(model).run(None, {})
     assert np.count_nonzero(expected[0]) > 10
     check_kiln(tmp_path, model, [], expected, lambda e: 1e-7)
+
+
+RESIZES = [
+    ({"mode": "cubic"}, [1, 2, 5, 7], [1, 1, 1.6, 2.3], None),
+    ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1}, [1, 2, 8, 9], [1, 1, 0.6, 0.5],
+     None),
+    ({"mode": "cubic", "coordinate_transformation_mode": "align_corners"}, [2, 1, 6, 5],
+     [1, 1, 1.5, 2.0], None),
+    ({"mode": "linear", "antialias": 1}, [1, 3, 12, 10], [1, 1, 0.4, 0.7], None),
+    ({"mode": "cubic", "antialias": 1}, [1, 2, 11, 9], [1, 1, 0.55, 0.3], None),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}, [1, 1, 7, 6],
+     [1, 1, 1.7, 0.6], None),
+    ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize",
+      "extrapolation_value": 9.0}, [1, 2, 6, 7], [1, 1, 1.5, 1.3], [0, 0, -0.2, 0.3, 1, 1, 0.9, 1.4]),
+    ({"mode": "nearest", "coordinate_transformation_mode": "tf_crop_and_resize"}, [1, 1, 5, 5],
+     [1, 1, 2.0, 1.4], [0, 0, 0.1, 0.2, 1, 1, 0.8, 0.9]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(RESIZES)))
+def test_resize_modes_match_onnxruntime(tmp_path, case):
+    attrs, shape, scales, roi = RESIZES[case]
+    x = np.random.default_rng(case).uniform(-1, 1, shape).astype(np.float32)
+    inits = [helper.make_tensor("roi", TensorProto.FLOAT, [len(roi)], roi) if roi else None,
+             helper.make_tensor("scales", TensorProto.FLOAT, [4], scales)]
+    names = ["x", "roi" if roi else "", "scales"]
+    node = helper.make_node("Resize", names, ["y"], **attrs)
+    graph = helper.make_graph([node], "resize", [_vi("x", shape)], [_vi("y", None)],
+                              [i for i in inits if i is not None])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 10
+    expected = onnxruntime_run(tmp_path, model, [x], ["x"])
+    if roi and max(roi) > 1 or min(roi or [0]) < 0:
+        # A region reaching past the image: ONNX Runtime's output differs there from ONNX's
+        # reference (whose formula, output length scale * input unrounded, kiln and the
+        # conformance cases follow).
+        from onnx.reference import ReferenceEvaluator
+        expected = ReferenceEvaluator(model).run(None, {"x": x})
+    check_kiln(tmp_path, model, [x], expected, lambda e: 2e-6)
