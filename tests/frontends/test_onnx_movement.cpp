@@ -277,11 +277,15 @@ TEST_CASE("onnx: Resize nearest and linear, with scales or sizes") {
                {1, 1 + a, 1 + b, 2, 1 + 2 * a, 1 + 2 * a + a, 1 + 2 * a + b, 2 + 2 * a, 1 + 2 * b,
                 1 + 2 * b + a, 1 + 2 * b + b, 2 + 2 * b, 3, 3 + a, 3 + b, 4});
   }
-  SECTION("cubic is unsupported") {
-    Model m = resize({attrString("mode", "cubic")}, false);
+  SECTION("cubic keeps a constant (its weights sum to 1); an unknown mode is an error") {
+    auto y = run(resize({attrString("mode", "cubic")}, false),
+                 {makeF32({1, 1, 2, 2}, {2.5f, 2.5f, 2.5f, 2.5f})});
+    checkClose(y[0], {1, 1, 4, 4}, std::vector<float>(16, 2.5f));
+    Model m = resize({attrString("mode", "bicubic")}, false);
     m.proto().mutable_graph()->mutable_node(0)->set_name("up");
     const kiln::Status s = importError(m);
-    CHECK(s.code() == ErrorCode::kUnimplemented);
-    CHECK_THAT(s.message(), Catch::Contains("Resize (opset 13) node 'up': mode 'cubic'"));
+    CHECK(s.code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains("Resize (opset 13) node 'up': mode 'bicubic' is not "
+                                            "nearest, linear or cubic"));
   }
 }
