@@ -34,6 +34,12 @@ int64_t elementAsInt(const TensorData& t, int64_t i) {
     case DType::kU8:
     case DType::kBool:
       return t.as<uint8_t>()[i];
+    case DType::kU64: {  // Saturating above int64's range.
+      const uint64_t v = t.as<uint64_t>()[i];
+      return v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                 ? std::numeric_limits<int64_t>::max()
+                 : static_cast<int64_t>(v);
+    }
     default: {
       const double d = elementAsDouble(t, i);
       // Truncation toward zero, saturating where a C++ conversion would be undefined.
@@ -51,6 +57,22 @@ double elementAsDouble(const TensorData& t, int64_t i) {
       return t.as<float>()[i];
     case DType::kF64:
       return t.as<double>()[i];
+    case DType::kBF16: {
+      const uint32_t bits = uint32_t{t.as<uint16_t>()[i]} << 16;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      return f;
+    }
+    case DType::kF16: {
+      const uint16_t h = t.as<uint16_t>()[i];
+      const int exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
+      const double sign = (h & 0x8000) ? -1.0 : 1.0;
+      if (exp == 0) return sign * std::ldexp(frac, -24);  // Zero and subnormals.
+      if (exp == 31) return frac ? NAN : sign * INFINITY;
+      return sign * std::ldexp(1024 + frac, exp - 25);
+    }
+    case DType::kU64:
+      return static_cast<double>(t.as<uint64_t>()[i]);
     default:
       return static_cast<double>(elementAsInt(t, i));
   }

@@ -101,6 +101,15 @@ Status checkGraphStructure(const ::onnx::GraphProto& g, int opset) {
         KILN_TRY(onnx_import::checkNodeSchema(node, v).withContext(by));
     }
     for (const auto& out : node.output()) KILN_TRY(define(out, by));
+    // Subgraphs (If branches, Loop and Scan bodies) are held to the same rules: their nodes are
+    // imported too (inlined).
+    for (const auto& a : node.attribute()) {
+      if (a.has_g())
+        KILN_TRY(
+            checkGraphStructure(a.g(), opset).withContext(by + ", subgraph '" + a.name() + "'"));
+      for (const auto& sub : a.graphs())
+        KILN_TRY(checkGraphStructure(sub, opset).withContext(by + ", subgraph '" + a.name() + "'"));
+    }
   }
   return Status::ok();
 }

@@ -308,16 +308,30 @@ Expected<std::vector<OnnxValue>> Importer::inlineGraph(const ::onnx::GraphProto&
     return invalidArgument("the subgraph '" + body.name() + "' takes " +
                            std::to_string(body.input_size()) + " inputs, given " +
                            std::to_string(inputs.size()));
+  // Each inlining is a fresh scope even where two nodes' readable prefixes meet.
+  const std::string unique = scope + std::to_string(inlined_.size()) + "/";
+  inlinedNodes_ += body.node_size();
+  inlinedBytes_ += static_cast<int64_t>(body.ByteSizeLong());
+  if (inlinedNodes_ > kMaxInlinedNodes || inlinedBytes_ > kMaxInlinedBytes)
+    return unimplemented("unrolling control flow would import more than " +
+                         std::to_string(kMaxInlinedNodes) + " nodes or copy more than " +
+                         std::to_string(kMaxInlinedBytes >> 20) +
+                         " MiB of subgraphs (kiln's graphs have no loops; a loop this long is "
+                         "not unrolled)");
   std::unordered_set<std::string> names;
   definedNames(body, names);
   inlined_.push_back(body);
   ::onnx::GraphProto& g = inlined_.back();
-  renameIn(g, names, scope);
+  renameIn(g, names, unique);
   countConsumers(g, true);
   for (const auto& vi : g.value_info()) onnxTypes_[vi.name()] = &vi.type();
-  for (int i = 0; i < g.input_size(); ++i)
+  std::unordered_set<std::string> bound;
+  for (int i = 0; i < g.input_size(); ++i) {
     values_[g.input(i).name()] = inputs[static_cast<size_t>(i)];
+    bound.insert(g.input(i).name());
+  }
   for (const auto& init : g.initializer()) {
+    if (bound.count(init.name())) continue;  // A default of a bound input: the input wins.
     OnnxValue& v = values_[init.name()];
     v = OnnxValue{};
     v.initializer = &init;
@@ -328,7 +342,7 @@ Expected<std::vector<OnnxValue>> Importer::inlineGraph(const ::onnx::GraphProto&
     const OnnxValue* v = find(out.name());
     if (!v)
       return invalidArgument("the subgraph '" + body.name() + "' output '" +
-                             out.name().substr(scope.size()) + "' is not defined in it");
+                             out.name().substr(unique.size()) + "' is not defined in it");
     outs.push_back(*v);
   }
   return outs;

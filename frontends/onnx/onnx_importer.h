@@ -109,6 +109,10 @@ class Importer {
   std::map<std::string, ir::TensorData> bound_;
   std::set<std::string> graphInputs_, neededInputs_;
   std::deque<::onnx::GraphProto> inlined_;  // The renamed copies inlineGraph imported.
+  // Nodes inlined so far, all loops together: unrolling stops with an error past the bound.
+  static constexpr int64_t kMaxInlinedNodes = int64_t{1} << 20;
+  static constexpr int64_t kMaxInlinedBytes = int64_t{1} << 30;
+  int64_t inlinedNodes_ = 0, inlinedBytes_ = 0;
 };
 
 // One ONNX node as an op mapper sees it: attributes with ONNX defaults, inputs as kiln values or

@@ -336,6 +336,9 @@ Status mapLinearAttention(NodeContext& ctx) {
   const int64_t group = hq / hkv;
   if (kt.shape[0] != b || kt.shape[1] != t || vt.shape[0] != b || vt.shape[1] != t)
     return ctx.invalid("query, key and value must share B and T");
+  if (t > 4096)
+    return ctx.unsupported("a sequence of " + std::to_string(t) +
+                           " steps (kiln unrolls the recurrence; at most 4096)");
   const Shape stateShape{b, hkv, dk, dv};
   const DType f32 = DType::kF32;
   auto emit = [&](OpKind k, std::vector<Value*> in, ir::AttrMap a = {}) {

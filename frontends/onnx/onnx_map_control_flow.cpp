@@ -22,9 +22,10 @@ using ir::Value;
 
 constexpr int64_t kMaxIterations = 4096;
 
-// A scope prefix for one inlining, unique per node (its first output names it) and tag.
+// A scope prefix for one inlining, readable (the node's first output and a tag); inlineGraph
+// makes it unique.
 std::string scopeOf(NodeContext& ctx, const std::string& tag) {
-  return ctx.proto().output(0) + "/" + tag + "/";
+  return (ctx.numOutputs() > 0 ? ctx.proto().output(0) : ctx.opType()) + "/" + tag + "/";
 }
 
 // A bool scalar known at import, or nullopt.
@@ -173,6 +174,8 @@ Status mapLoop(NodeContext& ctx) {
   if (ctx.hasInput(0)) {
     KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, ctx.requireConstant(0));
     if (!c) return ctx.unsupported("a Loop whose trip count is computed at run time");
+    if (c->numElements() != 1 || ir::isFloat(c->dtype()))
+      return ctx.invalid("the trip count M must be one integer, got " + c->type().toString());
     trips = elementAsInt(*c, 0);
   }
   bool cond = true;

@@ -187,7 +187,8 @@ Status mapCumProd(NodeContext& ctx) {
   auto shifted = [&](Value* v, int64_t k) -> Expected<Value*> {
     Shape onesShape = t.shape;
     onesShape[static_cast<size_t>(axis)] = k;
-    KILN_ASSIGN_OR_RETURN(Value * ones, ctx.constantValue(filledTensor(t.dtype, onesShape, 1)));
+    KILN_ASSIGN_OR_RETURN(Value * one, ctx.constantValue(filledTensor(t.dtype, {}, 1)));
+    KILN_ASSIGN_OR_RETURN(Value * ones, ctx.emit(OpKind::kExpand, {one}, {{"shape", onesShape}}));
     KILN_ASSIGN_OR_RETURN(Value * head, ctx.emit(OpKind::kSlice, {v},
                                                  {{"starts", std::vector<int64_t>{0}},
                                                   {"ends", std::vector<int64_t>{n - k}},
@@ -197,8 +198,8 @@ Status mapCumProd(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Value * y, ctx.value(0));
   if (n == 0 || (n == 1 && !exclusive)) return alias(ctx, 0);
   if (n == 1) {  // Exclusive: all ones.
-    ctx.setConstantOutput(0, filledTensor(t.dtype, t.shape, 1));
-    return Status::ok();
+    KILN_ASSIGN_OR_RETURN(Value * one, ctx.constantValue(filledTensor(t.dtype, {}, 1)));
+    return ctx.emit(OpKind::kExpand, {one}, {{"shape", t.shape}}, 0).status();
   }
   if (reverse) {
     KILN_ASSIGN_OR_RETURN(y, flip(y));

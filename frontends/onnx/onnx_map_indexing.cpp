@@ -61,6 +61,9 @@ Status mapGatherNd(NodeContext& ctx) {
   int64_t stride = 1;
   for (int64_t j = k - 1; j >= 0; --j) {
     const int64_t dim = dt.shape[static_cast<size_t>(b + j)];
+    if (dim > kMaxFoldElements)
+      return ctx.unsupported("GatherND over a dim of " + std::to_string(dim) +
+                             " (kiln checks indices through a table of its positions)");
     KILN_ASSIGN_OR_RETURN(Value * c, ctx.emit(OpKind::kSlice, {idx},
                                               {{"starts", std::vector<int64_t>{j}},
                                                {"ends", std::vector<int64_t>{j + 1}},
@@ -123,6 +126,8 @@ Status mapReverseSequence(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(lens, ctx.emit(OpKind::kCast, {lens}, {{"to", std::string("i64")}}));
   }
   // Steps [T, 1] or [1, T] against lengths [1, B] or [B, 1].
+  if (t > kMaxFoldElements)
+    return ctx.unsupported("a time dim of " + std::to_string(t) + " (too large)");
   std::vector<int64_t> steps(static_cast<size_t>(t));
   std::iota(steps.begin(), steps.end(), int64_t{0});
   const Shape stepShape = timeAxis == 0 ? Shape{t, 1} : Shape{1, t};

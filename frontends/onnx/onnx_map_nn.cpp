@@ -697,6 +697,11 @@ Status mapLpPool(NodeContext& ctx) {
   const int64_t c = xt.shape[1];
   ir::Shape wshape{c, 1};
   for (int64_t k : w.kernel) wshape.push_back(k);
+  int64_t weights = 1;
+  for (int64_t d : wshape)
+    if (!ir::accumulateElements(weights, d) || weights > kMaxFoldElements)
+      return ctx.unsupported("a kernel of " + list(w.kernel) + " over " + std::to_string(c) +
+                             " channels (kiln sums it with a constant kernel of ones; too large)");
   if (spatial == 1) wshape.insert(wshape.begin() + 2, 1);
   KILN_ASSIGN_OR_RETURN(ir::Value * ones, ctx.constantValue(filledTensor(xt.dtype, wshape, 1.0)));
   ir::AttrMap attrs = windowAttrs2d(w, false, true);

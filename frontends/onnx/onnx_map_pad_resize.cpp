@@ -395,7 +395,7 @@ Status mapResize(NodeContext& ctx) {
     if (in == out && scales[d] == 1.0 && coord != "tf_crop_and_resize") continue;
     if (byMatrix) {
       if (in == 0) return ctx.invalid("cannot resize an empty dim " + std::to_string(d));
-      if (in * out > (int64_t{1} << 22))
+      if (out > (int64_t{1} << 22) / in)
         return ctx.unsupported("a " + mode + " Resize of dim " + std::to_string(d) + " from " +
                                std::to_string(in) + " to " + std::to_string(out) +
                                " (kiln multiplies by an [out, in] matrix of weights: at most "

@@ -27,6 +27,8 @@ using ir::OpKind;
 
 enum class Cell { kRnn, kGru, kLstm };
 
+constexpr int64_t kMaxSteps = 4096;  // Steps unrolled per direction.
+
 constexpr int64_t numGates(Cell c) {
   return c == Cell::kRnn ? 1 : c == Cell::kGru ? 3 : 4;
 }
@@ -414,6 +416,9 @@ Status Unroller::run() {
                        ", " + std::to_string(dirs) + " direction(s) and hidden size " +
                        std::to_string(H));
   if (T == 0) return ctx.unsupported("an empty sequence (X " + xt.toString() + ")");
+  if (T > kMaxSteps)
+    return ctx.unsupported("a sequence of " + std::to_string(T) + " steps (kiln unrolls the " +
+                           "recurrence; at most " + std::to_string(kMaxSteps) + ")");
   // Each input's expected type, checked where it is given.
   auto check = [&](size_t i, const char* name, ir::Shape want) -> Status {
     if (!ctx.hasInput(i)) return Status::ok();

@@ -345,7 +345,10 @@ Status mapAffineGrid(NodeContext& ctx) {
   for (int64_t d : size)
     if (d < 1) return ctx.invalid("size " + ir::shapeToString(size) + " must be positive");
   const Shape dims(size.begin() + 2, size.end());
-  const int64_t points = ir::numElements(dims);
+  int64_t points = 1;
+  for (int64_t d : dims)
+    if (!ir::accumulateElements(points, d) || points > kMaxFoldElements)
+      return ctx.unsupported("an AffineGrid of " + ir::shapeToString(dims) + " (too large)");
   if (points * (spatial + 1) > kMaxFoldElements)
     return ctx.unsupported("an AffineGrid of " + ir::shapeToString(dims) + " (too large)");
   // Row p of the base: the coordinates of point p, x (the last dim) first, then 1.

@@ -190,11 +190,15 @@ Status mapStft(NodeContext& ctx) {
     return ctx.invalid("signal " + t.toString() + " must be [batch, length, 1 or 2]");
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* stepData, ctx.requireConstant(1));
   if (!stepData) return ctx.unsupported("a frame_step computed at run time");
+  if (stepData->numElements() != 1 || ir::isFloat(stepData->dtype()))
+    return ctx.invalid("frame_step must be one integer, got " + stepData->type().toString());
   const int64_t step = elementAsInt(*stepData, 0);
   int64_t frameLength = -1;
   if (ctx.hasInput(3)) {
     KILN_ASSIGN_OR_RETURN(const ir::TensorData* lenData, ctx.requireConstant(3));
     if (!lenData) return ctx.unsupported("a frame_length computed at run time");
+    if (lenData->numElements() != 1 || ir::isFloat(lenData->dtype()))
+      return ctx.invalid("frame_length must be one integer, got " + lenData->type().toString());
     frameLength = elementAsInt(*lenData, 0);
   }
   Value* window = nullptr;
@@ -215,7 +219,13 @@ Status mapStft(NodeContext& ctx) {
                        std::to_string(frameLength) + " must be positive and fit the signal of " +
                        std::to_string(length));
   KILN_ASSIGN_OR_RETURN(bool onesided, ctx.attrBool("onesided", true));
+  if (frameLength > kMaxDftLength)
+    return ctx.unsupported("frames of " + std::to_string(frameLength) +
+                           " samples (a DFT of at most " + std::to_string(kMaxDftLength) + ")");
   const int64_t frames = 1 + (length - frameLength) / step;
+  if (frames > kMaxFoldElements / frameLength)
+    return ctx.unsupported(std::to_string(frames) +
+                           " frames (kiln builds their positions at import)");
   std::vector<int64_t> positions;
   for (int64_t f = 0; f < frames; ++f)
     for (int64_t j = 0; j < frameLength; ++j) positions.push_back(f * step + j);
@@ -243,6 +253,9 @@ Status mapMelWeightMatrix(NodeContext& ctx) {
   for (size_t i = 0; i < 5; ++i) {
     KILN_ASSIGN_OR_RETURN(const ir::TensorData* d, ctx.requireConstant(i));
     if (!d) return ctx.unsupported("an input computed at run time (MelWeightMatrix is a constant)");
+    if (d->numElements() != 1)
+      return ctx.invalid("input " + std::to_string(i) + " must be one value, got " +
+                         d->type().toString());
     in.push_back(elementAsDouble(*d, 0));
   }
   KILN_ASSIGN_OR_RETURN(ir::TensorType edgeType, ctx.inputType(3));
@@ -251,7 +264,7 @@ Status mapMelWeightMatrix(NodeContext& ctx) {
   if (bins < 1 || dftLength < 1 || rate < 1)
     return ctx.invalid("num_mel_bins, dft_length and sample_rate must be positive");
   const int64_t spectrogramBins = dftLength / 2 + 1;
-  if (spectrogramBins * bins > kMaxFoldElements)
+  if (bins > kMaxFoldElements || spectrogramBins > kMaxFoldElements / bins)
     return ctx.unsupported("a MelWeightMatrix of " + std::to_string(spectrogramBins * bins) +
                            " elements (too large)");
   auto mel = [&](double hz) {

@@ -109,3 +109,83 @@ TEST_CASE("onnx: Hann, Hamming and Blackman windows, periodic and symmetric, in 
           }
         }
 }
+
+TEST_CASE("onnx: malformed inputs to the composed ops are errors, not crashes") {
+  // Each was found by review: an overflowing size, an unchecked element count, a half-precision
+  // scalar read, a subgraph node without outputs.
+  SECTION("a cubic Resize whose weight matrix would wrap int64") {
+    Model m(19);
+    m.input("x", {int64_t{1}, int64_t{1} << 34});
+    m.initI64("sizes", {2}, {1, int64_t{1} << 30});
+    m.node("Resize", {"x", "", "", "sizes"}, {"y"}, {attrString("mode", "cubic")}, "up");
+    m.output("y");
+    const Status s = importError(m);
+    CHECK(s.code() == ErrorCode::kUnimplemented);
+    CHECK_THAT(s.message(), Catch::Contains("at most 2^22 entries"));
+  }
+  SECTION("an LpPool kernel too large for its constant of ones") {
+    Model m(22);
+    m.input("x", {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
+    const int64_t k = int64_t{1} << 31, p = int64_t{1} << 30;
+    m.node("LpPool", {"x"}, {"y"},
+           {attrInts("kernel_shape", {k, k}), attrInts("pads", {p, p, p, p})}, "lp");
+    m.output("y");
+    CHECK_THAT(importError(m).message(), Catch::Contains("too large"));
+  }
+  SECTION("a Loop trip count of two values") {
+    Model m(21);
+    ::onnx::GraphProto body;
+    body.set_name("body");
+    for (const char* n : {"i", "c"}) body.add_input()->set_name(n);
+    body.add_output()->set_name("c");
+    m.initI64("trip", {2}, {3, 4});
+    m.input("v", {int64_t{2}});
+    ::onnx::AttributeProto a;
+    a.set_name("body");
+    a.set_type(::onnx::AttributeProto::GRAPH);
+    *a.mutable_g() = body;
+    m.node("Loop", {"trip", ""}, {"out"}, {a}, "loop");
+    m.output("out");
+    CHECK_THAT(importError(m).message(), Catch::Contains("the trip count M must be one integer"));
+  }
+  SECTION("a node without outputs inside an If branch") {
+    Model m(21);
+    ::onnx::GraphProto branch;
+    branch.set_name("then");
+    auto* n = branch.add_node();
+    n->set_op_type("Relu");
+    n->add_input("x");
+    branch.add_output()->set_name("x");
+    ::onnx::AttributeProto t, e;
+    t.set_name("then_branch");
+    t.set_type(::onnx::AttributeProto::GRAPH);
+    *t.mutable_g() = branch;
+    e = t;
+    e.set_name("else_branch");
+    m.input("x", {int64_t{2}});
+    ::onnx::TensorProto c;
+    c.set_name("c");
+    c.set_data_type(::onnx::TensorProto::BOOL);
+    c.add_int32_data(1);
+    m.initializer(c);
+    m.node("If", {"c"}, {"y"}, {t, e}, "if");
+    m.output("y");
+    CHECK_THAT(importError(m).message(), Catch::Contains("has no outputs"));
+  }
+  SECTION("MelWeightMatrix with f16 band edges reads them as halves") {
+    Model m(17);
+    m.initI64("bins", {}, {4}).initI64("dft", {}, {16}).initI64("rate", {}, {8000});
+    for (const auto& [name, bits] : {std::pair<const char*, uint16_t>{"lo", 0x5140},     // 42
+                                     std::pair<const char*, uint16_t>{"hi", 0x6bd0}}) {  // 3952
+      ::onnx::TensorProto h;
+      h.set_name(name);
+      h.set_data_type(::onnx::TensorProto::FLOAT16);
+      h.set_raw_data(std::string(reinterpret_cast<const char*>(&bits), 2));
+      m.initializer(h);
+    }
+    m.node("MelWeightMatrix", {"bins", "dft", "rate", "lo", "hi"}, {"w"});
+    m.output("w");
+    const Tensor w = run(m, {})[0];
+    CHECK(w.shape() == Shape{9, 4});
+  }
+}
