@@ -340,9 +340,13 @@ Expected<std::vector<OnnxValue>> Importer::inlineGraph(const ::onnx::GraphProto&
   std::vector<OnnxValue> outs;
   for (const auto& out : g.output()) {
     const OnnxValue* v = find(out.name());
-    if (!v)
-      return invalidArgument("the subgraph '" + body.name() + "' output '" +
-                             out.name().substr(unique.size()) + "' is not defined in it");
+    if (!v) {
+      // Its own name, without the scope (a name it does not define carries none).
+      const std::string shown =
+          out.name().rfind(unique, 0) == 0 ? out.name().substr(unique.size()) : out.name();
+      return invalidArgument("the subgraph '" + body.name() + "' output '" + shown +
+                             "' is not defined in it or before it");
+    }
     outs.push_back(*v);
   }
   return outs;
