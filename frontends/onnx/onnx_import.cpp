@@ -223,8 +223,9 @@ Expected<InputDimNames> specializeInputDims(::onnx::GraphProto& graph,
 // libonnx 1.12's shape inference trusts what its checker does not look at: a zero stride
 // divides by zero (SIGFPE), and a Conv weight of higher rank than the input, without a
 // kernel_shape attribute, reads past the end of a vector (convPoolShapeInference). So windows
-// are checked here first, and a Conv or ConvTranspose without kernel_shape gets the one its
-// weight implies, which shape inference does check against the input's rank.
+// are checked here first, and a Conv, ConvTranspose, ConvInteger or QLinearConv without
+// kernel_shape gets the one its weight implies, which shape inference does check against the
+// input's rank (fuzz_onnx found the QLinearConv crash).
 Status prepareWindowAttributes(::onnx::GraphProto& graph) {
   // Dims known before shape inference: initializers, Constant nodes and graph inputs.
   std::unordered_map<std::string, std::vector<int64_t>> dims;
@@ -253,10 +254,14 @@ Status prepareWindowAttributes(::onnx::GraphProto& graph) {
           return invalidArgument(where + ": attribute '" + n + "' must be " +
                                  (positive ? ">= 1" : ">= 0") + ", got " + std::to_string(v));
     }
-    const bool conv = (node.op_type() == "Conv" || node.op_type() == "ConvTranspose") &&
-                      (node.domain().empty() || node.domain() == "ai.onnx");
-    if (!conv || hasKernel || node.input_size() < 2) continue;
-    auto it = dims.find(node.input(1));
+    // The weight's input: 1 (Conv, ConvTranspose, ConvInteger) or 3 (QLinearConv).
+    const std::string& op = node.op_type();
+    const int weight = op == "QLinearConv" ? 3 : 1;
+    const bool conv =
+        (op == "Conv" || op == "ConvTranspose" || op == "ConvInteger" || op == "QLinearConv") &&
+        (node.domain().empty() || node.domain() == "ai.onnx");
+    if (!conv || hasKernel || node.input_size() <= weight) continue;
+    auto it = dims.find(node.input(weight));
     if (it == dims.end())
       return unimplemented(where + ": a weight computed by other nodes needs a kernel_shape " +
                            "attribute (libonnx 1.12 cannot check it before shape inference)");
