@@ -120,19 +120,37 @@ Status mapLpNormalization(NodeContext& ctx) {
   return ctx.emit(OpKind::kWhere, {isZero, zero, q}, {}, 0).status();
 }
 
+// What CumSum and CumProd read: x (f32, f64, i32, i64, rank >= 1), the axis (input 1, known at
+// import), exclusive and reverse.
+struct ScanNode {
+  ir::TensorType t;
+  int axis = 0;
+  bool exclusive = false, reverse = false;
+};
+
+Expected<ScanNode> readScanNode(NodeContext& ctx) {
+  ScanNode s;
+  KILN_ASSIGN_OR_RETURN(s.t, ctx.inputType(0));
+  const DType d = s.t.dtype;
+  if (d != DType::kF32 && d != DType::kF64 && d != DType::kI64 && d != DType::kI32)
+    return ctx.unsupported(ctx.opType() + " of " + s.t.toString() +
+                           " (kiln composes f32, f64, i32, i64)");
+  if (s.t.rank() < 1) return ctx.invalid("input must have rank 1 or more");
+  KILN_ASSIGN_OR_RETURN(double axisValue, ctx.constScalar(1, "axis"));
+  KILN_ASSIGN_OR_RETURN(
+      s.axis, ir::normalizeAxis(static_cast<int64_t>(axisValue), s.t.shape.size(), "axis"));
+  KILN_ASSIGN_OR_RETURN(s.exclusive, ctx.attrBool("exclusive", false));
+  KILN_ASSIGN_OR_RETURN(s.reverse, ctx.attrBool("reverse", false));
+  return s;
+}
+
 // CumSum: y[..., j, ...] = sum over k of x[..., k, ...] T[k, j] along `axis`, with T the 0/1
 // triangle that selects k <= j (k < j exclusive; k >= j, k > j reversed).
 Status mapCumSum(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
-  if (t.dtype != DType::kF32 && t.dtype != DType::kF64 && t.dtype != DType::kI64 &&
-      t.dtype != DType::kI32)
-    return ctx.unsupported("CumSum of " + t.toString() + " (kiln composes f32, f64, i32, i64)");
-  if (t.rank() < 1) return ctx.invalid("input must have rank 1 or more");
-  KILN_ASSIGN_OR_RETURN(double axisValue, ctx.constScalar(1, "axis"));
-  KILN_ASSIGN_OR_RETURN(int axis,
-                        ir::normalizeAxis(static_cast<int64_t>(axisValue), t.shape.size(), "axis"));
-  KILN_ASSIGN_OR_RETURN(bool exclusive, ctx.attrBool("exclusive", false));
-  KILN_ASSIGN_OR_RETURN(bool reverse, ctx.attrBool("reverse", false));
+  KILN_ASSIGN_OR_RETURN(ScanNode sn, readScanNode(ctx));
+  const ir::TensorType& t = sn.t;
+  const int axis = sn.axis;
+  const bool exclusive = sn.exclusive, reverse = sn.reverse;
   const int64_t n = t.shape[static_cast<size_t>(axis)];
   if (n > 4096)
     return ctx.unsupported("CumSum along a dim of " + std::to_string(n) + " (at most 4096)");
@@ -164,16 +182,10 @@ Status mapCumSum(NodeContext& ctx) {
 // axis before and after. Integers multiply with wrapping, exactly as a running product; floats
 // associate the products in another order than a running product (rounding within a few ulps).
 Status mapCumProd(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
-  if (t.dtype != DType::kF32 && t.dtype != DType::kF64 && t.dtype != DType::kI64 &&
-      t.dtype != DType::kI32)
-    return ctx.unsupported("CumProd of " + t.toString() + " (kiln composes f32, f64, i32, i64)");
-  if (t.rank() < 1) return ctx.invalid("input must have rank 1 or more");
-  KILN_ASSIGN_OR_RETURN(double axisValue, ctx.constScalar(1, "axis"));
-  KILN_ASSIGN_OR_RETURN(int axis,
-                        ir::normalizeAxis(static_cast<int64_t>(axisValue), t.shape.size(), "axis"));
-  KILN_ASSIGN_OR_RETURN(bool exclusive, ctx.attrBool("exclusive", false));
-  KILN_ASSIGN_OR_RETURN(bool reverse, ctx.attrBool("reverse", false));
+  KILN_ASSIGN_OR_RETURN(ScanNode sn, readScanNode(ctx));
+  const ir::TensorType& t = sn.t;
+  const int axis = sn.axis;
+  const bool exclusive = sn.exclusive, reverse = sn.reverse;
   const int64_t n = t.shape[static_cast<size_t>(axis)];
   const std::vector<int64_t> axes{axis};
   auto flip = [&](Value* v) {
