@@ -460,10 +460,13 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
   runtime::Collectives& c = *d.comm;
   if (d.failed)
     return invalidArgument(
-        "an earlier data-parallel step failed on this rank, so the ranks are out of step: stop "
-        "every rank (runtime::Collectives::abort) instead of going on");
-  // A step that fails part way leaves this rank out of step with the others: later calls are
-  // refused, and no all-reduce still running may keep writing a bucket.
+        "an earlier data-parallel step failed on this rank in its communication or its update, so "
+        "the ranks are out of step: stop every rank (runtime::Collectives::abort) instead of "
+        "going on");
+  // A step that fails in its communication or its update leaves this rank out of step with the
+  // others: later calls are refused, and no all-reduce still running may keep writing a bucket.
+  // A forward or backward that fails on some ranks does not: every rank still takes part in every
+  // collective, and all of them learn of the failure and drop the step (below).
   struct OnFailure {
     DataParallel& d;
     runtime::Collectives& c;
@@ -487,12 +490,22 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
     parametersChanged();
     d.synced = true;
   }
+  // Training mode's state (BatchNorm's running statistics, dropout's step count: small), which a
+  // compiled step writes in place while it runs: a step that fails on any rank puts it back.
+  std::vector<ir::TensorData> stateBefore;
+  for (ir::Value* v : d.fromRankZero) stateBefore.push_back(v->data().clone());
   comm_ = {};
   comm_.buckets = static_cast<int>(d.buckets.size());
   size_t next = 0;  // The next bucket to start: every rank starts them in the same order.
   runtime::Collectives& gc = *d.gradComm;
+  bool commFailed = false;  // A collective failed: the ranks are out of step.
   auto start = [&](DataParallel::Bucket& bk) -> Status {
-    KILN_ASSIGN_OR_RETURN(bk.request, gc.startAllReduceSum(d.sumAddress(bk), bk.count, bk.dtype));
+    auto request = gc.startAllReduceSum(d.sumAddress(bk), bk.count, bk.dtype);
+    if (!request) {
+      commFailed = true;
+      return request.status();
+    }
+    bk.request = *request;
     bk.done = false;
     comm_.bytes += static_cast<int64_t>(bk.data.byteSize());
     return Status::ok();
@@ -504,7 +517,12 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
     // Let the oldest all-reduce in flight progress.
     for (size_t i = 0; i < next; ++i)
       if (!d.buckets[i].done) {
-        KILN_ASSIGN_OR_RETURN(d.buckets[i].done, gc.test(d.buckets[i].request));
+        auto done = gc.test(d.buckets[i].request);
+        if (!done) {
+          commFailed = true;
+          return done.status();
+        }
+        d.buckets[i].done = *done;
         break;
       }
     // Every ready bucket's copies first (to the host, or within the device), one synchronize (a
@@ -533,7 +551,11 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
   const auto t0 = std::chrono::steady_clock::now();
   auto outs = compiled_ ? compiled_->run(inputs, nullptr, &hook) : eager_->run(inputs);
   const auto t1 = std::chrono::steady_clock::now();
-  if (!outs) return outs.status();
+  if (!outs && commFailed) return outs.status();
+  // This rank's forward or backward failed (a bad input, an index out of range in its shard):
+  // its remaining buckets are summed all the same (what they hold does not matter, no rank uses
+  // the sums), so that no rank waits for it.
+  const Status local = outs ? Status::ok() : outs.status();
   // The buckets the hook did not start (eager runs, --no-overlap): from the run's outputs.
   std::unique_ptr<runtime::Stream> copies;
   if (d.onDevice()) {
@@ -541,7 +563,7 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
   }
   for (; next < d.buckets.size(); ++next) {
     DataParallel::Bucket& bk = d.buckets[next];
-    for (size_t j = 0; j < bk.grads.size(); ++j) {
+    for (size_t j = 0; outs && j < bk.grads.size(); ++j) {
       const runtime::Tensor& gr = (*outs)[d.firstGrad + bk.grads[j]];
       if (d.onDevice())
         KILN_TRY(copies->upload(bk.device.address(static_cast<int64_t>(bk.offsets[j])),
@@ -557,26 +579,55 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
       KILN_TRY(gc.wait(bk.request));
       bk.done = true;
     }
-  if (d.onDevice()) {  // The sums, to the update's host inputs.
+  if (d.onDevice() && outs) {  // The sums, to the update's host inputs.
     for (DataParallel::Bucket& bk : d.buckets)
       KILN_TRY(copies->download(bk.data.rawData(), bk.device.address(), bk.data.byteSize()));
     KILN_TRY(copies->synchronize());
   }
   const auto t2 = std::chrono::steady_clock::now();
-  Result r = measure((*outs)[0], (*outs)[1], target);
-  double global[2] = {r.loss, static_cast<double>(r.correct)};
-  KILN_TRY(c.allReduceSum(global, 2, ir::DType::kF64));
+  // One all-reduce sums the global loss and correct count and says whether any rank failed.
+  Result r;
+  if (outs) r = measure((*outs)[0], (*outs)[1], target);
+  double global[5] = {r.loss, static_cast<double>(r.correct), outs ? 0.0 : 1.0,
+                      outs ? 0.0 : static_cast<double>(c.rank()),
+                      !outs && local.isUserError() ? 1.0 : 0.0};
+  KILN_TRY(c.allReduceSum(global, 5, ir::DType::kF64));
+  if (const auto failedRanks = static_cast<int>(global[2]); failedRanks > 0) {
+    // No rank takes the step: the parameters and optimizer state are untouched, training mode's
+    // state is put back, and the ranks stay in step.
+    for (size_t i = 0; i < d.fromRankZero.size(); ++i) {
+      ir::TensorData t = d.fromRankZero[i]->data();  // Shares the bytes.
+      std::memcpy(t.data(), stateBefore[i].data(), t.byteSize());
+    }
+    parametersChanged();
+    onFailure.armed = false;
+    const std::string who = failedRanks == 1 ? "rank " + std::to_string(static_cast<int>(global[3]))
+                                             : std::to_string(failedRanks) + " of " +
+                                                   std::to_string(c.size()) + " ranks";
+    const std::string dropped =
+        "no rank applied this data-parallel step or changed its state, and the ranks are still in "
+        "step: the next step may go on";
+    if (!outs)
+      return local.withContext("data-parallel step on rank " + std::to_string(c.rank()) + " of " +
+                               std::to_string(c.size()) + " (" + dropped + ")");
+    const std::string message =
+        "data-parallel step: " + who + " failed (the error is on that rank's side); " + dropped;
+    return static_cast<int>(global[4]) == failedRanks ? invalidArgument(message)
+                                                      : internalError(message);
+  }
   r.loss = global[0] / c.size();
   r.correct = static_cast<int64_t>(global[1]);
   KILN_TRY(writeBack(writes_, *outs, 2));
-  const auto t3 = std::chrono::steady_clock::now();
-  auto updated = d.compiled ? d.compiled->run(d.gradViews) : d.eager->run(d.gradViews);
-  if (!updated) return updated.status();
-  KILN_TRY(writeBack(d.writes, *updated, 0));
   for (ir::Value* v : d.fromRankZero) {
     ir::TensorData t = v->data();
     KILN_TRY(c.broadcast(t.data(), t.byteSize(), 0));
   }
+  // The update comes last: no collective follows it, so a rank whose update fails (it is out of
+  // step from then on and refuses later steps) leaves no other rank waiting in this step.
+  const auto t3 = std::chrono::steady_clock::now();
+  auto updated = d.compiled ? d.compiled->run(d.gradViews) : d.eager->run(d.gradViews);
+  if (!updated) return updated.status();
+  KILN_TRY(writeBack(d.writes, *updated, 0));
   parametersChanged();
   const auto ms = [](auto a, auto b) {
     return std::chrono::duration<double, std::milli>(b - a).count();

@@ -52,7 +52,13 @@ struct TrainOptions {
   // rank's shard (DDP without SyncBatchNorm) and its running statistics become rank 0's after
   // every step (DDP's broadcast_buffers). Dropout masks are keyed by the global sample index:
   // set mode.firstSample to the rank's first sample. The reported loss and correct count are the
-  // global batch's.
+  // global batch's. A step whose forward or backward fails on some ranks (a bad input, an index
+  // out of range in a shard) fails on every rank and changes nothing on any: each rank still
+  // takes part in every collective, one all-reduce (the loss's) tells all of them, the update is
+  // not run and training mode's state is put back, so the ranks stay in step and the next step
+  // may go on. The failing ranks return their own error, the others one naming those ranks. A
+  // failing collective or update leaves its rank out of step: it refuses later steps, and the
+  // caller should stop every rank (runtime::Collectives::abort).
   std::shared_ptr<runtime::Collectives> collectives;
   // Where the backend's memory is not the host's (a GPU): collectives that sum device memory
   // (NCCL, runtime/gpu/nccl_collectives.h) for the gradients, over the same ranks as

@@ -8,12 +8,19 @@
 //                          emu device with host buckets and with device buckets.
 //   ddp_check batchnorm    a ResNet-18 (BatchNorm: each rank normalizes its own shard) keeps
 //                          every rank's whole state identical, running statistics included.
+//   ddp_check failure      a step that fails on rank 1 alone (an input of the wrong shape, a
+//                          label out of range, both before any all-reduce; an embedding row out
+//                          of range, found on the emu device after its bucket started; compiled
+//                          and eager) fails on both
+//                          ranks, changes no rank's state by a bit (dropout's step count
+//                          included), and the next step equals one process's that never saw it.
 //   ddp_check abort        rank 1 fails while rank 0 waits in an all-reduce: both stop, with
 //                          rank 1's message.
 // Prints one line per check; exit 0 when all pass.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 
@@ -46,10 +53,11 @@ T orDie(Expected<T> e, const char* what) {
 }
 
 // Batch `step` of a seeded dataset: `n` samples of `shape` (without the batch dim) and labels.
-std::pair<runtime::Tensor, runtime::Tensor> globalBatch(ir::Shape shape, int64_t n, int step) {
+std::pair<runtime::Tensor, runtime::Tensor> globalBatch(ir::Shape shape, int64_t n, int step,
+                                                        int64_t classes = 10) {
   std::mt19937 rng(1234 + step);
   std::normal_distribution<float> x;
-  std::uniform_int_distribution<int64_t> label(0, 9);
+  std::uniform_int_distribution<int64_t> label(0, classes - 1);
   shape.insert(shape.begin(), n);
   ir::TensorData xs(ir::DType::kF32, shape), ys(ir::DType::kI64, {n});
   for (int64_t i = 0; i < xs.numElements(); ++i) xs.as<float>()[i] = x(rng);
@@ -67,13 +75,36 @@ runtime::Tensor rows(const runtime::Tensor& t, int64_t first, int64_t n) {
   return runtime::Tensor::fromData(part);
 }
 
+// logits = gather(table, cast(x[:, 0])) over 3 classes: on a GPU (and the emu device) the step's
+// gather and its gradient check the rows the graph computes on the device, so a row out of range
+// is reported after the run, once its buckets have started.
+ir::Graph embedding(int64_t batch) {
+  ir::Graph g("embedding");
+  ir::Value* x = *g.addInput("x", ir::TensorType(ir::DType::kF32, {batch, 2}));
+  ir::TensorData w(ir::DType::kF32, {5, 3});
+  for (int64_t i = 0; i < 15; ++i) w.as<float>()[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  ir::Value* table = *g.addParameter("table", std::move(w), true);
+  ir::Value* col = (*g.addNode(ir::OpKind::kSlice, {x},
+                               {{"starts", std::vector<int64_t>{0}},
+                                {"ends", std::vector<int64_t>{1}},
+                                {"axes", std::vector<int64_t>{1}}}))
+                       ->output();
+  ir::Value* flat =
+      (*g.addNode(ir::OpKind::kReshape, {col}, {{"shape", std::vector<int64_t>{batch}}}))->output();
+  ir::Value* rows = (*g.addNode(ir::OpKind::kCast, {flat}, {{"to", std::string("i64")}}))->output();
+  g.setOutputs(
+      {(*g.addNode(ir::OpKind::kGather, {table, rows}, {{"axis", int64_t{0}}}))->output()});
+  return g;
+}
+
 std::unique_ptr<compiler::TrainingStep> makeStep(const std::string& model, int64_t batch,
                                                  int64_t imageSize, compiler::TrainOptions o) {
   models::ModelOptions mo;
   mo.batch = batch;
   mo.seed = 7;
   mo.imageSize = imageSize;
-  auto g = orDie(models::buildModel(model, mo), "building the model");
+  auto g = model == "embedding" ? embedding(batch)
+                                : orDie(models::buildModel(model, mo), "building the model");
   return orDie(compiler::TrainingStep::create(std::move(g), o), "creating the step");
 }
 
@@ -234,6 +265,112 @@ void batchNorm(const std::shared_ptr<runtime::Collectives>& comm) {
         "resnet18 (BatchNorm): every rank's state, running statistics included, is rank 0's", rank);
 }
 
+// Every tensor of the step's state, copied.
+std::map<std::string, ir::TensorData> snapshot(const compiler::TrainingStep& step) {
+  std::map<std::string, ir::TensorData> out;
+  for (const auto& [name, t] : step.state()) out.emplace(name, t.clone());
+  return out;
+}
+
+bool sameBytes(const std::map<std::string, ir::TensorData>& a,
+               const std::map<std::string, ir::TensorData>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, t] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || it->second.byteSize() != t.byteSize() ||
+        std::memcmp(it->second.data(), t.data(), t.byteSize()) != 0)
+      return false;
+  }
+  return true;
+}
+
+// Rank 1's shard of a step is bad (`bad`: "shape", a batch one row short; "label", a class past
+// the last; "row", an embedding row past the table's): the step fails on both ranks, each with its
+// own message, no rank's state changes, and the next (good) step is one process's first step on
+// the whole batch.
+void failedStep(const std::shared_ptr<runtime::Collectives>& comm, const std::string& label,
+                compiler::TrainOptions o, const std::string& bad, const std::string& model,
+                bool startedBeforeFailure = false, int64_t imageSize = 0) {
+  const int rank = comm->rank(), ranks = comm->size();
+  const int64_t batch = imageSize > 0 ? 4 : 8;
+  o.mode.dropout = true;
+  compiler::TrainOptions ddp = o;
+  ddp.collectives = comm;
+  ddp.bucketBytes = 1;  // A bucket per gradient: the most collectives to keep matched.
+  ddp.mode.firstSample = rank * batch;
+  auto step = makeStep(model, batch, imageSize, ddp);
+  // BatchNorm normalizes each rank's shard on its own: one process's step is another.
+  const bool batchNorm = model == "resnet18";
+  auto single = rank == 0 && !batchNorm ? makeStep(model, batch * ranks, imageSize, o) : nullptr;
+  ir::Shape sample = step->graph().inputs()[0]->type().shape;
+  sample.erase(sample.begin());
+  // The parameters are rank 0's once the first call broadcast them: a good step's state is
+  // compared below, the failed one's against the state before it, taken after that broadcast.
+  const int64_t classes = step->graph().outputs()[1]->type().shape[1];  // The logits'.
+  auto [x, y] = globalBatch(sample, batch * ranks, 0, std::min<int64_t>(classes, 10));
+  runtime::Tensor mx = rows(x, rank * batch, batch), my = rows(y, rank * batch, batch);
+  if (rank == 1 && bad == "shape") {
+    mx = rows(x, rank * batch, batch - 1);
+    my = rows(y, rank * batch, batch - 1);
+  }
+  if (rank == 1 && bad == "label") my.data<int64_t>()[3] = classes;
+  if (rank == 1 && bad == "row") mx.data<float>()[3 * 2] = 7;  // Row 7 of a table of 5.
+  // Rank 0's parameters, as every rank holds them once the step broadcast them.
+  std::map<std::string, ir::TensorData> before;
+  {
+    auto all = snapshot(*step);
+    for (auto& [name, t] : all)
+      if (!comm->broadcast(t.data(), t.byteSize(), 0)) ++failures;
+    before = std::move(all);
+  }
+  auto failed = (*step)(mx, my);
+  const std::string message = failed ? "" : failed.status().message();
+  const bool ownError =
+      rank == 1 ? message.find("data-parallel step on rank 1 of 2") != std::string::npos &&
+                      message.find(bad == "shape"   ? "got f32[7"
+                                   : bad == "label" ? "target class"
+                                                    : "index 7") != std::string::npos
+                : message.find("data-parallel step: rank 1 failed") != std::string::npos;
+  const bool userError = !failed && failed.status().isUserError();
+  const bool unchanged = sameBytes(before, snapshot(*step));
+  const bool early = !startedBeforeFailure || rank != 1 || step->communication().startedEarly > 0;
+  int64_t bad1 = (ownError && userError ? 0 : 1) + (unchanged ? 0 : 2) + (early ? 0 : 4);
+  int64_t mine = bad1;
+  (void)comm->allReduceSum(&bad1, 1, ir::DType::kI64);
+  if (mine != 0)
+    std::fprintf(stderr, "rank %d: failed step check %lld, its message: %s\n", rank,
+                 static_cast<long long>(mine), message.c_str());
+  check(bad1 == 0,
+        label + ": rank 1's " + bad +
+            " error fails the step on both ranks (user errors, each rank's own message)" +
+            (startedBeforeFailure ? ", reported after its buckets started" : "") +
+            ", and no rank's state changed by a bit",
+        rank);
+  // The next step goes on as if the failed one had not been.
+  auto r = (*step)(rows(x, rank * batch, batch), rows(y, rank * batch, batch));
+  double worst = single ? INFINITY : 0;  // Rank 0 compares.
+  std::string name;
+  bool lossMatches = !single;
+  if (single) {
+    auto rs = orDie((*single)(x, y), "single step");
+    if (r) {
+      worst = worstDifference(*step, *single, name);
+      lossMatches = std::abs(rs.loss - r->loss) <= 1e-5 * std::abs(rs.loss);
+    }
+  }
+  int64_t ok = r ? 0 : 1;
+  (void)comm->allReduceSum(&ok, 1, ir::DType::kI64);
+  char what[320];
+  if (batchNorm)
+    std::snprintf(what, sizeof what, "%s: the next step succeeds on both ranks", label.c_str());
+  else
+    std::snprintf(what, sizeof what,
+                  "%s: the next step succeeds on both ranks and equals one process's first step "
+                  "within 1e-5 (worst %.2g in '%s'; the losses match: %s)",
+                  label.c_str(), worst, name.c_str(), lossMatches ? "yes" : "no");
+  check(ok == 0 && worst <= 1e-5 && lossMatches, what, rank);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -268,6 +405,21 @@ int main(int argc, char** argv) {
                 1e-5, "mnist_cnn", std::make_shared<MpiOnEmuDevice>(comm));
   } else if (mode == "batchnorm") {
     batchNorm(comm);
+  } else if (mode == "failure") {
+    compiler::TrainOptions sgd;
+    sgd.sgd = {.lr = 0.05, .momentum = 0.9};
+    failedStep(comm, "compiled", sgd, "shape", "mnist_cnn");
+    failedStep(comm, "compiled", sgd, "label", "mnist_cnn");
+    // BatchNorm's running statistics, which the compiled step writes in place as it runs: rank
+    // 0's run went through, and they are put back.
+    failedStep(comm, "compiled resnet18", sgd, "label", "resnet18", false, 32);
+    compiler::TrainOptions eager = sgd;
+    eager.eager = true;
+    failedStep(comm, "eager", eager, "label", "mnist_cnn");
+    compiler::TrainOptions emu = sgd;
+    emu.compile.backend = orDie(runtime::gpu::backendForDevice("emu"), "the emu device");
+    failedStep(comm, "emu device", emu, "label", "mlp");
+    failedStep(comm, "emu device", emu, "row", "embedding", /*startedBeforeFailure=*/true);
   } else if (mode == "abort") {
     if (comm->rank() == 1) comm->abort("a test failure on purpose", 3);
     double v = 1;
@@ -275,7 +427,7 @@ int main(int argc, char** argv) {
     std::printf("FAILED: rank 0 went on after rank 1 stopped\n");
     return 1;
   } else {
-    std::fprintf(stderr, "usage: ddp_check equivalence|batchnorm|abort (under mpirun)\n");
+    std::fprintf(stderr, "usage: ddp_check equivalence|batchnorm|failure|abort (under mpirun)\n");
     return 2;
   }
   return failures == 0 ? 0 : 1;
