@@ -128,9 +128,15 @@ Expected<Kernel> horizontalKernel(std::string name, std::vector<Kernel> parts) {
         h.partArgs[i].push_back(inputIndex.at(a.value));
       }
     }
-  for (size_t i = 0; i < flat.size(); ++i) flat[i].name = h.name + "_p" + std::to_string(i);
   h.parts = std::move(flat);
-  return h;
+  std::string hname = h.name;
+  return renamedKernel(std::move(h), std::move(hname));
+}
+
+Kernel renamedKernel(Kernel k, std::string name) {
+  k.name = std::move(name);
+  for (size_t i = 0; i < k.parts.size(); ++i) k.parts[i].name = k.name + "_p" + std::to_string(i);
+  return k;
 }
 
 }  // namespace kiln::codegen

@@ -152,4 +152,9 @@ struct Kernel {
 // value another part writes.
 Expected<Kernel> horizontalKernel(std::string name, std::vector<Kernel> parts);
 
+// `k` named `name`, its horizontal parts renamed as horizontalKernel names them. Two kernels
+// that differ only in their names (the same layer repeated, a recurrence unrolled) render the
+// same text once renamed alike, and may share one compiled function.
+Kernel renamedKernel(Kernel k, std::string name);
+
 }  // namespace kiln::codegen

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <unordered_map>
 
 #include "codegen/cpu_compiler.h"
 #include "codegen/kernel_cache.h"
@@ -210,21 +211,24 @@ class Driver {
                                                    : codegen::compilerIdentity(copts);
     const codegen::Dialect dialect = cuda ? codegen::Dialect::kCuda : codegen::Dialect::kCpu;
     codegen::KernelCache& cache = kernelCache();
+    shareKernels(dialect);
     const int per = std::max(1, opts_.kernelsPerModule);
     std::vector<codegen::CpuSource> sources;
     std::vector<codegen::CacheKey> keys;
-    for (size_t b = 0; b < schedule_.kernels.size(); b += per) {
-      const size_t e = std::min(schedule_.kernels.size(), b + per);
-      std::span<const codegen::Kernel> chunk(schedule_.kernels.data() + b, e - b);
+    for (size_t b = 0; b < unique_.size(); b += per) {
+      const size_t e = std::min(unique_.size(), b + per);
+      std::vector<codegen::Kernel> chunk;
+      for (size_t u = b; u < e; ++u) chunk.push_back(schedule_.kernels[unique_[u]]);
       const std::string module = "kiln_module" + std::to_string(sources.size());
       std::string src = cudaCaps.sourcePrefix + codegen::renderModule(chunk, dialect);
-      for (size_t i = b; i < e; ++i) {
-        const std::string text = codegen::renderKernel(schedule_.kernels[i], dialect);
-        report_.kernels.push_back({schedule_.kernels[i].name, module, schedule_.kernelGroup[i],
-                                   cuda ? "" : text, cuda ? text : ""});
+      for (size_t u = b; u < e; ++u) {
+        const codegen::Kernel& k = schedule_.kernels[unique_[u]];
+        const std::string text = codegen::renderKernel(k, dialect);
+        report_.kernels.push_back({k.name, module, schedule_.kernelGroup[unique_[u]],
+                                   cuda ? "" : text, cuda ? text : "", stepsOf_[k.name]});
         if (!cudaCaps.entryLine.empty()) {
           std::string entry = cudaCaps.entryLine;
-          entry.replace(entry.find("{name}"), 6, schedule_.kernels[i].name);
+          entry.replace(entry.find("{name}"), 6, k.name);
           src += entry + "\n";
         }
       }
@@ -292,7 +296,8 @@ class Driver {
       code_info_->modules.push_back(
           {sources[i].moduleName, std::move(sources[i].source), std::move(objects[i])});
     for (size_t i = 0; i < schedule_.kernels.size(); ++i) {
-      KILN_ASSIGN_OR_RETURN(const void* entry, code_->entry(schedule_.kernels[i].name));
+      KILN_ASSIGN_OR_RETURN(const void* entry,
+                            code_->entry(schedule_.kernels[sharedFunction_[i]].name));
       kernelEntries_.push_back(entry);
     }
     if (opts_.cudaCheck) KILN_TRY(checkCuda());
@@ -305,10 +310,11 @@ class Driver {
       report_.remarks.push_back("CUDA check skipped: kiln was built without the CUDA toolkit");
       return Status::ok();
     }
-    const std::string src = codegen::renderModule(schedule_.kernels, codegen::Dialect::kCuda);
-    for (size_t i = 0; i < schedule_.kernels.size(); ++i)
-      report_.kernels[i].cuda =
-          codegen::renderKernel(schedule_.kernels[i], codegen::Dialect::kCuda);
+    std::vector<codegen::Kernel> functions;
+    for (size_t i : unique_) functions.push_back(schedule_.kernels[i]);
+    const std::string src = codegen::renderModule(functions, codegen::Dialect::kCuda);
+    for (size_t u = 0; u < functions.size(); ++u)
+      report_.kernels[u].cuda = codegen::renderKernel(functions[u], codegen::Dialect::kCuda);
     // On a GPU, ptxas also makes each architecture's cubin (an artifact's code for GPUs other
     // than this one); elsewhere PTX alone checks the kernels.
     const runtime::BackendCaps& caps = backend_->caps();
@@ -327,8 +333,34 @@ class Driver {
                                         std::vector<std::byte>(b, b + ptx->cubin.size()));
       }
     }
-    report_.cudaKernelsChecked = static_cast<int>(schedule_.kernels.size());
+    report_.cudaKernelsChecked = static_cast<int>(functions.size());
     return Status::ok();
+  }
+
+  // Kernels that render the same text once renamed alike (a repeated layer, an unrolled
+  // recurrence) share one compiled function: the first of them. sharedFunction_[i] is kernel
+  // i's, unique_ the kernels compiled (in order), and the plan steps of a shared kernel call the
+  // function by its name (an artifact's loader resolves steps by name). Op kernels are not
+  // shared: their sources carry their node's description.
+  void shareKernels(codegen::Dialect dialect) {
+    const size_t n = schedule_.kernels.size();
+    sharedFunction_.resize(n);
+    std::unordered_map<std::string, size_t> byText;
+    for (size_t i = 0; i < n; ++i) {
+      const codegen::Kernel& k = schedule_.kernels[i];
+      sharedFunction_[i] = i;
+      if (!k.isOpKernel()) {
+        const std::string text =
+            codegen::renderKernel(codegen::renamedKernel(k, "kiln_shared"), dialect);
+        sharedFunction_[i] = byText.emplace(text, i).first->second;
+      }
+      if (sharedFunction_[i] == i) unique_.push_back(i);
+      ++stepsOf_[schedule_.kernels[sharedFunction_[i]].name];
+    }
+    for (StepDraft& d : schedule_.steps)
+      if (d.kernel >= 0)
+        d.name = schedule_.kernels[sharedFunction_[static_cast<size_t>(d.kernel)]].name;
+    report_.compiledKernels = static_cast<int>(unique_.size());
   }
 
   const CompileOptions& opts_;
@@ -339,6 +371,8 @@ class Driver {
   passes::FusionPlan fusion_;
   Schedule schedule_;
   std::vector<const void*> kernelEntries_;
+  std::vector<size_t> sharedFunction_, unique_;
+  std::unordered_map<std::string, int> stepsOf_;  // Kernel steps per compiled function.
   std::shared_ptr<runtime::KernelModule> code_;
   std::shared_ptr<CompiledCode> code_info_ = std::make_shared<CompiledCode>();
   std::unique_ptr<codegen::KernelCache> cache_;

@@ -103,6 +103,9 @@ struct KernelSource {
   std::string group;
   std::string cpp;   // The kernel alone (without the prelude).
   std::string cuda;  // When cudaCheck.
+  // The plan steps calling it: more than one where kernels that differ only in their names
+  // share it (a repeated layer, an unrolled recurrence).
+  int steps = 1;
 };
 
 // What one plan step computes, for profiles: its ops in order, each once ("conv2d+add+relu"),
@@ -118,11 +121,12 @@ struct CompileReport {
   // Library primitives created and weights reordered ahead of the first run
   // (runtime::PlanExecutor::prepare).
   double prepareMs = 0;
-  int nodesIn = 0;         // Nodes of the graph handed to compile.
-  int nodesOptimized = 0;  // After the pass pipeline.
-  int generatedKernels = 0;
-  int referenceSteps = 0;  // Library and reference calls.
-  int hostSteps = 0;       // Of those, on a GPU backend: ops run on the host (no device kernel).
+  int nodesIn = 0;           // Nodes of the graph handed to compile.
+  int nodesOptimized = 0;    // After the pass pipeline.
+  int generatedKernels = 0;  // Kernel steps of the plan.
+  int compiledKernels = 0;   // The functions they call: kernels equal but for names share one.
+  int referenceSteps = 0;    // Library and reference calls.
+  int hostSteps = 0;         // Of those, on a GPU backend: ops run on the host (no device kernel).
   std::string precision = "fp32";  // CompileOptions::precision.
   int copySteps = 0;
   int aliases = 0;  // Reshapes that became views of their input (no step).
@@ -134,7 +138,7 @@ struct CompileReport {
   std::vector<std::string> remarks;           // Passes' and lowering's notes.
   std::vector<std::string> algorithmChoices;  // One line per conv2d (--explain-algos).
   int layoutConversions = 0;
-  std::vector<KernelSource> kernels;
+  std::vector<KernelSource> kernels;  // One per compiled function.
   int64_t arenaBytes = 0;
   int64_t arenaLowerBound = 0;
   int inplaceReuses = 0;

@@ -152,6 +152,7 @@ int runBench(const Args& args) {
         {"prepare_ms", r.prepareMs},
         {"first_run_ms", firstCompiledMs},
         {"kernels_generated", r.generatedKernels},
+        {"kernels_compiled", r.compiledKernels},
         {"steps", (*cm)->plan().steps.size()},
         // Runs that met a NaN at a fused relu or clip and ran again without (PlanExecutor).
         {"exact_reruns", (*cm)->exactReruns()}}},
@@ -230,8 +231,8 @@ int runBench(const Args& args) {
               1000.0 * batch / tc.median);
   std::printf("peak memory    %9.2f MB %9.2f MB   (activations and outputs; weights %.2f MB)\n",
               eagerPeak / 1e6, compiledPeak / 1e6, g->parameterBytes() / 1e6);
-  std::printf("steps          %9zu    %9zu      (%d generated kernels)\n", g->numNodes(),
-              (*cm)->plan().steps.size(), r.generatedKernels);
+  std::printf("steps          %9zu    %9zu      (%d generated kernels, %d compiled)\n",
+              g->numNodes(), (*cm)->plan().steps.size(), r.generatedKernels, r.compiledKernels);
   std::printf(
       "compile        cold %.1f ms, warm (cache hit) %.1f ms; first run %.2f ms (%.2fx "
       "the median)\n",

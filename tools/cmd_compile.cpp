@@ -212,6 +212,7 @@ int runCompile(const Args& args) {
                      {"nodes", r.nodesIn},
                      {"nodes_optimized", r.nodesOptimized},
                      {"generated_kernels", r.generatedKernels},
+                     {"compiled_kernels", r.compiledKernels},
                      {"library_or_reference_steps", r.referenceSteps},
                      {"steps", (*cm)->plan().steps.size()},
                      {"aliases", r.aliases},
@@ -237,10 +238,10 @@ int runCompile(const Args& args) {
         args.positional[0].c_str(), r.totalMs, r.passesMs, r.fusionMs, r.codegenMs, r.compileMs,
         r.planMs, r.prepareMs);
     std::printf(
-        "nodes %d -> %d after passes; %zu steps: %d generated kernels, %d library/reference calls, "
-        "%d copies; %d reshapes became views\n",
+        "nodes %d -> %d after passes; %zu steps: %d generated kernels (%d compiled, the others "
+        "equal to one of them), %d library/reference calls, %d copies; %d reshapes became views\n",
         r.nodesIn, r.nodesOptimized, (*cm)->plan().steps.size(), r.generatedKernels,
-        r.referenceSteps, r.copySteps, r.aliases);
+        r.compiledKernels, r.referenceSteps, r.copySteps, r.aliases);
     std::printf("arena %.2f MB (lower bound %.2f MB, %d in-place reuses); weights %.2f MB\n",
                 static_cast<double>(r.arenaBytes) / 1e6,
                 static_cast<double>(r.arenaLowerBound) / 1e6, r.inplaceReuses,

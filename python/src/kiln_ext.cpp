@@ -340,6 +340,7 @@ struct PyCompiled {
     d["nodes_in"] = r.nodesIn;
     d["nodes_optimized"] = r.nodesOptimized;
     d["generated_kernels"] = r.generatedKernels;
+    d["compiled_kernels"] = r.compiledKernels;
     d["library_steps"] = r.referenceSteps;
     d["cache_hits"] = r.cacheHits;
     d["cache_misses"] = r.cacheMisses;
