@@ -129,7 +129,7 @@ struct CompileReport {
   int hostSteps = 0;         // Of those, on a GPU backend: ops run on the host (no device kernel).
   std::string precision = "fp32";  // CompileOptions::precision.
   int copySteps = 0;
-  int aliases = 0;  // Reshapes that became views of their input (no step).
+  int aliases = 0;  // Reshapes and contiguous slices that became views of their input (no step).
   int modules = 0;
   int cacheHits = 0;
   int cacheMisses = 0;

@@ -267,7 +267,7 @@ class PlanBuilder {
       b.kind = s.kind;
       b.index = s.index;
       if (s.kind == runtime::BufferRef::Kind::kArena)
-        b.offset = mp.offsets[requestOf[storageFor(v)]];
+        b.offset = mp.offsets[requestOf[storageFor(v)]] + s_.rootOffset(v);
       b.type = v->type();
       return b;
     };

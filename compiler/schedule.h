@@ -47,12 +47,24 @@ struct Schedule {
   std::vector<StepDraft> steps;
   std::vector<codegen::Kernel> kernels;  // StepDraft::kernel indexes them.
   std::vector<std::string> kernelGroup;  // Per kernel: its group kind's name.
-  // Reshapes that are views of their input (no step): value -> the value it views.
+  // Views of their input that need no step: value -> the value it views. Reshapes, and slices
+  // that are one contiguous run of their input's bytes, at aliasOffset's byte offset into it
+  // (only where that input's bytes are the arena's: BufferRef::offset).
   std::unordered_map<const ir::Value*, const ir::Value*> aliasOf;
+  std::unordered_map<const ir::Value*, int64_t> aliasOffset;
   // The value whose bytes `v` is (`v` itself unless it is an alias, through chains of them).
   const ir::Value* root(const ir::Value* v) const {
     for (auto it = aliasOf.find(v); it != aliasOf.end(); it = aliasOf.find(v)) v = it->second;
     return v;
+  }
+  // Where `v`'s bytes start in root(v)'s, in bytes.
+  int64_t rootOffset(const ir::Value* v) const {
+    int64_t bytes = 0;
+    for (auto it = aliasOf.find(v); it != aliasOf.end(); it = aliasOf.find(v)) {
+      if (auto o = aliasOffset.find(v); o != aliasOffset.end()) bytes += o->second;
+      v = it->second;
+    }
+    return bytes;
   }
   int aliases = 0;
   std::vector<std::string> remarks;  // Groups that run op by op, and why.

@@ -239,7 +239,9 @@ int runCompile(const Args& args) {
         r.planMs, r.prepareMs);
     std::printf(
         "nodes %d -> %d after passes; %zu steps: %d generated kernels (%d compiled, the others "
-        "equal to one of them), %d library/reference calls, %d copies; %d reshapes became views\n",
+        "equal to one of them), %d library/reference calls, %d copies; %d reshapes and slices "
+        "became "
+        "views\n",
         r.nodesIn, r.nodesOptimized, (*cm)->plan().steps.size(), r.generatedKernels,
         r.compiledKernels, r.referenceSteps, r.copySteps, r.aliases);
     std::printf("arena %.2f MB (lower bound %.2f MB, %d in-place reuses); weights %.2f MB\n",

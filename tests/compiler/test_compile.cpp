@@ -203,6 +203,75 @@ TEST_CASE("kernels equal but for their names are compiled once and called by eve
   std::filesystem::remove_all(cache);
 }
 
+// A slice that is one contiguous run of an intermediate's bytes (a step of an unrolled
+// recurrence) is a view at an offset into them, not a copy; one of a graph input, one that is not
+// contiguous, and one whose offset would break 16-byte alignment stay copies.
+TEST_CASE("contiguous slices of intermediates are views at an offset, others copies") {
+  auto g = ir::parseGraph(R"(graph g(%x : f32[6,4,8], %y : f32[5,3]) {
+  param %w : f32[8,8]
+  param %v : f32[3,2]
+  %1 : f32[6,4,8] = relu(%x)
+  %2 : f32[1,4,8] = slice(%1) {starts=[2], ends=[3], axes=[0]}
+  %3 : f32[4,8] = reshape(%2) {shape=[4,8]}
+  %4 : f32[4,8] = matmul(%3, %w)
+  %5 : f32[6,4,1] = slice(%1) {starts=[1], ends=[2], axes=[2]}
+  %6 : f32[6,4,1] = exp(%5)
+  %7 : f32[1,4,8] = slice(%x) {starts=[3], ends=[4], axes=[0]}
+  %8 : f32[4,8] = reshape(%7) {shape=[4,8]}
+  %9 : f32[4,8] = matmul(%8, %w)
+  %10 : f32[5,3] = relu(%y)
+  %11 : f32[1,3] = slice(%10) {starts=[1], ends=[2], axes=[0]}
+  %12 : f32[1,2] = matmul(%11, %v)
+  return %4, %6, %9, %12
+})");
+  INFO(g.status().message());
+  REQUIRE(g.hasValue());
+  std::mt19937 rng(3);
+  for (const char* p : {"w", "v"}) {
+    ir::TensorData d(ir::DType::kF32, g->findValue(p)->type().shape);
+    for (int64_t i = 0; i < d.numElements(); ++i)
+      d.as<float>()[i] = static_cast<float>(rng() % 200) / 100.f - 1.f;
+    g->findValue(p)->setData(d);
+  }
+  const std::string cache = tempCacheDir("slices");
+  auto cm = checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 6);
+  // The step computing `value`, and the step reading it first as its input 0.
+  const runtime::Plan& plan = cm->plan();
+  auto step = [&](const std::string& name) -> const runtime::PlanStep& {
+    for (const runtime::PlanStep& s : plan.steps)
+      if (s.name.find(name) != std::string::npos) return s;
+    FAIL("no step " << name);
+    return plan.steps[0];
+  };
+  const runtime::PlanStep& relu = plan.steps[0];
+  REQUIRE(relu.kind == runtime::PlanStep::Kind::kKernel);
+  const runtime::BufferRef& viewed = step("matmul -> %4").inputs[0];
+  CHECK(viewed.kind == runtime::BufferRef::Kind::kArena);
+  CHECK(viewed.offset == relu.outputs[0].offset + 2 * 4 * 8 * 4);  // Row 2 of f32[6,4,8].
+  CHECK(viewed.type == ir::TensorType(ir::DType::kF32, {4, 8}));
+  // A graph input's slice is copied into the arena; so is row 1 of f32[5,3], 12 bytes in.
+  CHECK(step("matmul -> %9").inputs[0].kind == runtime::BufferRef::Kind::kArena);
+  const runtime::BufferRef& copied = step("matmul -> %12").inputs[0];
+  for (const runtime::PlanStep& s : plan.steps)
+    if (s.kind == runtime::PlanStep::Kind::kKernel && s.outputs[0].type.shape == ir::Shape{5, 3})
+      CHECK(copied.offset != s.outputs[0].offset + 12);
+  CHECK(cm->report().copySteps == 0);
+  // Saved and loaded: the offset comes back with the plan.
+  const std::string path = cache + "/slices.kiln";
+  REQUIRE(compiler::saveArtifact(*cm, path, "slices").isOk());
+  auto loaded = runtime::loadArtifact(path);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  std::vector<Tensor> ins;
+  for (const ir::Value* v : g->inputs()) ins.push_back(randomTensor(v->type(), rng));
+  auto want = runtime::EagerExecutor(*g).run(ins);
+  auto got = (*loaded)->run(ins);
+  REQUIRE(want.hasValue());
+  REQUIRE(got.hasValue());
+  for (size_t i = 0; i < want->size(); ++i) CHECK(relError((*got)[i], (*want)[i]) <= 1e-5);
+  std::filesystem::remove_all(cache);
+}
+
 TEST_CASE("softmax, log_softmax and layer_norm are one kernel each") {
   const std::string cache = tempCacheDir("norm");
   for (const std::string op :

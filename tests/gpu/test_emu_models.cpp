@@ -411,6 +411,42 @@ TEST_CASE("emu: a bf16 training step computes as its eager run, near fp32; fp16 
   CHECK(std::fabs(losses[0] - losses[1]) <= 2e-2 * std::max(1.0, std::fabs(losses[1])));
 }
 
+// Contiguous slices of intermediates are views at an offset into the device's arena: each step
+// of an unrolled h' = sqrt(abs(h R + p[t])) adds row t of p in place, read through the device's
+// bound-checked pointers, and the steps' kernels share one function.
+TEST_CASE("emu: slices read in place at an offset into the arena, by shared kernels") {
+  std::string ir = R"(graph g(%x : f32[3,4,8], %h0 : f32[4,8]) {
+  param %w : f32[8,8]
+  param %r : f32[8,8]
+  %xw : f32[3,4,8] = matmul(%x, %w)
+  %p : f32[3,4,8] = abs(%xw)
+)";
+  for (int t = 0; t < 3; ++t) {
+    const std::string s = std::to_string(t), n = std::to_string(t + 1);
+    ir += "  %s" + s + " : f32[1,4,8] = slice(%p) {starts=[" + s + "], ends=[" + n +
+          "], axes=[0]}\n  %x" + s + " : f32[4,8] = reshape(%s" + s + ") {shape=[4,8]}\n  %m" + s +
+          " : f32[4,8] = matmul(%h" + s + ", %r)\n  %a" + s + " : f32[4,8] = add(%m" + s + ", %x" +
+          s + ")\n  %b" + s + " : f32[4,8] = abs(%a" + s + ")\n  %h" + n + " : f32[4,8] = sqrt(%b" +
+          s + ")\n";
+  }
+  ir += "  return %h3\n}";
+  auto g = ir::parseGraph(ir);
+  INFO(g.status().message());
+  REQUIRE(g.hasValue());
+  std::mt19937 rng(9);
+  for (const char* p : {"w", "r"}) {
+    ir::TensorData d(ir::DType::kF32, {8, 8});
+    for (int64_t i = 0; i < d.numElements(); ++i)
+      d.as<float>()[i] = static_cast<float>(rng() % 200) / 200.f - 0.5f;
+    g->findValue(p)->setData(d);
+  }
+  const std::vector<Tensor> ins = testing::randomInputs(*g, 5);
+  auto cm = compileForDevice(*g);
+  CHECK(cm->report().aliases >= 6);  // Three slices and their reshapes.
+  CHECK(cm->report().compiledKernels < cm->report().generatedKernels);
+  checkClose(cm->run(ins), cpuEager(*g, ins));
+}
+
 TEST_CASE("emu: the committed ONNX test models run on the emu device, matching the CPU") {
   for (const auto& entry :
        std::filesystem::directory_iterator(std::string(KILN_TEST_DATA_DIR) + "/onnx")) {
