@@ -1,11 +1,18 @@
 #include "codegen/prelude.h"
 
+#include <string>
+#include <utility>
+
+#include "ir/index_word.h"
+
 namespace kiln::codegen {
 
 // Formulas match the reference kernels (runtime/reference/*.cpp) operation for operation, so
 // that compiled results stay within rounding of eager ones.
-std::string_view kernelPrelude() {
-  return R"KILN(// kiln kernel prelude (shared by the C++ and CUDA dialects).
+namespace {
+
+constexpr std::string_view kPrelude =
+    R"KILN(// kiln kernel prelude (shared by the C++ and CUDA dialects).
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 #define KILN_FN static __device__ __forceinline__
 #define KILN_CUDA 1
@@ -427,17 +434,36 @@ template <class T, class Op> KILN_FN T kiln_block_reduce(T v, T init, Op op, T* 
   __syncthreads();
   return smem[0];
 }
+#endif
+)KILN";
+
 // Reports index `value` at flat position `position` out of range into the word of a device
-// index check (runtime::IndexWord, whose encode() is the same formula): the position in bits
-// 63..33 (saturated at 2^31 - 2), bit 32 set when the value lies outside int32's range, the
-// value clamped to it and biased by 2^31 below; the lowest position wins.
+// index check: ir::index_word::encode, printed with its constants; the lowest position wins.
+std::string reportIndexFunction() {
+  using namespace ir::index_word;
+  std::string s = R"KILN(#if defined(KILN_CUDA) || defined(KILN_EMU)
+// ir::index_word::encode (ir/index_word.h) in CUDA C.
 KILN_FN void kiln_report_index(kiln_gptr<unsigned long long> w, long long position, long long value) {
-  const unsigned long long p = position < 2147483646LL ? (unsigned long long)position : 2147483646ULL;
-  const long long v = value < -2147483648LL ? -2147483648LL : (value > 2147483647LL ? 2147483647LL : value);
-  atomicMin(&w[0], (p << 33) | ((unsigned long long)(v != value) << 32) | (unsigned long long)(v + 2147483648LL));
+  const unsigned long long p = position < {max}LL ? (unsigned long long)position : {max}ULL;
+  const long long v = value < {lo}LL ? {lo}LL : (value > {hi}LL ? {hi}LL : value);
+  atomicMin(&w[0], (p << {shift}) | ((unsigned long long)(v != value) << {bit}) | (unsigned long long)(v + {bias}LL));
 }
 #endif
 )KILN";
+  const std::pair<std::string_view, int64_t> constants[] = {
+      {"{max}", kMaxPosition},     {"{lo}", kMinValue},         {"{hi}", kMaxValue},
+      {"{shift}", kPositionShift}, {"{bit}", kOutsideInt32Bit}, {"{bias}", kValueBias}};
+  for (const auto& [key, value] : constants)
+    for (size_t at = s.find(key); at != std::string::npos; at = s.find(key, at))
+      s.replace(at, key.size(), std::to_string(value));
+  return s;
+}
+
+}  // namespace
+
+std::string_view kernelPrelude() {
+  static const std::string prelude = std::string(kPrelude) + reportIndexFunction();
+  return prelude;
 }
 
 }  // namespace kiln::codegen

@@ -28,18 +28,13 @@ Status checkIndices(const IndexCheck& c, const Tensor& indices) {
   return internalError("unknown index check");
 }
 
-uint64_t IndexWord::encode(int64_t position, int64_t value) {
-  const auto p = static_cast<uint64_t>(std::clamp<int64_t>(position, 0, kMaxPosition));
-  const int64_t v = std::clamp<int64_t>(value, INT32_MIN, INT32_MAX);
-  return p << 33 | uint64_t{v != value} << 32 | static_cast<uint64_t>(v + (int64_t{1} << 31));
-}
-
 IndexWord::Report IndexWord::decode(uint64_t word) {
+  using namespace ir::index_word;
   Report r;
-  r.position = static_cast<int64_t>(word >> 33);
+  r.position = static_cast<int64_t>(word >> kPositionShift);
   r.positionSaturated = r.position >= kMaxPosition;
-  r.valueSaturated = (word >> 32 & 1) != 0;
-  r.value = static_cast<int64_t>(word & 0xffffffffULL) - (int64_t{1} << 31);
+  r.valueSaturated = (word >> kOutsideInt32Bit & 1) != 0;
+  r.value = static_cast<int64_t>(word & ((uint64_t{1} << kOutsideInt32Bit) - 1)) - kValueBias;
   return r;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/index_word.h"
 #include "runtime/backend.h"
 #include "runtime/library/kernels.h"
 #include "runtime/tensor.h"
@@ -92,16 +93,14 @@ struct IndexCheck {
 // The reference kernels' check of `indices` (an input of the plan) against `c`.
 Status checkIndices(const IndexCheck& c, const Tensor& indices);
 
-// A device index check's word: the kernel atomically lowers it (atomicMin, unsigned) to the
-// report of an index out of range: its flat position in bits 63..33 (saturated at 2^31 - 2), a
-// flag in bit 32 when the value lies outside int32's range, and the value clamped to that range
-// and biased by 2^31 in bits 31..0; so the lowest position wins, and one value a position is
-// read. kClear (all bits set) means none was. The kernels' kiln_report_index (codegen/prelude.cpp)
-// computes encode() in CUDA C.
+// A device index check's word (its layout: ir/index_word.h, which the kernels' kiln_report_index
+// is printed from).
 struct IndexWord {
-  static constexpr uint64_t kClear = ~uint64_t{0};
-  static constexpr int64_t kMaxPosition = (int64_t{1} << 31) - 2;
-  static uint64_t encode(int64_t position, int64_t value);
+  static constexpr uint64_t kClear = ir::index_word::kClear;
+  static constexpr int64_t kMaxPosition = ir::index_word::kMaxPosition;
+  static constexpr uint64_t encode(int64_t position, int64_t value) {
+    return ir::index_word::encode(position, value);
+  }
   struct Report {
     int64_t position = 0, value = 0;
     bool positionSaturated = false;  // At kMaxPosition or beyond.
