@@ -225,7 +225,7 @@ class Driver {
         const codegen::Kernel& k = schedule_.kernels[unique_[u]];
         const std::string text = codegen::renderKernel(k, dialect);
         report_.kernels.push_back({k.name, module, schedule_.kernelGroup[unique_[u]],
-                                   cuda ? "" : text, cuda ? text : "", stepsOf_[k.name]});
+                                   cuda ? "" : text, cuda ? text : "", stepsOf_[unique_[u]]});
         if (!cudaCaps.entryLine.empty()) {
           std::string entry = cudaCaps.entryLine;
           entry.replace(entry.find("{name}"), 6, k.name);
@@ -345,6 +345,7 @@ class Driver {
   void shareKernels(codegen::Dialect dialect) {
     const size_t n = schedule_.kernels.size();
     sharedFunction_.resize(n);
+    stepsOf_.assign(n, 0);
     std::unordered_map<std::string, size_t> byText;
     for (size_t i = 0; i < n; ++i) {
       const codegen::Kernel& k = schedule_.kernels[i];
@@ -355,7 +356,7 @@ class Driver {
         sharedFunction_[i] = byText.emplace(text, i).first->second;
       }
       if (sharedFunction_[i] == i) unique_.push_back(i);
-      ++stepsOf_[schedule_.kernels[sharedFunction_[i]].name];
+      ++stepsOf_[sharedFunction_[i]];
     }
     for (StepDraft& d : schedule_.steps)
       if (d.kernel >= 0)
@@ -372,7 +373,7 @@ class Driver {
   Schedule schedule_;
   std::vector<const void*> kernelEntries_;
   std::vector<size_t> sharedFunction_, unique_;
-  std::unordered_map<std::string, int> stepsOf_;  // Kernel steps per compiled function.
+  std::vector<int> stepsOf_;  // Per compiled kernel: the steps calling it.
   std::shared_ptr<runtime::KernelModule> code_;
   std::shared_ptr<CompiledCode> code_info_ = std::make_shared<CompiledCode>();
   std::unique_ptr<codegen::KernelCache> cache_;

@@ -67,31 +67,24 @@ class Scheduler {
       : graph_(graph), groups_(groups), backend_(backend), horizontal_(horizontal) {}
 
   // A lone slice whose output is one contiguous run of its input's bytes (a step of an unrolled
-  // recurrence, a batch's rows) becomes a view at a byte offset into them, not a copy: where
-  // that input's bytes are the arena's (not a graph input's, a parameter's or a graph output's,
-  // whose buffers the caller passes), the output is no graph output, and the offset keeps the
-  // 16-byte alignment vector accesses and libraries look for. Whether the run is contiguous is
-  // the lowering's answer: the copy kernel it would run loads one access with the strides it
-  // stores with.
-  bool aliasesContiguousRun(const ir::FusionGroup& g) {
-    if (g.nodes.size() != 1 || !g.nodes[0]->info().has(ir::kStridedView)) return false;
-    const ir::Node& n = *g.nodes[0];
-    const ir::Value* in = n.input(0);
-    const ir::Value* out = n.output();
+  // recurrence, a batch's rows) becomes a view at a byte offset into them instead of its copy
+  // kernel `k`: where that input's bytes are the arena's (not a graph input's, a parameter's or
+  // a graph output's, whose buffers the caller passes), the output is no graph output, and the
+  // offset keeps the 16-byte alignment vector accesses and libraries look for. The run is
+  // contiguous where the copy loads one access with the strides it stores with.
+  bool aliasesContiguousRun(const ir::FusionGroup& g, const codegen::Kernel& k) {
+    if (g.kind != ir::GroupKind::kView || g.nodes.size() != 1) return false;
+    const ir::Value* in = g.nodes[0]->input(0);
+    const ir::Value* out = g.nodes[0]->output();
     const ir::Value* root = s_.root(in);
     if (graphOutputs_.count(out) || graphOutputs_.count(root) || root->isInput() ||
-        root->isParameter())
+        root->isParameter() || k.loads.size() != 1 || k.stores.size() != 1 || k.exprs.size() != 1 ||
+        k.exprs[0].kind != codegen::ExprKind::kLoad)
       return false;
-    auto k = codegen::lowerGroup(g, graphOutputs_, "kiln_view");
-    if (!k || k->isOpKernel() || k->isReduction() || k->loads.size() != 1 ||
-        k->stores.size() != 1 || k->exprs.size() != 1 ||
-        k->exprs[0].kind != codegen::ExprKind::kLoad)
-      return false;
-    const codegen::Access& load = k->loads[0];
-    const codegen::Access& store = k->stores[0].access;
-    if (store.offset != 0 || load.strides != store.strides) return false;
+    const codegen::Access& load = k.loads[0];
+    const codegen::Access& store = k.stores[0].access;
     const int64_t bytes = load.offset * static_cast<int64_t>(ir::dtypeSize(out->type().dtype));
-    if (bytes % 16 != 0) return false;
+    if (store.offset != 0 || load.strides != store.strides || bytes % 16 != 0) return false;
     s_.aliasOf[out] = in;
     s_.aliasOffset[out] = bytes;
     ++s_.aliases;
@@ -339,7 +332,6 @@ class Scheduler {
             s_.aliases += static_cast<int>(g.nodes.size());
             break;
           }
-          if (aliasesContiguousRun(g)) break;
           [[fallthrough]];
         case ir::GroupKind::kPointwise:
         case ir::GroupKind::kReduction: {
@@ -360,6 +352,7 @@ class Scheduler {
             KILN_TRY(addReferenceSteps(g));
             break;
           }
+          if (aliasesContiguousRun(g, *k)) break;
           StepDraft s(runtime::PlanStep::Kind::kKernel, name);
           s.nodes.assign(g.nodes.begin(), g.nodes.end());
           s.kernel = static_cast<int>(s_.kernels.size());

@@ -55,10 +55,11 @@ struct TrainingStep::DataParallel {
   size_t firstGrad = 0;  // The step plan's first gradient output.
   std::vector<ir::TensorType> gradTypes;
   std::vector<Bucket> buckets;
-  std::vector<runtime::Tensor> gradViews;  // The update's inputs: views of the buckets.
-  std::vector<ir::Value*> fromRankZero;    // Training mode's state, rank 0's after each step.
-  bool synced = false;                     // The parameters were broadcast.
-  bool failed = false;                     // A step failed part way: the ranks are out of step.
+  std::vector<runtime::Tensor> gradViews;   // The update's inputs: views of the buckets.
+  std::vector<ir::Value*> fromRankZero;     // Training mode's state, rank 0's after each step.
+  std::vector<ir::TensorData> stateBefore;  // Its bytes before the step running (a copy).
+  bool synced = false;                      // The parameters were broadcast.
+  bool failed = false;                      // A step failed part way: the ranks are out of step.
 
   // Buckets of about `bucketBytes` in the order the step plan (null: eager) finishes the
   // gradients; rank 0's layout is every rank's (plans compiled apart could order steps apart).
@@ -340,7 +341,10 @@ Status TrainingStep::buildDataParallel(std::span<ir::Value* const> params,
   }
   u.setOutputs(outs);
   d->firstGrad = 2 + writes_.size();
-  for (const auto& w : mode.writes) d->fromRankZero.push_back(w.target);
+  for (const auto& w : mode.writes) {
+    d->fromRankZero.push_back(w.target);
+    d->stateBefore.push_back(w.target->data().clone());
+  }
   ddp_ = std::move(d);
   return Status::ok();
 }
@@ -492,8 +496,10 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
   }
   // Training mode's state (BatchNorm's running statistics, dropout's step count: small), which a
   // compiled step writes in place while it runs: a step that fails on any rank puts it back.
-  std::vector<ir::TensorData> stateBefore;
-  for (ir::Value* v : d.fromRankZero) stateBefore.push_back(v->data().clone());
+  for (size_t i = 0; i < d.fromRankZero.size(); ++i) {
+    const ir::TensorData t = d.fromRankZero[i]->data();  // Shares the bytes.
+    std::memcpy(d.stateBefore[i].data(), t.data(), t.byteSize());
+  }
   comm_ = {};
   comm_.buckets = static_cast<int>(d.buckets.size());
   size_t next = 0;  // The next bucket to start: every rank starts them in the same order.
@@ -597,7 +603,7 @@ Expected<TrainingStep::Result> TrainingStep::runDataParallel(const runtime::Tens
     // state is put back, and the ranks stay in step.
     for (size_t i = 0; i < d.fromRankZero.size(); ++i) {
       ir::TensorData t = d.fromRankZero[i]->data();  // Shares the bytes.
-      std::memcpy(t.data(), stateBefore[i].data(), t.byteSize());
+      std::memcpy(t.data(), d.stateBefore[i].data(), t.byteSize());
     }
     parametersChanged();
     onFailure.armed = false;

@@ -40,4 +40,17 @@ inline std::vector<runtime::Tensor> randomInputs(const ir::Graph& g, uint64_t se
   return ins;
 }
 
+// Gives every f32 parameter of `g` (a parsed text graph's, which hold no bytes) seeded values,
+// uniform in [-scale, scale).
+inline void randomParameters(ir::Graph& g, uint64_t seed, float scale = 1.f) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  for (ir::Value* p : g.parameters()) {
+    if (p->type().dtype != ir::DType::kF32) continue;
+    ir::TensorData d(ir::DType::kF32, p->type().shape);
+    for (int64_t i = 0; i < d.numElements(); ++i) d.as<float>()[i] = dist(rng);
+    p->setData(d);
+  }
+}
+
 }  // namespace kiln::testing

@@ -15,6 +15,7 @@
 #include "ir/parser.h"
 #include "models/zoo.h"
 #include "passes/autodiff.h"
+#include "random_inputs.h"
 #include "runtime/artifact.h"
 #include "runtime/eager.h"
 
@@ -103,6 +104,23 @@ std::unique_ptr<compiler::CompiledModel> checkCompiledMatchesEager(
   return std::move(*cm);
 }
 
+// `cm` saved to `path` and loaded computes `g`'s outputs bit for bit as `cm` does.
+void checkArtifactComputesTheSame(compiler::CompiledModel& cm, const ir::Graph& g,
+                                  const std::string& path) {
+  REQUIRE(compiler::saveArtifact(cm, path, g.name()).isOk());
+  auto loaded = runtime::loadArtifact(path);
+  INFO(loaded.status().message());
+  REQUIRE(loaded.hasValue());
+  const std::vector<Tensor> ins = testing::randomInputs(g, 11);
+  auto want = cm.run(ins);
+  auto got = (*loaded)->run(ins);
+  REQUIRE(want.hasValue());
+  REQUIRE(got.hasValue());
+  REQUIRE(got->size() == want->size());
+  for (size_t i = 0; i < want->size(); ++i)
+    CHECK(std::memcmp((*want)[i].rawData(), (*got)[i].rawData(), (*want)[i].byteSize()) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("compiled == eager on every zoo model") {
@@ -165,13 +183,7 @@ TEST_CASE("kernels equal but for their names are compiled once and called by eve
   return %8
 })");
   REQUIRE(g.hasValue());
-  std::mt19937 rng(3);
-  for (const char* p : {"w", "v"}) {
-    ir::TensorData d(ir::DType::kF32, g->findValue(p)->type().shape);
-    for (int64_t i = 0; i < d.numElements(); ++i)
-      d.as<float>()[i] = static_cast<float>(rng() % 200) / 100.f - 1.f;
-    g->findValue(p)->setData(d);
-  }
+  testing::randomParameters(*g, 3);
   const std::string cache = tempCacheDir("shared");
   auto cm = checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 4);
   const compiler::CompileReport& r = cm->report();
@@ -188,18 +200,8 @@ TEST_CASE("kernels equal but for their names are compiled once and called by eve
   CHECK(kernelSteps[0]->kernel == kernelSteps[1]->kernel);
   CHECK(kernelSteps[0]->kernel != kernelSteps[2]->kernel);
   CHECK(kernelSteps[0]->outputs[0].offset != kernelSteps[1]->outputs[0].offset);
-  // Saved and loaded: the steps find their shared function by name and compute the same.
-  const std::string path = cache + "/shared.kiln";
-  REQUIRE(compiler::saveArtifact(*cm, path, "shared").isOk());
-  auto loaded = runtime::loadArtifact(path);
-  INFO(loaded.status().message());
-  REQUIRE(loaded.hasValue());
-  const std::vector<Tensor> x{randomTensor(g->inputs()[0]->type(), rng)};
-  auto want = cm->run(x);
-  auto got = (*loaded)->run(x);
-  REQUIRE(want.hasValue());
-  REQUIRE(got.hasValue());
-  CHECK(std::memcmp((*want)[0].rawData(), (*got)[0].rawData(), (*want)[0].byteSize()) == 0);
+  // Saved and loaded: the steps find their shared function by name.
+  checkArtifactComputesTheSame(*cm, *g, cache + "/shared.kiln");
   std::filesystem::remove_all(cache);
 }
 
@@ -226,16 +228,10 @@ TEST_CASE("contiguous slices of intermediates are views at an offset, others cop
 })");
   INFO(g.status().message());
   REQUIRE(g.hasValue());
-  std::mt19937 rng(3);
-  for (const char* p : {"w", "v"}) {
-    ir::TensorData d(ir::DType::kF32, g->findValue(p)->type().shape);
-    for (int64_t i = 0; i < d.numElements(); ++i)
-      d.as<float>()[i] = static_cast<float>(rng() % 200) / 100.f - 1.f;
-    g->findValue(p)->setData(d);
-  }
+  testing::randomParameters(*g, 3);
   const std::string cache = tempCacheDir("slices");
   auto cm = checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 6);
-  // The step computing `value`, and the step reading it first as its input 0.
+  // The first step whose name holds `name`.
   const runtime::Plan& plan = cm->plan();
   auto step = [&](const std::string& name) -> const runtime::PlanStep& {
     for (const runtime::PlanStep& s : plan.steps)
@@ -256,19 +252,8 @@ TEST_CASE("contiguous slices of intermediates are views at an offset, others cop
     if (s.kind == runtime::PlanStep::Kind::kKernel && s.outputs[0].type.shape == ir::Shape{5, 3})
       CHECK(copied.offset != s.outputs[0].offset + 12);
   CHECK(cm->report().copySteps == 0);
-  // Saved and loaded: the offset comes back with the plan.
-  const std::string path = cache + "/slices.kiln";
-  REQUIRE(compiler::saveArtifact(*cm, path, "slices").isOk());
-  auto loaded = runtime::loadArtifact(path);
-  INFO(loaded.status().message());
-  REQUIRE(loaded.hasValue());
-  std::vector<Tensor> ins;
-  for (const ir::Value* v : g->inputs()) ins.push_back(randomTensor(v->type(), rng));
-  auto want = runtime::EagerExecutor(*g).run(ins);
-  auto got = (*loaded)->run(ins);
-  REQUIRE(want.hasValue());
-  REQUIRE(got.hasValue());
-  for (size_t i = 0; i < want->size(); ++i) CHECK(relError((*got)[i], (*want)[i]) <= 1e-5);
+  // Saved and loaded: the offsets come back with the plan.
+  checkArtifactComputesTheSame(*cm, *g, cache + "/slices.kiln");
   std::filesystem::remove_all(cache);
 }
 

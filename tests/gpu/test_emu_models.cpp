@@ -433,13 +433,7 @@ TEST_CASE("emu: slices read in place at an offset into the arena, by shared kern
   auto g = ir::parseGraph(ir);
   INFO(g.status().message());
   REQUIRE(g.hasValue());
-  std::mt19937 rng(9);
-  for (const char* p : {"w", "r"}) {
-    ir::TensorData d(ir::DType::kF32, {8, 8});
-    for (int64_t i = 0; i < d.numElements(); ++i)
-      d.as<float>()[i] = static_cast<float>(rng() % 200) / 200.f - 0.5f;
-    g->findValue(p)->setData(d);
-  }
+  testing::randomParameters(*g, 9, 0.5f);
   const std::vector<Tensor> ins = testing::randomInputs(*g, 5);
   auto cm = compileForDevice(*g);
   CHECK(cm->report().aliases >= 6);  // Three slices and their reshapes.
