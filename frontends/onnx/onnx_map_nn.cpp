@@ -1,6 +1,7 @@
 // ONNX neural-network ops onto kiln's: MatMul, Gemm, Conv and pooling (1-D through kiln's 2-D
-// ops, auto_pad resolved to explicit pads), BatchNormalization and LayerNormalization
-// (inference), Softmax/LogSoftmax (opset < 13 flatten-to-2-D semantics), reductions.
+// ops, 3-D through frontends/window3d.h's lowerings onto them, auto_pad resolved to explicit pads),
+// BatchNormalization and LayerNormalization (inference), Softmax/LogSoftmax (opset < 13
+// flatten-to-2-D semantics), reductions.
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_map_util.h"
 #include "frontends/onnx/onnx_tensor.h"
+#include "frontends/window3d.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -137,16 +139,39 @@ Expected<ir::Value*> emitWindowOp(NodeContext& ctx, OpKind op, ir::Value* x,
   return ctx.emit(OpKind::kSqueeze, {y4}, {{"axes", std::vector<int64_t>{2}}}, 0);
 }
 
-Expected<ir::TensorType> windowInput(NodeContext& ctx) {
+// The input of a window op over 1 or 2 spatial dims, or 3 where `threeD` (the ops
+// frontends/window3d.h lowers).
+Expected<ir::TensorType> windowInput(NodeContext& ctx, bool threeD = false) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType x, ctx.inputType(0));
-  if (x.rank() != 3 && x.rank() != 4)
+  if (x.rank() != 3 && x.rank() != 4 && (!threeD || x.rank() != 5))
     return ctx.unsupported(ctx.opType() + " on a rank-" + std::to_string(x.rank()) + " input " +
-                           x.toString() + ": kiln has 1-D and 2-D " + ctx.opType());
+                           x.toString() + ": kiln has " +
+                           (threeD ? "1-D, 2-D and 3-D " : "1-D and 2-D ") + ctx.opType());
   return x;
 }
 
+// What the 3-D lowerings emit becomes this node's intermediates and constants.
+Emitter emitterOf(NodeContext& ctx) {
+  return {[&ctx](OpKind op, std::vector<ir::Value*> ins, ir::AttrMap attrs) {
+            return ctx.emit(op, std::move(ins), std::move(attrs));
+          },
+          [&ctx](ir::TensorData d) { return ctx.constantValue(std::move(d)); }};
+}
+
+Window3d window3dOf(const Window& w) {
+  Window3d out;
+  for (size_t d = 0; d < 3; ++d) {
+    out.kernel[d] = w.kernel[d];
+    out.strides[d] = w.strides[d];
+    out.dilations[d] = w.dilations[d];
+    out.pads[d] = w.pads[d];
+    out.pads[d + 3] = w.pads[d + 3];
+  }
+  return out;
+}
+
 Status mapConv(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx, /*threeD=*/true));
   KILN_ASSIGN_OR_RETURN(ir::TensorType wt, ctx.inputType(1));
   if (wt.rank() != xt.rank())
     return ctx.invalid("weight " + wt.toString() + " must have the input's rank " +
@@ -178,15 +203,22 @@ Status mapConv(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(x, ctx.value(0));
   }
   KILN_ASSIGN_OR_RETURN(ir::Value * weight, ctx.value(1));
+  ir::Value* bias = nullptr;
+  if (ctx.hasInput(2)) {
+    KILN_ASSIGN_OR_RETURN(bias, ctx.value(2));
+  }
+  if (spatial == 3) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * y,
+                          emitConv3d(emitterOf(ctx), x, weight, bias, window3dOf(w), group));
+    ctx.setOutput(0, y);
+    return Status::ok();
+  }
   const bool oneD = xt.rank() == 3;
   if (oneD) {
     KILN_ASSIGN_OR_RETURN(weight, unsqueeze2(ctx, weight));
   }
   std::vector<ir::Value*> rest{weight};
-  if (ctx.hasInput(2)) {
-    KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(2));
-    rest.push_back(b);
-  }
+  if (bias) rest.push_back(bias);
   return emitWindowOp(ctx, OpKind::kConv2d, x, std::move(rest), std::move(attrs), oneD).status();
 }
 
@@ -616,7 +648,7 @@ Status emitMaxPoolIndices(NodeContext& ctx, ir::Value* x, const ir::TensorType& 
 
 template <OpKind kOp>
 Status mapPool(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx, /*threeD=*/true));
   const bool isMax = kOp == OpKind::kMaxPool2d;
   KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
   KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel));
@@ -636,8 +668,18 @@ Status mapPool(NodeContext& ctx) {
   for (size_t i = 0; i < spatial; ++i)
     onnxOut.push_back(onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
                                      w.pads[i], w.pads[i + spatial], ceil));
+  if (spatial == 3 && isMax && ctx.outputUsed(1))
+    return ctx.unsupported("MaxPool's Indices of a 3-D pooling (kiln has them for 1-D and 2-D)");
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
-  KILN_ASSIGN_OR_RETURN(ir::Value * y, emitWindowOp(ctx, kOp, x, {}, attrs, xt.rank() == 3));
+  ir::Value* y = nullptr;
+  if (spatial == 3) {
+    ir::AttrMap extra{{"ceil_mode", attrs["ceil_mode"]}};
+    if (!isMax) extra["count_include_pad"] = attrs["count_include_pad"];
+    KILN_ASSIGN_OR_RETURN(y, emitPool3d(emitterOf(ctx), kOp, x, window3dOf(w), extra));
+    ctx.setOutput(0, y);
+  } else {
+    KILN_ASSIGN_OR_RETURN(y, emitWindowOp(ctx, kOp, x, {}, attrs, xt.rank() == 3));
+  }
   const std::vector<int64_t> kilnOut(y->type().shape.begin() + 2, y->type().shape.end());
   if (kilnOut != onnxOut)
     return ctx.unsupported("ceil_mode=1 with a last window that starts in the right padding: " +
@@ -678,7 +720,7 @@ Expected<int64_t> lpOrder(NodeContext& ctx) {
 // ones (which takes the pads, strides and dilations; the padding adds zeros, as ONNX's). ceil_mode
 // keeps a last partial window (ONNX's rule): more zero padding at the end.
 Status mapLpPool(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx, /*threeD=*/true));
   KILN_TRY(floatInput(ctx).status());
   KILN_ASSIGN_OR_RETURN(int64_t p, lpOrder(ctx));
   KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
@@ -708,6 +750,11 @@ Status mapLpPool(NodeContext& ctx) {
   attrs["group"] = c;
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   KILN_ASSIGN_OR_RETURN(ir::Value * powered, absPower(ctx, x, p));
+  if (spatial == 3) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * sum,
+                          emitConv3d(emitterOf(ctx), powered, ones, nullptr, window3dOf(w), c));
+    return emitRoot(ctx, sum, p);
+  }
   const bool oneD = spatial == 1;
   ir::Value* xin = powered;
   if (oneD) {

@@ -145,6 +145,14 @@ class Translator:
         outs = self.b.node(op, [v.name for v in inputs], attrs or {}, [], name)
         return self._wrap(outs[0])
 
+    def window3d(self, kind: str, inputs, attrs):
+        """A 3-D convolution or pooling, or its gradient, through the lowering onto kiln's 2-D
+        ops that the ONNX importer uses (frontends/window3d.h; kinds in GraphBuilder.window3d).
+        Returns the output, or for conv3d_backward the three gradients (None where not wanted)."""
+        outs = [self._wrap(n) if n else None
+                for n in self.b.window3d(kind, [v.name for v in inputs], attrs)]
+        return outs if kind == "conv3d_backward" else outs[0]
+
     def cast(self, v: _Value, dtype: str) -> _Value:
         return v if v.dtype == dtype else self.op("cast", [v], {"to": dtype})
 
@@ -546,6 +554,13 @@ def _without_dim2(t, v):
 
 @handles(aten.convolution.default)
 def _convolution(t, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if len(w.shape) == 5 and not transposed:
+        return t.window3d("conv3d", [x, w] + ([b] if b is not None else []),
+                          {"strides": [int(s) for s in stride],
+                           "pads": [int(p) for p in padding] * 2,
+                           "dilations": [int(d) for d in dilation], "group": int(groups)})
+    if len(w.shape) == 5:
+        raise Unsupported("a 3-D transposed convolution (kiln has 1-D and 2-D)")
     stride, padding, dilation, output_padding, one_d = _conv_dims(w, stride, padding, dilation,
                                                                   output_padding)
     if one_d:
@@ -846,6 +861,67 @@ def _avg_pool(t, x, kernel, stride=None, padding=0, ceil_mode=False, count_inclu
                                     "count_include_pad": int(bool(count_include_pad))})
 
 
+def _triple(v, default=None):
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        return default
+    if isinstance(v, int):
+        return [v, v, v]
+    return [int(v[0])] * 3 if len(v) == 1 else [int(d) for d in v]
+
+
+def _max_pool3d_attrs(kernel, stride, padding, dilation, ceil_mode):
+    k = _triple(kernel)
+    p = _triple(padding, [0, 0, 0])
+    return {"kernel": k, "strides": _triple(stride, k), "pads": p + p,
+            "dilations": _triple(dilation, [1, 1, 1]), "ceil_mode": int(bool(ceil_mode))}
+
+
+@handles(aten.max_pool3d_with_indices.default, aten.max_pool3d.default)
+def _max_pool3d(t, x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False):
+    attrs = _max_pool3d_attrs(kernel, stride, padding, dilation, ceil_mode)
+    y = t.window3d("max_pool3d", [x], attrs)
+    if t.node.target == aten.max_pool3d.default:
+        return y
+    # The indices where a node reads them (a training forward returns them for the backward).
+    read = any(u.target is operator.getitem and u.args[1] == 1 for u in t.node.users)
+    return (y, t.window3d("max_pool3d_indices", [x], attrs) if read else None)
+
+
+def _avg_pool3d_attrs(kernel, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    if divisor_override is not None:
+        raise Unsupported("avg_pool3d with divisor_override")
+    k = _triple(kernel)
+    p = _triple(padding, [0, 0, 0])
+    return {"kernel": k, "strides": _triple(stride, k), "pads": p + p,
+            "ceil_mode": int(bool(ceil_mode)), "count_include_pad": int(bool(count_include_pad))}
+
+
+@handles(aten.avg_pool3d.default)
+def _avg_pool3d(t, x, kernel, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    return t.window3d("avg_pool3d", [x], _avg_pool3d_attrs(kernel, stride, padding, ceil_mode,
+                                                           count_include_pad, divisor_override))
+
+
+def _adaptive_kernel3d(x, out):
+    """The avg_pool3d kernel (= stride) of an adaptive pooling to `out`, whose windows must tile
+    x."""
+    dims = x.shape[2:]
+    if any(n % o for n, o in zip(dims, out)):
+        raise Unsupported(f"adaptive_avg_pool3d of {list(dims)} to {list(out)} with overlapping "
+                          "windows (kiln has the ones that tile the input)")
+    return [n // o for n, o in zip(dims, out)]
+
+
+@handles(aten._adaptive_avg_pool3d.default, aten.adaptive_avg_pool3d.default)
+def _adaptive_avg_pool3d(t, x, size):
+    out = [int(d) for d in size]
+    if out == [1, 1, 1]:
+        return t.op("reduce_mean", [x], {"axes": [2, 3, 4], "keepdims": 1})
+    k = _adaptive_kernel3d(x, out)
+    return t.window3d("avg_pool3d", [x], {"kernel": k, "strides": k})
+
+
 def _adaptive_matrix(n, out):
     """Adaptive average pooling along a dim of n to out as a matrix [out, n]: PyTorch's window i
     averages [floor(i n / out), ceil((i + 1) n / out)) (windows overlap where out does not divide
@@ -920,6 +996,12 @@ def _argmax(t, x, dim=None, keepdim=False):
 @handles(aten.convolution_backward.default)
 def _convolution_backward(t, grad, x, w, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
+    if len(w.shape) == 5 and not transposed:
+        return tuple(t.window3d("conv3d_backward", [grad, x, w],
+                                {"strides": [int(s) for s in stride],
+                                 "pads": [int(p) for p in padding] * 2,
+                                 "dilations": [int(d) for d in dilation], "group": int(groups),
+                                 "output_mask": [int(bool(m)) for m in output_mask]}))
     stride, padding, dilation, output_padding, one_d = _conv_dims(w, stride, padding, dilation,
                                                                   output_padding)
     if one_d:
@@ -949,6 +1031,27 @@ def _max_pool_backward(t, grad, x, kernel, stride, padding, dilation, ceil_mode,
     return t.op("max_pool2d_backward", [grad, x],
                 {"kernel": k, "strides": _pair(stride, k), "pads": p + p,
                  "dilations": _pair(dilation, [1, 1]), "ceil_mode": int(bool(ceil_mode))})
+
+
+@handles(aten.max_pool3d_with_indices_backward.default)
+def _max_pool3d_backward(t, grad, x, kernel, stride, padding, dilation, ceil_mode, indices):
+    # As the 2-D one: read again from x (each window's first maximum, where the indices point).
+    return t.window3d("max_pool3d_backward", [grad, x],
+                      _max_pool3d_attrs(kernel, stride, padding, dilation, ceil_mode))
+
+
+@handles(aten.avg_pool3d_backward.default)
+def _avg_pool3d_backward(t, grad, x, kernel, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override):
+    return t.window3d("avg_pool3d_backward", [grad, x],
+                      _avg_pool3d_attrs(kernel, stride, padding, ceil_mode, count_include_pad,
+                                        divisor_override))
+
+
+@handles(aten._adaptive_avg_pool3d_backward.default)
+def _adaptive_avg_pool3d_backward(t, grad, x):
+    k = _adaptive_kernel3d(x, grad.shape[2:])
+    return t.window3d("avg_pool3d_backward", [grad, x], {"kernel": k, "strides": k})
 
 
 @handles(aten._adaptive_avg_pool2d_backward.default)

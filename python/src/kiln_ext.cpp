@@ -27,6 +27,7 @@
 #include "compiler/jit.h"
 #include "frontends/json/graph_json.h"
 #include "frontends/onnx/onnx_import.h"
+#include "frontends/window3d.h"
 #include "ir/op_table.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -490,6 +491,7 @@ ir::AttrValue attrFrom(const ir::OpInfo& op, const std::string& name, nb::handle
 
 struct PyBuilder {
   std::shared_ptr<ir::Graph> graph;
+  int64_t constants = 0;  // Names the constants window3d adds.
 
   ir::Value* value(const std::string& name, const std::string& where) const {
     ir::Value* v = graph->findValue(name);
@@ -531,6 +533,88 @@ struct PyBuilder {
     std::vector<std::string> outs;
     for (const ir::Value* v : (*n)->outputs()) outs.push_back(v->name());
     return outs;
+  }
+
+  // A 3-D convolution or pooling, or its gradient, lowered onto kiln's 2-D ops by
+  // frontends/window3d.h (the ONNX importer's lowering). `kind` and its inputs: conv3d (x, w and
+  // an optional bias), conv3d_backward (grad, x, w; attribute output_mask: the three gradients
+  // wanted), max_pool3d, avg_pool3d and max_pool3d_indices (x), max_pool3d_backward and
+  // avg_pool3d_backward (grad, x). attrs: kernel (pools), strides, pads (the three begins, then
+  // the three ends), dilations, group, ceil_mode, count_include_pad. Returns the outputs' names
+  // ("" for a gradient not wanted).
+  std::vector<std::string> window3d(const std::string& kind, const std::vector<std::string>& inputs,
+                                    nb::dict attrs) {
+    std::vector<ir::Value*> ins;
+    for (const std::string& n : inputs) ins.push_back(value(n, kind));
+    auto ints = [&](const char* key, size_t n, int64_t fill) {
+      std::vector<int64_t> v(n, fill);
+      if (attrs.contains(key)) v = nb::cast<std::vector<int64_t>>(attrs[key]);
+      if (v.size() != n)
+        throw KilnError(invalidArgument(kind + ": " + key + " must have " + std::to_string(n) +
+                                        " values, got " + std::to_string(v.size())));
+      return v;
+    };
+    auto integer = [&](const char* key, int64_t fill) {
+      return attrs.contains(key) ? nb::cast<int64_t>(attrs[key]) : fill;
+    };
+    auto arity = [&](size_t lo, size_t hi, const char* what) {
+      if (ins.size() < lo || ins.size() > hi)
+        throw KilnError(invalidArgument(kind + " takes " + what));
+    };
+    frontends::Window3d w;
+    const auto kernel = ints("kernel", 3, 1), strides = ints("strides", 3, 1),
+               dilations = ints("dilations", 3, 1), pads = ints("pads", 6, 0);
+    std::copy(kernel.begin(), kernel.end(), w.kernel.begin());
+    std::copy(strides.begin(), strides.end(), w.strides.begin());
+    std::copy(dilations.begin(), dilations.end(), w.dilations.begin());
+    std::copy(pads.begin(), pads.end(), w.pads.begin());
+    frontends::Emitter e{
+        [&](ir::OpKind op, std::vector<ir::Value*> in, ir::AttrMap a) -> Expected<ir::Value*> {
+          KILN_ASSIGN_OR_RETURN(ir::Node * n, graph->addNode(op, std::move(in), std::move(a)));
+          return n->output();
+        },
+        [&](ir::TensorData d) {
+          std::string name;
+          do {
+            name = kind + "/const" + std::to_string(constants++);
+          } while (graph->findValue(name));
+          return graph->addParameter(name, std::move(d), false);
+        }};
+    const bool isMax = kind.rfind("max_pool3d", 0) == 0;
+    const ir::OpKind pool = isMax ? ir::OpKind::kMaxPool2d : ir::OpKind::kAvgPool2d;
+    ir::AttrMap extra{{"ceil_mode", integer("ceil_mode", 0)}};
+    if (!isMax) extra["count_include_pad"] = integer("count_include_pad", 0);
+    std::vector<Expected<ir::Value*>> outs;
+    if (kind == "conv3d") {
+      arity(2, 3, "x, w and an optional bias");
+      outs.push_back(frontends::emitConv3d(e, ins[0], ins[1], ins.size() == 3 ? ins[2] : nullptr, w,
+                                           integer("group", 1)));
+    } else if (kind == "conv3d_backward") {
+      arity(3, 3, "grad, x and w");
+      const auto mask = ints("output_mask", 3, 1);
+      Expected<frontends::Conv3dGradients> g =
+          frontends::emitConv3dBackward(e, ins[0], ins[1], ins[2], w, integer("group", 1),
+                                        {mask[0] != 0, mask[1] != 0, mask[2] != 0});
+      if (!g) throw KilnError(g.status().withContext(kind));
+      outs = {g->input, g->weight, g->bias};
+    } else if (kind == "max_pool3d" || kind == "avg_pool3d") {
+      arity(1, 1, "x");
+      outs.push_back(frontends::emitPool3d(e, pool, ins[0], w, extra));
+    } else if (kind == "max_pool3d_indices") {
+      arity(1, 1, "x");
+      outs.push_back(frontends::emitMaxPool3dIndices(e, ins[0], w, extra));
+    } else if (kind == "max_pool3d_backward" || kind == "avg_pool3d_backward") {
+      arity(2, 2, "grad and x");
+      outs.push_back(frontends::emitPool3dBackward(e, pool, ins[0], ins[1], w, extra));
+    } else {
+      throw KilnError(invalidArgument("unknown 3-D window op '" + kind + "'"));
+    }
+    std::vector<std::string> names;
+    for (Expected<ir::Value*>& v : outs) {
+      if (!v) throw KilnError(v.status().withContext(kind));
+      names.push_back(*v ? (*v)->name() : "");
+    }
+    return names;
   }
 
   nb::dict type(const std::string& name) const {
@@ -684,7 +768,7 @@ NB_MODULE(_kiln, m) {
   nb::class_<PyBuilder>(m, "GraphBuilder")
       .def("__init__",
            [](PyBuilder* b, const std::string& name) {
-             new (b) PyBuilder{std::make_shared<ir::Graph>(name)};
+             new (b) PyBuilder{std::make_shared<ir::Graph>(name), 0};
            })
       .def("input", &PyBuilder::input, "name"_a, "dtype"_a, "shape"_a,
            "dim_names"_a = std::vector<std::string>{})
@@ -692,6 +776,7 @@ NB_MODULE(_kiln, m) {
            "trainable"_a = false)
       .def("node", &PyBuilder::node, "op"_a, "inputs"_a, "attrs"_a = nb::dict(),
            "output_names"_a = std::vector<std::string>{}, "node_name"_a = "")
+      .def("window3d", &PyBuilder::window3d, "kind"_a, "inputs"_a, "attrs"_a = nb::dict())
       .def("type", &PyBuilder::type)
       .def("finish", &PyBuilder::finish);
 }

@@ -853,3 +853,90 @@ def test_indexing_by_several_index_tensors():
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     with pytest.raises(kiln.Error, match="out of range"):
         k(x, i, torch.tensor([6, 0, 0, 0]))  # Column 6 of 6: would read row i+1's first.
+
+
+class Video(torch.nn.Module):
+    """3-D convolutions and pools (video and volumetric models): strided, padded, dilated and
+    grouped Conv3d, BatchNorm3d, MaxPool3d, AvgPool3d in ceil mode and AdaptiveAvgPool3d."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv3d(3, 8, (3, 5, 5), stride=(1, 2, 2), padding=(1, 2, 2))
+        self.bn = torch.nn.BatchNorm3d(8)
+        self.pool = torch.nn.MaxPool3d((2, 3, 3), stride=2, padding=(0, 1, 1))
+        self.b = torch.nn.Conv3d(8, 8, 3, padding=2, dilation=2, groups=4, bias=False)
+        self.avg = torch.nn.AvgPool3d(2, stride=(1, 2, 2), ceil_mode=True,
+                                      count_include_pad=False)
+        self.c = torch.nn.Conv3d(8, 16, (1, 3, 3), padding=(0, 1, 1))
+        self.head = torch.nn.AdaptiveAvgPool3d(1)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = self.pool(F.relu(self.bn(self.a(x))))
+        h = self.avg(F.relu(self.b(h)))
+        return self.fc(self.head(F.relu(self.c(h))).flatten(1))
+
+
+def test_3d_convolutions_and_pools_match_pytorch_in_inference_and_training(monkeypatch, capfd):
+    """Conv3d and the 3-D pools (lowered onto kiln's 2-D ops, their gradients too) through
+    from_torch with a dynamic batch, through torch.compile, and 5 SGD steps whose backward is
+    kiln's: PyTorch's results, nothing left to PyTorch."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = Video().eval()
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-0.5, 0.5)
+        m.bn.running_var.uniform_(0.5, 2.0)
+    x2, x3 = torch.randn(2, 3, 6, 16, 16), torch.randn(3, 3, 6, 16, 16)
+    model = kiln.from_torch(m, (x2,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    with torch.no_grad():
+        for x in (x2, x3):
+            close(model(x), m(x))
+    _matches_eager_and_trains(m, x2, (4, 3, 6, 16, 16), lambda m: m.parameters())
+    assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+class Pool3dWithIndices(torch.nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.pool = torch.nn.MaxPool3d(*args, return_indices=True, **kwargs)
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+@pytest.mark.parametrize("pool", [
+    ((3, 2, 1), {}),
+    (((2, 3, 3), (1, 2, 2), (1, 1, 0)), {"dilation": (2, 1, 1), "ceil_mode": True}),
+    (((1, 3, 3), (1, 2, 2)), {}),  # Over H and W only.
+    (((3, 1, 1), (2, 1, 1), (1, 0, 0)), {}),  # Over D only.
+])
+def test_max_pool3d_indices_are_pytorchs(pool, monkeypatch, capfd):
+    """max_pool3d's indices from kiln's two separable steps equal PyTorch's on inputs full of ties
+    (small integers: the first maximum in (D, H, W) order), NaNs (the last) and -inf."""
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    args, kwargs = pool
+    m = Pool3dWithIndices(*args, **kwargs)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(-2, 3, (2, 3, 7, 9, 8), generator=g).float()
+    x[torch.rand(x.shape, generator=g) < 0.03] = float("nan")
+    x[torch.rand(x.shape, generator=g) < 0.03] = float("-inf")
+    want_y, want_i = m(x)
+    for got_y, got_i in (kiln.from_torch(m, (x,))(x), torch.compile(m, backend="kiln")(x)):
+        assert got_i.dtype == torch.int64
+        assert torch.equal(got_i, want_i)
+        torch.testing.assert_close(got_y, want_y, equal_nan=True)
+    assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+def test_from_torch_r3d_18_matches_eager():
+    """torchvision's R3D-18 video classifier (Conv3d, BatchNorm3d, AdaptiveAvgPool3d)."""
+    from torchvision.models.video import r3d_18
+
+    torch.manual_seed(0)
+    m = r3d_18().eval()
+    x = torch.randn(1, 3, 8, 56, 56)
+    with torch.no_grad():
+        close(kiln.from_torch(m, (x,))(x), m(x))

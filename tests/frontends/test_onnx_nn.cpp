@@ -1,6 +1,7 @@
 // ONNX neural-network ops through the importer, run eagerly, against kiln reference ops given
 // hand-derived attributes (pads from auto_pad, 1-D as 2-D) or against hand-computed values.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -123,14 +124,251 @@ TEST_CASE("onnx: a 1-D Conv runs as a 2-D one over [N, C, 1, L]") {
   checkClose(floats(y), floats(want4));
 }
 
-TEST_CASE("onnx: a 3-D Conv is unsupported") {
+namespace {
+
+// A window over D, H, W for the direct 3-D loops below: pads are the begins, then the ends.
+struct Win3 {
+  std::array<int64_t, 3> k, s{1, 1, 1}, d{1, 1, 1};
+  std::array<int64_t, 6> p{};
+};
+
+// Direct loops over one output element's window: calls tap(input index or -1 for padding,
+// flat tap number) for each tap; returns false for no tap (cannot happen for valid windows).
+template <class F>
+void forTaps(const Shape& x, const Win3& w, int64_t od, int64_t oh, int64_t ow, F tap) {
+  int64_t t = 0;
+  for (int64_t a = 0; a < w.k[0]; ++a)
+    for (int64_t b = 0; b < w.k[1]; ++b)
+      for (int64_t c = 0; c < w.k[2]; ++c, ++t) {
+        const int64_t id = od * w.s[0] - w.p[0] + a * w.d[0];
+        const int64_t ih = oh * w.s[1] - w.p[1] + b * w.d[1];
+        const int64_t iw = ow * w.s[2] - w.p[2] + c * w.d[2];
+        const bool in = id >= 0 && id < x[2] && ih >= 0 && ih < x[3] && iw >= 0 && iw < x[4];
+        tap(in ? (id * x[3] + ih) * x[4] + iw : int64_t{-1}, t);
+      }
+}
+
+int64_t outSize(int64_t in, int64_t k, int64_t s, int64_t pb, int64_t pe, int64_t d,
+                bool ceil = false) {
+  const int64_t avail = in + pb + pe - (d * (k - 1) + 1);
+  int64_t out = avail / s + (ceil && avail % s != 0) + 1;
+  if (ceil && (out - 1) * s >= in + pb) --out;  // PyTorch's rule, which kiln follows.
+  return out;
+}
+
+Shape outShape3(const Shape& x, int64_t channels, const Win3& w, bool ceil = false) {
+  Shape y{x[0], channels};
+  for (int i = 0; i < 3; ++i)
+    y.push_back(outSize(x[i + 2], w.k[i], w.s[i], w.p[i], w.p[i + 3], w.d[i], ceil));
+  return y;
+}
+
+std::vector<float> conv3dByHand(const Shape& xs, const std::vector<float>& x, const Shape& ws,
+                                const std::vector<float>& w, const std::vector<float>& b, Win3 win,
+                                int64_t group, Shape* ys) {
+  win.k = {ws[2], ws[3], ws[4]};
+  *ys = outShape3(xs, ws[0], win);
+  const int64_t cg = ws[1], mg = ws[0] / group;
+  const int64_t plane = xs[2] * xs[3] * xs[4];
+  std::vector<float> y(static_cast<size_t>(kiln::ir::numElements(*ys)));
+  size_t at = 0;
+  for (int64_t n = 0; n < xs[0]; ++n)
+    for (int64_t m = 0; m < ws[0]; ++m)
+      for (int64_t od = 0; od < (*ys)[2]; ++od)
+        for (int64_t oh = 0; oh < (*ys)[3]; ++oh)
+          for (int64_t ow = 0; ow < (*ys)[4]; ++ow) {
+            double acc = b.empty() ? 0.0 : b[static_cast<size_t>(m)];
+            for (int64_t c = 0; c < cg; ++c) {
+              const int64_t ci = (m / mg) * cg + c;
+              forTaps(xs, win, od, oh, ow, [&](int64_t i, int64_t t) {
+                if (i < 0) return;
+                acc += double(x[static_cast<size_t>((n * xs[1] + ci) * plane + i)]) *
+                       w[static_cast<size_t>((m * cg + c) * ws[2] * ws[3] * ws[4] + t)];
+              });
+            }
+            y[at++] = static_cast<float>(acc);
+          }
+  return y;
+}
+
+// max (isMax) or PyTorch's average pooling.
+std::vector<float> pool3dByHand(const Shape& xs, const std::vector<float>& x, const Win3& win,
+                                bool isMax, bool ceil, bool includePad, Shape* ys) {
+  *ys = outShape3(xs, xs[1], win, ceil);
+  const int64_t plane = xs[2] * xs[3] * xs[4];
+  std::vector<float> y;
+  for (int64_t nc = 0; nc < xs[0] * xs[1]; ++nc)
+    for (int64_t od = 0; od < (*ys)[2]; ++od)
+      for (int64_t oh = 0; oh < (*ys)[3]; ++oh)
+        for (int64_t ow = 0; ow < (*ys)[4]; ++ow) {
+          double best = -INFINITY, sum = 0;
+          int64_t valid = 0;
+          forTaps(xs, win, od, oh, ow, [&](int64_t i, int64_t) {
+            if (i < 0) return;
+            const double v = x[static_cast<size_t>(nc * plane + i)];
+            best = std::max(best, v);
+            sum += v;
+            ++valid;
+          });
+          // PyTorch's divisor with the padding: the window clipped to the padded input.
+          int64_t padded = 1;
+          const int64_t o[3] = {od, oh, ow};
+          for (int d = 0; d < 3; ++d) {
+            const int64_t start = o[d] * win.s[d] - win.p[d];
+            const int64_t end = std::min(start + win.k[d], xs[d + 2] + win.p[d + 3]);
+            padded *= end - start;
+          }
+          y.push_back(static_cast<float>(isMax ? best : sum / (includePad ? padded : valid)));
+        }
+  return y;
+}
+
+::onnx::AttributeProto ints(const std::string& name, const auto& v) {
+  return attrInts(name, std::vector<int64_t>(v.begin(), v.end()));
+}
+
+}  // namespace
+
+TEST_CASE("onnx: a 3-D Conv is one conv2d over the depth taps stacked into the channels") {
+  struct Case {
+    std::string name;
+    Shape x, w;
+    Win3 win;
+    int64_t group;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      // Strides, asymmetric pads in every dim (depth padding is masked), dilations, groups.
+      {"all",
+       {2, 4, 5, 6, 7},
+       {6, 2, 3, 2, 3},
+       {{}, {2, 1, 2}, {1, 2, 1}, {1, 0, 1, 2, 1, 0}},
+       2,
+       true},
+      // Depth kernel 1 without depth padding or stride: a transposition, no gather.
+      {"kd1",
+       {1, 3, 4, 5, 5},
+       {4, 3, 1, 3, 3},
+       {{}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1, 0, 1, 1}},
+       1,
+       false},
+      // Depthwise (LpPool's sum), depth stride 2 and dilation 2 without padding.
+      {"depthwise", {1, 3, 7, 4, 4}, {3, 1, 2, 2, 2}, {{}, {2, 1, 1}, {2, 1, 1}, {}}, 3, true},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      const auto x = randomValues(static_cast<size_t>(kiln::ir::numElements(c.x)), 70);
+      const auto w = randomValues(static_cast<size_t>(kiln::ir::numElements(c.w)), 71);
+      const auto b = c.bias ? randomValues(static_cast<size_t>(c.w[0]), 72) : std::vector<float>{};
+      Model m;
+      std::vector<Dim> dims(c.x.begin(), c.x.end());
+      m.input("x", dims).init("w", c.w, w);
+      std::vector<std::string> ins{"x", "w"};
+      if (c.bias) {
+        m.init("b", {c.w[0]}, b);
+        ins.push_back("b");
+      }
+      m.node("Conv", ins, {"y"},
+             {ints("strides", c.win.s), ints("dilations", c.win.d), ints("pads", c.win.p),
+              attrInt("group", c.group)});
+      m.output("y");
+      const kiln::ir::Graph g = import(m);
+      CHECK(countOps(g, OpKind::kConv2d) == 1);
+      CHECK(countOps(g, OpKind::kGather) == (c.name == "kd1" ? 0 : 1));
+      CHECK(countOps(g, OpKind::kWhere) == (c.name == "all" ? 1 : 0));
+      Shape ys;
+      const auto want = conv3dByHand(c.x, x, c.w, w, b, c.win, c.group, &ys);
+      checkClose(runGraph(g, {makeF32(c.x, x)})[0], ys, want);
+    }
+  }
+}
+
+TEST_CASE("onnx: a 3-D Conv whose weight does not fit its input is a clear error") {
   Model m;
-  m.input("x", {int64_t{1}, int64_t{1}, int64_t{3}, int64_t{3}, int64_t{3}});
-  m.init("w", {1, 1, 1, 1, 1}, {1.f});
+  m.input("x", {int64_t{1}, int64_t{4}, int64_t{3}, int64_t{3}, int64_t{3}});
+  m.init("w", {2, 3, 1, 1, 1}, std::vector<float>(6, 1.f));
   m.node("Conv", {"x", "w"}, {"y"}, {}, "conv3d").output("y");
   const kiln::Status s = importError(m);
-  CHECK(s.code() == ErrorCode::kUnimplemented);
-  CHECK_THAT(s.message(), Catch::Contains("Conv (opset 17) node 'conv3d': Conv on a rank-5 input"));
+  CHECK_THAT(s.message(), Catch::Contains("Conv (opset 17) node 'conv3d': conv3d of "
+                                          "f32[1,4,3,3,3] and f32[2,3,1,1,1]: with group 1"));
+}
+
+TEST_CASE("onnx: 3-D MaxPool, AveragePool and LpPool are separable 2-D pools") {
+  const Shape xs{2, 3, 6, 7, 5};
+  const auto x = randomValues(static_cast<size_t>(kiln::ir::numElements(xs)), 80);
+  std::vector<Dim> dims(xs.begin(), xs.end());
+  struct Case {
+    std::string op;
+    Win3 win;
+    bool ceil, includePad;
+  };
+  const std::vector<Case> cases = {
+      {"MaxPool", {{3, 2, 2}, {2, 2, 1}, {1, 1, 2}, {1, 0, 1, 1, 1, 0}}, false, false},
+      // Ceil mode with a last, partial window in every dim (none starting in the padding).
+      {"MaxPool", {{3, 2, 2}, {2, 2, 2}, {1, 1, 1}, {1, 0, 0, 1, 0, 0}}, true, false},
+      {"AveragePool", {{3, 3, 2}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1, 1, 1, 0}}, false, false},
+      {"AveragePool", {{3, 3, 2}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1, 1, 1, 0}}, false, true},
+      {"AveragePool", {{3, 2, 2}, {2, 2, 2}, {1, 1, 1}, {1, 0, 0, 1, 0, 0}}, true, true},
+      {"AveragePool", {{3, 2, 2}, {2, 2, 2}, {1, 1, 1}, {1, 0, 0, 1, 0, 0}}, true, false},
+      {"AveragePool", {{1, 2, 2}, {1, 2, 2}, {1, 1, 1}, {}}, false, false},  // H, W only.
+      {"AveragePool", {{3, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 0, 0, 1, 0, 0}}, false, true},  // D.
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    DYNAMIC_SECTION(c.op << " " << i) {
+      const bool isMax = c.op == "MaxPool";
+      Model m;
+      m.input("x", dims);
+      std::vector<::onnx::AttributeProto> attrs{ints("kernel_shape", c.win.k),
+                                                ints("strides", c.win.s), ints("pads", c.win.p),
+                                                attrInt("ceil_mode", c.ceil)};
+      if (isMax) attrs.push_back(ints("dilations", c.win.d));
+      if (!isMax) attrs.push_back(attrInt("count_include_pad", c.includePad));
+      m.node(c.op, {"x"}, {"y"}, attrs).output("y");
+      const kiln::ir::Graph g = import(m);
+      const OpKind pool = isMax ? OpKind::kMaxPool2d : OpKind::kAvgPool2d;
+      CHECK(countOps(g, pool) == (i >= 6 ? 1 : 2));
+      Shape ys;
+      const auto want = pool3dByHand(xs, x, c.win, isMax, c.ceil, c.includePad, &ys);
+      checkClose(runGraph(g, {makeF32(xs, x)})[0], ys, want);
+    }
+  }
+  SECTION("LpPool p=2: the root of a depthwise 3-D convolution of squares") {
+    const Win3 win{{2, 3, 2}, {1, 2, 2}, {1, 1, 1}, {1, 1, 0, 0, 1, 1}};
+    Model m;
+    m.input("x", dims);
+    m.node("LpPool", {"x"}, {"y"},
+           {ints("kernel_shape", win.k), ints("strides", win.s), ints("pads", win.p),
+            attrInt("p", 2)})
+        .output("y");
+    Shape ys;
+    std::vector<float> squares(x.size());
+    for (size_t k = 0; k < x.size(); ++k) squares[k] = x[k] * x[k];
+    Win3 sum = win;
+    auto want = pool3dByHand(xs, squares, sum, false, false, true, &ys);
+    // The average with the padding counted is the sum over a full window of k taps.
+    for (float& v : want) v = std::sqrt(v * static_cast<float>(win.k[0] * win.k[1] * win.k[2]));
+    checkClose(run(m, {makeF32(xs, x)})[0], ys, want);
+  }
+  SECTION("MaxPool's Indices of a 3-D pooling are a clear error") {
+    Model m;
+    m.input("x", dims);
+    m.node("MaxPool", {"x"}, {"y", "i"}, {attrInts("kernel_shape", {2, 2, 2})}, "pool");
+    m.output("y").output("i", kInt64);
+    const kiln::Status s = importError(m);
+    CHECK(s.code() == ErrorCode::kUnimplemented);
+    CHECK_THAT(s.message(), Catch::Contains("MaxPool (opset 17) node 'pool': MaxPool's Indices of "
+                                            "a 3-D pooling"));
+  }
+  SECTION("a 4-D window is still refused, by rank") {
+    Model m;
+    m.input("x", {int64_t{1}, int64_t{1}, int64_t{2}, int64_t{2}, int64_t{2}, int64_t{2}});
+    m.node("MaxPool", {"x"}, {"y"}, {attrInts("kernel_shape", {1, 1, 1, 1})}, "pool");
+    m.output("y");
+    const kiln::Status s = importError(m);
+    CHECK(s.code() == ErrorCode::kUnimplemented);
+    CHECK_THAT(s.message(), Catch::Contains("kiln has 1-D, 2-D and 3-D MaxPool"));
+  }
 }
 
 TEST_CASE("onnx: MaxPool and AveragePool attributes map onto kiln's pools") {
