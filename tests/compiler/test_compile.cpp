@@ -685,6 +685,40 @@ graph fire(%x : f32[2,8,9,9], %ws : f32[4,8,1,1], %we1 : f32[6,4,1,1], %we3 : f3
   std::filesystem::remove_all(cache);
 }
 
+TEST_CASE("a lone convolution read only by plain readers stays plain; a chain goes channels-last") {
+  // A 3-D convolution's conv2d sits between its input's stacking and its output's transposition:
+  // channels-last it would be a region of its own, two conversions for oneDNN's NHWC kernels,
+  // which on an AVX2 Zen 3 ran R3D-18 in 1.09 s against 0.72 s plain.
+  auto g = ir::parseGraph(R"(
+graph lone(%x : f32[4,6,5,7], %w : f32[8,6,3,3], %w2 : f32[8,8,1,1]) {
+  %c : f32[4,8,5,7] = conv2d(%x, %w) {pads=[1,1,1,1]}
+  %t : f32[4,5,8,7] = transpose(%c) {perm=[0,2,1,3]}
+  %r : f32[4,8,5,7] = relu(%c)
+  %c2 : f32[4,8,5,7] = conv2d(%r, %w2)
+  return %t, %c2
+})");
+  INFO(g.status().message());
+  REQUIRE(g.hasValue());
+  const std::string cache = tempCacheDir("lone_conv");
+  auto cm = checkCompiledMatchesEager(*g, testOptions(cache), 1e-5, 5);
+  // The first conv feeds relu (elementwise, kept NHWC) as well: both convs are one region, the
+  // input converted in, the transpose's and the output's values out.
+  CHECK(cm->report().layoutConversions == 3);
+  auto lone = ir::parseGraph(R"(
+graph lone(%x : f32[4,6,5,7], %w : f32[8,6,3,3]) {
+  %c : f32[4,8,5,7] = conv2d(%x, %w) {pads=[1,1,1,1]}
+  %t : f32[4,5,8,7] = transpose(%c) {perm=[0,2,1,3]}
+  return %t
+})");
+  REQUIRE(lone.hasValue());
+  auto cl = checkCompiledMatchesEager(*lone, testOptions(cache), 1e-5, 5);
+  CHECK(cl->report().layoutConversions == 0);
+  for (const auto& s : cl->plan().steps)
+    if (s.kind == runtime::PlanStep::Kind::kOp && s.op == ir::OpKind::kConv2d)
+      CHECK_FALSE(s.libraryOptions.channelsLast);
+  std::filesystem::remove_all(cache);
+}
+
 TEST_CASE("a quantize-dequantize between convolutions compiles: its integer cast reads plain") {
   // ONNX Runtime's QDQ format: each activation rounded to uint8 and back between convolutions.
   // The cast to u8 runs on a reference kernel (generated kernels do not take it): the layout
