@@ -116,15 +116,25 @@ TEST_CASE("library attention and matmul give the same bits at every thread count
       {OpKind::kMatMul, {randomTensor({4, 4096}, 3), randomTensor({4096, 32}, 4)}, {}},
       {OpKind::kMatMul, {randomTensor({12, 128, 64}, 5), randomTensor({12, 64, 128}, 6)}, {}},
   };
+  // Narrow and wide products over short and long sums: oneDNN's gemm-based matmul (AVX2) splits
+  // the narrow ones' sums between threads, so the BLAS path runs them (matmul.cpp).
+  std::vector<Case> more;
+  for (int64_t m : {2, 8, 64, 200})
+    for (int64_t n : {16, 64, 128, 256})
+      for (int64_t k : {64, 1024, 4096})
+        more.push_back({OpKind::kMatMul, {randomTensor({m, k}, 7), randomTensor({k, n}, 8)}, {}});
   // matmul, gemm and linear on kAuto, the BLAS path and oneDNN's matmul (attention ignores it).
   const auto gemm = static_cast<GemmBackend>(GENERATE(0, 1, 2));
   INFO("gemm backend " << static_cast<int>(gemm));
   const int budget = runtime::numThreads();
   runtime::setNumThreads(2);
   const int before = omp_get_max_threads();
-  for (const Case& c : cases) {
+  std::vector<Case> all = cases;
+  all.insert(all.end(), more.begin(), more.end());
+  for (const Case& c : all) {
     for (const bool cached : {false, true}) {
-      INFO(ir::opName(c.op) << " " << ir::shapeToString(c.in[0].shape())
+      INFO(ir::opName(c.op) << " " << ir::shapeToString(c.in[0].shape()) << " x "
+                            << ir::shapeToString(c.in[1].shape())
                             << (cached ? ", weights cached" : ""));
       runtime::LibraryCache cache;
       LibraryOptions options;
