@@ -105,19 +105,24 @@ struct DepthTaps {
   bool padded = false;
 };
 
-DepthTaps depthTaps(const Conv3d& s) {
-  const int64_t od = s.out[0];
-  DepthTaps t{ir::TensorData(ir::DType::kI64, {od, s.kd}),
-              ir::TensorData(ir::DType::kBool, {1, 1, od, s.kd, 1, 1})};
-  for (int64_t o = 0; o < od; ++o)
-    for (int64_t k = 0; k < s.kd; ++k) {
-      const int64_t at = o * s.win.strides[0] - s.win.pads[0] + k * s.win.dilations[0];
-      const bool in = at >= 0 && at < s.depth;
-      t.index.as<int64_t>()[o * s.kd + k] = in ? at : 0;
-      t.inside.as<bool>()[o * s.kd + k] = in;
+// Row r, tap k reads (or, transposed, writes) depth r*stride - pad + k*dilation of `limit`.
+DepthTaps depthTaps(int64_t rows, int64_t kd, int64_t stride, int64_t pad, int64_t dilation,
+                    int64_t limit) {
+  DepthTaps t{ir::TensorData(ir::DType::kI64, {rows, kd}),
+              ir::TensorData(ir::DType::kBool, {1, 1, rows, kd, 1, 1})};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < kd; ++k) {
+      const int64_t at = r * stride - pad + k * dilation;
+      const bool in = at >= 0 && at < limit;
+      t.index.as<int64_t>()[r * kd + k] = in ? at : 0;
+      t.inside.as<bool>()[r * kd + k] = in;
       t.padded |= !in;
     }
   return t;
+}
+
+DepthTaps depthTaps(const Conv3d& s) {
+  return depthTaps(s.out[0], s.kd, s.win.strides[0], s.win.pads[0], s.win.dilations[0], s.depth);
 }
 
 // v [N,C,D',kd,H,W] with the taps in the padding zeroed.
@@ -269,6 +274,59 @@ Expected<Conv3dGradients> emitConv3dBackward(const Emitter& e, Value* grad, Valu
                          {{"axes", std::vector<int64_t>{0, 2, 3, 4}}, {"keepdims", int64_t{0}}}));
   }
   return out;
+}
+
+Expected<Value*> emitConvTranspose3d(const Emitter& e, Value* x, Value* w, const Window3d& window,
+                                     std::array<int64_t, 3> outputPadding, int64_t group) {
+  const ir::TensorType& xt = x->type();
+  const ir::TensorType& wt = w->type();
+  const std::string what = "conv_transpose3d of " + xt.toString() + " and " + wt.toString();
+  if (xt.rank() != 5 || wt.rank() != 5)
+    return invalidArgument(what + ": the input must be [N,C,D,H,W] and the weight [C,M/group," +
+                           "kd,kh,kw]");
+  const int64_t c = xt.shape[1];
+  if (group < 1 || c % group != 0 || wt.shape[0] != c)
+    return invalidArgument(
+        what + ": the weight must be [C,M/group,kd,kh,kw] for C = " + std::to_string(c) +
+        ", with group " + std::to_string(group) + " dividing C");
+  const int64_t m = wt.shape[1] * group, kd = wt.shape[2];
+  const int64_t depth = xt.shape[2], sd = window.strides[0], pd = window.pads[0];
+  const int64_t dd = window.dilations[0], opd = outputPadding[0];
+  if (sd < 1 || dd < 1 || pd < 0 || window.pads[3] < 0 || opd < 0 || opd >= sd)
+    return invalidArgument(what + ": the depth's stride and dilation must be >= 1, its pads >= 0 " +
+                           "and its output_padding below the stride, got " + describe(window) +
+                           ", output_padding " + list(outputPadding));
+  // (D - 1) sd - pads + dd (kd - 1) + opd + 1 (the sizes are a model's: bounded first).
+  if (depth > (int64_t{1} << 24) / kd || sd > (int64_t{1} << 24) || dd > (int64_t{1} << 24) ||
+      pd > (int64_t{1} << 40) || window.pads[3] > (int64_t{1} << 40))
+    return invalidArgument(what + ": the depth's sizes are too large (" + describe(window) + ")");
+  const int64_t outDepth = (depth - 1) * sd - pd - window.pads[3] + dd * (kd - 1) + opd + 1;
+  if (outDepth < 1)
+    return invalidArgument(what + ": the pads leave no output depth (" + describe(window) + ")");
+  // Each input depth as a 2-D image: [N*D, C, H, W] through conv_transpose2d with the depth taps
+  // as output channels, [C, M/g*kd, kh, kw] -> [N*D, M*kd, H', W'] (channel m*kd + k).
+  KILN_ASSIGN_OR_RETURN(Value * t, transpose(e, x, {0, 2, 1, 3, 4}));
+  KILN_ASSIGN_OR_RETURN(t, reshape(e, t, {-1, c, xt.shape[3], xt.shape[4]}));
+  KILN_ASSIGN_OR_RETURN(Value * filter,
+                        reshape(e, w, {c, wt.shape[1] * kd, wt.shape[3], wt.shape[4]}));
+  ir::AttrMap attrs = window2d(window, 1, 2, true);
+  attrs.erase("kernel");
+  attrs["group"] = group;
+  attrs["output_padding"] = std::vector<int64_t>{outputPadding[1], outputPadding[2]};
+  KILN_ASSIGN_OR_RETURN(Value * y, e.node(OpKind::kConvTranspose2d, {t, filter}, attrs));
+  const int64_t h = y->type().shape[2], wd = y->type().shape[3];
+  // Input depth i's tap k lands on output depth i*sd - pd + k*dd: added there (gather_backward
+  // of the gather a 3-D convolution reads its taps with), those in the cropped padding dropped.
+  KILN_ASSIGN_OR_RETURN(y, reshape(e, y, {-1, depth, m, kd, h, wd}));
+  KILN_ASSIGN_OR_RETURN(y, transpose(e, y, {0, 2, 1, 3, 4, 5}));
+  DepthTaps taps = depthTaps(depth, kd, sd, pd, dd, outDepth);
+  KILN_ASSIGN_OR_RETURN(y, maskPadding(e, y, taps));
+  KILN_ASSIGN_OR_RETURN(Value * index, e.constant(taps.index));
+  KILN_ASSIGN_OR_RETURN(Value * zero, e.constant(ir::TensorData(xt.dtype, {})));
+  KILN_ASSIGN_OR_RETURN(Value * shape,
+                        e.node(OpKind::kExpand, {zero},
+                               {{"shape", std::vector<int64_t>{xt.shape[0], m, outDepth, h, wd}}}));
+  return e.node(OpKind::kGatherBackward, {y, index, shape}, {{"axis", int64_t{2}}});
 }
 
 Expected<Value*> emitPool3d(const Emitter& e, OpKind pool2d, Value* x, const Window3d& window,

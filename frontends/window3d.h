@@ -1,6 +1,7 @@
-// 3-D convolution and pooling (video and volumetric models: Conv3d, MaxPool3d, AvgPool3d) as
-// kiln's 2-D ops, shared by the frontends that meet them (ONNX Conv, MaxPool, AveragePool and
-// LpPool on rank-5 inputs; torch.export's aten.convolution, max_pool3d and avg_pool3d).
+// 3-D convolution and pooling (video and volumetric models: Conv3d, ConvTranspose3d, MaxPool3d,
+// AvgPool3d) as kiln's 2-D ops, shared by the frontends that meet them (ONNX Conv,
+// ConvTranspose, MaxPool, AveragePool and LpPool on rank-5 inputs; torch.export's
+// aten.convolution, max_pool3d, avg_pool3d and their gradients).
 //
 // A 3-D convolution is one conv2d over the depth taps stacked into the channels: the input
 // [N,C,D,H,W] is gathered to [N,D',C,kd,H,W] (output depth od, tap k reads input depth
@@ -60,6 +61,17 @@ struct Conv3dGradients {
 Expected<Conv3dGradients> emitConv3dBackward(const Emitter& e, ir::Value* grad, ir::Value* x,
                                              ir::Value* w, const Window3d& window, int64_t group,
                                              std::array<bool, 3> wanted);
+
+// conv_transpose3d(x [N,C,D,H,W], w [C,M/group,kd,kh,kw]) -> [N,M,D',H',W']
+// (torch.nn.ConvTranspose3d and ONNX ConvTranspose without their bias): each input depth through
+// one conv_transpose2d whose output channels are the depth taps ([C, M/group*kd, kh, kw], the
+// filter's own bytes), each tap then added at its output depth (i*sd - pads + k*dd;
+// gather_backward, the gradient of the gather a 3-D convolution reads its taps with), the ones in
+// the cropped padding dropped. The output_padding of each dim is below its stride, as
+// conv_transpose2d's.
+Expected<ir::Value*> emitConvTranspose3d(const Emitter& e, ir::Value* x, ir::Value* w,
+                                         const Window3d& window,
+                                         std::array<int64_t, 3> outputPadding, int64_t group);
 
 // max_pool2d or avg_pool2d over the three spatial dims of x [N,C,D,H,W]. `extra`: the 2-D op's
 // ceil_mode and (avg_pool2d) count_include_pad, which apply per dim; dilations only for

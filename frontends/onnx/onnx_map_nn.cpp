@@ -233,7 +233,7 @@ int64_t floorDiv(int64_t a, int64_t b) {
 // or the start (otherwise). An output that ends past the unpadded one grows at the end
 // (output_padding) where kiln's rule allows it (below the stride).
 Status mapConvTranspose(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx, /*threeD=*/true));
   KILN_ASSIGN_OR_RETURN(ir::TensorType wt, ctx.inputType(1));
   if (wt.rank() != xt.rank())
     return ctx.invalid("weight " + wt.toString() + " must have the input's rank " +
@@ -293,6 +293,32 @@ Status mapConvTranspose(NodeContext& ctx) {
       outPad[i] -= end;
       end = 0;
     }
+  }
+  if (spatial == 3) {
+    Window3d win;
+    for (size_t d = 0; d < 3; ++d) {
+      win.kernel[d] = kernel[d];
+      win.strides[d] = strides[d];
+      win.dilations[d] = dilations[d];
+      win.pads[d] = pads[d];
+      win.pads[d + 3] = pads[d + 3];
+    }
+    KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+    KILN_ASSIGN_OR_RETURN(ir::Value * weight, ctx.value(1));
+    KILN_ASSIGN_OR_RETURN(ir::Value * y,
+                          emitConvTranspose3d(emitterOf(ctx), x, weight, win,
+                                              {outPad[0], outPad[1], outPad[2]}, group));
+    if (ctx.hasInput(2)) {
+      KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(2));
+      const int64_t m = y->type().shape[1];
+      if (b->type().shape != ir::Shape{m})
+        return ctx.invalid("bias " + b->type().toString() + " must have the output's " +
+                           std::to_string(m) + " channels");
+      KILN_ASSIGN_OR_RETURN(b, ctx.emit(OpKind::kReshape, {b}, {{"shape", ir::Shape{m, 1, 1, 1}}}));
+      KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, b}));
+    }
+    ctx.setOutput(0, y);
+    return Status::ok();
   }
   const bool oneD = spatial == 1;
   auto two = [&](const std::vector<int64_t>& v, int64_t pad) {

@@ -109,10 +109,9 @@ def unsupported_reason(node) -> str | None:
     conv = {aten.convolution.default: 1, aten.convolution_backward.default: 2}
     if node.target in conv:
         w = node.args[conv[node.target]].meta.get("val")
-        # A 3-D convolution (not transposed) and its gradients are lowered onto conv2d's.
-        transposed = node.args[6] if node.target == aten.convolution.default else node.args[7]
-        if w is not None and w.dim() not in ((3, 4) if transposed else (3, 4, 5)):
-            return f"a {w.dim() - 2}-D convolution (kiln has 1-D and 2-D)"
+        # 3-D convolutions, transposed or not, and their gradients are lowered onto the 2-D ops.
+        if w is not None and w.dim() not in (3, 4, 5):
+            return f"a {w.dim() - 2}-D convolution (kiln has 1-D, 2-D and 3-D)"
     if node.target == aten.threshold_backward.default and node.args[2] != 0:
         return "threshold_backward away from 0 (kiln has ReLU's)"
     if node.target == aten._native_batch_norm_legit_functional.default and not node.args[5]:

@@ -536,7 +536,7 @@ def _conv_dims(w, stride, padding, dilation, output_padding):
     """A convolution's parameters for kiln's 2-D ops: a 1-D one (weight [M,C/g,k]) runs over
     [N,C,1,L], a 1 (a 0 pad) before each of its parameters. Also whether it is 1-D."""
     if len(w.shape) not in (3, 4):
-        raise Unsupported(f"a {len(w.shape) - 2}-D convolution (kiln has 1-D and 2-D)")
+        raise Unsupported(f"a {len(w.shape) - 2}-D convolution (kiln has 1-D, 2-D and 3-D)")
     if len(w.shape) == 4:
         return stride, padding, dilation, output_padding, False
     return ([1] + list(stride), [0] + list(padding), [1] + list(dilation),
@@ -560,7 +560,12 @@ def _convolution(t, x, w, b, stride, padding, dilation, transposed, output_paddi
                            "pads": [int(p) for p in padding] * 2,
                            "dilations": [int(d) for d in dilation], "group": int(groups)})
     if len(w.shape) == 5:
-        raise Unsupported("a 3-D transposed convolution (kiln has 1-D and 2-D)")
+        y = t.window3d("conv_transpose3d", [x, w],
+                       {"strides": [int(s) for s in stride],
+                        "pads": [int(p) for p in padding] * 2,
+                        "dilations": [int(d) for d in dilation], "group": int(groups),
+                        "output_padding": [int(p) for p in output_padding]})
+        return y if b is None else t.op("add", [y, _view(t, b, [b.shape[0], 1, 1, 1])])
     stride, padding, dilation, output_padding, one_d = _conv_dims(w, stride, padding, dilation,
                                                                   output_padding)
     if one_d:
@@ -996,12 +1001,22 @@ def _argmax(t, x, dim=None, keepdim=False):
 @handles(aten.convolution_backward.default)
 def _convolution_backward(t, grad, x, w, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
-    if len(w.shape) == 5 and not transposed:
-        return tuple(t.window3d("conv3d_backward", [grad, x, w],
-                                {"strides": [int(s) for s in stride],
-                                 "pads": [int(p) for p in padding] * 2,
-                                 "dilations": [int(d) for d in dilation], "group": int(groups),
-                                 "output_mask": [int(bool(m)) for m in output_mask]}))
+    if len(w.shape) == 5:
+        attrs = {"strides": [int(s) for s in stride], "pads": [int(p) for p in padding] * 2,
+                 "dilations": [int(d) for d in dilation], "group": int(groups)}
+        mask = [int(bool(m)) for m in output_mask]
+        if not transposed:
+            return tuple(t.window3d("conv3d_backward", [grad, x, w],
+                                    dict(attrs, output_mask=mask)))
+        # y = conv_transpose3d(x, w) is the input gradient of a 3-D convolution of y-shaped
+        # inputs: dx = conv3d(dy, w); dw that convolution's weight gradient with x as its
+        # output's gradient and dy as its input.
+        gi = t.window3d("conv3d", [grad, w], attrs) if mask[0] else None
+        gw = (t.window3d("conv3d_backward", [x, grad, w], dict(attrs, output_mask=[0, 1, 0]))[1]
+              if mask[1] else None)
+        gb = (t.op("reduce_sum", [grad], {"axes": [0, 2, 3, 4], "keepdims": 0})
+              if mask[2] else None)
+        return (gi, gw, gb)
     stride, padding, dilation, output_padding, one_d = _conv_dims(w, stride, padding, dilation,
                                                                   output_padding)
     if one_d:

@@ -537,10 +537,11 @@ struct PyBuilder {
 
   // A 3-D convolution or pooling, or its gradient, lowered onto kiln's 2-D ops by
   // frontends/window3d.h (the ONNX importer's lowering). `kind` and its inputs: conv3d (x, w and
-  // an optional bias), conv3d_backward (grad, x, w; attribute output_mask: the three gradients
-  // wanted), max_pool3d, avg_pool3d and max_pool3d_indices (x), max_pool3d_backward and
-  // avg_pool3d_backward (grad, x). attrs: kernel (pools), strides, pads (the three begins, then
-  // the three ends), dilations, group, ceil_mode, count_include_pad. Returns the outputs' names
+  // an optional bias), conv_transpose3d (x, w; attribute output_padding), conv3d_backward
+  // (grad, x, w; attribute output_mask: the three gradients wanted), max_pool3d, avg_pool3d and
+  // max_pool3d_indices (x), max_pool3d_backward and avg_pool3d_backward (grad, x). attrs: kernel
+  // (pools), strides, pads (the three begins, then the three ends), dilations, group, ceil_mode,
+  // count_include_pad. Returns the outputs' names
   // ("" for a gradient not wanted).
   std::vector<std::string> window3d(const std::string& kind, const std::vector<std::string>& inputs,
                                     nb::dict attrs) {
@@ -589,6 +590,11 @@ struct PyBuilder {
       arity(2, 3, "x, w and an optional bias");
       outs.push_back(frontends::emitConv3d(e, ins[0], ins[1], ins.size() == 3 ? ins[2] : nullptr, w,
                                            integer("group", 1)));
+    } else if (kind == "conv_transpose3d") {
+      arity(2, 2, "x and w");
+      const auto pad = ints("output_padding", 3, 0);
+      outs.push_back(frontends::emitConvTranspose3d(e, ins[0], ins[1], w, {pad[0], pad[1], pad[2]},
+                                                    integer("group", 1)));
     } else if (kind == "conv3d_backward") {
       arity(3, 3, "grad, x and w");
       const auto mask = ints("output_mask", 3, 1);

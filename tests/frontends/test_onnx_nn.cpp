@@ -283,6 +283,79 @@ TEST_CASE("onnx: a 3-D Conv is one conv2d over the depth taps stacked into the c
   }
 }
 
+TEST_CASE("onnx: a 3-D ConvTranspose adds each depth tap of a conv_transpose2d where it lands") {
+  struct Case {
+    std::string name;
+    Shape x, w;
+    Win3 win;
+    std::array<int64_t, 3> outPad;
+    int64_t group;
+  };
+  const std::vector<Case> cases = {
+      // U-Net's 2x upsampling: taps that do not overlap.
+      {"2x", {2, 4, 3, 4, 5}, {4, 3, 2, 2, 2}, {{}, {2, 2, 2}, {1, 1, 1}, {}}, {0, 0, 0}, 1},
+      // Overlapping taps, asymmetric pads cropping them, dilation, output_padding, groups.
+      {"all",
+       {1, 4, 4, 3, 5},
+       {4, 3, 3, 2, 3},
+       {{}, {2, 1, 2}, {1, 2, 1}, {1, 0, 1, 2, 1, 0}},
+       {1, 0, 1},
+       2},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      const auto x = randomValues(static_cast<size_t>(kiln::ir::numElements(c.x)), 90);
+      const auto w = randomValues(static_cast<size_t>(kiln::ir::numElements(c.w)), 91);
+      const int64_t m = c.w[1] * c.group;
+      const auto b = randomValues(static_cast<size_t>(m), 92);
+      Model mo;
+      std::vector<Dim> dims(c.x.begin(), c.x.end());
+      mo.input("x", dims).init("w", c.w, w).init("b", {m}, b);
+      mo.node("ConvTranspose", {"x", "w", "b"}, {"y"},
+              {ints("strides", c.win.s), ints("dilations", c.win.d), ints("pads", c.win.p),
+               ints("output_padding", c.outPad), attrInt("group", c.group)});
+      mo.output("y");
+      // Scatter every input element's products to the output directly.
+      Shape ys{c.x[0], m};
+      for (int d = 0; d < 3; ++d)
+        ys.push_back((c.x[d + 2] - 1) * c.win.s[d] - c.win.p[d] - c.win.p[d + 3] +
+                     c.win.d[d] * (c.w[d + 2] - 1) + c.outPad[d] + 1);
+      std::vector<double> acc(static_cast<size_t>(kiln::ir::numElements(ys)), 0.0);
+      const int64_t cg = c.x[1] / c.group, mg = c.w[1];
+      for (int64_t n = 0; n < c.x[0]; ++n)
+        for (int64_t ci = 0; ci < c.x[1]; ++ci)
+          for (int64_t i0 = 0; i0 < c.x[2]; ++i0)
+            for (int64_t i1 = 0; i1 < c.x[3]; ++i1)
+              for (int64_t i2 = 0; i2 < c.x[4]; ++i2) {
+                const double xv = x[static_cast<size_t>(
+                    (((n * c.x[1] + ci) * c.x[2] + i0) * c.x[3] + i1) * c.x[4] + i2)];
+                for (int64_t mj = 0; mj < mg; ++mj)
+                  for (int64_t k0 = 0; k0 < c.w[2]; ++k0)
+                    for (int64_t k1 = 0; k1 < c.w[3]; ++k1)
+                      for (int64_t k2 = 0; k2 < c.w[4]; ++k2) {
+                        const int64_t o0 = i0 * c.win.s[0] - c.win.p[0] + k0 * c.win.d[0];
+                        const int64_t o1 = i1 * c.win.s[1] - c.win.p[1] + k1 * c.win.d[1];
+                        const int64_t o2 = i2 * c.win.s[2] - c.win.p[2] + k2 * c.win.d[2];
+                        if (o0 < 0 || o0 >= ys[2] || o1 < 0 || o1 >= ys[3] || o2 < 0 || o2 >= ys[4])
+                          continue;
+                        const int64_t mo2 = (ci / cg) * mg + mj;
+                        const double wv = w[static_cast<size_t>(
+                            (((ci * mg + mj) * c.w[2] + k0) * c.w[3] + k1) * c.w[4] + k2)];
+                        acc[static_cast<size_t>(
+                            (((n * m + mo2) * ys[2] + o0) * ys[3] + o1) * ys[4] + o2)] += xv * wv;
+                      }
+              }
+      std::vector<float> want(acc.size());
+      const int64_t plane = ys[2] * ys[3] * ys[4];
+      for (size_t k = 0; k < acc.size(); ++k)
+        want[k] = static_cast<float>(acc[k] + b[static_cast<size_t>((k / plane) % m)]);
+      const kiln::ir::Graph g = import(mo);
+      CHECK(countOps(g, OpKind::kConvTranspose2d) == 1);
+      checkClose(runGraph(g, {makeF32(c.x, x)})[0], ys, want);
+    }
+  }
+}
+
 TEST_CASE("onnx: a 3-D Conv whose weight does not fit its input is a clear error") {
   Model m;
   m.input("x", {int64_t{1}, int64_t{4}, int64_t{3}, int64_t{3}, int64_t{3}});
