@@ -82,16 +82,25 @@ class Selector {
   // oneDNN's NHWC kernels for [16,192,56,56] took 73 GFLOP/s where the plain call, blocked
   // inside oneDNN, takes 127 on an AVX2 Zen 3).
   bool keptChannelsLast(const ir::Value* v) const {
-    for (const ir::Node* u : v->users()) {
-      if (u->op() == ir::OpKind::kRelayout) continue;
-      if (u->info().has(ir::kChannelsLast) && u->outputs().size() == 1 &&
-          ctx_.hasLibraryKernel(u->op(), u->output()->type().dtype, ir::Layout::kNHWC))
+    for (const ir::Node* u : v->users())
+      if (u->op() != ir::OpKind::kRelayout &&
+          (channelsLastLibraryOp(*u) ||
+           (elementwiseImage(*u) && u->output()->type().shape == v->type().shape)))
         return true;
-      if (isElementwiseOp(*u) && u->output()->type().rank() == 4 &&
-          ir::isFloat(u->output()->type().dtype) && u->output()->type().shape == v->type().shape)
-        return true;
-    }
     return false;
+  }
+
+  // A library op with a channels-last kernel for its output's dtype (convolution, pooling,
+  // concat, and in training their gradients and BatchNorm's).
+  bool channelsLastLibraryOp(const ir::Node& n) const {
+    return n.info().has(ir::kChannelsLast) && n.outputs().size() == 1 &&
+           ctx_.hasLibraryKernel(n.op(), n.output()->type().dtype, ir::Layout::kNHWC);
+  }
+
+  // An elementwise op with a float [N,C,H,W] output, which generated kernels run in any layout.
+  static bool elementwiseImage(const ir::Node& n) {
+    return isElementwiseOp(n) && n.output()->type().rank() == 4 &&
+           ir::isFloat(n.output()->type().dtype);
   }
 
   void visit(ir::Node* n) {
@@ -101,8 +110,7 @@ class Selector {
       const ir::Value* v = i < 0 ? n->output() : n->input(static_cast<size_t>(i));
       return ir::isChannelsLastActivation(info, i, v->type().rank());
     };
-    if (info.has(ir::kChannelsLast) && n->outputs().size() == 1 &&
-        ctx_.hasLibraryKernel(n->op(), n->output()->type().dtype, ir::Layout::kNHWC)) {
+    if (channelsLastLibraryOp(*n)) {
       // A convolution starts a region; the other ops (pooling, concat, the gradients of
       // convolution, pooling and BatchNorm) join one when one of their activations is in it.
       const bool conv = n->op() == ir::OpKind::kConv2d;
@@ -119,8 +127,7 @@ class Selector {
         setLayout(n->output(), activation(-1) ? ir::Layout::kNHWC : ir::Layout::kPlain);
         return;
       }
-    } else if (isElementwiseOp(*n) && n->output()->type().rank() == 4 &&
-               ir::isFloat(n->output()->type().dtype)) {
+    } else if (elementwiseImage(*n)) {
       const ir::Shape& outShape = n->output()->type().shape;
       bool anyNhwc = false;
       for (const ir::Value* in : n->inputs())

@@ -222,6 +222,20 @@ Status mapConv(NodeContext& ctx) {
   return emitWindowOp(ctx, OpKind::kConv2d, x, std::move(rest), std::move(attrs), oneD).status();
 }
 
+// y [N,M,...] plus ConvTranspose's bias B [M] (input 2), broadcast over the spatial dims; `output`
+// as NodeContext::emit's.
+Expected<ir::Value*> addBias(NodeContext& ctx, ir::Value* y, int output) {
+  KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(2));
+  const int64_t m = y->type().shape[1];
+  if (b->type().shape != ir::Shape{m})
+    return ctx.invalid("bias " + b->type().toString() + " must have the output's " +
+                       std::to_string(m) + " channels");
+  ir::Shape perChannel(static_cast<size_t>(y->type().rank() - 1), 1);
+  perChannel[0] = m;
+  KILN_ASSIGN_OR_RETURN(b, ctx.emit(OpKind::kReshape, {b}, {{"shape", perChannel}}));
+  return ctx.emit(OpKind::kAdd, {y, b}, {}, output);
+}
+
 // Python's floor division (ONNX's reference splits a negative total padding with it).
 int64_t floorDiv(int64_t a, int64_t b) {
   return a / b - (a % b != 0 && (a < 0) != (b < 0));
@@ -294,29 +308,15 @@ Status mapConvTranspose(NodeContext& ctx) {
       end = 0;
     }
   }
+  const bool bias = ctx.hasInput(2);
   if (spatial == 3) {
-    Window3d win;
-    for (size_t d = 0; d < 3; ++d) {
-      win.kernel[d] = kernel[d];
-      win.strides[d] = strides[d];
-      win.dilations[d] = dilations[d];
-      win.pads[d] = pads[d];
-      win.pads[d + 3] = pads[d + 3];
-    }
     KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
     KILN_ASSIGN_OR_RETURN(ir::Value * weight, ctx.value(1));
     KILN_ASSIGN_OR_RETURN(ir::Value * y,
-                          emitConvTranspose3d(emitterOf(ctx), x, weight, win,
+                          emitConvTranspose3d(emitterOf(ctx), x, weight,
+                                              window3dOf(Window{kernel, strides, dilations, pads}),
                                               {outPad[0], outPad[1], outPad[2]}, group));
-    if (ctx.hasInput(2)) {
-      KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(2));
-      const int64_t m = y->type().shape[1];
-      if (b->type().shape != ir::Shape{m})
-        return ctx.invalid("bias " + b->type().toString() + " must have the output's " +
-                           std::to_string(m) + " channels");
-      KILN_ASSIGN_OR_RETURN(b, ctx.emit(OpKind::kReshape, {b}, {{"shape", ir::Shape{m, 1, 1, 1}}}));
-      KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, b}));
-    }
+    if (bias) return addBias(ctx, y, 0).status();
     ctx.setOutput(0, y);
     return Status::ok();
   }
@@ -335,18 +335,11 @@ Status mapConvTranspose(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(x, unsqueeze2(ctx, x));
     KILN_ASSIGN_OR_RETURN(weight, unsqueeze2(ctx, weight));
   }
-  const bool bias = ctx.hasInput(2);
   const int last = bias || oneD ? -1 : 0;
   KILN_ASSIGN_OR_RETURN(ir::Value * y,
                         ctx.emit(OpKind::kConvTranspose2d, {x, weight}, std::move(attrs), last));
   if (bias) {
-    KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(2));
-    const int64_t m = y->type().shape[1];
-    if (b->type().shape != ir::Shape{m})
-      return ctx.invalid("bias " + b->type().toString() + " must have the output's " +
-                         std::to_string(m) + " channels");
-    KILN_ASSIGN_OR_RETURN(b, ctx.emit(OpKind::kReshape, {b}, {{"shape", ir::Shape{m, 1, 1}}}));
-    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, b}, {}, oneD ? -1 : 0));
+    KILN_ASSIGN_OR_RETURN(y, addBias(ctx, y, oneD ? -1 : 0));
   }
   if (oneD) {
     KILN_ASSIGN_OR_RETURN(y,

@@ -552,19 +552,20 @@ def _without_dim2(t, v):
     return None if v is None else _view(t, v, list(v.shape[:2]) + list(v.shape[3:]))
 
 
+def _conv3d_attrs(stride, padding, dilation, groups):
+    """A 3-D convolution's window for GraphBuilder.window3d (PyTorch's symmetric padding)."""
+    return {"strides": [int(s) for s in stride], "pads": [int(p) for p in padding] * 2,
+            "dilations": [int(d) for d in dilation], "group": int(groups)}
+
+
 @handles(aten.convolution.default)
 def _convolution(t, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    if len(w.shape) == 5 and not transposed:
-        return t.window3d("conv3d", [x, w] + ([b] if b is not None else []),
-                          {"strides": [int(s) for s in stride],
-                           "pads": [int(p) for p in padding] * 2,
-                           "dilations": [int(d) for d in dilation], "group": int(groups)})
     if len(w.shape) == 5:
-        y = t.window3d("conv_transpose3d", [x, w],
-                       {"strides": [int(s) for s in stride],
-                        "pads": [int(p) for p in padding] * 2,
-                        "dilations": [int(d) for d in dilation], "group": int(groups),
-                        "output_padding": [int(p) for p in output_padding]})
+        attrs = _conv3d_attrs(stride, padding, dilation, groups)
+        if not transposed:
+            return t.window3d("conv3d", [x, w] + ([b] if b is not None else []), attrs)
+        attrs["output_padding"] = [int(p) for p in output_padding]
+        y = t.window3d("conv_transpose3d", [x, w], attrs)
         return y if b is None else t.op("add", [y, _view(t, b, [b.shape[0], 1, 1, 1])])
     stride, padding, dilation, output_padding, one_d = _conv_dims(w, stride, padding, dilation,
                                                                   output_padding)
@@ -831,12 +832,21 @@ def _log_softmax(t, x, dim, half_to_float=False):
     return t.op("log_softmax", [x], {"axis": int(dim)})
 
 
-def _pair(v, default=None):
+def _dims(v, n, default=None):
+    """A window parameter (an int, or a list of one or n) as n ints; `default` when absent."""
     if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
         return default
     if isinstance(v, int):
-        return [v, v]
-    return [int(v[0]), int(v[-1])] if len(v) == 1 else [int(v[0]), int(v[1])]
+        return [v] * n
+    return [int(v[0])] * n if len(v) == 1 else [int(d) for d in v[:n]]
+
+
+def _pair(v, default=None):
+    return _dims(v, 2, default)
+
+
+def _triple(v, default=None):
+    return _dims(v, 3, default)
 
 
 @handles(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
@@ -864,14 +874,6 @@ def _avg_pool(t, x, kernel, stride=None, padding=0, ceil_mode=False, count_inclu
     return t.op("avg_pool2d", [x], {"kernel": k, "strides": _pair(stride, k), "pads": p + p,
                                     "ceil_mode": int(bool(ceil_mode)),
                                     "count_include_pad": int(bool(count_include_pad))})
-
-
-def _triple(v, default=None):
-    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
-        return default
-    if isinstance(v, int):
-        return [v, v, v]
-    return [int(v[0])] * 3 if len(v) == 1 else [int(d) for d in v]
 
 
 def _max_pool3d_attrs(kernel, stride, padding, dilation, ceil_mode):
@@ -1002,8 +1004,7 @@ def _argmax(t, x, dim=None, keepdim=False):
 def _convolution_backward(t, grad, x, w, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
     if len(w.shape) == 5:
-        attrs = {"strides": [int(s) for s in stride], "pads": [int(p) for p in padding] * 2,
-                 "dilations": [int(d) for d in dilation], "group": int(groups)}
+        attrs = _conv3d_attrs(stride, padding, dilation, groups)
         mask = [int(bool(m)) for m in output_mask]
         if not transposed:
             return tuple(t.window3d("conv3d_backward", [grad, x, w],

@@ -301,14 +301,20 @@ class PoolWithIndices(torch.nn.Module):
 def test_max_pool_indices_are_pytorchs(pool, monkeypatch, capfd):
     """max_pool2d's indices from kiln (from_torch and the backend) equal PyTorch's on inputs full
     of ties (small integers), NaNs (two in a window: PyTorch takes the last) and -inf."""
+    args, kwargs = pool
+    _pool_indices_match_pytorch(PoolWithIndices(*args, **kwargs), (2, 3, 11, 13), 3, 0.05,
+                                monkeypatch, capfd)
+
+
+def _pool_indices_match_pytorch(m, shape, seed, special, monkeypatch, capfd):
+    """m's pooled values and indices through from_torch and the backend equal PyTorch's on small
+    integers (ties), with a share `special` of NaNs and as many -inf; nothing left to PyTorch."""
     monkeypatch.setenv("KILN_LOG", "fallback")
     torch._dynamo.reset()
-    args, kwargs = pool
-    m = PoolWithIndices(*args, **kwargs)
-    g = torch.Generator().manual_seed(3)
-    x = torch.randint(-2, 3, (2, 3, 11, 13), generator=g).float()
-    x[torch.rand(x.shape, generator=g) < 0.05] = float("nan")
-    x[torch.rand(x.shape, generator=g) < 0.05] = float("-inf")
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-2, 3, shape, generator=g).float()
+    x[torch.rand(x.shape, generator=g) < special] = float("nan")
+    x[torch.rand(x.shape, generator=g) < special] = float("-inf")
     want_y, want_i = m(x)
     for got_y, got_i in (kiln.from_torch(m, (x,))(x), torch.compile(m, backend="kiln")(x)):
         assert got_i.dtype == torch.int64
@@ -897,15 +903,6 @@ def test_3d_convolutions_and_pools_match_pytorch_in_inference_and_training(monke
     assert "fallback to PyTorch" not in capfd.readouterr().err
 
 
-class Pool3dWithIndices(torch.nn.Module):
-    def __init__(self, *args, **kwargs):
-        super().__init__()
-        self.pool = torch.nn.MaxPool3d(*args, return_indices=True, **kwargs)
-
-    def forward(self, x):
-        return self.pool(x)
-
-
 @pytest.mark.parametrize("pool", [
     ((3, 2, 1), {}),
     (((2, 3, 3), (1, 2, 2), (1, 1, 0)), {"dilation": (2, 1, 1), "ceil_mode": True}),
@@ -915,20 +912,9 @@ class Pool3dWithIndices(torch.nn.Module):
 def test_max_pool3d_indices_are_pytorchs(pool, monkeypatch, capfd):
     """max_pool3d's indices from kiln's two separable steps equal PyTorch's on inputs full of ties
     (small integers: the first maximum in (D, H, W) order), NaNs (the last) and -inf."""
-    monkeypatch.setenv("KILN_LOG", "fallback")
-    torch._dynamo.reset()
     args, kwargs = pool
-    m = Pool3dWithIndices(*args, **kwargs)
-    g = torch.Generator().manual_seed(5)
-    x = torch.randint(-2, 3, (2, 3, 7, 9, 8), generator=g).float()
-    x[torch.rand(x.shape, generator=g) < 0.03] = float("nan")
-    x[torch.rand(x.shape, generator=g) < 0.03] = float("-inf")
-    want_y, want_i = m(x)
-    for got_y, got_i in (kiln.from_torch(m, (x,))(x), torch.compile(m, backend="kiln")(x)):
-        assert got_i.dtype == torch.int64
-        assert torch.equal(got_i, want_i)
-        torch.testing.assert_close(got_y, want_y, equal_nan=True)
-    assert "fallback to PyTorch" not in capfd.readouterr().err
+    _pool_indices_match_pytorch(torch.nn.MaxPool3d(*args, return_indices=True, **kwargs),
+                                (2, 3, 7, 9, 8), 5, 0.03, monkeypatch, capfd)
 
 
 def test_from_torch_r3d_18_matches_eager():

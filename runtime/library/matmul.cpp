@@ -116,16 +116,15 @@ Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
       dnnl::primitive_attr attr = makeAttr(ops);
       if (p.alpha != 1.f) attr.set_output_scales(0, {p.alpha});
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, b, p.bias, p.dst), attr, cpuEngine());
+      const std::string_view impl = pd.impl_info_str();
       // oneDNN's reference matmul is far slower than the BLAS path: let that run it.
-      if (std::string_view(pd.impl_info_str()).starts_with("ref")) return std::nullopt;
+      if (impl.starts_with("ref")) return std::nullopt;
       // oneDNN's gemm-based matmul (gemm:jit, which runs every matmul on AVX2 in oneDNN 2.6)
       // splits the sum over K between threads for narrow products (on a 2-core Zen 3: every
       // N = 64 of M 2..200 and K 64..4096 measured, none of N >= 128), so that its bits would
       // depend on the threads a call is granted: the BLAS path, one thread per block, runs
       // those. Wider ones stay: the BLAS path is 1.2-1.7x slower on bert_layer and vit_small.
-      if (std::string_view(pd.impl_info_str()).starts_with("gemm") &&
-          p.dst.dims().back() < kGemmJitMinColumns)
-        return std::nullopt;
+      if (impl.starts_with("gemm") && p.dst.dims().back() < kGemmJitMinColumns) return std::nullopt;
       plan->binaryIndex = std::move(index);
       return pd;
     } catch (const dnnl::error&) {

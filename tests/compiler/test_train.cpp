@@ -239,8 +239,8 @@ TEST_CASE(
       // makes ill-conditioned (layer4's BatchNorm normalizes 8 values): on an AVX2 Zen 3,
       // oneDNN's channels-last gradient kernels sum in another order than eager's plain ones
       // and the early layers' momentum moves by up to 1.5% in l2 (within 1e-4 on the AVX-512
-      // machines CI ran before; on the Zen 3 within 1e-4 at batch 8 with layout selection off,
-      // 0.7% with it). resnet18 holds 1e-4 here, and against PyTorch in
+      // machines CI ran before; on the Zen 3 at batch 8 within 1e-4 with layout selection off,
+      // conv1's momentum 0.31 apart with it). resnet18 holds 1e-4 here, and against PyTorch in
       // tests/peers/train_check.cpp.
       CHECK(relDiff(pc[i]->data(), pe[i]->data(), /*l2=*/true) <= 5e-2);
     else
