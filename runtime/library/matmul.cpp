@@ -123,7 +123,8 @@ Expected<std::shared_ptr<const MatMulPlan>> makePlan(const DnnlProblem& p,
       // splits the sum over K between threads for narrow products (on a 2-core Zen 3: every
       // N = 64 of M 2..200 and K 64..4096 measured, none of N >= 128), so that its bits would
       // depend on the threads a call is granted: the BLAS path, one thread per block, runs
-      // those. Wider ones stay: the BLAS path is 1.2-1.7x slower on bert_layer and vit_small.
+      // those. Wider ones stay: the BLAS path was 1.1-1.7x slower on bert_layer, vit_small and
+      // transformer_encoder.
       if (impl.starts_with("gemm") && p.dst.dims().back() < kGemmJitMinColumns) return std::nullopt;
       plan->binaryIndex = std::move(index);
       return pd;
