@@ -3,11 +3,18 @@
 // PyTorch, with the same SGD settings (or the AdamW / Nesterov SGD of optim_export.py's
 // train_<model>_<optimizer> folders), and compares every parameter and running statistic with
 // PyTorch's twice:
-//  - after the first step (where train_export.py recorded step1/): every tensor within 5e-2 of
-//    its own update in that step. No flip (below) has compounded yet, so this is the tight check
-//    of the gradients: a wrong one is off by the order of the update itself. Measured: mnist_cnn
-//    within 3.1e-5; resnet18 within 5.3e-3 (layer4.0.bn2.weight, whose gradient is a nearly
-//    cancelling sum: the same with direct and winograd convolutions, eager and compiled).
+//  - after the first step: every tensor's change against the change PyTorch computed in float64
+//    (train_export.py's step1_f64/), within 5e-2 of that update, or, where the model is
+//    ill-conditioned, within the furthest PyTorch's own float32 step is from it on any tensor
+//    (meta.json's first_step_f32_error). No flip (below) has compounded yet, so this is the tight
+//    check of the gradients: a wrong one is off by the order of the update itself (an lr 7% off
+//    fails it on resnet18). Measured on an AMD Zen 3: mnist_cnn within 2.5e-4 and resnet18
+//    within 4.1e-3, eager and compiled, exactly PyTorch's float32 figures (the rounding of a
+//    weight near 1 after an update of 1e-5: the floor of comparing f32 weights). resnet50 at
+//    batch 4 and 64x64 (one step) is ill-conditioned: PyTorch's float32 step is 0.31 of its
+//    update from the float64 one on layer3.2.conv1.weight; kiln eager 0.19 at worst (its
+//    convolutions round as PyTorch's: 0.189 on layer3.5.conv3.weight, as PyTorch), compiled
+//    0.077 (channels-last gradients, rounded otherwise).
 //  - after all the steps: max |kiln - PyTorch| within 3e-2 of max |PyTorch| of that tensor, or
 //    within 1e-2 of the largest change any parameter took. Measured: mnist_cnn within 2.6e-7
 //    (eager and compiled). This tolerance is for discrete flips: a ReLU input or a max-pool
@@ -55,18 +62,25 @@ constexpr double kTolerance = 3e-2;  // Of the tensor's max.
 // its max), where PyTorch's own f32 run differs from its f64 run by 1.85e-3 of that max.
 constexpr double kUpdateTolerance = 1e-2;
 
-// After the first step every tensor is compared with its own update in that step (PyTorch's
-// step1/ minus init/): max |kiln - PyTorch| within kFirstStepTolerance of max |PyTorch's update|
-// (the file comment has the figures).
+// After the first step every tensor's change (kiln's step1 minus init/) is compared with the
+// change PyTorch computed in float64 (step1_f64/): max |kiln - f64| / max |f64 change| within
+// kFirstStepTolerance, or within the furthest PyTorch's own float32 step is on any of the
+// model's tensors (meta.json's first_step_f32_error) where the model is ill-conditioned: no
+// less accurate than PyTorch (the file comment has the figures).
 constexpr double kFirstStepTolerance = 5e-2;
 
 Expected<bool> checkFirstStep(compiler::TrainingStep& step, const fs::path& dir,
-                              const std::string& what) {
+                              const nlohmann::json& f32Error, const std::string& what) {
+  double torchWorst = 0;
+  std::string torchWorstName;
+  for (const auto& [name, e] : f32Error.items())
+    if (e.get<double>() > torchWorst) torchWorst = e.get<double>(), torchWorstName = name;
+  const double tolerance = std::max(kFirstStepTolerance, torchWorst);
   bool ok = true;
   double worst = 0;
   std::string worstName;
   for (ir::Value* p : step.graph().parameters()) {
-    const fs::path f = dir / "step1" / (p->name() + ".npy");
+    const fs::path f = dir / "step1_f64" / (p->name() + ".npy");
     if (!fs::exists(f)) continue;  // Constants and optimizer state the step added.
     KILN_ASSIGN_OR_RETURN(ir::TensorData ref, frontends::readNpy(f.string()));
     KILN_ASSIGN_OR_RETURN(ir::TensorData init,
@@ -77,24 +91,24 @@ Expected<bool> checkFirstStep(compiler::TrainingStep& step, const fs::path& dir,
     double update = 0, diff = 0;
     for (int64_t i = 0; i < ref.numElements(); ++i) {
       const double r = ref.as<float>()[i];
-      update = std::max(update, std::fabs(r - init.as<float>()[i]));
-      const double d = std::fabs(got.as<float>()[i] - r);
+      update = std::max(update, std::fabs(r));
+      const double d = std::fabs(double(got.as<float>()[i]) - double(init.as<float>()[i]) - r);
       diff = std::isnan(d) ? INFINITY : std::max(diff, d);
     }
     const double e = diff / std::max(update, 1e-30);
     if (e > worst) worst = e, worstName = p->name();
-    if (e > kFirstStepTolerance) {
+    if (e > tolerance) {
       std::printf(
-          "peer: train %s: after the first step %s differs from PyTorch by %.3g of its "
-          "update\n",
-          what.c_str(), p->name().c_str(), e);
+          "peer: train %s: after the first step %s is %.3g of its update from PyTorch's float64 "
+          "step (tolerance %.3g; PyTorch's float32 step on it: %.3g)\n",
+          what.c_str(), p->name().c_str(), e, tolerance, f32Error.value(p->name(), 0.0));
       ok = false;
     }
   }
   std::printf(
-      "peer: train %s: after the first step every tensor within %.3g of its update "
-      "(%s)\n",
-      what.c_str(), worst, worstName.c_str());
+      "peer: train %s: after the first step every tensor within %.3g of its float64 update "
+      "(%s); PyTorch's float32 step within %.3g (%s)\n",
+      what.c_str(), worst, worstName.c_str(), torchWorst, torchWorstName.c_str());
   return ok;
 }
 
@@ -167,8 +181,10 @@ int main(int argc, char** argv) {
       const double torchLoss = meta["losses"][i].get<double>();
       std::printf("peer: train %s %s: step %d loss %.6f, PyTorch %.6f\n", name.c_str(), mode, i,
                   r->loss, torchLoss);
-      if (i == 0 && fs::exists(dir / "step1")) {
-        auto first = checkFirstStep(**step, dir, name + " " + mode);
+      if (i == 0 && fs::exists(dir / "step1_f64")) {
+        auto first = checkFirstStep(**step, dir,
+                                    meta.value("first_step_f32_error", nlohmann::json::object()),
+                                    name + " " + mode);
         if (!first) return peers::fail(std::string(mode) + " first step", first.status());
         ok = ok && *first;
       }
