@@ -68,6 +68,13 @@ struct Conv3d {
   bool plain() const {
     return kd == 1 && win.strides[0] == 1 && win.pads[0] == 0 && win.pads[3] == 0;
   }
+  // A 1x1 window over (H, W), stride 1, no padding there (a temporal convolution, as R(2+1)D's
+  // (3,1,1)): the 3-D convolution is the 2-D one over (D, H*W) with the kernel [kd, 1], on the
+  // input's own bytes. No stacking, no transposition.
+  bool depthOnly() const {
+    return win.kernel[1] == 1 && win.kernel[2] == 1 && win.strides[1] == 1 && win.strides[2] == 1 &&
+           win.pads[1] == 0 && win.pads[2] == 0 && win.pads[4] == 0 && win.pads[5] == 0;
+  }
 };
 
 Expected<Conv3d> conv3dShapes(const ir::TensorType& xt, const ir::TensorType& wt,
@@ -133,8 +140,10 @@ Expected<Value*> maskPadding(const Emitter& e, Value* v, DepthTaps& taps) {
   return e.node(OpKind::kWhere, {mask, v, zero}, {});
 }
 
-// x [N,C,D,H,W] with its depth taps stacked into the channels: [N*D', C*kd, H, W].
+// x [N,C,D,H,W] as the conv2d's input: its depth taps stacked into the channels,
+// [N*D', C*kd, H, W]; or, depthOnly, [N, C, D, H*W].
 Expected<Value*> stackDepthTaps(const Emitter& e, Value* x, const Conv3d& s) {
+  if (s.depthOnly()) return reshape(e, x, {0, s.c, s.depth, s.h * s.w});
   if (s.plain()) {
     KILN_ASSIGN_OR_RETURN(Value * t, transpose(e, x, {0, 2, 1, 3, 4}));
     return reshape(e, t, {-1, s.c, s.h, s.w});
@@ -149,6 +158,7 @@ Expected<Value*> stackDepthTaps(const Emitter& e, Value* x, const Conv3d& s) {
 
 // The gradient of stackDepthTaps: d stacked [N*D', C*kd, H, W] -> d x [N,C,D,H,W].
 Expected<Value*> unstackDepthTaps(const Emitter& e, Value* grad, Value* x, const Conv3d& s) {
+  if (s.depthOnly()) return reshape(e, grad, {0, s.c, s.depth, s.h, s.w});
   if (s.plain()) {
     KILN_ASSIGN_OR_RETURN(Value * r, reshape(e, grad, {-1, s.depth, s.c, s.h, s.w}));
     return transpose(e, r, {0, 2, 1, 3, 4});
@@ -161,16 +171,33 @@ Expected<Value*> unstackDepthTaps(const Emitter& e, Value* grad, Value* x, const
   return e.node(OpKind::kGatherBackward, {t, index, x}, {{"axis", int64_t{2}}});
 }
 
-// The conv2d's attributes (H and W of the window) and its filter [M, C/g*kd, kh, kw].
+// The conv2d's attributes (H and W of the window; depthOnly, D and none) and its filter
+// [M, C/g*kd, kh, kw] (depthOnly, [M, C/g, kd, 1]).
 ir::AttrMap conv2dAttrs(const Conv3d& s, int64_t group) {
-  ir::AttrMap attrs = window2d(s.win, 1, 2, true);
+  ir::AttrMap attrs = s.depthOnly() ? window2d(s.win, 0, -1, true) : window2d(s.win, 1, 2, true);
   attrs.erase("kernel");
   attrs["group"] = group;
   return attrs;
 }
 
 Expected<Value*> filter2d(const Emitter& e, Value* w, const Conv3d& s) {
+  if (s.depthOnly()) return reshape(e, w, {s.m, w->type().shape[1], s.kd, 1});
   return reshape(e, w, {s.m, w->type().shape[1] * s.kd, s.win.kernel[1], s.win.kernel[2]});
+}
+
+// The conv2d's output [N*D', M, H', W'] (depthOnly, [N, M, D', H*W]) as the 3-D convolution's
+// [N,M,D',H',W'].
+Expected<Value*> outputOf2d(const Emitter& e, Value* y, const Conv3d& s) {
+  if (s.depthOnly()) return reshape(e, y, {0, s.m, s.out[0], s.out[1], s.out[2]});
+  KILN_ASSIGN_OR_RETURN(y, reshape(e, y, {-1, s.out[0], s.m, s.out[1], s.out[2]}));
+  return transpose(e, y, {0, 2, 1, 3, 4});
+}
+
+// The other way: the 3-D output's gradient as the conv2d's output's.
+Expected<Value*> outputAs2d(const Emitter& e, Value* grad, const Conv3d& s) {
+  if (s.depthOnly()) return reshape(e, grad, {0, s.m, s.out[0], s.out[1] * s.out[2]});
+  KILN_ASSIGN_OR_RETURN(Value * t, transpose(e, grad, {0, 2, 1, 3, 4}));
+  return reshape(e, t, {-1, s.m, s.out[1], s.out[2]});
 }
 
 // A 3-D pooling's two steps: the pools over (H, W) and over D, each skipped where its window
@@ -236,8 +263,7 @@ Expected<Value*> emitConv3d(const Emitter& e, Value* x, Value* w, Value* bias,
   std::vector<Value*> ins{stacked, filter};
   if (bias) ins.push_back(bias);
   KILN_ASSIGN_OR_RETURN(Value * y, e.node(OpKind::kConv2d, std::move(ins), conv2dAttrs(s, group)));
-  KILN_ASSIGN_OR_RETURN(y, reshape(e, y, {-1, s.out[0], s.m, s.out[1], s.out[2]}));
-  return transpose(e, y, {0, 2, 1, 3, 4});
+  return outputOf2d(e, y, s);
 }
 
 Expected<Conv3dGradients> emitConv3dBackward(const Emitter& e, Value* grad, Value* x, Value* w,
@@ -251,9 +277,7 @@ Expected<Conv3dGradients> emitConv3dBackward(const Emitter& e, Value* grad, Valu
                            ", got " + grad->type().toString());
   Conv3dGradients out;
   if (wanted[0] || wanted[1]) {
-    // The output's gradient as the conv2d's, [N*D', M, H', W'].
-    KILN_ASSIGN_OR_RETURN(Value * t, transpose(e, grad, {0, 2, 1, 3, 4}));
-    KILN_ASSIGN_OR_RETURN(Value * g2, reshape(e, t, {-1, s.m, s.out[1], s.out[2]}));
+    KILN_ASSIGN_OR_RETURN(Value * g2, outputAs2d(e, grad, s));
     KILN_ASSIGN_OR_RETURN(Value * stacked, stackDepthTaps(e, x, s));
     KILN_ASSIGN_OR_RETURN(Value * filter, filter2d(e, w, s));
     if (wanted[0]) {

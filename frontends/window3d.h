@@ -9,7 +9,10 @@
 // conv2d with the filter [M, C/g*kd, kh, kw] (the 5-D filter's own bytes), whose output
 // [N*D', M, H', W'] is transposed back to [N,M,D',H',W']. The FLOPs are the 3-D convolution's;
 // the extra bytes are the stacked input (kd times the input, an im2col along depth only) and one
-// transposition of the output. Every backend, the autodiff and the algorithm choice see conv2d.
+// transposition of the output. A convolution over depth alone (a 1x1 window over (H, W), stride
+// 1 and no padding there: the temporal half of R(2+1)D's factored convolutions, and a 1x1x1
+// pointwise one) is instead the conv2d of [N, C, D, H*W] with the filter [M, C/g, kd, 1], on the
+// input's and output's own bytes. Every backend, the autodiff and the algorithm choice see conv2d.
 //
 // A 3-D pooling is separable, its window the product of a window over (H, W) and one over D:
 // max (and PyTorch's average, whose divisor is a product of per-dim counts, with or without the

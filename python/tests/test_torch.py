@@ -863,7 +863,8 @@ def test_indexing_by_several_index_tensors():
 
 class Video(torch.nn.Module):
     """3-D convolutions and pools (video and volumetric models): strided, padded, dilated and
-    grouped Conv3d, BatchNorm3d, MaxPool3d, AvgPool3d in ceil mode and AdaptiveAvgPool3d."""
+    grouped Conv3d (and one over depth alone), BatchNorm3d, MaxPool3d, AvgPool3d in ceil mode
+    and AdaptiveAvgPool3d."""
 
     def __init__(self):
         super().__init__()
@@ -874,13 +875,15 @@ class Video(torch.nn.Module):
         self.avg = torch.nn.AvgPool3d(2, stride=(1, 2, 2), ceil_mode=True,
                                       count_include_pad=False)
         self.c = torch.nn.Conv3d(8, 16, (1, 3, 3), padding=(0, 1, 1))
+        # Over depth alone (R(2+1)D's temporal half: a 2-D convolution over (D, H*W)).
+        self.t = torch.nn.Conv3d(16, 16, (3, 1, 1), stride=(2, 1, 1), padding=(1, 0, 0))
         self.head = torch.nn.AdaptiveAvgPool3d(1)
         self.fc = torch.nn.Linear(16, 10)
 
     def forward(self, x):
         h = self.pool(F.relu(self.bn(self.a(x))))
         h = self.avg(F.relu(self.b(h)))
-        return self.fc(self.head(F.relu(self.c(h))).flatten(1))
+        return self.fc(self.head(F.relu(self.t(F.relu(self.c(h))))).flatten(1))
 
 
 def test_3d_convolutions_and_pools_match_pytorch_in_inference_and_training(monkeypatch, capfd):

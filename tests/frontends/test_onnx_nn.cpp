@@ -229,7 +229,9 @@ std::vector<float> pool3dByHand(const Shape& xs, const std::vector<float>& x, co
 
 }  // namespace
 
-TEST_CASE("onnx: a 3-D Conv is one conv2d over the depth taps stacked into the channels") {
+TEST_CASE(
+    "onnx: a 3-D Conv is one conv2d over the depth taps stacked into the channels, or over (D, "
+    "H*W) where its window is depth alone") {
   struct Case {
     std::string name;
     Shape x, w;
@@ -254,6 +256,14 @@ TEST_CASE("onnx: a 3-D Conv is one conv2d over the depth taps stacked into the c
        false},
       // Depthwise (LpPool's sum), depth stride 2 and dilation 2 without padding.
       {"depthwise", {1, 3, 7, 4, 4}, {3, 1, 2, 2, 2}, {{}, {2, 1, 1}, {2, 1, 1}, {}}, 3, true},
+      // Over depth alone (R(2+1)D's temporal half): the conv2d of [N,C,D,H*W], kernel [kd,1],
+      // with the depth's stride, dilation and asymmetric pads; no gather, mask or transpose.
+      {"depth-only",
+       {2, 4, 7, 3, 5},
+       {6, 2, 3, 1, 1},
+       {{}, {2, 1, 1}, {2, 3, 1}, {1, 0, 0, 2, 0, 0}},
+       2,
+       true},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {
@@ -274,8 +284,9 @@ TEST_CASE("onnx: a 3-D Conv is one conv2d over the depth taps stacked into the c
       m.output("y");
       const kiln::ir::Graph g = import(m);
       CHECK(countOps(g, OpKind::kConv2d) == 1);
-      CHECK(countOps(g, OpKind::kGather) == (c.name == "kd1" ? 0 : 1));
+      CHECK(countOps(g, OpKind::kGather) == (c.name == "kd1" || c.name == "depth-only" ? 0 : 1));
       CHECK(countOps(g, OpKind::kWhere) == (c.name == "all" ? 1 : 0));
+      CHECK(countOps(g, OpKind::kTranspose) == (c.name == "depth-only" ? 0 : 2));
       Shape ys;
       const auto want = conv3dByHand(c.x, x, c.w, w, b, c.win, c.group, &ys);
       checkClose(runGraph(g, {makeF32(c.x, x)})[0], ys, want);
