@@ -6,6 +6,8 @@
 #include <limits>
 #include <new>
 
+#include "ir/narrow.h"
+
 namespace kiln::ir {
 
 namespace {
@@ -102,6 +104,9 @@ TensorData TensorData::scalar(DType dtype, double value) {
       break;
     case DType::kBF16:
       put(exactHalfBits(value, 7, 127, 0x7FC0));
+      break;
+    default:  // The narrow storage dtypes, a byte each.
+      put(narrowFromFloat(dtype, value));
       break;
   }
   return out;

@@ -25,6 +25,15 @@ constexpr std::array<DTypeInfo, kNumDTypes> kDTypes = {{
     {DType::kU16, "u16", 2},
     {DType::kU32, "u32", 4},
     {DType::kU64, "u64", 8},
+    {DType::kF8E4M3FN, "f8e4m3fn", 1},
+    {DType::kF8E4M3FNUZ, "f8e4m3fnuz", 1},
+    {DType::kF8E5M2, "f8e5m2", 1},
+    {DType::kF8E5M2FNUZ, "f8e5m2fnuz", 1},
+    {DType::kF4E2M1, "f4e2m1", 1},
+    {DType::kI4, "i4", 1},
+    {DType::kU4, "u4", 1},
+    {DType::kI2, "i2", 1},
+    {DType::kU2, "u2", 1},
 }};
 }  // namespace
 

@@ -26,16 +26,26 @@ enum class DType : uint8_t {
   kI16,
   kU16,
   kU32,
-  kU64
+  kU64,
+  // ONNX's narrow storage formats (ir/narrow.h): one element per byte.
+  kF8E4M3FN,
+  kF8E4M3FNUZ,
+  kF8E5M2,
+  kF8E5M2FNUZ,
+  kF4E2M1,
+  kI4,
+  kU4,
+  kI2,
+  kU2
 };
-inline constexpr int kNumDTypes = 13;
+inline constexpr int kNumDTypes = 22;
 
 // Short name used by the text IR and JSON ("f32", "i64", "bool", ...).
 std::string_view dtypeName(DType t);
 std::optional<DType> parseDType(std::string_view name);
 size_t dtypeSize(DType t);
 bool isFloat(DType t);    // f32, f64, f16, bf16
-bool isInteger(DType t);  // i64, i32, i16, i8, u64, u32, u16, u8 (not bool)
+bool isInteger(DType t);  // i64, i32, i16, i8, u64, u32, u16, u8 (not bool, not i4 and i2)
 // The dtypes generated kernels read and write (codegen::ScalarType): f32, f64, i64, i32, i8,
 // u8, bool, and f16/bf16 as storage (computed in f32). Nodes on other dtypes run on the
 // reference kernels.

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "ir/narrow.h"
 #include "runtime/reference/helpers.h"
 
 namespace kiln::runtime {
@@ -143,8 +144,9 @@ double Tensor::elementAsDouble(int64_t i) const {
       return data<uint32_t>()[i];
     case ir::DType::kU64:
       return static_cast<double>(data<uint64_t>()[i]);
+    default:  // The narrow storage dtypes, a byte each.
+      return ir::narrowToDouble(dtype_, data<uint8_t>()[i]);
   }
-  return 0;
 }
 
 }  // namespace kiln::runtime

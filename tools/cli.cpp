@@ -6,6 +6,7 @@
 #include <iostream>
 #include <random>
 
+#include "ir/narrow.h"
 #include "models/zoo.h"
 #include "runtime/reference/helpers.h"
 #include "tools/checkpoint.h"
@@ -175,6 +176,10 @@ Expected<std::vector<runtime::Tensor>> randomInputs(const std::vector<ir::Tensor
                       : dt == ir::DType::kI32 ? fitsIn(INT32_MIN, INT32_MAX)
                       : dt == ir::DType::kU32 ? fitsIn(0, UINT32_MAX)
                       : dt == ir::DType::kU64 ? fitsIn(0, INT64_MAX)
+                      : dt == ir::DType::kI4  ? fitsIn(-8, 7)
+                      : dt == ir::DType::kU4  ? fitsIn(0, 15)
+                      : dt == ir::DType::kI2  ? fitsIn(-2, 1)
+                      : dt == ir::DType::kU2  ? fitsIn(0, 3)
                                               : true;
     if (!fits)
       return invalidArgument("--int-range " + std::to_string(range.first) + ":" +
@@ -220,8 +225,13 @@ Expected<std::vector<runtime::Tensor>> randomInputs(const std::vector<ir::Tensor
         case ir::DType::kU64:
           t.data<uint64_t>()[i] = static_cast<uint64_t>(integer(rng));
           break;
+        default:  // The narrow storage dtypes (ir/narrow.h), a byte each.
+          t.data<uint8_t>()[i] = ir::isNarrowFloat(dt) ? ir::narrowFromFloat(dt, real(rng))
+                                                       : ir::narrowFromInteger(dt, integer(rng));
+          break;
       }
-    if (!ir::isFloat(dt) && dt != ir::DType::kBool && !args.flag("json"))
+    const bool integral = !ir::isFloat(dt) && !ir::isNarrowFloat(dt);
+    if (integral && dt != ir::DType::kBool && !args.flag("json"))
       std::cerr << "note: random integer input " << k << " (" << type.toString() << ") drawn from ["
                 << range.first << ", " << range.second
                 << "); choose the range with --int-range LO:HI, or pass --input\n";

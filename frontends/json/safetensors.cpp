@@ -25,25 +25,20 @@ struct DTypeName {
   ir::DType dtype;
   std::string_view name;
 };
-constexpr std::array<DTypeName, ir::kNumDTypes> kDTypeNames = {{
-    {ir::DType::kF32, "F32"},
-    {ir::DType::kF64, "F64"},
-    {ir::DType::kF16, "F16"},
-    {ir::DType::kBF16, "BF16"},
-    {ir::DType::kI64, "I64"},
-    {ir::DType::kI32, "I32"},
-    {ir::DType::kI8, "I8"},
-    {ir::DType::kU8, "U8"},
-    {ir::DType::kBool, "BOOL"},
-    {ir::DType::kI16, "I16"},
-    {ir::DType::kU16, "U16"},
-    {ir::DType::kU32, "U32"},
-    {ir::DType::kU64, "U64"},
-}};
+// safetensors has no 4- or 2-bit dtypes nor the FNUZ 8-bit floats.
+constexpr DTypeName kDTypeNames[] = {
+    {ir::DType::kF32, "F32"},        {ir::DType::kF64, "F64"},
+    {ir::DType::kF16, "F16"},        {ir::DType::kBF16, "BF16"},
+    {ir::DType::kI64, "I64"},        {ir::DType::kI32, "I32"},
+    {ir::DType::kI8, "I8"},          {ir::DType::kU8, "U8"},
+    {ir::DType::kBool, "BOOL"},      {ir::DType::kI16, "I16"},
+    {ir::DType::kU16, "U16"},        {ir::DType::kU32, "U32"},
+    {ir::DType::kU64, "U64"},        {ir::DType::kF8E4M3FN, "F8_E4M3"},
+    {ir::DType::kF8E5M2, "F8_E5M2"},
+};
 // Valid safetensors dtypes that kiln has no ir::DType for: reported as unsupported rather than
 // as unknown, so that the user knows the file is fine and kiln is the limit.
-constexpr std::array<std::string_view, 3> kOtherSafetensorsDTypes = {"F8_E4M3", "F8_E5M2",
-                                                                    "F8_E8M0"};
+constexpr std::array<std::string_view, 1> kOtherSafetensorsDTypes = {"F8_E8M0"};
 
 std::string supportedDTypeList() {
   std::string s;
@@ -311,6 +306,10 @@ Expected<OutputFile> safetensorsOutput(const std::string& path, const TensorMap&
   }
   uint64_t offset = 0;
   for (const auto& [name, t] : ordered) {
+    if (safetensorsDTypeName(t.dtype()) == "?")
+      return unimplemented(where + ": tensor '" + name + "': safetensors has no " +
+                           std::string(ir::dtypeName(t.dtype())) +
+                           " dtype; cast the tensor to a wider type before saving it");
     const uint64_t end = offset + t.byteSize();
     header[name] = {{"dtype", safetensorsDTypeName(t.dtype())},
                     {"shape", t.shape()},

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "ir/narrow.h"
+
 namespace kiln::frontends::onnx_import {
 
 using ir::DType;
@@ -13,8 +15,10 @@ using ir::Shape;
 using ir::TensorData;
 
 bool foldableDType(DType dtype) {
-  // Integers through int64: u64 values need not fit.
-  return dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kU64;
+  // Integers through int64: u64 values need not fit. The narrow storage dtypes are cast by the
+  // reference kernel alone (ir/narrow.h).
+  return dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kU64 &&
+         !ir::isNarrow(dtype);
 }
 
 int64_t elementAsInt(const TensorData& t, int64_t i) {

@@ -24,7 +24,7 @@ Status mapCastLike(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   KILN_ASSIGN_OR_RETURN(ir::TensorType like, ctx.inputType(1));
   if (t.dtype == like.dtype) return alias(ctx, 0);
-  return foldOrEmit(ctx, OpKind::kCast, {0}, {{"to", std::string(ir::dtypeName(like.dtype))}});
+  return emitCast(ctx, like.dtype);
 }
 
 // Trilu: where(mask, x, 0), the mask over the last two dims known at import.

@@ -16,6 +16,7 @@
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_map_util.h"
 #include "frontends/onnx/onnx_tensor.h"
+#include "ir/narrow.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -916,9 +917,11 @@ Expected<QuantAttrs> quantAttrs(NodeContext& ctx) {
 // DequantizeLinear: (x - zero_point) * scale in f32, in the scale's dtype (or output_dtype).
 Status mapDequantize(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
-  if (xt.dtype != DType::kI8 && xt.dtype != DType::kU8 && xt.dtype != DType::kI32)
+  if (xt.dtype != DType::kI8 && xt.dtype != DType::kU8 && xt.dtype != DType::kI16 &&
+      xt.dtype != DType::kU16 && xt.dtype != DType::kI32 && !ir::isNarrow(xt.dtype))
     return ctx.unsupported("DequantizeLinear of " + xt.toString() +
-                           " (kiln dequantizes int8, uint8 and int32)");
+                           " (kiln dequantizes int32, int16, uint16, int8, uint8, int4, uint4, " +
+                           "int2, uint2 and the 8- and 4-bit floats)");
   KILN_ASSIGN_OR_RETURN(QuantAttrs q, quantAttrs(ctx));
   KILN_ASSIGN_OR_RETURN(ir::TensorType st, ctx.inputType(1));
   DType outType = st.dtype;
@@ -952,7 +955,10 @@ Status mapDequantize(NodeContext& ctx) {
   return ctx.emit(OpKind::kCast, {y}, {{"to", std::string(ir::dtypeName(outType))}}, 0).status();
 }
 
-// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) to int8 or uint8.
+// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) to an integer type (int16,
+// uint16, int8, uint8, int4, uint4, int2, uint2); cast(x / scale + zero_point) to an 8- or 4-bit
+// float, which rounds to its own precision and saturates as its cast does (the saturate
+// attribute).
 Status mapQuantize(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
   if (!ir::isFloat(xt.dtype)) return ctx.invalid("x must be a float tensor, got " + xt.toString());
@@ -969,9 +975,24 @@ Status mapQuantize(NodeContext& ctx) {
       outType = *d;
     }
   }
-  if (outType != DType::kU8 && outType != DType::kI8)
+  // The integer range each saturates to (ONNX's list: int32 and the 64-bit types are not
+  // quantization types).
+  struct Range {
+    DType t;
+    double lo, hi;
+  };
+  static constexpr Range kRanges[] = {{DType::kU8, 0, 255},    {DType::kI8, -128, 127},
+                                      {DType::kU16, 0, 65535}, {DType::kI16, -32768, 32767},
+                                      {DType::kU4, 0, 15},     {DType::kI4, -8, 7},
+                                      {DType::kU2, 0, 3},      {DType::kI2, -2, 1}};
+  const Range* range = nullptr;
+  for (const Range& r : kRanges)
+    if (r.t == outType) range = &r;
+  const bool toFloat = ir::isNarrowFloat(outType);
+  if (!range && !toFloat)
     return ctx.unsupported("QuantizeLinear to " + std::string(ir::dtypeName(outType)) +
-                           " (kiln quantizes to int8 and uint8)");
+                           " (kiln quantizes to int16, uint16, int8, uint8, int4, uint4, int2, "
+                           "uint2 and the 8- and 4-bit floats)");
   if (ctx.hasAttr("precision")) {
     KILN_ASSIGN_OR_RETURN(int64_t p, ctx.attrInt("precision"));
     if (p != 0 && p != ::onnx::TensorProto::FLOAT)
@@ -988,18 +1009,25 @@ Status mapQuantize(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(s, ctx.emit(OpKind::kCast, {s}, f32));
   }
   KILN_ASSIGN_OR_RETURN(s, quantParam(ctx, s, xt.shape, q.axis, q.block));
-  KILN_ASSIGN_OR_RETURN(Value * d, ctx.emit(OpKind::kDiv, {x, s}));
-  KILN_ASSIGN_OR_RETURN(Value * y, ctx.emit(OpKind::kRound, {d}));  // Half to even.
+  KILN_ASSIGN_OR_RETURN(Value * y, ctx.emit(OpKind::kDiv, {x, s}));
+  if (!toFloat) {
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kRound, {y}));  // Half to even.
+  }
   if (ctx.hasInput(2)) {
     KILN_ASSIGN_OR_RETURN(Value * z, ctx.value(2));
     KILN_ASSIGN_OR_RETURN(z, ctx.emit(OpKind::kCast, {z}, f32));
     KILN_ASSIGN_OR_RETURN(z, quantParam(ctx, z, xt.shape, q.axis, q.block));
     KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kAdd, {y, z}));
   }
-  const bool u8 = outType == DType::kU8;
-  KILN_ASSIGN_OR_RETURN(
-      y, ctx.emit(OpKind::kClip, {y}, {{"min", u8 ? 0.0 : -128.0}, {"max", u8 ? 255.0 : 127.0}}));
-  return ctx.emit(OpKind::kCast, {y}, {{"to", std::string(ir::dtypeName(outType))}}, 0).status();
+  ir::AttrMap cast{{"to", std::string(ir::dtypeName(outType))}};
+  if (toFloat) {
+    KILN_ASSIGN_OR_RETURN(bool saturate, ctx.attrBool("saturate", true));
+    cast["saturate"] = int64_t{saturate};
+  } else {
+    KILN_ASSIGN_OR_RETURN(y,
+                          ctx.emit(OpKind::kClip, {y}, {{"min", range->lo}, {"max", range->hi}}));
+  }
+  return ctx.emit(OpKind::kCast, {y}, std::move(cast), 0).status();
 }
 
 Status mapBitShift(NodeContext& ctx) {

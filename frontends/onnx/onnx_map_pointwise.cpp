@@ -115,7 +115,7 @@ Status mapCast(NodeContext& ctx) {
                            ", which kiln does not support");
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   if (t.dtype == *dtype) return alias(ctx, 0);
-  return foldOrEmit(ctx, OpKind::kCast, {0}, {{"to", std::string(ir::dtypeName(*dtype))}});
+  return emitCast(ctx, *dtype);
 }
 
 Status mapClip(NodeContext& ctx) {

@@ -33,6 +33,12 @@ Status foldOrEmit(NodeContext& ctx, ir::OpKind op, const std::vector<size_t>& in
   return ctx.emit(op, std::move(values), std::move(attrs), static_cast<int>(out)).status();
 }
 
+Status emitCast(NodeContext& ctx, ir::DType to) {
+  KILN_ASSIGN_OR_RETURN(bool saturate, ctx.attrBool("saturate", true));
+  return foldOrEmit(ctx, ir::OpKind::kCast, {0},
+                    {{"to", std::string(ir::dtypeName(to))}, {"saturate", int64_t{saturate}}});
+}
+
 Expected<ir::Value*> scalarConstant(NodeContext& ctx, ir::DType dtype, double v) {
   return ctx.constantValue(filledTensor(dtype, {}, v));
 }

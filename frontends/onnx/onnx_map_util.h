@@ -14,6 +14,9 @@ namespace kiln::frontends::onnx_import {
 // import when they are all known and the evaluator handles the op and size, else emitted.
 Status foldOrEmit(NodeContext& ctx, ir::OpKind op, const std::vector<size_t>& inputs,
                   ir::AttrMap attrs = {}, size_t out = 0);
+// Output 0 as input 0 cast to `to` (Cast, CastLike): their saturate attribute (opset 19 on,
+// default 1) says what an out-of-range value cast to an 8-bit float becomes.
+Status emitCast(NodeContext& ctx, ir::DType to);
 // Defines output k as input i (Identity, Dropout at inference, ...).
 Status alias(NodeContext& ctx, size_t i, size_t k = 0);
 // Output k must be absent or unread: kiln computes only the first output of ops like

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "frontends/file_io.h"
+#include "ir/narrow.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -40,6 +41,25 @@ std::optional<ir::DType> dtypeFromOnnx(int32_t elemType) {
       return ir::DType::kU64;
     case TensorProto::BOOL:
       return ir::DType::kBool;
+    // Codes newer than libonnx 1.12's onnx.proto (onnxTypeName's kNewer).
+    case 17:
+      return ir::DType::kF8E4M3FN;
+    case 18:
+      return ir::DType::kF8E4M3FNUZ;
+    case 19:
+      return ir::DType::kF8E5M2;
+    case 20:
+      return ir::DType::kF8E5M2FNUZ;
+    case 21:
+      return ir::DType::kU4;
+    case 22:
+      return ir::DType::kI4;
+    case 23:
+      return ir::DType::kF4E2M1;
+    case 25:
+      return ir::DType::kU2;
+    case 26:
+      return ir::DType::kI2;
     default:
       return std::nullopt;
   }
@@ -71,7 +91,14 @@ bool parseSize(const std::string& s, uint64_t& out) {
   return true;
 }
 
-// Bytes the tensor's dims and dtype need, or an error naming the tensor.
+// Elements of a 4- or 2-bit dtype a byte of the file holds (packed low bits first), else 1.
+uint64_t perByte(ir::DType dtype) {
+  const int bits = ir::narrowFileBits(dtype);
+  return bits == 4 ? 2 : bits == 2 ? 4 : 1;
+}
+
+// Bytes the tensor's dims and dtype need in the file (the 4- and 2-bit dtypes packed), or an
+// error naming the tensor.
 Expected<uint64_t> expectedBytes(const TensorProto& t, ir::DType dtype, const std::string& what) {
   std::vector<uint64_t> dims;
   for (int64_t d : t.dims()) {
@@ -80,16 +107,34 @@ Expected<uint64_t> expectedBytes(const TensorProto& t, ir::DType dtype, const st
   }
   auto bytes = checkedByteSize(dims, ir::dtypeSize(dtype));
   if (!bytes) return invalidArgument(what + " has dims whose size does not fit in 64 bits");
-  return *bytes;
+  return (*bytes + perByte(dtype) - 1) / perByte(dtype);
+}
+
+// The element types kiln reads, by their ONNX names.
+std::string supportedTypes() {
+  std::string s;
+  for (int32_t code = 1; code < 32; ++code)
+    if (dtypeFromOnnx(code)) s += (s.empty() ? "" : ", ") + onnxTypeName(code);
+  return s;
 }
 
 Expected<ir::DType> tensorDType(const TensorProto& t, const std::string& what) {
   auto dtype = dtypeFromOnnx(t.data_type());
   if (!dtype)
     return unimplemented(what + " has element type " + onnxTypeName(t.data_type()) +
-                         ", which kiln does not support (supported: FLOAT, DOUBLE, FLOAT16, " +
-                         "BFLOAT16, INT64, INT32, INT8, UINT8, BOOL)");
+                         ", which kiln does not support (supported: " + supportedTypes() + ")");
   return *dtype;
+}
+
+// `packed` bytes of a file's 4- or 2-bit elements into `out`, one element a byte.
+void unpack(const uint8_t* packed, ir::TensorData& out) {
+  const uint64_t per = perByte(out.dtype()), n = static_cast<uint64_t>(out.numElements());
+  const int bits = ir::narrowFileBits(out.dtype());
+  uint8_t* dst = out.as<uint8_t>();
+  for (uint64_t i = 0; i < n; ++i)
+    dst[i] = ir::narrowFromFileBits(
+        out.dtype(),
+        static_cast<uint8_t>((packed[i / per] >> (bits * (i % per))) & ((1u << bits) - 1)));
 }
 
 const std::string* externalEntry(const TensorProto& t, const std::string& key) {
@@ -188,8 +233,9 @@ Status checkTensorData(const TensorProto& t, const std::string& what) {
       count = t.int32_data_size(), field = "int32_data";
       break;
   }
-  // bytes fit in 64 bits, so the element count does too.
-  const uint64_t n = bytes / ir::dtypeSize(dtype);
+  // bytes fit in 64 bits, so the element count does too (4- and 2-bit elements: a packed byte
+  // a value).
+  const uint64_t n = perByte(dtype) > 1 ? bytes : bytes / ir::dtypeSize(dtype);
   if (static_cast<uint64_t>(count) != n)
     return invalidArgument(what + " has " + std::to_string(count) + " values in " + field +
                            ", but its dims " + ir::shapeToString(shape) + " hold " +
@@ -217,20 +263,36 @@ Expected<ir::TensorData> tensorFromProto(const TensorProto& t, const std::string
     if (offset > file.size || bytes > file.size - offset)
       return ioError(what + ": external data file '" + *path + "' changed while loading");
     ir::TensorData data(dtype, shape);
+    std::vector<uint8_t> packed(perByte(dtype) > 1 ? bytes : 0);
+    char* into = packed.empty() ? reinterpret_cast<char*>(data.data())
+                                : reinterpret_cast<char*>(packed.data());
     file.stream.seekg(static_cast<std::streamoff>(offset));
-    if (bytes && !file.stream.read(reinterpret_cast<char*>(data.data()),
-                                   static_cast<std::streamsize>(bytes)))
+    if (bytes && !file.stream.read(into, static_cast<std::streamsize>(bytes)))
       return ioError(what + ": reading external data from '" + *path + "' failed");
+    if (!packed.empty()) unpack(packed.data(), data);
     return data;
   }
 
   KILN_TRY(checkTensorData(t, what));
   if (t.has_raw_data()) {
     ir::TensorData data(dtype, shape);
-    if (bytes) std::memcpy(data.data(), t.raw_data().data(), bytes);
+    if (perByte(dtype) > 1)
+      unpack(reinterpret_cast<const uint8_t*>(t.raw_data().data()), data);
+    else if (bytes)
+      std::memcpy(data.data(), t.raw_data().data(), bytes);
     return data;
   }
   ir::TensorData data(dtype, shape);
+  if (ir::isNarrow(dtype)) {
+    // int32_data: one 8-bit float a value, or one packed byte of 4- or 2-bit elements.
+    std::vector<uint8_t> low(static_cast<size_t>(t.int32_data_size()));
+    for (int i = 0; i < t.int32_data_size(); ++i) low[i] = static_cast<uint8_t>(t.int32_data(i));
+    if (perByte(dtype) > 1)
+      unpack(low.data(), data);
+    else if (!low.empty())
+      std::memcpy(data.data(), low.data(), low.size());
+    return data;
+  }
   switch (t.data_type()) {
     case TensorProto::FLOAT:
       convertInto<float, float>(t.float_data(), data);

@@ -93,7 +93,10 @@ nb::dlpack::dtype toDlpack(ir::DType t) {
   for (const auto& [dt, code] : kDlpackCodes)
     if (dt == t)
       return {static_cast<uint8_t>(code), static_cast<uint8_t>(ir::dtypeSize(dt) * 8), 1};
-  throw KilnError(internalError("no DLPack type for " + std::string(ir::dtypeName(t))));
+  // The narrow storage dtypes (ir/narrow.h: 8- and 4-bit floats, 4- and 2-bit integers).
+  throw KilnError(unimplemented("an output of dtype " + std::string(ir::dtypeName(t)) +
+                                " has no DLPack type kiln exchanges; cast it to a wider type in "
+                                "the model (Cast, or DequantizeLinear)"));
 }
 
 // The array's dtype and shape as kiln's (any device); `index` names it in an error.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ir/dropout.h"
+#include "ir/narrow.h"
 #include "runtime/cpu/cpu_clones.h"
 #include "runtime/reference/helpers.h"
 
@@ -266,7 +267,61 @@ D convertElement(S s) {
     return fromFloatValue<D>(static_cast<double>(s));
 }
 
-Status castKernel(const ir::AttrView&, std::span<const Tensor> in, std::span<Tensor> out) {
+// A cast from or to a narrow storage dtype (ir/narrow.h: 8- and 4-bit floats, 4- and 2-bit
+// integers, a byte each), through each element's exact value: a float source rounds, an integer
+// one keeps its low bits in a narrow integer; `saturate` applies to the 8-bit floats.
+template <class S>
+uint8_t toNarrow(ir::DType to, S s, bool saturate) {
+  if constexpr (std::is_same_v<S, ref::Bool8>)
+    return ir::isNarrowFloat(to) ? ir::narrowFromFloat(to, s.v != 0, saturate)
+                                 : ir::narrowFromInteger(to, s.v != 0);
+  else if constexpr (std::is_integral_v<S>)
+    return ir::isNarrowFloat(to) ? ir::narrowFromFloat(to, static_cast<double>(s), saturate)
+                                 : ir::narrowFromInteger(to, static_cast<int64_t>(s));
+  else if constexpr (std::is_same_v<S, ref::Half>)
+    return ir::narrowFromFloat(to, ref::f16BitsToDouble(s.bits), saturate);
+  else if constexpr (std::is_same_v<S, ref::BFloat16>)
+    return ir::narrowFromFloat(to, ref::bf16BitsToDouble(s.bits), saturate);
+  else
+    return ir::narrowFromFloat(to, static_cast<double>(s), saturate);
+}
+
+Status castNarrow(const ir::AttrView& attrs, const Tensor& x, Tensor& y) {
+  const bool saturate = attrs.getInt("saturate") != 0;
+  const ir::DType from = x.dtype(), to = y.dtype();
+  const int64_t n = x.numElements();
+  if (ir::isNarrow(from)) {
+    const uint8_t* a = x.data<uint8_t>();
+    if (ir::isNarrow(to)) {
+      uint8_t* b = y.data<uint8_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = ir::narrowToDouble(from, a[i]);
+        b[i] = ir::isNarrowFloat(from) ? toNarrow(to, v, saturate)
+                                       : toNarrow(to, static_cast<int64_t>(v), saturate);
+      }
+      return Status::ok();
+    }
+    return ref::dispatchAll(to, [&]<class D>(Tag<D>) {
+      D* b = y.data<D>();
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = ir::narrowToDouble(from, a[i]);
+        b[i] = ir::isNarrowFloat(from) ? fromFloatValue<D>(v)
+                                       : fromIntegerValue<D>(static_cast<int64_t>(v));
+      }
+      return Status::ok();
+    });
+  }
+  return ref::dispatchAll(from, [&]<class S>(Tag<S>) {
+    const S* a = x.data<S>();
+    uint8_t* b = y.data<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) b[i] = toNarrow(to, a[i], saturate);
+    return Status::ok();
+  });
+}
+
+Status castKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  if (ir::isNarrow(in[0].dtype()) || ir::isNarrow(out[0].dtype()))
+    return castNarrow(attrs, in[0], out[0]);
   const int64_t n = in[0].numElements();
   return ref::dispatchAll(in[0].dtype(), [&]<class S>(Tag<S>) {
     return ref::dispatchAll(out[0].dtype(), [&]<class D>(Tag<D>) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "frontends/test_files.h"
+#include "ir/narrow.h"
 
 using Catch::Matchers::Contains;
 using kiln::ErrorCode;
@@ -58,6 +59,15 @@ TEST_CASE("safetensors round trip keeps every dtype bit for bit", "[safetensors]
   uint64_t seed = 10;
   for (DType t : kiln::test::allDTypes()) {
     const std::string name(kiln::ir::dtypeName(t));
+    if (kiln::frontends::safetensorsDTypeName(t) == "?") {
+      // The 4- and 2-bit types and the FNUZ 8-bit floats: safetensors has no name for them.
+      CHECK(kiln::ir::isNarrow(t));
+      TensorMap one{{name, randomTensor(t, {2}, seed++)}};
+      const Status st = writeSafetensors(dir.file("narrow.safetensors"), one, {});
+      CHECK(st.code() == kiln::ErrorCode::kUnimplemented);
+      CHECK_THAT(st.message(), Catch::Contains("safetensors has no " + name + " dtype"));
+      continue;
+    }
     tensors[name + ".matrix"] = randomTensor(t, {3, 5}, seed++);
     tensors[name + ".scalar"] = randomTensor(t, {}, seed++);
     tensors[name + ".empty"] = randomTensor(t, {0, 4}, seed++);
