@@ -621,6 +621,37 @@ def test_onnxruntime_quantized_cnn_matches_onnxruntime(tmp_path, fmt):
         np.testing.assert_allclose(run(x), expected[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_onnxruntime_int4_weight_only_mlp_matches_onnxruntime(tmp_path, symmetric):
+    # ONNX Runtime's 4-bit weight-only quantizer in its QDQ form (the standard ops, as LLM
+    # exports ship): blockwise int4 / uint4 DequantizeLinear (packed two to a byte) feeding each
+    # MatMul. Compared with ONNX Runtime running the graph as written (no fusion): its
+    # MatMulNBits fusion computes the products another way (8.6e-3 of 4.5 apart on bert_layer).
+    torch = pytest.importorskip("torch")
+    nbits = pytest.importorskip("onnxruntime.quantization.matmul_nbits_quantizer")
+    quant = pytest.importorskip("onnxruntime.quantization")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 96, bias=False), torch.nn.GELU(),
+                              torch.nn.Linear(96, 32)).eval()
+    x = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)
+    fp32, q = str(tmp_path / "fp32.onnx"), str(tmp_path / "q4.onnx")
+    torch.onnx.export(net, (torch.from_numpy(x),), fp32, input_names=["x"], dynamo=False,
+                      opset_version=21)
+    cfg = nbits.DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=symmetric,
+                                             quant_format=quant.QuantFormat.QDQ)
+    quantizer = nbits.MatMulNBitsQuantizer(onnx.load(fp32), algo_config=cfg)
+    quantizer.process()
+    onnx.save(quantizer.model.model, q)
+    types = {t.data_type for t in onnx.load(q).graph.initializer}
+    assert (TensorProto.INT4 if symmetric else TensorProto.UINT4) in types
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    expected = ort.InferenceSession(q, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    m = kiln.load(q)
+    for run in (kiln.compile(m), kiln.eager(m)):
+        np.testing.assert_allclose(run(x), expected[0], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("window,onesided", [(True, 1), (False, 0)])
 def test_stft_matches_torch(tmp_path, window, onesided):
     torch = pytest.importorskip("torch")
