@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_map_util.h"
@@ -279,20 +280,59 @@ int64_t roundNearest(const std::string& mode, double x) {
   return static_cast<int64_t>(std::round(x));
 }
 
-Status mapResize(NodeContext& ctx) {
+// Upsample (7: scales attribute; 9: scales input 1) and Resize 10 (scales input 1): nearest or
+// linear, with the asymmetric transform (x_in = x_out / scale) and, for nearest, ONNX Runtime's
+// "simple" rounding: floor where upsampling, ceil where downsampling.
+struct LegacyResize {
+  std::vector<double> scales;
+  std::string mode;
+};
+
+Expected<LegacyResize> legacyResize(NodeContext& ctx) {
+  LegacyResize l;
+  KILN_ASSIGN_OR_RETURN(l.mode, ctx.attrString("mode", "nearest"));
+  if (l.mode == "bilinear" || l.mode == "trilinear") l.mode = "linear";  // Upsample 7's names.
+  if (l.mode != "nearest" && l.mode != "linear")
+    return ctx.invalid("mode '" + l.mode + "' is not nearest or linear");
+  if (ctx.opType() == "Upsample" && ctx.version() < 9) {
+    KILN_ASSIGN_OR_RETURN(auto f, ctx.attrFloats("scales"));
+    l.scales.assign(f.begin(), f.end());
+  } else {
+    KILN_ASSIGN_OR_RETURN(const ir::TensorData* given, ctx.requireConstant(1));
+    if (!given) return ctx.unsupported("scales (input 1) must be known at import");
+    if (!ir::isFloat(given->dtype()))
+      return ctx.invalid("scales must be floats, got " + given->type().toString());
+    for (int64_t i = 0; i < given->numElements(); ++i)
+      l.scales.push_back(elementAsDouble(*given, i));
+  }
+  return l;
+}
+
+Status mapResizeWith(NodeContext& ctx, const LegacyResize* legacy) {
   std::string policy = "stretch";
   bool antialias = false;
-  if (ctx.version() >= 18) {
+  if (!legacy && ctx.version() >= 18) {
     // Version 18's additions: antialias, axes and keep_aspect_ratio_policy (below).
     KILN_ASSIGN_OR_RETURN(antialias, ctx.attrBool("antialias", false));
     KILN_ASSIGN_OR_RETURN(policy, ctx.attrString("keep_aspect_ratio_policy", "stretch"));
     if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller")
       return ctx.invalid("keep_aspect_ratio_policy '" + policy + "'");
   }
-  KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrString("mode", "nearest"));
-  KILN_ASSIGN_OR_RETURN(std::string coord,
-                        ctx.attrString("coordinate_transformation_mode", "half_pixel"));
-  KILN_ASSIGN_OR_RETURN(std::string nearest, ctx.attrString("nearest_mode", "round_prefer_floor"));
+  std::string mode = "nearest", coord = "asymmetric", nearest = "floor";
+  if (legacy) {
+    mode = legacy->mode;
+    bool up = false, down = false;
+    for (double v : legacy->scales) (v >= 1 ? up : down) |= v != 1;
+    if (up && down && mode == "nearest")
+      return ctx.unsupported(
+          "nearest with scales that both enlarge and shrink (kiln rounds one "
+          "way per node)");
+    if (down) nearest = "ceil";
+  } else {
+    KILN_ASSIGN_OR_RETURN(mode, ctx.attrString("mode", "nearest"));
+    KILN_ASSIGN_OR_RETURN(coord, ctx.attrString("coordinate_transformation_mode", "half_pixel"));
+    KILN_ASSIGN_OR_RETURN(nearest, ctx.attrString("nearest_mode", "round_prefer_floor"));
+  }
   if (mode != "nearest" && mode != "linear" && mode != "cubic")
     return ctx.invalid("mode '" + mode + "' is not nearest, linear or cubic");
   if (coord != "half_pixel" && coord != "pytorch_half_pixel" && coord != "align_corners" &&
@@ -330,9 +370,20 @@ Status mapResize(NodeContext& ctx) {
   const size_t na = axes.size();
   std::vector<double> scales(r, 1.0);
   std::vector<int64_t> sizes(xt.shape.begin(), xt.shape.end());
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* scalesData, ctx.requireConstant(2));
-  if (ctx.hasInput(2) && !scalesData) return ctx.unsupported("scales must be known at import");
-  if (scalesData && scalesData->numElements() > 0) {
+  std::optional<ir::TensorData> legacyScales;
+  if (legacy) {
+    legacyScales = ir::TensorData(ir::DType::kF64, {static_cast<int64_t>(legacy->scales.size())});
+    std::copy(legacy->scales.begin(), legacy->scales.end(), legacyScales->as<double>());
+    if (legacy->scales.size() != xt.shape.size())
+      return ctx.invalid("scales must have one value per dim of " + xt.toString() + ", got " +
+                         std::to_string(legacy->scales.size()));
+  }
+  const ir::TensorData* scalesData = legacy ? &*legacyScales : nullptr;
+  if (!legacy) {
+    KILN_ASSIGN_OR_RETURN(scalesData, ctx.requireConstant(2));
+    if (ctx.hasInput(2) && !scalesData) return ctx.unsupported("scales must be known at import");
+  }
+  if (scalesData && (legacy || scalesData->numElements() > 0)) {
     if (scalesData->numElements() != static_cast<int64_t>(na) || !ir::isFloat(scalesData->dtype()))
       return ctx.invalid("scales must be " + std::to_string(na) + " floats, got " +
                          scalesData->type().toString());
@@ -348,7 +399,7 @@ Status mapResize(NodeContext& ctx) {
       scales[d] = s;
       sizes[d] = static_cast<int64_t>(size);
     }
-  } else if (ctx.hasInput(3)) {
+  } else if (!legacy && ctx.hasInput(3)) {
     KILN_ASSIGN_OR_RETURN(auto given, ctx.constInts(3, "sizes"));
     if (given.size() != na)
       return ctx.invalid("sizes " + ir::shapeToString(given) + " must have " + std::to_string(na) +
@@ -497,15 +548,23 @@ Status mapResize(NodeContext& ctx) {
   return Status::ok();
 }
 
+Status mapResize(NodeContext& ctx) {
+  if (ctx.version() >= 11) return mapResizeWith(ctx, nullptr);
+  KILN_ASSIGN_OR_RETURN(LegacyResize l, legacyResize(ctx));
+  return mapResizeWith(ctx, &l);
+}
+
 }  // namespace
 
 // Versions: Pad 2 takes pads and value as attributes, 11 as inputs, 18 adds the axes input, 19
-// the wrap mode (refused with the other unknown modes); Resize 11 is the first with roi,
-// scales and sizes inputs (Resize 10 is not mapped), 18 adds antialias, axes and
-// keep_aspect_ratio_policy, 19 the half_pixel_symmetric mode. The rest only add element types.
+// the wrap mode (refused with the other unknown modes); Upsample 7 and 9 and Resize 10 take
+// scales alone (LegacyResize), Resize 11 is the first with roi, scales and sizes inputs, 18 adds
+// antialias, axes and keep_aspect_ratio_policy, 19 the half_pixel_symmetric mode. The rest only
+// add element types.
 std::vector<MapperEntry> padResizeMappers() {
   return {{"Pad", {2, 11, 13, 18, 19, 21, 23, 24, 25}, mapPad},
-          {"Resize", {11, 13, 18, 19}, mapResize}};
+          {"Resize", {10, 11, 13, 18, 19}, mapResize},
+          {"Upsample", {7, 9}, mapResize}};
 }
 
 }  // namespace kiln::frontends::onnx_import

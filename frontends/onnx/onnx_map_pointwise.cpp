@@ -147,7 +147,13 @@ Status mapDropout(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(double training, ctx.constScalar(2, "training_mode"));
     if (training != 0) return ctx.unsupported("training_mode=true (kiln imports inference graphs)");
   }
-  KILN_TRY(requireUnused(ctx, 1, "mask"));
+  if (ctx.outputUsed(1)) {
+    // At inference nothing is dropped: the mask is all true (bool from version 10, before it
+    // ones of the input's type), a constant of x's static shape.
+    KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+    ctx.setConstantOutput(
+        1, filledTensor(ctx.version() >= 10 ? ir::DType::kBool : t.dtype, t.shape, 1.0));
+  }
   return alias(ctx, 0);
 }
 

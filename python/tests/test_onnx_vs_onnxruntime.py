@@ -748,3 +748,33 @@ def test_resize_modes_match_onnxruntime(tmp_path, case):
         from onnx.reference import ReferenceEvaluator
         expected = ReferenceEvaluator(model).run(None, {"x": x})
     check_kiln(tmp_path, model, [x], expected, lambda e: 2e-6)
+
+
+LEGACY_RESIZES = [
+    # (op, opset, mode, scales): YOLOv3-era exports' 2x nearest, fractional and shrinking scales,
+    # and linear (asymmetric: x_in = x_out / scale).
+    ("Upsample", 9, "nearest", [1, 1, 2, 2]),
+    ("Upsample", 9, "nearest", [1, 1, 1.5, 2.5]),
+    ("Upsample", 7, "nearest", [1, 1, 2, 3]),
+    ("Upsample", 9, "linear", [1, 1, 2, 1.5]),
+    ("Resize", 10, "nearest", [1, 1, 0.5, 0.6]),
+    ("Resize", 10, "linear", [1, 1, 1.75, 0.5]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(LEGACY_RESIZES)),
+                         ids=[f"{c[0]}{c[1]}-{c[2]}-{c[3][2]}x{c[3][3]}" for c in LEGACY_RESIZES])
+def test_upsample_and_resize10_match_onnxruntime(tmp_path, case):
+    op, opset, mode, scales = LEGACY_RESIZES[case]
+    x = np.random.default_rng(case).uniform(-1, 1, (1, 2, 5, 6)).astype(np.float32)
+    if opset == 7:
+        node = helper.make_node(op, ["x"], ["y"], mode=mode, scales=[float(s) for s in scales])
+        inits = []
+    else:
+        node = helper.make_node(op, ["x", "scales"], ["y"], mode=mode)
+        inits = [helper.make_tensor("scales", TensorProto.FLOAT, [4], scales)]
+    graph = helper.make_graph([node], "legacy", [_vi("x", x.shape)], [_vi("y", None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    expected = onnxruntime_run(tmp_path, model, [x], ["x"])
+    check_kiln(tmp_path, model, [x], expected, lambda e: 2e-6)

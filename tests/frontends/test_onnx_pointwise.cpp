@@ -175,7 +175,7 @@ TEST_CASE("onnx: Clip takes min and max from optional constant inputs") {
   }
 }
 
-TEST_CASE("onnx: Dropout is the identity at inference, unless its mask or training is used") {
+TEST_CASE("onnx: Dropout is the identity at inference, its mask all true; training is refused") {
   SECTION("opset 12+ with a ratio input") {
     Model m;
     m.input("x", {int64_t{2}, int64_t{3}}).init("ratio", {}, {0.3f});
@@ -192,12 +192,19 @@ TEST_CASE("onnx: Dropout is the identity at inference, unless its mask or traini
     const auto x = randomValues(6, 3);
     checkClose(run(m, {makeF32({2, 3}, x)})[0], {2, 3}, x);
   }
-  SECTION("a used mask is unsupported") {
-    Model m;
-    m.input("x", {int64_t{2}, int64_t{3}});
-    m.node("Dropout", {"x"}, {"y", "mask"}, {}, "drop").output("y").output("mask", kBool);
-    CHECK_THAT(importError(m).message(),
-               Catch::Contains("Dropout (opset 17) node 'drop': output 1 (mask) is used"));
+  SECTION("a used mask is all true (bool from opset 10, the input's type at 7)") {
+    for (int opset : {17, 7}) {
+      INFO("opset " << opset);
+      Model m(opset);
+      m.input("x", {int64_t{2}, int64_t{3}});
+      m.node("Dropout", {"x"}, {"y", "mask"}, {}, "drop")
+          .output("y")
+          .output("mask", opset >= 10 ? kBool : kFloat);
+      const auto out = run(m, {makeF32({2, 3}, randomValues(6, 4))});
+      REQUIRE(out.size() == 2);
+      CHECK(out[1].dtype() == (opset >= 10 ? kiln::ir::DType::kBool : kiln::ir::DType::kF32));
+      for (int64_t i = 0; i < 6; ++i) CHECK(out[1].elementAsDouble(i) == 1.0);
+    }
   }
   SECTION("training_mode=true is unsupported") {
     Model m;
