@@ -96,11 +96,40 @@ Status mapRange(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* delta, ctx.requireConstant(2));
   if (!start || !limit || !delta)
     return ctx.unsupported("start, limit and delta must be known at import (kiln has no range op)");
-  for (const ir::TensorData* t : {start, limit, delta})
-    if (t->numElements() != 1 || !foldableDType(t->dtype()))
-      return ctx.invalid("start, limit and delta must be scalars, got " + t->type().toString());
   const DType dtype = start->dtype();
+  const bool half = dtype == DType::kF16 || dtype == DType::kBF16;  // Version 27 on.
+  for (const ir::TensorData* t : {start, limit, delta})
+    if (t->numElements() != 1 || t->dtype() != dtype || (!foldableDType(dtype) && !half))
+      return ctx.invalid("start, limit and delta must be scalars of one type, got " +
+                         t->type().toString());
   int64_t n = 0;
+  if (half) {
+    // Computed in stash_type (FLOAT by default, or DOUBLE) as NumPy's arange fills it, the step
+    // taken as the difference of the first two values, then rounded to the half type.
+    KILN_ASSIGN_OR_RETURN(int64_t stash, ctx.attrInt("stash_type", 1));
+    if (stash != 1 && stash != 11)
+      return ctx.invalid("stash_type must be FLOAT (1) or DOUBLE (11), got " +
+                         std::to_string(stash));
+    const double s = elementAsDouble(*start, 0), l = elementAsDouble(*limit, 0),
+                 d = elementAsDouble(*delta, 0);
+    const double count = std::ceil((l - s) / d);
+    if (d == 0 || !std::isfinite(count))
+      return ctx.invalid("Range with delta " + std::to_string(d) + " has no finite length");
+    if (count > static_cast<double>(kMaxFoldElements))
+      return ctx.unsupported("Range of " + std::to_string(count) + " elements is too large");
+    n = std::max<int64_t>(0, static_cast<int64_t>(count));
+    ir::TensorData out(dtype, {n});
+    const float s32 = static_cast<float>(s), step32 = static_cast<float>(s + d) - s32;
+    const double step64 = (s + d) - s;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = stash == 1 ? static_cast<double>(s32 + static_cast<float>(i) * step32)
+                                  : s + static_cast<double>(i) * step64;
+      const ir::TensorData e = ir::TensorData::scalar(dtype, v);  // Rounds to the half type.
+      std::memcpy(out.data() + static_cast<size_t>(i) * 2, e.data(), 2);
+    }
+    ctx.setConstantOutput(0, std::move(out));
+    return Status::ok();
+  }
   if (ir::isFloat(dtype)) {
     const double s = elementAsDouble(*start, 0), l = elementAsDouble(*limit, 0),
                  d = elementAsDouble(*delta, 0);

@@ -288,10 +288,19 @@ Status mapIsNaN(NodeContext& ctx) {
 }
 
 Status mapIsInf(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(ir::TensorType t, floatInput(ctx));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  // f16 and bf16 compared in f32 (exact), the dtype the comparison's infinities are made in.
+  const bool half = t.dtype == DType::kF16 || t.dtype == DType::kBF16;
+  if (!half) {
+    KILN_ASSIGN_OR_RETURN(t, floatInput(ctx));
+  }
   KILN_ASSIGN_OR_RETURN(bool pos, ctx.attrBool("detect_positive", true));
   KILN_ASSIGN_OR_RETURN(bool neg, ctx.attrBool("detect_negative", true));
   KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
+  if (half) {
+    KILN_ASSIGN_OR_RETURN(x, ctx.emit(OpKind::kCast, {x}, {{"to", std::string("f32")}}));
+    t.dtype = DType::kF32;
+  }
   const double inf = std::numeric_limits<double>::infinity();
   if (!pos && !neg) {
     ir::TensorData none(DType::kBool, t.shape);

@@ -917,16 +917,30 @@ Status mapReduce(NodeContext& ctx) {
   const std::vector<int64_t>& axes = *maybeAxes;
   const ir::AttrMap attrs{{"axes", axes}, {"keepdims", int64_t{keepdims}}};
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  const ir::DType dt = x->type().dtype;
+  if (dt == ir::DType::kBool && kOp == OpKind::kReduceMax) {
+    // Bool max is any (u8's max, an empty one false); min is all, not(any(not x)).
+    ir::Value* v = x;
+    if (kNegate) {
+      KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kLogicalNot, {v}));
+    }
+    KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kCast, {v}, {{"to", std::string("u8")}}));
+    KILN_ASSIGN_OR_RETURN(v, ctx.emit(kOp, {v}, attrs));
+    const ir::AttrMap toBool{{"to", std::string("bool")}};
+    if (!kNegate) return ctx.emit(OpKind::kCast, {v}, toBool, 0).status();
+    KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kCast, {v}, toBool));
+    return ctx.emit(OpKind::kLogicalNot, {v}, {}, 0).status();
+  }
   if (!kNegate) return ctx.emit(kOp, {x}, attrs, 0).status();
-  // ReduceMin(x) = -ReduceMax(-x).
-  // Exact only for floats: an integer's minimum has no negation (INT_MIN), and an empty integer
-  // reduction must give the type's maximum.
-  if (!ir::isFloat(x->type().dtype))
-    return ctx.unsupported("ReduceMin of " + x->type().toString() +
-                           " (kiln computes it as -max(-x), exact for floats only)");
-  KILN_ASSIGN_OR_RETURN(ir::Value * neg, ctx.emit(OpKind::kNeg, {x}));
+  // ReduceMin(x) = -ReduceMax(-x) for floats; for integers ~ReduceMax(~x): bitwise not reverses
+  // the order of signed and unsigned values alike and maps an empty reduction's lowest value to
+  // the type's largest, as ONNX specifies (negation would overflow at INT_MIN).
+  const OpKind flip = ir::isInteger(dt) ? OpKind::kBitwiseNot : OpKind::kNeg;
+  if (!ir::isFloat(dt) && !ir::isInteger(dt))
+    return ctx.unsupported("ReduceMin of " + x->type().toString());
+  KILN_ASSIGN_OR_RETURN(ir::Value * neg, ctx.emit(flip, {x}));
   KILN_ASSIGN_OR_RETURN(ir::Value * m, ctx.emit(kOp, {neg}, attrs));
-  return ctx.emit(OpKind::kNeg, {m}, {}, 0).status();
+  return ctx.emit(flip, {m}, {}, 0).status();
 }
 
 }  // namespace

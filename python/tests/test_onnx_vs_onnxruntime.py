@@ -778,3 +778,23 @@ def test_upsample_and_resize10_match_onnxruntime(tmp_path, case):
     model.ir_version = 7
     expected = onnxruntime_run(tmp_path, model, [x], ["x"])
     check_kiln(tmp_path, model, [x], expected, lambda e: 2e-6)
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceMax"])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8, np.bool_])
+def test_integer_and_bool_min_max_reductions_match_onnxruntime(tmp_path, op, dtype):
+    # Integers' extremes included (ReduceMin is ~max(~x) there: no negation of INT_MIN); bool's
+    # max is any, its min all.
+    rng = np.random.default_rng(7)
+    if dtype == np.bool_:
+        x = rng.integers(0, 2, (3, 4, 5)).astype(np.bool_)
+        x[0] = True
+        x[1] = False
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, (3, 4, 5), endpoint=True).astype(dtype)
+        x[0, 0, :2] = [info.min, info.max]
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [2])
+    model = single_node_model(op, [("x", x)], {"keepdims": 0}, 20, [axes])  # bool from 20.
+    expected = onnxruntime_run(tmp_path, model, [x], ["x"])
+    check_kiln(tmp_path, model, [x], expected, lambda e: 0)
