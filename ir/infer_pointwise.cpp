@@ -52,6 +52,9 @@ Expected<std::vector<TensorType>> inferGelu(std::span<const TensorType> in, cons
 Expected<std::vector<TensorType>> inferCast(std::span<const TensorType> in, const AttrView& a) {
   auto to = parseDType(a.getString("to"));
   if (!to) return invalidArgument("attribute to: unknown dtype '" + a.getString("to") + "'");
+  const std::string& round = a.getString("round_mode");
+  if (round != "up" && round != "down" && round != "nearest")
+    return invalidArgument("attribute round_mode must be up, down or nearest, got '" + round + "'");
   TensorType t = in[0];
   t.dtype = *to;
   return one(t);

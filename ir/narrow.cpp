@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 namespace kiln::ir {
@@ -144,10 +145,33 @@ std::optional<SmallInt> smallInt(DType t) {
   }
 }
 
+// FLOAT8E8M0 from float32 bits, as ONNX's reference (numpy_helper.to_float8e8m0).
+uint8_t e8m0FromFloat(float f, bool saturate, E8M0Round round) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &f, sizeof bits);
+  uint32_t exponent = (bits >> 23) & 0xFF;
+  if (exponent == 0xFF) return 0xFF;  // NaN and infinities.
+  bool up = false;
+  switch (round) {
+    case E8M0Round::kUp:
+      up = (bits & 0x7FFFFF) != 0;
+      break;
+    case E8M0Round::kDown:
+      break;
+    case E8M0Round::kNearest: {
+      const bool guard = bits & 0x400000, rnd = bits & 0x200000, sticky = bits & 0x1FFFFF;
+      up = guard && (rnd || sticky || exponent > 0);
+      break;
+    }
+  }
+  if (up && !(saturate && exponent == 0xFE)) ++exponent;
+  return static_cast<uint8_t>(exponent);  // 0xFE + 1 without saturation: 0xFF, NaN.
+}
+
 }  // namespace
 
 bool isNarrowFloat(DType t) {
-  return miniFloat(t) != nullptr;
+  return miniFloat(t) != nullptr || t == DType::kF8E8M0;
 }
 
 bool isNarrow(DType t) {
@@ -161,12 +185,14 @@ int narrowFileBits(DType t) {
 }
 
 double narrowToDouble(DType t, uint8_t code) {
+  if (t == DType::kF8E8M0) return code == 0xFF ? NAN : std::ldexp(1.0, code - 127);
   if (const MiniFloat* f = miniFloat(t)) return f->decode(code);
   if (auto s = smallInt(t)) return s->value(code);
   return NAN;
 }
 
-uint8_t narrowFromFloat(DType t, double v, bool saturate) {
+uint8_t narrowFromFloat(DType t, double v, bool saturate, E8M0Round round) {
+  if (t == DType::kF8E8M0) return e8m0FromFloat(static_cast<float>(v), saturate, round);
   if (const MiniFloat* f = miniFloat(t)) return f->encode(v, saturate);
   if (auto s = smallInt(t)) {
     if (std::isnan(v)) return 0;

@@ -34,6 +34,7 @@ constexpr std::array<DTypeInfo, kNumDTypes> kDTypes = {{
     {DType::kU4, "u4", 1},
     {DType::kI2, "i2", 1},
     {DType::kU2, "u2", 1},
+    {DType::kF8E8M0, "f8e8m0", 1},
 }};
 }  // namespace
 

@@ -36,9 +36,10 @@ enum class DType : uint8_t {
   kI4,
   kU4,
   kI2,
-  kU2
+  kU2,
+  kF8E8M0
 };
-inline constexpr int kNumDTypes = 22;
+inline constexpr int kNumDTypes = 23;
 
 // Short name used by the text IR and JSON ("f32", "i64", "bool", ...).
 std::string_view dtypeName(DType t);

@@ -35,8 +35,13 @@ Status foldOrEmit(NodeContext& ctx, ir::OpKind op, const std::vector<size_t>& in
 
 Status emitCast(NodeContext& ctx, ir::DType to) {
   KILN_ASSIGN_OR_RETURN(bool saturate, ctx.attrBool("saturate", true));
+  KILN_ASSIGN_OR_RETURN(std::string round, ctx.attrString("round_mode", "up"));
+  if (round != "up" && round != "down" && round != "nearest")
+    return ctx.invalid("round_mode must be up, down or nearest, got '" + round + "'");
   return foldOrEmit(ctx, ir::OpKind::kCast, {0},
-                    {{"to", std::string(ir::dtypeName(to))}, {"saturate", int64_t{saturate}}});
+                    {{"to", std::string(ir::dtypeName(to))},
+                     {"saturate", int64_t{saturate}},
+                     {"round_mode", round}});
 }
 
 Expected<ir::Value*> scalarConstant(NodeContext& ctx, ir::DType dtype, double v) {

@@ -15,7 +15,8 @@ namespace kiln::frontends::onnx_import {
 Status foldOrEmit(NodeContext& ctx, ir::OpKind op, const std::vector<size_t>& inputs,
                   ir::AttrMap attrs = {}, size_t out = 0);
 // Output 0 as input 0 cast to `to` (Cast, CastLike): their saturate attribute (opset 19 on,
-// default 1) says what an out-of-range value cast to an 8-bit float becomes.
+// default 1) says what an out-of-range value cast to an 8-bit float becomes, round_mode (24 on,
+// default up) how a cast to FLOAT8E8M0 rounds.
 Status emitCast(NodeContext& ctx, ir::DType to);
 // Defines output k as input i (Identity, Dropout at inference, ...).
 Status alias(NodeContext& ctx, size_t i, size_t k = 0);

@@ -56,6 +56,8 @@ std::optional<ir::DType> dtypeFromOnnx(int32_t elemType) {
       return ir::DType::kI4;
     case 23:
       return ir::DType::kF4E2M1;
+    case 24:
+      return ir::DType::kF8E8M0;
     case 25:
       return ir::DType::kU2;
     case 26:

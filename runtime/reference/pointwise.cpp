@@ -271,23 +271,27 @@ D convertElement(S s) {
 // integers, a byte each), through each element's exact value: a float source rounds, an integer
 // one keeps its low bits in a narrow integer; `saturate` applies to the 8-bit floats.
 template <class S>
-uint8_t toNarrow(ir::DType to, S s, bool saturate) {
+uint8_t toNarrow(ir::DType to, S s, bool saturate, ir::E8M0Round round = ir::E8M0Round::kUp) {
   if constexpr (std::is_same_v<S, ref::Bool8>)
-    return ir::isNarrowFloat(to) ? ir::narrowFromFloat(to, s.v != 0, saturate)
+    return ir::isNarrowFloat(to) ? ir::narrowFromFloat(to, s.v != 0, saturate, round)
                                  : ir::narrowFromInteger(to, s.v != 0);
   else if constexpr (std::is_integral_v<S>)
-    return ir::isNarrowFloat(to) ? ir::narrowFromFloat(to, static_cast<double>(s), saturate)
+    return ir::isNarrowFloat(to) ? ir::narrowFromFloat(to, static_cast<double>(s), saturate, round)
                                  : ir::narrowFromInteger(to, static_cast<int64_t>(s));
   else if constexpr (std::is_same_v<S, ref::Half>)
-    return ir::narrowFromFloat(to, ref::f16BitsToDouble(s.bits), saturate);
+    return ir::narrowFromFloat(to, ref::f16BitsToDouble(s.bits), saturate, round);
   else if constexpr (std::is_same_v<S, ref::BFloat16>)
-    return ir::narrowFromFloat(to, ref::bf16BitsToDouble(s.bits), saturate);
+    return ir::narrowFromFloat(to, ref::bf16BitsToDouble(s.bits), saturate, round);
   else
-    return ir::narrowFromFloat(to, static_cast<double>(s), saturate);
+    return ir::narrowFromFloat(to, static_cast<double>(s), saturate, round);
 }
 
 Status castNarrow(const ir::AttrView& attrs, const Tensor& x, Tensor& y) {
   const bool saturate = attrs.getInt("saturate") != 0;
+  const std::string& mode = attrs.getString("round_mode");
+  const ir::E8M0Round round = mode == "down"      ? ir::E8M0Round::kDown
+                              : mode == "nearest" ? ir::E8M0Round::kNearest
+                                                  : ir::E8M0Round::kUp;
   const ir::DType from = x.dtype(), to = y.dtype();
   const int64_t n = x.numElements();
   if (ir::isNarrow(from)) {
@@ -296,8 +300,8 @@ Status castNarrow(const ir::AttrView& attrs, const Tensor& x, Tensor& y) {
       uint8_t* b = y.data<uint8_t>();
       for (int64_t i = 0; i < n; ++i) {
         const double v = ir::narrowToDouble(from, a[i]);
-        b[i] = ir::isNarrowFloat(from) ? toNarrow(to, v, saturate)
-                                       : toNarrow(to, static_cast<int64_t>(v), saturate);
+        b[i] = ir::isNarrowFloat(from) ? toNarrow(to, v, saturate, round)
+                                       : toNarrow(to, static_cast<int64_t>(v), saturate, round);
       }
       return Status::ok();
     }
@@ -314,7 +318,7 @@ Status castNarrow(const ir::AttrView& attrs, const Tensor& x, Tensor& y) {
   return ref::dispatchAll(from, [&]<class S>(Tag<S>) {
     const S* a = x.data<S>();
     uint8_t* b = y.data<uint8_t>();
-    for (int64_t i = 0; i < n; ++i) b[i] = toNarrow(to, a[i], saturate);
+    for (int64_t i = 0; i < n; ++i) b[i] = toNarrow(to, a[i], saturate, round);
     return Status::ok();
   });
 }

@@ -149,3 +149,28 @@ TEST_CASE("narrow integers: floats truncate (0 outside the range), integers keep
   CHECK(narrowToDouble(DType::kI4, narrowFromInteger(DType::kI4, 9)) == -7);
   CHECK(narrowToDouble(DType::kI4, narrowFromFloat(DType::kI4, -7.9)) == -7);
 }
+
+TEST_CASE("FLOAT8E8M0: powers of two rounded up, down or to nearest as ONNX's reference") {
+  const DType t = DType::kF8E8M0;
+  CHECK(isNarrow(t));
+  CHECK(isNarrowFloat(t));
+  CHECK(narrowToDouble(t, 127) == 1.0);
+  CHECK(narrowToDouble(t, 0) == std::ldexp(1.0, -127));
+  CHECK(narrowToDouble(t, 254) == std::ldexp(1.0, 127));
+  CHECK(std::isnan(narrowToDouble(t, 255)));
+  for (int c = 1; c < 255; ++c) CHECK(narrowFromFloat(t, narrowToDouble(t, c)) == c);
+  // 2^-127 is a float32 subnormal (exponent bits 0, a fraction): the reference rounds it up.
+  CHECK(narrowFromFloat(t, narrowToDouble(t, 0)) == 1);
+  // Up (the default): any fraction takes the next power.
+  CHECK(narrowToDouble(t, narrowFromFloat(t, 1.1)) == 2.0);
+  CHECK(narrowToDouble(t, narrowFromFloat(t, 0.124)) == 0.125);
+  CHECK(narrowFromFloat(t, 0.0) == 0);  // No zero: the smallest, 2^-127.
+  CHECK(narrowToDouble(t, narrowFromFloat(t, 1.9, true, E8M0Round::kDown)) == 1.0);
+  CHECK(narrowToDouble(t, narrowFromFloat(t, 1.5, true, E8M0Round::kNearest)) == 2.0);
+  CHECK(narrowToDouble(t, narrowFromFloat(t, 1.25, true, E8M0Round::kNearest)) == 1.0);
+  // Past 2^127: saturated, or NaN.
+  CHECK(narrowFromFloat(t, std::ldexp(1.5, 127)) == 254);
+  CHECK(narrowFromFloat(t, std::ldexp(1.5, 127), false) == 255);
+  CHECK(narrowFromFloat(t, INFINITY) == 255);
+  CHECK(narrowFromFloat(t, NAN) == 255);
+}

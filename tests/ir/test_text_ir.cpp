@@ -389,7 +389,7 @@ TEST_CASE("text IR: types parse with layouts and reject bad dtypes, dims and lay
       Contains(
           "1:1: unknown dtype 'f33' (expected one of f32, f64, f16, bf16, i64, i32, "
           "i8, u8, bool, i16, u16, u32, u64, f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz, f4e2m1, i4, "
-          "u4, i2, u2)"));
+          "u4, i2, u2, f8e8m0)"));
   CHECK_THAT(parseType("f32[1]@nwhc").status().message(),
              Contains("1:8: unknown layout 'nwhc' (expected nchw, nhwc or plain)"));
   CHECK_THAT(parseType("f32[-1]").status().message(), Contains("dimension -1 is negative"));
