@@ -1,5 +1,6 @@
 // Shape inference for pointwise ops: unary, NumPy-broadcasting binary, where, cast.
 #include "ir/infer.h"
+#include "ir/narrow.h"
 
 namespace kiln::ir {
 
@@ -53,7 +54,7 @@ Expected<std::vector<TensorType>> inferCast(std::span<const TensorType> in, cons
   auto to = parseDType(a.getString("to"));
   if (!to) return invalidArgument("attribute to: unknown dtype '" + a.getString("to") + "'");
   const std::string& round = a.getString("round_mode");
-  if (round != "up" && round != "down" && round != "nearest")
+  if (!parseE8M0Round(round))
     return invalidArgument("attribute round_mode must be up, down or nearest, got '" + round + "'");
   TensorType t = in[0];
   t.dtype = *to;

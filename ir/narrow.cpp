@@ -178,6 +178,13 @@ bool isNarrow(DType t) {
   return isNarrowFloat(t) || smallInt(t).has_value();
 }
 
+std::optional<E8M0Round> parseE8M0Round(std::string_view name) {
+  if (name == "up") return E8M0Round::kUp;
+  if (name == "down") return E8M0Round::kDown;
+  if (name == "nearest") return E8M0Round::kNearest;
+  return std::nullopt;
+}
+
 int narrowFileBits(DType t) {
   if (t == DType::kF4E2M1) return 4;
   if (auto s = smallInt(t)) return s->bits;

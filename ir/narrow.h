@@ -22,6 +22,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "ir/types.h"
 
@@ -38,6 +40,8 @@ int narrowFileBits(DType t);
 double narrowToDouble(DType t, uint8_t code);
 // How FLOAT8E8M0 rounds (ONNX Cast's round_mode).
 enum class E8M0Round : uint8_t { kUp, kDown, kNearest };
+// The rounding a round_mode attribute names ("up", "down" or "nearest"); nullopt for others.
+std::optional<E8M0Round> parseE8M0Round(std::string_view name);
 
 // The element of narrow dtype `t` for the value `v` of a floating-point source.
 uint8_t narrowFromFloat(DType t, double v, bool saturate = true, E8M0Round round = E8M0Round::kUp);

@@ -2,6 +2,7 @@
 
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_tensor.h"
+#include "ir/narrow.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -36,7 +37,7 @@ Status foldOrEmit(NodeContext& ctx, ir::OpKind op, const std::vector<size_t>& in
 Status emitCast(NodeContext& ctx, ir::DType to) {
   KILN_ASSIGN_OR_RETURN(bool saturate, ctx.attrBool("saturate", true));
   KILN_ASSIGN_OR_RETURN(std::string round, ctx.attrString("round_mode", "up"));
-  if (round != "up" && round != "down" && round != "nearest")
+  if (!ir::parseE8M0Round(round))
     return ctx.invalid("round_mode must be up, down or nearest, got '" + round + "'");
   return foldOrEmit(ctx, ir::OpKind::kCast, {0},
                     {{"to", std::string(ir::dtypeName(to))},

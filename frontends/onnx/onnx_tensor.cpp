@@ -96,7 +96,7 @@ bool parseSize(const std::string& s, uint64_t& out) {
 // Elements of a 4- or 2-bit dtype a byte of the file holds (packed low bits first), else 1.
 uint64_t perByte(ir::DType dtype) {
   const int bits = ir::narrowFileBits(dtype);
-  return bits == 4 ? 2 : bits == 2 ? 4 : 1;
+  return bits > 0 ? 8 / static_cast<uint64_t>(bits) : 1;
 }
 
 // Bytes the tensor's dims and dtype need in the file (the 4- and 2-bit dtypes packed), or an

@@ -245,26 +245,34 @@ D fromIntegerValue(int64_t v) {
     return static_cast<D>(v);  // Integers wrap (two's complement), floats round once.
 }
 
+// Calls onInteger with the value of an integer or bool element (as int64_t: a uint64_t wraps)
+// or onFloat with a float element's exact value (as double).
+template <class S, class I, class F>
+auto withElementValue(S s, I onInteger, F onFloat) {
+  if constexpr (std::is_same_v<S, ref::Bool8>)
+    return onInteger(int64_t{s.v != 0});
+  else if constexpr (std::is_integral_v<S>)
+    return onInteger(static_cast<int64_t>(s));
+  else if constexpr (std::is_same_v<S, ref::Half>)
+    return onFloat(ref::f16BitsToDouble(s.bits));
+  else if constexpr (std::is_same_v<S, ref::BFloat16>)
+    return onFloat(ref::bf16BitsToDouble(s.bits));
+  else
+    return onFloat(static_cast<double>(s));
+}
+
 template <class D, class S>
 D convertElement(S s) {
-  if constexpr (std::is_same_v<S, ref::Bool8>)
-    return fromIntegerValue<D>(s.v != 0 ? 1 : 0);
-  else if constexpr (std::is_same_v<S, uint64_t>) {
+  if constexpr (std::is_same_v<S, uint64_t>) {
     // Not every u64 fits in int64: integers wrap, floats round once from the exact value.
-    if constexpr (std::is_integral_v<D>)
-      return static_cast<D>(s);
-    else if constexpr (std::is_floating_point_v<D>)
+    if constexpr (std::is_integral_v<D> || std::is_floating_point_v<D>)
       return static_cast<D>(s);
     else
       return fromFloatValue<D>(static_cast<double>(s));
-  } else if constexpr (std::is_integral_v<S>)
-    return fromIntegerValue<D>(static_cast<int64_t>(s));
-  else if constexpr (std::is_same_v<S, ref::Half>)
-    return fromFloatValue<D>(ref::f16BitsToDouble(s.bits));
-  else if constexpr (std::is_same_v<S, ref::BFloat16>)
-    return fromFloatValue<D>(ref::bf16BitsToDouble(s.bits));
-  else
-    return fromFloatValue<D>(static_cast<double>(s));
+  } else
+    return withElementValue(
+        s, [](int64_t v) { return fromIntegerValue<D>(v); },
+        [](double v) { return fromFloatValue<D>(v); });
 }
 
 // A cast from or to a narrow storage dtype (ir/narrow.h: 8- and 4-bit floats, 4- and 2-bit
@@ -272,26 +280,24 @@ D convertElement(S s) {
 // one keeps its low bits in a narrow integer; `saturate` applies to the 8-bit floats.
 template <class S>
 uint8_t toNarrow(ir::DType to, S s, bool saturate, ir::E8M0Round round = ir::E8M0Round::kUp) {
-  if constexpr (std::is_same_v<S, ref::Bool8>)
-    return ir::isNarrowFloat(to) ? ir::narrowFromFloat(to, s.v != 0, saturate, round)
-                                 : ir::narrowFromInteger(to, s.v != 0);
-  else if constexpr (std::is_integral_v<S>)
-    return ir::isNarrowFloat(to) ? ir::narrowFromFloat(to, static_cast<double>(s), saturate, round)
-                                 : ir::narrowFromInteger(to, static_cast<int64_t>(s));
-  else if constexpr (std::is_same_v<S, ref::Half>)
-    return ir::narrowFromFloat(to, ref::f16BitsToDouble(s.bits), saturate, round);
-  else if constexpr (std::is_same_v<S, ref::BFloat16>)
-    return ir::narrowFromFloat(to, ref::bf16BitsToDouble(s.bits), saturate, round);
-  else
-    return ir::narrowFromFloat(to, static_cast<double>(s), saturate, round);
+  if constexpr (std::is_same_v<S, uint64_t>)  // A float from the value, not its int64 wrap.
+    if (ir::isNarrowFloat(to))
+      return ir::narrowFromFloat(to, static_cast<double>(s), saturate, round);
+  return withElementValue(
+      s,
+      [&](int64_t v) {
+        return ir::isNarrowFloat(to)
+                   ? ir::narrowFromFloat(to, static_cast<double>(v), saturate, round)
+                   : ir::narrowFromInteger(to, v);
+      },
+      [&](double v) { return ir::narrowFromFloat(to, v, saturate, round); });
 }
 
 Status castNarrow(const ir::AttrView& attrs, const Tensor& x, Tensor& y) {
   const bool saturate = attrs.getInt("saturate") != 0;
-  const std::string& mode = attrs.getString("round_mode");
-  const ir::E8M0Round round = mode == "down"      ? ir::E8M0Round::kDown
-                              : mode == "nearest" ? ir::E8M0Round::kNearest
-                                                  : ir::E8M0Round::kUp;
+  // Inference refused any other round_mode.
+  const ir::E8M0Round round =
+      ir::parseE8M0Round(attrs.getString("round_mode")).value_or(ir::E8M0Round::kUp);
   const ir::DType from = x.dtype(), to = y.dtype();
   const int64_t n = x.numElements();
   if (ir::isNarrow(from)) {
