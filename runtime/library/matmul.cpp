@@ -54,9 +54,9 @@ constexpr int64_t kGemmJitMinColumns = 128;
 // rows this many floats longer. Its no-copy kernels, which it runs for products of fewer than
 // about 260 rows, read B's rows at their stride, and rows a multiple of 1 KiB apart (N = 1024,
 // 2048, 3072, 4096) all land on the same cache sets. Measured on a 2-core Zen 3 (oneDNN 2.6.3,
-// 2 threads, fp32): [128,768] x [768,3072] 93 -> 188 GFLOP/s (95% of the FMA peak), 2.0-2.2x on
-// every M of 4..256 with N = 1024, 2048, 3072 or 4096, 1.1-1.6x with N = 512, 768, 1152 or
-// 1536, 0.98-1.0x from M = 512 (its copy-based kernels) and on the narrow N of 128 and 256.
+// 2 threads, fp32): [128,768] x [768,3072] 93 -> 188 GFLOP/s (95% of the FMA peak); 1.9-2.2x
+// for M of 8, 32, 64, 128 and 256 with N = 1024, 2048, 3072 or 4096 (and M = 4 with N = 3072),
+// 1.1-1.7x with N = 512, 768, 1152 or 1536, 0.98-1.0x from M = 512 (its copy-based kernels).
 constexpr int64_t kPaddedColumns = 16;
 
 bool useDnnl(const LibraryOptions& options, int64_t rows, int64_t macs) {
