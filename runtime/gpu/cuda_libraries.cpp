@@ -681,8 +681,9 @@ class Libraries final : public CudaLibraries {
           perf[k].determinism != CUDNN_DETERMINISTIC)
         continue;
       for (const auto& [kiln, cudnn] : table) {
-        const bool seen =
-            std::any_of(out.begin(), out.end(), [&](const auto& a) { return a.second == cudnn; });
+        // A copy: clang 16 cannot capture a structured binding when OpenMP is on.
+        const bool seen = std::any_of(out.begin(), out.end(),
+                                      [c = cudnn](const auto& a) { return a.second == c; });
         if (cudnn == perf[k].algo && !seen) out.push_back({kiln, cudnn});
       }
     }
@@ -869,8 +870,8 @@ class Libraries final : public CudaLibraries {
     for (int k = 0; k < returned; ++k) {
       if (perf[k].status != CUDNN_STATUS_SUCCESS || perf[k].memory > kWorkspaceBytes) continue;
       for (const auto& [kiln, cudnn] : kForwardAlgos) {
-        const bool seen =
-            std::any_of(out.begin(), out.end(), [&](const auto& a) { return a.second == cudnn; });
+        const bool seen = std::any_of(out.begin(), out.end(),
+                                      [c = cudnn](const auto& a) { return a.second == c; });
         if (cudnn == perf[k].algo && !seen) out.push_back({kiln, cudnn});  // Once per math type.
       }
     }

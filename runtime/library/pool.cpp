@@ -16,7 +16,6 @@
 // along the row. Work units are output rows, split between the threads in chunks.
 #include <algorithm>
 #include <limits>
-#include <utility>
 
 #include "runtime/cpu/chunk_queues.h"
 #include "runtime/cpu/cpu_clones.h"
@@ -27,20 +26,26 @@ namespace kiln::runtime::lib {
 
 namespace {
 
+// A half-open range [lo, hi). Not std::pair: clang 16 with libstdc++ 12 in C++20 left
+// `pair<long, long>(const long&, const long&)` undefined at link in the fuzz build.
+struct Span {
+  int64_t lo = 0, hi = 0;
+};
+
 // One spatial dim of the windows: output o's taps are start(o) + t * dil for t < kernel.
 struct Axis {
   int64_t in = 0, out = 0, kernel = 1, stride = 1, dil = 1, padBegin = 0, padEnd = 0;
 
   int64_t start(int64_t o) const { return o * stride - padBegin; }
   // The taps [lo, hi) of output o that land in the input.
-  std::pair<int64_t, int64_t> taps(int64_t o) const {
+  Span taps(int64_t o) const {
     const int64_t s = start(o);
     const int64_t lo = s >= 0 ? 0 : (-s + dil - 1) / dil;
     const int64_t hi = s > in - 1 ? 0 : std::min(kernel, (in - 1 - s) / dil + 1);
     return {lo, std::max(lo, hi)};
   }
   // The outputs [lo, hi) whose tap t lands in the input (t's outputs are contiguous).
-  std::pair<int64_t, int64_t> outputsOf(int64_t t) const {
+  Span outputsOf(int64_t t) const {
     const int64_t off = padBegin - t * dil;  // o * stride >= off and o * stride < in + off.
     const int64_t lo = off <= 0 ? 0 : (off + stride - 1) / stride;
     const int64_t hi = in + off <= 0 ? 0 : std::min(out, (in + off - 1) / stride + 1);
