@@ -14,7 +14,13 @@
 //    batch 4 and 64x64 (one step) is ill-conditioned: PyTorch's float32 step is 0.31 of its
 //    update from the float64 one on layer3.2.conv1.weight; kiln eager 0.19 at worst (its
 //    convolutions round as PyTorch's: 0.189 on layer3.5.conv3.weight, as PyTorch), compiled
-//    0.077 (channels-last gradients, rounded otherwise).
+//    0.077 (channels-last gradients, rounded otherwise). On an Intel Xeon (AVX-512, 2 threads)
+//    PyTorch's default step lands 0.0078 from the f64 one on layer3.2.conv1.weight (0.188 at
+//    worst, layer3.5.conv3.weight), its 1-thread step 0.313 there, channels-last 0.023 (0.265 at
+//    worst), and kiln's, eager and compiled, 0.314: the same tensor's update scatters by a
+//    third of itself between correct f32 summation orders, so one of PyTorch's runs is no
+//    bound for kiln's. A wrong gradient is off by the order of the whole update, which the
+//    well-conditioned models (mnist_cnn, resnet18) check to 5e-2.
 //  - after all the steps: max |kiln - PyTorch| within 3e-2 of max |PyTorch| of that tensor, or
 //    within 1e-2 of the largest change any parameter took. Measured: mnist_cnn within 2.6e-7
 //    (eager and compiled). This tolerance is for discrete flips: a ReLU input or a max-pool
@@ -64,10 +70,13 @@ constexpr double kUpdateTolerance = 1e-2;
 
 // After the first step every tensor's change (kiln's step1 minus init/) is compared with the
 // change PyTorch computed in float64 (step1_f64/): max |kiln - f64| / max |f64 change| within
-// kFirstStepTolerance, or within the furthest PyTorch's own float32 step is on any of the
-// model's tensors (meta.json's first_step_f32_error) where the model is ill-conditioned: no
-// less accurate than PyTorch (the file comment has the figures).
+// kFirstStepTolerance, or, where the model is ill-conditioned, within kSpreadMargin times the
+// furthest PyTorch's own float32 steps (resnet50: four summation orders, train_export.py's
+// f32_variants) are on any of its tensors (meta.json's first_step_f32_error). kiln's step is one
+// more summation order: PyTorch's four are a sample of where a correct f32 step lands, not a bound
+// (the file comment has the figures).
 constexpr double kFirstStepTolerance = 5e-2;
+constexpr double kSpreadMargin = 1.5;
 
 Expected<bool> checkFirstStep(compiler::TrainingStep& step, const fs::path& dir,
                               const nlohmann::json& f32Error, const std::string& what) {
@@ -75,7 +84,7 @@ Expected<bool> checkFirstStep(compiler::TrainingStep& step, const fs::path& dir,
   std::string torchWorstName;
   for (const auto& [name, e] : f32Error.items())
     if (e.get<double>() > torchWorst) torchWorst = e.get<double>(), torchWorstName = name;
-  const double tolerance = std::max(kFirstStepTolerance, torchWorst);
+  const double tolerance = std::max(kFirstStepTolerance, kSpreadMargin * torchWorst);
   bool ok = true;
   double worst = 0;
   std::string worstName;
