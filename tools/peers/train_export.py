@@ -141,6 +141,11 @@ def bench(name, batch, image, steps):
             "threads": torch.get_num_threads()}
 
 
+def change(first, init):
+    """Every tensor's change in the first step (train()'s `first` minus the state before it)."""
+    return {k: first[k].astype(np.float64) - init[k] for k in first}
+
+
 def first_step_f64(name, x, y, lr):
     """PyTorch's first step in float64 from build(name)'s weights on batch (x, y): every
     parameter's and buffer's change, by name."""
@@ -170,7 +175,7 @@ def f32_variants(name, x, y, lr):
                 model = model.to(memory_format=torch.channels_last)
             first = {}
             train(model, [(xv, y)], lr, first)
-            out.append({k: first[k].astype(np.float64) - init[k] for k in first})
+            out.append(change(first, init))
     finally:
         torch.set_num_threads(threads)
     return out
@@ -202,7 +207,7 @@ def export(name, out, force):
         np.save(os.path.join(d, f"x{i}.npy"), x.numpy())
         np.save(os.path.join(d, f"y{i}.npy"), y.numpy().astype(np.int64))
     f32_error = {}
-    variants = [{k: first[k].astype(np.float64) - init[k] for k in first}]
+    variants = [change(first, init)]
     if name in ONE_STEP:  # The ill-conditioned model; the others' one order is their bound.
         variants += f32_variants(name, *data[0], lr)
     for k, u in first_step_f64(name, *data[0], lr).items():
