@@ -1,5 +1,6 @@
 // ONNX Pad and Resize, which kiln has no ops for, composed from kiln's: Pad is slices (negative
-// pads) and concats with broadcast fill values, reflections or edges (or, zero padding read
+// pads) and concats with broadcast fill values, reflections, edges or wrapped slices (or, zero
+// padding read
 // only by Conv nodes, folded into their pads); Resize (nearest and linear) is a gather per
 // resized dim with indices computed at import, blended with static weights for linear.
 #include <algorithm>
@@ -39,8 +40,8 @@ bool foldsIntoConvs(NodeContext& ctx, const std::vector<int64_t>& pads, int rank
 
 Status mapPad(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::string mode, ctx.attrString("mode", "constant"));
-  if (mode != "constant" && mode != "reflect" && mode != "edge")
-    return ctx.unsupported("mode '" + mode + "' (kiln maps constant, reflect and edge)");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+    return ctx.unsupported("mode '" + mode + "' (kiln maps constant, reflect, edge and wrap)");
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
   const int r = xt.rank();
   std::vector<int64_t> pads;
@@ -122,6 +123,23 @@ Status mapPad(NodeContext& ctx) {
     }
     if (before == 0 && after == 0) continue;
     const int64_t n = cur->type().shape[static_cast<size_t>(d)];
+    std::vector<ir::Value*> parts;
+    if (mode == "wrap") {
+      // As NumPy's pad: before, the last (before mod n) values, then whole copies; after,
+      // whole copies, then the first (after mod n) values.
+      if (n == 0) return ctx.invalid("wrap padding of an empty dim " + std::to_string(d));
+      if (before % n != 0) {
+        KILN_ASSIGN_OR_RETURN(ir::Value * p, slice(cur, d, n - before % n, n, 1));
+        parts.push_back(p);
+      }
+      parts.insert(parts.end(), static_cast<size_t>(before / n + 1 + after / n), cur);
+      if (after % n != 0) {
+        KILN_ASSIGN_OR_RETURN(ir::Value * p, slice(cur, d, 0, after % n, 1));
+        parts.push_back(p);
+      }
+      KILN_ASSIGN_OR_RETURN(cur, ctx.emit(OpKind::kConcat, parts, {{"axis", int64_t{d}}}));
+      continue;
+    }
     // The values that go before (side 0) or after (side 1) the tensor along d.
     auto padding = [&](int side, int64_t count) -> Expected<ir::Value*> {
       if (mode == "constant") return expand(fill, d, count);
@@ -140,7 +158,6 @@ Status mapPad(NodeContext& ctx) {
       const int64_t end = n - 2 - count < 0 ? std::numeric_limits<int64_t>::min() : n - 2 - count;
       return slice(cur, d, n - 2, end, -1);
     };
-    std::vector<ir::Value*> parts;
     if (before > 0) {
       KILN_ASSIGN_OR_RETURN(ir::Value * p, padding(0, before));
       parts.push_back(p);

@@ -177,7 +177,7 @@ TEST_CASE("onnx: a ConstantOfShape too large to fold becomes a run-time expand")
   CHECK(v.back() == 4.f);
 }
 
-TEST_CASE("onnx: Pad in constant, reflect and edge modes, with negative pads") {
+TEST_CASE("onnx: Pad in constant, reflect, edge and wrap modes, with negative pads") {
   const auto x = iota(6);  // [[0 1 2] [3 4 5]]
   auto padModel = [](const std::string& mode, std::vector<int64_t> pads, bool value) {
     Model m;
@@ -209,11 +209,20 @@ TEST_CASE("onnx: Pad in constant, reflect and edge modes, with negative pads") {
     auto y = run(padModel("constant", {0, -1, -1, 1}, false), {makeF32({2, 3}, x)});
     checkClose(y[0], {1, 3}, {1, 2, 0});
   }
-  SECTION("wrap mode is unsupported") {
+  SECTION("wrap, with pads longer than the dim (as NumPy's pad)") {
+    auto y = run(padModel("wrap", {1, 4, 0, 1}, false), {makeF32({2, 3}, x)});
+    // Rows: [3 4 5], [0 1 2], [3 4 5]; each row r wrapped: r2 r0 r1 r2 | r0 r1 r2 | r0.
+    checkClose(y[0], {3, 8},
+               {5, 3, 4, 5, 3, 4, 5, 3, 2, 0, 1, 2, 0, 1, 2, 0, 5, 3, 4, 5, 3, 4, 5, 3});
+    auto z = run(padModel("wrap", {0, -1, 0, 2}, false), {makeF32({2, 3}, x)});
+    // Cropped first, then wrapped (ONNX Runtime 1.31 gives both results too).
+    checkClose(z[0], {2, 4}, {1, 2, 1, 2, 4, 5, 4, 5});
+  }
+  SECTION("an unknown mode is unsupported") {
     Model m = padModel("constant", {0, 0, 0, 0}, false);
-    m.proto().mutable_graph()->mutable_node(0)->mutable_attribute(0)->set_s("wrap");
+    m.proto().mutable_graph()->mutable_node(0)->mutable_attribute(0)->set_s("symmetric");
     m.proto().mutable_graph()->mutable_node(0)->set_name("pad");
-    CHECK_THAT(importError(m).message(), Catch::Contains("node 'pad': mode 'wrap'"));
+    CHECK_THAT(importError(m).message(), Catch::Contains("node 'pad': mode 'symmetric'"));
   }
 }
 
