@@ -1,9 +1,11 @@
 // ONNX's index ops composed from kiln's gathers and scatters: GatherND (one gather on the
-// indexed dims flattened), ReverseSequence (gather_elements along the time axis) and MaxUnpool
-// (scatter_elements into the flattened output). Indices read at run time are checked where
+// indexed dims flattened), ReverseSequence (gather_elements along the time axis), MaxUnpool
+// (scatter_elements into the flattened output) and Col2Im (a gather of each image element's
+// column entries by an import-time table, summed). Indices read at run time are checked where
 // kiln's gathers check theirs: each GatherND component goes through a gather of its dim's
 // positions, which wraps a negative index and makes one out of range an error naming it, so an
 // invalid component never lands on another element.
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -208,6 +210,102 @@ Status mapMaxUnpool(NodeContext& ctx) {
   return Status::ok();
 }
 
+// Col2Im (18): input [N, C * prod(block), L] (each column one block's values, channel-major,
+// the L blocks in row-major order over the block grid) summed into the image [N, C, image...]:
+// column entry (k, l) lands at grid(l) * strides + position(k) * dilations - pads_begin per dim,
+// or in the padding, where it is dropped. The entries form a flat [K * L] row per channel, with
+// a zero appended; an import-time table lists, for each image element, the entries landing on
+// it in (k, l) order (the reference's summation order), padded with the zero to the most any
+// element has; a gather by that table and a sum over its last dim give the image (so infinities
+// and NaN add as the reference adds them: no product with 0). image_shape and block_shape must
+// be known at import.
+Status mapCol2Im(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(auto image, ctx.constInts(1, "image_shape"));
+  KILN_ASSIGN_OR_RETURN(auto block, ctx.constInts(2, "block_shape"));
+  const size_t sd = image.size();
+  KILN_ASSIGN_OR_RETURN(auto dil, ctx.attrInts("dilations", std::vector<int64_t>(sd, 1)));
+  KILN_ASSIGN_OR_RETURN(auto strides, ctx.attrInts("strides", std::vector<int64_t>(sd, 1)));
+  KILN_ASSIGN_OR_RETURN(auto pads, ctx.attrInts("pads", std::vector<int64_t>(2 * sd, 0)));
+  auto describe = [&] {
+    return "input " + xt.toString() + ", image_shape " + ir::shapeToString(image) +
+           ", block_shape " + ir::shapeToString(block) + ", dilations " + ir::shapeToString(dil) +
+           ", strides " + ir::shapeToString(strides) + " and pads " + ir::shapeToString(pads);
+  };
+  bool ok = sd >= 1 && xt.rank() == 3 && block.size() == sd && dil.size() == sd &&
+            strides.size() == sd && pads.size() == 2 * sd;
+  int64_t blockSize = 1, blocks = 1;
+  std::vector<int64_t> grid(sd);
+  for (size_t d = 0; ok && d < sd; ++d) {
+    ok = image[d] >= 1 && block[d] >= 1 && dil[d] >= 1 && strides[d] >= 1 && pads[d] >= 0 &&
+         pads[d + sd] >= 0;
+    const int64_t span = dil[d] * (block[d] - 1) + 1;
+    grid[d] = ok ? (image[d] + pads[d] + pads[d + sd] - span) / strides[d] + 1 : 0;
+    ok = ok && image[d] + pads[d] + pads[d + sd] >= span;
+    blockSize *= block[d];
+    blocks *= grid[d];
+  }
+  if (!ok || xt.shape[1] % blockSize != 0 || xt.shape[2] != blocks)
+    return ctx.invalid(describe() + " do not match: the input must be [N, C * " +
+                       std::to_string(blockSize) + " (the block's size), " +
+                       std::to_string(blocks) + " (the blocks that fit the padded image)]");
+  const int64_t n = xt.shape[0], c = xt.shape[1] / blockSize, entries = blockSize * blocks;
+  const int64_t pixels = ir::numElements(Shape(image.begin(), image.end()));
+  // Which entries land on each image element, in (k, l) order.
+  std::vector<std::vector<int64_t>> landing(static_cast<size_t>(pixels));
+  std::vector<int64_t> kpos(sd), gpos(sd);
+  for (int64_t k = 0; k < blockSize; ++k) {
+    for (int64_t r = k, d = static_cast<int64_t>(sd) - 1; d >= 0; --d) {
+      kpos[static_cast<size_t>(d)] = r % block[static_cast<size_t>(d)];
+      r /= block[static_cast<size_t>(d)];
+    }
+    for (int64_t l = 0; l < blocks; ++l) {
+      int64_t flat = 0;
+      bool inside = true;
+      for (int64_t r = l, d = static_cast<int64_t>(sd) - 1; d >= 0; --d) {
+        const size_t u = static_cast<size_t>(d);
+        gpos[u] = r % grid[u];
+        r /= grid[u];
+      }
+      for (size_t d = 0; d < sd; ++d) {
+        const int64_t at = gpos[d] * strides[d] + kpos[d] * dil[d] - pads[d];
+        inside = inside && at >= 0 && at < image[d];
+        flat = flat * image[d] + at;
+      }
+      if (inside) landing[static_cast<size_t>(flat)].push_back(k * blocks + l);
+    }
+  }
+  size_t most = 1;
+  for (const auto& v : landing) most = std::max(most, v.size());
+  constexpr int64_t kMaxTable = int64_t{1} << 24;
+  if (pixels * static_cast<int64_t>(most) > kMaxTable)
+    return ctx.unsupported(describe() + ": kiln builds an index table of " +
+                           std::to_string(pixels) + " x " + std::to_string(most) +
+                           " entries at import (at most " + std::to_string(kMaxTable) + ")");
+  std::vector<int64_t> table(static_cast<size_t>(pixels) * most, entries);  // `entries`: the 0.
+  for (size_t p = 0; p < landing.size(); ++p)
+    std::copy(landing[p].begin(), landing[p].end(),
+              table.begin() + static_cast<ptrdiff_t>(p * most));
+
+  KILN_ASSIGN_OR_RETURN(Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(x, ctx.emit(OpKind::kReshape, {x}, {{"shape", Shape{n, c, entries}}}));
+  KILN_ASSIGN_OR_RETURN(Value * zero, scalarConstant(ctx, xt.dtype, 0));
+  KILN_ASSIGN_OR_RETURN(Value * zeros,
+                        ctx.emit(OpKind::kExpand, {zero}, {{"shape", Shape{n, c, 1}}}));
+  KILN_ASSIGN_OR_RETURN(x, ctx.emit(OpKind::kConcat, {x, zeros}, {{"axis", int64_t{2}}}));
+  KILN_ASSIGN_OR_RETURN(Value * idx,
+                        i64Constant(ctx, Shape{pixels, static_cast<int64_t>(most)}, table));
+  KILN_ASSIGN_OR_RETURN(Value * y, ctx.emit(OpKind::kGather, {x, idx}, {{"axis", int64_t{2}}}));
+  if (most > 1) {
+    KILN_ASSIGN_OR_RETURN(y,
+                          ctx.emit(OpKind::kReduceSum, {y},
+                                   {{"axes", std::vector<int64_t>{3}}, {"keepdims", int64_t{0}}}));
+  }
+  Shape out{n, c};
+  out.insert(out.end(), image.begin(), image.end());
+  return ctx.emit(OpKind::kReshape, {y}, {{"shape", out}}, 0).status();
+}
+
 // TensorScatter (24): the past cache with `update` written along `axis` at each batch's
 // write_indices[b] + s (mod the cache's length in circular mode), by scatter_elements (a linear
 // write past the cache's end is an out-of-range error).
@@ -266,9 +364,8 @@ Status mapTensorScatter(NodeContext& ctx) {
 // nothing kiln reads differently (output_shape's semantics were clarified).
 std::vector<MapperEntry> indexingMappers() {
   return {
-      {"GatherND", {11, 12, 13}, mapGatherNd},
-      {"ReverseSequence", {10, 28}, mapReverseSequence},
-      {"MaxUnpool", {9, 11, 22}, mapMaxUnpool},
+      {"GatherND", {11, 12, 13}, mapGatherNd},   {"ReverseSequence", {10, 28}, mapReverseSequence},
+      {"MaxUnpool", {9, 11, 22}, mapMaxUnpool},  {"Col2Im", {18}, mapCol2Im},
       {"TensorScatter", {24}, mapTensorScatter},
   };
 }

@@ -1,6 +1,8 @@
 // ONNX ops the importer composes from kiln's, against direct computations written here: CumProd
 // (a scan by doubling) against a running product along every axis, exclusive and reverse, i64
-// products that wrap, f32; the window functions against their formulas.
+// products that wrap, f32; the window functions against their formulas; Col2Im against a direct
+// scatter-add of each column entry.
+#include <limits>
 #include <type_traits>
 
 #include "tests/frontends/test_onnx_model.h"
@@ -108,6 +110,71 @@ TEST_CASE("onnx: Hann, Hamming and Blackman windows, periodic and symmetric, in 
             CHECK(std::fabs(got - want) <= (type == kFloat ? 1e-7 : 1e-15));
           }
         }
+}
+
+TEST_CASE("onnx: Col2Im against a direct scatter-add, with strides, dilations and pads") {
+  struct Case {
+    std::vector<int64_t> image, block, dil, strides, pads;
+  };
+  const Case cases[] = {
+      {{5, 5}, {2, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}},
+      {{6, 7}, {3, 2}, {2, 1}, {1, 2}, {1, 0, 2, 1}},
+      {{4, 6}, {2, 2}, {1, 3}, {2, 1}, {0, 2, 1, 0}},
+      {{3, 3}, {3, 3}, {1, 1}, {3, 3}, {0, 0, 0, 0}},  // No overlap: a gather alone.
+  };
+  for (const Case& c : cases) {
+    int64_t grid[2], k = c.block[0] * c.block[1];
+    for (int d = 0; d < 2; ++d)
+      grid[d] = (c.image[d] + c.pads[d] + c.pads[d + 2] - (c.dil[d] * (c.block[d] - 1) + 1)) /
+                    c.strides[d] +
+                1;
+    const int64_t n = 2, ch = 3, l = grid[0] * grid[1];
+    std::vector<float> x = randomValues(n * ch * k * l, 7);
+    // The middle block's last entry, inside the image in every case: it adds as an infinity (no
+    // product with 0).
+    x[static_cast<size_t>((k - 1) * l + l / 2)] = std::numeric_limits<float>::infinity();
+    std::vector<float> want(static_cast<size_t>(n * ch * c.image[0] * c.image[1]), 0.f);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t q = 0; q < ch; ++q)
+        for (int64_t kk = 0; kk < k; ++kk)
+          for (int64_t ll = 0; ll < l; ++ll) {
+            const int64_t h = ll / grid[1] * c.strides[0] + kk / c.block[1] * c.dil[0] - c.pads[0];
+            const int64_t w = ll % grid[1] * c.strides[1] + kk % c.block[1] * c.dil[1] - c.pads[1];
+            if (h < 0 || h >= c.image[0] || w < 0 || w >= c.image[1]) continue;
+            want[static_cast<size_t>(((b * ch + q) * c.image[0] + h) * c.image[1] + w)] +=
+                x[static_cast<size_t>(((b * ch + q) * k + kk) * l + ll)];
+          }
+    INFO("image " << c.image[0] << "x" << c.image[1] << " block " << c.block[0] << "x"
+                  << c.block[1]);
+    Model m(18);
+    m.input("x", {n, ch * k, l});
+    m.initI64("image", {2}, c.image).initI64("block", {2}, c.block);
+    m.node(
+        "Col2Im", {"x", "image", "block"}, {"y"},
+        {attrInts("dilations", c.dil), attrInts("strides", c.strides), attrInts("pads", c.pads)});
+    m.output("y");
+    const Tensor y = run(m, {makeF32({n, ch * k, l}, x)})[0];
+    REQUIRE(y.shape() == Shape{n, ch, c.image[0], c.image[1]});
+    int infinities = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::isinf(want[i])) {
+        ++infinities;
+        CHECK(y.data<float>()[i] == want[i]);
+      } else {
+        CHECK(std::fabs(y.data<float>()[i] - want[i]) <= 1e-6f);
+      }
+    }
+    CHECK(infinities >= 1);
+  }
+  SECTION("an input whose blocks do not fit the image is an error naming both") {
+    Model m(18);
+    m.input("x", {int64_t{1}, int64_t{4}, int64_t{5}});
+    m.initI64("image", {2}, {4, 4}).initI64("block", {2}, {2, 2});
+    m.node("Col2Im", {"x", "image", "block"}, {"y"}, {}, "c2i").output("y");
+    CHECK_THAT(importError(m).message(),
+               Catch::Contains("node 'c2i'") && Catch::Contains("input f32[1,4,5]") &&
+                   Catch::Contains("9 (the blocks that fit the padded image)"));
+  }
 }
 
 TEST_CASE("onnx: malformed inputs to the composed ops are errors, not crashes") {
