@@ -66,6 +66,10 @@ class Importer {
   const std::vector<const ::onnx::NodeProto*>& consumerNodes(const std::string& name) const;
   // The ONNX type of a value after ONNX shape inference, or nullptr when unknown.
   const ::onnx::TypeProto* onnxType(const std::string& name) const;
+  // `name`'s shape is ONNX's (its spec and reference) where libonnx 1.12's shape inference,
+  // which kiln runs, is out of date (a ceil-mode pool's last window in the padding): it and
+  // everything computed from it are not checked against libonnx's types.
+  void markDiverged(const std::string& name) { diverged_.insert(name); }
   // For the last node of a matched GELU pattern, the ONNX name of the gelu's input.
   const std::string* geluInput(const ::onnx::NodeProto& node) const;
   // A node needs `name`'s value at import and it is not known: when `name` is a graph input,
@@ -108,7 +112,8 @@ class Importer {
   std::vector<NodeProblem> problems_;
   std::map<std::string, ir::TensorData> bound_;
   std::set<std::string> graphInputs_, neededInputs_;
-  std::deque<::onnx::GraphProto> inlined_;  // The renamed copies inlineGraph imported.
+  std::unordered_set<std::string> diverged_;  // markDiverged.
+  std::deque<::onnx::GraphProto> inlined_;    // The renamed copies inlineGraph imported.
   // Nodes inlined so far, all loops together: unrolling stops with an error past the bound.
   static constexpr int64_t kMaxInlinedNodes = int64_t{1} << 20;
   static constexpr int64_t kMaxInlinedBytes = int64_t{1} << 30;
@@ -201,6 +206,10 @@ class NodeContext {
   }
   // An ir::Value for `v` (a parameter for a constant).
   Expected<ir::Value*> valueOf(const OnnxValue& v);
+
+  // Output k's shape is ONNX's where libonnx 1.12's inference is out of date
+  // (Importer::markDiverged).
+  void divergesFromLibonnx(size_t k) { imp_.markDiverged(node_.output(static_cast<int>(k))); }
 
   // ---- Errors. A mapper returns these to have the node listed in the import's one error.
   Status unsupported(const std::string& reason) const { return unimplemented(reason); }

@@ -612,13 +612,30 @@ Status mapDynamicQuantizeLinear(NodeContext& ctx) {
   return ctx.emit(OpKind::kCast, {zp}, {{"to", std::string("u8")}}, 2).status();
 }
 
-// ONNX's pooled size (libonnx 1.12 and ONNX Runtime): ceil mode keeps a last window that
-// starts in the right padding, which kiln (like PyTorch) drops.
+// ONNX's pooled size: ceil mode adds a last partial window unless it would start in the right
+// padding (ONNX's spec and reference since 1.16, ONNX Runtime 1.31, PyTorch and kiln; libonnx
+// 1.12's shape inference, which kiln links, still counted such a window).
 int64_t onnxPooledSize(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe,
                        bool ceil) {
   const int64_t avail = in + pb + pe - ((k - 1) * d + 1);
   if (avail < 0) return 0;
-  return avail / s + (ceil && avail % s != 0) + 1;
+  const int64_t out = avail / s + (ceil && avail % s != 0) + 1;
+  return ceil && (out - 1) * s >= in + pb ? out - 1 : out;
+}
+// Whether libonnx 1.12's shape inference counts one window more than onnxPooledSize along some
+// dim (a ceil-mode window starting in the right padding): the output is then marked diverged
+// (NodeContext::divergesFromLibonnx).
+bool libonnxCountsMore(const std::vector<int64_t>& x, const Window& w, bool ceil) {
+  const size_t spatial = x.size() - 2;
+  for (size_t i = 0; ceil && i < spatial; ++i) {
+    const int64_t avail =
+        x[i + 2] + w.pads[i] + w.pads[i + spatial] - ((w.kernel[i] - 1) * w.dilations[i] + 1);
+    const int64_t old = avail < 0 ? 0 : avail / w.strides[i] + (avail % w.strides[i] != 0) + 1;
+    if (old != onnxPooledSize(x[i + 2], w.kernel[i], w.strides[i], w.dilations[i], w.pads[i],
+                              w.pads[i + spatial], ceil))
+      return true;
+  }
+  return false;
 }
 
 // MaxPool's Indices: kiln's max_pool2d_indices (the offset in each [H,W] plane) made ONNX's flat
@@ -701,9 +718,11 @@ Status mapPool(NodeContext& ctx) {
   }
   const std::vector<int64_t> kilnOut(y->type().shape.begin() + 2, y->type().shape.end());
   if (kilnOut != onnxOut)
-    return ctx.unsupported("ceil_mode=1 with a last window that starts in the right padding: " +
-                           std::string("ONNX keeps that window (output ") + list(onnxOut) +
-                           "), kiln drops it as PyTorch does (output " + list(kilnOut) + ")");
+    return internalError("kiln's pooled size " + list(kilnOut) + " is not ONNX's " + list(onnxOut));
+  if (libonnxCountsMore(xt.shape, w, ceil)) {
+    ctx.divergesFromLibonnx(0);
+    if (isMax && ctx.outputUsed(1)) ctx.divergesFromLibonnx(1);
+  }
   if (isMax && ctx.outputUsed(1)) return emitMaxPoolIndices(ctx, x, xt, attrs);
   return Status::ok();
 }
@@ -737,7 +756,7 @@ Expected<int64_t> lpOrder(NodeContext& ctx) {
 
 // LpPool: (sum over each window of |x|^p)^(1/p), the sum a depthwise convolution with a kernel of
 // ones (which takes the pads, strides and dilations; the padding adds zeros, as ONNX's). ceil_mode
-// keeps a last partial window (ONNX's rule): more zero padding at the end.
+// keeps a last partial window where ONNX does (onnxPooledSize): more zero padding at the end.
 Status mapLpPool(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx, /*threeD=*/true));
   KILN_TRY(floatInput(ctx).status());
@@ -745,6 +764,7 @@ Status mapLpPool(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
   KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel));
   KILN_ASSIGN_OR_RETURN(bool ceil, ctx.attrBool("ceil_mode", false));
+  if (libonnxCountsMore(xt.shape, w, ceil)) ctx.divergesFromLibonnx(0);
   const size_t spatial = xt.shape.size() - 2;
   for (size_t i = 0; i < spatial; ++i) {
     const int64_t avail = xt.shape[i + 2] + w.pads[i] + w.pads[i + spatial] -
@@ -752,8 +772,9 @@ Status mapLpPool(NodeContext& ctx) {
     if (avail < 0)
       return ctx.invalid("kernel " + list(w.kernel) + " with dilations " + list(w.dilations) +
                          " does not fit the padded input " + xt.toString());
-    if (ceil && avail % w.strides[i] != 0)
-      w.pads[i + spatial] += w.strides[i] - avail % w.strides[i];
+    const int64_t out = onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
+                                       w.pads[i], w.pads[i + spatial], ceil);
+    w.pads[i + spatial] += std::max<int64_t>(0, (out - 1) * w.strides[i] - avail);
   }
   const int64_t c = xt.shape[1];
   ir::Shape wshape{c, 1};
