@@ -240,8 +240,7 @@ Expected<Pool3d> pool3dShapes(const ir::TensorType& xt, OpKind pool2d, const Win
   KILN_ASSIGN_OR_RETURN(p.out, outputSizes(xt.shape, window, ceilValue && *ceilValue != 0, what));
   // As the 2-D pools (and PyTorch): no window may lie wholly in the padding.
   for (int d = 0; d < 3; ++d) {
-    const int64_t span = window.dilations[d] * (window.kernel[d] - 1);
-    const int64_t maxPad = (span + 1) / 2;
+    const int64_t maxPad = ir::maxPoolPad(window.kernel[d], window.dilations[d]);
     if (window.pads[d] > maxPad || window.pads[d + 3] > maxPad)
       return invalidArgument(what + ": pads must be at most half the window, got " +
                              describe(window));

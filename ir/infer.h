@@ -18,6 +18,12 @@ Status requireFloat(const TensorType& t, const char* what);
 Status requireNumeric(const TensorType& t, const char* what);
 Status requireRank(const TensorType& t, int rank, const char* what);
 std::vector<TensorType> one(TensorType t);
+// The largest pad kiln's pools take along a dim of window kernel (dilated by `dilation`, both
+// >= 1): half the dilated window, as PyTorch's, so that no window lies wholly in the padding.
+inline int64_t maxPoolPad(int64_t kernel, int64_t dilation) {
+  const int64_t span = dilation * (kernel - 1);
+  return span / 2 + (span & 1);  // (span + 1) / 2 without overflow.
+}
 // Output size of a sliding window along one dim (conv and pooling), or an error.
 Expected<int64_t> windowOutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t padBegin,
                                    int64_t padEnd, int64_t dilation, bool ceilMode,

@@ -201,7 +201,7 @@ Expected<std::vector<TensorType>> inferPool2d(std::span<const TensorType> in, co
     if (k[i] < 1 || dil[i] < 1 || __builtin_mul_overflow(dil[i], k[i] - 1, &span))
       return invalidArgument("kernel " + dims(k) + " and dilations " + dims(dil) +
                              " must be >= 1 and not overflow");
-    const int64_t maxPad = span / 2 + (span & 1);  // (span + 1) / 2 without overflow.
+    const int64_t maxPad = maxPoolPad(k[i], dil[i]);
     if (pads[i] > maxPad || pads[i + 2] > maxPad)
       return invalidArgument("pads " + dims(pads) + " must be at most half the window (kernel " +
                              dims(k) + ", dilations " + dims(dil) + ")");

@@ -3,6 +3,7 @@
 // BatchNormalization and LayerNormalization (inference), Softmax/LogSoftmax (opset < 13
 // flatten-to-2-D semantics), reductions.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -10,6 +11,7 @@
 #include "frontends/onnx/onnx_map_util.h"
 #include "frontends/onnx/onnx_tensor.h"
 #include "frontends/window3d.h"
+#include "ir/infer.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -682,47 +684,207 @@ Status emitMaxPoolIndices(NodeContext& ctx, ir::Value* x, const ir::TensorType& 
   return ctx.emit(OpKind::kAdd, {idx, off}, {}, 1).status();
 }
 
+// The sum over each window of x (f32 or f64) as a depthwise convolution with a kernel of ones,
+// which takes the pads, strides and dilations (the padding adds zeros, as ONNX's), with more zero
+// padding at the end for a ceil-mode last partial window where ONNX keeps it (onnxPooledSize).
+Expected<ir::Value*> windowSum(NodeContext& ctx, ir::Value* x, const ir::TensorType& xt, Window w,
+                               bool ceil) {
+  const size_t spatial = xt.shape.size() - 2;
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t avail = xt.shape[i + 2] + w.pads[i] + w.pads[i + spatial] -
+                          ((w.kernel[i] - 1) * w.dilations[i] + 1);
+    if (avail < 0)
+      return ctx.invalid("kernel " + list(w.kernel) + " with dilations " + list(w.dilations) +
+                         " does not fit the padded input " + xt.toString());
+    const int64_t out = onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
+                                       w.pads[i], w.pads[i + spatial], ceil);
+    w.pads[i + spatial] += std::max<int64_t>(0, (out - 1) * w.strides[i] - avail);
+  }
+  const int64_t c = xt.shape[1];
+  ir::Shape wshape{c, 1};
+  for (int64_t k : w.kernel) wshape.push_back(k);
+  int64_t weights = 1;
+  for (int64_t d : wshape)
+    if (!ir::accumulateElements(weights, d) || weights > kMaxFoldElements)
+      return ctx.unsupported("a kernel of " + list(w.kernel) + " over " + std::to_string(c) +
+                             " channels (kiln sums it with a constant kernel of ones; too large)");
+  if (spatial == 1) wshape.insert(wshape.begin() + 2, 1);
+  KILN_ASSIGN_OR_RETURN(ir::Value * ones, ctx.constantValue(filledTensor(xt.dtype, wshape, 1.0)));
+  if (spatial == 3) return emitConv3d(emitterOf(ctx), x, ones, nullptr, window3dOf(w), c);
+  ir::AttrMap attrs = windowAttrs2d(w, false, true);
+  attrs["group"] = c;
+  if (spatial == 2) return ctx.emit(OpKind::kConv2d, {x, ones}, std::move(attrs));
+  KILN_ASSIGN_OR_RETURN(ir::Value * x4, unsqueeze2(ctx, x));
+  KILN_ASSIGN_OR_RETURN(ir::Value * sum, ctx.emit(OpKind::kConv2d, {x4, ones}, std::move(attrs)));
+  return ctx.emit(OpKind::kSqueeze, {sum}, {{"axes", std::vector<int64_t>{2}}});
+}
+
+// How many of each window's positions along one dim are counted in its mean, at import: those
+// inside the input and, with count_include_pad, its pads (not ceil mode's extra end).
+std::vector<int64_t> windowCounts(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb,
+                                  int64_t pe, int64_t out, bool include) {
+  std::vector<int64_t> counts(static_cast<size_t>(out), 0);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t p = o * s + j * d;  // In padded coordinates.
+      counts[static_cast<size_t>(o)] += include ? p < in + pb + pe : p >= pb && p < pb + in;
+    }
+  return counts;
+}
+
+// AveragePool where kiln's avg_pool2d cannot express it (dilations; pads beyond half the window):
+// windowSum divided by each window's count (windowCounts, a constant [1, 1, out...]). A window
+// wholly in the padding without count_include_pad counts 0 and gives NaN, as ONNX's reference (the
+// mean of nothing).
+Expected<ir::Value*> averageBySum(NodeContext& ctx, ir::Value* x, const ir::TensorType& xt,
+                                  const Window& w, bool ceil, bool include) {
+  if (xt.dtype != ir::DType::kF32 && xt.dtype != ir::DType::kF64)
+    return ctx.unsupported("AveragePool of " + xt.toString() + " with dilations " +
+                           list(w.dilations) + " and pads " + list(w.pads) +
+                           " (kiln's avg_pool2d has no dilations and pads of at most half the "
+                           "window; the sums kiln computes instead are f32 and f64)");
+  KILN_ASSIGN_OR_RETURN(ir::Value * sum, windowSum(ctx, x, xt, w, ceil));
+  const size_t spatial = xt.shape.size() - 2;
+  ir::Shape countShape{1, 1};
+  std::vector<std::vector<int64_t>> perDim;
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t in = xt.shape[i + 2];
+    const int64_t out = onnxPooledSize(in, w.kernel[i], w.strides[i], w.dilations[i], w.pads[i],
+                                       w.pads[i + spatial], ceil);
+    perDim.push_back(windowCounts(in, w.kernel[i], w.strides[i], w.dilations[i], w.pads[i],
+                                  w.pads[i + spatial], out, include));
+    countShape.push_back(out);
+  }
+  ir::TensorData counts = filledTensor(xt.dtype, countShape, 0);
+  const int64_t total = ir::numElements(countShape);
+  for (int64_t e = 0; e < total; ++e) {
+    double v = 1;
+    for (int64_t r = e, i = static_cast<int64_t>(spatial) - 1; i >= 0; --i) {
+      const auto& dim = perDim[static_cast<size_t>(i)];
+      v *= static_cast<double>(dim[static_cast<size_t>(r % static_cast<int64_t>(dim.size()))]);
+      r /= static_cast<int64_t>(dim.size());
+    }
+    if (xt.dtype == ir::DType::kF32)
+      counts.as<float>()[e] = static_cast<float>(v);
+    else
+      counts.as<double>()[e] = v;
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * n, ctx.constantValue(std::move(counts)));
+  return ctx.emit(OpKind::kDiv, {sum, n});
+}
+
+// x padded with `value` along every spatial dim by `pads` (begins, then ends), by concats.
+Expected<ir::Value*> padSpatial(NodeContext& ctx, ir::Value* x, const std::vector<int64_t>& pads,
+                                double value) {
+  const size_t spatial = x->type().shape.size() - 2;
+  KILN_ASSIGN_OR_RETURN(ir::Value * fill, scalarConstant(ctx, x->type().dtype, value));
+  for (size_t i = 0; i < spatial; ++i) {
+    auto band = [&](int64_t n) {
+      ir::Shape shape = x->type().shape;
+      shape[i + 2] = n;
+      return ctx.emit(OpKind::kExpand, {fill}, {{"shape", shape}});
+    };
+    std::vector<ir::Value*> parts;
+    if (pads[i] > 0) {
+      KILN_ASSIGN_OR_RETURN(ir::Value * b, band(pads[i]));
+      parts.push_back(b);
+    }
+    parts.push_back(x);
+    if (pads[i + spatial] > 0) {
+      KILN_ASSIGN_OR_RETURN(ir::Value * b, band(pads[i + spatial]));
+      parts.push_back(b);
+    }
+    if (parts.size() == 1) continue;
+    KILN_ASSIGN_OR_RETURN(
+        x, ctx.emit(OpKind::kConcat, parts, {{"axis", static_cast<int64_t>(i + 2)}}));
+  }
+  return x;
+}
+
+// MaxPool and AveragePool. Where kiln's pools cannot express the window, ONNX's result is
+// composed: a max pool with pads beyond half the window pools the input padded with -inf
+// explicitly (pads then 0), cut to ONNX's output size (a ceil-mode window in what was the right
+// padding is ONNX's to drop); an average pool with dilations or such pads is averageBySum. An
+// 8-bit integer max pool runs on f32 (exact: every value is one) and is cast back.
 template <OpKind kOp>
 Status mapPool(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx, /*threeD=*/true));
   const bool isMax = kOp == OpKind::kMaxPool2d;
   KILN_ASSIGN_OR_RETURN(auto kernel, ctx.attrInts("kernel_shape"));
   KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel));
-  if (!isMax &&
-      std::any_of(w.dilations.begin(), w.dilations.end(), [](int64_t d) { return d != 1; }))
-    return ctx.unsupported("AveragePool with dilations " + list(w.dilations) +
-                           " (kiln's avg_pool2d has none)");
   KILN_ASSIGN_OR_RETURN(bool ceil, ctx.attrBool("ceil_mode", false));
-  ir::AttrMap attrs = windowAttrs2d(w, true, isMax);
-  attrs["ceil_mode"] = int64_t{ceil};
+  bool include = false;
   if (!isMax) {
-    KILN_ASSIGN_OR_RETURN(bool include, ctx.attrBool("count_include_pad", false));
-    attrs["count_include_pad"] = int64_t{include};
+    KILN_ASSIGN_OR_RETURN(include, ctx.attrBool("count_include_pad", false));
   }
   const size_t spatial = xt.shape.size() - 2;
   std::vector<int64_t> onnxOut;
-  for (size_t i = 0; i < spatial; ++i)
+  bool padsFit = true;
+  for (size_t i = 0; i < spatial; ++i) {
     onnxOut.push_back(onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
                                      w.pads[i], w.pads[i + spatial], ceil));
-  if (spatial == 3 && isMax && ctx.outputUsed(1))
+    if (w.kernel[i] >= 1 && w.dilations[i] >= 1) {
+      const int64_t maxPad = ir::maxPoolPad(w.kernel[i], w.dilations[i]);
+      padsFit = padsFit && w.pads[i] <= maxPad && w.pads[i + spatial] <= maxPad;
+    }
+  }
+  const bool dilated =
+      std::any_of(w.dilations.begin(), w.dilations.end(), [](int64_t d) { return d != 1; });
+  if (isMax && spatial == 3 && ctx.outputUsed(1))
     return ctx.unsupported("MaxPool's Indices of a 3-D pooling (kiln has them for 1-D and 2-D)");
+  if (libonnxCountsMore(xt.shape, w, ceil)) {
+    ctx.divergesFromLibonnx(0);
+    if (isMax && ctx.outputUsed(1)) ctx.divergesFromLibonnx(1);
+  }
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  if (!isMax && (dilated || !padsFit)) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * y, averageBySum(ctx, x, xt, w, ceil, include));
+    ctx.setOutput(0, y);
+    return Status::ok();
+  }
+  const bool narrowInt = isMax && (xt.dtype == ir::DType::kU8 || xt.dtype == ir::DType::kI8);
+  if (narrowInt) {
+    KILN_ASSIGN_OR_RETURN(x, ctx.emit(OpKind::kCast, {x}, {{"to", std::string("f32")}}));
+  }
+  const bool padExplicitly = isMax && !padsFit;
+  if (padExplicitly) {
+    if (ctx.outputUsed(1))
+      return ctx.unsupported("MaxPool's Indices with pads " + list(w.pads) +
+                             " beyond half the window (kernel " + list(w.kernel) + ")");
+    KILN_ASSIGN_OR_RETURN(x, padSpatial(ctx, x, w.pads, -std::numeric_limits<double>::infinity()));
+    std::fill(w.pads.begin(), w.pads.end(), 0);
+  }
+  ir::AttrMap attrs = windowAttrs2d(w, true, isMax);
+  attrs["ceil_mode"] = int64_t{ceil};
+  if (!isMax) attrs["count_include_pad"] = int64_t{include};
   ir::Value* y = nullptr;
   if (spatial == 3) {
     ir::AttrMap extra{{"ceil_mode", attrs["ceil_mode"]}};
     if (!isMax) extra["count_include_pad"] = attrs["count_include_pad"];
     KILN_ASSIGN_OR_RETURN(y, emitPool3d(emitterOf(ctx), kOp, x, window3dOf(w), extra));
-    ctx.setOutput(0, y);
+  } else if (spatial == 2) {
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(kOp, {x}, attrs));
   } else {
-    KILN_ASSIGN_OR_RETURN(y, emitWindowOp(ctx, kOp, x, {}, attrs, xt.rank() == 3));
+    KILN_ASSIGN_OR_RETURN(ir::Value * x4, unsqueeze2(ctx, x));
+    KILN_ASSIGN_OR_RETURN(ir::Value * y4, ctx.emit(kOp, {x4}, attrs));
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kSqueeze, {y4}, {{"axes", std::vector<int64_t>{2}}}));
+  }
+  for (size_t i = 0; padExplicitly && i < spatial; ++i) {
+    if (y->type().shape[i + 2] == onnxOut[i]) continue;
+    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kSlice, {y},
+                                      {{"starts", std::vector<int64_t>{0}},
+                                       {"ends", std::vector<int64_t>{onnxOut[i]}},
+                                       {"axes", std::vector<int64_t>{static_cast<int64_t>(i + 2)}},
+                                       {"steps", std::vector<int64_t>{1}}}));
   }
   const std::vector<int64_t> kilnOut(y->type().shape.begin() + 2, y->type().shape.end());
   if (kilnOut != onnxOut)
     return internalError("kiln's pooled size " + list(kilnOut) + " is not ONNX's " + list(onnxOut));
-  if (libonnxCountsMore(xt.shape, w, ceil)) {
-    ctx.divergesFromLibonnx(0);
-    if (isMax && ctx.outputUsed(1)) ctx.divergesFromLibonnx(1);
+  if (narrowInt) {
+    KILN_ASSIGN_OR_RETURN(
+        y, ctx.emit(OpKind::kCast, {y}, {{"to", std::string(ir::dtypeName(xt.dtype))}}));
   }
+  ctx.setOutput(0, y);
   if (isMax && ctx.outputUsed(1)) return emitMaxPoolIndices(ctx, x, xt, attrs);
   return Status::ok();
 }
@@ -754,9 +916,7 @@ Expected<int64_t> lpOrder(NodeContext& ctx) {
   return p;
 }
 
-// LpPool: (sum over each window of |x|^p)^(1/p), the sum a depthwise convolution with a kernel of
-// ones (which takes the pads, strides and dilations; the padding adds zeros, as ONNX's). ceil_mode
-// keeps a last partial window where ONNX does (onnxPooledSize): more zero padding at the end.
+// LpPool: (sum over each window of |x|^p)^(1/p), the sum windowSum's.
 Status mapLpPool(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx, /*threeD=*/true));
   KILN_TRY(floatInput(ctx).status());
@@ -765,46 +925,9 @@ Status mapLpPool(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Window w, readWindow(ctx, xt.shape, kernel));
   KILN_ASSIGN_OR_RETURN(bool ceil, ctx.attrBool("ceil_mode", false));
   if (libonnxCountsMore(xt.shape, w, ceil)) ctx.divergesFromLibonnx(0);
-  const size_t spatial = xt.shape.size() - 2;
-  for (size_t i = 0; i < spatial; ++i) {
-    const int64_t avail = xt.shape[i + 2] + w.pads[i] + w.pads[i + spatial] -
-                          ((w.kernel[i] - 1) * w.dilations[i] + 1);
-    if (avail < 0)
-      return ctx.invalid("kernel " + list(w.kernel) + " with dilations " + list(w.dilations) +
-                         " does not fit the padded input " + xt.toString());
-    const int64_t out = onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
-                                       w.pads[i], w.pads[i + spatial], ceil);
-    w.pads[i + spatial] += std::max<int64_t>(0, (out - 1) * w.strides[i] - avail);
-  }
-  const int64_t c = xt.shape[1];
-  ir::Shape wshape{c, 1};
-  for (int64_t k : w.kernel) wshape.push_back(k);
-  int64_t weights = 1;
-  for (int64_t d : wshape)
-    if (!ir::accumulateElements(weights, d) || weights > kMaxFoldElements)
-      return ctx.unsupported("a kernel of " + list(w.kernel) + " over " + std::to_string(c) +
-                             " channels (kiln sums it with a constant kernel of ones; too large)");
-  if (spatial == 1) wshape.insert(wshape.begin() + 2, 1);
-  KILN_ASSIGN_OR_RETURN(ir::Value * ones, ctx.constantValue(filledTensor(xt.dtype, wshape, 1.0)));
-  ir::AttrMap attrs = windowAttrs2d(w, false, true);
-  attrs["group"] = c;
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   KILN_ASSIGN_OR_RETURN(ir::Value * powered, absPower(ctx, x, p));
-  if (spatial == 3) {
-    KILN_ASSIGN_OR_RETURN(ir::Value * sum,
-                          emitConv3d(emitterOf(ctx), powered, ones, nullptr, window3dOf(w), c));
-    return emitRoot(ctx, sum, p);
-  }
-  const bool oneD = spatial == 1;
-  ir::Value* xin = powered;
-  if (oneD) {
-    KILN_ASSIGN_OR_RETURN(xin, unsqueeze2(ctx, powered));
-  }
-  KILN_ASSIGN_OR_RETURN(ir::Value * sum, ctx.emit(OpKind::kConv2d, {xin, ones}, std::move(attrs)));
-  if (oneD) {
-    KILN_ASSIGN_OR_RETURN(sum,
-                          ctx.emit(OpKind::kSqueeze, {sum}, {{"axes", std::vector<int64_t>{2}}}));
-  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * sum, windowSum(ctx, powered, xt, w, ceil));
   return emitRoot(ctx, sum, p);
 }
 

@@ -556,6 +556,49 @@ TEST_CASE("onnx: a ceil-mode pool drops a last window that would start in the pa
   }
 }
 
+TEST_CASE(
+    "onnx: pools kiln's pool ops cannot express are composed: pads beyond half the window, "
+    "8-bit integers") {
+  SECTION("MaxPool pads -inf explicitly and cuts ceil mode's window in the right padding") {
+    // Size 4, kernel 3, stride 2, pads 2+2 (kiln's pools take at most 1), ceil mode: windows at
+    // padded 0, 2, 4 (the one at 6 would start in the right padding).
+    Model m;
+    m.input("x", {int64_t{1}, int64_t{1}, int64_t{4}});
+    m.node("MaxPool", {"x"}, {"y"},
+           {attrInts("kernel_shape", {3}), attrInts("strides", {2}), attrInts("pads", {2, 2}),
+            attrInt("ceil_mode", 1)});
+    m.output("y");
+    checkClose(run(m, {makeF32({1, 1, 4}, {1, 5, 2, 3})})[0], {1, 1, 3}, {1, 5, 3});
+  }
+  SECTION("AveragePool divides each window's sum by its count, with and without the pads") {
+    for (int include : {0, 1}) {
+      Model m;
+      m.input("x", {int64_t{1}, int64_t{1}, int64_t{3}});
+      m.node("AveragePool", {"x"}, {"y"},
+             {attrInts("kernel_shape", {3}), attrInts("pads", {2, 2}),
+              attrInt("count_include_pad", include)});
+      m.output("y");
+      // Windows over padded [p p 1 2 4 p p]: {1}, {1,2}, {1,2,4}, {2,4}, {4}.
+      const std::vector<float> want = include ? std::vector<float>{1 / 3.f, 1, 7 / 3.f, 2, 4 / 3.f}
+                                              : std::vector<float>{1, 1.5f, 7 / 3.f, 3, 4};
+      checkClose(run(m, {makeF32({1, 1, 3}, {1, 2, 4})})[0], {1, 1, 5}, want);
+    }
+  }
+  SECTION("an int8 MaxPool runs on f32 and is cast back") {
+    Model m;
+    m.input("x", {int64_t{1}, int64_t{1}, int64_t{4}}, ::onnx::TensorProto::INT8);
+    m.node("MaxPool", {"x"}, {"y"}, {attrInts("kernel_shape", {2})});
+    m.output("y", ::onnx::TensorProto::INT8);
+    Tensor x = Tensor::empty(kiln::ir::DType::kI8, {1, 1, 4}).value();
+    const int8_t v[] = {-128, -3, 127, 5};
+    std::copy(v, v + 4, x.data<int8_t>());
+    const Tensor y = run(m, {x})[0];
+    REQUIRE(y.dtype() == kiln::ir::DType::kI8);
+    CHECK(std::vector<int8_t>(y.data<int8_t>(), y.data<int8_t>() + 3) ==
+          std::vector<int8_t>{-3, 127, 127});
+  }
+}
+
 TEST_CASE("onnx: MaxPool's Indices are flat positions in the input, either storage order") {
   // Two images of two channels (four planes of 3x4), 2x2 windows with stride 1 and one column of
   // right padding: each index is the plane's first position plus the window maximum's offset,
