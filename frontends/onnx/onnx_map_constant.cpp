@@ -1,5 +1,7 @@
 // ONNX ops whose results are known at import once shapes are static: Constant, Shape, Size,
-// ConstantOfShape and Range. They become constants (parameters where kiln ops read them).
+// ConstantOfShape and Range. They become constants (parameters where kiln ops read them). And
+// OptionalHasElement and OptionalGetElement, of the values kiln has: kiln imports no optional
+// types (no Optional node, no optional graph input), so a present input is a tensor.
 #include <cmath>
 #include <cstring>
 
@@ -171,6 +173,21 @@ Status mapRange(NodeContext& ctx) {
   return Status::ok();
 }
 
+// OptionalHasElement (15, 18): true for a tensor input, false without an input (18 on: an input
+// left out or named "").
+Status mapOptionalHasElement(NodeContext& ctx) {
+  ir::TensorData t(DType::kBool, {});
+  *t.as<bool>() = ctx.hasInput(0);
+  ctx.setConstantOutput(0, std::move(t));
+  return Status::ok();
+}
+
+// OptionalGetElement (15, 18): a tensor input is its own element.
+Status mapOptionalGetElement(NodeContext& ctx) {
+  if (!ctx.hasInput(0)) return ctx.invalid("OptionalGetElement needs an input");
+  return alias(ctx, 0);
+}
+
 }  // namespace
 
 std::vector<MapperEntry> constantMappers() {
@@ -183,6 +200,9 @@ std::vector<MapperEntry> constantMappers() {
       {"Size", {1, 13, 19, 21, 23, 24, 25}, mapSize},
       {"ConstantOfShape", {9, 20, 21, 23, 24, 25}, mapConstantOfShape},
       {"Range", {11, 27}, mapRange},
+      // 18 takes tensors and an empty input; 28 adds element types.
+      {"OptionalHasElement", {15, 18, 28}, mapOptionalHasElement},
+      {"OptionalGetElement", {15, 18, 28}, mapOptionalGetElement},
   };
 }
 

@@ -162,6 +162,18 @@ TEST_CASE("onnx: Constant forms, Shape, Size, ConstantOfShape and Range fold at 
   for (const kiln::ir::Value* p : g.parameters()) CHECK_FALSE(p->trainable());
 }
 
+TEST_CASE("onnx: OptionalHasElement and OptionalGetElement of a tensor, and of no input") {
+  Model m(18);
+  m.input("x", {int64_t{3}});
+  m.node("OptionalHasElement", {"x"}, {"has"}).node("OptionalHasElement", {""}, {"none"});
+  m.node("OptionalGetElement", {"x"}, {"y"});
+  m.output("has", ::onnx::TensorProto::BOOL).output("none", ::onnx::TensorProto::BOOL).output("y");
+  auto out = run(m, {makeF32({3}, {1, 2, 3})});
+  CHECK(*out[0].data<bool>());
+  CHECK_FALSE(*out[1].data<bool>());
+  checkClose(out[2], {3}, {1, 2, 3});
+}
+
 TEST_CASE("onnx: a ConstantOfShape too large to fold becomes a run-time expand") {
   Model m;
   m.initI64("shape", {2}, {2048, 1024});
