@@ -682,7 +682,9 @@ Status mapRotaryEmbedding(NodeContext& ctx) {
 // Einsum: every operand aligned to the equation's letters (transpose, then unit dims for the
 // letters it lacks), multiplied with broadcasting, summed over the letters the output lacks,
 // and transposed to the output's order. f16/bf16 are computed in f32. An ellipsis stands for
-// the leading dims; a letter repeated within one operand (a diagonal) is refused.
+// the leading dims. A letter repeated within one operand takes that operand's diagonal first
+// (its two dims moved last and merged, every (n + 1)-th element gathered; the letter then
+// stands once, last), as NumPy's einsum: 'ii->i' the diagonal, 'ii' the trace.
 Status mapEinsum(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::string eq, ctx.attrString("equation"));
   eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
@@ -740,11 +742,43 @@ Status mapEinsum(NodeContext& ctx) {
       if (letters.find(c) == std::string::npos) letters += c;
       ++count[c];
     }
-  for (const std::string& term : terms)
-    for (size_t k = 0; k < term.size(); ++k)
-      if (term.find(term[k], k + 1) != std::string::npos)
-        return ctx.unsupported("equation '" + eq + "': a letter repeated within one operand (a " +
-                               "diagonal)");
+  struct Diagonal {
+    std::vector<int64_t> perm;  // The repeated letter's two dims moved last.
+    Shape merged;               // The other dims, then n * n.
+    int64_t n = 0;
+  };
+  std::vector<std::vector<Diagonal>> diagonals(terms.size());
+  for (size_t i = 0; i < terms.size(); ++i)
+    for (std::string& t = terms[i];;) {
+      size_t k1 = 0, k2 = std::string::npos;
+      for (; k1 < t.size() && k2 == std::string::npos; ++k1) k2 = t.find(t[k1], k1 + 1);
+      if (k2 == std::string::npos) break;
+      --k1;
+      Shape& sh = types[i].shape;
+      if (sh[k1] != sh[k2])
+        return ctx.invalid("equation '" + eq + "': letter '" + std::string(1, t[k1]) +
+                           "' repeats in operand " + std::to_string(i) + " " + types[i].toString() +
+                           " over dims of sizes " + std::to_string(sh[k1]) + " and " +
+                           std::to_string(sh[k2]) + " (a diagonal needs equal ones)");
+      Diagonal d;
+      d.n = sh[k1];
+      std::string rest;
+      Shape restShape;
+      for (size_t k = 0; k < t.size(); ++k)
+        if (k != k1 && k != k2) {
+          d.perm.push_back(static_cast<int64_t>(k));
+          rest += t[k];
+          restShape.push_back(sh[k]);
+        }
+      d.perm.push_back(static_cast<int64_t>(k1));
+      d.perm.push_back(static_cast<int64_t>(k2));
+      d.merged = restShape;
+      d.merged.push_back(d.n * d.n);
+      diagonals[i].push_back(d);
+      t = rest + t[k1];
+      sh = restShape;
+      sh.push_back(d.n);
+    }
   std::string out;
   if (arrow != std::string::npos) {
     out = expand(eq.substr(arrow + 2), ellRank);
@@ -779,6 +813,17 @@ Status mapEinsum(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(Value * v, ctx.value(i));
     if (half) {
       KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kCast, {v}, {{"to", std::string("f32")}}));
+    }
+    for (const Diagonal& d : diagonals[i]) {
+      if (!std::is_sorted(d.perm.begin(), d.perm.end())) {
+        KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kTranspose, {v}, {{"perm", d.perm}}));
+      }
+      KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kReshape, {v}, {{"shape", d.merged}}));
+      std::vector<int64_t> at(static_cast<size_t>(d.n));
+      for (int64_t k = 0; k < d.n; ++k) at[static_cast<size_t>(k)] = k * (d.n + 1);
+      KILN_ASSIGN_OR_RETURN(Value * idx, ctx.constantValue(int1d(at)));
+      KILN_ASSIGN_OR_RETURN(v, ctx.emit(OpKind::kGather, {v, idx},
+                                        {{"axis", static_cast<int64_t>(d.merged.size() - 1)}}));
     }
     std::vector<int64_t> perm;
     Shape aligned;

@@ -374,9 +374,11 @@ TEST_CASE("onnx versions: Einsum equations compute or are refused by name") {
   double sum = 0;
   for (float v : a) sum += v;
   checkClose(s[0], {}, {static_cast<float>(sum)});
-  // Refused with a reason, never a crash: diagonals, stray characters, unknown output letters,
-  // operand count and rank mismatches.
-  CHECK_THAT(importError(einsum("ii->i", 1)).message(), Catch::Contains("a diagonal"));
+  // Refused with a reason, never a crash: a diagonal of unequal dims, stray characters, unknown
+  // output letters, operand count and rank mismatches.
+  CHECK_THAT(importError(einsum("ii->i", 1)).message(),
+             Catch::Contains("letter 'i' repeats in operand 0 f32[2,3] over dims of sizes 2 and "
+                             "3 (a diagonal needs equal ones)"));
   CHECK_THAT(importError(einsum("i.j->ij", 1)).message(), Catch::Contains("one dim per letter"));
   CHECK_THAT(importError(einsum("ij->ik", 1)).message(),
              Catch::Contains("output letter 'k' is in no operand"));
@@ -384,6 +386,32 @@ TEST_CASE("onnx versions: Einsum equations compute or are refused by name") {
   CHECK_THAT(importError(einsum("ij,jk->ik", 1)).message(), Catch::Contains("has 2 operands"));
   CHECK_THAT(importError(einsum("ijk->i", 1)).message(), Catch::Contains("one dim per letter"));
   CHECK_THAT(importError(einsum("......->", 1)).message(), Catch::Contains("has fewer dims"));
+  // Diagonals, as NumPy's einsum: of a matrix, its trace (implicit output), over two of three
+  // dims, summed, with an ellipsis, and one letter three times.
+  {
+    const auto c = randomValues(18, 13);  // [3, 3, 2]
+    auto one = [&](const std::string& eq, Shape shape, const std::vector<float>& x) {
+      Model m(18);
+      m.input("x", std::vector<Dim>(shape.begin(), shape.end()));
+      m.node("Einsum", {"x"}, {"y"}, {attrString("equation", eq)}).output("y");
+      return run(m, {makeF32(shape, x)})[0];
+    };
+    const std::vector<float> sq(c.begin(), c.begin() + 9);  // [3, 3]
+    checkClose(one("ii->i", {3, 3}, sq), {3}, {sq[0], sq[4], sq[8]});
+    checkClose(one("ii", {3, 3}, sq), {}, {sq[0] + sq[4] + sq[8]});
+    std::vector<float> dij, dj(2, 0.f);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 2; ++j) {
+        dij.push_back(c[(i * 3 + i) * 2 + j]);
+        dj[j] += c[(i * 3 + i) * 2 + j];
+      }
+    checkClose(one("iij->ij", {3, 3, 2}, c), {3, 2}, dij);
+    checkClose(one("iij->j", {3, 3, 2}, c), {2}, dj);
+    checkClose(one("jii->ji", {2, 3, 3}, c), {2, 3}, {c[0], c[4], c[8], c[9], c[13], c[17]});
+    checkClose(one("...ii->...i", {2, 3, 3}, c), {2, 3}, {c[0], c[4], c[8], c[9], c[13], c[17]});
+    const auto cube = randomValues(8, 14);  // [2, 2, 2]
+    checkClose(one("iii->i", {2, 2, 2}, cube), {2}, {cube[0], cube[7]});
+  }
   // An outer product keeps every letter.
   const auto outer = run(einsum("ij,kl->ijkl", 2), {makeF32({2, 3}, a), makeF32({3, 4}, b)});
   REQUIRE(outer[0].shape() == kiln::ir::Shape{2, 3, 3, 4});
