@@ -111,7 +111,25 @@ const ::onnx::TypeProto* Importer::onnxType(const std::string& name) const {
 }
 
 void Importer::noteNeededConstant(const std::string& name) {
-  if (graphInputs_.count(name)) neededInputs_.insert(name);
+  // The graph inputs `name` is computed from, through every node but those that read only their
+  // inputs' shapes (Shape, Size): with them bound, the importer folds `name` (a window's size
+  // cast and scaled into Range's limit, CenterCropPad's pads from its shape input).
+  std::vector<std::string> stack{name};
+  std::set<std::string> seen;
+  while (!stack.empty()) {
+    const std::string n = std::move(stack.back());
+    stack.pop_back();
+    if (n.empty() || !seen.insert(n).second) continue;
+    if (graphInputs_.count(n)) {
+      neededInputs_.insert(n);
+      continue;
+    }
+    auto it = producers_.find(n);
+    if (it == producers_.end()) continue;
+    const ::onnx::NodeProto& p = *it->second;
+    if (p.op_type() == "Shape" || p.op_type() == "Size") continue;
+    stack.insert(stack.end(), p.input().begin(), p.input().end());
+  }
 }
 
 const std::string* Importer::geluInput(const ::onnx::NodeProto& node) const {
@@ -399,6 +417,8 @@ Expected<ir::Graph> Importer::run() {
     geluOf_[m.final] = m.x;
     absorbed_.insert(m.absorbed.begin(), m.absorbed.end());
   }
+  for (const auto& node : model_.graph().node())
+    for (const auto& out : node.output()) producers_.emplace(out, &node);
   for (const auto& node : model_.graph().node())
     KILN_TRY(importNode(node).withContext(displayName_));
   if (!problems_.empty()) {

@@ -72,8 +72,9 @@ class Importer {
   void markDiverged(const std::string& name) { diverged_.insert(name); }
   // For the last node of a matched GELU pattern, the ONNX name of the gelu's input.
   const std::string* geluInput(const ::onnx::NodeProto& node) const;
-  // A node needs `name`'s value at import and it is not known: when `name` is a graph input,
-  // it is recorded (neededInputs) so that importing again with its value can succeed.
+  // A node needs `name`'s value at import and it is not known: the graph inputs it is computed
+  // from (itself, where it is one) are recorded (neededInputs) so that importing again with
+  // their values can succeed.
   void noteNeededConstant(const std::string& name);
   const std::set<std::string>& neededInputs() const { return neededInputs_; }
   // Imports `body` (an If branch, a Loop or Scan body) once more into this graph, its inputs
@@ -113,7 +114,9 @@ class Importer {
   std::map<std::string, ir::TensorData> bound_;
   std::set<std::string> graphInputs_, neededInputs_;
   std::unordered_set<std::string> diverged_;  // markDiverged.
-  std::deque<::onnx::GraphProto> inlined_;    // The renamed copies inlineGraph imported.
+  // The main graph's node defining each value (noteNeededConstant's walk).
+  std::unordered_map<std::string, const ::onnx::NodeProto*> producers_;
+  std::deque<::onnx::GraphProto> inlined_;  // The renamed copies inlineGraph imported.
   // Nodes inlined so far, all loops together: unrolling stops with an error past the bound.
   static constexpr int64_t kMaxInlinedNodes = int64_t{1} << 20;
   static constexpr int64_t kMaxInlinedBytes = int64_t{1} << 30;

@@ -344,6 +344,38 @@ TEST_CASE("onnx versions: shape-like graph inputs are specialized on values give
                                           "model declares i64[1]"));
 }
 
+TEST_CASE(
+    "onnx versions: a value needed at import is traced back to the graph inputs it comes "
+    "from") {
+  // Range's limit is n cast and doubled; Pad's pads are (target - shape(x)) with zeros before:
+  // the importer binds n and target (given among every input's values) and keeps x an input,
+  // whose shape alone (Shape) the pads read.
+  Model m(18);
+  m.input("x", {int64_t{3}}).input("n", {}, kInt64).input("target", {int64_t{1}}, kInt64);
+  m.initI64("zero", {1}, {0});
+  m.node("Cast", {"n"}, {"nf"}, {attrInt("to", kFloat)});
+  m.init("two", {}, {2.f}).init("start", {}, {0.f}).init("step", {}, {1.f});
+  m.node("Mul", {"nf", "two"}, {"limit"}).node("Range", {"start", "limit", "step"}, {"r"});
+  m.node("Shape", {"x"}, {"xs"}).node("Sub", {"target", "xs"}, {"after"});
+  m.node("Concat", {"zero", "after"}, {"pads"}, {attrInt("axis", 0)});
+  m.node("Pad", {"x", "pads"}, {"p"});
+  m.output("r").output("p");
+  CHECK_THAT(importError(m).message(), Catch::Contains("must be known at import"));
+  kiln::frontends::OnnxImportOptions options;
+  kiln::ir::TensorData n(kiln::ir::DType::kI64, {}), target(kiln::ir::DType::kI64, {1});
+  *n.as<int64_t>() = 2;
+  *target.as<int64_t>() = 5;
+  options.inputValues.emplace("n", n);
+  options.inputValues.emplace("target", target);
+  options.inputValues.emplace("x", makeF32({3}, {7, 8, 9}).toData());
+  const kiln::ir::Graph g = import(m, options);
+  REQUIRE(g.inputs().size() == 1);
+  CHECK(g.inputs()[0]->name() == "x");
+  const auto y = runGraph(g, {makeF32({3}, {1, 2, 3})});
+  checkClose(y[0], {4}, {0, 1, 2, 3});
+  checkClose(y[1], {5}, {1, 2, 3, 0, 0});
+}
+
 TEST_CASE("onnx versions: Einsum equations compute or are refused by name") {
   const auto a = randomValues(6, 11), b = randomValues(12, 12);
   auto einsum = [&](const std::string& eq, int operands) {
