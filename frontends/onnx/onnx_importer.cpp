@@ -112,8 +112,9 @@ const ::onnx::TypeProto* Importer::onnxType(const std::string& name) const {
 
 void Importer::noteNeededConstant(const std::string& name) {
   // The graph inputs `name` is computed from, through every node but those that read only their
-  // inputs' shapes (Shape, Size): with them bound, the importer folds `name` (a window's size
-  // cast and scaled into Range's limit, CenterCropPad's pads from its shape input).
+  // inputs' shapes (Shape, Size) or types (CastLike's second): with them bound, the importer folds
+  // `name` (a window's size cast and scaled into Range's limit, CenterCropPad's pads from its shape
+  // input).
   std::vector<std::string> stack{name};
   std::set<std::string> seen;
   while (!stack.empty()) {
@@ -128,7 +129,22 @@ void Importer::noteNeededConstant(const std::string& name) {
     if (it == producers_.end()) continue;
     const ::onnx::NodeProto& p = *it->second;
     if (p.op_type() == "Shape" || p.op_type() == "Size") continue;
-    stack.insert(stack.end(), p.input().begin(), p.input().end());
+    // CastLike reads only the type of its second input.
+    const int read = p.op_type() == "CastLike" ? std::min(p.input_size(), 1) : p.input_size();
+    stack.insert(stack.end(), p.input().begin(), p.input().begin() + read);
+    // An If's, Loop's or Scan's outputs also come from what its bodies read of outer scopes.
+    std::vector<const ::onnx::GraphProto*> bodies;
+    for (const auto& a : p.attribute())
+      if (a.has_g()) bodies.push_back(&a.g());
+    while (!bodies.empty()) {
+      const ::onnx::GraphProto* b = bodies.back();
+      bodies.pop_back();
+      for (const auto& node : b->node()) {
+        stack.insert(stack.end(), node.input().begin(), node.input().end());
+        for (const auto& a : node.attribute())
+          if (a.has_g()) bodies.push_back(&a.g());
+      }
+    }
   }
 }
 
@@ -363,6 +379,8 @@ Expected<std::vector<OnnxValue>> Importer::inlineGraph(const ::onnx::GraphProto&
     v = OnnxValue{};
     v.initializer = &init;
   }
+  for (const auto& node : g.node())
+    for (const auto& out : node.output()) producers_.emplace(out, &node);
   for (const auto& node : g.node()) KILN_TRY(importNode(node));
   std::vector<OnnxValue> outs;
   for (const auto& out : g.output()) {

@@ -114,7 +114,7 @@ class Importer {
   std::map<std::string, ir::TensorData> bound_;
   std::set<std::string> graphInputs_, neededInputs_;
   std::unordered_set<std::string> diverged_;  // markDiverged.
-  // The main graph's node defining each value (noteNeededConstant's walk).
+  // The node defining each value, in the graph and the subgraphs inlined (noteNeededConstant).
   std::unordered_map<std::string, const ::onnx::NodeProto*> producers_;
   std::deque<::onnx::GraphProto> inlined_;  // The renamed copies inlineGraph imported.
   // Nodes inlined so far, all loops together: unrolling stops with an error past the bound.

@@ -347,13 +347,13 @@ TEST_CASE("onnx versions: shape-like graph inputs are specialized on values give
 TEST_CASE(
     "onnx versions: a value needed at import is traced back to the graph inputs it comes "
     "from") {
-  // Range's limit is n cast and doubled; Pad's pads are (target - shape(x)) with zeros before:
-  // the importer binds n and target (given among every input's values) and keeps x an input,
-  // whose shape alone (Shape) the pads read.
+  // Range's limit is n cast (CastLike x) and doubled; Pad's pads are (target - shape(x)) with
+  // zeros before: the importer binds n and target (given among every input's values) and keeps
+  // x an input, whose type (CastLike) and shape (Shape) alone the two read.
   Model m(18);
   m.input("x", {int64_t{3}}).input("n", {}, kInt64).input("target", {int64_t{1}}, kInt64);
   m.initI64("zero", {1}, {0});
-  m.node("Cast", {"n"}, {"nf"}, {attrInt("to", kFloat)});
+  m.node("CastLike", {"n", "x"}, {"nf"});  // Reads x's type only.
   m.init("two", {}, {2.f}).init("start", {}, {0.f}).init("step", {}, {1.f});
   m.node("Mul", {"nf", "two"}, {"limit"}).node("Range", {"start", "limit", "step"}, {"r"});
   m.node("Shape", {"x"}, {"xs"}).node("Sub", {"target", "xs"}, {"after"});
