@@ -46,6 +46,9 @@ Status mapPad(NodeContext& ctx) {
   const int r = xt.rank();
   std::vector<int64_t> pads;
   double value = 0;
+  // The fill of constant mode: `value`, or where constant_value is computed at run time or of a
+  // type kiln does not fold at import (f16, bf16: an attention's -inf bias), that value itself.
+  ir::Value* runtimeFill = nullptr;
   if (ctx.version() < 11) {
     // Version 2: pads and value are attributes.
     KILN_ASSIGN_OR_RETURN(pads, ctx.attrInts("pads"));
@@ -53,7 +56,20 @@ Status mapPad(NodeContext& ctx) {
   } else {
     KILN_ASSIGN_OR_RETURN(pads, ctx.constInts(1, "pads"));
     if (ctx.hasInput(2)) {
-      KILN_ASSIGN_OR_RETURN(value, ctx.constScalar(2, "constant_value"));
+      KILN_ASSIGN_OR_RETURN(ir::TensorType vt, ctx.inputType(2));
+      KILN_ASSIGN_OR_RETURN(const ir::TensorData* vc, ctx.constant(2));
+      if (vt.dtype != xt.dtype || ir::numElements(vt.shape) != 1)
+        return ctx.invalid("constant_value " + vt.toString() + " must be one " +
+                           std::string(ir::dtypeName(xt.dtype)) + " element");
+      if (vc && foldableDType(vt.dtype)) {
+        KILN_ASSIGN_OR_RETURN(value, ctx.constScalar(2, "constant_value"));
+      } else {
+        KILN_ASSIGN_OR_RETURN(runtimeFill, ctx.value(2, /*trainable=*/false));
+        if (vt.rank() != 0) {
+          KILN_ASSIGN_OR_RETURN(
+              runtimeFill, ctx.emit(OpKind::kReshape, {runtimeFill}, {{"shape", ir::Shape{}}}));
+        }
+      }
     }
   }
   if (ctx.version() >= 18 && ctx.hasInput(3)) {
@@ -79,7 +95,7 @@ Status mapPad(NodeContext& ctx) {
                        " values for a rank-" + std::to_string(r) + " input");
   if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) return alias(ctx, 0);
   KILN_ASSIGN_OR_RETURN(const ir::TensorData* xc, ctx.constant(0));
-  if (!xc && foldsIntoConvs(ctx, pads, r, value, mode)) {
+  if (!xc && !runtimeFill && foldsIntoConvs(ctx, pads, r, value, mode)) {
     std::vector<int64_t> spatial;
     for (int d = 2; d < r; ++d) spatial.push_back(pads[d]);
     for (int d = 2; d < r; ++d) spatial.push_back(pads[d + r]);
@@ -90,10 +106,13 @@ Status mapPad(NodeContext& ctx) {
 
   KILN_ASSIGN_OR_RETURN(ir::Value * cur, ctx.value(0));
   ir::Value* fill = nullptr;
-  if (mode == "constant") {
-    // filledTensor cannot write f16/bf16, but zero is all-zero bits in every dtype.
+  if (mode == "constant" && runtimeFill) {
+    fill = runtimeFill;
+  } else if (mode == "constant") {
+    // filledTensor cannot write f16/bf16, but zero is all-zero bits in every dtype (a non-zero
+    // f16/bf16 value comes as an input: runtimeFill).
     if (value != 0 && !foldableDType(xt.dtype))
-      return ctx.unsupported("a non-zero pad value for " + xt.toString());
+      return ctx.unsupported("a non-zero pad value attribute for " + xt.toString());
     KILN_ASSIGN_OR_RETURN(fill, ctx.constantValue(filledTensor(xt.dtype, {}, value)));
   }
   auto slice = [&](ir::Value* v, int d, int64_t start, int64_t end, int64_t step) {

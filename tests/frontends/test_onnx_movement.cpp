@@ -217,6 +217,13 @@ TEST_CASE("onnx: Pad in constant, reflect, edge and wrap modes, with negative pa
     auto y = run(padModel("edge", {0, 2, 1, 1}, false), {makeF32({2, 3}, x)});
     checkClose(y[0], {3, 6}, {0, 0, 0, 1, 2, 2, 3, 3, 3, 4, 5, 5, 3, 3, 3, 4, 5, 5});
   }
+  SECTION("a constant_value computed at run time") {
+    Model m;
+    m.input("x", {int64_t{2}, int64_t{3}}).input("v", {}).initI64("pads", {4}, {0, 1, 0, 0});
+    m.node("Neg", {"v"}, {"nv"}).node("Pad", {"x", "pads", "nv"}, {"y"}).output("y");
+    auto y = run(m, {makeF32({2, 3}, x), makeF32({}, {2.5f})});
+    checkClose(y[0], {2, 4}, {-2.5f, 0, 1, 2, -2.5f, 3, 4, 5});
+  }
   SECTION("negative pads crop") {
     auto y = run(padModel("constant", {0, -1, -1, 1}, false), {makeF32({2, 3}, x)});
     checkClose(y[0], {1, 3}, {1, 2, 0});
