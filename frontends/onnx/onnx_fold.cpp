@@ -373,6 +373,26 @@ Status computeElements(OpKind op, std::span<const TensorData* const> in, TensorD
         }
       }
       return Status::ok();
+    case OpKind::kCeil:
+    case OpKind::kFloor:
+    case OpKind::kRound:
+    case OpKind::kRelu:
+      // Exact in double: the runtime ops' results (Round: halves to even, the default rounding
+      // mode's nearbyint; Relu keeps NaN and -0 as the reference's x < 0 ? 0 : x).
+      for (int64_t k = 0; k < n; ++k) {
+        if (!floatOut) {
+          const int64_t v = elementAsInt(*in[0], k);
+          setInt(out, k, op == OpKind::kRelu && v < 0 ? 0 : v);
+          continue;
+        }
+        const double v = elementAsDouble(*in[0], k);
+        setDouble(out, k,
+                  op == OpKind::kCeil    ? std::ceil(v)
+                  : op == OpKind::kFloor ? std::floor(v)
+                  : op == OpKind::kRound ? std::nearbyint(v)
+                                         : (v < 0 ? 0.0 : v));
+      }
+      return Status::ok();
     case OpKind::kCast:
       for (int64_t k = 0; k < n; ++k) {
         if (ir::isFloat(in[0]->dtype()))

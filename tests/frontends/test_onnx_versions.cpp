@@ -344,6 +344,24 @@ TEST_CASE("onnx versions: shape-like graph inputs are specialized on values give
                                           "model declares i64[1]"));
 }
 
+TEST_CASE("onnx versions: Round, Ceil, Floor and Relu of constants fold at import") {
+  // A Reshape's shape computed from float constants: it imports only if every step folds.
+  // Round halves to even (2.5 -> 2), Relu keeps 0 for -1 (+ 1 -> 1).
+  Model m(18);
+  m.input("x", {int64_t{12}});
+  m.init("a", {1}, {2.5f}).init("b", {1}, {1.2f}).init("c", {1}, {3.7f}).init("d", {1}, {-1.f});
+  m.init("one", {1}, {1.f});
+  m.node("Round", {"a"}, {"ra"}).node("Ceil", {"b"}, {"cb"}).node("Floor", {"c"}, {"fc"});
+  m.node("Relu", {"d"}, {"rd"}).node("Add", {"rd", "one"}, {"rd1"});
+  m.node("Concat", {"ra", "cb", "fc", "rd1"}, {"sf"}, {attrInt("axis", 0)});
+  m.node("Cast", {"sf"}, {"shape"}, {attrInt("to", kInt64)});
+  m.node("Reshape", {"x", "shape"}, {"y"}).output("y");
+  std::vector<float> x(12);
+  for (int i = 0; i < 12; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i);
+  const Tensor y = run(m, {makeF32({12}, x)})[0];
+  CHECK(y.shape() == kiln::ir::Shape{2, 2, 3, 1});
+}
+
 TEST_CASE(
     "onnx versions: a value needed at import is traced back to the graph inputs it comes "
     "from") {
