@@ -61,6 +61,25 @@ Expected<std::vector<TensorType>> inferCast(std::span<const TensorType> in, cons
   return one(t);
 }
 
+Expected<std::vector<TensorType>> inferBitcast(std::span<const TensorType> in, const AttrView& a) {
+  auto to = parseDType(a.getString("to"));
+  if (!to) return invalidArgument("attribute to: unknown dtype '" + a.getString("to") + "'");
+  const DType from = in[0].dtype;
+  auto subByte = [](DType t) { return isNarrow(t) && narrowFileBits(t) < 8; };
+  if (dtypeSize(from) != dtypeSize(*to) || subByte(from) || subByte(*to))
+    return invalidArgument("cannot reinterpret " + in[0].toString() + " as " +
+                           std::string(dtypeName(*to)) +
+                           ": the element sizes must be equal (kiln holds 4- and 2-bit elements "
+                           "one a byte)");
+  if (*to == DType::kBool && from != DType::kBool)
+    return invalidArgument("cannot reinterpret " + in[0].toString() +
+                           " as bool: bytes other than 0 and 1 are no bools (compare with 0 "
+                           "instead)");
+  TensorType t = in[0];
+  t.dtype = *to;
+  return one(t);
+}
+
 Expected<std::vector<TensorType>> inferRelayout(std::span<const TensorType> in, const AttrView& a) {
   auto from = parseLayout(a.getString("from"));
   auto to = parseLayout(a.getString("to"));

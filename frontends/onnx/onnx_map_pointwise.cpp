@@ -118,6 +118,20 @@ Status mapCast(NodeContext& ctx) {
   return emitCast(ctx, *dtype);
 }
 
+// BitCast (26): kiln's bitcast (same-size dtypes; not to bool from another, nor the 4- and 2-bit
+// ones).
+Status mapBitCast(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t to, ctx.attrInt("to"));
+  auto dtype = dtypeFromOnnx(static_cast<int32_t>(to));
+  if (!dtype)
+    return ctx.unsupported("BitCast to " + onnxTypeName(static_cast<int32_t>(to)) +
+                           ", which kiln does not support");
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  if (t.dtype == *dtype) return alias(ctx, 0);
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  return ctx.emit(OpKind::kBitcast, {x}, {{"to", std::string(ir::dtypeName(*dtype))}}, 0).status();
+}
+
 Status mapClip(NodeContext& ctx) {
   double lo = -std::numeric_limits<double>::infinity();
   double hi = std::numeric_limits<double>::infinity();
@@ -327,6 +341,7 @@ std::vector<MapperEntry> pointwiseMappers() {
          return foldOrEmit(ctx, OpKind::kWhere, {0, 1, 2});
        }},
       {"Cast", {6, 9, 13, 19, 21, 23, 24, 25, 28}, mapCast},
+      {"BitCast", {26}, mapBitCast},
       {"Clip", {6, 11, 12, 13}, mapClip},
       {"Identity", {1, 13, 14, 16, 19, 21, 23, 24, 25}, mapIdentity},
       {"Dropout", {7, 10, 12, 13, 22}, mapDropout},

@@ -387,6 +387,7 @@ void registerMovementKernels(RefKernelTable& t) {
   using ir::OpKind;
   // Ops that only change the shape: the row-major bytes are the same.
   ref::setKernel(t, OpKind::kReshape, ref::identityKernel);
+  ref::setKernel(t, OpKind::kBitcast, ref::identityKernel);  // The same bytes, another dtype.
   ref::setKernel(t, OpKind::kFlatten, ref::identityKernel);
   ref::setKernel(t, OpKind::kSqueeze, ref::identityKernel);
   ref::setKernel(t, OpKind::kUnsqueeze, ref::identityKernel);

@@ -160,6 +160,11 @@ const std::vector<InferCase>& cases() {
     {OpKind::kCast, {"bool[2]"}, {{"to", S("bf16")}}, "bf16[2]"},
     {OpKind::kCast, {"f32[2]"}, {{"to", S("float")}}, "error: cast: attribute to: unknown dtype 'float'"},
     {OpKind::kCast, {"f32[2]"}, {}, "error: op 'cast' requires attribute 'to' (string)"},
+    {OpKind::kBitcast, {"f32[2,3]"}, {{"to", S("i32")}}, "i32[2,3]"},
+    {OpKind::kBitcast, {"bool[4]"}, {{"to", S("u8")}}, "u8[4]"},
+    {OpKind::kBitcast, {"f32[2]"}, {{"to", S("i64")}}, "error: bitcast: cannot reinterpret f32[2] as i64: the element sizes must be equal (kiln holds 4- and 2-bit elements one a byte)"},
+    {OpKind::kBitcast, {"u8[2]"}, {{"to", S("bool")}}, "error: bitcast: cannot reinterpret u8[2] as bool: bytes other than 0 and 1 are no bools (compare with 0 instead)"},
+    {OpKind::kBitcast, {"i4[2]"}, {{"to", S("u4")}}, "error: the element sizes must be equal"},
     {OpKind::kCast, {"f32[2]"}, {{"to", I(1)}}, "error: attribute 'to' of op 'cast' must be string, got int"},
     // ---- Binary with NumPy broadcasting.
     {OpKind::kAdd, {"f32[2,3]", "f32[2,3]"}, {}, "f32[2,3]"},

@@ -35,6 +35,18 @@ TEMPLATE_TEST_CASE("reference shape-only movement ops", "[reference][movement]",
                        std::vector<int>{4, 5, 6});
 }
 
+TEST_CASE("reference bitcast: the bytes as another dtype of their size", "[reference][movement]") {
+  const Tensor f = make<float>({2}, std::vector<float>{1.f, -2.f});
+  const Tensor i = run(OpKind::kBitcast, {f}, {{"to", std::string("i32")}});
+  REQUIRE(i.dtype() == DType::kI32);
+  CHECK(values<int32_t>(i) == std::vector<int32_t>{0x3f800000, static_cast<int32_t>(0xc0000000u)});
+  const Tensor back = run(OpKind::kBitcast, {i}, {{"to", std::string("f32")}});
+  CHECK(values<float>(back) == std::vector<float>{1.f, -2.f});
+  const Tensor b = makeBool({3}, {1, 0, 1});
+  CHECK(values<uint8_t>(run(OpKind::kBitcast, {b}, {{"to", std::string("u8")}})) ==
+        std::vector<uint8_t>{1, 0, 1});
+}
+
 TEMPLATE_TEST_CASE("reference transpose", "[reference][movement]", float, int64_t, uint8_t) {
   const Tensor x = make<TestType>({2, 3}, std::vector<int>{1, 2, 3, 4, 5, 6});
   checkExact<TestType>(run(OpKind::kTranspose, {x}, {{"perm", attrInts({1, 0})}}), {3, 2},
