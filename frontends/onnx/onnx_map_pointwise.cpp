@@ -107,29 +107,31 @@ Status mapReciprocal(NodeContext& ctx) {
   return ctx.emit(OpKind::kDiv, {one, x}, {}, 0).status();
 }
 
-Status mapCast(NodeContext& ctx) {
+// Cast's and BitCast's `to`, a dtype kiln has.
+Expected<ir::DType> castTarget(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(int64_t to, ctx.attrInt("to"));
   auto dtype = dtypeFromOnnx(static_cast<int32_t>(to));
   if (!dtype)
-    return ctx.unsupported("cast to " + onnxTypeName(static_cast<int32_t>(to)) +
+    return ctx.unsupported(ctx.opType() + " to " + onnxTypeName(static_cast<int32_t>(to)) +
                            ", which kiln does not support");
+  return *dtype;
+}
+
+Status mapCast(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::DType dtype, castTarget(ctx));
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
-  if (t.dtype == *dtype) return alias(ctx, 0);
-  return emitCast(ctx, *dtype);
+  if (t.dtype == dtype) return alias(ctx, 0);
+  return emitCast(ctx, dtype);
 }
 
 // BitCast (26): kiln's bitcast (same-size dtypes; not to bool from another, nor the 4- and 2-bit
 // ones).
 Status mapBitCast(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(int64_t to, ctx.attrInt("to"));
-  auto dtype = dtypeFromOnnx(static_cast<int32_t>(to));
-  if (!dtype)
-    return ctx.unsupported("BitCast to " + onnxTypeName(static_cast<int32_t>(to)) +
-                           ", which kiln does not support");
+  KILN_ASSIGN_OR_RETURN(ir::DType dtype, castTarget(ctx));
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
-  if (t.dtype == *dtype) return alias(ctx, 0);
+  if (t.dtype == dtype) return alias(ctx, 0);
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
-  return ctx.emit(OpKind::kBitcast, {x}, {{"to", std::string(ir::dtypeName(*dtype))}}, 0).status();
+  return ctx.emit(OpKind::kBitcast, {x}, {{"to", std::string(ir::dtypeName(dtype))}}, 0).status();
 }
 
 Status mapClip(NodeContext& ctx) {
