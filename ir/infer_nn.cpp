@@ -73,6 +73,15 @@ Expected<int64_t> windowOutputSize(int64_t in, int64_t kernel, int64_t stride, i
   return out;
 }
 
+Expected<std::vector<TensorType>> inferDet(std::span<const TensorType> in, const AttrView&) {
+  if (in[0].dtype != DType::kF32 && in[0].dtype != DType::kF64)
+    return invalidArgument("input must be f32 or f64, got " + in[0].toString());
+  const Shape& x = in[0].shape;
+  if (x.size() < 2 || x[x.size() - 1] != x[x.size() - 2])
+    return invalidArgument("input must be square matrices [..., M, M], got " + in[0].toString());
+  return one({in[0].dtype, Shape(x.begin(), x.end() - 2)});
+}
+
 Expected<std::vector<TensorType>> inferMatMul(std::span<const TensorType> in, const AttrView&) {
   KILN_TRY(requireNumeric(in[0], "A"));
   KILN_TRY(requireSameDType(in[0], in[1], "B"));

@@ -23,6 +23,12 @@ std::string list(const std::vector<int64_t>& v) {
   return ir::shapeToString(v);
 }
 
+// Det (11, 22): kiln's det (f32, f64).
+Status mapDet(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  return ctx.emit(OpKind::kDet, {x}, {}, 0).status();
+}
+
 Status mapMatMul(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::Value * a, ctx.value(0));
   KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.value(1));
@@ -1098,6 +1104,7 @@ Status mapReduce(NodeContext& ctx) {
 std::vector<MapperEntry> nnMappers() {
   return {
       {"MatMul", {1, 9, 13}, mapMatMul},
+      {"Det", {11, 22}, mapDet},
       {"Gemm", {7, 9, 11, 13}, mapGemm},
       {"Conv", {1, 11, 22}, mapConv},
       {"ConvTranspose", {1, 11, 22}, mapConvTranspose},

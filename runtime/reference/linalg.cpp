@@ -1,5 +1,5 @@
 // Reference kernels for matmul (NumPy rules: batched, broadcasting, 1-D promotion), gemm
-// (ONNX: transA/transB, alpha, beta, broadcast C) and linear (x W^T + b).
+// (ONNX: transA/transB, alpha, beta, broadcast C), linear (x W^T + b) and det.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -35,6 +35,49 @@ std::vector<T> transposed(const T* x, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
   return t;
+}
+
+// The determinant of each [M, M] matrix: Gaussian elimination with partial pivoting (the row of
+// the largest magnitude; LAPACK's getrf, which NumPy's det calls) in f64, rounded once. A zero
+// pivot column gives 0; NaN propagates through the products.
+Status detKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
+  const ir::Shape& s = in[0].shape();
+  const int64_t m = s.back();
+  const int64_t count = out[0].numElements();
+  return ref::dispatchFloat(ref::opNameOf(attrs), in[0].dtype(), [&]<class T>(Tag<T>) {
+    const T* x = in[0].data<T>();
+    T* y = out[0].data<T>();
+    std::vector<double> a(static_cast<size_t>(m * m));
+    for (int64_t b = 0; b < count; ++b) {
+      for (int64_t i = 0; i < m * m; ++i) a[static_cast<size_t>(i)] = x[b * m * m + i];
+      double det = 1;
+      for (int64_t c = 0; c < m && det != 0; ++c) {
+        int64_t p = c;
+        for (int64_t r = c + 1; r < m; ++r)
+          if (std::fabs(a[static_cast<size_t>(r * m + c)]) >
+              std::fabs(a[static_cast<size_t>(p * m + c)]))
+            p = r;
+        const double pivot = a[static_cast<size_t>(p * m + c)];
+        if (pivot == 0) {
+          det = 0;
+          break;
+        }
+        if (p != c) {
+          for (int64_t k = 0; k < m; ++k)
+            std::swap(a[static_cast<size_t>(p * m + k)], a[static_cast<size_t>(c * m + k)]);
+          det = -det;
+        }
+        det *= pivot;
+        for (int64_t r = c + 1; r < m; ++r) {
+          const double f = a[static_cast<size_t>(r * m + c)] / pivot;
+          for (int64_t k = c + 1; k < m; ++k)
+            a[static_cast<size_t>(r * m + k)] -= f * a[static_cast<size_t>(c * m + k)];
+        }
+      }
+      y[b] = static_cast<T>(det);
+    }
+    return Status::ok();
+  });
 }
 
 Status matmulKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
@@ -155,6 +198,7 @@ Status attentionKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
 void registerLinalgKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kAttention, attentionKernel);
   ref::setKernel(t, ir::OpKind::kMatMul, matmulKernel);
+  ref::setKernel(t, ir::OpKind::kDet, detKernel);
   ref::setKernel(t, ir::OpKind::kGemm, gemmKernel);
   ref::setKernel(t, ir::OpKind::kLinear, linearKernel);
 }

@@ -95,3 +95,16 @@ TEMPLATE_TEST_CASE("reference linear", "[reference][linalg]", float, double) {
   const Tensor x1 = make<TestType>({3}, std::vector<int>{1, 2, 3});
   checkClose<TestType>(run(OpKind::kLinear, {x1, w, bias}), {2}, {-1.5, 3});
 }
+
+TEMPLATE_TEST_CASE("reference det: LU with partial pivoting, batched", "[reference][linalg]", float,
+                   double) {
+  // [[1, 2], [3, 4]]: -2; a permutation needing a row swap: -1; a singular matrix: 0; and a
+  // 3x3 whose first pivot is 0: det [[0, 2, 1], [1, 1, 1], [2, 0, 3]] = 0(3 - 0) - 2(3 - 2) +
+  // 1(0 - 2) = -4.
+  const Tensor a = make<TestType>({2, 2}, std::vector<double>{1, 2, 3, 4});
+  checkClose<TestType>(run(OpKind::kDet, {a}), {}, {-2});
+  const Tensor b = make<TestType>({3, 3, 3}, std::vector<double>{0, 1, 0, 1, 0, 0, 0, 0, 1,  //
+                                                                 1, 2, 3, 2, 4, 6, 0, 1, 1,  //
+                                                                 0, 2, 1, 1, 1, 1, 2, 0, 3});
+  checkClose<TestType>(run(OpKind::kDet, {b}), {3}, {-1, 0, -4});
+}
