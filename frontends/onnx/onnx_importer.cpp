@@ -110,6 +110,23 @@ const ::onnx::TypeProto* Importer::onnxType(const std::string& name) const {
   return it == onnxTypes_.end() ? nullptr : it->second;
 }
 
+namespace {
+
+// The values node `p` reads: its inputs and, for If, Loop and Scan, what their bodies' nodes read
+// (of outer scopes; the names a body defines itself are in none). `valuesOnly`: not the inputs
+// whose shape or type alone it reads (Shape's and Size's, CastLike's second).
+void nodeReads(const ::onnx::NodeProto& p, bool valuesOnly, std::vector<std::string>& out) {
+  if (valuesOnly && (p.op_type() == "Shape" || p.op_type() == "Size")) return;
+  const int read =
+      valuesOnly && p.op_type() == "CastLike" ? std::min(p.input_size(), 1) : p.input_size();
+  out.insert(out.end(), p.input().begin(), p.input().begin() + read);
+  for (const auto& a : p.attribute())
+    if (a.has_g())
+      for (const auto& node : a.g().node()) nodeReads(node, valuesOnly, out);
+}
+
+}  // namespace
+
 void Importer::noteNeededConstant(const std::string& name) {
   // The graph inputs `name` is computed from, through every node but those that read only their
   // inputs' shapes (Shape, Size) or types (CastLike's second): with them bound, the importer folds
@@ -125,26 +142,8 @@ void Importer::noteNeededConstant(const std::string& name) {
       neededInputs_.insert(n);
       continue;
     }
-    auto it = producers_.find(n);
-    if (it == producers_.end()) continue;
-    const ::onnx::NodeProto& p = *it->second;
-    if (p.op_type() == "Shape" || p.op_type() == "Size") continue;
-    // CastLike reads only the type of its second input.
-    const int read = p.op_type() == "CastLike" ? std::min(p.input_size(), 1) : p.input_size();
-    stack.insert(stack.end(), p.input().begin(), p.input().begin() + read);
-    // An If's, Loop's or Scan's outputs also come from what its bodies read of outer scopes.
-    std::vector<const ::onnx::GraphProto*> bodies;
-    for (const auto& a : p.attribute())
-      if (a.has_g()) bodies.push_back(&a.g());
-    while (!bodies.empty()) {
-      const ::onnx::GraphProto* b = bodies.back();
-      bodies.pop_back();
-      for (const auto& node : b->node()) {
-        stack.insert(stack.end(), node.input().begin(), node.input().end());
-        for (const auto& a : node.attribute())
-          if (a.has_g()) bodies.push_back(&a.g());
-      }
-    }
+    if (auto it = producers_.find(n); it != producers_.end())
+      nodeReads(*it->second, /*valuesOnly=*/true, stack);
   }
 }
 
@@ -191,8 +190,14 @@ Status Importer::addGraphInputs() {
 }
 
 Status Importer::checkAgainstOnnx(const ::onnx::NodeProto& node, const std::string& describe) {
-  // What is computed from a diverged value has libonnx's types computed from its stale shape.
-  const bool fromDiverged = std::any_of(node.input().begin(), node.input().end(),
+  // What is computed from a diverged value (its shape included) has libonnx's types computed
+  // from its stale shape. A matched GELU's last node reads the gelu's input.
+  std::vector<std::string> reads;
+  if (const std::string* g = geluInput(node))
+    reads.push_back(*g);
+  else
+    nodeReads(node, /*valuesOnly=*/false, reads);
+  const bool fromDiverged = std::any_of(reads.begin(), reads.end(),
                                         [&](const std::string& in) { return diverged_.count(in); });
   for (const auto& name : node.output()) {
     if (name.empty()) continue;
@@ -202,9 +207,8 @@ Status Importer::checkAgainstOnnx(const ::onnx::NodeProto& node, const std::stri
       if (numConsumers(name) == 0) continue;
       return internalError(describe + ": the mapping left output '" + name + "' undefined");
     }
-    if (!v->pendingPads.empty()) continue;
     if (fromDiverged) diverged_.insert(name);
-    if (diverged_.count(name)) continue;
+    if (!v->pendingPads.empty() || diverged_.count(name)) continue;
     const ::onnx::TypeProto* t = onnxType(name);
     if (!t || !t->has_tensor_type() || !t->tensor_type().has_shape()) continue;
     const ir::TensorType got = v->value ? v->value->type() : v->constant->type();

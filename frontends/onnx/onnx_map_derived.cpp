@@ -688,6 +688,11 @@ Status mapRotaryEmbedding(NodeContext& ctx) {
 Status mapEinsum(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(std::string eq, ctx.attrString("equation"));
   eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
+  // ONNX's letters are lower case; upper case stands for the ellipsis' dims below.
+  for (char c : eq)
+    if (std::isupper(static_cast<unsigned char>(c)))
+      return ctx.invalid("equation '" + eq + "' has the upper-case letter '" + std::string(1, c) +
+                         "' (ONNX's Einsum takes lower-case letters)");
   const size_t arrow = eq.find("->");
   std::string lhs = eq.substr(0, arrow);
   std::vector<std::string> terms;

@@ -234,23 +234,34 @@ Status mapCol2Im(NodeContext& ctx) {
   };
   bool ok = sd >= 1 && xt.rank() == 3 && block.size() == sd && dil.size() == sd &&
             strides.size() == sd && pads.size() == 2 * sd;
-  int64_t blockSize = 1, blocks = 1;
+  // The import-time table's bound, on the image, the column entries and the table itself.
+  constexpr int64_t kMaxTable = int64_t{1} << 24;
+  int64_t blockSize = 1, blocks = 1, pixels = 1;
   std::vector<int64_t> grid(sd);
   for (size_t d = 0; ok && d < sd; ++d) {
     ok = image[d] >= 1 && block[d] >= 1 && dil[d] >= 1 && strides[d] >= 1 && pads[d] >= 0 &&
          pads[d + sd] >= 0;
-    const int64_t span = dil[d] * (block[d] - 1) + 1;
-    grid[d] = ok ? (image[d] + pads[d] + pads[d + sd] - span) / strides[d] + 1 : 0;
-    ok = ok && image[d] + pads[d] + pads[d + sd] >= span;
-    blockSize *= block[d];
-    blocks *= grid[d];
+    int64_t span = 0, padded = 0;
+    ok = ok && !__builtin_mul_overflow(dil[d], block[d] - 1, &span) &&
+         !__builtin_add_overflow(span, 1, &span) &&
+         !__builtin_add_overflow(image[d], pads[d], &padded) &&
+         !__builtin_add_overflow(padded, pads[d + sd], &padded) && padded >= span;
+    grid[d] = ok ? (padded - span) / strides[d] + 1 : 0;
+    ok = ok && !__builtin_mul_overflow(blockSize, block[d], &blockSize) &&
+         !__builtin_mul_overflow(blocks, grid[d], &blocks) &&
+         !__builtin_mul_overflow(pixels, image[d], &pixels);
   }
+  if (ok && (pixels > kMaxTable || blockSize > kMaxTable || blocks > kMaxTable ||
+             blockSize * blocks > kMaxTable))
+    return ctx.unsupported(
+        describe() + ": kiln builds an index table of the image's " + std::to_string(pixels) +
+        " elements and the " + std::to_string(blockSize) + " x " + std::to_string(blocks) +
+        " column entries at import (at most " + std::to_string(kMaxTable) + " each)");
   if (!ok || xt.shape[1] % blockSize != 0 || xt.shape[2] != blocks)
     return ctx.invalid(describe() + " do not match: the input must be [N, C * " +
                        std::to_string(blockSize) + " (the block's size), " +
                        std::to_string(blocks) + " (the blocks that fit the padded image)]");
   const int64_t n = xt.shape[0], c = xt.shape[1] / blockSize, entries = blockSize * blocks;
-  const int64_t pixels = ir::numElements(Shape(image.begin(), image.end()));
   // Which entries land on each image element, in (k, l) order.
   std::vector<std::vector<int64_t>> landing(static_cast<size_t>(pixels));
   std::vector<int64_t> kpos(sd), gpos(sd);
@@ -277,7 +288,6 @@ Status mapCol2Im(NodeContext& ctx) {
   }
   size_t most = 1;
   for (const auto& v : landing) most = std::max(most, v.size());
-  constexpr int64_t kMaxTable = int64_t{1} << 24;
   if (pixels * static_cast<int64_t>(most) > kMaxTable)
     return ctx.unsupported(describe() + ": kiln builds an index table of " +
                            std::to_string(pixels) + " x " + std::to_string(most) +

@@ -25,6 +25,9 @@ std::string list(const std::vector<int64_t>& v) {
 
 // Det (11, 22): kiln's det (f32, f64).
 Status mapDet(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
+  if (t.rank() < 2 || t.shape[t.shape.size() - 1] != t.shape[t.shape.size() - 2])
+    return ctx.invalid("input " + t.toString() + " must be square matrices [..., M, M]");
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   return ctx.emit(OpKind::kDet, {x}, {}, 0).status();
 }
@@ -75,12 +78,21 @@ Expected<Window> readWindow(NodeContext& ctx, const ir::Shape& x, std::vector<in
     return ctx.invalid("kernel " + list(w.kernel) + ", strides " + list(w.strides) +
                        ", dilations " + list(w.dilations) + " and pads " + list(w.pads) +
                        " do not match " + std::to_string(spatial) + " spatial dims");
-  for (size_t i = 0; i < spatial; ++i)
+  for (size_t i = 0; i < spatial; ++i) {
     if (w.kernel[i] < 1 || w.strides[i] < 1 || w.dilations[i] < 1 || w.pads[i] < 0 ||
         w.pads[i + spatial] < 0)
       return ctx.invalid("kernel, strides and dilations must be >= 1 and pads >= 0, got " +
                          list(w.kernel) + ", " + list(w.strides) + ", " + list(w.dilations) + ", " +
                          list(w.pads));
+    // The dilated window and the padded input, which the window sizes are computed from.
+    int64_t span = 0, padded = 0;
+    if (__builtin_mul_overflow(w.dilations[i], w.kernel[i] - 1, &span) ||
+        __builtin_add_overflow(x[i + 2], w.pads[i], &padded) ||
+        __builtin_add_overflow(padded, w.pads[i + spatial], &padded) ||
+        span > std::numeric_limits<int64_t>::max() - 1)
+      return ctx.invalid("kernel " + list(w.kernel) + ", dilations " + list(w.dilations) +
+                         " and pads " + list(w.pads) + " overflow int64");
+  }
   if (autoPad == "NOTSET") return w;
   // ONNX shape inference applies explicit pads even with auto_pad set, ONNX Runtime ignores
   // them: a model with both is ambiguous.
@@ -749,20 +761,26 @@ Expected<ir::Value*> averageBySum(NodeContext& ctx, ir::Value* x, const ir::Tens
                            list(w.dilations) + " and pads " + list(w.pads) +
                            " (kiln's avg_pool2d has no dilations and pads of at most half the "
                            "window; the sums kiln computes instead are f32 and f64)");
-  KILN_ASSIGN_OR_RETURN(ir::Value * sum, windowSum(ctx, x, xt, w, ceil));
   const size_t spatial = xt.shape.size() - 2;
   ir::Shape countShape{1, 1};
+  int64_t total = 1;
+  for (size_t i = 0; i < spatial; ++i) {
+    countShape.push_back(onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
+                                        w.pads[i], w.pads[i + spatial], ceil));
+    if (!ir::accumulateElements(total, countShape.back()) || total > kMaxFoldElements)
+      return ctx.unsupported("AveragePool to " + list(countShape) +
+                             " (kiln divides by a constant of each window's count, computed at "
+                             "import: too large)");
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * sum, windowSum(ctx, x, xt, w, ceil));
   std::vector<std::vector<int64_t>> perDim;
   for (size_t i = 0; i < spatial; ++i) {
     const int64_t in = xt.shape[i + 2];
-    const int64_t out = onnxPooledSize(in, w.kernel[i], w.strides[i], w.dilations[i], w.pads[i],
-                                       w.pads[i + spatial], ceil);
+    const int64_t out = countShape[i + 2];
     perDim.push_back(windowCounts(in, w.kernel[i], w.strides[i], w.dilations[i], w.pads[i],
                                   w.pads[i + spatial], out, include));
-    countShape.push_back(out);
   }
   ir::TensorData counts = filledTensor(xt.dtype, countShape, 0);
-  const int64_t total = ir::numElements(countShape);
   for (int64_t e = 0; e < total; ++e) {
     double v = 1;
     for (int64_t r = e, i = static_cast<int64_t>(spatial) - 1; i >= 0; --i) {
@@ -811,7 +829,8 @@ Expected<ir::Value*> padSpatial(NodeContext& ctx, ir::Value* x, const std::vecto
 // composed: a max pool with pads beyond half the window pools the input padded with -inf
 // explicitly (pads then 0), cut to ONNX's output size (a ceil-mode window in what was the right
 // padding is ONNX's to drop); an average pool with dilations or such pads is averageBySum. An
-// 8-bit integer max pool runs on f32 (exact: every value is one) and is cast back.
+// 8-bit integer max pool, and an f16/bf16 one padded explicitly, runs on f32 (exact: every value
+// is one) and is cast back.
 template <OpKind kOp>
 Status mapPool(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, windowInput(ctx, /*threeD=*/true));
@@ -848,8 +867,12 @@ Status mapPool(NodeContext& ctx) {
     ctx.setOutput(0, y);
     return Status::ok();
   }
-  const bool narrowInt = isMax && (xt.dtype == ir::DType::kU8 || xt.dtype == ir::DType::kI8);
-  if (narrowInt) {
+  // 8-bit integers, and f16/bf16 to be padded with -inf (which kiln's f16/bf16 constants cannot
+  // hold), pool in f32: exact, every value is one.
+  const bool half = xt.dtype == ir::DType::kF16 || xt.dtype == ir::DType::kBF16;
+  const bool viaF32 =
+      isMax && (xt.dtype == ir::DType::kU8 || xt.dtype == ir::DType::kI8 || (half && !padsFit));
+  if (viaF32) {
     KILN_ASSIGN_OR_RETURN(x, ctx.emit(OpKind::kCast, {x}, {{"to", std::string("f32")}}));
   }
   const bool padExplicitly = isMax && !padsFit;
@@ -886,7 +909,7 @@ Status mapPool(NodeContext& ctx) {
   const std::vector<int64_t> kilnOut(y->type().shape.begin() + 2, y->type().shape.end());
   if (kilnOut != onnxOut)
     return internalError("kiln's pooled size " + list(kilnOut) + " is not ONNX's " + list(onnxOut));
-  if (narrowInt) {
+  if (viaF32) {
     KILN_ASSIGN_OR_RETURN(
         y, ctx.emit(OpKind::kCast, {y}, {{"to", std::string(ir::dtypeName(xt.dtype))}}));
   }

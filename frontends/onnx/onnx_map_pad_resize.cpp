@@ -147,6 +147,11 @@ Status mapPad(NodeContext& ctx) {
       // As NumPy's pad: before, the last (before mod n) values, then whole copies; after,
       // whole copies, then the first (after mod n) values.
       if (n == 0) return ctx.invalid("wrap padding of an empty dim " + std::to_string(d));
+      constexpr int64_t kMaxCopies = 1024;  // Concat inputs: the copies of the dim.
+      if (before / n + after / n >= kMaxCopies)
+        return ctx.unsupported("wrap pads " + ir::shapeToString(pads) + " repeat dim " +
+                               std::to_string(d) + " (" + std::to_string(n) + ") more than " +
+                               std::to_string(kMaxCopies) + " times");
       if (before % n != 0) {
         KILN_ASSIGN_OR_RETURN(ir::Value * p, slice(cur, d, n - before % n, n, 1));
         parts.push_back(p);

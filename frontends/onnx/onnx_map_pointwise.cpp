@@ -5,6 +5,7 @@
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_map_util.h"
 #include "frontends/onnx/onnx_tensor.h"
+#include "ir/narrow.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -130,6 +131,14 @@ Status mapBitCast(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::DType dtype, castTarget(ctx));
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   if (t.dtype == dtype) return alias(ctx, 0);
+  // ONNX's rule (the bits' width, as ONNX counts it); what else kiln refuses is its op's reason.
+  auto bits = [](ir::DType d) {
+    return ir::isNarrow(d) ? ir::narrowFileBits(d) : 8 * static_cast<int>(ir::dtypeSize(d));
+  };
+  if (bits(t.dtype) != bits(dtype))
+    return ctx.invalid("input " + t.toString() + " has " + std::to_string(bits(t.dtype)) +
+                       "-bit elements, " + std::string(ir::dtypeName(dtype)) + " " +
+                       std::to_string(bits(dtype)) + "-bit ones: BitCast needs equal widths");
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   return ctx.emit(OpKind::kBitcast, {x}, {{"to", std::string(ir::dtypeName(dtype))}}, 0).status();
 }

@@ -39,7 +39,8 @@ std::vector<T> transposed(const T* x, int64_t rows, int64_t cols) {
 
 // The determinant of each [M, M] matrix: Gaussian elimination with partial pivoting (the row of
 // the largest magnitude; LAPACK's getrf, which NumPy's det calls) in f64, rounded once. A zero
-// pivot column gives 0; NaN propagates through the products.
+// pivot multiplies the product by 0 and its column is skipped, as getrf does, so that a NaN
+// elsewhere still propagates.
 Status detKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::span<Tensor> out) {
   const ir::Shape& s = in[0].shape();
   const int64_t m = s.back();
@@ -51,7 +52,7 @@ Status detKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
     for (int64_t b = 0; b < count; ++b) {
       for (int64_t i = 0; i < m * m; ++i) a[static_cast<size_t>(i)] = x[b * m * m + i];
       double det = 1;
-      for (int64_t c = 0; c < m && det != 0; ++c) {
+      for (int64_t c = 0; c < m; ++c) {
         int64_t p = c;
         for (int64_t r = c + 1; r < m; ++r)
           if (std::fabs(a[static_cast<size_t>(r * m + c)]) >
@@ -59,8 +60,8 @@ Status detKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std::spa
             p = r;
         const double pivot = a[static_cast<size_t>(p * m + c)];
         if (pivot == 0) {
-          det = 0;
-          break;
+          det *= pivot;
+          continue;
         }
         if (p != c) {
           for (int64_t k = 0; k < m; ++k)

@@ -166,6 +166,22 @@ TEST_CASE("onnx: Col2Im against a direct scatter-add, with strides, dilations an
     }
     CHECK(infinities >= 1);
   }
+  SECTION("sizes whose products overflow, or too large a table, are errors, not crashes") {
+    const int64_t big = int64_t{1} << 32;
+    Model m(18);
+    m.input("x", {int64_t{1}, int64_t{1}, int64_t{1}});
+    m.initI64("image", {2}, {big, big}).initI64("block", {2}, {big, big});
+    m.node("Col2Im", {"x", "image", "block"}, {"y"}).output("y");
+    CHECK(importError(m).code() == ErrorCode::kInvalidArgument);
+    Model t(18);
+    t.input("x", {int64_t{1}, int64_t{1}, int64_t{1}});
+    t.initI64("image", {2}, {100000, 100000}).initI64("block", {2}, {1, 1});
+    t.node("Col2Im", {"x", "image", "block"}, {"y"}, {attrInts("strides", {100000, 100000})});
+    t.output("y");
+    const Status s = importError(t);
+    CHECK(s.code() == ErrorCode::kUnimplemented);
+    CHECK_THAT(s.message(), Catch::Contains("index table"));
+  }
   SECTION("an input whose blocks do not fit the image is an error naming both") {
     Model m(18);
     m.input("x", {int64_t{1}, int64_t{4}, int64_t{5}});

@@ -174,6 +174,21 @@ TEST_CASE("onnx: OptionalHasElement and OptionalGetElement of a tensor, and of n
   checkClose(out[2], {3}, {1, 2, 3});
 }
 
+TEST_CASE("onnx: BitCast and Det of malformed shapes and widths are invalid models") {
+  Model b(26);
+  b.input("x", {int64_t{2}});
+  b.node("BitCast", {"x"}, {"y"}, {attrInt("to", kInt64)}, "bc").output("y", kInt64);
+  kiln::Status s = importError(b);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("32-bit elements, i64 64-bit ones"));
+  Model d(22);
+  d.input("x", {int64_t{2}, int64_t{3}});
+  d.node("Det", {"x"}, {"y"}, {}, "det").output("y");
+  s = importError(d);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(s.message(), Catch::Contains("must be square matrices"));
+}
+
 TEST_CASE("onnx: a ConstantOfShape too large to fold becomes a run-time expand") {
   Model m;
   m.initI64("shape", {2}, {2048, 1024});

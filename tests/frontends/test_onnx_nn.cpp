@@ -526,6 +526,22 @@ TEST_CASE("onnx: AveragePool's count_include_pad, by hand") {
   checkClose(run(without, {x})[0], {1, 1, 2, 2}, {4, 8, 12, 16});
 }
 
+TEST_CASE("onnx: a ceil-mode pool's divergence from libonnx carries through a folded Pad") {
+  // The pool's output diverges from libonnx 1.12's inferred [1,1,3,3]; a zero Pad read only by a
+  // Conv folds into the Conv (a pending pad), whose output must not be checked either.
+  Model m;
+  m.input("x", {int64_t{1}, int64_t{1}, int64_t{4}, int64_t{4}});
+  m.init("w", {1, 1, 1, 1}, {2.f}).initI64("pads", {8}, {0, 0, 1, 1, 0, 0, 1, 1});
+  m.node("MaxPool", {"x"}, {"p"},
+         {attrInts("kernel_shape", {2, 2}), attrInts("strides", {3, 3}),
+          attrInts("pads", {1, 1, 1, 1}), attrInt("ceil_mode", 1)});
+  m.node("Pad", {"p", "pads"}, {"pp"}).node("Conv", {"pp", "w"}, {"y"}).output("y");
+  std::vector<float> x(16);
+  for (int i = 0; i < 16; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i + 1);
+  const Tensor y = run(m, {makeF32({1, 1, 4, 4}, x)})[0];
+  checkClose(y, {1, 1, 4, 4}, {0, 0, 0, 0, 0, 2, 8, 0, 0, 26, 32, 0, 0, 0, 0, 0});
+}
+
 TEST_CASE("onnx: a ceil-mode pool drops a last window that would start in the padding") {
   // Size 4, kernel 2, stride 3, pads 1+1: ceil((4+2-2)/3)+1 = 3 windows, the third starting at
   // padded index 6, past the input (which ends at padded index 5): ONNX's spec (since 1.16),
@@ -568,7 +584,21 @@ TEST_CASE(
            {attrInts("kernel_shape", {3}), attrInts("strides", {2}), attrInts("pads", {2, 2}),
             attrInt("ceil_mode", 1)});
     m.output("y");
-    checkClose(run(m, {makeF32({1, 1, 4}, {1, 5, 2, 3})})[0], {1, 1, 3}, {1, 5, 3});
+    // Negative values: a zero padding would show.
+    checkClose(run(m, {makeF32({1, 1, 4}, {-1, -5, -2, -3})})[0], {1, 1, 3}, {-1, -1, -2});
+  }
+  SECTION("an f16 MaxPool padded explicitly pools in f32 (f16 constants hold no -inf)") {
+    Model m(18);
+    m.input("x", {int64_t{1}, int64_t{1}, int64_t{4}}, ::onnx::TensorProto::FLOAT16);
+    m.node("MaxPool", {"x"}, {"y"}, {attrInts("kernel_shape", {3}), attrInts("pads", {2, 2})});
+    m.output("y", ::onnx::TensorProto::FLOAT16);
+    Tensor x = Tensor::empty(kiln::ir::DType::kF16, {1, 1, 4}).value();
+    const uint16_t v[] = {0xbc00, 0xc500, 0xc000, 0xc200};  // -1, -5, -2, -3
+    std::copy(v, v + 4, x.data<uint16_t>());
+    const Tensor y = run(m, {x})[0];
+    // Windows over [p p -1 -5 -2 -3 p p]: -1, -1, -1, -2, -2, -3.
+    CHECK(std::vector<uint16_t>(y.data<uint16_t>(), y.data<uint16_t>() + 6) ==
+          std::vector<uint16_t>{0xbc00, 0xbc00, 0xbc00, 0xc000, 0xc000, 0xc200});
   }
   SECTION("AveragePool divides each window's sum by its count, with and without the pads") {
     for (int include : {0, 1}) {

@@ -424,6 +424,8 @@ TEST_CASE("onnx versions: Einsum equations compute or are refused by name") {
   double sum = 0;
   for (float v : a) sum += v;
   checkClose(s[0], {}, {static_cast<float>(sum)});
+  CHECK_THAT(importError(einsum("...A->A", 1)).message(),
+             Catch::Contains("has the upper-case letter 'A'"));
   // Refused with a reason, never a crash: a diagonal of unequal dims, stray characters, unknown
   // output letters, operand count and rank mismatches.
   CHECK_THAT(importError(einsum("ii->i", 1)).message(),

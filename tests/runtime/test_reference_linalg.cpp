@@ -1,5 +1,7 @@
 // Reference matmul (batched, broadcasting, 1-D rules), gemm (transA/transB, alpha, beta,
 // broadcast C) and linear against hand-computed products.
+#include <cmath>
+
 #include "runtime/reference_test_util.h"
 
 using namespace kiln;
@@ -107,4 +109,7 @@ TEMPLATE_TEST_CASE("reference det: LU with partial pivoting, batched", "[referen
                                                                  1, 2, 3, 2, 4, 6, 0, 1, 1,  //
                                                                  0, 2, 1, 1, 1, 1, 2, 0, 3});
   checkClose<TestType>(run(OpKind::kDet, {b}), {3}, {-1, 0, -4});
+  // A zero pivot column does not hide a NaN elsewhere (LAPACK's getrf, NumPy: NaN).
+  const Tensor c = make<TestType>({2, 2}, std::vector<double>{0, 1, 0, std::nan("")});
+  CHECK(std::isnan(static_cast<double>(values<TestType>(run(OpKind::kDet, {c}))[0])));
 }
