@@ -233,6 +233,8 @@ void safetensorsSeeds(const fs::path& corpus, std::mt19937& rng) {
   frontends::TensorMap all;
   for (int i = 0; i < ir::kNumDTypes; ++i) {
     const auto dtype = static_cast<ir::DType>(i);
+    // The dtypes safetensors has (not the 4- and 2-bit ones, nor FNUZ and E8M0).
+    if (frontends::safetensorsDTypeName(dtype) == "?") continue;
     all.emplace(std::string("t_") + std::string(ir::dtypeName(dtype)),
                 randomTensor(dtype, {2, 3}, rng));
   }
@@ -493,6 +495,40 @@ void onnxSeeds(const fs::path& corpus, std::mt19937& rng) {
       .output("ly")
       .output("gm");
   writeBytes(dir / "opset11.onnx", old.bytes());
+
+  // Opset 26 (past libonnx 1.12: kiln's own checks): the composed window ops (Col2Im, a dilated
+  // AveragePool with pads beyond half its window, a ceil-mode MaxPool over an explicit -inf
+  // padding), Pad in wrap mode, an Einsum diagonal, BitCast and Det. Fixed values: the other
+  // seeds' random draws stay as they were.
+  std::vector<float> ramp(36);
+  for (size_t i = 0; i < ramp.size(); ++i) ramp[i] = 0.25f * static_cast<float>(i) - 4.f;
+  Model win(26);
+  win.input("x", {1, 1, 6, 6})
+      .input("m", {2, 3, 3})
+      .initializer(floatTensor("cols", {1, 4, 9}, ramp))
+      .initI64("image", {2}, {4, 4})
+      .initI64("block", {2}, {2, 2})
+      .initI64("wpads", {8}, {0, 0, 1, 2, 0, 0, 2, 1})
+      .node("Col2Im", {"cols", "image", "block"}, {"img"},
+            {attrInts("strides", {1, 1}), attrInts("pads", {0, 0, 0, 0})})
+      .node("AveragePool", {"x"}, {"ap"},
+            {attrInts("kernel_shape", {2, 2}), attrInts("dilations", {2, 2}),
+             attrInts("pads", {2, 2, 2, 2}), attrInt("count_include_pad", 1)})
+      .node("MaxPool", {"x"}, {"mp"},
+            {attrInts("kernel_shape", {3, 3}), attrInts("strides", {2, 2}),
+             attrInts("pads", {2, 2, 2, 2}), attrInt("ceil_mode", 1)})
+      .node("Pad", {"x", "wpads"}, {"wp"}, {attrString("mode", "wrap")})
+      .node("Einsum", {"m"}, {"diag"}, {attrString("equation", "bii->bi")})
+      .node("BitCast", {"m"}, {"bits"}, {attrInt("to", ::onnx::TensorProto::INT32)})
+      .node("Det", {"m"}, {"det"})
+      .output("img")
+      .output("ap")
+      .output("mp")
+      .output("wp")
+      .output("diag")
+      .output("bits", ::onnx::TensorProto::INT32)
+      .output("det");
+  writeBytes(dir / "windows_opset26.onnx", win.bytes());
 }
 
 }  // namespace
