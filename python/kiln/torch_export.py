@@ -465,6 +465,14 @@ def _hardswish(t, x):
     return t.op("mul", [x, _hardsigmoid(t, x)])
 
 
+@handles(aten.view.dtype)
+def _view_dtype(t, x, dtype):
+    """x.view(dtype) of the same element size: its bits as that dtype (kiln's bitcast)."""
+    if dtype not in TORCH_TO_KILN or dtype.itemsize != KILN_TO_TORCH[x.dtype].itemsize:
+        raise Unsupported(f"view of {x.dtype} as {dtype} (kiln reinterprets same-size dtypes)")
+    return t.op("bitcast", [x], {"to": TORCH_TO_KILN[dtype]})
+
+
 @handles(aten.where.self)
 def _where(t, c, a, b):
     a, b = _operands(t, a, b)

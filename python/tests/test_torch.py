@@ -757,6 +757,21 @@ def test_integer_division_rounds_as_pytorch(dtype):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
 
 
+class SignBits(torch.nn.Module):
+    """|x| and -|x| through the float bits (x.view(torch.int32)): kiln's bitcast."""
+
+    def forward(self, x):
+        bits = x.view(torch.int32)
+        return (bits & 0x7FFFFFFF).view(torch.float32), (bits | -0x80000000).view(torch.float32)
+
+
+def test_view_as_another_dtype_reinterprets_the_bits():
+    x = torch.tensor([[1.5, -2.0, -0.0], [0.0, float("inf"), -3e-39]])
+    m = SignBits()
+    for got, want in zip(kiln.from_torch(m, (x,))(x), m(x)):
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
 class Audio(torch.nn.Module):
     """1-D convolutions (whisper's and wav2vec's front ends), strided, dilated, grouped, and a
     transposed one."""
