@@ -265,19 +265,15 @@ Status mapCol2Im(NodeContext& ctx) {
   // Which entries land on each image element, in (k, l) order.
   std::vector<std::vector<int64_t>> landing(static_cast<size_t>(pixels));
   std::vector<int64_t> kpos(sd), gpos(sd);
+  auto unravel = [sd](int64_t flat, const std::vector<int64_t>& dims, std::vector<int64_t>& at) {
+    for (size_t d = sd; d-- > 0; flat /= dims[d]) at[d] = flat % dims[d];
+  };
   for (int64_t k = 0; k < blockSize; ++k) {
-    for (int64_t r = k, d = static_cast<int64_t>(sd) - 1; d >= 0; --d) {
-      kpos[static_cast<size_t>(d)] = r % block[static_cast<size_t>(d)];
-      r /= block[static_cast<size_t>(d)];
-    }
+    unravel(k, block, kpos);
     for (int64_t l = 0; l < blocks; ++l) {
+      unravel(l, grid, gpos);
       int64_t flat = 0;
       bool inside = true;
-      for (int64_t r = l, d = static_cast<int64_t>(sd) - 1; d >= 0; --d) {
-        const size_t u = static_cast<size_t>(d);
-        gpos[u] = r % grid[u];
-        r /= grid[u];
-      }
       for (size_t d = 0; d < sd; ++d) {
         const int64_t at = gpos[d] * strides[d] + kpos[d] * dil[d] - pads[d];
         inside = inside && at >= 0 && at < image[d];
@@ -374,9 +370,11 @@ Status mapTensorScatter(NodeContext& ctx) {
 // nothing kiln reads differently (output_shape's semantics were clarified).
 std::vector<MapperEntry> indexingMappers() {
   return {
-      {"GatherND", {11, 12, 13}, mapGatherNd},   {"ReverseSequence", {10, 28}, mapReverseSequence},
-      {"MaxUnpool", {9, 11, 22}, mapMaxUnpool},  {"Col2Im", {18}, mapCol2Im},
+      {"GatherND", {11, 12, 13}, mapGatherNd},
+      {"ReverseSequence", {10, 28}, mapReverseSequence},
+      {"MaxUnpool", {9, 11, 22}, mapMaxUnpool},
       {"TensorScatter", {24}, mapTensorScatter},
+      {"Col2Im", {18}, mapCol2Im},
   };
 }
 

@@ -23,7 +23,8 @@ std::string list(const std::vector<int64_t>& v) {
   return ir::shapeToString(v);
 }
 
-// Det (11, 22): kiln's det (f32, f64).
+// Det (11, 22): kiln's det (f32, f64). A non-square input is an invalid model, checked here: the
+// op's own check would report it as kiln's limit (kUnimplemented).
 Status mapDet(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   if (t.rank() < 2 || t.shape[t.shape.size() - 1] != t.shape[t.shape.size() - 2])
@@ -146,17 +147,19 @@ Expected<ir::Value*> unsqueeze2(NodeContext& ctx, ir::Value* v) {
   return ctx.emit(OpKind::kUnsqueeze, {v}, {{"axes", std::vector<int64_t>{2}}});
 }
 
-// Runs a 2-D kiln window op on a 1-D (rank 3) or 2-D (rank 4) input; returns the output.
+// Runs a 2-D kiln window op on a 1-D (rank 3) or 2-D (rank 4) input; returns the output, which
+// is the node's output `output` (NodeContext::emit's; -1: an intermediate).
 Expected<ir::Value*> emitWindowOp(NodeContext& ctx, OpKind op, ir::Value* x,
-                                  std::vector<ir::Value*> rest, ir::AttrMap attrs, bool oneD) {
+                                  std::vector<ir::Value*> rest, ir::AttrMap attrs, bool oneD,
+                                  int output = 0) {
   if (!oneD) {
     rest.insert(rest.begin(), x);
-    return ctx.emit(op, std::move(rest), std::move(attrs), 0);
+    return ctx.emit(op, std::move(rest), std::move(attrs), output);
   }
   KILN_ASSIGN_OR_RETURN(ir::Value * x4, unsqueeze2(ctx, x));
   rest.insert(rest.begin(), x4);
   KILN_ASSIGN_OR_RETURN(ir::Value * y4, ctx.emit(op, std::move(rest), std::move(attrs)));
-  return ctx.emit(OpKind::kSqueeze, {y4}, {{"axes", std::vector<int64_t>{2}}}, 0);
+  return ctx.emit(OpKind::kSqueeze, {y4}, {{"axes", std::vector<int64_t>{2}}}, output);
 }
 
 // The input of a window op over 1 or 2 spatial dims, or 3 where `threeD` (the ops
@@ -731,10 +734,7 @@ Expected<ir::Value*> windowSum(NodeContext& ctx, ir::Value* x, const ir::TensorT
   if (spatial == 3) return emitConv3d(emitterOf(ctx), x, ones, nullptr, window3dOf(w), c);
   ir::AttrMap attrs = windowAttrs2d(w, false, true);
   attrs["group"] = c;
-  if (spatial == 2) return ctx.emit(OpKind::kConv2d, {x, ones}, std::move(attrs));
-  KILN_ASSIGN_OR_RETURN(ir::Value * x4, unsqueeze2(ctx, x));
-  KILN_ASSIGN_OR_RETURN(ir::Value * sum, ctx.emit(OpKind::kConv2d, {x4, ones}, std::move(attrs)));
-  return ctx.emit(OpKind::kSqueeze, {sum}, {{"axes", std::vector<int64_t>{2}}});
+  return emitWindowOp(ctx, OpKind::kConv2d, x, {ones}, std::move(attrs), spatial == 1, -1);
 }
 
 // How many of each window's positions along one dim are counted in its mean, at import: those
@@ -848,10 +848,8 @@ Status mapPool(NodeContext& ctx) {
   for (size_t i = 0; i < spatial; ++i) {
     onnxOut.push_back(onnxPooledSize(xt.shape[i + 2], w.kernel[i], w.strides[i], w.dilations[i],
                                      w.pads[i], w.pads[i + spatial], ceil));
-    if (w.kernel[i] >= 1 && w.dilations[i] >= 1) {
-      const int64_t maxPad = ir::maxPoolPad(w.kernel[i], w.dilations[i]);
-      padsFit = padsFit && w.pads[i] <= maxPad && w.pads[i + spatial] <= maxPad;
-    }
+    const int64_t maxPad = ir::maxPoolPad(w.kernel[i], w.dilations[i]);  // readWindow: >= 1.
+    padsFit = padsFit && w.pads[i] <= maxPad && w.pads[i + spatial] <= maxPad;
   }
   const bool dilated =
       std::any_of(w.dilations.begin(), w.dilations.end(), [](int64_t d) { return d != 1; });
@@ -891,12 +889,8 @@ Status mapPool(NodeContext& ctx) {
     ir::AttrMap extra{{"ceil_mode", attrs["ceil_mode"]}};
     if (!isMax) extra["count_include_pad"] = attrs["count_include_pad"];
     KILN_ASSIGN_OR_RETURN(y, emitPool3d(emitterOf(ctx), kOp, x, window3dOf(w), extra));
-  } else if (spatial == 2) {
-    KILN_ASSIGN_OR_RETURN(y, ctx.emit(kOp, {x}, attrs));
   } else {
-    KILN_ASSIGN_OR_RETURN(ir::Value * x4, unsqueeze2(ctx, x));
-    KILN_ASSIGN_OR_RETURN(ir::Value * y4, ctx.emit(kOp, {x4}, attrs));
-    KILN_ASSIGN_OR_RETURN(y, ctx.emit(OpKind::kSqueeze, {y4}, {{"axes", std::vector<int64_t>{2}}}));
+    KILN_ASSIGN_OR_RETURN(y, emitWindowOp(ctx, kOp, x, {}, attrs, spatial == 1, -1));
   }
   for (size_t i = 0; padExplicitly && i < spatial; ++i) {
     if (y->type().shape[i + 2] == onnxOut[i]) continue;

@@ -1,8 +1,7 @@
 // ONNX Pad and Resize, which kiln has no ops for, composed from kiln's: Pad is slices (negative
 // pads) and concats with broadcast fill values, reflections, edges or wrapped slices (or, zero
-// padding read
-// only by Conv nodes, folded into their pads); Resize (nearest and linear) is a gather per
-// resized dim with indices computed at import, blended with static weights for linear.
+// padding read only by Conv nodes, folded into their pads); Resize (nearest and linear) is a
+// gather per resized dim with indices computed at import, blended with static weights for linear.
 #include <algorithm>
 #include <cmath>
 #include <limits>
