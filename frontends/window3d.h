@@ -24,22 +24,15 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
+#include "frontends/emitter.h"
 #include "ir/attributes.h"
 #include "ir/graph.h"
 #include "ir/status.h"
 #include "ir/tensor_data.h"
 
 namespace kiln::frontends {
-
-// How a frontend adds what a lowering emits: a node (returning its one output), named and
-// placed as that frontend names its nodes, and a constant (a non-trainable parameter).
-struct Emitter {
-  std::function<Expected<ir::Value*>(ir::OpKind, std::vector<ir::Value*>, ir::AttrMap)> node;
-  std::function<Expected<ir::Value*>(ir::TensorData)> constant;
-};
 
 // A window over the spatial dims D, H, W. pads: the three begins, then the three ends (ONNX's
 // order); PyTorch's symmetric padding p is {p, p}.

@@ -563,6 +563,27 @@ Expected<std::vector<TensorType>> inferPool2dIndices(std::span<const TensorType>
   return one({DType::kI64, y[0].shape, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferRoiAlign(std::span<const TensorType> in, const AttrView& a) {
+  const TensorType &x = in[0], &rois = in[1], &idx = in[2];
+  if ((x.dtype != DType::kF32 && x.dtype != DType::kF64) || x.rank() != 4 ||
+      x.layout == Layout::kNHWC)
+    return invalidArgument("x must be an NCHW f32 or f64 [N, C, H, W], got " + x.toString());
+  if (rois.dtype != x.dtype || rois.rank() != 2 || rois.shape[1] != 4)
+    return invalidArgument("rois must be [R, 4] of x's dtype, got " + rois.toString());
+  if (idx.dtype != DType::kI64 || idx.rank() != 1 || idx.shape[0] != rois.shape[0])
+    return invalidArgument("batch_indices must be i64 [R] with R = " +
+                           std::to_string(rois.shape[0]) + ", got " + idx.toString());
+  const std::string& mode = a.getString("mode");
+  if (mode != "avg" && mode != "max")
+    return invalidArgument("mode must be avg or max, got '" + mode + "'");
+  const int64_t oh = a.getInt("output_height"), ow = a.getInt("output_width");
+  if (oh < 1 || ow < 1 || a.getInt("sampling_ratio") < 0)
+    return invalidArgument("output_height " + std::to_string(oh) + ", output_width " +
+                           std::to_string(ow) + " must be >= 1 and sampling_ratio " +
+                           std::to_string(a.getInt("sampling_ratio")) + " >= 0");
+  return one({x.dtype, Shape{rois.shape[0], x.shape[1], oh, ow}});
+}
+
 Expected<std::vector<TensorType>> inferPool2dBackward(std::span<const TensorType> in,
                                                       const AttrView& a) {
   const TensorType fwd[] = {in[1]};

@@ -173,14 +173,6 @@ Expected<ir::TensorType> windowInput(NodeContext& ctx, bool threeD = false) {
   return x;
 }
 
-// What the 3-D lowerings emit becomes this node's intermediates and constants.
-Emitter emitterOf(NodeContext& ctx) {
-  return {[&ctx](OpKind op, std::vector<ir::Value*> ins, ir::AttrMap attrs) {
-            return ctx.emit(op, std::move(ins), std::move(attrs));
-          },
-          [&ctx](ir::TensorData d) { return ctx.constantValue(std::move(d)); }};
-}
-
 Window3d window3dOf(const Window& w) {
   Window3d out;
   for (size_t d = 0; d < 3; ++d) {

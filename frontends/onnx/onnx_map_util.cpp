@@ -49,6 +49,13 @@ Expected<ir::Value*> scalarConstant(NodeContext& ctx, ir::DType dtype, double v)
   return ctx.constantValue(filledTensor(dtype, {}, v));
 }
 
+Emitter emitterOf(NodeContext& ctx) {
+  return {[&ctx](ir::OpKind op, std::vector<ir::Value*> ins, ir::AttrMap attrs) {
+            return ctx.emit(op, std::move(ins), std::move(attrs));
+          },
+          [&ctx](ir::TensorData d) { return ctx.constantValue(std::move(d)); }};
+}
+
 Expected<ir::TensorType> floatInput(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   if (t.dtype != ir::DType::kF32 && t.dtype != ir::DType::kF64)

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "frontends/emitter.h"
 #include "frontends/onnx/onnx_importer.h"
 
 namespace kiln::frontends::onnx_import {
@@ -30,6 +31,9 @@ Expected<ir::Value*> scalarConstant(NodeContext& ctx, ir::DType dtype, double v)
 Expected<ir::TensorType> floatInput(NodeContext& ctx);
 // The rank of input i.
 Expected<int> inputRank(NodeContext& ctx, size_t i);
+// What a shared lowering (frontends/window3d.h, sampling.h) emits becomes this node's
+// intermediates and constants.
+Emitter emitterOf(NodeContext& ctx);
 
 // A normalization's stash_type (the precision of its statistics; default FLOAT) must be the
 // input's dtype `x`: kiln computes the statistics in the input's dtype.

@@ -35,7 +35,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from torch.fx.passes.operator_support import OperatorSupport
 
 from . import UserError
-from .torch_export import HANDLERS, SKIP, TORCH_TO_KILN, Translator, describe
+from .torch_export import SKIP, TORCH_TO_KILN, Translator, describe, handler_of
 
 log = logging.getLogger("kiln")
 aten = torch.ops.aten
@@ -90,7 +90,7 @@ def unsupported_reason(node) -> str | None:
         if src.target in _FIRST_OUTPUT_ONLY and node.args[1] != 0:
             return f"output {node.args[1]} of {src.target} (kiln computes output 0 only)"
         return unsupported_reason(src) if isinstance(src, torch.fx.Node) else None
-    if node.target not in HANDLERS and node.target not in SKIP:
+    if handler_of(node.target) is None and node.target not in SKIP:
         return "no kiln translation for this op"
     if node.target in _FIRST_OUTPUT_ONLY:
         for u in node.users:

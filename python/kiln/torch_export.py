@@ -207,7 +207,7 @@ class Translator:
         return a
 
     def call(self, node):
-        handler = HANDLERS.get(node.target)
+        handler = handler_of(node.target)
         if handler is None:
             if node.target in SKIP:
                 return None
@@ -249,12 +249,22 @@ SKIP = {
 
 
 def handles(*targets):
+    """Registers a translation for ATen overloads, or for another library's op by its name
+    ("torchvision::roi_align"), so that kiln need not import that library."""
     def register(fn):
         for t in targets:
             HANDLERS[t] = fn
         return fn
 
     return register
+
+
+def handler_of(target):
+    """The translation of an fx call target, None where kiln has none."""
+    h = HANDLERS.get(target)
+    if h is None and isinstance(target, torch._ops.OpOverload) and target.namespace != "aten":
+        h = HANDLERS.get(target.name())
+    return h
 
 
 def _out_dtype(t: Translator) -> str | None:
@@ -592,6 +602,33 @@ def _convolution(t, x, w, b, stride, padding, dilation, transposed, output_paddi
 
 # ---- normalization, softmax, pooling, reductions ----------------------------------------
 
+
+
+@handles("torchvision::deform_conv2d")
+def _deform_conv2d(t, x, w, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dilation_h,
+                   dilation_w, groups, offset_groups, use_mask):
+    """torchvision.ops.deform_conv2d (DeformConv2d): the lowering ONNX DeformConv takes
+    (frontends/sampling.h): bilinear columns at the offset taps, times the mask, then a grouped
+    matmul. torchvision passes a mask (empty without use_mask) and a bias (zeros) always."""
+    attrs = {"strides": [stride_h, stride_w], "pads": [pad_h, pad_w, pad_h, pad_w],
+             "dilations": [dilation_h, dilation_w], "group": groups,
+             "offset_group": offset_groups}
+    names = [x.name, w.name, offset.name, mask.name if use_mask else "", bias.name]
+    return t._wrap(t.b.deform_conv2d(names, attrs))
+
+
+@handles("torchvision::roi_align")
+def _roi_align(t, x, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    """torchvision.ops.roi_align (MultiScaleRoIAlign's pooling): kiln's roi_align, whose boxes
+    and image indices are the rows (image, x1, y1, x2, y2) of rois split."""
+    def column(lo, hi):
+        return t.op("slice", [rois], {"starts": [lo], "ends": [hi], "axes": [1]})
+
+    image = t.cast(t.op("squeeze", [column(0, 1)], {"axes": [1]}), "i64")
+    return t.op("roi_align", [x, column(1, 5), image],
+                {"output_height": pooled_height, "output_width": pooled_width,
+                 "sampling_ratio": sampling_ratio, "spatial_scale": float(spatial_scale),
+                 "aligned": int(aligned)})
 
 @handles(aten._native_batch_norm_legit_no_training.default)
 def _batch_norm(t, x, w, b, mean, var, momentum, eps):

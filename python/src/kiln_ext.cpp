@@ -13,9 +13,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -27,6 +29,7 @@
 #include "compiler/jit.h"
 #include "frontends/json/graph_json.h"
 #include "frontends/onnx/onnx_import.h"
+#include "frontends/sampling.h"
 #include "frontends/window3d.h"
 #include "ir/op_table.h"
 #include "ir/printer.h"
@@ -538,6 +541,55 @@ struct PyBuilder {
     return outs;
   }
 
+  // What a shared lowering (frontends/window3d.h, sampling.h) emits: nodes, and constants named
+  // after `kind`.
+  frontends::Emitter emitter(const std::string& kind) {
+    return {
+        [this](ir::OpKind op, std::vector<ir::Value*> in, ir::AttrMap a) -> Expected<ir::Value*> {
+          KILN_ASSIGN_OR_RETURN(ir::Node * n, graph->addNode(op, std::move(in), std::move(a)));
+          return n->output();
+        },
+        [this, kind](ir::TensorData d) {
+          std::string name;
+          do {
+            name = kind + "/const" + std::to_string(constants++);
+          } while (graph->findValue(name));
+          return graph->addParameter(name, std::move(d), false);
+        }};
+  }
+
+  // torchvision's deform_conv2d through frontends/sampling.h (ONNX DeformConv's lowering).
+  // inputs: x, w, offset, mask and bias ("" for none); attrs: strides, pads (top, left, bottom,
+  // right), dilations, group, offset_group. Returns the output's name.
+  std::string deformConv2d(const std::vector<std::string>& inputs, nb::dict attrs) {
+    const std::string kind = "deform_conv2d";
+    if (inputs.size() != 5)
+      throw KilnError(invalidArgument(kind + " takes x, w, offset, mask and bias"));
+    std::vector<ir::Value*> ins;
+    for (const std::string& n : inputs) ins.push_back(n.empty() ? nullptr : value(n, kind));
+    auto ints = [&](const char* key, std::span<int64_t> out) {
+      if (!attrs.contains(key)) return;
+      const auto v = nb::cast<std::vector<int64_t>>(attrs[key]);
+      if (v.size() != out.size())
+        throw KilnError(invalidArgument(kind + ": " + key + " must have " +
+                                        std::to_string(out.size()) + " values, got " +
+                                        std::to_string(v.size())));
+      std::copy(v.begin(), v.end(), out.begin());
+    };
+    frontends::DeformWindow w;
+    ints("strides", w.strides);
+    ints("pads", w.pads);
+    ints("dilations", w.dilations);
+    auto integer = [&](const char* key) {
+      return attrs.contains(key) ? nb::cast<int64_t>(attrs[key]) : int64_t{1};
+    };
+    Expected<ir::Value*> y =
+        frontends::emitDeformConv2d(emitter(kind), ins[0], ins[1], ins[2], ins[3], ins[4], w,
+                                    integer("group"), integer("offset_group"));
+    if (!y) throw KilnError(y.status().withContext(kind));
+    return (*y)->name();
+  }
+
   // A 3-D convolution or pooling, or its gradient, lowered onto kiln's 2-D ops by
   // frontends/window3d.h (the ONNX importer's lowering). `kind` and its inputs: conv3d (x, w and
   // an optional bias), conv_transpose3d (x, w; attribute output_padding), conv3d_backward
@@ -572,18 +624,7 @@ struct PyBuilder {
     std::copy(strides.begin(), strides.end(), w.strides.begin());
     std::copy(dilations.begin(), dilations.end(), w.dilations.begin());
     std::copy(pads.begin(), pads.end(), w.pads.begin());
-    frontends::Emitter e{
-        [&](ir::OpKind op, std::vector<ir::Value*> in, ir::AttrMap a) -> Expected<ir::Value*> {
-          KILN_ASSIGN_OR_RETURN(ir::Node * n, graph->addNode(op, std::move(in), std::move(a)));
-          return n->output();
-        },
-        [&](ir::TensorData d) {
-          std::string name;
-          do {
-            name = kind + "/const" + std::to_string(constants++);
-          } while (graph->findValue(name));
-          return graph->addParameter(name, std::move(d), false);
-        }};
+    const frontends::Emitter e = emitter(kind);
     const bool isMax = kind.rfind("max_pool3d", 0) == 0;
     const ir::OpKind pool = isMax ? ir::OpKind::kMaxPool2d : ir::OpKind::kAvgPool2d;
     ir::AttrMap extra{{"ceil_mode", integer("ceil_mode", 0)}};
@@ -786,6 +827,7 @@ NB_MODULE(_kiln, m) {
       .def("node", &PyBuilder::node, "op"_a, "inputs"_a, "attrs"_a = nb::dict(),
            "output_names"_a = std::vector<std::string>{}, "node_name"_a = "")
       .def("window3d", &PyBuilder::window3d, "kind"_a, "inputs"_a, "attrs"_a = nb::dict())
+      .def("deform_conv2d", &PyBuilder::deformConv2d, "inputs"_a, "attrs"_a = nb::dict())
       .def("type", &PyBuilder::type)
       .def("finish", &PyBuilder::finish);
 }

@@ -976,3 +976,52 @@ def test_conv_transpose3d_matches_pytorch_in_inference_and_training(monkeypatch,
     m(x)  # Sizes the lazy head.
     _matches_eager_and_trains(m, x, (4, 3, 3, 4, 5), lambda m: m.parameters())
     assert "fallback to PyTorch" not in capfd.readouterr().err
+
+
+class Detection(torch.nn.Module):
+    """A detection model's torchvision ops: a modulated deformable convolution (DCNv2: offsets
+    and mask predicted by a convolution; two offset groups, two groups) and RoIAlign of boxes
+    over its features, aligned and not, with a fixed and an adaptive sampling grid."""
+
+    def __init__(self):
+        super().__init__()
+        import torchvision
+
+        self.ops = torchvision.ops
+        self.predict = torch.nn.Conv2d(4, 2 * 9 * 3, 3, stride=2, padding=1)
+        self.dcn = torchvision.ops.DeformConv2d(4, 8, 3, stride=2, padding=1, groups=2)
+
+    def forward(self, x, boxes):
+        o = self.predict(x)
+        offset, mask = o[:, :36] * 3, torch.sigmoid(o[:, 36:])
+        h = F.relu(self.dcn(x, offset, mask))
+        plain = self.dcn(x, offset)  # No mask.
+        return (self.ops.roi_align(h, boxes, (3, 3), 0.5, 2, True),
+                self.ops.roi_align(plain, boxes, 2, 0.5, 0, False))
+
+
+def test_torchvision_deform_conv_and_roi_align_match_pytorch(monkeypatch, capfd):
+    """torchvision's deform_conv2d (ONNX DeformConv's lowering) and roi_align (kiln's roi_align)
+    through from_torch and torch.compile: PyTorch's results, nothing left to PyTorch; a box of an
+    image outside the batch is kiln's error."""
+    pytest.importorskip("torchvision")
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = Detection().eval()
+    x = torch.randn(2, 4, 16, 16)
+    # (image, x1, y1, x2, y2) in input pixels (spatial_scale 0.5 to the stride-2 features); one
+    # box partly outside the image, one smaller than a feature pixel.
+    boxes = torch.tensor([[0, 1.0, 2.0, 13.0, 9.0], [1, 4.0, 4.0, 20.0, 18.0],
+                          [1, 6.0, 6.0, 6.5, 7.0], [0, -3.0, 0.0, 5.0, 15.0]])
+    with torch.no_grad():
+        want = m(x, boxes)
+        for got in (kiln.from_torch(m, (x, boxes))(x, boxes),
+                    torch.compile(m, backend="kiln")(x, boxes)):
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    assert "fallback to PyTorch" not in capfd.readouterr().err
+    wrong = boxes.clone()
+    wrong[2, 0] = 2
+    with pytest.raises(kiln.Error, match="roi 2 names image 2 of a batch of 2"):
+        kiln.from_torch(m, (x, boxes))(x, wrong)

@@ -1,7 +1,9 @@
 // Reference kernels for conv2d (stride, asymmetric pads, dilation, groups, optional bias),
-// max_pool2d, avg_pool2d and global_avg_pool, all on NCHW tensors.
+// max_pool2d, avg_pool2d, global_avg_pool and roi_align, all on NCHW tensors.
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "runtime/cpu/cpu_clones.h"
@@ -668,6 +670,106 @@ Status avgPool2dBackwardKernel(const ir::AttrView& attrs, std::span<const Tensor
   });
 }
 
+// ---- roi_align.
+
+// ONNX's reference loops (ONNX Runtime's too): per roi, each sample's four bilinear taps, shared
+// by the channels; positions and sums in f64.
+Status roiAlignKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                      std::span<Tensor> out) {
+  const std::string_view op = ref::opNameOf(attrs);
+  const ir::Shape& xs = in[0].shape();
+  const int64_t n = xs[0], channels = xs[1], height = xs[2], width = xs[3];
+  const int64_t rois = in[1].shape()[0];
+  const int64_t oh = attrs.getInt("output_height"), ow = attrs.getInt("output_width");
+  const int64_t ratio = attrs.getInt("sampling_ratio");
+  const double scale = attrs.getFloat("spatial_scale");
+  const bool aligned = attrs.getInt("aligned") != 0, avg = attrs.getString("mode") == "avg";
+  // One roi's samples at most (a roi far larger than its image with sampling_ratio 0).
+  constexpr double kMaxSamples = 1 << 26;
+  struct Tap {
+    int64_t pos[4];
+    double w[4];
+  };
+  std::vector<Tap> taps;
+  return ref::dispatchFloat(op, in[0].dtype(), [&]<class T>(Tag<T>) -> Status {
+    const T* x = in[0].data<T>();
+    const T* box = in[1].data<T>();
+    const int64_t* image = in[2].data<int64_t>();
+    T* y = out[0].data<T>();
+    for (int64_t r = 0; r < rois; ++r) {
+      const int64_t b = image[r];
+      if (b < 0 || b >= n)
+        return invalidArgument(std::string(op) + ": roi " + std::to_string(r) + " names image " +
+                               std::to_string(b) + " of a batch of " + std::to_string(n));
+      const double shift = aligned ? 0.5 : 0.0;
+      const double x0 = box[r * 4] * scale - shift, y0 = box[r * 4 + 1] * scale - shift;
+      const double x1 = box[r * 4 + 2] * scale - shift, y1 = box[r * 4 + 3] * scale - shift;
+      double rw = x1 - x0, rh = y1 - y0;
+      if (!std::isfinite(rw) || !std::isfinite(rh) || !std::isfinite(x0) || !std::isfinite(y0))
+        return invalidArgument(std::string(op) + ": roi " + std::to_string(r) +
+                               " has a coordinate that is not finite");
+      if (!aligned) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+      const double binH = rh / static_cast<double>(oh), binW = rw / static_cast<double>(ow);
+      const double gridH = ratio > 0 ? static_cast<double>(ratio) : std::max(std::ceil(binH), 0.0);
+      const double gridW = ratio > 0 ? static_cast<double>(ratio) : std::max(std::ceil(binW), 0.0);
+      if (gridH * gridW * static_cast<double>(oh * ow) > kMaxSamples)
+        return invalidArgument(std::string(op) + ": roi " + std::to_string(r) + " of " +
+                               std::to_string(rw) + " x " + std::to_string(rh) +
+                               " takes more than 2^26 samples (set sampling_ratio)");
+      const int64_t gh = static_cast<int64_t>(gridH), gw = static_cast<int64_t>(gridW);
+      const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+      taps.assign(static_cast<size_t>(oh * ow * gh * gw), Tap{});
+      size_t t = 0;
+      for (int64_t ph = 0; ph < oh; ++ph)
+        for (int64_t pw = 0; pw < ow; ++pw)
+          for (int64_t iy = 0; iy < gh; ++iy)
+            for (int64_t ix = 0; ix < gw; ++ix, ++t) {
+              double sy = y0 + ph * binH + (iy + 0.5) * binH / static_cast<double>(gh);
+              double sx = x0 + pw * binW + (ix + 0.5) * binW / static_cast<double>(gw);
+              if (sy < -1.0 || sy > height || sx < -1.0 || sx > width) continue;  // Reads 0.
+              sy = std::max(sy, 0.0), sx = std::max(sx, 0.0);
+              int64_t yl = static_cast<int64_t>(sy), xl = static_cast<int64_t>(sx), yh, xh;
+              if (yl >= height - 1) {
+                yh = yl = height - 1;
+                sy = static_cast<double>(yl);
+              } else {
+                yh = yl + 1;
+              }
+              if (xl >= width - 1) {
+                xh = xl = width - 1;
+                sx = static_cast<double>(xl);
+              } else {
+                xh = xl + 1;
+              }
+              const double ly = sy - static_cast<double>(yl), lx = sx - static_cast<double>(xl);
+              const double hy = 1 - ly, hx = 1 - lx;
+              taps[t] = {{yl * width + xl, yl * width + xh, yh * width + xl, yh * width + xh},
+                         {hy * hx, hy * lx, ly * hx, ly * lx}};
+            }
+      for (int64_t c = 0; c < channels; ++c) {
+        const T* plane = x + (b * channels + c) * height * width;
+        T* dst = y + (r * channels + c) * oh * ow;
+        const Tap* tap = taps.data();
+        for (int64_t bin = 0; bin < oh * ow; ++bin) {
+          double v = 0;
+          for (int64_t s = 0; s < gh * gw; ++s, ++tap) {
+            double sample = tap->w[0] * plane[tap->pos[0]];
+            if (avg) {
+              for (int k = 1; k < 4; ++k) sample += tap->w[k] * plane[tap->pos[k]];
+              v += sample;
+            } else {  // ONNX's max: the largest weighted corner, then the largest sample.
+              for (int k = 1; k < 4; ++k) sample = std::max(sample, tap->w[k] * plane[tap->pos[k]]);
+              v = s == 0 ? sample : std::max(v, sample);
+            }
+          }
+          dst[bin] = static_cast<T>(avg ? v / count : v);
+        }
+      }
+    }
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 void registerConvPoolKernels(RefKernelTable& t) {
@@ -678,6 +780,7 @@ void registerConvPoolKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kConv2dBackwardData, conv2dBackwardKernel<false>);
   ref::setKernel(t, ir::OpKind::kConv2dBackwardWeight, conv2dBackwardKernel<true>);
   ref::setKernel(t, ir::OpKind::kConvTranspose2d, convTranspose2dKernel);
+  ref::setKernel(t, ir::OpKind::kRoiAlign, roiAlignKernel);
   ref::setKernel(t, ir::OpKind::kMaxPool2dBackward, maxPool2dBackwardKernel);
   ref::setKernel(t, ir::OpKind::kMaxPool2dIndices, maxPool2dIndicesKernel);
   ref::setKernel(t, ir::OpKind::kAvgPool2dBackward, avgPool2dBackwardKernel);

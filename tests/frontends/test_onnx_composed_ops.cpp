@@ -1,7 +1,7 @@
 // ONNX ops the importer composes from kiln's, against direct computations written here: CumProd
 // (a scan by doubling) against a running product along every axis, exclusive and reverse, i64
 // products that wrap, f32; the window functions against their formulas; Col2Im against a direct
-// scatter-add of each column entry.
+// scatter-add of each column entry; DeformConv against a direct loop over its taps.
 #include <limits>
 #include <type_traits>
 
@@ -272,4 +272,98 @@ TEST_CASE("onnx: malformed inputs to the composed ops are errors, not crashes") 
     const Tensor w = run(m, {})[0];
     CHECK(w.shape() == Shape{9, 4});
   }
+}
+
+namespace {
+
+// Bilinear sample of plane [h, w] at (y, x), 0 outside: torchvision's deform_conv2d rule.
+double bilinearZero(const float* plane, int64_t h, int64_t w, double y, double x) {
+  if (y <= -1 || y >= h || x <= -1 || x >= w) return 0;
+  const auto y0 = static_cast<int64_t>(std::floor(y)), x0 = static_cast<int64_t>(std::floor(x));
+  double v = 0;
+  for (int64_t dy = 0; dy < 2; ++dy)
+    for (int64_t dx = 0; dx < 2; ++dx) {
+      const int64_t r = y0 + dy, c = x0 + dx;
+      if (r < 0 || r >= h || c < 0 || c >= w) continue;
+      const double wy = dy ? y - y0 : 1 - (y - y0), wx = dx ? x - x0 : 1 - (x - x0);
+      v += wy * wx * plane[r * w + c];
+    }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: DeformConv against a direct loop: groups, offset groups, mask, bias, window") {
+  // x [2, 4, 5, 6], w [6, 2, 3, 2] (group 2), offset group 2, stride (2, 1), pads (1, 0, 1, 1),
+  // dilation (1, 2): oh = (5 + 2 - 3) / 2 + 1 = 3, ow = (6 + 1 - 3) / 1 + 1 = 5. Offsets up to
+  // +-3 pixels send some taps outside the image (they read 0).
+  const int64_t n = 2, c = 4, h = 5, wd = 6, m = 6, kh = 3, kw = 2, og = 2, group = 2;
+  const int64_t sh = 2, sw = 1, pt = 1, pl = 0, pb = 1, pr = 1, dh = 1, dw = 2, oh = 3, ow = 5;
+  const int64_t taps = kh * kw;
+  const std::vector<float> x = randomValues(n * c * h * wd, 11);
+  const std::vector<float> w = randomValues(m * c / group * taps, 12);
+  const std::vector<float> offset = randomValues(n * og * taps * 2 * oh * ow, 13, -3, 3);
+  const std::vector<float> mask = randomValues(n * og * taps * oh * ow, 14, 0, 1);
+  const std::vector<float> bias = randomValues(m, 15);
+  for (bool withMask : {true, false}) {
+    std::vector<float> want(static_cast<size_t>(n * m * oh * ow));
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t o = 0; o < m; ++o)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            double acc = bias[static_cast<size_t>(o)];
+            const int64_t g = o / (m / group);
+            for (int64_t ci = 0; ci < c / group; ++ci) {
+              const int64_t ch = g * (c / group) + ci, q = ch / (c / og);
+              const float* plane = x.data() + (b * c + ch) * h * wd;
+              for (int64_t a = 0; a < kh; ++a)
+                for (int64_t e = 0; e < kw; ++e) {
+                  const int64_t k = a * kw + e;
+                  const size_t at = static_cast<size_t>(((b * og + q) * taps + k) * 2 * oh * ow);
+                  const double dy = offset[at + static_cast<size_t>(i * ow + j)];
+                  const double dx = offset[at + static_cast<size_t>(oh * ow + i * ow + j)];
+                  const double v = bilinearZero(plane, h, wd, i * sh - pt + a * dh + dy,
+                                                j * sw - pl + e * dw + dx);
+                  const double mk = withMask
+                                        ? mask[static_cast<size_t>(
+                                              ((b * og + q) * taps + k) * oh * ow + i * ow + j)]
+                                        : 1.0;
+                  acc +=
+                      v * mk * w[static_cast<size_t>(((o * (c / group) + ci) * kh + a) * kw + e)];
+                }
+            }
+            want[static_cast<size_t>(((b * m + o) * oh + i) * ow + j)] = static_cast<float>(acc);
+          }
+    Model model(22);
+    model.input("x", {n, c, h, wd}).input("w", {m, c / group, kh, kw});
+    model.input("offset", {n, og * taps * 2, oh, ow}).input("b", {m});
+    std::vector<std::string> inputs{"x", "w", "offset", "b"};
+    std::vector<Tensor> values{makeF32({n, c, h, wd}, x), makeF32({m, c / group, kh, kw}, w),
+                               makeF32({n, og * taps * 2, oh, ow}, offset), makeF32({m}, bias)};
+    if (withMask) {
+      model.input("mask", {n, og * taps, oh, ow});
+      inputs.push_back("mask");
+      values.push_back(makeF32({n, og * taps, oh, ow}, mask));
+    }
+    model
+        .node("DeformConv", inputs, {"y"},
+              {attrInts("strides", {sh, sw}), attrInts("pads", {pt, pl, pb, pr}),
+               attrInts("dilations", {dh, dw}), attrInt("group", group),
+               attrInt("offset_group", og), attrInts("kernel_shape", {kh, kw})},
+              "dc")
+        .output("y");
+    INFO("mask " << withMask);
+    checkClose(run(model, values)[0], {n, m, oh, ow}, want);
+  }
+
+  // An offset of the wrong size names the shape it must have.
+  Model bad(22);
+  bad.input("x", {n, c, h, wd}).input("w", {m, c / group, kh, kw}).input("offset", {n, 3, oh, ow});
+  bad.node("DeformConv", {"x", "w", "offset"}, {"y"},
+           {attrInts("strides", {sh, sw}), attrInts("pads", {pt, pl, pb, pr}),
+            attrInts("dilations", {dh, dw}), attrInt("group", group)},
+           "dc")
+      .output("y");
+  CHECK_THAT(importError(bad).message(),
+             Catch::Contains("offset must be [N, offset_group*kh*kw*2, oh, ow] = [2,12,3,5]"));
 }

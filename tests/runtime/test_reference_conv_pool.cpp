@@ -424,3 +424,51 @@ TEMPLATE_TEST_CASE("reference conv_transpose2d scatters each input element throu
                          {n, m, oh, ow}, want);
   }
 }
+
+TEMPLATE_TEST_CASE("reference roi_align: bins of bilinear samples, both coordinate modes, max",
+                   "[reference][conv_pool]", float, double) {
+  // Image 0 is x[h][w] = 4h + w, image 1 the same + 100: bilinear samples of a linear function
+  // are exact, so each bin's mean is the function at its samples' mean position.
+  std::vector<double> xv(32);
+  for (int i = 0; i < 16; ++i)
+    xv[static_cast<size_t>(i)] = i, xv[static_cast<size_t>(i) + 16] = i + 100;
+  const Tensor x = make<TestType>({2, 1, 4, 4}, xv);
+  auto attrs = [](const char* mode, int64_t oh, int64_t ow, int64_t ratio, int64_t aligned) {
+    return ir::AttrMap{{"mode", attrStr(mode)},         {"output_height", attrInt(oh)},
+                       {"output_width", attrInt(ow)},   {"sampling_ratio", attrInt(ratio)},
+                       {"spatial_scale", attrFloat(1)}, {"aligned", attrInt(aligned)}};
+  };
+  const Tensor rois = make<TestType>({2, 4}, std::vector<double>{1, 1, 3, 3, 1, 1, 3, 3});
+  const Tensor images = make<int64_t>({2}, std::vector<int64_t>{0, 1});
+  // aligned (half_pixel): the roi starts at 0.5, bins of 1, samples 0.25 and 0.75 into each:
+  // bin centres 1 and 2.
+  checkClose<TestType>(run(OpKind::kRoiAlign, {x, rois, images}, attrs("avg", 2, 2, 2, 1)),
+                       {2, 1, 2, 2}, {5, 6, 9, 10, 105, 106, 109, 110});
+  // Not aligned: the roi starts at 1, bin centres 1.5 and 2.5.
+  checkClose<TestType>(run(OpKind::kRoiAlign, {x, rois, images}, attrs("avg", 2, 2, 2, 0)),
+                       {2, 1, 2, 2}, {7.5, 8.5, 11.5, 12.5, 107.5, 108.5, 111.5, 112.5});
+
+  // sampling_ratio 0: ceil(4 / 1) = 4 samples a dim at 0.5, 1.5, 2.5, 3.5; the last is clamped
+  // to the edge row and column (3): mean 1.875 per dim, 4 * 1.875 + 1.875. A roi whose one
+  // sample lies beyond -1 reads 0.
+  const Tensor two = make<TestType>({2, 4}, std::vector<double>{0, 0, 4, 4, -10, -10, -8, -8});
+  const Tensor zeros = make<int64_t>({2}, std::vector<int64_t>{0, 0});
+  checkClose<TestType>(run(OpKind::kRoiAlign, {x, two, zeros}, attrs("avg", 1, 1, 0, 0)),
+                       {2, 1, 1, 1}, {9.375, 0});
+
+  // max (ONNX's): each sample's largest weighted corner, then the largest over the samples. Roi
+  // (1, 1)-(2, 2), 4 samples at 1.25 and 1.75: the one at (1.75, 1.75) weighs x[2][2] = 10 by
+  // 0.75^2.
+  const Tensor unit = make<TestType>({1, 4}, std::vector<double>{1, 1, 2, 2});
+  const Tensor zero = make<int64_t>({1}, std::vector<int64_t>{0});
+  checkClose<TestType>(run(OpKind::kRoiAlign, {x, unit, zero}, attrs("max", 1, 1, 2, 0)),
+                       {1, 1, 1, 1}, {5.625});
+
+  // A batch index outside the batch is an error naming the roi.
+  const Tensor bad = make<int64_t>({2}, std::vector<int64_t>{0, 2});
+  CHECK_THAT(runError(OpKind::kRoiAlign, {x, rois, bad}, attrs("avg", 1, 1, 1, 1)).message(),
+             Catch::Contains("roi 1 names image 2 of a batch of 2"));
+  const Tensor inf = make<TestType>({1, 4}, std::vector<double>{0, 0, INFINITY, 2});
+  CHECK_THAT(runError(OpKind::kRoiAlign, {x, inf, zero}, attrs("avg", 1, 1, 1, 1)).message(),
+             Catch::Contains("roi 0 has a coordinate that is not finite"));
+}

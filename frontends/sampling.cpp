@@ -1,0 +1,424 @@
+// Sampling at computed positions and deformable convolution composed from kiln's ops
+// (sampling.h).
+#include "frontends/sampling.h"
+
+#include <string>
+#include <utility>
+
+#include "ir/types.h"
+
+namespace kiln::frontends {
+
+namespace {
+
+using ir::OpKind;
+using ir::Shape;
+using ir::Value;
+
+class Sampler {
+ public:
+  Sampler(const Emitter& e, ir::DType dtype) : e_(e), dt_(dtype) {}
+
+  Expected<Value*> op(OpKind k, std::vector<Value*> in, ir::AttrMap attrs = {}) {
+    return e_.node(k, std::move(in), std::move(attrs));
+  }
+  Expected<Value*> scalar(double v) {
+    ir::TensorData t(dt_, {});
+    if (dt_ == ir::DType::kF32)
+      *t.as<float>() = static_cast<float>(v);
+    else
+      *t.as<double>() = v;
+    return e_.constant(std::move(t));
+  }
+  Expected<Value*> affine(Value* x, double a, double b) {  // a x + b
+    KILN_ASSIGN_OR_RETURN(Value * av, scalar(a));
+    KILN_ASSIGN_OR_RETURN(Value * bv, scalar(b));
+    KILN_ASSIGN_OR_RETURN(Value * ax, op(OpKind::kMul, {x, av}));
+    return op(OpKind::kAdd, {ax, bv});
+  }
+  Expected<Value*> compare(OpKind k, Value* x, double v) {
+    KILN_ASSIGN_OR_RETURN(Value * c, scalar(v));
+    return op(k, {x, c});
+  }
+
+  // ONNX's reflection of x into [lo, hi] by the nearer border, repeatedly (x outside it).
+  Expected<Value*> reflect(Value* x, double lo, double hi) {
+    const double range = hi - lo;
+    if (range <= 0) return scalar(lo);
+    // Below: d = lo - x, n = floor(d / range), r = d - n range, n even ? lo + r : hi - r.
+    // Above: d = x - hi, ... n even ? hi - r : lo + r.
+    KILN_ASSIGN_OR_RETURN(Value * below, compare(OpKind::kLess, x, lo));
+    KILN_ASSIGN_OR_RETURN(Value * dBelow, affine(x, -1, lo));
+    KILN_ASSIGN_OR_RETURN(Value * dAbove, affine(x, 1, -hi));
+    KILN_ASSIGN_OR_RETURN(Value * d, op(OpKind::kWhere, {below, dBelow, dAbove}));
+    KILN_ASSIGN_OR_RETURN(Value * q, affine(d, 1 / range, 0));
+    KILN_ASSIGN_OR_RETURN(Value * n, op(OpKind::kFloor, {q}));
+    KILN_ASSIGN_OR_RETURN(Value * nr, affine(n, -range, 0));
+    KILN_ASSIGN_OR_RETURN(Value * r, op(OpKind::kAdd, {d, nr}));
+    // n even: floor(n / 2) * 2 == n.
+    KILN_ASSIGN_OR_RETURN(Value * half, affine(n, 0.5, 0));
+    KILN_ASSIGN_OR_RETURN(Value * halfFloor, op(OpKind::kFloor, {half}));
+    KILN_ASSIGN_OR_RETURN(Value * twice, affine(halfFloor, 2, 0));
+    KILN_ASSIGN_OR_RETURN(Value * even, op(OpKind::kEqual, {twice, n}));
+    KILN_ASSIGN_OR_RETURN(Value * loPlus, affine(r, 1, lo));
+    KILN_ASSIGN_OR_RETURN(Value * hiMinus, affine(r, -1, hi));
+    // Below and odd, or above and even: hi - r; else lo + r.
+    KILN_ASSIGN_OR_RETURN(Value * toHi, op(OpKind::kLogicalXor, {below, even}));
+    return op(OpKind::kWhere, {toHi, hiMinus, loPlus});
+  }
+
+  // Cubic convolution weights (Keys, A = -0.75) of taps -1, 0, 1, 2 at fraction t.
+  Expected<std::vector<Value*>> cubicWeights(Value* t) {
+    const double a = -0.75;
+    // Outer taps at distance s (t + 1 or 2 - t): ((a s - 5a) s + 8a) s - 4a.
+    auto outer = [&](Value* s) -> Expected<Value*> {
+      KILN_ASSIGN_OR_RETURN(Value * p, affine(s, a, -5 * a));
+      KILN_ASSIGN_OR_RETURN(p, op(OpKind::kMul, {p, s}));
+      KILN_ASSIGN_OR_RETURN(p, affine(p, 1, 8 * a));
+      KILN_ASSIGN_OR_RETURN(p, op(OpKind::kMul, {p, s}));
+      return affine(p, 1, -4 * a);
+    };
+    // Inner taps at distance s (t or 1 - t): ((a + 2) s - (a + 3)) s s + 1.
+    auto inner = [&](Value* s) -> Expected<Value*> {
+      KILN_ASSIGN_OR_RETURN(Value * p, affine(s, a + 2, -(a + 3)));
+      KILN_ASSIGN_OR_RETURN(p, op(OpKind::kMul, {p, s}));
+      KILN_ASSIGN_OR_RETURN(p, op(OpKind::kMul, {p, s}));
+      return affine(p, 1, 1);
+    };
+    KILN_ASSIGN_OR_RETURN(Value * tp1, affine(t, 1, 1));
+    KILN_ASSIGN_OR_RETURN(Value * om, affine(t, -1, 1));
+    KILN_ASSIGN_OR_RETURN(Value * tm2, affine(t, -1, 2));
+    KILN_ASSIGN_OR_RETURN(Value * w0, outer(tp1));
+    KILN_ASSIGN_OR_RETURN(Value * w1, inner(t));
+    KILN_ASSIGN_OR_RETURN(Value * w2, inner(om));
+    KILN_ASSIGN_OR_RETURN(Value * w3, outer(tm2));
+    return std::vector<Value*>{w0, w1, w2, w3};
+  }
+
+  struct Tap {
+    Value* index = nullptr;   // i64, inside [0, size).
+    Value* weight = nullptr;  // null: 1.
+  };
+
+  // The tap at float position `i` (an integer value) of a dim of `size`: its index and, for
+  // zeros padding, a weight of 0 outside the image.
+  Expected<Tap> tap(Value* i, int64_t size, SamplePadding padding, double lo, double hi, Value* w) {
+    Tap t;
+    t.weight = w;
+    Value* pos = i;
+    if (padding == SamplePadding::kReflection) {
+      KILN_ASSIGN_OR_RETURN(Value * outside, outsideOf(i, lo, hi));
+      KILN_ASSIGN_OR_RETURN(Value * r, reflect(i, lo, hi));
+      KILN_ASSIGN_OR_RETURN(pos, op(OpKind::kWhere, {outside, r, i}));
+    }
+    if (padding == SamplePadding::kZeros) {
+      KILN_ASSIGN_OR_RETURN(Value * ge, compare(OpKind::kGreaterEqual, i, 0));
+      KILN_ASSIGN_OR_RETURN(Value * lt, compare(OpKind::kLess, i, static_cast<double>(size)));
+      KILN_ASSIGN_OR_RETURN(Value * inside, op(OpKind::kLogicalAnd, {ge, lt}));
+      KILN_ASSIGN_OR_RETURN(Value * one, scalar(1));
+      KILN_ASSIGN_OR_RETURN(Value * zero, scalar(0));
+      KILN_ASSIGN_OR_RETURN(Value * mask, op(OpKind::kWhere, {inside, one, zero}));
+      if (t.weight) {
+        KILN_ASSIGN_OR_RETURN(t.weight, op(OpKind::kMul, {t.weight, mask}));
+      } else {
+        t.weight = mask;
+      }
+    }
+    // Clamped (border; zeros: a read the weight discards), then truncated toward 0 as ONNX's int().
+    KILN_ASSIGN_OR_RETURN(
+        pos, op(OpKind::kClip, {pos}, {{"min", 0.0}, {"max", static_cast<double>(size - 1)}}));
+    KILN_ASSIGN_OR_RETURN(t.index, op(OpKind::kCast, {pos}, {{"to", std::string("i64")}}));
+    return t;
+  }
+
+  Expected<Value*> outsideOf(Value* x, double lo, double hi) {
+    KILN_ASSIGN_OR_RETURN(Value * l, compare(OpKind::kLess, x, lo));
+    KILN_ASSIGN_OR_RETURN(Value * g, compare(OpKind::kGreater, x, hi));
+    return op(OpKind::kLogicalOr, {l, g});
+  }
+
+  Expected<Value*> sampleAt(Value* x, const std::vector<Value*>& pos, const SampleOptions& o);
+
+ private:
+  const Emitter& e_;
+  ir::DType dt_;
+};
+
+Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos,
+                                   const SampleOptions& o) {
+  const ir::TensorType& xt = x->type();
+  const int spatial = xt.rank() - 2;
+  const Shape& ps = pos[0]->type().shape;  // [N, P...]
+  const int64_t n = xt.shape[0], c = xt.shape[1];
+  int64_t in = 1, out = 1;
+  for (int d = 0; d < spatial; ++d) in *= xt.shape[static_cast<size_t>(d + 2)];
+  Shape outShape{n, c}, weightShape{n, 1};
+  for (size_t d = 1; d < ps.size(); ++d) {
+    out *= ps[d];
+    outShape.push_back(ps[d]);
+    weightShape.push_back(ps[d]);
+  }
+  KILN_ASSIGN_OR_RETURN(Value * flatX, op(OpKind::kReshape, {x}, {{"shape", Shape{n, c, in}}}));
+
+  // Per spatial dim d (0: the first, D or H): its taps (index, weight).
+  std::vector<std::vector<Tap>> taps(static_cast<size_t>(spatial));
+  for (int d = 0; d < spatial; ++d) {
+    const int64_t size = xt.shape[static_cast<size_t>(d + 2)];
+    const double lo = o.alignCorners ? 0.0 : -0.5;
+    const double hi = o.alignCorners ? size - 1.0 : size - 0.5;
+    Value* p = pos[static_cast<size_t>(d)];
+    if (o.mode == SampleMode::kNearest) {
+      KILN_ASSIGN_OR_RETURN(p, op(OpKind::kRound, {p}));  // Half to even, as np.rint.
+    }
+    // Cubic with border padding clamps each tap, not the coordinate, as PyTorch's grid_sample
+    // and ONNX Runtime do (ONNX's reference clamps the coordinate first, which differs where it
+    // lies just outside the image; the specification does not say which).
+    if (o.padding != SamplePadding::kZeros &&
+        !(o.mode == SampleMode::kCubic && o.padding == SamplePadding::kBorder)) {
+      KILN_ASSIGN_OR_RETURN(Value * outside, outsideOf(p, lo, hi));
+      Value* inside = nullptr;
+      if (o.padding == SamplePadding::kBorder) {
+        KILN_ASSIGN_OR_RETURN(
+            inside, op(OpKind::kClip, {p}, {{"min", 0.0}, {"max", static_cast<double>(size - 1)}}));
+      } else {
+        KILN_ASSIGN_OR_RETURN(inside, reflect(p, lo, hi));
+      }
+      KILN_ASSIGN_OR_RETURN(p, op(OpKind::kWhere, {outside, inside, p}));
+    }
+    auto& dimTaps = taps[static_cast<size_t>(d)];
+    if (o.mode == SampleMode::kNearest) {
+      KILN_ASSIGN_OR_RETURN(Tap t, tap(p, size, o.padding, lo, hi, nullptr));
+      dimTaps.push_back(t);
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(Value * base, op(OpKind::kFloor, {p}));
+    KILN_ASSIGN_OR_RETURN(Value * frac, op(OpKind::kSub, {p, base}));
+    std::vector<Value*> weights;
+    int64_t first = 0;
+    if (o.mode == SampleMode::kLinear) {
+      KILN_ASSIGN_OR_RETURN(Value * w0, affine(frac, -1, 1));
+      weights = {w0, frac};
+    } else {
+      KILN_ASSIGN_OR_RETURN(weights, cubicWeights(frac));
+      first = -1;
+    }
+    for (size_t k = 0; k < weights.size(); ++k) {
+      KILN_ASSIGN_OR_RETURN(Value * i, affine(base, 1, static_cast<double>(first) + k));
+      KILN_ASSIGN_OR_RETURN(Tap t, tap(i, size, o.padding, lo, hi, weights[k]));
+      dimTaps.push_back(t);
+    }
+  }
+
+  // Every combination of the dims' taps: a gather of the flat position, times its weight.
+  Value* sum = nullptr;
+  std::vector<size_t> pick(static_cast<size_t>(spatial), 0);
+  for (bool more = true; more;) {
+    Value* flat = nullptr;
+    Value* weight = nullptr;
+    int64_t stride = 1;
+    for (int d = spatial - 1; d >= 0; --d) {
+      const Tap& t = taps[static_cast<size_t>(d)][pick[static_cast<size_t>(d)]];
+      Value* term = t.index;
+      if (stride != 1) {
+        ir::TensorData s(ir::DType::kI64, {});
+        *s.as<int64_t>() = stride;
+        KILN_ASSIGN_OR_RETURN(Value * sv, e_.constant(std::move(s)));
+        KILN_ASSIGN_OR_RETURN(term, op(OpKind::kMul, {term, sv}));
+      }
+      if (flat) {
+        KILN_ASSIGN_OR_RETURN(flat, op(OpKind::kAdd, {flat, term}));
+      } else {
+        flat = term;
+      }
+      if (t.weight) {
+        if (weight) {
+          KILN_ASSIGN_OR_RETURN(weight, op(OpKind::kMul, {weight, t.weight}));
+        } else {
+          weight = t.weight;
+        }
+      }
+      stride *= xt.shape[static_cast<size_t>(d + 2)];
+    }
+    KILN_ASSIGN_OR_RETURN(Value * idx, op(OpKind::kReshape, {flat}, {{"shape", Shape{n, 1, out}}}));
+    KILN_ASSIGN_OR_RETURN(idx, op(OpKind::kExpand, {idx}, {{"shape", Shape{n, c, out}}}));
+    KILN_ASSIGN_OR_RETURN(Value * v,
+                          op(OpKind::kGatherElements, {flatX, idx}, {{"axis", int64_t{2}}}));
+    KILN_ASSIGN_OR_RETURN(v, op(OpKind::kReshape, {v}, {{"shape", outShape}}));
+    if (weight) {
+      KILN_ASSIGN_OR_RETURN(Value * w, op(OpKind::kReshape, {weight}, {{"shape", weightShape}}));
+      KILN_ASSIGN_OR_RETURN(v, op(OpKind::kMul, {v, w}));
+    }
+    if (sum) {
+      KILN_ASSIGN_OR_RETURN(sum, op(OpKind::kAdd, {sum, v}));
+    } else {
+      sum = v;
+    }
+    // The next combination (the last dim fastest).
+    more = false;
+    for (int d = spatial - 1; d >= 0; --d) {
+      size_t& k = pick[static_cast<size_t>(d)];
+      if (++k < taps[static_cast<size_t>(d)].size()) {
+        more = true;
+        break;
+      }
+      k = 0;
+    }
+  }
+  return sum;
+}
+
+Status requireFloat(const ir::TensorType& t, const char* what) {
+  if (t.dtype != ir::DType::kF32 && t.dtype != ir::DType::kF64)
+    return unimplemented(std::string(what) + " " + t.toString() +
+                         " (kiln composes sampling for f32 and f64)");
+  return Status::ok();
+}
+
+}  // namespace
+
+Expected<Value*> emitSampleAt(const Emitter& e, Value* x, const std::vector<Value*>& pos,
+                              const SampleOptions& options) {
+  KILN_TRY(requireFloat(x->type(), "sampling"));
+  Sampler s(e, x->type().dtype);
+  return s.sampleAt(x, pos, options);
+}
+
+Expected<Value*> emitGridSample(const Emitter& e, Value* x, Value* grid,
+                                const SampleOptions& options) {
+  const ir::TensorType& xt = x->type();
+  const ir::TensorType& gt = grid->type();
+  KILN_TRY(requireFloat(xt, "GridSample of"));
+  Sampler s(e, xt.dtype);
+  const int spatial = xt.rank() - 2;
+  const int64_t last = gt.rank() - 1;
+  std::vector<Value*> pos;
+  for (int d = 0; d < spatial; ++d) {
+    const int64_t size = xt.shape[static_cast<size_t>(d + 2)];
+    // The grid's last dim lists x (the last spatial dim) first.
+    const int64_t comp = spatial - 1 - d;
+    KILN_ASSIGN_OR_RETURN(Value * g, s.op(OpKind::kSlice, {grid},
+                                          {{"starts", std::vector<int64_t>{comp}},
+                                           {"ends", std::vector<int64_t>{comp + 1}},
+                                           {"axes", std::vector<int64_t>{last}}}));
+    KILN_ASSIGN_OR_RETURN(g, s.op(OpKind::kSqueeze, {g}, {{"axes", std::vector<int64_t>{last}}}));
+    // Pixel coordinate: (g + 1) / 2 (size - 1), or ((g + 1) size - 1) / 2.
+    Value* p = nullptr;
+    if (options.alignCorners) {
+      KILN_ASSIGN_OR_RETURN(p, s.affine(g, (size - 1) / 2.0, (size - 1) / 2.0));
+    } else {
+      KILN_ASSIGN_OR_RETURN(p, s.affine(g, size / 2.0, (size - 1) / 2.0));
+    }
+    pos.push_back(p);
+  }
+  return s.sampleAt(x, pos, options);
+}
+
+Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* offset, Value* mask,
+                                  Value* bias, const DeformWindow& window, int64_t group,
+                                  int64_t offsetGroup) {
+  const ir::TensorType &xt = x->type(), &wt = w->type(), &ot = offset->type();
+  KILN_TRY(requireFloat(xt, "deform_conv2d of"));
+  auto shapes = [&] {
+    std::string s = "x " + xt.toString() + ", w " + wt.toString() + ", offset " + ot.toString();
+    if (mask) s += ", mask " + mask->type().toString();
+    if (bias) s += ", bias " + bias->type().toString();
+    return s + ", group " + std::to_string(group) + ", offset_group " + std::to_string(offsetGroup);
+  };
+  if (xt.rank() != 4 || wt.rank() != 4 || ot.rank() != 4 || wt.dtype != xt.dtype ||
+      ot.dtype != xt.dtype)
+    return invalidArgument("deform_conv2d: x, w and offset must be 4-D of one float dtype; " +
+                           shapes());
+  const int64_t n = xt.shape[0], c = xt.shape[1], h = xt.shape[2], wd = xt.shape[3];
+  const int64_t m = wt.shape[0], kh = wt.shape[2], kw = wt.shape[3];
+  if (group < 1 || offsetGroup < 1 || c % group != 0 || wt.shape[1] * group != c ||
+      m % group != 0 || c % offsetGroup != 0)
+    return invalidArgument(
+        "deform_conv2d: the channels must divide into the groups (w [M, C/group, "
+        "kh, kw], M and C multiples of group, C of offset_group); " +
+        shapes());
+  for (size_t d = 0; d < 2; ++d)
+    if (window.strides[d] < 1 || window.dilations[d] < 1 || window.pads[d] < 0 ||
+        window.pads[d + 2] < 0)
+      return invalidArgument("deform_conv2d: strides and dilations must be >= 1 and pads >= 0");
+  const int64_t oh = (h + window.pads[0] + window.pads[2] - (kh - 1) * window.dilations[0] - 1) /
+                         window.strides[0] +
+                     1;
+  const int64_t ow = (wd + window.pads[1] + window.pads[3] - (kw - 1) * window.dilations[1] - 1) /
+                         window.strides[1] +
+                     1;
+  const int64_t taps = kh * kw, positions = oh * ow;
+  if (oh < 1 || ow < 1 || ot.shape != Shape{n, offsetGroup * taps * 2, oh, ow})
+    return invalidArgument("deform_conv2d: offset must be [N, offset_group*kh*kw*2, oh, ow] = " +
+                           ir::shapeToString(Shape{n, offsetGroup * taps * 2, oh, ow}) + "; " +
+                           shapes());
+  if (mask && (mask->type().dtype != xt.dtype ||
+               mask->type().shape != Shape{n, offsetGroup * taps, oh, ow}))
+    return invalidArgument("deform_conv2d: mask must be [N, offset_group*kh*kw, oh, ow] = " +
+                           ir::shapeToString(Shape{n, offsetGroup * taps, oh, ow}) + "; " +
+                           shapes());
+  if (bias && (bias->type().dtype != xt.dtype || bias->type().shape != Shape{m}))
+    return invalidArgument("deform_conv2d: bias must be [M]; " + shapes());
+
+  Sampler s(e, xt.dtype);
+  auto op = [&](OpKind k, std::vector<Value*> in, ir::AttrMap a = {}) {
+    return s.op(k, std::move(in), std::move(a));
+  };
+  auto reshape = [&](Value* v, Shape shape) {
+    return op(OpKind::kReshape, {v}, {{"shape", shape}});
+  };
+  // Where each (tap, output position) reads without offsets, [1, kh*kw*oh*ow] per dim.
+  const int64_t points = taps * positions;
+  std::array<ir::TensorData, 2> base{ir::TensorData(xt.dtype, {1, points}),
+                                     ir::TensorData(xt.dtype, {1, points})};
+  for (int64_t a = 0; a < kh; ++a)
+    for (int64_t b = 0; b < kw; ++b)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          const int64_t at = ((a * kw + b) * oh + i) * ow + j;
+          const double py =
+              static_cast<double>(i * window.strides[0] - window.pads[0] + a * window.dilations[0]);
+          const double px =
+              static_cast<double>(j * window.strides[1] - window.pads[1] + b * window.dilations[1]);
+          if (xt.dtype == ir::DType::kF32) {
+            base[0].as<float>()[at] = static_cast<float>(py);
+            base[1].as<float>()[at] = static_cast<float>(px);
+          } else {
+            base[0].as<double>()[at] = py;
+            base[1].as<double>()[at] = px;
+          }
+        }
+  // The offsets as [N*offset_group, kh*kw, 2, oh*ow]: dy then dx of each tap.
+  const int64_t images = n * offsetGroup;
+  KILN_ASSIGN_OR_RETURN(Value * off, reshape(offset, {images, taps, 2, positions}));
+  std::vector<Value*> pos;
+  for (int64_t d = 0; d < 2; ++d) {
+    KILN_ASSIGN_OR_RETURN(Value * delta, op(OpKind::kSlice, {off},
+                                            {{"starts", std::vector<int64_t>{d}},
+                                             {"ends", std::vector<int64_t>{d + 1}},
+                                             {"axes", std::vector<int64_t>{2}}}));
+    KILN_ASSIGN_OR_RETURN(delta, reshape(delta, {images, points}));
+    KILN_ASSIGN_OR_RETURN(Value * b, e.constant(std::move(base[static_cast<size_t>(d)])));
+    KILN_ASSIGN_OR_RETURN(Value * p, op(OpKind::kAdd, {delta, b}));
+    pos.push_back(p);
+  }
+  // Each offset group's channels sampled at its positions: the columns [N*og, C/og, kh*kw*L].
+  KILN_ASSIGN_OR_RETURN(Value * xg, reshape(x, {images, c / offsetGroup, h, wd}));
+  KILN_ASSIGN_OR_RETURN(Value * cols,
+                        s.sampleAt(xg, pos, {SampleMode::kLinear, SamplePadding::kZeros, true}));
+  if (mask) {
+    KILN_ASSIGN_OR_RETURN(Value * mk, reshape(mask, {images, 1, points}));
+    KILN_ASSIGN_OR_RETURN(cols, op(OpKind::kMul, {cols, mk}));
+  }
+  // [N, og, C/og, kh*kw, L] is [N, C, kh*kw, L]: per group [C/g*kh*kw, L], times the filter's
+  // [M/g, C/g*kh*kw].
+  const int64_t depth = c / group * taps;
+  KILN_ASSIGN_OR_RETURN(cols, reshape(cols, {n, group, depth, positions}));
+  KILN_ASSIGN_OR_RETURN(Value * filter, reshape(w, {group, m / group, depth}));
+  KILN_ASSIGN_OR_RETURN(Value * y, op(OpKind::kMatMul, {filter, cols}));
+  KILN_ASSIGN_OR_RETURN(y, reshape(y, {n, m, oh, ow}));
+  if (!bias) return y;
+  KILN_ASSIGN_OR_RETURN(Value * b, reshape(bias, {1, m, 1, 1}));
+  return op(OpKind::kAdd, {y, b});
+}
+
+}  // namespace kiln::frontends
