@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "ir/infer.h"
 #include "ir/types.h"
 
 namespace kiln::frontends {
@@ -267,7 +268,7 @@ Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos,
   return sum;
 }
 
-Status requireFloat(const ir::TensorType& t, const char* what) {
+Status requireSampledFloat(const ir::TensorType& t, const char* what) {
   if (t.dtype != ir::DType::kF32 && t.dtype != ir::DType::kF64)
     return unimplemented(std::string(what) + " " + t.toString() +
                          " (kiln composes sampling for f32 and f64)");
@@ -278,7 +279,7 @@ Status requireFloat(const ir::TensorType& t, const char* what) {
 
 Expected<Value*> emitSampleAt(const Emitter& e, Value* x, const std::vector<Value*>& pos,
                               const SampleOptions& options) {
-  KILN_TRY(requireFloat(x->type(), "sampling"));
+  KILN_TRY(requireSampledFloat(x->type(), "sampling"));
   Sampler s(e, x->type().dtype);
   return s.sampleAt(x, pos, options);
 }
@@ -287,7 +288,7 @@ Expected<Value*> emitGridSample(const Emitter& e, Value* x, Value* grid,
                                 const SampleOptions& options) {
   const ir::TensorType& xt = x->type();
   const ir::TensorType& gt = grid->type();
-  KILN_TRY(requireFloat(xt, "GridSample of"));
+  KILN_TRY(requireSampledFloat(xt, "GridSample of"));
   Sampler s(e, xt.dtype);
   const int spatial = xt.rank() - 2;
   const int64_t last = gt.rank() - 1;
@@ -317,7 +318,7 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
                                   Value* bias, const DeformWindow& window, int64_t group,
                                   int64_t offsetGroup) {
   const ir::TensorType &xt = x->type(), &wt = w->type(), &ot = offset->type();
-  KILN_TRY(requireFloat(xt, "deform_conv2d of"));
+  KILN_TRY(requireSampledFloat(xt, "deform_conv2d of"));
   auto shapes = [&] {
     std::string s = "x " + xt.toString() + ", w " + wt.toString() + ", offset " + ot.toString();
     if (mask) s += ", mask " + mask->type().toString();
@@ -330,23 +331,30 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
                            shapes());
   const int64_t n = xt.shape[0], c = xt.shape[1], h = xt.shape[2], wd = xt.shape[3];
   const int64_t m = wt.shape[0], kh = wt.shape[2], kw = wt.shape[3];
-  if (group < 1 || offsetGroup < 1 || c % group != 0 || wt.shape[1] * group != c ||
-      m % group != 0 || c % offsetGroup != 0)
+  if (group < 1 || offsetGroup < 1 || group > c || offsetGroup > c || c % group != 0 ||
+      wt.shape[1] * group != c || m % group != 0 || c % offsetGroup != 0)
     return invalidArgument(
         "deform_conv2d: the channels must divide into the groups (w [M, C/group, "
         "kh, kw], M and C multiples of group, C of offset_group); " +
         shapes());
-  for (size_t d = 0; d < 2; ++d)
-    if (window.strides[d] < 1 || window.dilations[d] < 1 || window.pads[d] < 0 ||
-        window.pads[d + 2] < 0)
-      return invalidArgument("deform_conv2d: strides and dilations must be >= 1 and pads >= 0");
-  const int64_t oh = (h + window.pads[0] + window.pads[2] - (kh - 1) * window.dilations[0] - 1) /
-                         window.strides[0] +
-                     1;
-  const int64_t ow = (wd + window.pads[1] + window.pads[3] - (kw - 1) * window.dilations[1] - 1) /
-                         window.strides[1] +
-                     1;
+  KILN_ASSIGN_OR_RETURN(
+      const int64_t oh,
+      ir::windowOutputSize(h, kh, window.strides[0], window.pads[0], window.pads[2],
+                           window.dilations[0], false, "deform_conv2d height"));
+  KILN_ASSIGN_OR_RETURN(
+      const int64_t ow,
+      ir::windowOutputSize(wd, kw, window.strides[1], window.pads[1], window.pads[3],
+                           window.dilations[1], false, "deform_conv2d width"));
+  // kh*kw is the filter's and oh*ow the offset's (checked below) element counts; the columns
+  // [N, C*kh*kw, oh*ow] must be one too.
   const int64_t taps = kh * kw, positions = oh * ow;
+  int64_t columns = n;
+  if (!ir::accumulateElements(columns, c) || !ir::accumulateElements(columns, taps) ||
+      !ir::accumulateElements(columns, positions))
+    return invalidArgument(
+        "deform_conv2d: its columns [N, C*kh*kw, oh*ow] would have more "
+        "elements than int64 counts; " +
+        shapes());
   if (oh < 1 || ow < 1 || ot.shape != Shape{n, offsetGroup * taps * 2, oh, ow})
     return invalidArgument("deform_conv2d: offset must be [N, offset_group*kh*kw*2, oh, ow] = " +
                            ir::shapeToString(Shape{n, offsetGroup * taps * 2, oh, ow}) + "; " +
@@ -366,39 +374,35 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
   auto reshape = [&](Value* v, Shape shape) {
     return op(OpKind::kReshape, {v}, {{"shape", shape}});
   };
-  // Where each (tap, output position) reads without offsets, [1, kh*kw*oh*ow] per dim.
-  const int64_t points = taps * positions;
-  std::array<ir::TensorData, 2> base{ir::TensorData(xt.dtype, {1, points}),
-                                     ir::TensorData(xt.dtype, {1, points})};
-  for (int64_t a = 0; a < kh; ++a)
-    for (int64_t b = 0; b < kw; ++b)
-      for (int64_t i = 0; i < oh; ++i)
-        for (int64_t j = 0; j < ow; ++j) {
-          const int64_t at = ((a * kw + b) * oh + i) * ow + j;
-          const double py =
-              static_cast<double>(i * window.strides[0] - window.pads[0] + a * window.dilations[0]);
-          const double px =
-              static_cast<double>(j * window.strides[1] - window.pads[1] + b * window.dilations[1]);
-          if (xt.dtype == ir::DType::kF32) {
-            base[0].as<float>()[at] = static_cast<float>(py);
-            base[1].as<float>()[at] = static_cast<float>(px);
-          } else {
-            base[0].as<double>()[at] = py;
-            base[1].as<double>()[at] = px;
-          }
-        }
-  // The offsets as [N*offset_group, kh*kw, 2, oh*ow]: dy then dx of each tap.
-  const int64_t images = n * offsetGroup;
+  // Where each tap of each output position reads without offsets: separable, row i*sh - pt +
+  // a*dh as [1, kh, 1, oh, 1] and column j*sw - pl + b*dw as [1, 1, kw, 1, ow], added to the
+  // offsets [N*offset_group, kh, kw, oh, ow] (dy, dx: offset's (2 per tap) pairs split).
+  const int64_t points = taps * positions, images = n * offsetGroup;
+  auto baseOf = [&](int d, int64_t k, int64_t o) {
+    ir::TensorData t(xt.dtype, d == 0 ? Shape{1, k, 1, o, 1} : Shape{1, 1, k, 1, o});
+    const size_t sd = static_cast<size_t>(d);
+    for (int64_t a = 0; a < k; ++a)
+      for (int64_t i = 0; i < o; ++i) {
+        const double v = static_cast<double>(i * window.strides[sd] - window.pads[sd] +
+                                             a * window.dilations[sd]);
+        if (xt.dtype == ir::DType::kF32)
+          t.as<float>()[a * o + i] = static_cast<float>(v);
+        else
+          t.as<double>()[a * o + i] = v;
+      }
+    return t;
+  };
   KILN_ASSIGN_OR_RETURN(Value * off, reshape(offset, {images, taps, 2, positions}));
   std::vector<Value*> pos;
-  for (int64_t d = 0; d < 2; ++d) {
+  for (int d = 0; d < 2; ++d) {
     KILN_ASSIGN_OR_RETURN(Value * delta, op(OpKind::kSlice, {off},
                                             {{"starts", std::vector<int64_t>{d}},
                                              {"ends", std::vector<int64_t>{d + 1}},
                                              {"axes", std::vector<int64_t>{2}}}));
-    KILN_ASSIGN_OR_RETURN(delta, reshape(delta, {images, points}));
-    KILN_ASSIGN_OR_RETURN(Value * b, e.constant(std::move(base[static_cast<size_t>(d)])));
+    KILN_ASSIGN_OR_RETURN(delta, reshape(delta, {images, kh, kw, oh, ow}));
+    KILN_ASSIGN_OR_RETURN(Value * b, e.constant(d == 0 ? baseOf(0, kh, oh) : baseOf(1, kw, ow)));
     KILN_ASSIGN_OR_RETURN(Value * p, op(OpKind::kAdd, {delta, b}));
+    KILN_ASSIGN_OR_RETURN(p, reshape(p, {images, points}));
     pos.push_back(p);
   }
   // Each offset group's channels sampled at its positions: the columns [N*og, C/og, kh*kw*L].

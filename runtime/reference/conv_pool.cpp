@@ -684,8 +684,9 @@ Status roiAlignKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
   const int64_t ratio = attrs.getInt("sampling_ratio");
   const double scale = attrs.getFloat("spatial_scale");
   const bool aligned = attrs.getInt("aligned") != 0, avg = attrs.getString("mode") == "avg";
-  // One roi's samples at most (a roi far larger than its image with sampling_ratio 0).
-  constexpr double kMaxSamples = 1 << 26;
+  // One roi's samples at most (a roi far larger than its image with sampling_ratio 0): their
+  // taps take 64 bytes each, 256 MB.
+  constexpr double kMaxSamples = 1 << 22;
   struct Tap {
     int64_t pos[4];
     double w[4];
@@ -715,7 +716,7 @@ Status roiAlignKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
       if (gridH * gridW * static_cast<double>(oh * ow) > kMaxSamples)
         return invalidArgument(std::string(op) + ": roi " + std::to_string(r) + " of " +
                                std::to_string(rw) + " x " + std::to_string(rh) +
-                               " takes more than 2^26 samples (set sampling_ratio)");
+                               " takes more than 2^22 samples (set sampling_ratio)");
       const int64_t gh = static_cast<int64_t>(gridH), gw = static_cast<int64_t>(gridW);
       const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
       taps.assign(static_cast<size_t>(oh * ow * gh * gw), Tap{});

@@ -471,4 +471,8 @@ TEMPLATE_TEST_CASE("reference roi_align: bins of bilinear samples, both coordina
   const Tensor inf = make<TestType>({1, 4}, std::vector<double>{0, 0, INFINITY, 2});
   CHECK_THAT(runError(OpKind::kRoiAlign, {x, inf, zero}, attrs("avg", 1, 1, 1, 1)).message(),
              Catch::Contains("roi 0 has a coordinate that is not finite"));
+  // A huge roi with an adaptive grid: 10^7 samples a dim, refused before its taps are allocated.
+  const Tensor huge = make<TestType>({1, 4}, std::vector<double>{0, 0, 1e7, 1e7});
+  CHECK_THAT(runError(OpKind::kRoiAlign, {x, huge, zero}, attrs("avg", 1, 1, 0, 1)).message(),
+             Catch::Contains("takes more than 2^22 samples (set sampling_ratio)"));
 }
