@@ -153,13 +153,21 @@ Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos,
   const int64_t n = xt.shape[0], c = xt.shape[1];
   int64_t in = 1, out = 1;
   for (int d = 0; d < spatial; ++d) in *= xt.shape[static_cast<size_t>(d + 2)];
-  Shape outShape{n, c}, weightShape{n, 1};
+  Shape outShape{n, c};
   for (size_t d = 1; d < ps.size(); ++d) {
     out *= ps[d];
     outShape.push_back(ps[d]);
-    weightShape.push_back(ps[d]);
   }
-  KILN_ASSIGN_OR_RETURN(Value * flatX, op(OpKind::kReshape, {x}, {{"shape", Shape{n, c, in}}}));
+  // The image channels-last, [N*S, C]: each tap a gather of whole rows (C values read together)
+  // by one index per image and position, not an index per channel.
+  KILN_ASSIGN_OR_RETURN(Value * rows, op(OpKind::kReshape, {x}, {{"shape", Shape{n, c, in}}}));
+  KILN_ASSIGN_OR_RETURN(rows,
+                        op(OpKind::kTranspose, {rows}, {{"perm", std::vector<int64_t>{0, 2, 1}}}));
+  KILN_ASSIGN_OR_RETURN(rows, op(OpKind::kReshape, {rows}, {{"shape", Shape{n * in, c}}}));
+  // Image b's first row, b * S, added to every index.
+  ir::TensorData first(ir::DType::kI64, {n, 1});
+  for (int64_t b = 0; b < n; ++b) first.as<int64_t>()[b] = b * in;
+  KILN_ASSIGN_OR_RETURN(Value * imageRow, e_.constant(std::move(first)));
 
   // Per spatial dim d (0: the first, D or H): its taps (index, weight).
   std::vector<std::vector<Tap>> taps(static_cast<size_t>(spatial));
@@ -240,13 +248,12 @@ Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos,
       }
       stride *= xt.shape[static_cast<size_t>(d + 2)];
     }
-    KILN_ASSIGN_OR_RETURN(Value * idx, op(OpKind::kReshape, {flat}, {{"shape", Shape{n, 1, out}}}));
-    KILN_ASSIGN_OR_RETURN(idx, op(OpKind::kExpand, {idx}, {{"shape", Shape{n, c, out}}}));
-    KILN_ASSIGN_OR_RETURN(Value * v,
-                          op(OpKind::kGatherElements, {flatX, idx}, {{"axis", int64_t{2}}}));
-    KILN_ASSIGN_OR_RETURN(v, op(OpKind::kReshape, {v}, {{"shape", outShape}}));
-    if (weight) {
-      KILN_ASSIGN_OR_RETURN(Value * w, op(OpKind::kReshape, {weight}, {{"shape", weightShape}}));
+    KILN_ASSIGN_OR_RETURN(Value * idx, op(OpKind::kReshape, {flat}, {{"shape", Shape{n, out}}}));
+    KILN_ASSIGN_OR_RETURN(idx, op(OpKind::kAdd, {idx, imageRow}));
+    KILN_ASSIGN_OR_RETURN(Value * v, op(OpKind::kGather, {rows, idx}, {{"axis", int64_t{0}}}));
+    if (weight) {  // [N, P, C] times [N, P, 1].
+      KILN_ASSIGN_OR_RETURN(Value * w,
+                            op(OpKind::kReshape, {weight}, {{"shape", Shape{n, out, 1}}}));
       KILN_ASSIGN_OR_RETURN(v, op(OpKind::kMul, {v, w}));
     }
     if (sum) {
@@ -265,7 +272,10 @@ Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos,
       k = 0;
     }
   }
-  return sum;
+  // [N, P, C] back to [N, C, P...].
+  KILN_ASSIGN_OR_RETURN(sum,
+                        op(OpKind::kTranspose, {sum}, {{"perm", std::vector<int64_t>{0, 2, 1}}}));
+  return op(OpKind::kReshape, {sum}, {{"shape", outShape}});
 }
 
 Status requireSampledFloat(const ir::TensorType& t, const char* what) {

@@ -3,8 +3,9 @@
 //
 // Each position is brought back inside the image where it leaves it (border: clamped;
 // reflection: reflected), rounded (nearest), then each interpolation tap (1 for nearest, 2 per
-// dim for linear, 4 per dim for cubic with Keys' A = -0.75) reads the input by gather_elements
-// on the spatial dims flattened, weighted, and the taps summed. A tap outside the image reads 0
+// dim for linear, 4 per dim for cubic with Keys' A = -0.75) reads the channels at its position
+// by one gather of rows (the input channels-last, [N*S, C]: one index per position, not one per
+// channel), weighted, and the taps summed, transposed back once. A tap outside the image reads 0
 // (zeros), the edge (border) or its reflection. The rules are ONNX's reference implementation's,
 // which are PyTorch's grid_sample's but for cubic with border padding (sampling.cpp). f32 and f64.
 //
