@@ -138,15 +138,17 @@ class Sampler {
     return op(OpKind::kLogicalOr, {l, g});
   }
 
-  Expected<Value*> sampleAt(Value* x, const std::vector<Value*>& pos, const SampleOptions& o);
+  // channelsLast: the samples as [N, P, C] instead of [N, C, P...].
+  Expected<Value*> sampleAt(Value* x, const std::vector<Value*>& pos, const SampleOptions& o,
+                            bool channelsLast = false);
 
  private:
   const Emitter& e_;
   ir::DType dt_;
 };
 
-Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos,
-                                   const SampleOptions& o) {
+Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos, const SampleOptions& o,
+                                   bool channelsLast) {
   const ir::TensorType& xt = x->type();
   const int spatial = xt.rank() - 2;
   const Shape& ps = pos[0]->type().shape;  // [N, P...]
@@ -272,6 +274,7 @@ Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos,
       k = 0;
     }
   }
+  if (channelsLast) return sum;
   // [N, P, C] back to [N, C, P...].
   KILN_ASSIGN_OR_RETURN(sum,
                         op(OpKind::kTranspose, {sum}, {{"perm", std::vector<int64_t>{0, 2, 1}}}));
@@ -384,21 +387,23 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
   auto reshape = [&](Value* v, Shape shape) {
     return op(OpKind::kReshape, {v}, {{"shape", shape}});
   };
-  // Where each tap of each output position reads without offsets: separable, row i*sh - pt +
-  // a*dh as [1, kh, 1, oh, 1] and column j*sw - pl + b*dw as [1, 1, kw, 1, ow], added to the
-  // offsets [N*offset_group, kh, kw, oh, ow] (dy, dx: offset's (2 per tap) pairs split).
+  // The sampled points in output-position-major order (oh, ow, kh, kw), so that one position's
+  // taps and channels are one row of the columns. Where each reads without offsets is separable:
+  // row i*sh - pt + a*dh as [1, oh, 1, kh, 1], column j*sw - pl + b*dw as [1, 1, ow, 1, kw],
+  // added to the offsets (dy, dx: offset's pairs split) moved to [N*offset_group, oh, ow, kh, kw].
   const int64_t points = taps * positions, images = n * offsetGroup;
-  auto baseOf = [&](int d, int64_t k, int64_t o) {
-    ir::TensorData t(xt.dtype, d == 0 ? Shape{1, k, 1, o, 1} : Shape{1, 1, k, 1, o});
+  const std::vector<int64_t> positionMajor{0, 3, 4, 1, 2};
+  auto baseOf = [&](int d, int64_t o, int64_t k) {
+    ir::TensorData t(xt.dtype, d == 0 ? Shape{1, o, 1, k, 1} : Shape{1, 1, o, 1, k});
     const size_t sd = static_cast<size_t>(d);
-    for (int64_t a = 0; a < k; ++a)
-      for (int64_t i = 0; i < o; ++i) {
+    for (int64_t i = 0; i < o; ++i)
+      for (int64_t a = 0; a < k; ++a) {
         const double v = static_cast<double>(i * window.strides[sd] - window.pads[sd] +
                                              a * window.dilations[sd]);
         if (xt.dtype == ir::DType::kF32)
-          t.as<float>()[a * o + i] = static_cast<float>(v);
+          t.as<float>()[i * k + a] = static_cast<float>(v);
         else
-          t.as<double>()[a * o + i] = v;
+          t.as<double>()[i * k + a] = v;
       }
     return t;
   };
@@ -410,21 +415,44 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
                                              {"ends", std::vector<int64_t>{d + 1}},
                                              {"axes", std::vector<int64_t>{2}}}));
     KILN_ASSIGN_OR_RETURN(delta, reshape(delta, {images, kh, kw, oh, ow}));
-    KILN_ASSIGN_OR_RETURN(Value * b, e.constant(d == 0 ? baseOf(0, kh, oh) : baseOf(1, kw, ow)));
+    KILN_ASSIGN_OR_RETURN(delta, op(OpKind::kTranspose, {delta}, {{"perm", positionMajor}}));
+    KILN_ASSIGN_OR_RETURN(Value * b, e.constant(d == 0 ? baseOf(0, oh, kh) : baseOf(1, ow, kw)));
     KILN_ASSIGN_OR_RETURN(Value * p, op(OpKind::kAdd, {delta, b}));
     KILN_ASSIGN_OR_RETURN(p, reshape(p, {images, points}));
     pos.push_back(p);
   }
-  // Each offset group's channels sampled at its positions: the columns [N*og, C/og, kh*kw*L].
+  // Each offset group's channels sampled at its points, channels-last: [N*og, L*kh*kw, C/og].
   KILN_ASSIGN_OR_RETURN(Value * xg, reshape(x, {images, c / offsetGroup, h, wd}));
   KILN_ASSIGN_OR_RETURN(Value * cols,
-                        s.sampleAt(xg, pos, {SampleMode::kLinear, SamplePadding::kZeros, true}));
+                        s.sampleAt(xg, pos, {SampleMode::kLinear, SamplePadding::kZeros, true},
+                                   /*channelsLast=*/true));
   if (mask) {
-    KILN_ASSIGN_OR_RETURN(Value * mk, reshape(mask, {images, 1, points}));
+    KILN_ASSIGN_OR_RETURN(Value * mk, reshape(mask, {images, kh, kw, oh, ow}));
+    KILN_ASSIGN_OR_RETURN(mk, op(OpKind::kTranspose, {mk}, {{"perm", positionMajor}}));
+    KILN_ASSIGN_OR_RETURN(mk, reshape(mk, {images, points, 1}));
     KILN_ASSIGN_OR_RETURN(cols, op(OpKind::kMul, {cols, mk}));
   }
-  // [N, og, C/og, kh*kw, L] is [N, C, kh*kw, L]: per group [C/g*kh*kw, L], times the filter's
-  // [M/g, C/g*kh*kw].
+  if (group == 1 && offsetGroup == 1) {
+    // One matmul a image, the columns as they are: [L, kh*kw*C] x the filter as
+    // [kh*kw*C, M] (a transposition of the filter, not of the columns), then the output
+    // [L, M] transposed, kh*kw*C/M times fewer elements than the columns.
+    KILN_ASSIGN_OR_RETURN(cols, reshape(cols, {n, positions, taps * c}));
+    KILN_ASSIGN_OR_RETURN(
+        Value * filter, op(OpKind::kTranspose, {w}, {{"perm", std::vector<int64_t>{2, 3, 1, 0}}}));
+    KILN_ASSIGN_OR_RETURN(filter, reshape(filter, {taps * c, m}));
+    KILN_ASSIGN_OR_RETURN(Value * y, op(OpKind::kMatMul, {cols, filter}));
+    if (bias) {
+      KILN_ASSIGN_OR_RETURN(y, op(OpKind::kAdd, {y, bias}));
+    }
+    KILN_ASSIGN_OR_RETURN(y,
+                          op(OpKind::kTranspose, {y}, {{"perm", std::vector<int64_t>{0, 2, 1}}}));
+    return reshape(y, {n, m, oh, ow});
+  }
+  // Groups: the columns transposed to [N*og, C/og, kh*kw, L], which is [N, C, kh*kw, L]: per
+  // group [C/g*kh*kw, L], times the filter's [M/g, C/g*kh*kw].
+  KILN_ASSIGN_OR_RETURN(cols, reshape(cols, {images, positions, taps, c / offsetGroup}));
+  KILN_ASSIGN_OR_RETURN(
+      cols, op(OpKind::kTranspose, {cols}, {{"perm", std::vector<int64_t>{0, 3, 2, 1}}}));
   const int64_t depth = c / group * taps;
   KILN_ASSIGN_OR_RETURN(cols, reshape(cols, {n, group, depth, positions}));
   KILN_ASSIGN_OR_RETURN(Value * filter, reshape(w, {group, m / group, depth}));

@@ -3,6 +3,7 @@
 // products that wrap, f32; the window functions against their formulas; Col2Im against a direct
 // scatter-add of each column entry; DeformConv against a direct loop over its taps.
 #include <limits>
+#include <tuple>
 #include <type_traits>
 
 #include "tests/frontends/test_onnx_model.h"
@@ -297,15 +298,18 @@ TEST_CASE("onnx: DeformConv against a direct loop: groups, offset groups, mask, 
   // x [2, 4, 5, 6], w [6, 2, 3, 2] (group 2), offset group 2, stride (2, 1), pads (1, 0, 1, 1),
   // dilation (1, 2): oh = (5 + 2 - 3) / 2 + 1 = 3, ow = (6 + 1 - 3) / 1 + 1 = 5. Offsets up to
   // +-3 pixels send some taps outside the image (they read 0).
-  const int64_t n = 2, c = 4, h = 5, wd = 6, m = 6, kh = 3, kw = 2, og = 2, group = 2;
+  // Also without groups and offset groups (one matmul over the columns as sampled), and with
+  // offset groups alone.
+  const int64_t n = 2, c = 4, h = 5, wd = 6, m = 6, kh = 3, kw = 2;
   const int64_t sh = 2, sw = 1, pt = 1, pl = 0, pb = 1, pr = 1, dh = 1, dw = 2, oh = 3, ow = 5;
   const int64_t taps = kh * kw;
   const std::vector<float> x = randomValues(n * c * h * wd, 11);
-  const std::vector<float> w = randomValues(m * c / group * taps, 12);
-  const std::vector<float> offset = randomValues(n * og * taps * 2 * oh * ow, 13, -3, 3);
-  const std::vector<float> mask = randomValues(n * og * taps * oh * ow, 14, 0, 1);
   const std::vector<float> bias = randomValues(m, 15);
-  for (bool withMask : {true, false}) {
+  for (auto [group, og, withMask] :
+       {std::tuple{2, 2, true}, {2, 2, false}, {1, 1, true}, {1, 1, false}, {1, 2, true}}) {
+    const std::vector<float> w = randomValues(m * c / group * taps, 12);
+    const std::vector<float> offset = randomValues(n * og * taps * 2 * oh * ow, 13, -3, 3);
+    const std::vector<float> mask = randomValues(n * og * taps * oh * ow, 14, 0, 1);
     std::vector<float> want(static_cast<size_t>(n * m * oh * ow));
     for (int64_t b = 0; b < n; ++b)
       for (int64_t o = 0; o < m; ++o)
@@ -352,11 +356,12 @@ TEST_CASE("onnx: DeformConv against a direct loop: groups, offset groups, mask, 
                attrInt("offset_group", og), attrInts("kernel_shape", {kh, kw})},
               "dc")
         .output("y");
-    INFO("mask " << withMask);
+    INFO("group " << group << ", offset_group " << og << ", mask " << withMask);
     checkClose(run(model, values)[0], {n, m, oh, ow}, want);
   }
 
   // An offset of the wrong size names the shape it must have.
+  const int64_t group = 2;
   Model bad(22);
   bad.input("x", {n, c, h, wd}).input("w", {m, c / group, kh, kw}).input("offset", {n, 3, oh, ow});
   bad.node("DeformConv", {"x", "w", "offset"}, {"y"},
