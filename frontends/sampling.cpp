@@ -281,27 +281,33 @@ Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos, con
   return op(OpKind::kReshape, {sum}, {{"shape", outShape}});
 }
 
-Status requireSampledFloat(const ir::TensorType& t, const char* what) {
+// The most elements a constant of these lowerings holds (a malformed model's sizes are bounded
+// only by the types' 2^48).
+constexpr int64_t kMaxConstant = int64_t{1} << 24;
+
+// x [N, C, S...] an image these lowerings sample: f32 or f64, no empty spatial dim (a tap would
+// have nowhere to read), N within kMaxConstant (each tap adds the image's first row index).
+Status requireSampled(const ir::TensorType& t, const char* what) {
   if (t.dtype != ir::DType::kF32 && t.dtype != ir::DType::kF64)
     return unimplemented(std::string(what) + " " + t.toString() +
                          " (kiln composes sampling for f32 and f64)");
+  bool empty = t.rank() < 3;
+  for (size_t d = 2; d < t.shape.size(); ++d) empty = empty || t.shape[d] < 1;
+  if (empty)
+    return invalidArgument(std::string(what) + " " + t.toString() +
+                           ": the image must be [N, C, spatial...] with every spatial dim >= 1");
+  if (t.shape[0] > kMaxConstant)
+    return unimplemented(std::string(what) + " " + t.toString() + ": a batch of more than 2^24");
   return Status::ok();
 }
 
 }  // namespace
 
-Expected<Value*> emitSampleAt(const Emitter& e, Value* x, const std::vector<Value*>& pos,
-                              const SampleOptions& options) {
-  KILN_TRY(requireSampledFloat(x->type(), "sampling"));
-  Sampler s(e, x->type().dtype);
-  return s.sampleAt(x, pos, options);
-}
-
 Expected<Value*> emitGridSample(const Emitter& e, Value* x, Value* grid,
                                 const SampleOptions& options) {
   const ir::TensorType& xt = x->type();
   const ir::TensorType& gt = grid->type();
-  KILN_TRY(requireSampledFloat(xt, "GridSample of"));
+  KILN_TRY(requireSampled(xt, "GridSample of"));
   Sampler s(e, xt.dtype);
   const int spatial = xt.rank() - 2;
   const int64_t last = gt.rank() - 1;
@@ -331,7 +337,7 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
                                   Value* bias, const DeformWindow& window, int64_t group,
                                   int64_t offsetGroup) {
   const ir::TensorType &xt = x->type(), &wt = w->type(), &ot = offset->type();
-  KILN_TRY(requireSampledFloat(xt, "deform_conv2d of"));
+  KILN_TRY(requireSampled(xt, "deform_conv2d of"));
   auto shapes = [&] {
     std::string s = "x " + xt.toString() + ", w " + wt.toString() + ", offset " + ot.toString();
     if (mask) s += ", mask " + mask->type().toString();
@@ -345,7 +351,7 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
   const int64_t n = xt.shape[0], c = xt.shape[1], h = xt.shape[2], wd = xt.shape[3];
   const int64_t m = wt.shape[0], kh = wt.shape[2], kw = wt.shape[3];
   if (group < 1 || offsetGroup < 1 || group > c || offsetGroup > c || c % group != 0 ||
-      wt.shape[1] * group != c || m % group != 0 || c % offsetGroup != 0)
+      wt.shape[1] != c / group || m % group != 0 || c % offsetGroup != 0)
     return invalidArgument(
         "deform_conv2d: the channels must divide into the groups (w [M, C/group, "
         "kh, kw], M and C multiples of group, C of offset_group); " +
@@ -361,9 +367,9 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
   // kh*kw is the filter's and oh*ow the offset's (checked below) element counts; the columns
   // [N, C*kh*kw, oh*ow] must be one too.
   const int64_t taps = kh * kw, positions = oh * ow;
-  int64_t columns = n;
-  if (!ir::accumulateElements(columns, c) || !ir::accumulateElements(columns, taps) ||
-      !ir::accumulateElements(columns, positions))
+  int64_t columns = 1;
+  if (!ir::accumulateElements(columns, n) || !ir::accumulateElements(columns, c) ||
+      !ir::accumulateElements(columns, taps) || !ir::accumulateElements(columns, positions))
     return invalidArgument(
         "deform_conv2d: its columns [N, C*kh*kw, oh*ow] would have more "
         "elements than int64 counts; " +
@@ -392,6 +398,8 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
   // row i*sh - pt + a*dh as [1, oh, 1, kh, 1], column j*sw - pl + b*dw as [1, 1, ow, 1, kw],
   // added to the offsets (dy, dx: offset's pairs split) moved to [N*offset_group, oh, ow, kh, kw].
   const int64_t points = taps * positions, images = n * offsetGroup;
+  if (oh > kMaxConstant / kh || ow > kMaxConstant / kw || images > kMaxConstant)
+    return unimplemented("deform_conv2d: base positions of more than 2^24 elements; " + shapes());
   const std::vector<int64_t> positionMajor{0, 3, 4, 1, 2};
   auto baseOf = [&](int d, int64_t o, int64_t k) {
     ir::TensorData t(xt.dtype, d == 0 ? Shape{1, o, 1, k, 1} : Shape{1, 1, o, 1, k});

@@ -11,10 +11,15 @@
 //
 // A deformable convolution (Dai et al. 2017, v2 with the mask: Zhu et al. 2018) is an im2col
 // whose taps are moved by the offsets: each tap of each output position sampled bilinearly with
-// zeros outside (the offset group's channels at that group's offsets), times the mask, then one
-// grouped matmul with the filter, [M/g, C/g*kh*kw] x [C/g*kh*kw, oh*ow] per group and image. The
-// FLOPs are the convolution's plus 4 gathers and products per column element; the columns
-// (C*kh*kw*oh*ow per image) are the extra bytes, as in torchvision's own kernel.
+// zeros outside (the offset group's channels at that group's offsets), times the mask, then a
+// matmul with the filter: without groups the columns as sampled, [oh*ow, kh*kw*C] x the filter
+// transposed [kh*kw*C, M], the output transposed; with groups the columns transposed once and
+// [M/g, C/g*kh*kw] x [C/g*kh*kw, oh*ow] per group and image. The FLOPs are the convolution's plus
+// 4 gathers and products per column element; the columns (C*kh*kw*oh*ow per image) are the extra
+// bytes, as in torchvision's own kernel (docs/performance.md measures it).
+//
+// Errors name the shapes; the constants these lowerings build (an image index per batch entry,
+// the base positions) are at most 2^24 elements, and every image dim must be at least 1.
 #pragma once
 
 #include <array>
@@ -34,11 +39,6 @@ struct SampleOptions {
   // Pixel centres at -1 and 1 (true) or pixel edges (false): where reflection reflects.
   bool alignCorners = false;
 };
-
-// x [N, C, S...] (f32 or f64, 2 or 3 spatial dims S) sampled at pixel positions pos[d] (one per
-// spatial dim, each [N, P...] of x's dtype, d = 0 the first spatial dim) -> [N, C, P...].
-Expected<ir::Value*> emitSampleAt(const Emitter& e, ir::Value* x,
-                                  const std::vector<ir::Value*>& pos, const SampleOptions& options);
 
 // ONNX GridSample: x [N, C, S...] at grid [N, P..., rank(S)] (normalized to [-1, 1], the last
 // spatial dim first: x, y[, z]) -> [N, C, P...]. Cubic only over 2 spatial dims. The caller checks

@@ -566,8 +566,9 @@ Expected<std::vector<TensorType>> inferPool2dIndices(std::span<const TensorType>
 Expected<std::vector<TensorType>> inferRoiAlign(std::span<const TensorType> in, const AttrView& a) {
   const TensorType &x = in[0], &rois = in[1], &idx = in[2];
   if ((x.dtype != DType::kF32 && x.dtype != DType::kF64) || x.rank() != 4 ||
-      x.layout == Layout::kNHWC)
-    return invalidArgument("x must be an NCHW f32 or f64 [N, C, H, W], got " + x.toString());
+      x.layout == Layout::kNHWC || x.shape[2] < 1 || x.shape[3] < 1)
+    return invalidArgument("x must be an NCHW f32 or f64 [N, C, H, W] with H, W >= 1, got " +
+                           x.toString());
   if (rois.dtype != x.dtype || rois.rank() != 2 || rois.shape[1] != 4)
     return invalidArgument("rois must be [R, 4] of x's dtype, got " + rois.toString());
   if (idx.dtype != DType::kI64 || idx.rank() != 1 || idx.shape[0] != rois.shape[0])

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds kiln and runs the whole test suite through ctest, then, when
-# KILN_FUZZ_SECONDS is set (CI sets 60), every fuzz target for that many seconds each
+# KILN_FUZZ_SECONDS is set (CI sets 45), every fuzz target for that many seconds each
 # (scripts/fuzz.sh). The `peer` tests first run tools/peers/setup.sh (ctest `peer: setup`), which
 # makes or reuses the pinned PyTorch / ONNX Runtime environment and the exports under
 # ~/.cache/kiln; they are skipped only when it cannot be made (no PyPI). The ONNX conformance test

@@ -203,7 +203,8 @@ Status mapRoiAlign(NodeContext& ctx) {
 }  // namespace
 
 // GridSample 16: 4-D, modes bilinear / bicubic / nearest; 20: N-D, modes linear / cubic /
-// nearest; 22 adds bfloat16 (refused: f32 and f64 only).
+// nearest; 22 adds bfloat16 (refused: f32 and f64 only). DeformConv 22 adds bfloat16 (refused
+// too); RoiAlign 22 adds bfloat16 (through f32, as f16).
 std::vector<MapperEntry> samplingMappers() {
   return {{"GridSample", {16, 20, 22}, mapGridSample},
           {"AffineGrid", {20}, mapAffineGrid},

@@ -600,16 +600,14 @@ def _convolution(t, x, w, b, stride, padding, dilation, transposed, output_paddi
     return _without_dim2(t, y) if one_d else y
 
 
-# ---- normalization, softmax, pooling, reductions ----------------------------------------
-
-
+# ---- torchvision's detection ops -----------------------------------------------------
 
 @handles("torchvision::deform_conv2d")
 def _deform_conv2d(t, x, w, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dilation_h,
                    dilation_w, groups, offset_groups, use_mask):
     """torchvision.ops.deform_conv2d (DeformConv2d): the lowering ONNX DeformConv takes
-    (frontends/sampling.h): bilinear columns at the offset taps, times the mask, then a grouped
-    matmul. torchvision passes a mask (empty without use_mask) and a bias (zeros) always."""
+    (frontends/sampling.h): bilinear columns at the offset taps, times the mask, then a matmul.
+    torchvision passes a mask (empty without use_mask) and a bias (zeros) always."""
     attrs = {"strides": [stride_h, stride_w], "pads": [pad_h, pad_w, pad_h, pad_w],
              "dilations": [dilation_h, dilation_w], "group": groups,
              "offset_group": offset_groups}
@@ -620,15 +618,19 @@ def _deform_conv2d(t, x, w, offset, mask, bias, stride_h, stride_w, pad_h, pad_w
 @handles("torchvision::roi_align")
 def _roi_align(t, x, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
     """torchvision.ops.roi_align (MultiScaleRoIAlign's pooling): kiln's roi_align, whose boxes
-    and image indices are the rows (image, x1, y1, x2, y2) of rois split."""
+    and image indices are the rows (image, x1, y1, x2, y2) of rois split; a sampling_ratio <= 0
+    (torchvision's default -1) is the adaptive grid, kiln's 0."""
     def column(lo, hi):
         return t.op("slice", [rois], {"starts": [lo], "ends": [hi], "axes": [1]})
 
     image = t.cast(t.op("squeeze", [column(0, 1)], {"axes": [1]}), "i64")
     return t.op("roi_align", [x, column(1, 5), image],
                 {"output_height": pooled_height, "output_width": pooled_width,
-                 "sampling_ratio": sampling_ratio, "spatial_scale": float(spatial_scale),
+                 "sampling_ratio": max(sampling_ratio, 0), "spatial_scale": float(spatial_scale),
                  "aligned": int(aligned)})
+
+
+# ---- normalization, softmax, pooling, reductions ----------------------------------------
 
 @handles(aten._native_batch_norm_legit_no_training.default)
 def _batch_norm(t, x, w, b, mean, var, momentum, eps):

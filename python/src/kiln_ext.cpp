@@ -558,6 +558,22 @@ struct PyBuilder {
         }};
   }
 
+  // A lowering's attributes (window3d, deform_conv2d): `key` as out.size() ints into `out` (left
+  // as it is when absent), or one int (`fill` when absent); errors name `kind`.
+  static void intsAttr(const nb::dict& attrs, const std::string& kind, const char* key,
+                       std::span<int64_t> out) {
+    if (!attrs.contains(key)) return;
+    const auto v = nb::cast<std::vector<int64_t>>(attrs[key]);
+    if (v.size() != out.size())
+      throw KilnError(invalidArgument(kind + ": " + key + " must have " +
+                                      std::to_string(out.size()) + " values, got " +
+                                      std::to_string(v.size())));
+    std::copy(v.begin(), v.end(), out.begin());
+  }
+  static int64_t intAttr(const nb::dict& attrs, const char* key, int64_t fill) {
+    return attrs.contains(key) ? nb::cast<int64_t>(attrs[key]) : fill;
+  }
+
   // torchvision's deform_conv2d through frontends/sampling.h (ONNX DeformConv's lowering).
   // inputs: x, w, offset, mask and bias ("" for none); attrs: strides, pads (top, left, bottom,
   // right), dilations, group, offset_group. Returns the output's name.
@@ -567,25 +583,13 @@ struct PyBuilder {
       throw KilnError(invalidArgument(kind + " takes x, w, offset, mask and bias"));
     std::vector<ir::Value*> ins;
     for (const std::string& n : inputs) ins.push_back(n.empty() ? nullptr : value(n, kind));
-    auto ints = [&](const char* key, std::span<int64_t> out) {
-      if (!attrs.contains(key)) return;
-      const auto v = nb::cast<std::vector<int64_t>>(attrs[key]);
-      if (v.size() != out.size())
-        throw KilnError(invalidArgument(kind + ": " + key + " must have " +
-                                        std::to_string(out.size()) + " values, got " +
-                                        std::to_string(v.size())));
-      std::copy(v.begin(), v.end(), out.begin());
-    };
     frontends::DeformWindow w;
-    ints("strides", w.strides);
-    ints("pads", w.pads);
-    ints("dilations", w.dilations);
-    auto integer = [&](const char* key) {
-      return attrs.contains(key) ? nb::cast<int64_t>(attrs[key]) : int64_t{1};
-    };
+    intsAttr(attrs, kind, "strides", w.strides);
+    intsAttr(attrs, kind, "pads", w.pads);
+    intsAttr(attrs, kind, "dilations", w.dilations);
     Expected<ir::Value*> y =
         frontends::emitDeformConv2d(emitter(kind), ins[0], ins[1], ins[2], ins[3], ins[4], w,
-                                    integer("group"), integer("offset_group"));
+                                    intAttr(attrs, "group", 1), intAttr(attrs, "offset_group", 1));
     if (!y) throw KilnError(y.status().withContext(kind));
     return (*y)->name();
   }
@@ -604,15 +608,10 @@ struct PyBuilder {
     for (const std::string& n : inputs) ins.push_back(value(n, kind));
     auto ints = [&](const char* key, size_t n, int64_t fill) {
       std::vector<int64_t> v(n, fill);
-      if (attrs.contains(key)) v = nb::cast<std::vector<int64_t>>(attrs[key]);
-      if (v.size() != n)
-        throw KilnError(invalidArgument(kind + ": " + key + " must have " + std::to_string(n) +
-                                        " values, got " + std::to_string(v.size())));
+      intsAttr(attrs, kind, key, v);
       return v;
     };
-    auto integer = [&](const char* key, int64_t fill) {
-      return attrs.contains(key) ? nb::cast<int64_t>(attrs[key]) : fill;
-    };
+    auto integer = [&](const char* key, int64_t fill) { return intAttr(attrs, key, fill); };
     auto arity = [&](size_t lo, size_t hi, const char* what) {
       if (ins.size() < lo || ins.size() > hi)
         throw KilnError(invalidArgument(kind + " takes " + what));

@@ -997,7 +997,8 @@ class Detection(torch.nn.Module):
         h = F.relu(self.dcn(x, offset, mask))
         plain = self.dcn(x, offset)  # No mask.
         return (self.ops.roi_align(h, boxes, (3, 3), 0.5, 2, True),
-                self.ops.roi_align(plain, boxes, 2, 0.5, 0, False))
+                self.ops.roi_align(plain, boxes, 2, 0.5, 0, False),
+                self.ops.roi_align(plain, boxes, 2))  # sampling_ratio -1, scale 1, unaligned.
 
 
 def test_torchvision_deform_conv_and_roi_align_match_pytorch(monkeypatch, capfd):

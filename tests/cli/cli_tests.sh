@@ -212,7 +212,8 @@ victim=$!
 # Up to 60 s for the temporary to appear (a loaded CI machine, ctest -j2 beside the training and
 # Python tests, took more than 10 s), watched with shell builtins alone and killed at once: the
 # temporary lives only while the artifact is written and synced (tens of ms for resnet50's 100
-# MB), which a poll every 50 ms through ls missed (stale 0 after the kill, seen in CI).
+# MB), which a poll every 50 ms through ls missed (stale 0 after the kill, seen in CI). It spins
+# (a builtin `read -t` waits 4 ms at the least) for the compile's second or so.
 shopt -s nullglob dotglob
 SECONDS=0
 while ((SECONDS < 60)) && kill -0 $victim 2>/dev/null; do

@@ -299,14 +299,18 @@ TEST_CASE("onnx: DeformConv against a direct loop: groups, offset groups, mask, 
   // dilation (1, 2): oh = (5 + 2 - 3) / 2 + 1 = 3, ow = (6 + 1 - 3) / 1 + 1 = 5. Offsets up to
   // +-3 pixels send some taps outside the image (they read 0).
   // Also without groups and offset groups (one matmul over the columns as sampled), and with
-  // offset groups alone.
+  // either alone.
   const int64_t n = 2, c = 4, h = 5, wd = 6, m = 6, kh = 3, kw = 2;
   const int64_t sh = 2, sw = 1, pt = 1, pl = 0, pb = 1, pr = 1, dh = 1, dw = 2, oh = 3, ow = 5;
   const int64_t taps = kh * kw;
   const std::vector<float> x = randomValues(n * c * h * wd, 11);
   const std::vector<float> bias = randomValues(m, 15);
-  for (auto [group, og, withMask] :
-       {std::tuple{2, 2, true}, {2, 2, false}, {1, 1, true}, {1, 1, false}, {1, 2, true}}) {
+  for (auto [group, og, withMask] : {std::tuple{2, 2, true},
+                                     {2, 2, false},
+                                     {1, 1, true},
+                                     {1, 1, false},
+                                     {1, 2, true},
+                                     {2, 1, true}}) {
     const std::vector<float> w = randomValues(m * c / group * taps, 12);
     const std::vector<float> offset = randomValues(n * og * taps * 2 * oh * ow, 13, -3, 3);
     const std::vector<float> mask = randomValues(n * og * taps * oh * ow, 14, 0, 1);
