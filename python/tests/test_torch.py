@@ -1026,3 +1026,26 @@ def test_torchvision_deform_conv_and_roi_align_match_pytorch(monkeypatch, capfd)
     wrong[2, 0] = 2
     with pytest.raises(kiln.Error, match="roi 2 names image 2 of a batch of 2"):
         kiln.from_torch(m, (x, boxes))(x, wrong)
+
+
+class FoldUnfold(torch.nn.Module):
+    """nn.Unfold then nn.Fold (im2col and col2im: strided, padded, overlapping blocks), which
+    torch.export decomposes into gathers and an accumulating index_put."""
+
+    def __init__(self):
+        super().__init__()
+        self.unfold = torch.nn.Unfold(3, padding=1, stride=2)
+        self.fold = torch.nn.Fold((8, 8), 3, padding=1, stride=2)
+
+    def forward(self, x):
+        return self.fold(self.unfold(x) * 2)
+
+
+def test_fold_and_unfold_match_pytorch(monkeypatch, capfd):
+    monkeypatch.setenv("KILN_LOG", "fallback")
+    torch._dynamo.reset()
+    m = FoldUnfold()
+    x = torch.randn(2, 3, 8, 8)
+    for got in (kiln.from_torch(m, (x,))(x), torch.compile(m, backend="kiln")(x)):
+        torch.testing.assert_close(got, m(x), rtol=1e-6, atol=1e-6)
+    assert "fallback to PyTorch" not in capfd.readouterr().err
