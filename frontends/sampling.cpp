@@ -23,14 +23,7 @@ class Sampler {
   Expected<Value*> op(OpKind k, std::vector<Value*> in, ir::AttrMap attrs = {}) {
     return e_.node(k, std::move(in), std::move(attrs));
   }
-  Expected<Value*> scalar(double v) {
-    ir::TensorData t(dt_, {});
-    if (dt_ == ir::DType::kF32)
-      *t.as<float>() = static_cast<float>(v);
-    else
-      *t.as<double>() = v;
-    return e_.constant(std::move(t));
-  }
+  Expected<Value*> scalar(double v) { return e_.constant(ir::TensorData::scalar(dt_, v)); }
   Expected<Value*> affine(Value* x, double a, double b) {  // a x + b
     KILN_ASSIGN_OR_RETURN(Value * av, scalar(a));
     KILN_ASSIGN_OR_RETURN(Value * bv, scalar(b));
@@ -231,9 +224,8 @@ Expected<Value*> Sampler::sampleAt(Value* x, const std::vector<Value*>& pos, con
       const Tap& t = taps[static_cast<size_t>(d)][pick[static_cast<size_t>(d)]];
       Value* term = t.index;
       if (stride != 1) {
-        ir::TensorData s(ir::DType::kI64, {});
-        *s.as<int64_t>() = stride;
-        KILN_ASSIGN_OR_RETURN(Value * sv, e_.constant(std::move(s)));
+        KILN_ASSIGN_OR_RETURN(Value * sv, e_.constant(ir::TensorData::scalar(
+                                              ir::DType::kI64, static_cast<double>(stride))));
         KILN_ASSIGN_OR_RETURN(term, op(OpKind::kMul, {term, sv}));
       }
       if (flat) {
@@ -297,7 +289,8 @@ Status requireSampled(const ir::TensorType& t, const char* what) {
     return invalidArgument(std::string(what) + " " + t.toString() +
                            ": the image must be [N, C, spatial...] with every spatial dim >= 1");
   if (t.shape[0] > kMaxConstant)
-    return unimplemented(std::string(what) + " " + t.toString() + ": a batch of more than 2^24");
+    return unimplemented(std::string(what) + " " + t.toString() +
+                         ": kiln samples batches of at most 2^24 images (a row index each)");
   return Status::ok();
 }
 
@@ -399,7 +392,10 @@ Expected<Value*> emitDeformConv2d(const Emitter& e, Value* x, Value* w, Value* o
   // added to the offsets (dy, dx: offset's pairs split) moved to [N*offset_group, oh, ow, kh, kw].
   const int64_t points = taps * positions, images = n * offsetGroup;
   if (oh > kMaxConstant / kh || ow > kMaxConstant / kw || images > kMaxConstant)
-    return unimplemented("deform_conv2d: base positions of more than 2^24 elements; " + shapes());
+    return unimplemented(
+        "deform_conv2d: kiln builds the taps' base positions (oh x kh and ow x kw) and a row "
+        "index per image and offset group as constants of at most 2^24 elements each; " +
+        shapes());
   const std::vector<int64_t> positionMajor{0, 3, 4, 1, 2};
   auto baseOf = [&](int d, int64_t o, int64_t k) {
     ir::TensorData t(xt.dtype, d == 0 ? Shape{1, o, 1, k, 1} : Shape{1, 1, o, 1, k});

@@ -376,3 +376,30 @@ TEST_CASE("onnx: DeformConv against a direct loop: groups, offset groups, mask, 
   CHECK_THAT(importError(bad).message(),
              Catch::Contains("offset must be [N, offset_group*kh*kw*2, oh, ow] = [2,12,3,5]"));
 }
+
+TEST_CASE(
+    "onnx: DeformConv and GridSample on empty or huge images are errors or empty, not crashes") {
+  // Found by review: an empty batch divided by 0 in the columns' count; an empty spatial dim
+  // left the taps nowhere to read; a batch of 2^30 images would have built a 2^30-element
+  // constant of row indices.
+  auto deform = [](Shape x, Shape offset, std::vector<int64_t> pads) {
+    Model m(22);
+    m.input("x", std::vector<Dim>(x.begin(), x.end())).input("w", {3, 2, 3, 3});
+    m.input("offset", std::vector<Dim>(offset.begin(), offset.end()));
+    m.node("DeformConv", {"x", "w", "offset"}, {"y"}, {attrInts("pads", pads)}, "dc").output("y");
+    return m;
+  };
+  const Tensor empty = run(deform({0, 2, 5, 5}, {0, 18, 3, 3}, {0, 0, 0, 0}),
+                           {makeF32({0, 2, 5, 5}, {}), makeF32({3, 2, 3, 3}, randomValues(54, 1)),
+                            makeF32({0, 18, 3, 3}, {})})[0];
+  CHECK(empty.shape() == Shape{0, 3, 3, 3});
+  const Status flat = importError(deform({1, 2, 0, 5}, {1, 18, 2, 7}, {2, 2, 2, 2}));
+  CHECK(flat.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(flat.message(), Catch::Contains("every spatial dim >= 1"));
+  Model grid(22);
+  grid.input("x", {int64_t{1} << 30, 1, 2, 2}).input("g", {int64_t{1} << 30, 1, 1, 2});
+  grid.node("GridSample", {"x", "g"}, {"y"}, {}, "gs").output("y");
+  const Status big = importError(grid);
+  CHECK(big.code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(big.message(), Catch::Contains("batches of at most 2^24 images"));
+}
