@@ -271,4 +271,21 @@ Expected<std::vector<TensorType>> inferGatherBackward(std::span<const TensorType
   return one({in[2].dtype, in[2].shape, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferNonZero(std::span<const TensorType> in, const AttrView& a) {
+  const TensorType& x = in[0];
+  if (x.layout == Layout::kNHWC) return invalidArgument("x must be plain, got " + x.toString());
+  if (!isFloat(x.dtype) && !isInteger(x.dtype) && x.dtype != DType::kBool)
+    return invalidArgument(
+        "x must be a float, integer or bool tensor (not an 8-, 4- or 2-bit "
+        "one), got " +
+        x.toString());
+  int64_t elements = 1;
+  for (int64_t d : x.shape) elements *= d;  // Inputs' byte sizes fit in 63 bits.
+  const int64_t count = a.getInt("count");
+  if (count < 0 || count > elements)
+    return invalidArgument("count = " + std::to_string(count) + " must be 0 to the " +
+                           std::to_string(elements) + " elements of " + x.toString());
+  return one({DType::kI64, Shape{std::max<int64_t>(x.rank(), 1), count}, Layout::kPlain});
+}
+
 }  // namespace kiln::ir

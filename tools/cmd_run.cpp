@@ -1,4 +1,5 @@
 // `kiln run` and `kiln export`: execute a model on real or seeded inputs; write it to disk.
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include "compiler/compile.h"
 #include "compiler/eager_kernels.h"
 #include "compiler/jit.h"
+#include "compiler/staged.h"
 #include "frontends/json/graph_json.h"
 #include "frontends/npy/npy.h"
 #include "frontends/onnx/onnx_import.h"
@@ -81,6 +83,7 @@ struct RunResult {
   std::vector<Tensor> outputs;
   double latencyMs = 0;
   int64_t peakBytes = 0, steps = 0;
+  bool stages = false;  // `steps` counts the stages made (a model run in stages).
 };
 
 // Writes the --output files (all or none) and prints or --json's the summary.
@@ -111,9 +114,71 @@ nlohmann::json summarize(const std::string& name, const Tensor& t) {
 
 }  // namespace
 
+// An ONNX model with nodes whose output size depends on run-time values (NonZero), run in stages
+// (compiler::StagedModule), compiled or --eager.
+int runStaged(const Args& args) {
+  auto batch = args.intValue("batch", 1, 1, 1 << 20);
+  if (!batch) return reportError("run", batch.status());
+  frontends::OnnxImportOptions onnx;
+  onnx.defaultBatch = *batch;
+  auto staged = frontends::onnxStages(args.positional[0], onnx);
+  if (!staged) return reportError("run", staged.status());
+  const auto& outFiles = args.all("output");
+  if (!outFiles.empty() && outFiles.size() != staged->outputs.size())
+    return reportError(
+        "run",
+        invalidArgument("the model has " + std::to_string(staged->outputs.size()) +
+                        " outputs, got " + std::to_string(outFiles.size()) + " --output files"));
+  // The inputs as a graph of inputs only, for reading --input files (any sizes: each stage is
+  // made for them) or seeding them.
+  auto signature = [&](std::span<const ir::TensorType> types) -> Expected<ir::Graph> {
+    if (types.size() != staged->inputs.size())
+      return invalidArgument("the model has " + std::to_string(staged->inputs.size()) +
+                             " inputs, got " + std::to_string(types.size()));
+    ir::Graph g(args.positional[0]);
+    for (size_t i = 0; i < types.size(); ++i)
+      KILN_TRY(g.addInput(staged->inputs[i], types[i]).status());
+    return g;
+  };
+  auto g = signature(staged->inputTypes);
+  if (!g) return reportError("run", g.status());
+  auto inputs = gatherInputs(*g, args, signature);
+  if (!inputs) return reportError("run", inputs.status());
+  compiler::CompileOptions options;
+  const bool eager = args.flag("eager");
+  if (eager) {
+    auto backend = deviceFromArgs(args);
+    if (!backend) return reportError("run", backend.status());
+    options.backend = *backend;
+  } else {
+    auto opts = compileOptionsFromArgs(args);
+    if (!opts) return reportError("run", opts.status());
+    options = std::move(*opts);
+  }
+  compiler::StagedModule module(*staged, options, eager);
+  const auto start = std::chrono::steady_clock::now();
+  auto outputs = module(*inputs);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!outputs) return reportError("run", outputs.status());
+  if (!args.flag("json"))
+    for (const std::string& line : module.log()) std::printf("%s\n", line.c_str());
+  RunResult r;
+  r.mode = eager ? "eager" : "compiled";
+  r.outputNames = staged->outputs;
+  r.outputs = std::move(*outputs);
+  r.latencyMs = ms;  // Making and compiling the stages included.
+  r.steps = module.stagesMade();
+  r.stages = true;
+  return reportRun(args, r);
+}
+
 int runRun(const Args& args) {
   if (!args.positional.empty() && isArtifactPath(args.positional[0])) return runArtifact(args);
   auto g = loadModelFromArgs(args);
+  if (!g && frontends::needsStages(g.status()) &&
+      std::filesystem::path(args.positional[0]).extension() == ".onnx")
+    return runStaged(args);
   if (!g) return reportError("run", g.status());
   const auto& outFiles = args.all("output");
   if (!outFiles.empty() && outFiles.size() != g->outputs().size())
@@ -260,12 +325,17 @@ int reportRun(const Args& args, const RunResult& r) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("ran %s %s: %lld steps in %.2f ms, peak activations %.2f MB\n",
-              args.positional[0].c_str(),
-              r.mode == "eager"      ? "eagerly"
-              : r.mode == "artifact" ? "from the artifact"
-                                     : "compiled",
-              static_cast<long long>(r.steps), r.latencyMs, static_cast<double>(r.peakBytes) / 1e6);
+  if (r.stages)
+    std::printf("ran %s %s in %lld stages in %.2f ms (making and compiling them included)\n",
+                args.positional[0].c_str(), r.mode == "eager" ? "eagerly" : "compiled",
+                static_cast<long long>(r.steps), r.latencyMs);
+  else
+    std::printf(
+        "ran %s %s: %lld steps in %.2f ms, peak activations %.2f MB\n", args.positional[0].c_str(),
+        r.mode == "eager"      ? "eagerly"
+        : r.mode == "artifact" ? "from the artifact"
+                               : "compiled",
+        static_cast<long long>(r.steps), r.latencyMs, static_cast<double>(r.peakBytes) / 1e6);
   for (const auto& o : j["outputs"]) {
     std::printf("%%%s : %s%s  min %.6g  max %.6g  mean %.6g%s\n  first:",
                 o["name"].get<std::string>().c_str(), o["dtype"].get<std::string>().c_str(),

@@ -366,8 +366,8 @@ Status checkAndInferShapes(::onnx::ModelProto& model) {
   return inferShapes(model);
 }
 
-Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions& options,
-                                const std::string& modelDir, const std::string& name) {
+Expected<::onnx::ModelProto> parseModel(std::string_view bytes, const std::string& modelDir,
+                                        const std::string& name) {
   if (bytes.size() > static_cast<size_t>(INT_MAX))
     return invalidArgument(name + " is " + std::to_string(bytes.size()) + " bytes; protobuf " +
                            "reads at most 2 GiB (store the weights as external data)");
@@ -380,18 +380,38 @@ Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions&
   auto opset = checkOpsets(model);
   if (!opset) return opset.status().withContext(name);
   KILN_TRY(checkAllTensorData(model, modelDir).withContext(name));
+  return model;
+}
+
+// What importing a parsed model gave: the graph, or the error and, when the import stopped at
+// a node whose output size depends on run-time values, that node's request (its index among
+// the graph's nodes); and the ONNX names of the graph's inputs.
+struct Imported {
+  Expected<ir::Graph> graph = internalError("not imported");
+  std::optional<onnx_import::SizeRequest> request;
+  int requestNode = -1;
+  std::vector<std::string> inputNames;
+};
+
+Imported importParsed(::onnx::ModelProto& model, const OnnxImportOptions& options,
+                      const std::string& name) {
+  Imported result;
+  const int opset = *checkOpsets(model);  // Checked by parseModel.
   auto dimNames = specializeInputDims(*model.mutable_graph(), options);
-  if (!dimNames) return dimNames.status().withContext(name);
+  if (!dimNames) {
+    result.graph = dimNames.status().withContext(name);
+    return result;
+  }
   // libonnx 1.12's checker and shape inference know opsets up to 17 and IR versions up to 8;
   // newer models are validated by kiln alone: the structure here, each node by its mapper and
   // kiln's shape inference, and the types the model declares against kiln's.
-  const bool libonnxKnows =
-      *opset <= kLibOnnxMaxOpset && model.ir_version() <= kLibOnnxMaxIrVersion;
-  if (libonnxKnows) {
-    KILN_TRY(checkAndInferShapes(model).withContext(name));
-  } else {
-    KILN_TRY(checkGraphStructure(model.graph(), *opset).withContext(name));
-    KILN_TRY(prepareWindowAttributes(*model.mutable_graph()).withContext(name));
+  const bool libonnxKnows = opset <= kLibOnnxMaxOpset && model.ir_version() <= kLibOnnxMaxIrVersion;
+  Status checked =
+      libonnxKnows ? checkAndInferShapes(model) : checkGraphStructure(model.graph(), opset);
+  if (checked.isOk() && !libonnxKnows) checked = prepareWindowAttributes(*model.mutable_graph());
+  if (!checked.isOk()) {
+    result.graph = checked.withContext(name);
+    return result;
   }
   // Nodes may need the values of graph inputs (shape, axes, pads ... given as inputs): import
   // again with those bound when the caller gave them. A node after a failed one is not
@@ -399,16 +419,30 @@ Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions&
   std::map<std::string, ir::TensorData> bound;
   for (;;) {
     Importer importer(model, name, *dimNames, libonnxKnows, bound);
-    Expected<ir::Graph> graph = importer.run();
-    if (graph) return graph;
+    importer.setRuntimeSizes(options.runtimeSizes);
+    result.graph = importer.run();
+    result.inputNames = importer.inputNames();
+    result.request.reset();
+    result.requestNode = -1;
+    if (importer.stoppedForSize()) {
+      result.request = importer.sizeRequest();
+      result.requestNode = importer.sizeRequestNode();
+    }
+    if (result.graph) return result;
     bool added = false;
     for (const std::string& in : importer.neededInputs()) {
       auto it = options.inputValues.find(in);
-      if (it == options.inputValues.end()) return graph;
+      if (it == options.inputValues.end()) return result;
       added |= bound.emplace(in, it->second).second;
     }
-    if (!added) return graph;
+    if (!added) return result;
   }
+}
+
+Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions& options,
+                                const std::string& modelDir, const std::string& name) {
+  KILN_ASSIGN_OR_RETURN(::onnx::ModelProto model, parseModel(bytes, modelDir, name));
+  return std::move(importParsed(model, options, name).graph);
 }
 
 }  // namespace
@@ -491,6 +525,219 @@ Expected<ir::GraphSpecializer> onnxSpecializer(const std::string& path,
         }
         return loadOnnxFromBytes(*shared, specialized, modelDirOf(path), path);
       });
+}
+
+}  // namespace kiln::frontends
+
+namespace kiln::frontends {
+
+namespace {
+
+void declareType(::onnx::ValueInfoProto& vi, const ir::TensorType& t) {
+  auto* tt = vi.mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx_import::onnxElemTypeOf(t.dtype));
+  auto* shape = tt->mutable_shape();
+  shape->clear_dim();
+  for (int64_t d : t.shape) shape->add_dim()->set_dim_value(d);
+}
+
+// Forgets the shapes a stage's sub-model inherits from the whole model: values after a cut have
+// sizes the file cannot know (ONNX shape inference infers them again where it runs), and the
+// model's outputs keep only their element types.
+void forgetShapes(::onnx::GraphProto& g) {
+  g.clear_value_info();
+  for (auto& out : *g.mutable_output())
+    if (out.type().has_tensor_type()) out.mutable_type()->mutable_tensor_type()->clear_shape();
+}
+
+// The type ONNX shape inference (or the file) gave `name` in `g`, if any.
+const ::onnx::TypeProto* typeIn(const ::onnx::GraphProto& g, const std::string& name) {
+  for (const auto* infos : {&g.value_info(), &g.output()})
+    for (const auto& vi : *infos)
+      if (vi.name() == name && vi.type().has_tensor_type()) return &vi.type();
+  return nullptr;
+}
+
+class OnnxStager {
+ public:
+  OnnxStager(std::shared_ptr<const ::onnx::ModelProto> model, OnnxImportOptions options,
+             std::string name)
+      : model_(std::move(model)), options_(std::move(options)), name_(std::move(name)) {
+    for (const auto& init : model_->graph().initializer()) initializers_.insert(init.name());
+  }
+
+  Expected<ir::Stage> operator()(int64_t begin, const std::map<std::string, ir::TensorType>& env,
+                                 const std::map<std::string, int64_t>& sizes) const {
+    const ::onnx::GraphProto& g = model_->graph();
+    const int n = g.node_size();
+    if (begin < 0 || begin > n)
+      return internalError(name_ + ": no stage begins at node " + std::to_string(begin));
+    ::onnx::ModelProto sub = *model_;
+    ::onnx::GraphProto& sg = *sub.mutable_graph();
+    OnnxImportOptions options = options_;
+    options.runtimeSizes = sizes;
+    if (begin == 0) {
+      // The model's inputs take the call's types (its dims static now).
+      for (auto& in : *sg.mutable_input()) {
+        if (initializers_.count(in.name())) continue;
+        auto it = env.find(in.name());
+        if (it == env.end()) continue;
+        const auto declared = onnx_import::dtypeFromOnnx(in.type().tensor_type().elem_type());
+        const int rank = in.type().tensor_type().shape().dim_size();
+        if (declared != it->second.dtype || rank != it->second.rank())
+          return invalidArgument(name_ + ": input '" + in.name() + "' is declared " +
+                                 (declared ? std::string(ir::dtypeName(*declared)) : "?") +
+                                 " of rank " + std::to_string(rank) + ", the call gives " +
+                                 it->second.toString());
+        declareType(in, it->second);
+      }
+      options.dimValues.clear();
+      options.defaultBatch.reset();
+    } else {
+      sg.mutable_node()->DeleteSubrange(0, static_cast<int>(begin));
+      // Inputs: the environment's values that the nodes left and the outputs read.
+      std::vector<std::string> reads;
+      for (const auto& node : sg.node()) onnx_import::nodeReads(node, false, reads);
+      for (const auto& out : sg.output()) reads.push_back(out.name());
+      sg.clear_input();
+      std::set<std::string> added;
+      for (const std::string& r : reads)
+        if (!initializers_.count(r) && env.count(r) && added.insert(r).second) {
+          auto* vi = sg.add_input();
+          vi->set_name(r);
+          declareType(*vi, env.at(r));
+        }
+      forgetShapes(sg);
+    }
+    // The model's outputs computed by earlier stages are not this one's.
+    for (int i = sg.output_size(); i-- > 0;)
+      if (begin > 0 && env.count(sg.output(i).name())) sg.mutable_output()->DeleteSubrange(i, 1);
+    if (sg.output_size() == 0) return ir::Stage{std::nullopt, {}, {}, std::nullopt, n};
+
+    ::onnx::ModelProto whole = sub;  // The import prepares (and infers shapes in) its model.
+    Imported first = importParsed(whole, options, name_);
+    if (first.graph) {
+      ir::Stage stage{std::move(*first.graph), first.inputNames, {}, std::nullopt, n};
+      for (const auto& out : sg.output()) stage.outputs.push_back(out.name());
+      return stage;
+    }
+    if (!first.request) return first.graph.status();
+    const onnx_import::SizeRequest& request = *first.request;
+    const int before = first.requestNode;  // Nodes of this stage before the cut.
+    const int64_t cutAt = begin + before;
+    std::set<std::string> defined;
+    for (int i = 0; i < before; ++i)
+      for (const auto& out : sg.node(i).output()) defined.insert(out);
+    for (const std::string& in : request.inputs)
+      if (!env.count(in) && !defined.count(in))
+        return unimplemented(name_ + ": " + request.node + ": its size would be computed from '" +
+                             in + "', an initializer (kiln takes run-time sizes from computed " +
+                             "values; fold the node when exporting)");
+    ir::StageCut cut{request.op, request.attrs, request.inputs, request.key, request.node};
+    if (before == 0) return ir::Stage{std::nullopt, {}, {}, std::move(cut), cutAt};
+    // The nodes before the cut, with every value they define that a later node, a model output or
+    // the size reads as an output.
+    std::vector<std::string> later;
+    for (int i = before; i < sg.node_size(); ++i) onnx_import::nodeReads(sg.node(i), false, later);
+    for (const auto& out : g.output()) later.push_back(out.name());
+    later.insert(later.end(), request.inputs.begin(), request.inputs.end());
+    std::vector<std::string> outputs;
+    std::set<std::string> seen;
+    for (const std::string& name : later)
+      if (defined.count(name) && seen.insert(name).second) outputs.push_back(name);
+    sg.mutable_node()->DeleteSubrange(before, sg.node_size() - before);
+    sg.clear_output();
+    for (const std::string& name : outputs) {
+      auto* vi = sg.add_output();
+      vi->set_name(name);
+      if (const ::onnx::TypeProto* t = typeIn(whole.graph(), name)) {
+        *vi->mutable_type() = *t;
+        vi->mutable_type()->mutable_tensor_type()->clear_shape();
+      }
+    }
+    forgetShapes(sg);
+    Imported prefix = importParsed(sub, options, name_);
+    if (!prefix.graph) {
+      if (prefix.request)
+        return internalError(name_ + ": the stage before " + request.node + " asks for a size");
+      return prefix.graph.status();
+    }
+    return ir::Stage{std::move(*prefix.graph), prefix.inputNames, outputs, std::move(cut), cutAt};
+  }
+
+ private:
+  std::shared_ptr<const ::onnx::ModelProto> model_;
+  OnnxImportOptions options_;
+  std::string name_;
+  std::set<std::string> initializers_;
+};
+
+}  // namespace
+
+Expected<ir::StagedModel> onnxStagesFromBytes(std::string_view bytes,
+                                              const OnnxImportOptions& options,
+                                              const std::string& modelDir,
+                                              const std::string& displayName) {
+  try {
+    KILN_ASSIGN_OR_RETURN(::onnx::ModelProto model, parseModel(bytes, modelDir, displayName));
+    ir::StagedModel staged;
+    std::set<std::string> initializers;
+    for (const auto& init : model.graph().initializer()) initializers.insert(init.name());
+    for (const auto& in : model.graph().input()) {
+      if (initializers.count(in.name())) continue;
+      staged.inputs.push_back(in.name());
+      const auto& tt = in.type().tensor_type();
+      const auto dtype = onnx_import::dtypeFromOnnx(tt.elem_type());
+      if (!dtype)
+        return unimplemented(displayName + ": graph input '" + in.name() + "' has element type " +
+                             onnx_import::onnxTypeName(tt.elem_type()) +
+                             ", which kiln does not support");
+      ir::TensorType t{*dtype, {}};
+      for (int d = 0; d < tt.shape().dim_size(); ++d) {
+        const auto& dim = tt.shape().dim(d);
+        int64_t size = 1;
+        if (dim.has_dim_value()) {
+          size = dim.dim_value();
+        } else if (dim.has_dim_param() && options.dimValues.count(dim.dim_param())) {
+          size = options.dimValues.at(dim.dim_param());
+        } else if (d == 0 && options.defaultBatch) {
+          size = *options.defaultBatch;
+        }
+        t.shape.push_back(size);
+      }
+      staged.inputTypes.push_back(std::move(t));
+    }
+    for (const auto& out : model.graph().output()) staged.outputs.push_back(out.name());
+    auto shared = std::make_shared<const ::onnx::ModelProto>(std::move(model));
+    OnnxStager stager(shared, options, displayName);
+    staged.stage = [stager](int64_t begin, const std::map<std::string, ir::TensorType>& env,
+                            const std::map<std::string, int64_t>& sizes) -> Expected<ir::Stage> {
+      try {
+        return stager(begin, env, sizes);
+      } catch (const std::bad_alloc&) {
+        return invalidArgument("out of memory while importing a stage of the model");
+      } catch (const std::exception& e) {
+        return internalError(std::string("unexpected error while importing a stage: ") + e.what());
+      }
+    };
+    return staged;
+  } catch (const std::bad_alloc&) {
+    return invalidArgument(displayName + ": out of memory while importing the model");
+  } catch (const std::exception& e) {
+    return internalError(displayName + ": unexpected error while importing: " + e.what());
+  }
+}
+
+bool needsStages(const Status& status) {
+  const std::string& m = status.message();
+  return status.code() == ErrorCode::kUnimplemented &&
+         m.find("cannot import 1 node of") != std::string::npos &&
+         m.find(onnx_import::kSizeAtRunTime) != std::string::npos;
+}
+
+Expected<ir::StagedModel> onnxStages(const std::string& path, const OnnxImportOptions& options) {
+  KILN_ASSIGN_OR_RETURN(std::string bytes, readModelFile(path));
+  return onnxStagesFromBytes(bytes, options, modelDirOf(path), path);
 }
 
 }  // namespace kiln::frontends

@@ -15,7 +15,10 @@ std::string domainOf(const ::onnx::NodeProto& node) {
   return node.domain() == "ai.onnx" ? std::string() : node.domain();
 }
 
-// "Conv (opset 13) node 'conv1'": how the error list names a node.
+const std::vector<const ::onnx::NodeProto*> kNoNodes;
+
+}  // namespace
+
 std::string describeNode(const ::onnx::NodeProto& node, int opset) {
   const std::string domain = domainOf(node);
   std::string s = (domain.empty() ? "" : domain + ".") + node.op_type() + " (opset " +
@@ -25,10 +28,6 @@ std::string describeNode(const ::onnx::NodeProto& node, int opset) {
     if (!out.empty()) return s + "with output '" + out + "'";
   return s + "(unnamed)";
 }
-
-const std::vector<const ::onnx::NodeProto*> kNoNodes;
-
-}  // namespace
 
 Importer::Importer(::onnx::ModelProto& model, std::string displayName, InputDimNames dimNames,
                    bool onnxInferred, std::map<std::string, ir::TensorData> bound)
@@ -110,11 +109,6 @@ const ::onnx::TypeProto* Importer::onnxType(const std::string& name) const {
   return it == onnxTypes_.end() ? nullptr : it->second;
 }
 
-namespace {
-
-// The values node `p` reads: its inputs and, for If, Loop and Scan, what their bodies' nodes read
-// (of outer scopes; the names a body defines itself are in none). `valuesOnly`: not the inputs
-// whose shape or type alone it reads (Shape's and Size's, CastLike's second).
 void nodeReads(const ::onnx::NodeProto& p, bool valuesOnly, std::vector<std::string>& out) {
   if (valuesOnly && (p.op_type() == "Shape" || p.op_type() == "Size")) return;
   const int read =
@@ -125,7 +119,21 @@ void nodeReads(const ::onnx::NodeProto& p, bool valuesOnly, std::vector<std::str
       for (const auto& node : a.g().node()) nodeReads(node, valuesOnly, out);
 }
 
-}  // namespace
+std::optional<int64_t> Importer::runtimeSize(const std::string& key) const {
+  auto it = runtimeSizes_.find(key);
+  if (it == runtimeSizes_.end()) return std::nullopt;
+  return it->second;
+}
+
+Status Importer::requestSize(SizeRequest request) {
+  if (inlineDepth_ > 0)
+    return unimplemented(
+        "the size of its output depends on the values of its input, inside a "
+        "subgraph (an If branch, a Loop or Scan body): kiln runs such a model "
+        "in stages, which cannot end inside a subgraph");
+  if (!sizeRequest_) sizeRequest_ = std::move(request);
+  return unimplemented(std::string(kSizeAtRunTime));
+}
 
 void Importer::noteNeededConstant(const std::string& name) {
   // The graph inputs `name` is computed from, through every node but those that read only their
@@ -180,6 +188,7 @@ Status Importer::addGraphInputs() {
       continue;
     }
     graphInputs_.insert(in.name());
+    inputNames_.push_back(in.name());
     KILN_ASSIGN_OR_RETURN(
         ir::Value * v, graph_.addInput(uniqueName(in.name()), {*dtype, shape, ir::Layout::kPlain}));
     if (auto it = dimNames_.find(in.name()); it != dimNames_.end())
@@ -385,7 +394,15 @@ Expected<std::vector<OnnxValue>> Importer::inlineGraph(const ::onnx::GraphProto&
   }
   for (const auto& node : g.node())
     for (const auto& out : node.output()) producers_.emplace(out, &node);
-  for (const auto& node : g.node()) KILN_TRY(importNode(node));
+  ++inlineDepth_;
+  for (const auto& node : g.node()) {
+    Status st = importNode(node);
+    if (!st.isOk()) {
+      --inlineDepth_;
+      return st;
+    }
+  }
+  --inlineDepth_;
   std::vector<OnnxValue> outs;
   for (const auto& out : g.output()) {
     const OnnxValue* v = find(out.name());
@@ -441,8 +458,13 @@ Expected<ir::Graph> Importer::run() {
   }
   for (const auto& node : model_.graph().node())
     for (const auto& out : node.output()) producers_.emplace(out, &node);
-  for (const auto& node : model_.graph().node())
-    KILN_TRY(importNode(node).withContext(displayName_));
+  for (int i = 0; i < model_.graph().node_size(); ++i) {
+    KILN_TRY(importNode(model_.graph().node(i)).withContext(displayName_));
+    if (sizeRequest_ && sizeRequestNode_ < 0) {
+      sizeRequestNode_ = i;
+      break;  // What comes after needs the size: a stage ends here.
+    }
+  }
   if (!problems_.empty()) {
     bool anyUnimplemented = false, anyInvalid = false;
     std::string list;

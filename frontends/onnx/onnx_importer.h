@@ -36,6 +36,31 @@ struct NodeProblem {
   ErrorCode code;
 };
 
+// The reason a node that needs a run-time size (SizeRequest) gives when the import has none.
+inline constexpr std::string_view kSizeAtRunTime =
+    "the size of its output depends on the values of its input, known only at run time: kiln "
+    "runs such a model in stages (`kiln run`, frontends::onnxStages)";
+
+// A node whose output's size only its inputs' values give (NonZero's count of non-zeros), for
+// which the import stopped (NodeContext::runtimeSize): a model imported in stages runs what comes
+// before the node, computes the size from the values (runtime::valueSizedCount of `op`) and
+// imports the rest with it (OnnxImportOptions::runtimeSizes[key]).
+struct SizeRequest {
+  ir::OpKind op{};
+  ir::AttrMap attrs;                // The op's attributes but the size.
+  std::vector<std::string> inputs;  // The ONNX values the size is computed from.
+  std::string key;                  // The node's first output.
+  std::string node;                 // "NonZero (opset 13) node 'nz'", for messages.
+};
+
+// "Conv (opset 13) node 'conv1'": how the error list names a node.
+std::string describeNode(const ::onnx::NodeProto& node, int opset);
+
+// The values node `p` reads: its inputs and, for If, Loop and Scan, what their bodies' nodes read
+// (of outer scopes; the names a body defines itself are in none). `valuesOnly`: not the inputs
+// whose shape or type alone it reads (Shape's and Size's, CastLike's second).
+void nodeReads(const ::onnx::NodeProto& p, bool valuesOnly, std::vector<std::string>& out);
+
 // Per ONNX graph input name, kiln's names of its symbolic dims (ir::Value::dimNames).
 using InputDimNames = std::map<std::string, std::vector<std::string>>;
 
@@ -77,6 +102,19 @@ class Importer {
   // their values can succeed.
   void noteNeededConstant(const std::string& name);
   const std::set<std::string>& neededInputs() const { return neededInputs_; }
+  // Run-time sizes by node (OnnxImportOptions::runtimeSizes), and the request of the node that
+  // stopped the import without one (then run() fails; sizeRequestNode() is its index among the
+  // graph's nodes).
+  void setRuntimeSizes(std::map<std::string, int64_t> sizes) { runtimeSizes_ = std::move(sizes); }
+  std::optional<int64_t> runtimeSize(const std::string& key) const;
+  Status requestSize(SizeRequest request);
+  const std::optional<SizeRequest>& sizeRequest() const { return sizeRequest_; }
+  // The import failed only for the size request (no other node's problem).
+  bool stoppedForSize() const { return sizeRequest_ && problems_.size() == 1; }
+  int sizeRequestNode() const { return sizeRequestNode_; }
+  // The ONNX names of the kiln graph's inputs, in order (graph inputs that are neither
+  // initializers nor bound).
+  const std::vector<std::string>& inputNames() const { return inputNames_; }
   // Imports `body` (an If branch, a Loop or Scan body) once more into this graph, its inputs
   // bound to `inputs` and every name it defines prefixed by `scope`, so that each inlining
   // makes fresh values; names it does not define are the outer scopes' (ONNX's subgraphs read
@@ -121,6 +159,11 @@ class Importer {
   static constexpr int64_t kMaxInlinedNodes = int64_t{1} << 20;
   static constexpr int64_t kMaxInlinedBytes = int64_t{1} << 30;
   int64_t inlinedNodes_ = 0, inlinedBytes_ = 0;
+  int inlineDepth_ = 0;  // Subgraphs being inlined now (no stage can end inside one).
+  std::map<std::string, int64_t> runtimeSizes_;
+  std::optional<SizeRequest> sizeRequest_;
+  int sizeRequestNode_ = -1;
+  std::vector<std::string> inputNames_;
 };
 
 // One ONNX node as an op mapper sees it: attributes with ONNX defaults, inputs as kiln values or
@@ -214,6 +257,12 @@ class NodeContext {
   // (Importer::markDiverged).
   void divergesFromLibonnx(size_t k) { imp_.markDiverged(node_.output(static_cast<int>(k))); }
 
+  // ---- Output sizes known at run time. The size of this node's output that op `op` (with
+  // `attrs`) computes from the values of the node's inputs `inputs`: the run-time size given for
+  // the node (OnnxImportOptions::runtimeSizes), else the import stops here asking for it (a model
+  // imported in stages, onnxStages) and this returns an error the mapper returns.
+  Expected<int64_t> runtimeSize(ir::OpKind op, ir::AttrMap attrs, std::vector<size_t> inputs);
+
   // ---- Errors. A mapper returns these to have the node listed in the import's one error.
   Status unsupported(const std::string& reason) const { return unimplemented(reason); }
   Status invalid(const std::string& reason) const { return invalidArgument(reason); }
@@ -280,6 +329,7 @@ std::vector<MapperEntry> recurrentMappers();
 std::vector<MapperEntry> signalMappers();
 std::vector<MapperEntry> samplingMappers();
 std::vector<MapperEntry> indexingMappers();
+std::vector<MapperEntry> valueSizedMappers();
 std::vector<MapperEntry> controlFlowMappers();
 Status mapGelu(NodeContext& ctx);  // com.microsoft Gelu, and matched Erf GELU patterns.
 

@@ -136,6 +136,14 @@ Expected<const ir::TensorData*> NodeContext::requireConstant(size_t i) {
   return c;
 }
 
+Expected<int64_t> NodeContext::runtimeSize(ir::OpKind op, ir::AttrMap attrs,
+                                           std::vector<size_t> inputs) {
+  if (std::optional<int64_t> size = imp_.runtimeSize(node_.output(0))) return *size;
+  SizeRequest request{op, std::move(attrs), {}, node_.output(0), describeNode(node_, opset_)};
+  for (size_t i : inputs) request.inputs.push_back(node_.input(static_cast<int>(i)));
+  return imp_.requestSize(std::move(request));
+}
+
 bool NodeContext::inputTrainable(size_t i) {
   return hasInput(i) && input(i).trainable;
 }

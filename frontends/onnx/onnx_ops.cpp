@@ -66,7 +66,7 @@ const std::unordered_map<std::string, MapperEntry>& registry() {
     for (auto family :
          {pointwiseMappers, nnMappers, movementMappers, constantMappers, padResizeMappers,
           compositeMappers, attentionMappers, derivedMappers, recurrentMappers, signalMappers,
-          samplingMappers, indexingMappers, controlFlowMappers})
+          samplingMappers, indexingMappers, controlFlowMappers, valueSizedMappers})
       for (MapperEntry& e : family()) t->emplace(std::string(e.opType), std::move(e));
     return t;
   }();

@@ -67,6 +67,12 @@ std::optional<ir::DType> dtypeFromOnnx(int32_t elemType) {
   }
 }
 
+int32_t onnxElemTypeOf(ir::DType dtype) {
+  for (int32_t code = 1; code < 64; ++code)
+    if (dtypeFromOnnx(code) == dtype) return code;
+  return 0;
+}
+
 std::string onnxTypeName(int32_t elemType) {
   if (TensorProto::DataType_IsValid(elemType))
     return TensorProto::DataType_Name(static_cast<TensorProto::DataType>(elemType));

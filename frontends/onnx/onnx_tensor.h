@@ -14,6 +14,8 @@ namespace kiln::frontends::onnx_import {
 // kiln's dtype for an ONNX TensorProto::DataType, or nullopt when kiln has none (uint16,
 // string, complex, ...).
 std::optional<ir::DType> dtypeFromOnnx(int32_t elemType);
+// The ONNX element type of a kiln dtype (dtypeFromOnnx's inverse), 0 (UNDEFINED) for none.
+int32_t onnxElemTypeOf(ir::DType dtype);
 // "FLOAT", "UINT16", ...: how error messages name an ONNX element type.
 std::string onnxTypeName(int32_t elemType);
 

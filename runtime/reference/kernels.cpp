@@ -15,6 +15,7 @@ const RefKernelTable& table() {
     registerReduceKernels(k);
     registerMovementKernels(k);
     registerLossKernels(k);
+    registerValueSizedKernels(k);
     return k;
   }();
   return t;

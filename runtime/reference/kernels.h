@@ -22,12 +22,19 @@ using RefKernelTable = std::array<RefKernel, ir::kNumOps>;
 
 // Family registrars (reference/*.cpp).
 void registerPointwiseKernels(RefKernelTable& t);
-void registerLinalgKernels(RefKernelTable& t);    // matmul, gemm, linear
-void registerConvPoolKernels(RefKernelTable& t);  // conv2d, pooling
-void registerNormKernels(RefKernelTable& t);      // batch_norm, layer_norm, softmax, log_softmax
-void registerReduceKernels(RefKernelTable& t);    // reduce_*
-void registerMovementKernels(RefKernelTable& t);  // reshape .. gather
-void registerLossKernels(RefKernelTable& t);      // nll_loss, cross_entropy_loss
+void registerLinalgKernels(RefKernelTable& t);      // matmul, gemm, linear
+void registerConvPoolKernels(RefKernelTable& t);    // conv2d, pooling
+void registerNormKernels(RefKernelTable& t);        // batch_norm, layer_norm, softmax, log_softmax
+void registerReduceKernels(RefKernelTable& t);      // reduce_*
+void registerMovementKernels(RefKernelTable& t);    // reshape .. gather
+void registerLossKernels(RefKernelTable& t);        // nll_loss, cross_entropy_loss
+void registerValueSizedKernels(RefKernelTable& t);  // nonzero
+
+// The size that an op whose output is sized by its inputs' values (ops.def's `count` attribute:
+// nonzero) takes from `inputs`: what a model run in stages imports the op with
+// (compiler/staged.h). `attrs` are the op's other attributes. kInvalidArgument for other ops.
+Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
+                                  std::span<const Tensor> inputs);
 
 // nullptr when the op has no reference kernel (a test asserts none is missing).
 RefKernel referenceKernel(ir::OpKind op);

@@ -174,6 +174,20 @@ check "run, --int-range past the table" 2 "index 1[0-9] .*out of range for dim 0
 check "run, bad --int-range" 2 "--int-range expects LO:HI" -- "$KILN" run "$TOKENS" --int-range 3:3
 check "bench, integer inputs" 0 "speedup" -- "$KILN" bench "$TOKENS" --runs 2 --warmup 0 --cache-dir cache
 
+# ---- A model run in stages: y = x[x > 0] (NonZero), z = y[y > 0.5] (Compress); the sizes
+# come from the values. x = [[1, -1, 0.25, 2], [2, 0, -1, 1]] as little-endian f32.
+MASKED=$TESTS_DIR/data/onnx/masked_select.onnx
+{ printf '\x93NUMPY\x01\x00\x76\x00'; printf '%-117s\n' "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 4), }"
+  printf '\x00\x00\x80\x3f\x00\x00\x80\xbf\x00\x00\x80\x3e\x00\x00\x00\x40'
+  printf '\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x80\xbf\x00\x00\x80\x3f'; } >mask.npy
+npy_zeros mask0.npy "3, 4" 12
+check "run in stages" 0 "%y : f32\[5\].*mean 1\.25" -- "$KILN" run "$MASKED" --input mask.npy --cache-dir cache
+check "run in stages, the second size" 0 "%z : f32\[4\].*mean 1\.5" -- \
+  "$KILN" run "$MASKED" --input mask.npy --cache-dir cache
+check "run in stages eagerly" 0 "stage at node 1, where = 5" -- "$KILN" run "$MASKED" --eager --input mask.npy
+check "run in stages, nothing selected" 0 "%z : f32\[0\]" -- "$KILN" run "$MASKED" --input mask0.npy --cache-dir cache
+check "run in stages, seeded input" 0 "%y : f32\[[0-4]\]" -- "$KILN" run "$MASKED" --eager
+
 # ---- Ahead-of-time artifacts.
 check "compile -o artifact" 0 "wrote mnist\.kiln" -- "$KILN" compile mnist_cnn -o mnist.kiln --cache-dir cache
 check "inspect" 0 "format version 2" -- "$KILN" inspect mnist.kiln

@@ -345,6 +345,10 @@ const std::vector<InferCase>& cases() {
     {OpKind::kReduceProd, {"bool[5,6]"}, {}, "error: must be numeric"},
     {OpKind::kTopKIndices, {"f32[3,5]"}, {{"k", I(2)}}, "i64[3,2]"},
     {OpKind::kTopKIndices, {"f32[3,5]"}, {{"k", I(6)}, {"axis", I(1)}}, "error: topk_indices: k = 6 must be 0 to the size of axis 1 of f32[3,5]"},
+    {OpKind::kNonZero, {"f32[3,5]"}, {{"count", I(4)}}, "i64[2,4]"},
+    {OpKind::kNonZero, {"bool[]"}, {{"count", I(1)}}, "i64[1,1]"},
+    {OpKind::kNonZero, {"f32[3,5]"}, {{"count", I(16)}}, "error: nonzero: count = 16 must be 0 to the 15 elements of f32[3,5]"},
+    {OpKind::kNonZero, {"f8e4m3fn[3]"}, {{"count", I(1)}}, "error: nonzero: x must be a float, integer or bool tensor (not an 8-, 4- or 2-bit one), got f8e4m3fn[3]"},
     // ---- Movement.
     {OpKind::kReshape, {"f32[2,3,4]"}, {{"shape", Is({4, -1})}}, "f32[4,6]"},
     {OpKind::kReshape, {"f32[2,3,4]@nhwc"}, {{"shape", Is({0, 12})}}, "f32[2,12]"},

@@ -3,6 +3,8 @@
   version 14, the newest opset it knows), for kiln's import test
   (tests/frontends/test_onnx_versions.cpp). y = Gelu(x @ w + b) over x: [2, 3], with w and b
   initializers, and a node with metadata_props (a field libonnx 1.12 does not know).
+- masked_select.onnx: y = x[x > 0] and z = y[y > 0.5] (NonZero, then Compress) over x: [N, 4],
+  for `kiln run` of a model in stages (tests/cli/cli_tests.sh).
 - token_embedding.onnx: integer and boolean graph inputs, for `kiln run`/`kiln bench` without
   --input (tests/cli/cli_tests.sh): y = Where(mask, table[ids], 0) with ids int64 [2, 3] in
   [0, 10) and mask bool [2, 3].
@@ -51,3 +53,21 @@ model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 onnx.checker.check_model(model)
 onnx.save(model, os.path.join(data, "token_embedding.onnx"))
 print("wrote token_embedding.onnx")
+
+graph = helper.make_graph(
+    [helper.make_node("Greater", ["x", "zero"], ["positive"], name="positive"),
+     helper.make_node("NonZero", ["positive"], ["where"], name="nonzero"),
+     helper.make_node("Transpose", ["where"], ["coords"], name="coords"),
+     helper.make_node("GatherND", ["x", "coords"], ["y"], name="select"),
+     helper.make_node("Greater", ["y", "half"], ["big"], name="big"),
+     helper.make_node("Compress", ["y", "big"], ["z"], axis=0, name="compress")],
+    "masked_select",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["count"]),
+     helper.make_tensor_value_info("z", TensorProto.FLOAT, ["big_count"])],
+    initializer=[numpy_helper.from_array(np.array(0, dtype=np.float32), "zero"),
+                 numpy_helper.from_array(np.array(0.5, dtype=np.float32), "half")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+onnx.checker.check_model(model)
+onnx.save(model, os.path.join(data, "masked_select.onnx"))
+print("wrote masked_select.onnx")

@@ -1,0 +1,133 @@
+#include "compiler/staged.h"
+
+#include <algorithm>
+
+#include "compiler/eager_kernels.h"
+#include "runtime/reference/kernels.h"
+
+namespace kiln::compiler {
+
+struct StagedModule::Entry {
+  ir::Stage stage;
+  std::unique_ptr<CompiledModel> compiled;  // Unless eager (or the stage has no graph).
+};
+
+StagedModule::StagedModule(ir::StagedModel model, CompileOptions options, bool eager,
+                           size_t cacheLimit)
+    : model_(std::move(model)),
+      options_(std::move(options)),
+      eager_(eager),
+      limit_(std::max<size_t>(cacheLimit, 1)) {}
+
+StagedModule::~StagedModule() = default;
+
+int StagedModule::stagesMade() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return made_;
+}
+
+std::vector<std::string> StagedModule::log() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return log_;
+}
+
+Expected<std::shared_ptr<StagedModule::Entry>> StagedModule::stageFor(
+    int64_t begin, const std::map<std::string, runtime::Tensor>& env,
+    const std::map<std::string, int64_t>& sizes) {
+  std::map<std::string, ir::TensorType> types;
+  std::string key = std::to_string(begin);
+  for (const auto& [name, t] : env) {
+    types.emplace(name, ir::TensorType{t.dtype(), t.shape()});
+    key += "|" + name + ":" + types.at(name).toString();
+  }
+  for (const auto& [name, size] : sizes) key += "|#" + name + "=" + std::to_string(size);
+  // Made under the lock: concurrent first calls of one signature make it once (a stage's
+  // import and compile take milliseconds to seconds).
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  auto entry = std::make_shared<Entry>();
+  KILN_ASSIGN_OR_RETURN(entry->stage, model_.stage(begin, types, sizes));
+  if (entry->stage.graph && !eager_) {
+    KILN_ASSIGN_OR_RETURN(entry->compiled, compile(*entry->stage.graph, options_));
+  }
+  ++made_;
+  std::string line = "stage at node " + std::to_string(begin);
+  for (const auto& [name, size] : sizes) line += ", " + name + " = " + std::to_string(size);
+  line += entry->stage.graph ? ": " + std::to_string(entry->stage.graph->nodes().size()) + " nodes"
+                             : ": no nodes";
+  if (entry->stage.cut) line += ", then " + entry->stage.cut->describe + " needs its size";
+  log_.push_back(std::move(line));
+  if (cache_.size() >= limit_) {
+    cache_.erase(order_.front());
+    order_.erase(order_.begin());
+  }
+  cache_.emplace(key, entry);
+  order_.push_back(key);
+  return entry;
+}
+
+Expected<std::vector<runtime::Tensor>> StagedModule::operator()(
+    std::span<const runtime::Tensor> inputs) {
+  if (inputs.size() != model_.inputs.size())
+    return invalidArgument("the model takes " + std::to_string(model_.inputs.size()) +
+                           " inputs, got " + std::to_string(inputs.size()));
+  std::map<std::string, runtime::Tensor> env;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(runtime::Tensor t, inputs[i].contiguous());
+    env.emplace(model_.inputs[i], std::move(t));
+  }
+  std::map<std::string, int64_t> sizes;
+  int64_t begin = 0;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, stageFor(begin, env, sizes));
+    const ir::Stage& stage = entry->stage;
+    if (stage.graph) {
+      std::vector<runtime::Tensor> in;
+      for (const std::string& name : stage.inputs) {
+        auto it = env.find(name);
+        if (it == env.end())
+          return internalError("a stage reads '" + name + "', which no earlier stage computed");
+        in.push_back(it->second);
+      }
+      Expected<std::vector<runtime::Tensor>> out = internalError("not run");
+      if (entry->compiled) {
+        out = entry->compiled->run(in);
+      } else {
+        std::shared_ptr<runtime::Backend> backend =
+            options_.backend ? options_.backend : runtime::defaultBackend();
+        runtime::EagerExecutor exec(*stage.graph, backend);
+        KILN_TRY(useDeviceKernels(exec, backend, options_));
+        out = exec.run(in);
+      }
+      if (!out) return out.status();
+      if (out->size() != stage.outputs.size())
+        return internalError("a stage returned " + std::to_string(out->size()) + " values for " +
+                             std::to_string(stage.outputs.size()) + " names");
+      for (size_t i = 0; i < out->size(); ++i) env.insert_or_assign(stage.outputs[i], (*out)[i]);
+    }
+    if (!stage.cut) break;
+    const ir::StageCut& cut = *stage.cut;
+    std::vector<runtime::Tensor> values;
+    for (const std::string& name : cut.inputs) {
+      auto it = env.find(name);
+      if (it == env.end())
+        return internalError(cut.describe + ": its size reads '" + name + "', not computed");
+      values.push_back(it->second);
+    }
+    KILN_ASSIGN_OR_RETURN(int64_t size, runtime::valueSizedCount(cut.op, cut.attrs, values));
+    if (stage.next < begin || (stage.next == begin && sizes.count(cut.key)))
+      return internalError(cut.describe + ": the model's stages do not advance");
+    sizes[cut.key] = size;
+    begin = stage.next;
+  }
+  std::vector<runtime::Tensor> outputs;
+  for (const std::string& name : model_.outputs) {
+    auto it = env.find(name);
+    if (it == env.end())
+      return internalError("no stage computed the model's output '" + name + "'");
+    outputs.push_back(it->second);
+  }
+  return outputs;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,62 @@
+// ONNX ops whose output size depends on their inputs' values: NonZero, and Compress (a gather at
+// NonZero's positions of its condition). kiln compiles for static shapes, so each such node asks
+// for its size at run time (NodeContext::runtimeSize): the model is imported in stages, each
+// ending where the next needs a size (onnxStages), and the node is imported with it.
+#include <string>
+#include <vector>
+
+#include "frontends/onnx/onnx_map_util.h"
+
+namespace kiln::frontends::onnx_import {
+
+namespace {
+
+using ir::OpKind;
+
+// NonZero (9, 13): i64 [rank, count] of the coordinates of x's non-zero elements.
+Status mapNonZero(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t count, ctx.runtimeSize(OpKind::kNonZero, {}, {0}));
+  return foldOrEmit(ctx, OpKind::kNonZero, {0}, {{"count", count}});
+}
+
+// Compress (9, 11): the slices of input along `axis` (without one: the elements of the flattened
+// input) where the bool condition [L] is true; L may be shorter than that dim (the rest are not
+// taken). A condition longer than the dim with a true element past it is a run-time error of
+// the gather.
+Status mapCompress(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType x, ctx.inputType(0));
+  KILN_ASSIGN_OR_RETURN(ir::TensorType cond, ctx.inputType(1));
+  if (cond.dtype != ir::DType::kBool || cond.rank() != 1)
+    return ctx.invalid("condition must be a 1-D bool tensor, got " + cond.toString());
+  KILN_ASSIGN_OR_RETURN(int64_t count, ctx.runtimeSize(OpKind::kNonZero, {}, {1}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * c, ctx.value(1));
+  KILN_ASSIGN_OR_RETURN(ir::Value * positions, ctx.emit(OpKind::kNonZero, {c}, {{"count", count}}));
+  KILN_ASSIGN_OR_RETURN(
+      positions, ctx.emit(OpKind::kReshape, {positions},
+                          {{"shape", std::vector<int64_t>{count}}, {"allowzero", int64_t{1}}}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * data, ctx.value(0));
+  int64_t axis = 0;
+  if (ctx.hasAttr("axis")) {
+    KILN_ASSIGN_OR_RETURN(int64_t a, ctx.attrInt("axis"));
+    KILN_ASSIGN_OR_RETURN(int normalized, ir::normalizeAxis(a, x.shape.size(), "axis"));
+    axis = normalized;
+  } else {
+    int64_t elements = 1;
+    for (int64_t d : x.shape) elements *= d;
+    KILN_ASSIGN_OR_RETURN(
+        data, ctx.emit(OpKind::kReshape, {data},
+                       {{"shape", std::vector<int64_t>{elements}}, {"allowzero", int64_t{1}}}));
+  }
+  return ctx.emit(OpKind::kGather, {data, positions}, {{"axis", axis}}, 0).status();
+}
+
+}  // namespace
+
+std::vector<MapperEntry> valueSizedMappers() {
+  return {
+      {"NonZero", {9, 13}, mapNonZero},
+      {"Compress", {9, 11, 28}, mapCompress},
+  };
+}
+
+}  // namespace kiln::frontends::onnx_import

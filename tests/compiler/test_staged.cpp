@@ -1,0 +1,171 @@
+// Models run in stages (compiler/staged.h): ONNX NonZero and Compress of computed values, whose
+// output sizes only the values give, against direct loops, compiled and eagerly.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "compiler/staged.h"
+#include "frontends/onnx/onnx_import.h"
+#include "frontends/onnx_model_builder.h"
+#include "runtime/tensor.h"
+
+namespace kiln {
+namespace {
+
+using onnxtest::attrInt;
+using onnxtest::Model;
+using runtime::Tensor;
+
+Tensor f32(ir::Shape shape, const std::vector<float>& v) {
+  auto t = Tensor::empty(ir::DType::kF32, std::move(shape));
+  REQUIRE(t.hasValue());
+  if (!v.empty()) std::memcpy(t->rawData(), v.data(), v.size() * sizeof(float));
+  return *t;
+}
+
+std::vector<float> floats(const Tensor& t) {
+  REQUIRE(t.dtype() == ir::DType::kF32);
+  std::vector<float> v(static_cast<size_t>(t.numElements()));
+  if (!v.empty()) std::memcpy(v.data(), t.rawData(), v.size() * sizeof(float));
+  return v;
+}
+
+// x [n, 5] -> s = ReduceSum(x) (before any cut); y = 2 * x[x > 0] (NonZero of the mask, its
+// columns gathered); w = y[y > 1] (Compress: a second cut, after the first).
+std::string maskModel() {
+  Model m(13);
+  m.input("x", {std::string("n"), 5});
+  m.initializer(onnxtest::floatTensor("zero", {}, {0.0f}));
+  m.initializer(onnxtest::floatTensor("one", {}, {1.0f}));
+  m.initializer(onnxtest::floatTensor("two", {}, {2.0f}));
+  m.node("ReduceSum", {"x"}, {"s"}, {attrInt("keepdims", 0)});
+  m.node("Greater", {"x", "zero"}, {"mask"});
+  m.node("NonZero", {"mask"}, {"nz"}, {}, "nz");
+  m.node("Transpose", {"nz"}, {"idx"});
+  m.node("GatherND", {"x", "idx"}, {"picked"});
+  m.node("Mul", {"picked", "two"}, {"y"});
+  m.node("Greater", {"y", "one"}, {"big"});
+  m.node("Compress", {"y", "big"}, {"w"}, {attrInt("axis", 0)}, "compress");
+  m.output("s").output("y").output("w");
+  return m.bytes();
+}
+
+TEST_CASE("staged: NonZero and Compress of computed values, compiled and eager, every count") {
+  const std::string bytes = maskModel();
+  // The plain import says the model needs stages.
+  auto plain = frontends::loadOnnxFromBytes(bytes, {.dimValues = {{"n", 2}}});
+  REQUIRE_FALSE(plain.hasValue());
+  CHECK(frontends::needsStages(plain.status()));
+  CHECK_THAT(plain.status().message(), Catch::Contains("NonZero (opset 13) node 'nz'"));
+
+  auto staged = frontends::onnxStagesFromBytes(bytes);
+  REQUIRE(staged.hasValue());
+  CHECK(staged->inputs == std::vector<std::string>{"x"});
+  CHECK(staged->outputs == std::vector<std::string>{"s", "y", "w"});
+  compiler::CompileOptions co;
+  co.autotune = false;
+  compiler::StagedModule compiled(*staged, co, false);
+  compiler::StagedModule eager(*staged, co, true);
+
+  const std::vector<std::vector<float>> cases = {
+      {0.5f, -1.0f, 2.0f, 0.0f, -0.0f, 3.0f, 0.25f, -2.0f, 1.0f, 4.0f},  // Some of each.
+      {-1.0f, -2.0f, -3.0f, -4.0f, -5.0f},                               // None: empty outputs.
+      {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f, 11.0f, 12.0f, 13.0f, 14.0f,
+       15.0f},                                                           // All, 3 rows.
+      {0.5f, -1.0f, 2.0f, 0.0f, -0.0f, 3.0f, 0.25f, -2.0f, 1.0f, 4.0f},  // The first again.
+  };
+  int made = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<float>& x = cases[c];
+    const int64_t rows = static_cast<int64_t>(x.size()) / 5;
+    double sum = 0;
+    std::vector<float> y, w;
+    for (float v : x) {
+      sum += v;
+      if (v > 0) y.push_back(2 * v);
+    }
+    for (float v : y)
+      if (v > 1) w.push_back(v);
+    for (compiler::StagedModule* module : {&compiled, &eager}) {
+      INFO("case " << c << (module == &eager ? " eager" : " compiled"));
+      const Tensor in = f32({rows, 5}, x);
+      auto out = (*module)(std::vector<Tensor>{in});
+      INFO((out.hasValue() ? std::string() : out.status().message()));
+      REQUIRE(out.hasValue());
+      REQUIRE(out->size() == 3);
+      CHECK((*out)[0].shape() == ir::Shape{});
+      CHECK((*out)[1].shape() == ir::Shape{static_cast<int64_t>(y.size())});
+      CHECK((*out)[2].shape() == ir::Shape{static_cast<int64_t>(w.size())});
+      CHECK(floats((*out)[1]) == y);
+      CHECK(floats((*out)[2]) == w);
+      double got = 0;
+      for (float v : floats((*out)[0])) got += v;
+      CHECK(got == Approx(sum).margin(1e-5));
+    }
+    // Three stages per new count (before NonZero, between it and Compress, after), none for
+    // counts seen before.
+    made = compiled.stagesMade();
+    CHECK(made == (c < 3 ? 3 * static_cast<int>(c + 1) : 9));
+  }
+  CHECK(eager.stagesMade() == made);
+}
+
+TEST_CASE("staged: a model without such nodes is one stage; a cut inside a branch is an error") {
+  Model m(13);
+  m.input("x", {3});
+  m.node("Relu", {"x"}, {"y"});
+  m.output("y");
+  auto staged = frontends::onnxStagesFromBytes(m.bytes());
+  REQUIRE(staged.hasValue());
+  compiler::StagedModule module(*staged);
+  auto out = module(std::vector<Tensor>{f32({3}, {-1.0f, 2.0f, -3.0f})});
+  REQUIRE(out.hasValue());
+  CHECK(floats((*out)[0]) == std::vector<float>{0.0f, 2.0f, 0.0f});
+  CHECK(module.stagesMade() == 1);
+  // A wrong input count, and a wrong rank, are errors naming what the model takes.
+  auto none = module(std::vector<Tensor>{});
+  REQUIRE_FALSE(none.hasValue());
+  CHECK_THAT(none.status().message(), Catch::Contains("takes 1 inputs, got 0"));
+  auto rank = module(std::vector<Tensor>{f32({1, 3}, {1, 2, 3})});
+  REQUIRE_FALSE(rank.hasValue());
+  CHECK_THAT(rank.status().message(), Catch::Contains("input 'x' is declared f32 of rank 1"));
+
+  // NonZero inside an If branch (a constant condition: the branch is inlined at import): stages
+  // cannot end inside a subgraph.
+  Model branch(13);
+  branch.input("x", {3});
+  ::onnx::TensorProto cond;
+  cond.set_name("c");
+  cond.set_data_type(onnxtest::kBool);
+  cond.add_int32_data(1);
+  branch.initializer(cond);
+  ::onnx::GraphProto thenG, elseG;
+  for (auto* g : {&thenG, &elseG}) {
+    g->set_name(g == &thenG ? "then" : "else");
+    auto* n = g->add_node();
+    n->set_op_type(g == &thenG ? "NonZero" : "Shape");
+    n->add_input("x");
+    n->add_output(g == &thenG ? "t" : "e");
+    auto* o = g->add_output();
+    o->set_name(n->output(0));
+    o->mutable_type()->mutable_tensor_type()->set_elem_type(onnxtest::kInt64);
+  }
+  ::onnx::AttributeProto a, b;
+  a.set_name("then_branch");
+  a.set_type(::onnx::AttributeProto::GRAPH);
+  *a.mutable_g() = thenG;
+  b.set_name("else_branch");
+  b.set_type(::onnx::AttributeProto::GRAPH);
+  *b.mutable_g() = elseG;
+  branch.node("If", {"c"}, {"r"}, {a, b});
+  branch.output("r", onnxtest::kInt64);
+  auto inBranch = frontends::loadOnnxFromBytes(branch.bytes());
+  REQUIRE_FALSE(inBranch.hasValue());
+  CHECK_FALSE(frontends::needsStages(inBranch.status()));
+  CHECK_THAT(inBranch.status().message(), Catch::Contains("inside a subgraph"));
+}
+
+}  // namespace
+}  // namespace kiln
