@@ -109,6 +109,10 @@ Expected<std::vector<runtime::Tensor>> StagedModule::operator()(
     const ir::StageCut& cut = *stage.cut;
     std::vector<runtime::Tensor> values;
     for (const std::string& name : cut.inputs) {
+      if (auto c = cut.constants.find(name); c != cut.constants.end()) {
+        values.push_back(runtime::Tensor::fromData(c->second));
+        continue;
+      }
       auto it = env.find(name);
       if (it == env.end())
         return internalError(cut.describe + ": its size reads '" + name + "', not computed");

@@ -288,4 +288,41 @@ Expected<std::vector<TensorType>> inferNonZero(std::span<const TensorType> in, c
   return one({DType::kI64, Shape{std::max<int64_t>(x.rank(), 1), count}, Layout::kPlain});
 }
 
+Expected<std::vector<TensorType>> inferNonMaxSuppression(std::span<const TensorType> in,
+                                                         const AttrView& a) {
+  const TensorType &boxes = in[0], &scores = in[1];
+  if (boxes.dtype != DType::kF32 || boxes.rank() != 3 || boxes.shape[2] != 4)
+    return invalidArgument("boxes must be f32 [B, N, 4], got " + boxes.toString());
+  if (scores.dtype != DType::kF32 || scores.rank() != 3 || scores.shape[0] != boxes.shape[0] ||
+      scores.shape[2] != boxes.shape[1])
+    return invalidArgument("scores must be f32 [B, C, N] = [" + std::to_string(boxes.shape[0]) +
+                           ", C, " + std::to_string(boxes.shape[1]) + "], got " +
+                           scores.toString());
+  const int64_t cpb = a.getInt("center_point_box");
+  if (cpb != 0 && cpb != 1)
+    return invalidArgument("center_point_box must be 0 or 1, got " + std::to_string(cpb));
+  const std::pair<const char*, DType> optional[] = {{"has_max_output", DType::kI64},
+                                                    {"has_iou_threshold", DType::kF32},
+                                                    {"has_score_threshold", DType::kF32}};
+  size_t next = 2;
+  for (const auto& [flag, dtype] : optional) {
+    if (a.getInt(flag) == 0) continue;
+    if (next >= in.size())
+      return invalidArgument(std::string(flag) + " is set but the input is not given");
+    if (in[next].dtype != dtype || numElements(in[next].shape) != 1)
+      return invalidArgument(std::string(flag).substr(4) + " must be one " +
+                             std::string(dtypeName(dtype)) + " value, got " + in[next].toString());
+    ++next;
+  }
+  if (next != in.size())
+    return invalidArgument(std::to_string(in.size()) + " inputs for " + std::to_string(next) +
+                           " that the has_* attributes give");
+  const int64_t most = scores.shape[0] * scores.shape[1] * scores.shape[2];
+  const int64_t count = a.getInt("count");
+  if (count < 0 || count > most)
+    return invalidArgument("count = " + std::to_string(count) + " must be 0 to the " +
+                           std::to_string(most) + " (batch, class, box) triples");
+  return one({DType::kI64, Shape{count, 3}, Layout::kPlain});
+}
+
 }  // namespace kiln::ir

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/tensor_data.h"
 
 namespace kiln::ir {
 
@@ -23,6 +24,8 @@ struct StageCut {
   std::vector<std::string> inputs;  // Names in the environment.
   std::string key;                  // The size's name, for the next stage (StageMaker's sizes).
   std::string describe;             // The node that needs it, for messages.
+  // Inputs the model holds as initializers (a threshold), which no stage computes.
+  std::map<std::string, TensorData> constants;
 };
 
 struct Stage {

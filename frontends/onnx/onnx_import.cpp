@@ -628,12 +628,19 @@ class OnnxStager {
     std::set<std::string> defined;
     for (int i = 0; i < before; ++i)
       for (const auto& out : sg.node(i).output()) defined.insert(out);
-    for (const std::string& in : request.inputs)
-      if (!env.count(in) && !defined.count(in))
-        return unimplemented(name_ + ": " + request.node + ": its size would be computed from '" +
-                             in + "', an initializer (kiln takes run-time sizes from computed " +
-                             "values; fold the node when exporting)");
-    ir::StageCut cut{request.op, request.attrs, request.inputs, request.key, request.node};
+    ir::StageCut cut{request.op, request.attrs, request.inputs, request.key, request.node, {}};
+    for (const std::string& in : request.inputs) {
+      if (env.count(in) || defined.count(in)) continue;
+      const ::onnx::TensorProto* init = nullptr;
+      for (const auto& t : g.initializer())
+        if (t.name() == in) init = &t;
+      if (!init)
+        return internalError(name_ + ": " + request.node + ": its size reads '" + in +
+                             "', which is neither computed nor an initializer");
+      KILN_ASSIGN_OR_RETURN(ir::TensorData data,
+                            onnx_import::tensorFromProto(*init, "initializer '" + in + "'"));
+      cut.constants.emplace(in, std::move(data));
+    }
     if (before == 0) return ir::Stage{std::nullopt, {}, {}, std::move(cut), cutAt};
     // The nodes before the cut, with every value they define that a later node, a model output or
     // the size reads as an output.

@@ -1,7 +1,7 @@
-// ONNX ops whose output size depends on their inputs' values: NonZero, and Compress (a gather at
-// NonZero's positions of its condition). kiln compiles for static shapes, so each such node asks
-// for its size at run time (NodeContext::runtimeSize): the model is imported in stages, each
-// ending where the next needs a size (onnxStages), and the node is imported with it.
+// ONNX ops whose output size depends on their inputs' values: NonZero, Compress (a gather at
+// NonZero's positions of its condition) and NonMaxSuppression. kiln compiles for static shapes, so
+// each such node asks for its size at run time (NodeContext::runtimeSize): the model is imported in
+// stages, each ending where the next needs a size (onnxStages), and the node is imported with it.
 #include <string>
 #include <vector>
 
@@ -50,12 +50,37 @@ Status mapCompress(NodeContext& ctx) {
   return ctx.emit(OpKind::kGather, {data, positions}, {{"axis", axis}}, 0).status();
 }
 
+// NonMaxSuppression (10, 11): boxes, scores and the optional max_output_boxes_per_class,
+// iou_threshold and score_threshold (each one value, read at run time) -> i64 [count, 3].
+Status mapNonMaxSuppression(NodeContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(int64_t cpb, ctx.attrInt("center_point_box", 0));
+  if (cpb != 0 && cpb != 1)
+    return ctx.invalid("center_point_box must be 0 or 1, got " + std::to_string(cpb));
+  ir::AttrMap attrs{{"center_point_box", cpb}};
+  std::vector<size_t> given{0, 1};
+  const char* flags[] = {"has_max_output", "has_iou_threshold", "has_score_threshold"};
+  for (size_t i = 2; i < 5; ++i)
+    if (ctx.hasInput(i)) {
+      attrs[flags[i - 2]] = int64_t{1};
+      given.push_back(i);
+    }
+  KILN_ASSIGN_OR_RETURN(int64_t count, ctx.runtimeSize(OpKind::kNonMaxSuppression, attrs, given));
+  std::vector<ir::Value*> values;
+  for (size_t i : given) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i, /*trainable=*/false));
+    values.push_back(v);
+  }
+  attrs["count"] = count;
+  return ctx.emit(OpKind::kNonMaxSuppression, std::move(values), std::move(attrs), 0).status();
+}
+
 }  // namespace
 
 std::vector<MapperEntry> valueSizedMappers() {
   return {
       {"NonZero", {9, 13}, mapNonZero},
       {"Compress", {9, 11, 28}, mapCompress},
+      {"NonMaxSuppression", {10, 11}, mapNonMaxSuppression},
   };
 }
 

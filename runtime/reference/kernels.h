@@ -28,7 +28,7 @@ void registerNormKernels(RefKernelTable& t);        // batch_norm, layer_norm, s
 void registerReduceKernels(RefKernelTable& t);      // reduce_*
 void registerMovementKernels(RefKernelTable& t);    // reshape .. gather
 void registerLossKernels(RefKernelTable& t);        // nll_loss, cross_entropy_loss
-void registerValueSizedKernels(RefKernelTable& t);  // nonzero
+void registerValueSizedKernels(RefKernelTable& t);  // nonzero, non_max_suppression
 
 // The size that an op whose output is sized by its inputs' values (ops.def's `count` attribute:
 // nonzero) takes from `inputs`: what a model run in stages imports the op with

@@ -1,7 +1,11 @@
 // Ops whose output size is given by their inputs' values (ops.def, "Outputs sized by their
 // inputs' values"): their reference kernels, and valueSizedCount, the size a run in stages
 // takes from the values before it imports the op.
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "runtime/reference/helpers.h"
 #include "runtime/reference/kernels.h"
@@ -68,15 +72,121 @@ Status nonZeroKernel(const ir::AttrView& attrs, std::span<const Tensor> in, std:
   });
 }
 
+// ---- non_max_suppression, as ONNX's reference computes it (in f32).
+
+// Whether box b suppresses box a (IoU above `threshold`); each box's 4 coordinates.
+bool suppresses(const float* a, const float* b, bool centerPoint, float threshold) {
+  float ax0, ax1, ay0, ay1, bx0, bx1, by0, by1;
+  if (!centerPoint) {  // [y1, x1, y2, x2], any diagonal pair of corners.
+    ax0 = std::min(a[1], a[3]), ax1 = std::max(a[1], a[3]);
+    ay0 = std::min(a[0], a[2]), ay1 = std::max(a[0], a[2]);
+    bx0 = std::min(b[1], b[3]), bx1 = std::max(b[1], b[3]);
+    by0 = std::min(b[0], b[2]), by1 = std::max(b[0], b[2]);
+  } else {  // [x_center, y_center, width, height].
+    ax0 = a[0] - a[2] / 2, ax1 = a[0] + a[2] / 2, ay0 = a[1] - a[3] / 2, ay1 = a[1] + a[3] / 2;
+    bx0 = b[0] - b[2] / 2, bx1 = b[0] + b[2] / 2, by0 = b[1] - b[3] / 2, by1 = b[1] + b[3] / 2;
+  }
+  const float ix0 = std::max(ax0, bx0), ix1 = std::min(ax1, bx1);
+  if (!(ix1 > ix0)) return false;
+  const float iy0 = std::max(ay0, by0), iy1 = std::min(ay1, by1);
+  if (!(iy1 > iy0)) return false;
+  const float inter = (ix1 - ix0) * (iy1 - iy0);
+  const float areaA = (ax1 - ax0) * (ay1 - ay0), areaB = (bx1 - bx0) * (by1 - by0);
+  const float uni = areaA + areaB - inter;
+  if (!(inter > 0) || !(areaA > 0) || !(areaB > 0) || !(uni > 0)) return false;
+  return inter / uni > threshold;
+}
+
+// The selected (batch, class, box) triples, in order.
+Expected<std::vector<std::array<int64_t, 3>>> selectBoxes(const ir::AttrMap& attrs,
+                                                          std::span<const Tensor> in) {
+  const ir::AttrView a(ir::opInfo(ir::OpKind::kNonMaxSuppression), attrs);
+  const Tensor &boxes = in[0], &scores = in[1];
+  const ir::Shape& bs = boxes.shape();
+  const ir::Shape& ss = scores.shape();
+  if (boxes.dtype() != ir::DType::kF32 || scores.dtype() != ir::DType::kF32 || bs.size() != 3 ||
+      ss.size() != 3 || bs[2] != 4 || ss[0] != bs[0] || ss[2] != bs[1])
+    return invalidArgument("non_max_suppression: boxes " + boxes.describe() + " and scores " +
+                           scores.describe() + " must be f32 [B, N, 4] and [B, C, N]");
+  // The optional inputs the attributes say are given, in order, each one value.
+  size_t next = 2;
+  auto scalar = [&](const char* flag, ir::DType dtype) -> Expected<const Tensor*> {
+    if (a.getInt(flag) == 0) return nullptr;
+    if (next >= in.size() || in[next].dtype() != dtype || in[next].numElements() != 1)
+      return invalidArgument("non_max_suppression: " + std::string(flag + 4) + " must be one " +
+                             std::string(ir::dtypeName(dtype)) + " value" +
+                             (next < in.size() ? ", got " + in[next].describe() : ""));
+    return &in[next++];
+  };
+  KILN_ASSIGN_OR_RETURN(const Tensor* maxOut, scalar("has_max_output", ir::DType::kI64));
+  KILN_ASSIGN_OR_RETURN(const Tensor* iouIn, scalar("has_iou_threshold", ir::DType::kF32));
+  KILN_ASSIGN_OR_RETURN(const Tensor* scoreIn, scalar("has_score_threshold", ir::DType::kF32));
+  const int64_t maxPerClass = maxOut ? std::max<int64_t>(maxOut->data<int64_t>()[0], 0) : 0;
+  const float iou = iouIn ? iouIn->data<float>()[0] : 0.0f;
+  const bool byScore = scoreIn != nullptr;
+  const float scoreThreshold = scoreIn ? scoreIn->data<float>()[0] : 0.0f;
+  const bool centerPoint = a.getInt("center_point_box") != 0;
+  const int64_t batches = bs[0], classes = ss[1], n = bs[1];
+  const float* box = boxes.data<float>();
+  const float* score = scores.data<float>();
+  std::vector<std::array<int64_t, 3>> selected;
+  std::vector<int64_t> order, kept;
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t c = 0; c < classes; ++c) {
+      const float* s = score + (b * classes + c) * n;
+      order.clear();
+      for (int64_t i = 0; i < n; ++i)
+        if (!byScore || s[i] > scoreThreshold) order.push_back(i);
+      // Highest score first, ties to the lower index; NaN below every number.
+      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+        const bool xn = std::isnan(s[x]), yn = std::isnan(s[y]);
+        return xn != yn ? yn : (!xn && s[x] > s[y]);
+      });
+      kept.clear();
+      for (int64_t i : order) {
+        if (static_cast<int64_t>(kept.size()) >= maxPerClass) break;
+        const float* bi = box + (b * n + i) * 4;
+        bool keep = true;
+        for (int64_t k : kept)
+          if (suppresses(bi, box + (b * n + k) * 4, centerPoint, iou)) {
+            keep = false;
+            break;
+          }
+        if (!keep) continue;
+        kept.push_back(i);
+        selected.push_back({b, c, i});
+      }
+    }
+  return selected;
+}
+
+Status nonMaxSuppressionKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                               std::span<Tensor> out) {
+  KILN_ASSIGN_OR_RETURN(auto selected, selectBoxes(attrs.raw(), in));
+  const int64_t count = attrs.getInt("count");
+  if (static_cast<int64_t>(selected.size()) != count)
+    return internalError("non_max_suppression: the graph was made for " + std::to_string(count) +
+                         " selected boxes, its inputs select " + std::to_string(selected.size()) +
+                         " (the stage was not imported for these inputs)");
+  int64_t* y = out[0].data<int64_t>();
+  for (size_t i = 0; i < selected.size(); ++i)
+    for (size_t k = 0; k < 3; ++k) y[i * 3 + k] = selected[i][k];
+  return Status::ok();
+}
+
 }  // namespace
 
 Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
                                   std::span<const Tensor> inputs) {
-  (void)attrs;
   switch (op) {
     case ir::OpKind::kNonZero:
       if (inputs.size() != 1) return invalidArgument("nonzero takes 1 input");
       return countNonZero(inputs[0]);
+    case ir::OpKind::kNonMaxSuppression: {
+      if (inputs.size() < 2) return invalidArgument("non_max_suppression takes 2 to 5 inputs");
+      KILN_ASSIGN_OR_RETURN(auto selected, selectBoxes(attrs, inputs));
+      return static_cast<int64_t>(selected.size());
+    }
     default:
       break;
   }
@@ -85,6 +195,7 @@ Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
 
 void registerValueSizedKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kNonZero, nonZeroKernel);
+  ref::setKernel(t, ir::OpKind::kNonMaxSuppression, nonMaxSuppressionKernel);
 }
 
 }  // namespace kiln::runtime

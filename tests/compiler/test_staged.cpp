@@ -112,6 +112,38 @@ TEST_CASE("staged: NonZero and Compress of computed values, compiled and eager, 
   CHECK(eager.stagesMade() == made);
 }
 
+TEST_CASE("staged: NonMaxSuppression of computed scores, its thresholds initializers") {
+  // scores = Sigmoid(logits) per class; boxes 0 and 1 overlap with IoU 0.6, box 2 is apart.
+  Model m(11);
+  m.input("boxes", {1, 3, 4}).input("logits", {1, 1, 3});
+  m.initializer(onnxtest::int64Tensor("most", {1}, {10}));
+  m.initializer(onnxtest::floatTensor("iou", {1}, {0.5f}));
+  m.initializer(onnxtest::floatTensor("above", {1}, {0.5f}));
+  m.node("Sigmoid", {"logits"}, {"scores"});
+  m.node("NonMaxSuppression", {"boxes", "scores", "most", "iou", "above"}, {"selected"}, {}, "nms");
+  m.output("selected", onnxtest::kInt64);
+  auto staged = frontends::onnxStagesFromBytes(m.bytes());
+  REQUIRE(staged.hasValue());
+  compiler::StagedModule module(*staged);
+  const Tensor boxes = f32({1, 3, 4}, {0, 0, 1, 1, 0, 0.25f, 1, 1.25f, 5, 5, 6, 6});
+  auto indices = [](const Tensor& t) {
+    std::vector<int64_t> v(static_cast<size_t>(t.numElements()));
+    if (!v.empty()) std::memcpy(v.data(), t.rawData(), v.size() * sizeof(int64_t));
+    return v;
+  };
+  // Logits 2, 1, 3: box 2 first, then 0; 1 suppressed by 0. Logits 2, 1, -1: box 2's score is
+  // below 0.5. All below: none.
+  const std::vector<std::pair<std::vector<float>, std::vector<int64_t>>> cases = {
+      {{2, 1, 3}, {0, 0, 2, 0, 0, 0}}, {{2, 1, -1}, {0, 0, 0}}, {{-1, -2, -3}, {}}};
+  for (const auto& [logits, want] : cases) {
+    auto out = module(std::vector<Tensor>{boxes, f32({1, 1, 3}, logits)});
+    INFO((out.hasValue() ? std::string() : out.status().message()));
+    REQUIRE(out.hasValue());
+    CHECK((*out)[0].shape() == ir::Shape{static_cast<int64_t>(want.size() / 3), 3});
+    CHECK(indices((*out)[0]) == want);
+  }
+}
+
 TEST_CASE("staged: a model without such nodes is one stage; a cut inside a branch is an error") {
   Model m(13);
   m.input("x", {3});

@@ -55,3 +55,46 @@ TEST_CASE("reference nonzero: coordinates in row-major order, NaN non-zero, -0 z
   // Other ops have no value-sized output.
   CHECK_FALSE(runtime::valueSizedCount(OpKind::kRelu, {}, std::vector<Tensor>{x}).hasValue());
 }
+
+TEST_CASE("reference non_max_suppression: by score, IoU above the threshold suppressed, per class",
+          "[reference][value_sized]") {
+  // One batch, 4 boxes [y1, x1, y2, x2]: 0 and 1 overlap with IoU 0.6 (0.75 / 1.25), box 2 is
+  // apart, box 3 is 0 flipped (the same box, corners swapped). Two classes.
+  const Tensor boxes = make<float>(
+      {1, 4, 4}, std::vector<float>{0, 0, 1, 1, 0, 0.25f, 1, 1.25f, 5, 5, 6, 6, 1, 1, 0, 0});
+  const Tensor scores =
+      make<float>({1, 2, 4}, std::vector<float>{0.9f, 0.8f, 0.7f, 0.6f, 0.1f, 0.5f, 0.5f, 0.2f});
+  const Tensor most = make<int64_t>({1}, std::vector<int64_t>{10});
+  const Tensor iou = make<float>({}, std::vector<float>{0.5f});
+  const Tensor above = make<float>({1}, std::vector<float>{0.3f});
+  const ir::AttrMap given{{"has_max_output", attrInt(1)},
+                          {"has_iou_threshold", attrInt(1)},
+                          {"has_score_threshold", attrInt(1)}};
+  const std::vector<Tensor> in{boxes, scores, most, iou, above};
+  auto n = runtime::valueSizedCount(OpKind::kNonMaxSuppression, given, in);
+  REQUIRE(n.hasValue());
+  // Class 0: 0 kept, 1 and 3 suppressed by it, 2 kept. Class 1 (scores above 0.3: boxes 1 and
+  // 2, tied at 0.5, the lower index first): both kept.
+  REQUIRE(*n == 4);
+  ir::AttrMap attrs = given;
+  attrs["count"] = attrInt(4);
+  checkExact<int64_t>(run(OpKind::kNonMaxSuppression, in, attrs), {4, 3},
+                      std::vector<int64_t>{0, 0, 0, 0, 0, 2, 0, 1, 1, 0, 1, 2});
+  // An IoU threshold of 0.7 keeps box 1 (IoU 0.6); without max_output_boxes_per_class nothing.
+  const Tensor loose = make<float>({}, std::vector<float>{0.7f});
+  auto m = runtime::valueSizedCount(OpKind::kNonMaxSuppression, given,
+                                    std::vector<Tensor>{boxes, scores, most, loose, above});
+  REQUIRE(m.hasValue());
+  CHECK(*m == 5);
+  auto none =
+      runtime::valueSizedCount(OpKind::kNonMaxSuppression, {}, std::vector<Tensor>{boxes, scores});
+  REQUIRE(none.hasValue());
+  CHECK(*none == 0);
+  // A threshold that is not one value, and a count the inputs do not give.
+  auto bad = runtime::valueSizedCount(OpKind::kNonMaxSuppression, given,
+                                      std::vector<Tensor>{boxes, scores, most, most, above});
+  REQUIRE_FALSE(bad.hasValue());
+  CHECK_THAT(bad.status().message(), Catch::Contains("iou_threshold must be one f32 value"));
+  attrs["count"] = attrInt(3);
+  CHECK(runError(OpKind::kNonMaxSuppression, in, attrs).code() == ErrorCode::kInternal);
+}
