@@ -33,7 +33,8 @@ std::vector<std::string> StagedModule::log() const {
 
 Expected<std::shared_ptr<StagedModule::Entry>> StagedModule::stageFor(
     int64_t begin, const std::map<std::string, runtime::Tensor>& env,
-    const std::map<std::string, int64_t>& sizes) {
+    const std::map<std::string, int64_t>& sizes,
+    const std::map<std::string, ir::TensorData>& known) {
   std::map<std::string, ir::TensorType> types;
   std::string key = std::to_string(begin);
   for (const auto& [name, t] : env) {
@@ -46,7 +47,7 @@ Expected<std::shared_ptr<StagedModule::Entry>> StagedModule::stageFor(
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   auto entry = std::make_shared<Entry>();
-  KILN_ASSIGN_OR_RETURN(entry->stage, model_.stage(begin, types, sizes));
+  KILN_ASSIGN_OR_RETURN(entry->stage, model_.stage(begin, types, sizes, known));
   if (entry->stage.graph && !eager_) {
     KILN_ASSIGN_OR_RETURN(entry->compiled, compile(*entry->stage.graph, options_));
   }
@@ -77,9 +78,10 @@ Expected<std::vector<runtime::Tensor>> StagedModule::operator()(
     env.emplace(model_.inputs[i], std::move(t));
   }
   std::map<std::string, int64_t> sizes;
+  std::map<std::string, ir::TensorData> known;
   int64_t begin = 0;
   for (;;) {
-    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, stageFor(begin, env, sizes));
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, stageFor(begin, env, sizes, known));
     const ir::Stage& stage = entry->stage;
     if (stage.graph) {
       std::vector<runtime::Tensor> in;
@@ -105,6 +107,7 @@ Expected<std::vector<runtime::Tensor>> StagedModule::operator()(
                              std::to_string(stage.outputs.size()) + " names");
       for (size_t i = 0; i < out->size(); ++i) env.insert_or_assign(stage.outputs[i], (*out)[i]);
     }
+    for (const auto& [name, data] : stage.known) known.insert_or_assign(name, data);
     if (!stage.cut) break;
     const ir::StageCut& cut = *stage.cut;
     std::vector<runtime::Tensor> values;

@@ -39,7 +39,8 @@ class StagedModule {
   struct Entry;
   Expected<std::shared_ptr<Entry>> stageFor(int64_t begin,
                                             const std::map<std::string, runtime::Tensor>& env,
-                                            const std::map<std::string, int64_t>& sizes);
+                                            const std::map<std::string, int64_t>& sizes,
+                                            const std::map<std::string, ir::TensorData>& known);
   ir::StagedModel model_;
   CompileOptions options_;
   bool eager_;

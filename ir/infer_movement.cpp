@@ -1,6 +1,7 @@
 // Shape inference for movement ops: reshape, flatten, transpose, concat, slice, squeeze,
 // unsqueeze, expand, gather.
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "ir/infer.h"
@@ -317,7 +318,13 @@ Expected<std::vector<TensorType>> inferNonMaxSuppression(std::span<const TensorT
   if (next != in.size())
     return invalidArgument(std::to_string(in.size()) + " inputs for " + std::to_string(next) +
                            " that the has_* attributes give");
-  const int64_t most = scores.shape[0] * scores.shape[1] * scores.shape[2];
+  // B x C x N triples at most; with no boxes (a 0-byte input of huge B x C) none.
+  const int64_t most = scores.shape[2] == 0 || scores.shape[0] == 0 || scores.shape[1] == 0
+                           ? 0
+                           : (scores.shape[0] > std::numeric_limits<int64_t>::max() /
+                                                    scores.shape[1] / scores.shape[2]
+                                  ? std::numeric_limits<int64_t>::max()
+                                  : scores.shape[0] * scores.shape[1] * scores.shape[2]);
   const int64_t count = a.getInt("count");
   if (count < 0 || count > most)
     return invalidArgument("count = " + std::to_string(count) + " must be 0 to the " +

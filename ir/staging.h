@@ -36,13 +36,18 @@ struct Stage {
   // Absent: the last stage, whose outputs include every model output not computed earlier.
   std::optional<StageCut> cut;
   int64_t next = 0;  // Where the next stage begins (StageMaker's `begin`).
+  // Outputs whose values the import knew (shape arithmetic folded to constants): later stages are
+  // made with them (StageMaker's `known`), so that a node there that needs one at import (a
+  // Reshape's shape) has it. They follow from the types and sizes alone.
+  std::map<std::string, TensorData> known;
 };
 
 // Makes the stage that begins at `begin` (0: the model's start) for the environment's value
-// types so far (the model's inputs, then every stage's outputs) and the sizes computed so far.
-using StageMaker =
-    std::function<Expected<Stage>(int64_t begin, const std::map<std::string, TensorType>& env,
-                                  const std::map<std::string, int64_t>& sizes)>;
+// types so far (the model's inputs, then every stage's outputs), the sizes computed so far and
+// the values earlier stages knew at import (Stage::known).
+using StageMaker = std::function<Expected<Stage>(
+    int64_t begin, const std::map<std::string, TensorType>& env,
+    const std::map<std::string, int64_t>& sizes, const std::map<std::string, TensorData>& known)>;
 
 struct StagedModel {
   std::vector<std::string> inputs;  // The model's inputs, in the order a call gives them.

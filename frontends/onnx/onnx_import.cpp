@@ -567,7 +567,8 @@ class OnnxStager {
   }
 
   Expected<ir::Stage> operator()(int64_t begin, const std::map<std::string, ir::TensorType>& env,
-                                 const std::map<std::string, int64_t>& sizes) const {
+                                 const std::map<std::string, int64_t>& sizes,
+                                 const std::map<std::string, ir::TensorData>& known) const {
     const ::onnx::GraphProto& g = model_->graph();
     const int n = g.node_size();
     if (begin < 0 || begin > n)
@@ -576,6 +577,7 @@ class OnnxStager {
     ::onnx::GraphProto& sg = *sub.mutable_graph();
     OnnxImportOptions options = options_;
     options.runtimeSizes = sizes;
+    for (const auto& [name, data] : known) options.inputValues.insert_or_assign(name, data);
     if (begin == 0) {
       // The model's inputs take the call's types (its dims static now).
       for (auto& in : *sg.mutable_input()) {
@@ -612,12 +614,12 @@ class OnnxStager {
     // The model's outputs computed by earlier stages are not this one's.
     for (int i = sg.output_size(); i-- > 0;)
       if (begin > 0 && env.count(sg.output(i).name())) sg.mutable_output()->DeleteSubrange(i, 1);
-    if (sg.output_size() == 0) return ir::Stage{std::nullopt, {}, {}, std::nullopt, n};
+    if (sg.output_size() == 0) return ir::Stage{std::nullopt, {}, {}, std::nullopt, n, {}};
 
     ::onnx::ModelProto whole = sub;  // The import prepares (and infers shapes in) its model.
     Imported first = importParsed(whole, options, name_);
     if (first.graph) {
-      ir::Stage stage{std::move(*first.graph), first.inputNames, {}, std::nullopt, n};
+      ir::Stage stage{std::move(*first.graph), first.inputNames, {}, std::nullopt, n, {}};
       for (const auto& out : sg.output()) stage.outputs.push_back(out.name());
       return stage;
     }
@@ -627,7 +629,8 @@ class OnnxStager {
     const int64_t cutAt = begin + before;
     std::set<std::string> defined;
     for (int i = 0; i < before; ++i)
-      for (const auto& out : sg.node(i).output()) defined.insert(out);
+      for (const auto& out : sg.node(i).output())
+        if (!out.empty()) defined.insert(out);  // An omitted optional output is no value.
     ir::StageCut cut{request.op, request.attrs, request.inputs, request.key, request.node, {}};
     for (const std::string& in : request.inputs) {
       if (env.count(in) || defined.count(in)) continue;
@@ -641,7 +644,7 @@ class OnnxStager {
                             onnx_import::tensorFromProto(*init, "initializer '" + in + "'"));
       cut.constants.emplace(in, std::move(data));
     }
-    if (before == 0) return ir::Stage{std::nullopt, {}, {}, std::move(cut), cutAt};
+    if (before == 0) return ir::Stage{std::nullopt, {}, {}, std::move(cut), cutAt, {}};
     // The nodes before the cut, with every value they define that a later node, a model output or
     // the size reads as an output.
     std::vector<std::string> later;
@@ -651,7 +654,9 @@ class OnnxStager {
     std::vector<std::string> outputs;
     std::set<std::string> seen;
     for (const std::string& name : later)
-      if (defined.count(name) && seen.insert(name).second) outputs.push_back(name);
+      if (!name.empty() && defined.count(name) && seen.insert(name).second) outputs.push_back(name);
+    // Nothing later reads what the nodes before the cut compute (they are dead): no graph.
+    if (outputs.empty()) return ir::Stage{std::nullopt, {}, {}, std::move(cut), cutAt, {}};
     sg.mutable_node()->DeleteSubrange(before, sg.node_size() - before);
     sg.clear_output();
     for (const std::string& name : outputs) {
@@ -669,7 +674,17 @@ class OnnxStager {
         return internalError(name_ + ": the stage before " + request.node + " asks for a size");
       return prefix.graph.status();
     }
-    return ir::Stage{std::move(*prefix.graph), prefix.inputNames, outputs, std::move(cut), cutAt};
+    ir::Stage stage{
+        std::move(*prefix.graph), prefix.inputNames, outputs, std::move(cut), cutAt, {}};
+    // Outputs the import folded to constants (shape arithmetic), small ones: later stages may
+    // need them at import.
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const ir::Value* v = stage.graph->outputs()[i];
+      if (v->isParameter() && !v->trainable() && !v->data().empty() &&
+          v->data().numElements() <= (int64_t{1} << 16))
+        stage.known.emplace(outputs[i], v->data());
+    }
+    return stage;
   }
 
  private:
@@ -717,10 +732,12 @@ Expected<ir::StagedModel> onnxStagesFromBytes(std::string_view bytes,
     for (const auto& out : model.graph().output()) staged.outputs.push_back(out.name());
     auto shared = std::make_shared<const ::onnx::ModelProto>(std::move(model));
     OnnxStager stager(shared, options, displayName);
-    staged.stage = [stager](int64_t begin, const std::map<std::string, ir::TensorType>& env,
-                            const std::map<std::string, int64_t>& sizes) -> Expected<ir::Stage> {
+    staged.stage = [stager](
+                       int64_t begin, const std::map<std::string, ir::TensorType>& env,
+                       const std::map<std::string, int64_t>& sizes,
+                       const std::map<std::string, ir::TensorData>& known) -> Expected<ir::Stage> {
       try {
-        return stager(begin, env, sizes);
+        return stager(begin, env, sizes, known);
       } catch (const std::bad_alloc&) {
         return invalidArgument("out of memory while importing a stage of the model");
       } catch (const std::exception& e) {

@@ -138,6 +138,11 @@ Expected<const ir::TensorData*> NodeContext::requireConstant(size_t i) {
 
 Expected<int64_t> NodeContext::runtimeSize(ir::OpKind op, ir::AttrMap attrs,
                                            std::vector<size_t> inputs) {
+  for (size_t i : inputs)
+    if (!hasInput(i))
+      return invalidArgument("input " + std::to_string(i) +
+                             " is required (its size is computed "
+                             "from it)");
   if (std::optional<int64_t> size = imp_.runtimeSize(node_.output(0))) return *size;
   SizeRequest request{op, std::move(attrs), {}, node_.output(0), describeNode(node_, opset_)};
   for (size_t i : inputs) request.inputs.push_back(node_.input(static_cast<int>(i)));

@@ -31,7 +31,7 @@ void registerLossKernels(RefKernelTable& t);        // nll_loss, cross_entropy_l
 void registerValueSizedKernels(RefKernelTable& t);  // nonzero, non_max_suppression
 
 // The size that an op whose output is sized by its inputs' values (ops.def's `count` attribute:
-// nonzero) takes from `inputs`: what a model run in stages imports the op with
+// nonzero, non_max_suppression) takes from `inputs`: what a model run in stages imports the op with
 // (compiler/staged.h). `attrs` are the op's other attributes. kInvalidArgument for other ops.
 Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
                                   std::span<const Tensor> inputs);

@@ -130,6 +130,7 @@ Expected<std::vector<std::array<int64_t, 3>>> selectBoxes(const ir::AttrMap& att
   const float* box = boxes.data<float>();
   const float* score = scores.data<float>();
   std::vector<std::array<int64_t, 3>> selected;
+  if (n == 0 || maxPerClass == 0) return selected;  // Nothing to select (B x C may be huge).
   std::vector<int64_t> order, kept;
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t c = 0; c < classes; ++c) {

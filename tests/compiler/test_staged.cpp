@@ -41,6 +41,7 @@ std::string maskModel() {
   m.initializer(onnxtest::floatTensor("one", {}, {1.0f}));
   m.initializer(onnxtest::floatTensor("two", {}, {2.0f}));
   m.node("ReduceSum", {"x"}, {"s"}, {attrInt("keepdims", 0)});
+  m.node("Shape", {"x"}, {"shape"});  // Folded at import before the cut, read by a Reshape after.
   m.node("Greater", {"x", "zero"}, {"mask"});
   m.node("NonZero", {"mask"}, {"nz"}, {}, "nz");
   m.node("Transpose", {"nz"}, {"idx"});
@@ -48,7 +49,9 @@ std::string maskModel() {
   m.node("Mul", {"picked", "two"}, {"y"});
   m.node("Greater", {"y", "one"}, {"big"});
   m.node("Compress", {"y", "big"}, {"w"}, {attrInt("axis", 0)}, "compress");
-  m.output("s").output("y").output("w");
+  m.node("Neg", {"x"}, {"negx"});
+  m.node("Reshape", {"negx", "shape"}, {"r"});
+  m.output("s").output("y").output("w").output("r");
   return m.bytes();
 }
 
@@ -63,7 +66,7 @@ TEST_CASE("staged: NonZero and Compress of computed values, compiled and eager, 
   auto staged = frontends::onnxStagesFromBytes(bytes);
   REQUIRE(staged.hasValue());
   CHECK(staged->inputs == std::vector<std::string>{"x"});
-  CHECK(staged->outputs == std::vector<std::string>{"s", "y", "w"});
+  CHECK(staged->outputs == std::vector<std::string>{"s", "y", "w", "r"});
   compiler::CompileOptions co;
   co.autotune = false;
   compiler::StagedModule compiled(*staged, co, false);
@@ -94,7 +97,8 @@ TEST_CASE("staged: NonZero and Compress of computed values, compiled and eager, 
       auto out = (*module)(std::vector<Tensor>{in});
       INFO((out.hasValue() ? std::string() : out.status().message()));
       REQUIRE(out.hasValue());
-      REQUIRE(out->size() == 3);
+      REQUIRE(out->size() == 4);
+      CHECK((*out)[3].shape() == ir::Shape{rows, 5});
       CHECK((*out)[0].shape() == ir::Shape{});
       CHECK((*out)[1].shape() == ir::Shape{static_cast<int64_t>(y.size())});
       CHECK((*out)[2].shape() == ir::Shape{static_cast<int64_t>(w.size())});

@@ -286,9 +286,10 @@ inline Outcome checkOnnx(std::string_view bytes) {
   for (size_t i = 0; i < staged->inputs.size(); ++i)
     env.emplace(staged->inputs[i], staged->inputTypes[i]);
   std::map<std::string, int64_t> sizes;
+  std::map<std::string, ir::TensorData> known;
   int64_t begin = 0;
   for (int k = 0; k < 16; ++k) {
-    auto stage = staged->stage(begin, env, sizes);
+    auto stage = staged->stage(begin, env, sizes, known);
     if (!stage) return rejected(stage.status());
     if (stage->graph) {
       if (Outcome o = checkGraph(*stage->graph); !o.accepted || o.violation) return o;
@@ -298,6 +299,7 @@ inline Outcome checkOnnx(std::string_view bytes) {
       for (size_t i = 0; i < stage->outputs.size(); ++i)
         env.insert_or_assign(stage->outputs[i], stage->graph->outputs()[i]->type());
     }
+    for (const auto& [name, data] : stage->known) known.insert_or_assign(name, data);
     if (!stage->cut) return {true, std::nullopt};
     if (stage->next < begin || (stage->next == begin && sizes.count(stage->cut->key)))
       return violated("the stages do not advance at " + stage->cut->describe);
