@@ -7,6 +7,27 @@
 
 namespace kiln::compiler {
 
+namespace {
+
+// The environment's values of `names`, in order; a name no stage computed is kiln's bug.
+Expected<std::vector<runtime::Tensor>> valuesOf(
+    const std::map<std::string, runtime::Tensor>& env, const std::vector<std::string>& names,
+    const std::map<std::string, ir::TensorData>& constants = {}) {
+  std::vector<runtime::Tensor> values;
+  for (const std::string& name : names) {
+    if (auto c = constants.find(name); c != constants.end()) {
+      values.push_back(runtime::Tensor::fromData(c->second));
+      continue;
+    }
+    auto it = env.find(name);
+    if (it == env.end()) return internalError("no stage computed '" + name + "'");
+    values.push_back(it->second);
+  }
+  return values;
+}
+
+}  // namespace
+
 struct StagedModule::Entry {
   ir::Stage stage;
   std::unique_ptr<CompiledModel> compiled;  // Unless eager (or the stage has no graph).
@@ -84,13 +105,7 @@ Expected<std::vector<runtime::Tensor>> StagedModule::operator()(
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, stageFor(begin, env, sizes, known));
     const ir::Stage& stage = entry->stage;
     if (stage.graph) {
-      std::vector<runtime::Tensor> in;
-      for (const std::string& name : stage.inputs) {
-        auto it = env.find(name);
-        if (it == env.end())
-          return internalError("a stage reads '" + name + "', which no earlier stage computed");
-        in.push_back(it->second);
-      }
+      KILN_ASSIGN_OR_RETURN(std::vector<runtime::Tensor> in, valuesOf(env, stage.inputs));
       Expected<std::vector<runtime::Tensor>> out = internalError("not run");
       if (entry->compiled) {
         out = entry->compiled->run(in);
@@ -110,31 +125,15 @@ Expected<std::vector<runtime::Tensor>> StagedModule::operator()(
     for (const auto& [name, data] : stage.known) known.insert_or_assign(name, data);
     if (!stage.cut) break;
     const ir::StageCut& cut = *stage.cut;
-    std::vector<runtime::Tensor> values;
-    for (const std::string& name : cut.inputs) {
-      if (auto c = cut.constants.find(name); c != cut.constants.end()) {
-        values.push_back(runtime::Tensor::fromData(c->second));
-        continue;
-      }
-      auto it = env.find(name);
-      if (it == env.end())
-        return internalError(cut.describe + ": its size reads '" + name + "', not computed");
-      values.push_back(it->second);
-    }
+    KILN_ASSIGN_OR_RETURN(std::vector<runtime::Tensor> values,
+                          valuesOf(env, cut.inputs, cut.constants));
     KILN_ASSIGN_OR_RETURN(int64_t size, runtime::valueSizedCount(cut.op, cut.attrs, values));
     if (stage.next < begin || (stage.next == begin && sizes.count(cut.key)))
       return internalError(cut.describe + ": the model's stages do not advance");
     sizes[cut.key] = size;
     begin = stage.next;
   }
-  std::vector<runtime::Tensor> outputs;
-  for (const std::string& name : model_.outputs) {
-    auto it = env.find(name);
-    if (it == env.end())
-      return internalError("no stage computed the model's output '" + name + "'");
-    outputs.push_back(it->second);
-  }
-  return outputs;
+  return valuesOf(env, model_.outputs);
 }
 
 }  // namespace kiln::compiler

@@ -14,6 +14,7 @@
 #include "frontends/json/graph_json.h"
 #include "frontends/npy/npy.h"
 #include "frontends/onnx/onnx_import.h"
+#include "ir/timing.h"
 #include "runtime/eager.h"
 #include "tools/cli.h"
 
@@ -158,8 +159,7 @@ int runStaged(const Args& args) {
   compiler::StagedModule module(*staged, options, eager);
   const auto start = std::chrono::steady_clock::now();
   auto outputs = module(*inputs);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms = msSince(start);
   if (!outputs) return reportError("run", outputs.status());
   if (!args.flag("json"))
     for (const std::string& line : module.log()) std::printf("%s\n", line.c_str());

@@ -439,6 +439,20 @@ Imported importParsed(::onnx::ModelProto& model, const OnnxImportOptions& option
   }
 }
 
+// Runs an import step, its exceptions turned into errors named after `name`: libonnx and protobuf
+// report some errors by throwing; every call that may is wrapped, so anything but running out of
+// memory reaching this is a kiln bug.
+template <class F>
+auto guarded(const std::string& name, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return invalidArgument(name + ": out of memory while importing the model");
+  } catch (const std::exception& e) {
+    return internalError(name + ": unexpected error while importing: " + e.what());
+  }
+}
+
 Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions& options,
                                 const std::string& modelDir, const std::string& name) {
   KILN_ASSIGN_OR_RETURN(::onnx::ModelProto model, parseModel(bytes, modelDir, name));
@@ -449,15 +463,7 @@ Expected<ir::Graph> importModel(std::string_view bytes, const OnnxImportOptions&
 
 Expected<ir::Graph> loadOnnxFromBytes(std::string_view bytes, const OnnxImportOptions& options,
                                       const std::string& modelDir, const std::string& displayName) {
-  try {
-    return importModel(bytes, options, modelDir, displayName);
-  } catch (const std::bad_alloc&) {
-    return invalidArgument(displayName + ": out of memory while importing the model");
-  } catch (const std::exception& e) {
-    // libonnx and protobuf report some errors by throwing; every call above that may is
-    // wrapped, so reaching this is a kiln bug.
-    return internalError(displayName + ": unexpected error while importing: " + e.what());
-  }
+  return guarded(displayName, [&] { return importModel(bytes, options, modelDir, displayName); });
 }
 
 namespace {
@@ -526,10 +532,6 @@ Expected<ir::GraphSpecializer> onnxSpecializer(const std::string& path,
         return loadOnnxFromBytes(*shared, specialized, modelDirOf(path), path);
       });
 }
-
-}  // namespace kiln::frontends
-
-namespace kiln::frontends {
 
 namespace {
 
@@ -700,7 +702,7 @@ Expected<ir::StagedModel> onnxStagesFromBytes(std::string_view bytes,
                                               const OnnxImportOptions& options,
                                               const std::string& modelDir,
                                               const std::string& displayName) {
-  try {
+  return guarded(displayName, [&]() -> Expected<ir::StagedModel> {
     KILN_ASSIGN_OR_RETURN(::onnx::ModelProto model, parseModel(bytes, modelDir, displayName));
     ir::StagedModel staged;
     std::set<std::string> initializers;
@@ -732,24 +734,14 @@ Expected<ir::StagedModel> onnxStagesFromBytes(std::string_view bytes,
     for (const auto& out : model.graph().output()) staged.outputs.push_back(out.name());
     auto shared = std::make_shared<const ::onnx::ModelProto>(std::move(model));
     OnnxStager stager(shared, options, displayName);
-    staged.stage = [stager](
+    staged.stage = [stager, displayName](
                        int64_t begin, const std::map<std::string, ir::TensorType>& env,
                        const std::map<std::string, int64_t>& sizes,
                        const std::map<std::string, ir::TensorData>& known) -> Expected<ir::Stage> {
-      try {
-        return stager(begin, env, sizes, known);
-      } catch (const std::bad_alloc&) {
-        return invalidArgument("out of memory while importing a stage of the model");
-      } catch (const std::exception& e) {
-        return internalError(std::string("unexpected error while importing a stage: ") + e.what());
-      }
+      return guarded(displayName, [&] { return stager(begin, env, sizes, known); });
     };
     return staged;
-  } catch (const std::bad_alloc&) {
-    return invalidArgument(displayName + ": out of memory while importing the model");
-  } catch (const std::exception& e) {
-    return internalError(displayName + ": unexpected error while importing: " + e.what());
-  }
+  });
 }
 
 bool needsStages(const Status& status) {

@@ -20,8 +20,7 @@ template <class F>
 Status withNonZeroTest(const Tensor& x, F&& f) {
   const ir::DType t = x.dtype();
   const bool isFloat = ir::isFloat(t);
-  if (t != ir::DType::kF16 && t != ir::DType::kBF16 && t != ir::DType::kBool &&
-      t != ir::DType::kF32 && t != ir::DType::kF64 && !ir::isInteger(t))
+  if (!isFloat && !ir::isInteger(t) && t != ir::DType::kBool)
     return ref::unsupportedDType("nonzero", t);
   return ref::dispatchBySize(t, [&]<class U>(ref::Tag<U>) {
     const U mask = isFloat ? static_cast<U>(~(U{1} << (8 * sizeof(U) - 1))) : static_cast<U>(~U{0});
