@@ -587,12 +587,19 @@ class OnnxStager {
         auto it = env.find(in.name());
         if (it == env.end()) continue;
         const auto declared = onnx_import::dtypeFromOnnx(in.type().tensor_type().elem_type());
-        const int rank = in.type().tensor_type().shape().dim_size();
+        const auto& dims = in.type().tensor_type().shape().dim();
+        const int rank = dims.size();
         if (declared != it->second.dtype || rank != it->second.rank())
           return invalidArgument(name_ + ": input '" + in.name() + "' is declared " +
                                  (declared ? std::string(ir::dtypeName(*declared)) : "?") +
                                  " of rank " + std::to_string(rank) + ", the call gives " +
                                  it->second.toString());
+        // A fixed dim is the model's: only symbolic (or unknown) dims take the call's sizes.
+        for (int d = 0; d < rank; ++d)
+          if (dims[d].has_dim_value() && dims[d].dim_value() != it->second.shape[d])
+            return invalidArgument(
+                name_ + ": input '" + in.name() + "' has dim " + std::to_string(d) + " fixed at " +
+                std::to_string(dims[d].dim_value()) + ", the call gives " + it->second.toString());
         declareType(in, it->second);
       }
       options.dimValues.clear();

@@ -25,7 +25,9 @@ __all__ = [
     "Error",
     "UserError",
     "Model",
+    "StagedModel",
     "CompiledModel",
+    "StagedCompiledModel",
     "EagerModel",
     "JitModel",
     "load",
@@ -191,8 +193,97 @@ class JitModel(_Callable):
         return self._impl.log
 
 
-def _model(model, batch: int = 1) -> Model:
-    if isinstance(model, Model):
+class StagedModel:
+    """An ONNX model with nodes whose output size depends on values (NonZero, Compress,
+    NonMaxSuppression): kiln compiles for static shapes, so it runs in stages, each made and
+    compiled when a call's values give its sizes (docs/onnx.md, "Sizes known at run time").
+    kiln.compile, kiln.jit and kiln.eager take it; it has no single graph to print or save."""
+
+    def __init__(self, staged: "_kiln.Staged"):
+        self._graph = staged
+
+    @property
+    def name(self) -> str:
+        return self._graph.source
+
+    @property
+    def inputs(self):
+        """[{name, dtype, shape}]: the declared types (a symbolic dim at `batch`); a call may
+        give other sizes."""
+        return self._graph.inputs
+
+    @property
+    def outputs(self):
+        """[{name}]: an output's shape is known once a call computed it."""
+        return self._graph.outputs
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{i['name']}: {i['dtype']}{i['shape']}" for i in self.inputs)
+        return f"<kiln.StagedModel {self.name!r} ({ins}), run in stages>"
+
+
+class StagedCompiledModel(_Callable):
+    """A StagedModel's runner (kiln.compile, kiln.jit or kiln.eager of one): each stage is
+    compiled (or run op by op) for the call's input types and the sizes its values give, and
+    kept (64 stages); a new size compiles the stages after it, as a new shape does for
+    kiln.jit. Safe to call from many threads."""
+
+    def __init__(self, impl: "_kiln.StagedModule", eager: bool):
+        super().__init__(impl, len(impl.outputs))
+        self.eager = eager
+
+    @property
+    def inputs(self):
+        return self._impl.inputs
+
+    @property
+    def outputs(self):
+        return self._impl.outputs
+
+    @property
+    def stages_made(self) -> int:
+        """Stages made (imported and compiled) so far, over every call."""
+        return self._impl.stages_made
+
+    @property
+    def log(self):
+        """One line per stage made: where it begins, its sizes and what it computes."""
+        return self._impl.log
+
+    @property
+    def report(self) -> dict:
+        return {"kind": "staged", "eager": self.eager, "stages_made": self.stages_made}
+
+    def explain(self, what: str = "stages") -> str:
+        """'stages': the stages made so far (log). Each stage is a graph of its own, made per
+        call signature: fusion and algorithms are decided per stage, not for the model."""
+        if what != "stages":
+            raise UserError(
+                f"explain({what!r}): a model run in stages explains 'stages' (each stage is "
+                "compiled on its own, for the sizes a call's values give)"
+            )
+        return "".join(line + "\n" for line in self.log)
+
+    def save(self, path: str, name: str = "model") -> None:
+        raise UserError(
+            f"save({path!r}): this model runs in stages (its output sizes depend on values), "
+            "and an artifact holds one compiled graph; load the ONNX model where it runs instead"
+        )
+
+    def __repr__(self) -> str:
+        mode = "eager" if self.eager else "compiled"
+        return f"<kiln.StagedCompiledModel ({mode}), {self.stages_made} stages made>"
+
+
+def _staged(model: StagedModel, batch, device, eager: bool, **options) -> StagedCompiledModel:
+    if batch is not None:
+        model = load(model._graph.source, batch=batch)
+    impl = _kiln.run_staged(model._graph, device=device, eager=eager, **options)
+    return StagedCompiledModel(impl, eager)
+
+
+def _model(model, batch: int = 1):
+    if isinstance(model, (Model, StagedModel)):
         return model
     if isinstance(model, str):
         loaded = load(model, batch=batch)
@@ -208,13 +299,15 @@ def _model(model, batch: int = 1) -> Model:
 def load(path: str, batch: int = 1, seed: int = 0, device: str = "cpu", threads: int = 0,
          warmup: bool = True):
     """Loads an ONNX model, a kiln JSON graph or a zoo model (a kiln.Model), or a .kiln
-    artifact (a kiln.CompiledModel, ready to run). `batch` sizes an unnamed symbolic first dim
+    artifact (a kiln.CompiledModel, ready to run). An ONNX model with nodes whose output size
+    depends on values (NonZero, Compress, NonMaxSuppression) is a kiln.StagedModel. `batch` sizes an unnamed symbolic first dim
     (ONNX) or a zoo model; `seed` draws a zoo model's weights. An artifact runs once on zero
     inputs before it is returned (`warmup`), so that the first real call is not the slow one."""
     if str(path).endswith(".kiln"):
         return CompiledModel(_kiln.load_artifact(str(path), device=device, threads=threads,
                                                  warmup=warmup))
-    return Model(_kiln.load_graph(str(path), batch, seed))
+    g = _kiln.load_graph(str(path), batch, seed)
+    return StagedModel(g) if isinstance(g, _kiln.Staged) else Model(g)
 
 
 def compile(
@@ -232,6 +325,9 @@ def compile(
     tf32, bf16 or fp16; threads: 0 for every core; target_cpu: "" for this CPU, or a CPU name
     ("x86-64-v3") for portable artifacts; max_memory: a bound in bytes, 0 for none."""
     m = _model(model)
+    if isinstance(m, StagedModel):
+        return _staged(m, batch, device, False, autotune=autotune, precision=precision,
+                       threads=threads, target_cpu=target_cpu, max_memory=max_memory)
     impl = _kiln.compile(
         m._graph,
         batch=batch,
@@ -250,6 +346,9 @@ def jit(model, device: str = "cpu", autotune: bool = False, precision: str = "fp
     """Compiles at the first call for each input signature and reuses it after (an ONNX model
     is imported again for new symbolic dims); past `recompile_limit` signatures it errors."""
     m = _model(model)
+    if isinstance(m, StagedModel):  # Its stages are made per call signature already.
+        return _staged(m, None, device, False, autotune=autotune, precision=precision,
+                       threads=threads)
     impl = _kiln.jit(m._graph, device=device, autotune=autotune, precision=precision,
                      threads=threads, recompile_limit=recompile_limit)
     return JitModel(impl, len(m.outputs))
@@ -258,6 +357,8 @@ def jit(model, device: str = "cpu", autotune: bool = False, precision: str = "fp
 def eager(model, device: str = "cpu") -> EagerModel:
     """Runs `model` op by op, as PyTorch eager does: the baseline for every comparison."""
     m = _model(model)
+    if isinstance(m, StagedModel):
+        return _staged(m, None, device, True)
     return EagerModel(_kiln.eager(m._graph, device=device), len(m.outputs))
 
 

@@ -27,6 +27,7 @@
 #include "compiler/artifact.h"
 #include "compiler/compile.h"
 #include "compiler/jit.h"
+#include "compiler/staged.h"
 #include "frontends/json/graph_json.h"
 #include "frontends/onnx/onnx_import.h"
 #include "frontends/sampling.h"
@@ -220,16 +221,50 @@ nb::list graphOutputs(const ir::Graph& g) {
   return l;
 }
 
-PyGraph loadGraph(const std::string& model, int64_t batch, uint64_t seed) {
+bool isOnnx(const std::string& source) {
+  return source.size() > 5 && source.compare(source.size() - 5, 5, ".onnx") == 0;
+}
+
+// An ONNX model whose output sizes depend on values (NonZero, Compress, NonMaxSuppression):
+// imported in stages as each call's values make them (ir/staging.h), so it has no one graph.
+struct PyStaged {
+  std::shared_ptr<const ir::StagedModel> model;
+  std::string source;
+};
+
+nb::list stagedInputs(const ir::StagedModel& m) {
+  nb::list l;
+  for (size_t i = 0; i < m.inputs.size(); ++i) l.append(typeDict(m.inputs[i], m.inputTypes[i]));
+  return l;
+}
+// Names only: an output's shape is known when a call has computed it.
+nb::list stagedOutputs(const ir::StagedModel& m) {
+  nb::list l;
+  for (const std::string& name : m.outputs) {
+    nb::dict d;
+    d["name"] = name;
+    l.append(d);
+  }
+  return l;
+}
+
+// A PyGraph, or a PyStaged for an ONNX model that the plain import says needs stages.
+nb::object loadGraph(const std::string& model, int64_t batch, uint64_t seed) {
   Expected<ir::Graph> g = [&] {
     nb::gil_scoped_release release;
     return models::loadModel(model, batch, seed);
   }();
-  return {std::make_shared<ir::Graph>(take(std::move(g))), model};
-}
-
-bool isOnnx(const std::string& source) {
-  return source.size() > 5 && source.compare(source.size() - 5, 5, ".onnx") == 0;
+  if (!g && isOnnx(model) && frontends::needsStages(g.status())) {
+    Expected<ir::StagedModel> staged = [&] {
+      nb::gil_scoped_release release;
+      frontends::OnnxImportOptions o;
+      o.defaultBatch = batch;
+      return frontends::onnxStages(model, o);
+    }();
+    return nb::cast(
+        PyStaged{std::make_shared<const ir::StagedModel>(take(std::move(staged))), model});
+  }
+  return nb::cast(PyGraph{std::make_shared<ir::Graph>(take(std::move(g))), model});
 }
 
 // ---- Options -----------------------------------------------------------------------------
@@ -463,6 +498,30 @@ struct PyJit {
     return handOverAll(take(std::move(outs)), arrays, torch);
   }
 };
+
+// A staged model's runner (compiler::StagedModule): each stage compiled (or run eagerly) for
+// the call's input types and the sizes its values give, and cached.
+struct PyStagedModule {
+  std::shared_ptr<const ir::StagedModel> model;
+  std::shared_ptr<compiler::StagedModule> module;
+
+  nb::list run(const std::vector<InArray>& arrays, bool torch) {
+    std::vector<runtime::Tensor> inputs = viewsOf(arrays);
+    Expected<std::vector<runtime::Tensor>> outs = [&] {
+      nb::gil_scoped_release release;
+      return (*module)(inputs);
+    }();
+    return handOverAll(take(std::move(outs)), arrays, torch);
+  }
+};
+
+PyStagedModule runStaged(const PyStaged& s, const std::string& device, bool autotune,
+                         const std::string& precision, int threads, const std::string& targetCpu,
+                         int64_t maxMemory, bool eager) {
+  compiler::CompileOptions o =
+      compileOptions(device, autotune, precision, threads, true, targetCpu, maxMemory);
+  return {s.model, std::make_shared<compiler::StagedModule>(*s.model, std::move(o), eager)};
+}
 
 // ---- Building graphs (kiln.from_torch) ----------------------------------------------------
 
@@ -740,7 +799,22 @@ NB_MODULE(_kiln, m) {
         nb::gil_scoped_release release;
         check(kiln::frontends::saveGraphJson(*g.graph, path));
       });
-  m.def("load_graph", &loadGraph, "model"_a, "batch"_a = 1, "seed"_a = 0);
+  m.def("load_graph", &loadGraph, "model"_a, "batch"_a = 1, "seed"_a = 0,
+        "A Graph, or a Staged model where output sizes depend on values (ONNX NonZero)");
+
+  nb::class_<PyStaged>(m, "Staged")
+      .def_prop_ro("source", [](const PyStaged& s) { return s.source; })
+      .def_prop_ro("inputs", [](const PyStaged& s) { return stagedInputs(*s.model); })
+      .def_prop_ro("outputs", [](const PyStaged& s) { return stagedOutputs(*s.model); });
+  nb::class_<PyStagedModule>(m, "StagedModule")
+      .def("run", &PyStagedModule::run, "inputs"_a, "torch"_a = false)
+      .def_prop_ro("inputs", [](const PyStagedModule& s) { return stagedInputs(*s.model); })
+      .def_prop_ro("outputs", [](const PyStagedModule& s) { return stagedOutputs(*s.model); })
+      .def_prop_ro("stages_made", [](const PyStagedModule& s) { return s.module->stagesMade(); })
+      .def_prop_ro("log", [](const PyStagedModule& s) { return s.module->log(); });
+  m.def("run_staged", &runStaged, "staged"_a, "device"_a = "cpu", "autotune"_a = false,
+        "precision"_a = "fp32", "threads"_a = 0, "target_cpu"_a = "", "max_memory"_a = 0,
+        "eager"_a = false);
 
   nb::class_<PyCompiled>(m, "Compiled")
       .def(

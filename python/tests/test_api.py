@@ -1,6 +1,7 @@
 """kiln's Python API on kiln's own models: compiled == eager, DLPack without copies, errors,
 threads, artifacts, JIT. Run by ctest ("python: pytest") with PYTHONPATH=build/python."""
 
+import os
 import threading
 
 import numpy as np
@@ -109,6 +110,60 @@ def test_jit_compiles_per_signature():
                                    atol=1e-6)
     assert j.compiles == 2
     assert len(j.log) == 2
+
+
+MASKED_SELECT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                             "data", "onnx", "masked_select.onnx")
+
+
+def test_onnx_model_in_stages_compiled_eager_and_from_threads():
+    # y = x[x > 0], z = y[y > 0.5] (NonZero, then Compress): sizes known only from the values.
+    m = kiln.load(MASKED_SELECT)
+    assert isinstance(m, kiln.StagedModel)
+    assert [o["name"] for o in m.outputs] == ["y", "z"]
+    compiled, eager = kiln.compile(m), kiln.eager(m)
+    rng = np.random.default_rng(4)
+    # Counts 0, some, all, and a batch of another size; a count seen before makes no stage.
+    xs = [-np.ones((3, 4), np.float32), rng.standard_normal((3, 4)).astype(np.float32),
+          np.full((3, 4), 2.0, np.float32), rng.standard_normal((6, 4)).astype(np.float32)]
+    for x in xs + xs[:1]:
+        want_y = x[x > 0]
+        for run in (compiled, eager):
+            y, z = run(x)
+            np.testing.assert_array_equal(y, want_y)
+            np.testing.assert_array_equal(z, want_y[want_y > 0.5])
+    made = compiled.stages_made
+    assert made >= len(xs) and len(compiled.log) == made
+    y, _ = compiled(torch.from_numpy(xs[1]))
+    assert isinstance(y, torch.Tensor) and torch.equal(y, torch.from_numpy(xs[1][xs[1] > 0]))
+    assert compiled.stages_made == made
+    # Threads: each computes its own counts at once.
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(20):
+                x = np.random.default_rng(100 * k + i).standard_normal((5, 4)).astype(np.float32)
+                np.testing.assert_array_equal(compiled(x)[0], x[x > 0])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    # Clear errors: the model's fixed dim, a dtype, what a staged model cannot do.
+    with pytest.raises(kiln.UserError, match="input 'x' has dim 1 fixed at 4"):
+        compiled(np.zeros((3, 5), np.float32))
+    with pytest.raises(kiln.UserError, match="input 'x' is declared f32 of rank 2"):
+        compiled(np.zeros((3, 4), np.int64))
+    with pytest.raises(kiln.UserError, match="runs in stages"):
+        compiled.save("never_written.kiln")
+    assert not os.path.exists("never_written.kiln")
+    assert "NonZero" in compiled.explain("stages")
+    assert kiln.bench(m, iters=2, warmup=1)["compiled_ms"] > 0
 
 
 def test_artifact_round_trip(tmp_path, mlp, mlp_compiled):

@@ -167,6 +167,11 @@ TEST_CASE("staged: a model without such nodes is one stage; a cut inside a branc
   auto rank = module(std::vector<Tensor>{f32({1, 3}, {1, 2, 3})});
   REQUIRE_FALSE(rank.hasValue());
   CHECK_THAT(rank.status().message(), Catch::Contains("input 'x' is declared f32 of rank 1"));
+  // A fixed dim is the model's: a call of another size is an error, not a stage made for it.
+  auto size = module(std::vector<Tensor>{f32({4}, {1, 2, 3, 4})});
+  REQUIRE_FALSE(size.hasValue());
+  CHECK_THAT(size.status().message(),
+             Catch::Contains("input 'x' has dim 0 fixed at 3, the call gives f32[4]"));
 
   // NonZero inside an If branch (a constant condition: the branch is inlined at import): stages
   // cannot end inside a subgraph.
