@@ -272,21 +272,61 @@ Expected<std::vector<TensorType>> inferGatherBackward(std::span<const TensorType
   return one({in[2].dtype, in[2].shape, Layout::kPlain});
 }
 
-Expected<std::vector<TensorType>> inferNonZero(std::span<const TensorType> in, const AttrView& a) {
-  const TensorType& x = in[0];
+namespace {
+
+// What nonzero and the unique ops read by value: a plain float, integer or bool tensor.
+Status requireValueTest(const TensorType& x) {
   if (x.layout == Layout::kNHWC) return invalidArgument("x must be plain, got " + x.toString());
   if (!isFloat(x.dtype) && !isInteger(x.dtype) && x.dtype != DType::kBool)
     return invalidArgument(
-        "x must be a float, integer or bool tensor (not an 8-, 4- or 2-bit "
-        "one), got " +
+        "x must be a float, integer or bool tensor (not an 8-, 4- or 2-bit one), got " +
         x.toString());
-  int64_t elements = 1;
-  for (int64_t d : x.shape) elements *= d;  // Inputs' byte sizes fit in 63 bits.
+  return Status::ok();
+}
+
+// What unique_indices and unique_inverse count: x's elements (has_axis 0) or its slices along
+// `axis`.
+Expected<int64_t> uniqueItems(const TensorType& x, const AttrView& a) {
+  KILN_TRY(requireValueTest(x));
+  if (a.getInt("sorted") != 0 && a.getInt("sorted") != 1)
+    return invalidArgument("sorted must be 0 or 1, got " + std::to_string(a.getInt("sorted")));
+  if (a.getInt("has_axis") == 0) return numElements(x.shape);
+  const int64_t axis = a.getInt("axis");
+  if (axis < 0 || axis >= static_cast<int64_t>(x.rank()))
+    return invalidArgument("axis = " + std::to_string(axis) + " must be a dim of " + x.toString() +
+                           " (0 to rank - 1)");
+  return x.shape[static_cast<size_t>(axis)];
+}
+
+}  // namespace
+
+Expected<std::vector<TensorType>> inferNonZero(std::span<const TensorType> in, const AttrView& a) {
+  const TensorType& x = in[0];
+  KILN_TRY(requireValueTest(x));
+  const int64_t elements = numElements(x.shape);
   const int64_t count = a.getInt("count");
   if (count < 0 || count > elements)
     return invalidArgument("count = " + std::to_string(count) + " must be 0 to the " +
                            std::to_string(elements) + " elements of " + x.toString());
   return one({DType::kI64, Shape{std::max<int64_t>(x.rank(), 1), count}, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferUniqueIndices(std::span<const TensorType> in,
+                                                     const AttrView& a) {
+  KILN_ASSIGN_OR_RETURN(const int64_t n, uniqueItems(in[0], a));
+  const int64_t count = a.getInt("count");
+  if (count < (n > 0 ? 1 : 0) || count > n)
+    return invalidArgument("count = " + std::to_string(count) + " must be " + (n > 0 ? "1" : "0") +
+                           " to the " + std::to_string(n) +
+                           (a.getInt("has_axis") ? " slices" : " elements") + " of " +
+                           in[0].toString());
+  return one({DType::kI64, Shape{count}, Layout::kPlain});
+}
+
+Expected<std::vector<TensorType>> inferUniqueInverse(std::span<const TensorType> in,
+                                                     const AttrView& a) {
+  KILN_ASSIGN_OR_RETURN(const int64_t n, uniqueItems(in[0], a));
+  return one({DType::kI64, Shape{n}, Layout::kPlain});
 }
 
 Expected<std::vector<TensorType>> inferNonMaxSuppression(std::span<const TensorType> in,

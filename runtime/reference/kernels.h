@@ -28,11 +28,12 @@ void registerNormKernels(RefKernelTable& t);        // batch_norm, layer_norm, s
 void registerReduceKernels(RefKernelTable& t);      // reduce_*
 void registerMovementKernels(RefKernelTable& t);    // reshape .. gather
 void registerLossKernels(RefKernelTable& t);        // nll_loss, cross_entropy_loss
-void registerValueSizedKernels(RefKernelTable& t);  // nonzero, non_max_suppression
+void registerValueSizedKernels(RefKernelTable& t);  // nonzero .. unique_inverse
 
 // The size that an op whose output is sized by its inputs' values (ops.def's `count` attribute:
-// nonzero, non_max_suppression) takes from `inputs`: what a model run in stages imports the op with
-// (compiler/staged.h). `attrs` are the op's other attributes. kInvalidArgument for other ops.
+// nonzero, non_max_suppression, unique_indices) takes from `inputs`: what a model run in stages
+// imports the op with (compiler/staged.h). `attrs` are the op's other attributes.
+// kInvalidArgument for other ops.
 Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
                                   std::span<const Tensor> inputs);
 

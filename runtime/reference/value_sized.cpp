@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/reference/helpers.h"
@@ -174,6 +175,114 @@ Status nonMaxSuppressionKernel(const ir::AttrView& attrs, std::span<const Tensor
   return Status::ok();
 }
 
+// ---- unique_indices and unique_inverse.
+
+// Three-way comparison of two elements by value: -0 equals 0; NaN is above every number and
+// equals NaN; f16 and bf16 by their exact values; bools as 0 and 1.
+template <class T>
+int compareValues(T a, T b) {
+  if constexpr (std::is_same_v<T, ref::Half> || std::is_same_v<T, ref::BFloat16>) {
+    const auto wide = [](T v) {
+      return std::is_same_v<T, ref::Half> ? ref::f16BitsToDouble(v.bits)
+                                          : ref::bf16BitsToDouble(v.bits);
+    };
+    return compareValues(wide(a), wide(b));
+  } else if constexpr (std::is_same_v<T, ref::Bool8>) {
+    return compareValues<int>(a.v != 0, b.v != 0);
+  } else {
+    if constexpr (std::is_floating_point_v<T>) {
+      const bool an = std::isnan(a), bn = std::isnan(b);
+      if (an || bn) return an == bn ? 0 : (an ? 1 : -1);
+    }
+    return a < b ? -1 : (b < a ? 1 : 0);
+  }
+}
+
+// x's distinct elements (has_axis 0) or slices along `axis`, as groups in output order: each
+// group's first member is its first occurrence; inverse[i] is item i's group.
+struct UniqueGroups {
+  std::vector<int64_t> first;    // Per group, the position of its first occurrence.
+  std::vector<int64_t> inverse;  // Per item, its group.
+};
+
+Expected<UniqueGroups> uniqueGroups(const ir::AttrMap& attrs, const Tensor& x) {
+  const ir::AttrView a(ir::opInfo(ir::OpKind::kUniqueInverse), attrs);
+  // x as [outer, n, inner]: item i is x[:, i, :] (the flattened x's elements: outer = inner = 1).
+  int64_t outer = 1, n = x.numElements(), inner = 1;
+  if (a.getInt("has_axis") != 0) {
+    const int64_t axis = a.getInt("axis");
+    if (axis < 0 || axis >= static_cast<int64_t>(x.shape().size()))
+      return invalidArgument("unique: axis " + std::to_string(axis) + " is not a dim of " +
+                             x.describe());
+    const ref::AxisSplit s = ref::splitAt(x.shape(), static_cast<int>(axis));
+    outer = s.outer, n = s.dim, inner = s.inner;
+  }
+  UniqueGroups g;
+  g.inverse.assign(static_cast<size_t>(n), 0);
+  Status st = ref::dispatchAll(x.dtype(), [&]<class T>(ref::Tag<T>) -> Status {
+    if constexpr (!std::is_same_v<T, ref::Half> && !std::is_same_v<T, ref::BFloat16> &&
+                  !std::is_same_v<T, ref::Bool8> && !std::is_arithmetic_v<T>) {
+      return ref::unsupportedDType("unique", x.dtype());
+    } else {
+      const T* v = x.data<T>();
+      // Items compared element by element, in row-major order of the slice.
+      auto compare = [&](int64_t i, int64_t j) {
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t k = 0; k < inner; ++k) {
+            const int64_t base = o * n * inner + k;
+            if (int c = compareValues(v[base + i * inner], v[base + j * inner]); c != 0) return c;
+          }
+        return 0;
+      };
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+      // Stable: equal items stay in index order, so each run of equals starts at its first.
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t i, int64_t j) { return compare(i, j) < 0; });
+      for (size_t r = 0; r < order.size(); ++r) {
+        if (r == 0 || compare(order[r - 1], order[r]) != 0) g.first.push_back(order[r]);
+        g.inverse[static_cast<size_t>(order[r])] = static_cast<int64_t>(g.first.size()) - 1;
+      }
+      return Status::ok();
+    }
+  });
+  KILN_TRY(st);
+  if (a.getInt("sorted") == 0) {  // Groups in order of first occurrence.
+    std::vector<int64_t> byFirst(g.first.size());
+    for (size_t k = 0; k < byFirst.size(); ++k) byFirst[k] = static_cast<int64_t>(k);
+    std::sort(byFirst.begin(), byFirst.end(),
+              [&](int64_t p, int64_t q) { return g.first[p] < g.first[q]; });
+    std::vector<int64_t> rank(byFirst.size()), first(byFirst.size());
+    for (size_t k = 0; k < byFirst.size(); ++k) {
+      rank[static_cast<size_t>(byFirst[k])] = static_cast<int64_t>(k);
+      first[k] = g.first[static_cast<size_t>(byFirst[k])];
+    }
+    for (int64_t& group : g.inverse) group = rank[static_cast<size_t>(group)];
+    g.first = std::move(first);
+  }
+  return g;
+}
+
+Status uniqueIndicesKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                           std::span<Tensor> out) {
+  KILN_ASSIGN_OR_RETURN(UniqueGroups g, uniqueGroups(attrs.raw(), in[0]));
+  const int64_t count = attrs.getInt("count");
+  if (static_cast<int64_t>(g.first.size()) != count)
+    return internalError("unique_indices: the graph was made for " + std::to_string(count) +
+                         " distinct values, its input " + in[0].describe() + " has " +
+                         std::to_string(g.first.size()) +
+                         " (the stage was not imported for this input)");
+  std::copy(g.first.begin(), g.first.end(), out[0].data<int64_t>());
+  return Status::ok();
+}
+
+Status uniqueInverseKernel(const ir::AttrView& attrs, std::span<const Tensor> in,
+                           std::span<Tensor> out) {
+  KILN_ASSIGN_OR_RETURN(UniqueGroups g, uniqueGroups(attrs.raw(), in[0]));
+  std::copy(g.inverse.begin(), g.inverse.end(), out[0].data<int64_t>());
+  return Status::ok();
+}
+
 }  // namespace
 
 Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
@@ -187,6 +296,11 @@ Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
       KILN_ASSIGN_OR_RETURN(auto selected, selectBoxes(attrs, inputs));
       return static_cast<int64_t>(selected.size());
     }
+    case ir::OpKind::kUniqueIndices: {
+      if (inputs.size() != 1) return invalidArgument("unique_indices takes 1 input");
+      KILN_ASSIGN_OR_RETURN(UniqueGroups g, uniqueGroups(attrs, inputs[0]));
+      return static_cast<int64_t>(g.first.size());
+    }
     default:
       break;
   }
@@ -196,6 +310,8 @@ Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
 void registerValueSizedKernels(RefKernelTable& t) {
   ref::setKernel(t, ir::OpKind::kNonZero, nonZeroKernel);
   ref::setKernel(t, ir::OpKind::kNonMaxSuppression, nonMaxSuppressionKernel);
+  ref::setKernel(t, ir::OpKind::kUniqueIndices, uniqueIndicesKernel);
+  ref::setKernel(t, ir::OpKind::kUniqueInverse, uniqueInverseKernel);
 }
 
 }  // namespace kiln::runtime

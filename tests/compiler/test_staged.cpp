@@ -1,7 +1,9 @@
-// Models run in stages (compiler/staged.h): ONNX NonZero and Compress of computed values, whose
-// output sizes only the values give, against direct loops, compiled and eagerly.
+// Models run in stages (compiler/staged.h): ONNX NonZero, Compress, NonMaxSuppression and Unique
+// of computed values, whose output sizes only the values give, against direct loops, compiled
+// and eagerly.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -145,6 +147,84 @@ TEST_CASE("staged: NonMaxSuppression of computed scores, its thresholds initiali
     REQUIRE(out.hasValue());
     CHECK((*out)[0].shape() == ir::Shape{static_cast<int64_t>(want.size() / 3), 3});
     CHECK(indices((*out)[0]) == want);
+  }
+}
+
+std::vector<int64_t> int64s(const Tensor& t) {
+  REQUIRE(t.dtype() == ir::DType::kI64);
+  std::vector<int64_t> v(static_cast<size_t>(t.numElements()));
+  if (!v.empty()) std::memcpy(v.data(), t.rawData(), v.size() * sizeof(int64_t));
+  return v;
+}
+
+TEST_CASE("staged: Unique of computed values, its four outputs, sorted and in order, by axis") {
+  // y = Unique(|x|) of the flattened [n, 2] (sorted, opset 11: libonnx checks the import), and
+  // the rows of x in order of first occurrence (opset 13, sorted 0, axis 0).
+  Model m(11);
+  m.input("x", {std::string("n"), 2});
+  m.node("Abs", {"x"}, {"a"});
+  m.node("Unique", {"a"}, {"y", "first", "inverse", "counts"}, {}, "flat");
+  m.node("Unique", {"x"}, {"rows", "row_first", "row_inverse", "row_counts"},
+         {attrInt("axis", 0), attrInt("sorted", 0)}, "by_row");
+  m.output("y").output("first", onnxtest::kInt64).output("inverse", onnxtest::kInt64);
+  m.output("counts", onnxtest::kInt64).output("rows").output("row_first", onnxtest::kInt64);
+  m.output("row_inverse", onnxtest::kInt64).output("row_counts", onnxtest::kInt64);
+  auto staged = frontends::onnxStagesFromBytes(m.bytes());
+  REQUIRE(staged.hasValue());
+  compiler::StagedModule compiled(*staged), eager(*staged, {}, true);
+  const std::vector<std::vector<float>> cases = {
+      {3, -1, 1, 3, 0, -0.0f, -1, 1},  // |x|: 3 1 1 3 0 0 1 1; rows (3,-1) (1,3) (0,-0) (-1,1)
+      {2, 2, 2, 2},                    // One value, one distinct row.
+      {5, 4, -5, 4, 5, 4},             // Rows (5,4) twice.
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<float>& x = cases[c];
+    const size_t n = x.size() / 2;
+    // Expected, by direct loops: sorted distinct |x| with first positions, inverse, counts.
+    std::vector<float> a(x.size());
+    for (size_t i = 0; i < x.size(); ++i) a[i] = std::fabs(x[i]);
+    std::vector<float> y;
+    for (float v : a)
+      if (std::find(y.begin(), y.end(), v) == y.end()) y.push_back(v);
+    std::sort(y.begin(), y.end());
+    std::vector<int64_t> first(y.size()), inverse(a.size()), counts(y.size(), 0);
+    for (size_t u = 0; u < y.size(); ++u)
+      first[u] = std::find(a.begin(), a.end(), y[u]) - a.begin();
+    for (size_t i = 0; i < a.size(); ++i) {
+      inverse[i] = std::find(y.begin(), y.end(), a[i]) - y.begin();
+      ++counts[static_cast<size_t>(inverse[i])];
+    }
+    // Rows in order of first occurrence (-0 equals 0).
+    std::vector<float> rows;
+    std::vector<int64_t> rowFirst, rowInverse, rowCounts;
+    for (size_t i = 0; i < n; ++i) {
+      size_t u = 0;
+      while (u < rowFirst.size() && !(rows[2 * u] == x[2 * i] && rows[2 * u + 1] == x[2 * i + 1]))
+        ++u;
+      if (u == rowFirst.size()) {
+        rows.insert(rows.end(), {x[2 * i], x[2 * i + 1]});
+        rowFirst.push_back(static_cast<int64_t>(i));
+        rowCounts.push_back(0);
+      }
+      rowInverse.push_back(static_cast<int64_t>(u));
+      ++rowCounts[u];
+    }
+    for (compiler::StagedModule* module : {&compiled, &eager}) {
+      INFO("case " << c << (module == &eager ? " eager" : " compiled"));
+      auto out = (*module)(std::vector<Tensor>{f32({static_cast<int64_t>(n), 2}, x)});
+      INFO((out.hasValue() ? std::string() : out.status().message()));
+      REQUIRE(out.hasValue());
+      REQUIRE(out->size() == 8);
+      CHECK(floats((*out)[0]) == y);
+      CHECK(int64s((*out)[1]) == first);
+      CHECK(int64s((*out)[2]) == inverse);
+      CHECK(int64s((*out)[3]) == counts);
+      CHECK((*out)[4].shape() == ir::Shape{static_cast<int64_t>(rowFirst.size()), 2});
+      CHECK(floats((*out)[4]) == rows);
+      CHECK(int64s((*out)[5]) == rowFirst);
+      CHECK(int64s((*out)[6]) == rowInverse);
+      CHECK(int64s((*out)[7]) == rowCounts);
+    }
   }
 }
 

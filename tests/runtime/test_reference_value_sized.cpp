@@ -98,3 +98,56 @@ TEST_CASE("reference non_max_suppression: by score, IoU above the threshold supp
   attrs["count"] = attrInt(3);
   CHECK(runError(OpKind::kNonMaxSuppression, in, attrs).code() == ErrorCode::kInternal);
 }
+
+TEST_CASE("reference unique_indices and unique_inverse: by value, sorted or in order, by axis",
+          "[reference][value_sized]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto count = [](const Tensor& x, const ir::AttrMap& attrs) {
+    auto n = runtime::valueSizedCount(OpKind::kUniqueIndices, attrs, std::vector<Tensor>{x});
+    REQUIRE(n.hasValue());
+    return *n;
+  };
+  // The flattened [2, 3]: -0 equals 0 (the first kept), NaN above every number and equal to NaN.
+  const Tensor x = make<float>({2, 3}, std::vector<float>{2.f, nan, -0.f, 1.f, 0.f, nan});
+  REQUIRE(count(x, {}) == 4);
+  checkExact<int64_t>(run(OpKind::kUniqueIndices, {x}, {{"count", attrInt(4)}}), {4},
+                      std::vector<int64_t>{2, 3, 0, 1});
+  checkExact<int64_t>(run(OpKind::kUniqueInverse, {x}, {}), {6},
+                      std::vector<int64_t>{2, 3, 0, 1, 0, 3});
+  // In order of first occurrence.
+  const ir::AttrMap inOrder{{"sorted", attrInt(0)}};
+  checkExact<int64_t>(
+      run(OpKind::kUniqueIndices, {x}, {{"count", attrInt(4)}, {"sorted", attrInt(0)}}), {4},
+      std::vector<int64_t>{0, 1, 2, 3});
+  checkExact<int64_t>(run(OpKind::kUniqueInverse, {x}, inOrder), {6},
+                      std::vector<int64_t>{0, 1, 2, 3, 2, 1});
+  // Slices along axis 1 of [2, 4, 2], compared element by element (ONNX's 3-D example):
+  // (1 1 1 1), (0 1 0 1), (2 1 2 1), (0 1 0 1).
+  const Tensor s = make<float>({2, 4, 2}, std::vector<float>{1, 1, 0, 1, 2, 1, 0, 1,  //
+                                                             1, 1, 0, 1, 2, 1, 0, 1});
+  const ir::AttrMap axis1{{"axis", attrInt(1)}, {"has_axis", attrInt(1)}};
+  REQUIRE(count(s, axis1) == 3);
+  ir::AttrMap withCount = axis1;
+  withCount["count"] = attrInt(3);
+  checkExact<int64_t>(run(OpKind::kUniqueIndices, {s}, withCount), {3},
+                      std::vector<int64_t>{1, 0, 2});
+  checkExact<int64_t>(run(OpKind::kUniqueInverse, {s}, axis1), {4},
+                      std::vector<int64_t>{1, 0, 2, 0});
+  // bf16 by value (-1 below 1), bool, and int64 neighbours no double could tell apart.
+  const Tensor b = makeBits(DType::kBF16, {3}, {0x3f80, 0xbf80, 0x3f80});
+  checkExact<int64_t>(run(OpKind::kUniqueIndices, {b}, {{"count", attrInt(2)}}), {2},
+                      std::vector<int64_t>{1, 0});
+  const Tensor flags = makeBool({4}, {1, 0, 1, 1});
+  checkExact<int64_t>(run(OpKind::kUniqueInverse, {flags}, {}), {4},
+                      std::vector<int64_t>{1, 0, 1, 1});
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  CHECK(count(make<int64_t>({3}, std::vector<int64_t>{big, big - 1, big}), {}) == 2);
+  // Empty: no elements, none distinct; three empty slices are one.
+  CHECK(count(make<float>({0}, std::vector<float>{}), {}) == 0);
+  CHECK(count(make<float>({2, 0, 3}, std::vector<float>{}),
+              {{"axis", attrInt(2)}, {"has_axis", attrInt(1)}}) == 1);
+  // A count that is not the input's: an internal error, never a partial answer.
+  const Status wrong = runError(OpKind::kUniqueIndices, {x}, {{"count", attrInt(3)}});
+  CHECK(wrong.code() == ErrorCode::kInternal);
+  CHECK_THAT(wrong.message(), Catch::Contains("made for 3 distinct values"));
+}
