@@ -249,11 +249,15 @@ Status Importer::checkAgainstOnnx(const ::onnx::NodeProto& node, const std::stri
   return Status::ok();
 }
 
+int Importer::opsetOf(const std::string& domain) const {
+  const auto it = opsets_.find(domain);
+  return it == opsets_.end() ? 0 : it->second;
+}
+
 Status Importer::importNode(const ::onnx::NodeProto& node) {
   if (absorbed_.count(&node)) return Status::ok();
   const std::string domain = domainOf(node);
-  const auto opsetIt = opsets_.find(domain);
-  const int opset = opsetIt == opsets_.end() ? 0 : opsetIt->second;
+  const int opset = opsetOf(domain);
   const std::string describe = describeNode(node, opset);
   auto poison = [&] {
     for (const auto& out : node.output())
@@ -464,6 +468,19 @@ Expected<ir::Graph> Importer::run() {
       sizeRequestNode_ = i;
       break;  // What comes after needs the size: a stage ends here.
     }
+  }
+  // The nodes after a stage's end are imported with the size; an op kiln cannot map at all is
+  // listed now, before any stage runs, with the rest of the problems.
+  for (int i = sizeRequestNode_ + 1; sizeRequestNode_ >= 0 && i < model_.graph().node_size(); ++i) {
+    const ::onnx::NodeProto& node = model_.graph().node(i);
+    if (absorbed_.count(&node) || geluOf_.count(&node)) continue;
+    const std::string domain = domainOf(node);
+    const int opset = opsetOf(domain);
+    const MapperLookup found = findMapper(domain, node.op_type(), opset);
+    if (!found.map)
+      problems_.push_back(
+          {describeNode(node, opset), found.problem,
+           found.invalid ? ErrorCode::kInvalidArgument : ErrorCode::kUnimplemented});
   }
   if (!problems_.empty()) {
     bool anyUnimplemented = false, anyInvalid = false;

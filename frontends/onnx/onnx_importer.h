@@ -133,6 +133,7 @@ class Importer {
   // Counts the readers of every value (node inputs and graph outputs), in subgraphs too: a value
   // read only inside a branch or a body is still read.
   void countConsumers(const ::onnx::GraphProto& g, bool outputs);
+  int opsetOf(const std::string& domain) const;  // 0 for a domain the model does not import.
 
   ::onnx::ModelProto& model_;
   std::string displayName_;

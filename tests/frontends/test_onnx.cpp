@@ -14,6 +14,7 @@ using kiln::ErrorCode;
 using kiln::Status;
 using kiln::frontends::loadOnnx;
 using kiln::frontends::loadOnnxFromBytes;
+using kiln::frontends::needsStages;
 using kiln::frontends::OnnxImportOptions;
 using kiln::ir::OpKind;
 using kiln::test::TempDir;
@@ -135,23 +136,48 @@ TEST_CASE("onnx: one error lists every unsupported node, and no graph is returne
   m.input("x", {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{4}});
   m.node("RandomNormalLike", {"x"}, {"e"}, {}, "random");
   m.node("Relu", {"e"}, {"after_erf"}, {}, "relu_after_erf");  // Unreachable: not listed.
-  m.node("Unique", {"x"}, {"sp"}, {}, "unique");
+  m.node("RandomUniformLike", {"x"}, {"u"}, {}, "uniform");
   m.node("MyOp", {"x"}, {"mine"}, {}, "custom", "custom.domain");
   m.node("Bernoulli", {"x"}, {"up"}, {}, "bernoulli");
   m.node("Relu", {"x"}, {"fine"}, {}, "supported");
-  m.output("after_erf").output("sp").output("mine", {int64_t{1}}).output("up").output("fine");
+  m.output("after_erf").output("u").output("mine", {int64_t{1}}).output("up").output("fine");
   const Status s = importError(m);
   CHECK(s.code() == ErrorCode::kUnimplemented);
   CHECK(s.isUserError());
   CHECK_THAT(s.message(), Catch::Contains("cannot import 4 nodes of 6"));
   CHECK_THAT(s.message(),
              Catch::Contains("RandomNormalLike (opset 17) node 'random': kiln has no mapping"));
-  CHECK_THAT(s.message(), Catch::Contains("Unique (opset 17) node 'unique': kiln has no "
-                                          "mapping for this op"));
+  CHECK_THAT(s.message(), Catch::Contains("RandomUniformLike (opset 17) node 'uniform': kiln has "
+                                          "no mapping for this op"));
   CHECK_THAT(s.message(), Catch::Contains("custom.domain.MyOp (opset 1) node 'custom'"));
   CHECK_THAT(s.message(), Catch::Contains("Bernoulli (opset 17) node 'bernoulli': kiln has no "
                                           "mapping for this op"));
   CHECK_THAT(s.message(), !Catch::Contains("relu_after_erf") && !Catch::Contains("'supported'"));
+  CHECK_FALSE(needsStages(s));
+}
+
+TEST_CASE("onnx: an op kiln cannot map after a stage's end is listed before any stage runs") {
+  Model m;
+  m.input("x", {int64_t{2}, int64_t{3}});
+  m.node("NonZero", {"x"}, {"nz"}, {}, "nonzero");
+  m.node("Bernoulli", {"x"}, {"up"}, {}, "bernoulli");  // Independent of the cut.
+  m.node("Relu", {"x"}, {"fine"}, {}, "supported");
+  m.output("nz", kInt64).output("up").output("fine");
+  const Status s = importError(m);
+  CHECK(s.code() == ErrorCode::kUnimplemented);
+  CHECK_THAT(s.message(), Catch::Contains("cannot import 2 nodes of 3"));
+  CHECK_THAT(s.message(), Catch::Contains("NonZero (opset 17) node 'nonzero': the size of its "
+                                          "output depends on the values of its input"));
+  CHECK_THAT(s.message(), Catch::Contains("Bernoulli (opset 17) node 'bernoulli': kiln has no "
+                                          "mapping for this op"));
+  CHECK_FALSE(needsStages(s));  // Stages would run the prefix, then fail: the error comes first.
+  // Without the unmappable node, the same model runs in stages.
+  Model ok;
+  ok.input("x", {int64_t{2}, int64_t{3}});
+  ok.node("NonZero", {"x"}, {"nz"}, {}, "nonzero");
+  ok.node("Relu", {"x"}, {"fine"}, {}, "supported");
+  ok.output("nz", kInt64).output("fine");
+  CHECK(needsStages(importError(ok)));
 }
 
 TEST_CASE("onnx: external data is read relative to the model and checked against the file") {
