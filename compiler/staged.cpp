@@ -1,6 +1,8 @@
 #include "compiler/staged.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <new>
 
 #include "compiler/eager_kernels.h"
 #include "runtime/reference/kernels.h"
@@ -31,6 +33,11 @@ Expected<std::vector<runtime::Tensor>> valuesOf(
 struct StagedModule::Entry {
   ir::Stage stage;
   std::unique_ptr<CompiledModel> compiled;  // Unless eager (or the stage has no graph).
+  // Made by the first call that needs it; later ones wait until it is done.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status error;
 };
 
 StagedModule::StagedModule(ir::StagedModel model, CompileOptions options, bool eager,
@@ -63,28 +70,78 @@ Expected<std::shared_ptr<StagedModule::Entry>> StagedModule::stageFor(
     key += "|" + name + ":" + types.at(name).toString();
   }
   for (const auto& [name, size] : sizes) key += "|#" + name + "=" + std::to_string(size);
-  // Made under the lock: concurrent first calls of one signature make it once (a stage's
-  // import and compile take milliseconds to seconds).
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  auto entry = std::make_shared<Entry>();
-  KILN_ASSIGN_OR_RETURN(entry->stage, model_.stage(begin, types, sizes, known));
-  if (entry->stage.graph && !eager_) {
-    KILN_ASSIGN_OR_RETURN(entry->compiled, compile(*entry->stage.graph, options_));
+  std::shared_ptr<Entry> entry;
+  bool mine = false;  // This call makes the stage.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      entry = it->second;
+    } else {
+      entry = std::make_shared<Entry>();
+      if (cache_.size() >= limit_) {  // An evicted entry lives on in the calls that hold it.
+        cache_.erase(order_.front());
+        order_.erase(order_.begin());
+      }
+      cache_.emplace(key, entry);
+      order_.push_back(key);
+      mine = true;
+    }
   }
-  ++made_;
-  std::string line = "stage at node " + std::to_string(begin);
-  for (const auto& [name, size] : sizes) line += ", " + name + " = " + std::to_string(size);
-  line += entry->stage.graph ? ": " + std::to_string(entry->stage.graph->nodes().size()) + " nodes"
-                             : ": no nodes";
-  if (entry->stage.cut) line += ", then " + entry->stage.cut->describe + " needs its size";
-  log_.push_back(std::move(line));
-  if (cache_.size() >= limit_) {
-    cache_.erase(order_.front());
-    order_.erase(order_.begin());
+  if (!mine) {
+    std::unique_lock<std::mutex> lock(entry->mu);
+    entry->cv.wait(lock, [&] { return entry->done; });
+    if (!entry->error.isOk()) return entry->error;
+    return entry;
   }
-  cache_.emplace(key, entry);
-  order_.push_back(key);
+  // Made outside the module's lock (an import and compile take milliseconds to seconds):
+  // stages of other sizes are made and cached stages run meanwhile; callers of this one wait on
+  // the entry, which ends done whatever happens (a compile that throws must not leave them
+  // waiting forever).
+  Status made = Status::ok();
+  try {
+    Expected<ir::Stage> stage = model_.stage(begin, types, sizes, known);
+    if (!stage) {
+      made = stage.status();
+    } else {
+      entry->stage = std::move(*stage);
+      if (entry->stage.graph && !eager_) {
+        Expected<std::unique_ptr<CompiledModel>> compiled = compile(*entry->stage.graph, options_);
+        if (compiled)
+          entry->compiled = std::move(*compiled);
+        else
+          made = compiled.status();
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    made =
+        resourceExhausted("out of memory while making the stage at node " + std::to_string(begin));
+  } catch (const std::exception& e) {
+    made =
+        internalError("making the stage at node " + std::to_string(begin) + " threw: " + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (made.isOk()) {
+      ++made_;
+      std::string line = "stage at node " + std::to_string(begin);
+      for (const auto& [name, size] : sizes) line += ", " + name + " = " + std::to_string(size);
+      line += entry->stage.graph
+                  ? ": " + std::to_string(entry->stage.graph->nodes().size()) + " nodes"
+                  : ": no nodes";
+      if (entry->stage.cut) line += ", then " + entry->stage.cut->describe + " needs its size";
+      log_.push_back(std::move(line));
+    } else if (auto it = cache_.find(key); it != cache_.end() && it->second == entry) {
+      cache_.erase(it);  // A later call tries again.
+      order_.erase(std::find(order_.begin(), order_.end(), key));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    entry->error = made;
+    entry->done = true;
+  }
+  entry->cv.notify_all();
+  if (!made.isOk()) return made;
   return entry;
 }
 
@@ -127,10 +184,11 @@ Expected<std::vector<runtime::Tensor>> StagedModule::operator()(
     const ir::StageCut& cut = *stage.cut;
     KILN_ASSIGN_OR_RETURN(std::vector<runtime::Tensor> values,
                           valuesOf(env, cut.inputs, cut.constants));
-    KILN_ASSIGN_OR_RETURN(int64_t size, runtime::valueSizedCount(cut.op, cut.attrs, values));
+    Expected<int64_t> size = runtime::valueSizedCount(cut.op, cut.attrs, values);
+    if (!size) return size.status().withContext(cut.describe);
     if (stage.next < begin || (stage.next == begin && sizes.count(cut.key)))
       return internalError(cut.describe + ": the model's stages do not advance");
-    sizes[cut.key] = size;
+    sizes[cut.key] = *size;
     begin = stage.next;
   }
   return valuesOf(env, model_.outputs);

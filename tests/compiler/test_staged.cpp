@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "compiler/staged.h"
@@ -118,6 +119,51 @@ TEST_CASE("staged: NonZero and Compress of computed values, compiled and eager, 
   CHECK(eager.stagesMade() == made);
 }
 
+// In the sanitizer runs (tests/CMakeLists.txt: concurrency*).
+TEST_CASE("concurrency: a model in stages called from many threads makes each stage once") {
+  auto staged = frontends::onnxStagesFromBytes(maskModel());
+  REQUIRE(staged.hasValue());
+  compiler::CompileOptions co;
+  co.autotune = false;
+  co.runThreads = 1;
+  compiler::StagedModule module(*staged, co, false);
+  // Two inputs with different counts (3 stages each), first called from four threads at once.
+  const std::vector<std::vector<float>> cases = {
+      {0.5f, -1.0f, 2.0f, 0.0f, -0.0f, 3.0f, 0.25f, -2.0f, 1.0f, 4.0f},
+      {1.0f, -2.0f, 3.0f, -4.0f, 5.0f}};
+  std::vector<std::vector<float>> expected;
+  for (const auto& x : cases) {
+    std::vector<float> y;
+    for (float v : x)
+      if (v > 0) y.push_back(2 * v);
+    expected.push_back(y);
+  }
+  constexpr int kThreads = 4, kCalls = 3;
+  std::vector<int> wrong(kThreads, 0), failed(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      const auto& x = cases[static_cast<size_t>(t % 2)];
+      for (int c = 0; c < kCalls; ++c) {
+        const Tensor in = f32({static_cast<int64_t>(x.size()) / 5, 5}, x);
+        auto out = module(std::vector<Tensor>{in});
+        if (!out) {
+          ++failed[static_cast<size_t>(t)];
+          continue;
+        }
+        if (floats((*out)[1]) != expected[static_cast<size_t>(t % 2)])
+          ++wrong[static_cast<size_t>(t)];
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    INFO("thread " << t);
+    CHECK(failed[static_cast<size_t>(t)] == 0);
+    CHECK(wrong[static_cast<size_t>(t)] == 0);
+  }
+  CHECK(module.stagesMade() == 6);  // Made once each, however many callers waited on them.
+}
+
 TEST_CASE("staged: NonMaxSuppression of computed scores, its thresholds initializers") {
   // scores = Sigmoid(logits) per class; boxes 0 and 1 overlap with IoU 0.6, box 2 is apart.
   Model m(11);
@@ -159,7 +205,7 @@ std::vector<int64_t> int64s(const Tensor& t) {
 
 TEST_CASE("staged: Unique of computed values, its four outputs, sorted and in order, by axis") {
   // y = Unique(|x|) of the flattened [n, 2] (sorted, opset 11: libonnx checks the import), and
-  // the rows of x in order of first occurrence (opset 13, sorted 0, axis 0).
+  // the rows of x in order of first occurrence (opset 11, sorted 0, axis 0).
   Model m(11);
   m.input("x", {std::string("n"), 2});
   m.node("Abs", {"x"}, {"a"});
