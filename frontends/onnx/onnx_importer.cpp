@@ -271,8 +271,7 @@ Status Importer::importNode(const ::onnx::NodeProto& node) {
   MapperLookup found = findMapper(domain, node.op_type(), opset);
   if (gelu != geluOf_.end()) found = {mapGelu, found.version, "", false};
   if (!found.map) {
-    problems_.push_back({describe, found.problem,
-                         found.invalid ? ErrorCode::kInvalidArgument : ErrorCode::kUnimplemented});
+    problems_.push_back({describe, found.problem, found.code()});
     poison();
     return Status::ok();
   }
@@ -470,17 +469,17 @@ Expected<ir::Graph> Importer::run() {
     }
   }
   // The nodes after a stage's end are imported with the size; an op kiln cannot map at all is
-  // listed now, before any stage runs, with the rest of the problems.
-  for (int i = sizeRequestNode_ + 1; sizeRequestNode_ >= 0 && i < model_.graph().node_size(); ++i) {
-    const ::onnx::NodeProto& node = model_.graph().node(i);
-    if (absorbed_.count(&node) || geluOf_.count(&node)) continue;
-    const std::string domain = domainOf(node);
-    const int opset = opsetOf(domain);
-    const MapperLookup found = findMapper(domain, node.op_type(), opset);
-    if (!found.map)
-      problems_.push_back(
-          {describeNode(node, opset), found.problem,
-           found.invalid ? ErrorCode::kInvalidArgument : ErrorCode::kUnimplemented});
+  // listed now, before any stage runs, with the rest of the problems. (Not inside an If branch,
+  // which may be one that the import drops: its ops are found when a later stage imports it.)
+  if (sizeRequestNode_ >= 0) {
+    for (int i = sizeRequestNode_ + 1; i < model_.graph().node_size(); ++i) {
+      const ::onnx::NodeProto& node = model_.graph().node(i);
+      if (absorbed_.count(&node) || geluOf_.count(&node)) continue;
+      const std::string domain = domainOf(node);
+      const int opset = opsetOf(domain);
+      const MapperLookup found = findMapper(domain, node.op_type(), opset);
+      if (!found.map) problems_.push_back({describeNode(node, opset), found.problem, found.code()});
+    }
   }
   if (!problems_.empty()) {
     bool anyUnimplemented = false, anyInvalid = false;

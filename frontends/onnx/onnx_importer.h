@@ -299,6 +299,9 @@ struct MapperLookup {
   int version = 0;         // The op's version at the model's opset (default domain).
   std::string problem;
   bool invalid = false;  // The node is not valid ONNX at its opset (else: kiln lacks it).
+  ErrorCode code() const {
+    return invalid ? ErrorCode::kInvalidArgument : ErrorCode::kUnimplemented;
+  }
 };
 // The mapper for a node of `opType` in `domain` ("" is ai.onnx) at the domain's `opset`.
 MapperLookup findMapper(std::string_view domain, std::string_view opType, int opset);

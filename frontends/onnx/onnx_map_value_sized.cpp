@@ -43,11 +43,9 @@ Status mapCompress(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(int normalized, ir::normalizeAxis(a, x.shape.size(), "axis"));
     axis = normalized;
   } else {
-    int64_t elements = 1;
-    for (int64_t d : x.shape) elements *= d;
-    KILN_ASSIGN_OR_RETURN(
-        data, ctx.emit(OpKind::kReshape, {data},
-                       {{"shape", std::vector<int64_t>{elements}}, {"allowzero", int64_t{1}}}));
+    KILN_ASSIGN_OR_RETURN(data, ctx.emit(OpKind::kReshape, {data},
+                                         {{"shape", std::vector<int64_t>{x.numElements()}},
+                                          {"allowzero", int64_t{1}}}));
   }
   return ctx.emit(OpKind::kGather, {data, positions}, {{"axis", axis}}, 0).status();
 }
@@ -84,8 +82,7 @@ Status mapUnique(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType x, ctx.inputType(0));
   KILN_ASSIGN_OR_RETURN(bool sorted, ctx.attrBool("sorted", true));
   ir::AttrMap attrs{{"sorted", int64_t{sorted}}};
-  int64_t axis = 0, items = 1;
-  for (int64_t d : x.shape) items *= d;
+  int64_t axis = 0, items = x.numElements();
   if (ctx.hasAttr("axis")) {
     KILN_ASSIGN_OR_RETURN(int64_t a, ctx.attrInt("axis"));
     KILN_ASSIGN_OR_RETURN(int normalized, ir::normalizeAxis(a, x.shape.size(), "axis"));

@@ -2,6 +2,7 @@
 #include "frontends/onnx/onnx_fold.h"
 #include "frontends/onnx/onnx_importer.h"
 #include "frontends/onnx/onnx_tensor.h"
+#include "ir/op_table.h"
 
 namespace kiln::frontends::onnx_import {
 
@@ -144,6 +145,19 @@ Expected<int64_t> NodeContext::runtimeSize(ir::OpKind op, ir::AttrMap attrs,
                              " is required (its size is computed "
                              "from it)");
   if (std::optional<int64_t> size = imp_.runtimeSize(node_.output(0))) return *size;
+  // The op must take these inputs at some size before a stage ends for it: an input's dtype or an
+  // attribute it rejects is the import's error, not one after the stages before it ran.
+  std::vector<ir::TensorType> types;
+  for (size_t i : inputs) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType t, inputType(i));
+    types.push_back(std::move(t));
+  }
+  ir::AttrMap probe = attrs;
+  probe["count"] = int64_t{0};
+  if (Expected<std::vector<ir::TensorType>> none = ir::inferTypes(op, types, probe); !none) {
+    probe["count"] = int64_t{1};
+    if (!ir::inferTypes(op, types, probe)) return none.status();
+  }
   SizeRequest request{op, std::move(attrs), {}, node_.output(0), describeNode(node_, opset_)};
   for (size_t i : inputs) request.inputs.push_back(node_.input(static_cast<int>(i)));
   return imp_.requestSize(std::move(request));

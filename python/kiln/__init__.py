@@ -14,6 +14,7 @@ op) are `kiln.UserError`, which is also a `ValueError`. See docs/python.md.
 
 from __future__ import annotations
 
+import os
 import time as _time
 
 import numpy as np
@@ -195,12 +196,13 @@ class JitModel(_Callable):
 
 class StagedModel:
     """An ONNX model with nodes whose output size depends on values (NonZero, Compress,
-    NonMaxSuppression): kiln compiles for static shapes, so it runs in stages, each made and
+    NonMaxSuppression, Unique): kiln compiles for static shapes, so it runs in stages, each made and
     compiled when a call's values give its sizes (docs/onnx.md, "Sizes known at run time").
     kiln.compile, kiln.jit and kiln.eager take it; it has no single graph to print or save."""
 
-    def __init__(self, staged: "_kiln.Staged"):
+    def __init__(self, staged: "_kiln.Staged", path: str):
         self._graph = staged
+        self._path = path  # Absolute: kiln.compile(..., batch=) imports it again.
 
     @property
     def name(self) -> str:
@@ -231,6 +233,16 @@ class StagedCompiledModel(_Callable):
     def __init__(self, impl: "_kiln.StagedModule", eager: bool):
         super().__init__(impl, len(impl.outputs))
         self.eager = eager
+
+    def __call__(self, *args):
+        for i, a in enumerate(args):
+            if _is_cuda(a):
+                raise UserError(
+                    f"input {i}: a CUDA tensor; a model run in stages takes host tensors (its "
+                    "stages' values cross between them on the host, whatever the device it was "
+                    "compiled for); move it with .cpu()"
+                )
+        return super().__call__(*args)
 
     @property
     def inputs(self):
@@ -277,7 +289,7 @@ class StagedCompiledModel(_Callable):
 
 def _staged(model: StagedModel, batch, device, eager: bool, **options) -> StagedCompiledModel:
     if batch is not None:
-        model = load(model._graph.source, batch=batch)
+        model = load(model._path, batch=batch)
     impl = _kiln.run_staged(model._graph, device=device, eager=eager, **options)
     return StagedCompiledModel(impl, eager)
 
@@ -300,14 +312,17 @@ def load(path: str, batch: int = 1, seed: int = 0, device: str = "cpu", threads:
          warmup: bool = True):
     """Loads an ONNX model, a kiln JSON graph or a zoo model (a kiln.Model), or a .kiln
     artifact (a kiln.CompiledModel, ready to run). An ONNX model with nodes whose output size
-    depends on values (NonZero, Compress, NonMaxSuppression) is a kiln.StagedModel. `batch` sizes an unnamed symbolic first dim
-    (ONNX) or a zoo model; `seed` draws a zoo model's weights. An artifact runs once on zero
-    inputs before it is returned (`warmup`), so that the first real call is not the slow one."""
+    depends on values (NonZero, Compress, NonMaxSuppression, Unique) is a kiln.StagedModel.
+    `batch` sizes an unnamed symbolic first dim (ONNX) or a zoo model; `seed` draws a zoo
+    model's weights. An artifact runs once on zero inputs before it is returned (`warmup`), so
+    that the first real call is not the slow one."""
     if str(path).endswith(".kiln"):
         return CompiledModel(_kiln.load_artifact(str(path), device=device, threads=threads,
                                                  warmup=warmup))
     g = _kiln.load_graph(str(path), batch, seed)
-    return StagedModel(g) if isinstance(g, _kiln.Staged) else Model(g)
+    if isinstance(g, _kiln.Staged):
+        return StagedModel(g, os.path.abspath(str(path)))
+    return Model(g)
 
 
 def compile(
@@ -342,15 +357,23 @@ def compile(
 
 
 def jit(model, device: str = "cpu", autotune: bool = False, precision: str = "fp32",
-        threads: int = 0, recompile_limit: int = 8) -> JitModel:
+        threads: int = 0, recompile_limit: int | None = None) -> JitModel:
     """Compiles at the first call for each input signature and reuses it after (an ONNX model
-    is imported again for new symbolic dims); past `recompile_limit` signatures it errors."""
+    is imported again for new symbolic dims); past `recompile_limit` signatures (default 8) it
+    errors. A kiln.StagedModel makes its stages per call signature already, and keeps the 64
+    latest: it takes no recompile_limit."""
     m = _model(model)
-    if isinstance(m, StagedModel):  # Its stages are made per call signature already.
+    if isinstance(m, StagedModel):
+        if recompile_limit is not None:
+            raise UserError(
+                "recompile_limit: a model run in stages makes each stage for the sizes a call's "
+                "values give and keeps the 64 latest stages; it has no limit to set"
+            )
         return _staged(m, None, device, False, autotune=autotune, precision=precision,
                        threads=threads)
+    limit = 8 if recompile_limit is None else recompile_limit
     impl = _kiln.jit(m._graph, device=device, autotune=autotune, precision=precision,
-                     threads=threads, recompile_limit=recompile_limit)
+                     threads=threads, recompile_limit=limit)
     return JitModel(impl, len(m.outputs))
 
 

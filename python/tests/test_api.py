@@ -116,7 +116,7 @@ MASKED_SELECT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "
                              "data", "onnx", "masked_select.onnx")
 
 
-def test_onnx_model_in_stages_compiled_eager_and_from_threads():
+def test_onnx_model_in_stages_compiled_eager_and_from_threads(tmp_path):
     # y = x[x > 0], z = y[y > 0.5] (NonZero, then Compress): sizes known only from the values.
     m = kiln.load(MASKED_SELECT)
     assert isinstance(m, kiln.StagedModel)
@@ -132,8 +132,11 @@ def test_onnx_model_in_stages_compiled_eager_and_from_threads():
             y, z = run(x)
             np.testing.assert_array_equal(y, want_y)
             np.testing.assert_array_equal(z, want_y[want_y > 0.5])
+    # One stage per input shape, per (shape, count of x > 0), per (shape, both counts).
+    counts = [(x.shape, int((x > 0).sum()), int((x[x > 0] > 0.5).sum())) for x in xs]
     made = compiled.stages_made
-    assert made >= len(xs) and len(compiled.log) == made
+    assert made == len({c[:1] for c in counts}) + len({c[:2] for c in counts}) + len(set(counts))
+    assert len(compiled.log) == made and eager.stages_made == made
     y, _ = compiled(torch.from_numpy(xs[1]))
     assert isinstance(y, torch.Tensor) and torch.equal(y, torch.from_numpy(xs[1][xs[1] > 0]))
     assert compiled.stages_made == made
@@ -159,9 +162,21 @@ def test_onnx_model_in_stages_compiled_eager_and_from_threads():
         compiled(np.zeros((3, 5), np.float32))
     with pytest.raises(kiln.UserError, match="input 'x' is declared f32 of rank 2"):
         compiled(np.zeros((3, 4), np.int64))
+    never = str(tmp_path / "never_written.kiln")
     with pytest.raises(kiln.UserError, match="runs in stages"):
-        compiled.save("never_written.kiln")
-    assert not os.path.exists("never_written.kiln")
+        compiled.save(never)
+    assert not os.path.exists(never)
+    with pytest.raises(kiln.UserError, match="recompile_limit: a model run in stages"):
+        kiln.jit(m, recompile_limit=2)
+    # kiln.compile(batch=) imports the file again: from its absolute path, wherever we are now.
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        rebatched = kiln.compile(m, batch=2)
+    finally:
+        os.chdir(here)
+    x2 = xs[1][:2]
+    np.testing.assert_array_equal(rebatched(x2)[0], x2[x2 > 0])
     assert "NonZero" in compiled.explain("stages")
     assert kiln.bench(m, iters=2, warmup=1)["compiled_ms"] > 0
 

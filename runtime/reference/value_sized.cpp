@@ -177,25 +177,38 @@ Status nonMaxSuppressionKernel(const ir::AttrView& attrs, std::span<const Tensor
 
 // ---- unique_indices and unique_inverse.
 
+// An element as a number to compare: f16 and bf16 by their exact values, bools as 0 and 1.
+template <class T>
+auto comparable(T v) {
+  if constexpr (std::is_same_v<T, ref::Half>)
+    return ref::f16BitsToDouble(v.bits);
+  else if constexpr (std::is_same_v<T, ref::BFloat16>)
+    return ref::bf16BitsToDouble(v.bits);
+  else if constexpr (std::is_same_v<T, ref::Bool8>)
+    return int{v.v != 0};
+  else
+    return v;
+}
+
 // Three-way comparison of two elements by value: -0 equals 0; NaN is above every number and
-// equals NaN; f16 and bf16 by their exact values; bools as 0 and 1.
+// compares equal to NaN (the order; whether NaNs are one value is uniqueGroups' choice).
 template <class T>
 int compareValues(T a, T b) {
-  if constexpr (std::is_same_v<T, ref::Half> || std::is_same_v<T, ref::BFloat16>) {
-    const auto wide = [](T v) {
-      return std::is_same_v<T, ref::Half> ? ref::f16BitsToDouble(v.bits)
-                                          : ref::bf16BitsToDouble(v.bits);
-    };
-    return compareValues(wide(a), wide(b));
-  } else if constexpr (std::is_same_v<T, ref::Bool8>) {
-    return compareValues<int>(a.v != 0, b.v != 0);
-  } else {
-    if constexpr (std::is_floating_point_v<T>) {
-      const bool an = std::isnan(a), bn = std::isnan(b);
-      if (an || bn) return an == bn ? 0 : (an ? 1 : -1);
-    }
-    return a < b ? -1 : (b < a ? 1 : 0);
+  const auto x = comparable(a), y = comparable(b);
+  if constexpr (std::is_floating_point_v<decltype(x)>) {
+    const bool xn = std::isnan(x), yn = std::isnan(y);
+    if (xn || yn) return xn == yn ? 0 : (xn ? 1 : -1);
   }
+  return x < y ? -1 : (y < x ? 1 : 0);
+}
+
+template <class T>
+bool isNaNValue(T v) {
+  const auto x = comparable(v);
+  if constexpr (std::is_floating_point_v<decltype(x)>)
+    return std::isnan(x);
+  else
+    return false;
 }
 
 // x's distinct elements (has_axis 0) or slices along `axis`, as groups in output order: each
@@ -209,7 +222,8 @@ Expected<UniqueGroups> uniqueGroups(const ir::AttrMap& attrs, const Tensor& x) {
   const ir::AttrView a(ir::opInfo(ir::OpKind::kUniqueInverse), attrs);
   // x as [outer, n, inner]: item i is x[:, i, :] (the flattened x's elements: outer = inner = 1).
   int64_t outer = 1, n = x.numElements(), inner = 1;
-  if (a.getInt("has_axis") != 0) {
+  const bool hasAxis = a.getInt("has_axis") != 0;
+  if (hasAxis) {
     const int64_t axis = a.getInt("axis");
     if (axis < 0 || axis >= static_cast<int64_t>(x.shape().size()))
       return invalidArgument("unique: axis " + std::to_string(axis) + " is not a dim of " +
@@ -219,32 +233,39 @@ Expected<UniqueGroups> uniqueGroups(const ir::AttrMap& attrs, const Tensor& x) {
   }
   UniqueGroups g;
   g.inverse.assign(static_cast<size_t>(n), 0);
+  if (!ir::isFloat(x.dtype()) && !ir::isInteger(x.dtype()) && x.dtype() != ir::DType::kBool)
+    return ref::unsupportedDType("unique", x.dtype());
   Status st = ref::dispatchAll(x.dtype(), [&]<class T>(ref::Tag<T>) -> Status {
-    if constexpr (!std::is_same_v<T, ref::Half> && !std::is_same_v<T, ref::BFloat16> &&
-                  !std::is_same_v<T, ref::Bool8> && !std::is_arithmetic_v<T>) {
-      return ref::unsupportedDType("unique", x.dtype());
-    } else {
-      const T* v = x.data<T>();
-      // Items compared element by element, in row-major order of the slice.
-      auto compare = [&](int64_t i, int64_t j) {
-        for (int64_t o = 0; o < outer; ++o)
-          for (int64_t k = 0; k < inner; ++k) {
-            const int64_t base = o * n * inner + k;
-            if (int c = compareValues(v[base + i * inner], v[base + j * inner]); c != 0) return c;
-          }
-        return 0;
-      };
-      std::vector<int64_t> order(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-      // Stable: equal items stay in index order, so each run of equals starts at its first.
-      std::stable_sort(order.begin(), order.end(),
-                       [&](int64_t i, int64_t j) { return compare(i, j) < 0; });
-      for (size_t r = 0; r < order.size(); ++r) {
-        if (r == 0 || compare(order[r - 1], order[r]) != 0) g.first.push_back(order[r]);
-        g.inverse[static_cast<size_t>(order[r])] = static_cast<int64_t>(g.first.size()) - 1;
-      }
-      return Status::ok();
+    const T* v = x.data<T>();
+    // Items compared element by element, in row-major order of the slice.
+    auto compare = [&](int64_t i, int64_t j) {
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t k = 0; k < inner; ++k) {
+          const int64_t base = o * n * inner + k;
+          if (int c = compareValues(v[base + i * inner], v[base + j * inner]); c != 0) return c;
+        }
+      return 0;
+    };
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    // Stable: equal items stay in index order, so each run of equals starts at its first.
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t i, int64_t j) { return compare(i, j) < 0; });
+    // As NumPy's unique (ONNX's reference): the flattened x's NaNs are one value; slices are
+    // compared field by field, so a slice with a NaN equals no other.
+    auto hasNaN = [&](int64_t i) {
+      if (!hasAxis) return false;
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t k = 0; k < inner; ++k)
+          if (isNaNValue(v[o * n * inner + i * inner + k])) return true;
+      return false;
+    };
+    for (size_t r = 0; r < order.size(); ++r) {
+      if (r == 0 || compare(order[r - 1], order[r]) != 0 || hasNaN(order[r]))
+        g.first.push_back(order[r]);
+      g.inverse[static_cast<size_t>(order[r])] = static_cast<int64_t>(g.first.size()) - 1;
     }
+    return Status::ok();
   });
   KILN_TRY(st);
   if (a.getInt("sorted") == 0) {  // Groups in order of first occurrence.

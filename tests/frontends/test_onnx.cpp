@@ -180,6 +180,19 @@ TEST_CASE("onnx: an op kiln cannot map after a stage's end is listed before any 
   CHECK(needsStages(importError(ok)));
 }
 
+TEST_CASE("onnx: a value-sized op checks its input's type before a stage ends for it") {
+  constexpr int32_t kFloat8E4M3FN = 17;  // ONNX 1.14+; libonnx 1.12's proto has no name for it.
+  Model m(21);
+  m.input("x", {int64_t{4}}, kFloat8E4M3FN);
+  m.node("Unique", {"x"}, {"y"}, {}, "u");
+  m.output("y", kFloat8E4M3FN);
+  const Status s = importError(m);
+  CHECK_FALSE(needsStages(s));  // Else the stages before it would run, then fail.
+  CHECK(s.isUserError());
+  CHECK_THAT(s.message(), Catch::Contains("Unique (opset 21) node 'u'") &&
+                              Catch::Contains("must be a float, integer or bool tensor"));
+}
+
 TEST_CASE("onnx: external data is read relative to the model and checked against the file") {
   TempDir dir;
   const auto w = randomValues(6, 7);

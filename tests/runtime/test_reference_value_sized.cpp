@@ -133,6 +133,23 @@ TEST_CASE("reference unique_indices and unique_inverse: by value, sorted or in o
                       std::vector<int64_t>{1, 0, 2});
   checkExact<int64_t>(run(OpKind::kUniqueInverse, {s}, axis1), {4},
                       std::vector<int64_t>{1, 0, 2, 0});
+  // Rows of [4, 2] along axis 0, as NumPy's unique compares them: (0, 1) and (-0, 1) are one,
+  // the two (nan, 1) rows are two (a slice with a NaN equals no other), above the numbers.
+  const Tensor rows = make<float>({4, 2}, std::vector<float>{nan, 1, 0, 1, -0.f, 1, nan, 1});
+  const ir::AttrMap axis0{{"axis", attrInt(0)}, {"has_axis", attrInt(1)}};
+  REQUIRE(count(rows, axis0) == 3);
+  ir::AttrMap rowsCount = axis0;
+  rowsCount["count"] = attrInt(3);
+  checkExact<int64_t>(run(OpKind::kUniqueIndices, {rows}, rowsCount), {3},
+                      std::vector<int64_t>{1, 0, 3});
+  checkExact<int64_t>(run(OpKind::kUniqueInverse, {rows}, axis0), {4},
+                      std::vector<int64_t>{1, 0, 0, 2});
+  // An 8-bit float is no value unique compares: a clear error naming the op.
+  const Tensor f8x = makeAs<uint8_t>(DType::kF8E4M3FN, {2}, {1, 2});
+  const Status f8 =
+      runtime::valueSizedCount(OpKind::kUniqueIndices, {}, std::vector<Tensor>{f8x}).status();
+  CHECK_FALSE(f8.isOk());
+  CHECK_THAT(f8.message(), Catch::Contains("unique"));
   // bf16 by value (-1 below 1), bool, and int64 neighbours no double could tell apart.
   const Tensor b = makeBits(DType::kBF16, {3}, {0x3f80, 0xbf80, 0x3f80});
   checkExact<int64_t>(run(OpKind::kUniqueIndices, {b}, {{"count", attrInt(2)}}), {2},
