@@ -19,8 +19,9 @@
 
 namespace kiln::compiler {
 
-// Thread-safe: calls may come from many threads at once (a stage is made and compiled once;
-// compiled stages run concurrently, eager ones each on the call's own executor).
+// Thread-safe: calls may come from many threads at once (a stage is made and compiled once,
+// outside the module's lock, while its other callers wait on it; compiled stages run
+// concurrently, eager ones each on the call's own executor).
 class StagedModule {
  public:
   // `eager`: each stage runs op by op on options.backend (the CPU when null), with the
