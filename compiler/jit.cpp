@@ -1,9 +1,8 @@
 #include "compiler/jit.h"
 
-#include <condition_variable>
-#include <exception>
-#include <new>
 #include <unordered_map>
+
+#include "compiler/made_once.h"
 
 namespace kiln::compiler {
 
@@ -88,10 +87,7 @@ std::string signatureOf(std::span<const runtime::Tensor> inputs) {
 }  // namespace
 
 struct JitModule::Entry {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status error;  // When the compile failed.
+  MadeOnce once;
   std::unique_ptr<CompiledModel> model;
 };
 
@@ -152,19 +148,14 @@ Expected<std::vector<runtime::Tensor>> JitModule::operator()(
   if (mine) {
     // Compiled outside the module's lock: other signatures compile and run meanwhile, and
     // callers of this one wait on the entry.
-    // Whatever happens, the entry ends done: a compile that throws (out of memory inside
-    // LLVM) must not leave the callers waiting on it forever.
-    Expected<std::unique_ptr<CompiledModel>> compiled = internalError("unset");
-    try {
-      compiled = compileFor(types);
-    } catch (const std::bad_alloc&) {
-      compiled = resourceExhausted("out of memory while compiling for " + sig);
-    } catch (const std::exception& e) {
-      compiled = internalError(std::string("compiling for ") + sig + " threw: " + e.what());
-    }
+    std::unique_ptr<CompiledModel> model;
+    const Status compiled = MadeOnce::guarded("compiling for " + sig, [&]() -> Status {
+      KILN_ASSIGN_OR_RETURN(model, compileFor(types));
+      return Status::ok();
+    });
     {
       std::lock_guard lock(mu_);
-      if (compiled) {
+      if (compiled.isOk()) {
         ++compiles_;
         log_.push_back("compile " + std::to_string(compiles_) + " for " + sig + ": " + why);
         if (options_.log) *options_.log << "kiln jit: " << log_.back() << "\n";
@@ -172,18 +163,10 @@ Expected<std::vector<runtime::Tensor>> JitModule::operator()(
         bySignature_.erase(sig);  // A later call tries again.
       }
     }
-    std::lock_guard lock(entry->mu);
-    if (compiled)
-      entry->model = std::move(*compiled);
-    else
-      entry->error = compiled.status();
-    entry->done = true;
-    entry->cv.notify_all();
-  } else {
-    std::unique_lock lock(entry->mu);
-    entry->cv.wait(lock, [&] { return entry->done; });
+    entry->model = std::move(model);
+    entry->once.finish(compiled);
   }
-  if (!entry->error.isOk()) return entry->error;
+  KILN_TRY(entry->once.wait());
   last_.store(entry->model.get(), std::memory_order_release);
   return entry->model->run(inputs, stats);
 }

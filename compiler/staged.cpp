@@ -1,10 +1,9 @@
 #include "compiler/staged.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <new>
 
 #include "compiler/eager_kernels.h"
+#include "compiler/made_once.h"
 #include "runtime/reference/kernels.h"
 
 namespace kiln::compiler {
@@ -33,11 +32,7 @@ Expected<std::vector<runtime::Tensor>> valuesOf(
 struct StagedModule::Entry {
   ir::Stage stage;
   std::unique_ptr<CompiledModel> compiled;  // Unless eager (or the stage has no graph).
-  // Made by the first call that needs it; later ones wait until it is done.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status error;
+  MadeOnce once;                            // By the first call that needs it.
 };
 
 StagedModule::StagedModule(ir::StagedModel model, CompileOptions options, bool eager,
@@ -88,37 +83,19 @@ Expected<std::shared_ptr<StagedModule::Entry>> StagedModule::stageFor(
     }
   }
   if (!mine) {
-    std::unique_lock<std::mutex> lock(entry->mu);
-    entry->cv.wait(lock, [&] { return entry->done; });
-    if (!entry->error.isOk()) return entry->error;
+    KILN_TRY(entry->once.wait());
     return entry;
   }
   // Made outside the module's lock (an import and compile take milliseconds to seconds):
-  // stages of other sizes are made and cached stages run meanwhile; callers of this one wait on
-  // the entry, which ends done whatever happens (a compile that throws must not leave them
-  // waiting forever).
-  Status made = Status::ok();
-  try {
-    Expected<ir::Stage> stage = model_.stage(begin, types, sizes, known);
-    if (!stage) {
-      made = stage.status();
-    } else {
-      entry->stage = std::move(*stage);
-      if (entry->stage.graph && !eager_) {
-        Expected<std::unique_ptr<CompiledModel>> compiled = compile(*entry->stage.graph, options_);
-        if (compiled)
-          entry->compiled = std::move(*compiled);
-        else
-          made = compiled.status();
-      }
-    }
-  } catch (const std::bad_alloc&) {
-    made =
-        resourceExhausted("out of memory while making the stage at node " + std::to_string(begin));
-  } catch (const std::exception& e) {
-    made =
-        internalError("making the stage at node " + std::to_string(begin) + " threw: " + e.what());
-  }
+  // stages of other sizes are made and cached stages run meanwhile.
+  const Status made =
+      MadeOnce::guarded("making the stage at node " + std::to_string(begin), [&]() -> Status {
+        KILN_ASSIGN_OR_RETURN(entry->stage, model_.stage(begin, types, sizes, known));
+        if (entry->stage.graph && !eager_) {
+          KILN_ASSIGN_OR_RETURN(entry->compiled, compile(*entry->stage.graph, options_));
+        }
+        return Status::ok();
+      });
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (made.isOk()) {
@@ -135,13 +112,8 @@ Expected<std::shared_ptr<StagedModule::Entry>> StagedModule::stageFor(
       order_.erase(std::find(order_.begin(), order_.end(), key));
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(entry->mu);
-    entry->error = made;
-    entry->done = true;
-  }
-  entry->cv.notify_all();
-  if (!made.isOk()) return made;
+  entry->once.finish(made);
+  KILN_TRY(made);
   return entry;
 }
 

@@ -252,4 +252,18 @@ uint16_t int64ToBf16Bits(int64_t v);
 double f16BitsToDouble(uint16_t bits);
 double bf16BitsToDouble(uint16_t bits);
 
+// An element's value as a number of a built-in type: f16 and bf16 exactly (as double), bools as
+// 0 and 1 (int), integers and floats as themselves (a uint64_t stays one).
+template <class T>
+auto numericValue(T v) {
+  if constexpr (std::is_same_v<T, Half>)
+    return f16BitsToDouble(v.bits);
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return bf16BitsToDouble(v.bits);
+  else if constexpr (std::is_same_v<T, Bool8>)
+    return int{v.v != 0};
+  else
+    return v;
+}
+
 }  // namespace kiln::runtime::ref

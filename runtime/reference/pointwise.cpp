@@ -253,12 +253,8 @@ auto withElementValue(S s, I onInteger, F onFloat) {
     return onInteger(int64_t{s.v != 0});
   else if constexpr (std::is_integral_v<S>)
     return onInteger(static_cast<int64_t>(s));
-  else if constexpr (std::is_same_v<S, ref::Half>)
-    return onFloat(ref::f16BitsToDouble(s.bits));
-  else if constexpr (std::is_same_v<S, ref::BFloat16>)
-    return onFloat(ref::bf16BitsToDouble(s.bits));
   else
-    return onFloat(static_cast<double>(s));
+    return onFloat(static_cast<double>(ref::numericValue(s)));
 }
 
 template <class D, class S>

@@ -5,7 +5,6 @@
 #include <array>
 #include <cmath>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "runtime/reference/helpers.h"
@@ -177,38 +176,15 @@ Status nonMaxSuppressionKernel(const ir::AttrView& attrs, std::span<const Tensor
 
 // ---- unique_indices and unique_inverse.
 
-// An element as a number to compare: f16 and bf16 by their exact values, bools as 0 and 1.
-template <class T>
-auto comparable(T v) {
-  if constexpr (std::is_same_v<T, ref::Half>)
-    return ref::f16BitsToDouble(v.bits);
-  else if constexpr (std::is_same_v<T, ref::BFloat16>)
-    return ref::bf16BitsToDouble(v.bits);
-  else if constexpr (std::is_same_v<T, ref::Bool8>)
-    return int{v.v != 0};
-  else
-    return v;
-}
-
-// Three-way comparison of two elements by value: -0 equals 0; NaN is above every number and
-// compares equal to NaN (the order; whether NaNs are one value is uniqueGroups' choice).
+// Three-way comparison of two elements by value (ref::numericValue: f16 and bf16 exactly, bools
+// as 0 and 1): -0 equals 0; NaN is above every number and compares equal to NaN (the order;
+// whether NaNs are one value is uniqueGroups' choice).
 template <class T>
 int compareValues(T a, T b) {
-  const auto x = comparable(a), y = comparable(b);
-  if constexpr (std::is_floating_point_v<decltype(x)>) {
-    const bool xn = std::isnan(x), yn = std::isnan(y);
-    if (xn || yn) return xn == yn ? 0 : (xn ? 1 : -1);
-  }
+  const auto x = ref::numericValue(a), y = ref::numericValue(b);
+  const bool xn = ref::isNaN(x), yn = ref::isNaN(y);
+  if (xn || yn) return xn == yn ? 0 : (xn ? 1 : -1);
   return x < y ? -1 : (y < x ? 1 : 0);
-}
-
-template <class T>
-bool isNaNValue(T v) {
-  const auto x = comparable(v);
-  if constexpr (std::is_floating_point_v<decltype(x)>)
-    return std::isnan(x);
-  else
-    return false;
 }
 
 // x's distinct elements (has_axis 0) or slices along `axis`, as groups in output order: each
@@ -257,7 +233,7 @@ Expected<UniqueGroups> uniqueGroups(const ir::AttrMap& attrs, const Tensor& x) {
       if (!hasAxis) return false;
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t k = 0; k < inner; ++k)
-          if (isNaNValue(v[o * n * inner + i * inner + k])) return true;
+          if (ref::isNaN(ref::numericValue(v[o * n * inner + i * inner + k]))) return true;
       return false;
     };
     for (size_t r = 0; r < order.size(); ++r) {

@@ -107,43 +107,31 @@ TEST_CASE("reference unique_indices and unique_inverse: by value, sorted or in o
     REQUIRE(n.hasValue());
     return *n;
   };
-  // The flattened [2, 3]: -0 equals 0 (the first kept), NaN above every number and equal to NaN.
+  // The count, the first occurrences and every item's group of x under `attrs`.
+  auto check = [&](const Tensor& x, const ir::AttrMap& attrs, const std::vector<int64_t>& first,
+                   const std::vector<int64_t>& inverse) {
+    const int64_t n = static_cast<int64_t>(first.size());
+    REQUIRE(count(x, attrs) == n);
+    ir::AttrMap withCount = attrs;
+    withCount["count"] = attrInt(n);
+    checkExact<int64_t>(run(OpKind::kUniqueIndices, {x}, withCount), {n}, first);
+    checkExact<int64_t>(run(OpKind::kUniqueInverse, {x}, attrs),
+                        {static_cast<int64_t>(inverse.size())}, inverse);
+  };
+  // The flattened [2, 3]: -0 equals 0 (the first kept), NaN above every number and equal to NaN;
+  // sorted, then in order of first occurrence.
   const Tensor x = make<float>({2, 3}, std::vector<float>{2.f, nan, -0.f, 1.f, 0.f, nan});
-  REQUIRE(count(x, {}) == 4);
-  checkExact<int64_t>(run(OpKind::kUniqueIndices, {x}, {{"count", attrInt(4)}}), {4},
-                      std::vector<int64_t>{2, 3, 0, 1});
-  checkExact<int64_t>(run(OpKind::kUniqueInverse, {x}, {}), {6},
-                      std::vector<int64_t>{2, 3, 0, 1, 0, 3});
-  // In order of first occurrence.
-  const ir::AttrMap inOrder{{"sorted", attrInt(0)}};
-  checkExact<int64_t>(
-      run(OpKind::kUniqueIndices, {x}, {{"count", attrInt(4)}, {"sorted", attrInt(0)}}), {4},
-      std::vector<int64_t>{0, 1, 2, 3});
-  checkExact<int64_t>(run(OpKind::kUniqueInverse, {x}, inOrder), {6},
-                      std::vector<int64_t>{0, 1, 2, 3, 2, 1});
+  check(x, {}, {2, 3, 0, 1}, {2, 3, 0, 1, 0, 3});
+  check(x, {{"sorted", attrInt(0)}}, {0, 1, 2, 3}, {0, 1, 2, 3, 2, 1});
   // Slices along axis 1 of [2, 4, 2], compared element by element (ONNX's 3-D example):
   // (1 1 1 1), (0 1 0 1), (2 1 2 1), (0 1 0 1).
   const Tensor s = make<float>({2, 4, 2}, std::vector<float>{1, 1, 0, 1, 2, 1, 0, 1,  //
                                                              1, 1, 0, 1, 2, 1, 0, 1});
-  const ir::AttrMap axis1{{"axis", attrInt(1)}, {"has_axis", attrInt(1)}};
-  REQUIRE(count(s, axis1) == 3);
-  ir::AttrMap withCount = axis1;
-  withCount["count"] = attrInt(3);
-  checkExact<int64_t>(run(OpKind::kUniqueIndices, {s}, withCount), {3},
-                      std::vector<int64_t>{1, 0, 2});
-  checkExact<int64_t>(run(OpKind::kUniqueInverse, {s}, axis1), {4},
-                      std::vector<int64_t>{1, 0, 2, 0});
+  check(s, {{"axis", attrInt(1)}, {"has_axis", attrInt(1)}}, {1, 0, 2}, {1, 0, 2, 0});
   // Rows of [4, 2] along axis 0, as NumPy's unique compares them: (0, 1) and (-0, 1) are one,
   // the two (nan, 1) rows are two (a slice with a NaN equals no other), above the numbers.
   const Tensor rows = make<float>({4, 2}, std::vector<float>{nan, 1, 0, 1, -0.f, 1, nan, 1});
-  const ir::AttrMap axis0{{"axis", attrInt(0)}, {"has_axis", attrInt(1)}};
-  REQUIRE(count(rows, axis0) == 3);
-  ir::AttrMap rowsCount = axis0;
-  rowsCount["count"] = attrInt(3);
-  checkExact<int64_t>(run(OpKind::kUniqueIndices, {rows}, rowsCount), {3},
-                      std::vector<int64_t>{1, 0, 3});
-  checkExact<int64_t>(run(OpKind::kUniqueInverse, {rows}, axis0), {4},
-                      std::vector<int64_t>{1, 0, 0, 2});
+  check(rows, {{"axis", attrInt(0)}, {"has_axis", attrInt(1)}}, {1, 0, 3}, {1, 0, 0, 2});
   // An 8-bit float is no value unique compares: a clear error naming the op.
   const Tensor f8x = makeAs<uint8_t>(DType::kF8E4M3FN, {2}, {1, 2});
   const Status f8 =
