@@ -105,7 +105,8 @@ Expected<std::shared_ptr<StagedModule::Entry>> StagedModule::stageFor(
       line += entry->stage.graph
                   ? ": " + std::to_string(entry->stage.graph->nodes().size()) + " nodes"
                   : ": no nodes";
-      if (entry->stage.cut) line += ", then " + entry->stage.cut->describe + " needs its size";
+      if (entry->stage.cut)
+        line += ", then " + entry->stage.cut->describe + " needs " + entry->stage.cut->need;
       log_.push_back(std::move(line));
     } else if (auto it = cache_.find(key); it != cache_.end() && it->second == entry) {
       cache_.erase(it);  // A later call tries again.

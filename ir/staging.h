@@ -17,13 +17,16 @@
 
 namespace kiln::ir {
 
-// The size the next stage needs: op `op` (with `attrs`) over the values `inputs` gives it.
+// The size (or value: an If's condition, a Loop's trip count) the next stage needs: op `op`
+// (with `attrs`) over the values `inputs` gives it (kCast: the one element of its input, as an
+// i64).
 struct StageCut {
   OpKind op{};
   AttrMap attrs;
   std::vector<std::string> inputs;  // Names in the environment.
   std::string key;                  // The size's name, for the next stage (StageMaker's sizes).
   std::string describe;             // The node that needs it, for messages.
+  std::string need;                 // What it needs: "its size", "its condition 'c'".
   // Inputs the model holds as initializers (a threshold), which no stage computes.
   std::map<std::string, TensorData> constants;
 };

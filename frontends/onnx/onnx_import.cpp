@@ -384,8 +384,8 @@ Expected<::onnx::ModelProto> parseModel(std::string_view bytes, const std::strin
 }
 
 // What importing a parsed model gave: the graph, or the error and, when the import stopped at
-// a node whose output size depends on run-time values, that node's request (its index among
-// the graph's nodes); and the ONNX names of the graph's inputs.
+// a node that needs a value known only at run time (its output's size, an If's condition), that
+// node's request (its index among the graph's nodes); and the ONNX names of the graph's inputs.
 struct Imported {
   Expected<ir::Graph> graph = internalError("not imported");
   std::optional<onnx_import::SizeRequest> request;
@@ -640,14 +640,15 @@ class OnnxStager {
     for (int i = 0; i < before; ++i)
       for (const auto& out : sg.node(i).output())
         if (!out.empty()) defined.insert(out);  // An omitted optional output is no value.
-    ir::StageCut cut{request.op, request.attrs, request.inputs, request.key, request.node, {}};
+    ir::StageCut cut{
+        request.op, request.attrs, request.inputs, request.key, request.node, request.need, {}};
     for (const std::string& in : request.inputs) {
       if (env.count(in) || defined.count(in)) continue;
       const ::onnx::TensorProto* init = nullptr;
       for (const auto& t : g.initializer())
         if (t.name() == in) init = &t;
       if (!init)
-        return internalError(name_ + ": " + request.node + ": its size reads '" + in +
+        return internalError(name_ + ": " + request.node + ": " + request.need + " reads '" + in +
                              "', which is neither computed nor an initializer");
       KILN_ASSIGN_OR_RETURN(ir::TensorData data,
                             onnx_import::tensorFromProto(*init, "initializer '" + in + "'"));
@@ -755,7 +756,7 @@ bool needsStages(const Status& status) {
   const std::string& m = status.message();
   return status.code() == ErrorCode::kUnimplemented &&
          m.find("cannot import 1 node of") != std::string::npos &&
-         m.find(onnx_import::kSizeAtRunTime) != std::string::npos;
+         m.find(onnx_import::kRunsInStages) != std::string::npos;
 }
 
 Expected<ir::StagedModel> onnxStages(const std::string& path, const OnnxImportOptions& options) {

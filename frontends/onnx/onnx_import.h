@@ -40,8 +40,10 @@ struct OnnxImportOptions {
   // again for other values. Without a value, such a model is refused, naming the input.
   std::map<std::string, ir::TensorData> inputValues;
   // Output sizes known only at run time, by the ONNX name of the first output of the node whose
-  // size it is (NonZero's count of non-zeros): what onnxStages gives each stage's import. A node
-  // that needs one and has none stops the import with an error that says so.
+  // size it is (NonZero's count of non-zeros), and values the import needs that the model
+  // computes (an If's condition, a Loop's trip count), by "value of NAME": what onnxStages gives
+  // each stage's import. A node that needs one and has none stops the import with an error that
+  // says so.
   std::map<std::string, int64_t> runtimeSizes;
 };
 
@@ -65,15 +67,17 @@ Expected<ir::GraphSpecializer> onnxSpecializer(const std::string& path,
                                                const OnnxImportOptions& options = {});
 
 // The model at `path` imported in stages (ir/staging.h), for models with nodes whose output size
-// depends on run-time values (NonZero, Compress): each stage ends before such a node (at the top
-// level of the graph: one inside an If branch or a Loop body is an error) and the next is imported
-// from it with the size computed from the values. A model without such nodes is one stage, as
-// loadOnnx imports it. Stages are made when compiler::StagedModule asks for them, for the types
-// and sizes of each call; `options` apply to every stage (symbolic dims take the call's sizes).
+// depends on run-time values (NonZero, Compress) or whose control flow does (an If's condition, a
+// Loop's trip count or condition computed by the model): each stage ends before such a node (at
+// the top level of the graph: one inside an If branch or a Loop body is an error) and the next is
+// imported from it with the size or value computed from the values. A model without such nodes is
+// one stage, as loadOnnx imports it. Stages are made when compiler::StagedModule asks for them, for
+// the types and sizes of each call; `options` apply to every stage (symbolic dims take the call's
+// sizes).
 Expected<ir::StagedModel> onnxStages(const std::string& path,
                                      const OnnxImportOptions& options = {});
 // Whether `status`, from loadOnnx or loadOnnxFromBytes, says only that the model needs stages:
-// every node imports but one whose output size depends on run-time values.
+// every node imports but one that needs a size or value known only at run time.
 bool needsStages(const Status& status);
 Expected<ir::StagedModel> onnxStagesFromBytes(std::string_view bytes,
                                               const OnnxImportOptions& options = {},

@@ -125,14 +125,13 @@ std::optional<int64_t> Importer::runtimeSize(const std::string& key) const {
   return it->second;
 }
 
-Status Importer::requestSize(SizeRequest request) {
+Status Importer::requestSize(SizeRequest request, const std::string& reason) {
   if (inlineDepth_ > 0)
-    return unimplemented(
-        "the size of its output depends on the values of its input, inside a "
-        "subgraph (an If branch, a Loop or Scan body): kiln runs such a model "
-        "in stages, which cannot end inside a subgraph");
+    return unimplemented(reason +
+                         ", inside a subgraph (an If branch, a Loop or Scan body): kiln runs "
+                         "such a model in stages, which cannot end inside a subgraph");
   if (!sizeRequest_) sizeRequest_ = std::move(request);
-  return unimplemented(std::string(kSizeAtRunTime));
+  return unimplemented(reason + ": " + std::string(kRunsInStages));
 }
 
 void Importer::noteNeededConstant(const std::string& name) {

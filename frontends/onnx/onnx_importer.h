@@ -36,21 +36,24 @@ struct NodeProblem {
   ErrorCode code;
 };
 
-// The reason a node that needs a run-time size (SizeRequest) gives when the import has none.
-inline constexpr std::string_view kSizeAtRunTime =
-    "the size of its output depends on the values of its input, known only at run time: kiln "
-    "runs such a model in stages (`kiln run`, frontends::onnxStages)";
+// How a node that needs a value known only at run time (SizeRequest) ends its reason when the
+// import has none; frontends::needsStages recognizes it.
+inline constexpr std::string_view kRunsInStages =
+    "kiln runs such a model in stages (`kiln run`, frontends::onnxStages)";
 
-// A node whose output's size only its inputs' values give (NonZero's count of non-zeros), for
-// which the import stopped (NodeContext::runtimeSize): a model imported in stages runs what comes
-// before the node, computes the size from the values (runtime::valueSizedCount of `op`) and
-// imports the rest with it (OnnxImportOptions::runtimeSizes[key]).
+// A value the import needs that only the values of the model's inputs give, for which it stopped
+// (NodeContext::runtimeSize, runtimeValue): a node's output size (NonZero's count of non-zeros),
+// an If's condition, a Loop's trip count or condition. A model imported in stages runs what comes
+// before the node, computes the value (runtime::valueSizedCount of `op`: for kCast to i64, the
+// value of a one-element tensor) and imports the rest with it (OnnxImportOptions::runtimeSizes).
 struct SizeRequest {
   ir::OpKind op{};
   ir::AttrMap attrs;                // The op's attributes but the size.
   std::vector<std::string> inputs;  // The ONNX values the size is computed from.
-  std::string key;                  // The node's first output.
+  std::string key;                  // Its name in runtimeSizes: the node's first output for a
+                                    // size, "value of NAME" for a value.
   std::string node;                 // "NonZero (opset 13) node 'nz'", for messages.
+  std::string need;                 // "its size", "its condition 'c'": what the node needs.
 };
 
 // "Conv (opset 13) node 'conv1'": how the error list names a node.
@@ -102,12 +105,13 @@ class Importer {
   // their values can succeed.
   void noteNeededConstant(const std::string& name);
   const std::set<std::string>& neededInputs() const { return neededInputs_; }
-  // Run-time sizes by node (OnnxImportOptions::runtimeSizes), and the request of the node that
-  // stopped the import without one (then run() fails; sizeRequestNode() is its index among the
-  // graph's nodes).
+  // Run-time sizes and values by key (OnnxImportOptions::runtimeSizes), and the request of the
+  // node that stopped the import without one (then run() fails; sizeRequestNode() is its index
+  // among the graph's nodes). `reason` says what is known only at run time ("the size of its
+  // output depends on ..."); inside a subgraph being inlined, no stage can end.
   void setRuntimeSizes(std::map<std::string, int64_t> sizes) { runtimeSizes_ = std::move(sizes); }
   std::optional<int64_t> runtimeSize(const std::string& key) const;
-  Status requestSize(SizeRequest request);
+  Status requestSize(SizeRequest request, const std::string& reason);
   const std::optional<SizeRequest>& sizeRequest() const { return sizeRequest_; }
   // The import failed only for the size request (no other node's problem).
   bool stoppedForSize() const { return sizeRequest_ && problems_.size() == 1; }
@@ -263,6 +267,11 @@ class NodeContext {
   // the node (OnnxImportOptions::runtimeSizes), else the import stops here asking for it (a model
   // imported in stages, onnxStages) and this returns an error the mapper returns.
   Expected<int64_t> runtimeSize(ir::OpKind op, ir::AttrMap attrs, std::vector<size_t> inputs);
+  // The value of input `i`, one integer or bool element that the import needs (an If's
+  // condition, a Loop's trip count) and the model computes: the value given for it
+  // (OnnxImportOptions::runtimeSizes["value of NAME"]), else the import stops here asking for it,
+  // as runtimeSize does. `what` names it for messages ("its condition").
+  Expected<int64_t> runtimeValue(size_t i, const std::string& what);
 
   // ---- Errors. A mapper returns these to have the node listed in the import's one error.
   Status unsupported(const std::string& reason) const { return unimplemented(reason); }

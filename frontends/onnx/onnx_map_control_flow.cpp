@@ -2,8 +2,12 @@
 // an If whose condition is known is its branch, inlined; a Scan is its body inlined once per
 // step of the (static) sequence; a Loop is its body inlined once per iteration while its trip
 // count and condition are known at import (each iteration's condition must fold to a
-// constant). Anything decided at run time is refused by name. Unrolling makes a graph as large
-// as its loops (a body of n nodes run T times is n T nodes): at most kMaxIterations.
+// constant). An If's condition, or a Loop's trip count or first condition, that the model
+// computes at the top level of its graph is read at run time: the model runs in stages
+// (docs/onnx.md), the import stopping at the node until a stage before it gives the value. One
+// decided at run time inside a subgraph, or a body's condition computed from its values, is
+// refused by name. Unrolling makes a graph as large as its loops (a body of n nodes run T times
+// is n T nodes): at most kMaxIterations.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -63,16 +67,19 @@ Expected<Value*> stack(NodeContext& ctx, const std::vector<OnnxValue>& steps, in
   return ctx.emit(OpKind::kConcat, std::move(parts), {{"axis", int64_t{a}}});
 }
 
+// A one-value condition known at import, else computed at run time: the value a run in stages
+// gives (NodeContext::runtimeValue), else the import stops for it.
+Expected<bool> conditionOf(NodeContext& ctx, size_t i) {
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* d, ctx.requireConstant(i));
+  KILN_ASSIGN_OR_RETURN(std::optional<bool> known, knownBool(d));
+  if (known) return *known;
+  KILN_ASSIGN_OR_RETURN(int64_t v, ctx.runtimeValue(i, "its condition"));
+  return v != 0;
+}
+
 Status mapIf(NodeContext& ctx) {
-  KILN_ASSIGN_OR_RETURN(const ir::TensorData* condData, ctx.requireConstant(0));
-  KILN_ASSIGN_OR_RETURN(std::optional<bool> cond, knownBool(condData));
-  if (!cond) {
-    return ctx.unsupported(
-        "an If whose condition is computed at run time (kiln's graphs have "
-        "no control flow; it inlines an If whose condition is known at "
-        "import)");
-  }
-  const char* branch = *cond ? "then_branch" : "else_branch";
+  KILN_ASSIGN_OR_RETURN(const bool cond, conditionOf(ctx, 0));
+  const char* branch = cond ? "then_branch" : "else_branch";
   KILN_ASSIGN_OR_RETURN(const ::onnx::GraphProto* g, ctx.attrGraph(branch));
   KILN_ASSIGN_OR_RETURN(std::vector<OnnxValue> outs, ctx.inlineGraph(*g, {}, scopeOf(ctx, branch)));
   KILN_TRY(checkOutputs(ctx, outs));
@@ -165,6 +172,26 @@ Status mapScan(NodeContext& ctx) {
   return Status::ok();
 }
 
+// A Loop's scan output after no iterations: shape [0, element shape], the element's shape and
+// type as the body declares its output `k` (no iteration computed one).
+Expected<ir::TensorData> emptyScanOutput(NodeContext& ctx, const ::onnx::GraphProto& body, int k) {
+  const auto& t = body.output(k).type();
+  std::optional<ir::DType> dtype;
+  ir::Shape shape{0};
+  bool known = t.has_tensor_type() && t.tensor_type().has_shape();
+  if (known) {
+    dtype = dtypeFromOnnx(t.tensor_type().elem_type());
+    for (const auto& d : t.tensor_type().shape().dim()) {
+      known &= d.has_dim_value();
+      shape.push_back(d.dim_value());
+    }
+  }
+  if (!known || !dtype)
+    return ctx.unsupported("a Loop of no iterations with scan output '" + body.output(k).name() +
+                           "', whose element type and shape the body does not declare");
+  return ir::TensorData(*dtype, std::move(shape));
+}
+
 // Loop: the body (iteration number, condition, N loop-carried values) -> (condition, N values,
 // K scan outputs), run while the iteration is below the trip count M and the condition holds,
 // both known at import at every iteration.
@@ -173,17 +200,17 @@ Status mapLoop(NodeContext& ctx) {
   std::optional<int64_t> trips;
   if (ctx.hasInput(0)) {
     KILN_ASSIGN_OR_RETURN(const ir::TensorData* c, ctx.requireConstant(0));
-    if (!c) return ctx.unsupported("a Loop whose trip count is computed at run time");
-    if (c->numElements() != 1 || ir::isFloat(c->dtype()))
-      return ctx.invalid("the trip count M must be one integer, got " + c->type().toString());
-    trips = elementAsInt(*c, 0);
+    if (c) {
+      if (c->numElements() != 1 || ir::isFloat(c->dtype()))
+        return ctx.invalid("the trip count M must be one integer, got " + c->type().toString());
+      trips = elementAsInt(*c, 0);
+    } else {  // Computed: the value a run in stages gives, or the import stops for it.
+      KILN_ASSIGN_OR_RETURN(trips, ctx.runtimeValue(0, "its trip count"));
+    }
   }
   bool cond = true;
   if (ctx.hasInput(1)) {
-    KILN_ASSIGN_OR_RETURN(const ir::TensorData* d, ctx.requireConstant(1));
-    KILN_ASSIGN_OR_RETURN(std::optional<bool> c, knownBool(d));
-    if (!c) return ctx.unsupported("a Loop whose condition is computed at run time");
-    cond = *c;
+    KILN_ASSIGN_OR_RETURN(cond, conditionOf(ctx, 1));
   }
   const int64_t n = static_cast<int64_t>(ctx.numInputs()) - 2;
   const int64_t k = static_cast<int64_t>(ctx.numOutputs()) - n;
@@ -216,11 +243,14 @@ Status mapLoop(NodeContext& ctx) {
     for (int64_t j = 0; j < k; ++j)
       scanOut[static_cast<size_t>(j)].push_back(outs[static_cast<size_t>(1 + n + j)]);
   }
-  if (k > 0 && it == 0)
-    return ctx.unsupported("a Loop of no iterations with scan outputs (their shape is unknown)");
   for (int64_t i = 0; i < n; ++i)
     ctx.setOutputValue(static_cast<size_t>(i), state[static_cast<size_t>(i)]);
   for (int64_t j = 0; j < k; ++j) {
+    if (it == 0) {  // Empty: [0] and the element shape the body declares, which must be static.
+      KILN_ASSIGN_OR_RETURN(ir::TensorData empty, emptyScanOutput(ctx, *body, 1 + n + j));
+      ctx.setOutputValue(static_cast<size_t>(n + j), constantOf(std::move(empty)));
+      continue;
+    }
     KILN_ASSIGN_OR_RETURN(Value * y, stack(ctx, scanOut[static_cast<size_t>(j)], 0));
     ctx.setOutput(static_cast<size_t>(n + j), y);
   }

@@ -158,9 +158,26 @@ Expected<int64_t> NodeContext::runtimeSize(ir::OpKind op, ir::AttrMap attrs,
     probe["count"] = int64_t{1};
     if (!ir::inferTypes(op, types, probe)) return none.status();
   }
-  SizeRequest request{op, std::move(attrs), {}, node_.output(0), describeNode(node_, opset_)};
+  SizeRequest request{op,        std::move(attrs), {}, node_.output(0), describeNode(node_, opset_),
+                      "its size"};
   for (size_t i : inputs) request.inputs.push_back(node_.input(static_cast<int>(i)));
-  return imp_.requestSize(std::move(request));
+  return imp_.requestSize(std::move(request),
+                          "the size of its output depends on the values of its input, known only "
+                          "at run time");
+}
+
+Expected<int64_t> NodeContext::runtimeValue(size_t i, const std::string& what) {
+  if (!hasInput(i)) return invalidArgument("input " + std::to_string(i) + " is required");
+  const std::string& name = node_.input(static_cast<int>(i));
+  const std::string key = "value of " + name;
+  if (std::optional<int64_t> v = imp_.runtimeSize(key)) return *v;
+  KILN_ASSIGN_OR_RETURN(ir::TensorType t, inputType(i));
+  if (t.numElements() != 1 || !(ir::isInteger(t.dtype) || t.dtype == ir::DType::kBool))
+    return invalidArgument(what + " (input " + std::to_string(i) +
+                           ") must be one integer or bool value, got " + t.toString());
+  SizeRequest request{ir::OpKind::kCast,           {{"to", std::string("i64")}}, {name}, key,
+                      describeNode(node_, opset_), what + " '" + name + "'"};
+  return imp_.requestSize(std::move(request), what + " is computed at run time");
 }
 
 bool NodeContext::inputTrainable(size_t i) {

@@ -196,8 +196,10 @@ class JitModel(_Callable):
 
 class StagedModel:
     """An ONNX model with nodes whose output size depends on values (NonZero, Compress,
-    NonMaxSuppression, Unique): kiln compiles for static shapes, so it runs in stages, each made and
-    compiled when a call's values give its sizes (docs/onnx.md, "Sizes known at run time").
+    NonMaxSuppression, Unique), or with an If or Loop that its values decide (a computed condition
+    or trip count): kiln compiles for static shapes and graphs without control flow, so it runs in
+    stages, each made and compiled when a call's values give its sizes and branches (docs/onnx.md,
+    "Sizes known at run time").
     kiln.compile, kiln.jit and kiln.eager take it; it has no single graph to print or save."""
 
     def __init__(self, staged: "_kiln.Staged", path: str):
@@ -278,7 +280,8 @@ class StagedCompiledModel(_Callable):
 
     def save(self, path: str, name: str = "model") -> None:
         raise UserError(
-            f"save({path!r}): this model runs in stages (its output sizes depend on values), "
+            f"save({path!r}): this model runs in stages (its output sizes or its control flow "
+            "depend on values), "
             "and an artifact holds one compiled graph; load the ONNX model where it runs instead"
         )
 

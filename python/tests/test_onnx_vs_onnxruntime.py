@@ -492,18 +492,49 @@ def test_loop_stopped_by_its_condition_matches_onnxruntime(tmp_path):
     check_kiln(tmp_path, model, [v0], expected, lambda e: 1e-6)
 
 
-def test_if_with_a_run_time_condition_is_an_error(tmp_path):
-    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["y1"])], "b", [],
-                               [_vi("y1", [2])])
-    node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
-    graph = helper.make_graph([node], "if", [_vi("c", [], TensorProto.BOOL), _vi("x", [2])],
-                              [_vi("y", [2])])
+def test_if_and_loop_on_computed_values_run_in_stages(tmp_path):
+    # y = If(sum(x) > 0, then: concat(x, x), else: -x); z = Loop(int(max(x)) trips) { v * 1.5 }
+    # from x, with a scan output of each iteration's value.
+    then = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["t"], axis=0)], "then", [],
+                             [_vi("t", None)])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [_vi("e", None)])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Mul", ["v_in", "k"], ["v_out"]),
+         helper.make_node("Identity", ["v_out"], ["scan"])],
+        "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL),
+                 _vi("v_in", [3])],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", [3]), _vi("scan", [3])])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+        helper.make_node("ReduceMax", ["x"], ["most"], keepdims=0),
+        helper.make_node("Cast", ["most"], ["trips"], to=TensorProto.INT64),
+        helper.make_node("Loop", ["trips", "", "x"], ["z", "steps"], body=body),
+    ]
+    inits = [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+             helper.make_tensor("k", TensorProto.FLOAT, [], [1.5])]
+    graph = helper.make_graph(nodes, "control", [_vi("x", [3])],
+                              [_vi("y", None), _vi("z", [3]), _vi("steps", None)], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
-    path = tmp_path / "if.onnx"
+    path = tmp_path / "control.onnx"
     onnx.save(model, str(path))
-    with pytest.raises(kiln.UserError, match=r"If .*an If whose condition is computed at run time"):
-        kiln.load(str(path))
+    m = kiln.load(str(path))
+    assert isinstance(m, kiln.StagedModel)
+    runs = (kiln.compile(m), kiln.eager(m))
+    # The last: no iteration, an empty scan output of the shape the body declares, [0, 3].
+    for x in ([1.0, 2.5, -0.5], [-3.0, 1.0, 0.5], [4.0, 3.0, 2.0], [1.0, 2.5, -0.5],
+              [-1.0, -2.0, -3.0]):
+        x = np.array(x, np.float32)
+        expected = onnxruntime_run(tmp_path, model, [x], ["x"])
+        for run in runs:
+            got = run(x)
+            assert [g.shape for g in got] == [e.shape for e in expected]
+            for g, e in zip(got, expected):
+                np.testing.assert_allclose(g, e, rtol=1e-6)
+    assert "then If (opset 21) node" in runs[0].explain("stages")
 
 
 @pytest.mark.parametrize("size,align", [([2, 3, 4, 5], 0), ([2, 3, 4, 5], 1), ([1, 2, 3, 1, 4], 0),

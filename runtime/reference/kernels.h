@@ -32,8 +32,10 @@ void registerValueSizedKernels(RefKernelTable& t);  // nonzero .. unique_inverse
 
 // The size that an op whose output is sized by its inputs' values (ops.def's `count` attribute:
 // nonzero, non_max_suppression, unique_indices) takes from `inputs`: what a model run in stages
-// imports the op with (compiler/staged.h). `attrs` are the op's other attributes.
-// kInvalidArgument for other ops.
+// imports the op with (compiler/staged.h). `attrs` are the op's other attributes. For cast (to
+// i64), the value of its one-element integer or bool input (bool: 0 or 1): a value the import needs
+// that the model computes (an If's condition, a Loop's trip count). kInvalidArgument for other
+// ops.
 Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
                                   std::span<const Tensor> inputs);
 

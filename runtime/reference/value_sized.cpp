@@ -298,6 +298,26 @@ Expected<int64_t> valueSizedCount(ir::OpKind op, const ir::AttrMap& attrs,
       KILN_ASSIGN_OR_RETURN(UniqueGroups g, uniqueGroups(attrs, inputs[0]));
       return static_cast<int64_t>(g.first.size());
     }
+    case ir::OpKind::kCast: {  // A value the import needs (an If's condition, a trip count), as
+                               // i64.
+      if (inputs.size() != 1 || inputs[0].numElements() != 1)
+        return invalidArgument("a value read at run time must be one element");
+      const ir::DType t = inputs[0].dtype();
+      if (!ir::isInteger(t) && t != ir::DType::kBool)
+        return invalidArgument("a value read at run time must be an integer or bool, got " +
+                               inputs[0].describe());
+      int64_t value = 0;
+      KILN_TRY(ref::dispatchAll(t, [&]<class T>(ref::Tag<T>) -> Status {
+        const auto v = ref::numericValue(inputs[0].data<T>()[0]);
+        if constexpr (std::is_same_v<T, uint64_t>) {
+          if (v > static_cast<uint64_t>(INT64_MAX))
+            return invalidArgument("the value " + std::to_string(v) + " is beyond int64");
+        }
+        if constexpr (std::is_integral_v<decltype(v)>) value = static_cast<int64_t>(v);
+        return Status::ok();
+      }));
+      return value;
+    }
     default:
       break;
   }

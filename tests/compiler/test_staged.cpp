@@ -271,6 +271,117 @@ TEST_CASE("staged: Unique of computed values, its four outputs, sorted and in or
   }
 }
 
+// x [n] -> c = sum(x) > 0; y = If(c, then: concat(x, x), else: -x) (branches of different
+// sizes); m = ceil(max |x|) as int64; z = Loop(m) { acc + x } from acc = x, so (m + 1) x; and
+// w = Loop(k) { acc * 2 } from x, its trip count k a model input.
+std::string controlFlowModel() {
+  Model m(13);
+  m.input("x", {std::string("n")}).input("k", {}, onnxtest::kInt64);
+  m.initializer(onnxtest::floatTensor("zero", {}, {0.0f}));
+  m.initializer(onnxtest::floatTensor("two", {}, {2.0f}));
+  Model then, otherwise, add, dbl;
+  then.node("Concat", {"x", "x"}, {"t"}, {attrInt("axis", 0)}).output("t");
+  otherwise.node("Neg", {"x"}, {"e"}).output("e");
+  for (Model* body : {&add, &dbl}) {
+    body->input("i", {}, onnxtest::kInt64).input("cond_in", {}, onnxtest::kBool);
+    body->input("acc", {std::string("n")});
+    body->node("Identity", {"cond_in"}, {"cond_out"});
+    body->output("cond_out", onnxtest::kBool).output("acc_out");
+  }
+  add.node("Add", {"acc", "x"}, {"acc_out"});
+  dbl.node("Mul", {"acc", "two"}, {"acc_out"});
+  m.node("ReduceSum", {"x"}, {"s"}, {attrInt("keepdims", 0)});
+  m.node("Greater", {"s", "zero"}, {"c"});
+  m.node("If", {"c"}, {"y"},
+         {onnxtest::attrGraph("then_branch", then.proto().graph()),
+          onnxtest::attrGraph("else_branch", otherwise.proto().graph())},
+         "pick");
+  m.node("Abs", {"x"}, {"a"});
+  m.node("ReduceMax", {"a"}, {"big"}, {attrInt("keepdims", 0)});
+  m.node("Ceil", {"big"}, {"up"});
+  m.node("Cast", {"up"}, {"trips"}, {attrInt("to", onnxtest::kInt64)});
+  m.node("Loop", {"trips", "", "x"}, {"z"}, {onnxtest::attrGraph("body", add.proto().graph())},
+         "repeat");
+  m.node("Loop", {"k", "", "x"}, {"w"}, {onnxtest::attrGraph("body", dbl.proto().graph())},
+         "double");
+  m.output("y").output("z").output("w");
+  return m.bytes();
+}
+
+TEST_CASE("staged: an If and Loops whose condition and trip counts the model computes") {
+  const std::string bytes = controlFlowModel();
+  auto plain = frontends::loadOnnxFromBytes(bytes, {.dimValues = {{"n", 4}}});
+  REQUIRE_FALSE(plain.hasValue());
+  CHECK(frontends::needsStages(plain.status()));
+  CHECK_THAT(plain.status().message(),
+             Catch::Contains("If (opset 13) node 'pick': its condition is computed at run time"));
+  auto staged = frontends::onnxStagesFromBytes(bytes);
+  REQUIRE(staged.hasValue());
+  compiler::CompileOptions co;
+  co.autotune = false;
+  compiler::StagedModule compiled(*staged, co, false), eager(*staged, co, true);
+  auto scalar = [](int64_t v) {
+    auto t = Tensor::empty(ir::DType::kI64, {});
+    REQUIRE(t.hasValue());
+    *t->data<int64_t>() = v;
+    return *t;
+  };
+  struct Case {
+    std::vector<float> x;
+    int64_t k;
+  };
+  const std::vector<Case> cases = {
+      {{1, 2, -0.5f, 0.25f}, 2},  // Then; 2 trips; 2 doublings.
+      {{-1, -3, 0.5f, 0}, 0},     // Else; 3 trips; none.
+      {{0.5f, 0.25f}, -1},        // Then; 1 trip; a negative count runs none (as ONNX's).
+      {{1, 2, -0.5f, 0.25f}, 2},  // The first again: no stage made.
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<float>& x = cases[c].x;
+    float sum = 0, most = 0;
+    for (float v : x) {
+      sum += v;
+      most = std::max(most, std::fabs(v));
+    }
+    std::vector<float> y, z, w;
+    if (sum > 0) {
+      y = x;
+      y.insert(y.end(), x.begin(), x.end());
+    } else {
+      for (float v : x) y.push_back(-v);
+    }
+    const float trips = std::ceil(most);
+    for (float v : x) {
+      z.push_back((trips + 1) * v);
+      w.push_back(v * static_cast<float>(1 << std::max<int64_t>(cases[c].k, 0)));
+    }
+    for (compiler::StagedModule* module : {&compiled, &eager}) {
+      INFO("case " << c << (module == &eager ? " eager" : " compiled"));
+      auto out = (*module)(
+          std::vector<Tensor>{f32({static_cast<int64_t>(x.size())}, x), scalar(cases[c].k)});
+      INFO((out.hasValue() ? std::string() : out.status().message()));
+      REQUIRE(out.hasValue());
+      REQUIRE(out->size() == 3);
+      CHECK(floats((*out)[0]) == y);
+      CHECK(floats((*out)[1]) == z);
+      CHECK(floats((*out)[2]) == w);
+    }
+  }
+  // Per new condition and trip counts: the stage before the If, the If's (to the first Loop's
+  // cut), then the first Loop's (its trip count read: to the second's) and the second's; the
+  // second case shares the first's first stage (the same input sizes), the third makes its own.
+  CHECK(compiled.stagesMade() == 4 + 3 + 4);
+  const std::vector<std::string> log = compiled.log();
+  REQUIRE(log.size() >= 2);
+  CHECK_THAT(log[0], Catch::Contains("then If (opset 13) node 'pick' needs its condition 'c'"));
+
+  // More iterations than kiln unrolls: the error names the Loop, the stages before it ran.
+  auto many = compiled(std::vector<Tensor>{f32({2}, {5000.0f, 1.0f}), scalar(0)});
+  REQUIRE_FALSE(many.hasValue());
+  CHECK_THAT(many.status().message(), Catch::Contains("Loop (opset 13) node 'repeat'"));
+  CHECK_THAT(many.status().message(), Catch::Contains("more than 4096 iterations"));
+}
+
 TEST_CASE("staged: a model without such nodes is one stage; a cut inside a branch is an error") {
   Model m(13);
   m.input("x", {3});

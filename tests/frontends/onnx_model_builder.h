@@ -100,6 +100,14 @@ inline ::onnx::AttributeProto attrTensor(const std::string& name, ::onnx::Tensor
   return a;
 }
 
+inline ::onnx::AttributeProto attrGraph(const std::string& name, const ::onnx::GraphProto& g) {
+  ::onnx::AttributeProto a;
+  a.set_name(name);
+  a.set_type(::onnx::AttributeProto::GRAPH);
+  *a.mutable_g() = g;
+  return a;
+}
+
 // A model under construction. Outputs may leave their shape out: the importer lets ONNX shape
 // inference fill it in (newer exporters do the same).
 class Model {

@@ -156,3 +156,33 @@ TEST_CASE("reference unique_indices and unique_inverse: by value, sorted or in o
   CHECK(wrong.code() == ErrorCode::kInternal);
   CHECK_THAT(wrong.message(), Catch::Contains("made for 3 distinct values"));
 }
+
+TEST_CASE("valueSizedCount of a cast to i64: the one value a stage cut reads (If, Loop)",
+          "[reference][value_sized]") {
+  auto valueOf = [](const Tensor& x) {
+    return runtime::valueSizedCount(OpKind::kCast, {{"to", std::string("i64")}},
+                                    std::vector<Tensor>{x});
+  };
+  auto value = [&](const Tensor& x) {
+    auto v = valueOf(x);
+    INFO((v ? std::string() : v.status().message()));
+    REQUIRE(v.hasValue());
+    return *v;
+  };
+  CHECK(value(makeBool({}, {1})) == 1);
+  CHECK(value(makeBool({1}, {0})) == 0);
+  CHECK(value(make<int32_t>({1, 1}, std::vector<int32_t>{-3})) == -3);
+  CHECK(value(make<int64_t>({}, std::vector<int64_t>{std::numeric_limits<int64_t>::max()})) ==
+        std::numeric_limits<int64_t>::max());
+  CHECK(value(make<uint8_t>({}, std::vector<uint8_t>{200})) == 200);
+  // Not one integer or bool: an error, never a truncated value.
+  auto big = valueOf(make<uint64_t>({}, std::vector<uint64_t>{uint64_t{1} << 63}));
+  REQUIRE_FALSE(big.hasValue());
+  CHECK_THAT(big.status().message(), Catch::Contains("beyond int64"));
+  auto two = valueOf(make<int64_t>({2}, std::vector<int64_t>{1, 2}));
+  REQUIRE_FALSE(two.hasValue());
+  CHECK_THAT(two.status().message(), Catch::Contains("one element"));
+  auto real = valueOf(make<float>({}, std::vector<float>{2.f}));
+  REQUIRE_FALSE(real.hasValue());
+  CHECK_THAT(real.status().message(), Catch::Contains("integer or bool"));
+}
