@@ -71,6 +71,9 @@ Expected<std::shared_ptr<StagedModule::Entry>> StagedModule::stageFor(
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = cache_.find(key); it != cache_.end()) {
       entry = it->second;
+      // The most recently used last: eviction takes the least recently used.
+      auto at = std::find(order_.begin(), order_.end(), key);
+      std::rotate(at, at + 1, order_.end());
     } else {
       entry = std::make_shared<Entry>();
       if (cache_.size() >= limit_) {  // An evicted entry lives on in the calls that hold it.

@@ -3,7 +3,7 @@
 // the size from the values the stage produced (runtime::valueSizedCount) and has the frontend
 // make the next stage for it. Each stage is made and compiled once per input types and sizes
 // and cached: a new count of non-zeros is a new compile of the stages after it (as a new input
-// shape is for kiln::jit), up to `cacheLimit` stages kept.
+// shape is for kiln::jit), up to `cacheLimit` stages kept (the least recently used evicted).
 #pragma once
 
 #include <map>
@@ -48,7 +48,7 @@ class StagedModule {
   size_t limit_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> cache_;
-  std::vector<std::string> order_;  // Cache keys, oldest first.
+  std::vector<std::string> order_;  // Cache keys, least recently used first.
   int made_ = 0;
   std::vector<std::string> log_;
 };

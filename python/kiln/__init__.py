@@ -229,7 +229,7 @@ class StagedModel:
 class StagedCompiledModel(_Callable):
     """A StagedModel's runner (kiln.compile, kiln.jit or kiln.eager of one): each stage is
     compiled (or run op by op) for the call's input types and the sizes its values give, and
-    kept (64 stages); a new size compiles the stages after it, as a new shape does for
+    kept (64 stages, the least recently used evicted); a new size compiles the stages after it, as a new shape does for
     kiln.jit. Safe to call from many threads."""
 
     def __init__(self, impl: "_kiln.StagedModule", eager: bool):

@@ -382,6 +382,30 @@ TEST_CASE("staged: an If and Loops whose condition and trip counts the model com
   CHECK_THAT(many.status().message(), Catch::Contains("more than 4096 iterations"));
 }
 
+TEST_CASE("staged: the stage cache evicts the least recently used stage") {
+  Model m(13);
+  m.input("x", {std::string("n")});
+  m.node("Relu", {"x"}, {"y"});
+  m.output("y");
+  auto staged = frontends::onnxStagesFromBytes(m.bytes());
+  REQUIRE(staged.hasValue());
+  compiler::StagedModule module(*staged, {}, true, 3);  // One stage per size, 3 kept.
+  auto call = [&](int64_t n) {
+    auto out =
+        module(std::vector<Tensor>{f32({n}, std::vector<float>(static_cast<size_t>(n), -1))});
+    REQUIRE(out.hasValue());
+    return module.stagesMade();
+  };
+  CHECK(call(1) == 1);
+  CHECK(call(2) == 2);
+  CHECK(call(3) == 3);
+  CHECK(call(1) == 3);  // Used again: now the most recent.
+  CHECK(call(4) == 4);  // Evicts size 2 (first-in-first-out would have evicted size 1).
+  CHECK(call(1) == 4);
+  CHECK(call(3) == 4);
+  CHECK(call(2) == 5);  // Made again.
+}
+
 TEST_CASE("staged: a model without such nodes is one stage; a cut inside a branch is an error") {
   Model m(13);
   m.input("x", {3});
