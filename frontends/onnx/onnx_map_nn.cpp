@@ -971,6 +971,48 @@ Status mapGlobalPool(NodeContext& ctx, OpKind reduce) {
   return ctx.emit(reduce, {x}, {{"axes", axes}, {"keepdims", int64_t{1}}}, 0).status();
 }
 
+// BatchNormalization 14+ in training mode, as ONNX's reference computes it: normalized by the
+// batch's mean and (population) variance per channel, and, where read, the running mean and
+// variance moved toward them by `momentum` (input * momentum + batch * (1 - momentum)).
+Status batchNormTraining(NodeContext& ctx, double eps) {
+  KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
+  if (xt.rank() < 2 || !ir::isFloat(xt.dtype))
+    return ctx.invalid("input " + xt.toString() + " must be floating point [N,C,...]");
+  KILN_ASSIGN_OR_RETURN(double momentum, ctx.attrFloat("momentum", 0.9));
+  std::vector<int64_t> axes{0};
+  for (int d = 2; d < xt.rank(); ++d) axes.push_back(d);
+  const ir::Shape channels{xt.shape[1]};
+  KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
+  KILN_ASSIGN_OR_RETURN(ir::Value * kept, ctx.emit(OpKind::kReduceMean, {x},
+                                                   {{"axes", axes}, {"keepdims", int64_t{1}}}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * d, ctx.emit(OpKind::kSub, {x, kept}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * d2, ctx.emit(OpKind::kMul, {d, d}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * var, ctx.emit(OpKind::kReduceMean, {d2},
+                                                  {{"axes", axes}, {"keepdims", int64_t{0}}}));
+  KILN_ASSIGN_OR_RETURN(ir::Value * mean,
+                        ctx.emit(OpKind::kReshape, {kept}, {{"shape", channels}}));
+  std::vector<ir::Value*> ins{x};
+  for (size_t i = 1; i < 3; ++i) {
+    KILN_ASSIGN_OR_RETURN(ir::Value * v, ctx.value(i));
+    ins.push_back(v);
+  }
+  ins.push_back(mean);
+  ins.push_back(var);
+  KILN_TRY(ctx.emit(OpKind::kBatchNorm, std::move(ins), {{"epsilon", eps}}, 0).status());
+  for (size_t k = 1; k < 3 && k < ctx.numOutputs(); ++k) {
+    if (!ctx.outputUsed(k)) continue;
+    KILN_ASSIGN_OR_RETURN(ir::Value * running, ctx.value(k + 2));
+    KILN_ASSIGN_OR_RETURN(ir::Value * keep,
+                          ctx.constantValue(filledTensor(xt.dtype, {}, momentum)));
+    KILN_ASSIGN_OR_RETURN(ir::Value * move,
+                          ctx.constantValue(filledTensor(xt.dtype, {}, 1.0 - momentum)));
+    KILN_ASSIGN_OR_RETURN(ir::Value * a, ctx.emit(OpKind::kMul, {running, keep}));
+    KILN_ASSIGN_OR_RETURN(ir::Value * b, ctx.emit(OpKind::kMul, {k == 1 ? mean : var, move}));
+    KILN_TRY(ctx.emit(OpKind::kAdd, {a, b}, {}, static_cast<int>(k)).status());
+  }
+  return Status::ok();
+}
+
 Status mapBatchNorm(NodeContext& ctx) {
   if (ctx.version() < 9) {
     // Version 7: spatial=0 normalizes per element of [C, spatial...], not per channel.
@@ -979,7 +1021,10 @@ Status mapBatchNorm(NodeContext& ctx) {
   }
   if (ctx.version() >= 14) {
     KILN_ASSIGN_OR_RETURN(bool training, ctx.attrBool("training_mode", false));
-    if (training) return ctx.unsupported("training_mode=1 (kiln imports inference graphs)");
+    if (training) {
+      KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
+      return batchNormTraining(ctx, eps);
+    }
   }
   for (size_t k = 1; k < ctx.numOutputs(); ++k)
     KILN_TRY(requireUnused(ctx, k, "a training statistic"));

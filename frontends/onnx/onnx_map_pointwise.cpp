@@ -167,10 +167,18 @@ Status mapIdentity(NodeContext& ctx) {
 }
 
 Status mapDropout(NodeContext& ctx) {
-  // Inference: the identity. A training_mode input (opset 12+) must be a constant false.
+  // Inference, or training with a ratio of 0 (nothing dropped): the identity. A training_mode
+  // input (opset 12+) must be a constant.
   if (ctx.hasInput(2)) {
     KILN_ASSIGN_OR_RETURN(double training, ctx.constScalar(2, "training_mode"));
-    if (training != 0) return ctx.unsupported("training_mode=true (kiln imports inference graphs)");
+    double ratio = 0.5;
+    if (training != 0 && ctx.hasInput(1)) {
+      KILN_ASSIGN_OR_RETURN(ratio, ctx.constScalar(1, "ratio"));
+    }
+    if (training != 0 && ratio != 0)
+      return ctx.unsupported(
+          "training_mode=true with a ratio above 0 (its mask is random; kiln imports inference "
+          "graphs)");
   }
   if (ctx.outputUsed(1)) {
     // At inference nothing is dropped: the mask is all true (bool from version 10, before it

@@ -723,14 +723,36 @@ TEST_CASE("onnx: BatchNormalization in inference mode; statistics are not traina
     }
     checkClose(runGraph(g, {makeF32({2, 3, 2, 2}, x)})[0], {2, 3, 2, 2}, want);
   }
-  SECTION("training mode is unsupported") {
-    Model m(14);
-    m.input("x", {int64_t{2}, int64_t{3}});
+  SECTION("training mode: the batch's statistics, the running ones moved by the momentum") {
+    Model m(15);
+    m.input("x", {int64_t{2}, int64_t{3}, int64_t{2}, int64_t{2}});
     m.init("s", {3}, scale).init("b", {3}, bias).init("m", {3}, mean).init("v", {3}, var);
     m.node("BatchNormalization", {"x", "s", "b", "m", "v"}, {"y", "rm", "rv"},
-           {attrInt("training_mode", 1)}, "bn");
-    m.output("y");
-    CHECK_THAT(importError(m).message(), Catch::Contains("node 'bn': training_mode=1"));
+           {attrInt("training_mode", 1), attrFloat("momentum", 0.8f), attrFloat("epsilon", 1e-3f)},
+           "bn");
+    m.output("y").output("rm").output("rv");
+    // Per channel: the mean and population variance over the batch and the 2 x 2 positions.
+    std::vector<double> bm(3, 0), bv(3, 0);
+    for (size_t i = 0; i < x.size(); ++i) bm[(i / 4) % 3] += x[i] / 8.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t c = (i / 4) % 3;
+      bv[c] += (x[i] - bm[c]) * (x[i] - bm[c]) / 8.0;
+    }
+    std::vector<float> want, rm, rv;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const size_t c = (i / 4) % 3;
+      want.push_back(
+          static_cast<float>((x[i] - bm[c]) / std::sqrt(bv[c] + 1e-3) * scale[c] + bias[c]));
+    }
+    for (size_t c = 0; c < 3; ++c) {
+      rm.push_back(static_cast<float>(mean[c] * 0.8 + bm[c] * 0.2));
+      rv.push_back(static_cast<float>(var[c] * 0.8 + bv[c] * 0.2));
+    }
+    auto y = run(m, {makeF32({2, 3, 2, 2}, x)});
+    REQUIRE(y.size() == 3);
+    checkClose(y[0], {2, 3, 2, 2}, want);
+    checkClose(y[1], {3}, rm);
+    checkClose(y[2], {3}, rv);
   }
 }
 
