@@ -156,6 +156,7 @@ Expected<std::vector<runtime::Tensor>> StagedModule::operator()(
       for (size_t i = 0; i < out->size(); ++i) env.insert_or_assign(stage.outputs[i], (*out)[i]);
     }
     for (const auto& [name, data] : stage.known) known.insert_or_assign(name, data);
+    for (const auto& [name, value] : stage.decided) sizes.insert_or_assign(name, value);
     if (!stage.cut) break;
     const ir::StageCut& cut = *stage.cut;
     KILN_ASSIGN_OR_RETURN(std::vector<runtime::Tensor> values,

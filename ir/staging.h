@@ -43,6 +43,9 @@ struct Stage {
   // made with them (StageMaker's `known`), so that a node there that needs one at import (a
   // Reshape's shape) has it. They follow from the types and sizes alone.
   std::map<std::string, TensorData> known;
+  // What the import decided for the stages after this one, as sizes: the branch of a top-level
+  // If that holds a stage's end ("branch of OUT" = 1 for then), spliced into the graph for them.
+  std::map<std::string, int64_t> decided;
 };
 
 // Makes the stage that begins at `begin` (0: the model's start) for the environment's value

@@ -550,6 +550,89 @@ Expected<TensorData> evaluateNot(const TensorData& a) {
   return out;
 }
 
+Expected<TensorData> evaluateReduce(Reduce op, const TensorData& x,
+                                    const std::vector<int64_t>& axes, bool keepdims) {
+  const DType dt = x.dtype();
+  const bool fl = ir::isFloat(dt);
+  if (!foldableDType(dt) || dt == DType::kBool || (op == Reduce::kMean && !fl) ||
+      x.numElements() == 0)
+    return unimplemented("this reduction is not evaluated at import");
+  const int rank = static_cast<int>(x.shape().size());
+  std::vector<bool> reduced(static_cast<size_t>(rank), axes.empty());
+  for (int64_t a : axes) {
+    KILN_ASSIGN_OR_RETURN(int d, ir::normalizeAxis(a, static_cast<size_t>(rank), "axes"));
+    reduced[static_cast<size_t>(d)] = true;
+  }
+  Shape shape;
+  std::vector<int64_t> stride(static_cast<size_t>(rank), 0);  // Of each input dim in the output.
+  int64_t outer = 1;
+  for (int d = rank; d-- > 0;) {
+    if (reduced[static_cast<size_t>(d)]) continue;
+    stride[static_cast<size_t>(d)] = outer;
+    outer *= x.shape()[static_cast<size_t>(d)];
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (!reduced[static_cast<size_t>(d)])
+      shape.push_back(x.shape()[static_cast<size_t>(d)]);
+    else if (keepdims)
+      shape.push_back(1);
+  }
+  TensorData out(dt, shape);
+  const int64_t m = out.numElements();
+  std::vector<double> accD(static_cast<size_t>(m));
+  std::vector<int64_t> accI(static_cast<size_t>(m));
+  std::vector<bool> seen(static_cast<size_t>(m), false);
+  std::vector<int64_t> coord(static_cast<size_t>(rank), 0);
+  for (int64_t k = 0; k < x.numElements(); ++k) {
+    int64_t o = 0;
+    for (int d = 0; d < rank; ++d)
+      o += coord[static_cast<size_t>(d)] * stride[static_cast<size_t>(d)];
+    const size_t oo = static_cast<size_t>(o);
+    if (fl) {
+      const double v = elementAsDouble(x, k);
+      if (std::isnan(v)) return unimplemented("a NaN in a reduction at import");
+      double& a = accD[oo];
+      if (!seen[oo])
+        a = v;
+      else if (op == Reduce::kSum || op == Reduce::kMean)
+        a += v;
+      else if (op == Reduce::kProd)
+        a *= v;
+      else
+        a = op == Reduce::kMax ? std::max(a, v) : std::min(a, v);
+    } else {
+      const int64_t v = elementAsInt(x, k);
+      int64_t& a = accI[oo];
+      if (!seen[oo]) {
+        a = v;
+      } else if (op == Reduce::kSum || op == Reduce::kProd) {
+        const bool overflow = op == Reduce::kSum ? __builtin_add_overflow(a, v, &a)
+                                                 : __builtin_mul_overflow(a, v, &a);
+        if (overflow) return unimplemented("integer overflow in a reduction at import");
+      } else {
+        a = op == Reduce::kMax ? std::max(a, v) : std::min(a, v);
+      }
+    }
+    seen[oo] = true;
+    for (int d = rank; d-- > 0;) {  // The next coordinate, the last dim fastest.
+      if (++coord[static_cast<size_t>(d)] < x.shape()[static_cast<size_t>(d)]) break;
+      coord[static_cast<size_t>(d)] = 0;
+    }
+  }
+  const double count = static_cast<double>(x.numElements() / std::max<int64_t>(m, 1));
+  for (int64_t o = 0; o < m; ++o) {
+    const size_t oo = static_cast<size_t>(o);
+    if (!fl) {
+      setInt(out, o, accI[oo]);
+      if (elementAsInt(out, o) != accI[oo])
+        return unimplemented("a reduction's result beyond its dtype at import");
+      continue;
+    }
+    setDouble(out, o, op == Reduce::kMean ? accD[oo] / count : accD[oo]);
+  }
+  return out;
+}
+
 Expected<TensorData> evaluateMod(const TensorData& a, const TensorData& b, bool fmod) {
   if (a.dtype() != b.dtype())
     return invalidArgument("operands have different dtypes: " + a.type().toString() + " and " +

@@ -51,6 +51,13 @@ enum class Compare { kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual, kAn
 Expected<ir::TensorData> evaluateCompare(Compare op, const ir::TensorData& a,
                                          const ir::TensorData& b);
 Expected<ir::TensorData> evaluateNot(const ir::TensorData& a);
+// ONNX's ReduceSum, ReduceMean, ReduceMax, ReduceMin and ReduceProd over `axes` (every dim when
+// empty) of a non-empty float or integer tensor, in its dtype (a mean of floats only); NaN
+// inputs, integer overflow and empty reductions are kUnimplemented: kiln computes those at run
+// time, as the op's kernels define them.
+enum class Reduce { kSum, kMean, kMax, kMin, kProd };
+Expected<ir::TensorData> evaluateReduce(Reduce op, const ir::TensorData& x,
+                                        const std::vector<int64_t>& axes, bool keepdims);
 // ONNX Mod: fmod=0 (integers only) takes the divisor's sign, fmod=1 the dividend's.
 Expected<ir::TensorData> evaluateMod(const ir::TensorData& a, const ir::TensorData& b, bool fmod);
 

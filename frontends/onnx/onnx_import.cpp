@@ -571,11 +571,28 @@ class OnnxStager {
   Expected<ir::Stage> operator()(int64_t begin, const std::map<std::string, ir::TensorType>& env,
                                  const std::map<std::string, int64_t>& sizes,
                                  const std::map<std::string, ir::TensorData>& known) const {
-    const ::onnx::GraphProto& g = model_->graph();
+    // The model with the If branches spliced that earlier stages' imports decided on.
+    bool splices = false;
+    for (const auto& [key, value] : sizes) splices |= key.rfind(onnx_import::kBranchOf, 0) == 0;
+    if (!splices) return make(*model_, initializers_, begin, env, sizes, known);
+    ::onnx::ModelProto model = *model_;
+    KILN_TRY(onnx_import::spliceDecidedBranches(*model.mutable_graph(), sizes).withContext(name_));
+    std::set<std::string> initializers;
+    for (const auto& init : model.graph().initializer()) initializers.insert(init.name());
+    return make(model, initializers, begin, env, sizes, known);
+  }
+
+ private:
+  Expected<ir::Stage> make(const ::onnx::ModelProto& model,
+                           const std::set<std::string>& initializers, int64_t begin,
+                           const std::map<std::string, ir::TensorType>& env,
+                           const std::map<std::string, int64_t>& sizes,
+                           const std::map<std::string, ir::TensorData>& known) const {
+    const ::onnx::GraphProto& g = model.graph();
     const int n = g.node_size();
     if (begin < 0 || begin > n)
       return internalError(name_ + ": no stage begins at node " + std::to_string(begin));
-    ::onnx::ModelProto sub = *model_;
+    ::onnx::ModelProto sub = model;
     ::onnx::GraphProto& sg = *sub.mutable_graph();
     OnnxImportOptions options = options_;
     options.runtimeSizes = sizes;
@@ -583,7 +600,7 @@ class OnnxStager {
     if (begin == 0) {
       // The model's inputs take the call's types (its dims static now).
       for (auto& in : *sg.mutable_input()) {
-        if (initializers_.count(in.name())) continue;
+        if (initializers.count(in.name())) continue;
         auto it = env.find(in.name());
         if (it == env.end()) continue;
         const auto declared = onnx_import::dtypeFromOnnx(in.type().tensor_type().elem_type());
@@ -613,7 +630,7 @@ class OnnxStager {
       sg.clear_input();
       std::set<std::string> added;
       for (const std::string& r : reads)
-        if (!initializers_.count(r) && env.count(r) && added.insert(r).second) {
+        if (!initializers.count(r) && env.count(r) && added.insert(r).second) {
           auto* vi = sg.add_input();
           vi->set_name(r);
           declareType(*vi, env.at(r));
@@ -634,6 +651,14 @@ class OnnxStager {
     }
     if (!first.request) return first.graph.status();
     const onnx_import::SizeRequest& request = *first.request;
+    if (request.decided) {
+      // A stage ends inside the branch an If takes: made again with that branch spliced in.
+      std::map<std::string, int64_t> more = sizes;
+      more[request.key] = *request.decided;
+      KILN_ASSIGN_OR_RETURN(ir::Stage stage, (*this)(begin, env, more, known));
+      stage.decided.emplace(request.key, *request.decided);
+      return stage;
+    }
     const int before = first.requestNode;  // Nodes of this stage before the cut.
     const int64_t cutAt = begin + before;
     std::set<std::string> defined;
@@ -697,7 +722,6 @@ class OnnxStager {
     return stage;
   }
 
- private:
   std::shared_ptr<const ::onnx::ModelProto> model_;
   OnnxImportOptions options_;
   std::string name_;

@@ -69,8 +69,9 @@ Expected<ir::GraphSpecializer> onnxSpecializer(const std::string& path,
 // The model at `path` imported in stages (ir/staging.h), for models with nodes whose output size
 // depends on run-time values (NonZero, Compress) or whose control flow does (an If's condition, a
 // Loop's trip count or condition computed by the model): each stage ends before such a node (at
-// the top level of the graph: one inside an If branch or a Loop body is an error) and the next is
-// imported from it with the size or value computed from the values. A model without such nodes is
+// the top level of the graph, where the branches of Ifs that hold one are spliced; one inside a
+// Loop or Scan body is an error) and the next is imported from it with the size or value
+// computed from the values. A model without such nodes is
 // one stage, as loadOnnx imports it. Stages are made when compiler::StagedModule asks for them, for
 // the types and sizes of each call; `options` apply to every stage (symbolic dims take the call's
 // sizes).

@@ -126,6 +126,25 @@ std::optional<int64_t> Importer::runtimeSize(const std::string& key) const {
 }
 
 Status Importer::requestSize(SizeRequest request, const std::string& reason) {
+  const bool allBranches = !enclosing_.empty() && std::all_of(enclosing_.begin(), enclosing_.end(),
+                                                              [](const std::optional<Branch>& b) {
+                                                                return b.has_value();
+                                                              });
+  if (inlineDepth_ > 0 && allBranches) {
+    // Inside If branches only: the outermost, at the top level, is spliced into the graph, and
+    // the node asks again from there.
+    const Branch& outer = *enclosing_.front();
+    if (!sizeRequest_)
+      sizeRequest_ = SizeRequest{{},
+                                 {},
+                                 {},
+                                 std::string(kBranchOf) + outer.key,
+                                 outer.node,
+                                 "its branch",
+                                 outer.taken ? 1 : 0};
+    return unimplemented(reason + ", inside the branch of " + outer.node +
+                         " that the import took: " + std::string(kRunsInStages));
+  }
   if (inlineDepth_ > 0)
     return unimplemented(reason +
                          ", inside a subgraph (an If branch, a Loop or Scan body): kiln runs "
@@ -211,8 +230,9 @@ Status Importer::checkAgainstOnnx(const ::onnx::NodeProto& node, const std::stri
     if (name.empty()) continue;
     const OnnxValue* v = find(name);
     if (!v || v->poisoned) {
-      // Outputs nothing reads (a Dropout mask, BatchNormalization statistics) stay undefined.
-      if (numConsumers(name) == 0) continue;
+      // Outputs nothing reads (a Dropout mask, BatchNormalization statistics) stay undefined, and
+      // an If's whose branch is to be spliced (poisoned: the node is imported again).
+      if (numConsumers(name) == 0 || (v && splicePending())) continue;
       return internalError(describe + ": the mapping left output '" + name + "' undefined");
     }
     if (fromDiverged) diverged_.insert(name);
@@ -321,9 +341,6 @@ void Importer::countConsumers(const ::onnx::GraphProto& g, bool outputs) {
     for (const auto& out : g.output()) ++numConsumers_[out.name()];
 }
 
-namespace {
-
-// The names `g` defines, in nested graphs too.
 void definedNames(const ::onnx::GraphProto& g, std::unordered_set<std::string>& names) {
   for (const auto& in : g.input()) names.insert(in.name());
   for (const auto& init : g.initializer()) names.insert(init.name());
@@ -357,11 +374,56 @@ void renameIn(::onnx::GraphProto& g, const std::unordered_set<std::string>& name
   }
 }
 
-}  // namespace
+Status spliceDecidedBranches(::onnx::GraphProto& g, const std::map<std::string, int64_t>& sizes) {
+  std::set<std::string> left;
+  for (const auto& [key, value] : sizes)
+    if (key.rfind(kBranchOf, 0) == 0) left.insert(key.substr(kBranchOf.size()));
+  while (!left.empty()) {
+    int at = -1;
+    for (int i = 0; i < g.node_size() && at < 0; ++i)
+      if (g.node(i).op_type() == "If" && g.node(i).output_size() > 0 &&
+          left.count(g.node(i).output(0)))
+        at = i;
+    if (at < 0) return internalError("no If to splice has the output '" + *left.begin() + "'");
+    const ::onnx::NodeProto node = g.node(at);
+    const std::string& out0 = node.output(0);
+    left.erase(out0);
+    const bool taken = sizes.at(std::string(kBranchOf) + out0) != 0;
+    const char* name = taken ? "then_branch" : "else_branch";
+    const ::onnx::AttributeProto* attr = nullptr;
+    for (const auto& a : node.attribute())
+      if (a.name() == name && a.has_g()) attr = &a;
+    if (!attr) return invalidArgument("If node '" + node.name() + "' has no " + name);
+    ::onnx::GraphProto branch = attr->g();
+    if (branch.output_size() != node.output_size())
+      return invalidArgument(std::string(name) + " of If node '" + node.name() + "' has " +
+                             std::to_string(branch.output_size()) + " outputs, the node " +
+                             std::to_string(node.output_size()));
+    std::unordered_set<std::string> names;
+    definedNames(branch, names);
+    renameIn(branch, names, out0 + (taken ? "/then/" : "/else/"));
+    google::protobuf::RepeatedPtrField<::onnx::NodeProto> nodes;
+    for (int i = 0; i < at; ++i) *nodes.Add() = g.node(i);
+    for (const auto& n : branch.node()) *nodes.Add() = n;
+    for (int k = 0; k < node.output_size(); ++k) {
+      if (node.output(k).empty()) continue;
+      ::onnx::NodeProto* id = nodes.Add();
+      id->set_op_type("Identity");
+      id->set_name(node.name() + "/" + name + "/output" + std::to_string(k));
+      id->add_input(branch.output(k).name());
+      id->add_output(node.output(k));
+    }
+    for (int i = at + 1; i < g.node_size(); ++i) *nodes.Add() = g.node(i);
+    g.mutable_node()->Swap(&nodes);
+    for (auto& init : *branch.mutable_initializer()) *g.add_initializer() = std::move(init);
+  }
+  return Status::ok();
+}
 
 Expected<std::vector<OnnxValue>> Importer::inlineGraph(const ::onnx::GraphProto& body,
                                                        const std::vector<OnnxValue>& inputs,
-                                                       const std::string& scope) {
+                                                       const std::string& scope,
+                                                       std::optional<Branch> branch) {
   if (static_cast<size_t>(body.input_size()) != inputs.size())
     return invalidArgument("the subgraph '" + body.name() + "' takes " +
                            std::to_string(body.input_size()) + " inputs, given " +
@@ -397,14 +459,17 @@ Expected<std::vector<OnnxValue>> Importer::inlineGraph(const ::onnx::GraphProto&
   for (const auto& node : g.node())
     for (const auto& out : node.output()) producers_.emplace(out, &node);
   ++inlineDepth_;
+  enclosing_.push_back(std::move(branch));
   for (const auto& node : g.node()) {
     Status st = importNode(node);
     if (!st.isOk()) {
       --inlineDepth_;
+      enclosing_.pop_back();
       return st;
     }
   }
   --inlineDepth_;
+  enclosing_.pop_back();
   std::vector<OnnxValue> outs;
   for (const auto& out : g.output()) {
     const OnnxValue* v = find(out.name());

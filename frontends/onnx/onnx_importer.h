@@ -54,7 +54,27 @@ struct SizeRequest {
                                     // size, "value of NAME" for a value.
   std::string node;                 // "NonZero (opset 13) node 'nz'", for messages.
   std::string need;                 // "its size", "its condition 'c'": what the node needs.
+  // Set when the node is inside the branch of a top-level If that the import decided (by a
+  // known or run-time condition): the branch taken (1: then). A stage cannot end inside a
+  // subgraph, so the stager splices that branch into the graph in place of the If
+  // (spliceIfBranch; key "branch of IFOUTPUT") and imports again.
+  std::optional<int64_t> decided;
 };
+
+// The key of a spliced If's branch in OnnxImportOptions::runtimeSizes: kBranchOf + the If's
+// first output.
+inline constexpr std::string_view kBranchOf = "branch of ";
+// Replaces each top-level If of `g` named by a "branch of OUT" key of `sizes` with the branch
+// it says (1: then_branch): the branch's nodes in the If's place, every name it defines
+// prefixed with "OUT/then/" (or else), its initializers moved to `g`'s, and an Identity per
+// output onto the If's. A branch may hold Ifs named by keys too: spliced until none is left.
+Status spliceDecidedBranches(::onnx::GraphProto& g, const std::map<std::string, int64_t>& sizes);
+
+// Every name `g` defines (inputs, initializers, node outputs), its subgraphs' too; and `g` with
+// each of `names` prefixed by `scope` (node names too): a subgraph made into fresh values.
+void definedNames(const ::onnx::GraphProto& g, std::unordered_set<std::string>& names);
+void renameIn(::onnx::GraphProto& g, const std::unordered_set<std::string>& names,
+              const std::string& scope);
 
 // "Conv (opset 13) node 'conv1'": how the error list names a node.
 std::string describeNode(const ::onnx::NodeProto& node, int opset);
@@ -124,9 +144,20 @@ class Importer {
   // makes fresh values; names it does not define are the outer scopes' (ONNX's subgraphs read
   // them directly). A node that cannot be imported is listed with the others and poisons what
   // reads it. Returns the values of its outputs.
+  // `branch`: the body is the branch an If took (the If's first output, how messages name the
+  // node, which branch): a node inside that needs a run-time value has the If spliced (see
+  // SizeRequest::decided) where only If branches enclose it.
+  struct Branch {
+    std::string key, node;
+    bool taken = false;
+  };
   Expected<std::vector<OnnxValue>> inlineGraph(const ::onnx::GraphProto& body,
                                                const std::vector<OnnxValue>& inputs,
-                                               const std::string& scope);
+                                               const std::string& scope,
+                                               std::optional<Branch> branch = std::nullopt);
+  // A node inside an If branch asked for its branch to be spliced: the If (and every If around
+  // it) gives poisoned outputs and no problem of its own.
+  bool splicePending() const { return sizeRequest_ && sizeRequest_->decided.has_value(); }
 
  private:
   Status addGraphInputs();
@@ -165,6 +196,7 @@ class Importer {
   static constexpr int64_t kMaxInlinedBytes = int64_t{1} << 30;
   int64_t inlinedNodes_ = 0, inlinedBytes_ = 0;
   int inlineDepth_ = 0;  // Subgraphs being inlined now (no stage can end inside one).
+  std::vector<std::optional<Branch>> enclosing_;  // Each, outermost first: an If branch or not.
   std::map<std::string, int64_t> runtimeSizes_;
   std::optional<SizeRequest> sizeRequest_;
   int sizeRequestNode_ = -1;
@@ -255,6 +287,13 @@ class NodeContext {
                                                const std::string& scope) {
     return imp_.inlineGraph(body, inputs, scope);
   }
+  // This If's branch `taken` (1: then_branch), inlined (Importer::inlineGraph's `branch`).
+  Expected<std::vector<OnnxValue>> inlineBranch(const ::onnx::GraphProto& body,
+                                                const std::string& scope, bool taken) {
+    return imp_.inlineGraph(body, {}, scope,
+                            Importer::Branch{node_.output(0), describeNode(node_, opset_), taken});
+  }
+  bool splicePending() const { return imp_.splicePending(); }
   // An ir::Value for `v` (a parameter for a constant).
   Expected<ir::Value*> valueOf(const OnnxValue& v);
 

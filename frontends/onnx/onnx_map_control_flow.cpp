@@ -4,9 +4,10 @@
 // count and condition are known at import (each iteration's condition must fold to a
 // constant). An If's condition, or a Loop's trip count or first condition, that the model
 // computes at the top level of its graph is read at run time: the model runs in stages
-// (docs/onnx.md), the import stopping at the node until a stage before it gives the value. One
-// decided at run time inside a subgraph, or a body's condition computed from its values, is
-// refused by name. Unrolling makes a graph as large as its loops (a body of n nodes run T times
+// (docs/onnx.md), the import stopping at the node until a stage before it gives the value; where
+// that node is inside the branch a top-level If took, the branch is spliced into the graph first
+// (Importer::requestSize). One decided at run time inside a Loop or Scan body, or a body's
+// condition computed from its values, is refused by name. Unrolling makes a graph as large as its loops (a body of n nodes run T times
 // is n T nodes): at most kMaxIterations.
 #include <algorithm>
 #include <optional>
@@ -81,7 +82,16 @@ Status mapIf(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(const bool cond, conditionOf(ctx, 0));
   const char* branch = cond ? "then_branch" : "else_branch";
   KILN_ASSIGN_OR_RETURN(const ::onnx::GraphProto* g, ctx.attrGraph(branch));
-  KILN_ASSIGN_OR_RETURN(std::vector<OnnxValue> outs, ctx.inlineGraph(*g, {}, scopeOf(ctx, branch)));
+  KILN_ASSIGN_OR_RETURN(std::vector<OnnxValue> outs,
+                        ctx.inlineBranch(*g, scopeOf(ctx, branch), cond));
+  if (ctx.splicePending()) {
+    // A node of the branch needs a value known at run time: the branch is spliced into the graph
+    // and imported again (SizeRequest::decided). Nothing here is a problem of its own.
+    OnnxValue poisoned;
+    poisoned.poisoned = true;
+    for (size_t k = 0; k < ctx.numOutputs(); ++k) ctx.setOutputValue(k, poisoned);
+    return Status::ok();
+  }
   KILN_TRY(checkOutputs(ctx, outs));
   if (outs.size() != ctx.numOutputs())
     return ctx.invalid(std::string(branch) + " has " + std::to_string(outs.size()) +

@@ -1120,6 +1120,21 @@ Status mapReduce(NodeContext& ctx) {
   if (!maybeAxes) return alias(ctx, 0);
   const std::vector<int64_t>& axes = *maybeAxes;
   const ir::AttrMap attrs{{"axes", axes}, {"keepdims", int64_t{keepdims}}};
+  // Known at import (shape arithmetic: the smaller side of an image): evaluated there.
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* known, ctx.constant(0));
+  if (known && !ctx.inputTrainable(0)) {
+    constexpr Reduce kReduce = kNegate                      ? Reduce::kMin
+                               : kOp == OpKind::kReduceSum  ? Reduce::kSum
+                               : kOp == OpKind::kReduceMean ? Reduce::kMean
+                               : kOp == OpKind::kReduceProd ? Reduce::kProd
+                                                            : Reduce::kMax;
+    Expected<ir::TensorData> r = evaluateReduce(kReduce, *known, axes, keepdims);
+    if (r) {
+      ctx.setConstantOutput(0, std::move(*r));
+      return Status::ok();
+    }
+    if (r.status().code() != ErrorCode::kUnimplemented) return r.status();
+  }
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
   const ir::DType dt = x->type().dtype;
   if (dt == ir::DType::kBool && kOp == OpKind::kReduceMax) {

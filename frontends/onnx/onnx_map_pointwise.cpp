@@ -103,9 +103,18 @@ Status mapReciprocal(NodeContext& ctx) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(0));
   if (!foldableDType(t.dtype) || !ir::isFloat(t.dtype))
     return ctx.unsupported("Reciprocal of " + t.toString() + " (kiln maps f32 and f64)");
-  KILN_ASSIGN_OR_RETURN(ir::Value * one, ctx.constantValue(filledTensor(t.dtype, {}, 1.0)));
+  const ir::TensorData one = filledTensor(t.dtype, {}, 1.0);
+  KILN_ASSIGN_OR_RETURN(const ir::TensorData* known, ctx.constant(0));
+  if (known && !ctx.inputTrainable(0)) {  // Shape arithmetic: evaluated at import.
+    const ir::TensorData* in[] = {&one, known};
+    if (Expected<ir::TensorData> r = evaluateOp(OpKind::kDiv, in); r) {
+      ctx.setConstantOutput(0, std::move(*r));
+      return Status::ok();
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(ir::Value * unit, ctx.constantValue(one));
   KILN_ASSIGN_OR_RETURN(ir::Value * x, ctx.value(0));
-  return ctx.emit(OpKind::kDiv, {one, x}, {}, 0).status();
+  return ctx.emit(OpKind::kDiv, {unit, x}, {}, 0).status();
 }
 
 // Cast's and BitCast's `to`, a dtype kiln has.

@@ -537,6 +537,38 @@ def test_if_and_loop_on_computed_values_run_in_stages(tmp_path):
     assert "then If (opset 21) node" in runs[0].explain("stages")
 
 
+def test_torchvision_detection_model_runs_in_stages_as_onnxruntime(tmp_path):
+    # Faster R-CNN as torch.onnx.export writes it (opset 17): NonZero after the RPN's score
+    # filter, NonMaxSuppression inside an If (`boxes.numel() == 0`) whose branch kiln splices,
+    # RoiAlign, TopK. Random weights, the score layers scaled so that scores spread.
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    m = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, num_classes=5, box_score_thresh=0.0).eval()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in m.parameters():
+            fan = p[0].numel() if p.dim() > 1 else 1
+            p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.1) / fan ** 0.5)
+    x = torch.rand(3, 320, 320, generator=g)
+    path = tmp_path / "frcnn.onnx"
+    torch.onnx.export(m, ([x],), str(path), opset_version=17, dynamo=False,
+                      input_names=["image"], output_names=["boxes", "labels", "scores"])
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"image": x.numpy()})
+    model = kiln.load(str(path))
+    assert isinstance(model, kiln.StagedModel)
+    run = kiln.compile(model)
+    boxes, labels, scores = run(x.numpy())
+    assert boxes.shape == expected[0].shape and labels.shape == expected[1].shape
+    # Scores come sorted: equal to ONNX Runtime's whatever the order of near-equal ones (their
+    # boxes' order differs between ONNX Runtime and PyTorch too).
+    np.testing.assert_allclose(scores, expected[2], rtol=0, atol=1e-5)
+    assert np.all((boxes >= 0) & (boxes <= 320)) and np.all((labels >= 1) & (labels < 5))
+    log = run.explain("stages")
+    assert "branch of" in log and "NonMaxSuppression" in log
+
+
 @pytest.mark.parametrize("size,align", [([2, 3, 4, 5], 0), ([2, 3, 4, 5], 1), ([1, 2, 3, 1, 4], 0),
                                         ([1, 2, 3, 4, 2], 1)])
 def test_affine_grid_matches_torch(tmp_path, size, align):

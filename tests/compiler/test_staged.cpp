@@ -382,6 +382,78 @@ TEST_CASE("staged: an If and Loops whose condition and trip counts the model com
   CHECK_THAT(many.status().message(), Catch::Contains("more than 4096 iterations"));
 }
 
+// x [n] -> y = If(sum(x) > 0, then: If(true, then: float(NonZero(x)), else: x), else: -x as [1,
+// n]): NonZero two Ifs deep, the outer's condition computed, the inner's known at import.
+std::string nonZeroInBranchesModel() {
+  Model m(13);
+  m.input("x", {std::string("n")});
+  m.initializer(onnxtest::floatTensor("zero", {}, {0.0f}));
+  ::onnx::TensorProto yes;
+  yes.set_name("yes");
+  yes.set_data_type(onnxtest::kBool);
+  yes.add_int32_data(1);
+  m.initializer(yes);
+  m.initI64("row", {2}, {1, -1});
+  Model inThen, inElse, then, otherwise;
+  inThen.node("NonZero", {"x"}, {"nz"}, {}, "nz")
+      .node("Cast", {"nz"}, {"f"}, {attrInt("to", onnxtest::kFloat)});
+  inThen.output("f");
+  inElse.node("Reshape", {"x", "row"}, {"g"}).output("g");
+  then.node("If", {"yes"}, {"inner"},
+            {onnxtest::attrGraph("then_branch", inThen.proto().graph()),
+             onnxtest::attrGraph("else_branch", inElse.proto().graph())},
+            "inner");
+  then.output("inner");
+  otherwise.node("Neg", {"x"}, {"negx"}).node("Reshape", {"negx", "row"}, {"e"}).output("e");
+  m.node("ReduceSum", {"x"}, {"s"}, {attrInt("keepdims", 0)});
+  m.node("Greater", {"s", "zero"}, {"c"});
+  m.node("If", {"c"}, {"y"},
+         {onnxtest::attrGraph("then_branch", then.proto().graph()),
+          onnxtest::attrGraph("else_branch", otherwise.proto().graph())},
+         "outer");
+  m.node("Relu", {"y"}, {"r"});  // After the Ifs: reads their output.
+  m.output("r");
+  return m.bytes();
+}
+
+TEST_CASE("staged: a NonZero inside the branches Ifs take: the branches spliced into the graph") {
+  auto staged = frontends::onnxStagesFromBytes(nonZeroInBranchesModel());
+  REQUIRE(staged.hasValue());
+  compiler::CompileOptions co;
+  co.autotune = false;
+  compiler::StagedModule compiled(*staged, co, false), eager(*staged, co, true);
+  const std::vector<std::vector<float>> cases = {
+      {0, 2, -1, 3},  // Then: the non-zeros' positions 1 2 3.
+      {-2, 0, 1},     // Else: -x.
+      {0, 0, 5},      // Then: one non-zero.
+      {0, 2, -1, 3},  // Again: no stage made.
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<float>& x = cases[c];
+    float sum = 0;
+    for (float v : x) sum += v;
+    std::vector<float> want;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (sum > 0 && x[i] != 0) want.push_back(static_cast<float>(i));
+      if (sum <= 0) want.push_back(std::max(-x[i], 0.0f));
+    }
+    for (compiler::StagedModule* module : {&compiled, &eager}) {
+      INFO("case " << c << (module == &eager ? " eager" : " compiled"));
+      auto out = (*module)(std::vector<Tensor>{f32({static_cast<int64_t>(x.size())}, x)});
+      INFO((out.hasValue() ? std::string() : out.status().message()));
+      REQUIRE(out.hasValue());
+      CHECK((*out)[0].shape() == ir::Shape{1, static_cast<int64_t>(want.size())});
+      CHECK(floats((*out)[0]) == want);
+    }
+  }
+  // The first case: before the outer If, at it (both branches spliced: ends at the NonZero), after.
+  const std::vector<std::string> log = compiled.log();
+  REQUIRE(log.size() >= 3);
+  CHECK_THAT(log[1], Catch::Contains("then NonZero (opset 13) node"));
+  CHECK_THAT(log[2], Catch::Contains("branch of y = 1"));
+  CHECK_THAT(log[2], Catch::Contains("branch of y/then/inner = 1"));
+}
+
 TEST_CASE("staged: the stage cache evicts the least recently used stage") {
   Model m(13);
   m.input("x", {std::string("n")});
@@ -406,7 +478,7 @@ TEST_CASE("staged: the stage cache evicts the least recently used stage") {
   CHECK(call(2) == 5);  // Made again.
 }
 
-TEST_CASE("staged: a model without such nodes is one stage; a cut inside a branch is an error") {
+TEST_CASE("staged: a model without such nodes is one stage; a cut inside a loop body is an error") {
   Model m(13);
   m.input("x", {3});
   m.node("Relu", {"x"}, {"y"});
@@ -431,39 +503,21 @@ TEST_CASE("staged: a model without such nodes is one stage; a cut inside a branc
   CHECK_THAT(size.status().message(),
              Catch::Contains("input 'x' has dim 0 fixed at 3, the call gives f32[4]"));
 
-  // NonZero inside an If branch (a constant condition: the branch is inlined at import): stages
-  // cannot end inside a subgraph.
-  Model branch(13);
-  branch.input("x", {3});
-  ::onnx::TensorProto cond;
-  cond.set_name("c");
-  cond.set_data_type(onnxtest::kBool);
-  cond.add_int32_data(1);
-  branch.initializer(cond);
-  ::onnx::GraphProto thenG, elseG;
-  for (auto* g : {&thenG, &elseG}) {
-    g->set_name(g == &thenG ? "then" : "else");
-    auto* n = g->add_node();
-    n->set_op_type(g == &thenG ? "NonZero" : "Shape");
-    n->add_input("x");
-    n->add_output(g == &thenG ? "t" : "e");
-    auto* o = g->add_output();
-    o->set_name(n->output(0));
-    o->mutable_type()->mutable_tensor_type()->set_elem_type(onnxtest::kInt64);
-  }
-  ::onnx::AttributeProto a, b;
-  a.set_name("then_branch");
-  a.set_type(::onnx::AttributeProto::GRAPH);
-  *a.mutable_g() = thenG;
-  b.set_name("else_branch");
-  b.set_type(::onnx::AttributeProto::GRAPH);
-  *b.mutable_g() = elseG;
-  branch.node("If", {"c"}, {"r"}, {a, b});
-  branch.output("r", onnxtest::kInt64);
-  auto inBranch = frontends::loadOnnxFromBytes(branch.bytes());
-  REQUIRE_FALSE(inBranch.hasValue());
-  CHECK_FALSE(frontends::needsStages(inBranch.status()));
-  CHECK_THAT(inBranch.status().message(), Catch::Contains("inside a subgraph"));
+  // NonZero inside a Loop body (two iterations, unrolled at import): stages cannot end inside a
+  // loop's body (an If's branch is spliced into the graph instead, tested above).
+  Model loop(13);
+  loop.input("x", {3});
+  loop.initI64("two", {}, {2});
+  Model body;
+  body.input("i", {}, onnxtest::kInt64).input("cond_in", {}, onnxtest::kBool);
+  body.node("Identity", {"cond_in"}, {"cond_out"}).node("NonZero", {"x"}, {"nz"});
+  body.output("cond_out", onnxtest::kBool).output("nz", onnxtest::kInt64);
+  loop.node("Loop", {"two", ""}, {"r"}, {onnxtest::attrGraph("body", body.proto().graph())});
+  loop.output("r", onnxtest::kInt64);
+  auto inBody = frontends::loadOnnxFromBytes(loop.bytes());
+  REQUIRE_FALSE(inBody.hasValue());
+  CHECK_FALSE(frontends::needsStages(inBody.status()));
+  CHECK_THAT(inBody.status().message(), Catch::Contains("inside a subgraph"));
 }
 
 }  // namespace

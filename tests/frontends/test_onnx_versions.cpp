@@ -362,6 +362,29 @@ TEST_CASE("onnx versions: Round, Ceil, Floor and Relu of constants fold at impor
   CHECK(y.shape() == kiln::ir::Shape{2, 2, 3, 1});
 }
 
+TEST_CASE("onnx versions: reductions and Reciprocal of constants fold at import") {
+  // torchvision's detection transform computes its Resize scale so: min and max of the image's
+  // sides, a reciprocal. A Reshape's shape from reductions of constants imports only if each folds.
+  Model m(18);
+  m.input("x", {int64_t{24}});
+  // Constants (float initializers would be weights, which stay trainable and are not folded).
+  m.node("Constant", {}, {"hw"}, {attrTensor("value", floatTensor("hw", {2}, {4.f, 6.f}))});
+  m.init("twelve", {1}, {12.f}).init("two", {1}, {2.f});
+  m.initI64("i", {2, 2}, {2, 3, 4, 1}).initI64("cols", {1}, {1});
+  m.node("ReduceMax", {"hw"}, {"most"});  // [6]
+  m.node("Reciprocal", {"most"}, {"inv"}).node("Mul", {"inv", "twelve"}, {"af"});
+  m.node("Cast", {"af"}, {"a"}, {attrInt("to", kInt64)});                   // [2]
+  m.node("ReduceProd", {"i", "cols"}, {"rows"}, {attrInt("keepdims", 0)});  // [6, 4]
+  m.node("ReduceMin", {"rows"}, {"b"});                                     // [4]
+  m.node("ReduceMean", {"hw"}, {"mean"}).node("Sub", {"mean", "two"}, {"cf"});
+  m.node("Cast", {"cf"}, {"c"}, {attrInt("to", kInt64)});  // [3]
+  m.node("Concat", {"a", "b", "c"}, {"shape"}, {attrInt("axis", 0)});
+  m.node("Reshape", {"x", "shape"}, {"y"}).output("y");
+  std::vector<float> x(24, 1.f);
+  const Tensor y = run(m, {makeF32({24}, x)})[0];
+  CHECK(y.shape() == kiln::ir::Shape{2, 4, 3});
+}
+
 TEST_CASE(
     "onnx versions: a value needed at import is traced back to the graph inputs it comes "
     "from") {
