@@ -1,7 +1,8 @@
 // A model run in stages (ir/staging.h): where an op's output size depends on values (ONNX
-// NonZero), the frontend ends a stage; StagedModule runs each stage compiled (or eagerly), takes
-// the size from the values the stage produced (runtime::valueSizedCount) and has the frontend
-// make the next stage for it. Each stage is made and compiled once per input types and sizes
+// NonZero), or its control flow does (an If's condition, a Loop's trip count), the frontend ends
+// a stage; StagedModule runs each stage compiled (or eagerly), takes the size or value from the
+// values the stage produced (runtime::valueSizedCount) and has the frontend make the next stage
+// for it. Each stage is made and compiled once per input types and sizes
 // and cached: a new count of non-zeros is a new compile of the stages after it (as a new input
 // shape is for kiln::jit), up to `cacheLimit` stages kept (the least recently used evicted).
 #pragma once

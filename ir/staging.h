@@ -1,8 +1,9 @@
 // A model run in stages: where an op's output size depends on values (ONNX NonZero), kiln's
-// static shapes end. The frontend cuts the model there: each stage is a graph of static shapes
-// over values named in the run's environment, the size is computed from the values the stage
-// produced (runtime::valueSizedCount), and the next stage is made for it. compiler::StagedModule
-// runs them, each compiled for its input types and sizes and cached.
+// static shapes end, and where its control flow does (an If's condition computed by the model),
+// kiln's graphs without control flow do. The frontend cuts the model there: each stage is a graph
+// of static shapes over values named in the run's environment, the size is computed from the values
+// the stage produced (runtime::valueSizedCount), and the next stage is made for it.
+// compiler::StagedModule runs them, each compiled for its input types and sizes and cached.
 #pragma once
 
 #include <cstdint>

@@ -573,7 +573,7 @@ class OnnxStager {
                                  const std::map<std::string, ir::TensorData>& known) const {
     // The model with the If branches spliced that earlier stages' imports decided on.
     bool splices = false;
-    for (const auto& [key, value] : sizes) splices |= key.rfind(onnx_import::kBranchOf, 0) == 0;
+    for (const auto& [key, value] : sizes) splices |= onnx_import::isBranchKey(key);
     if (!splices) return make(*model_, initializers_, begin, env, sizes, known);
     ::onnx::ModelProto model = *model_;
     KILN_TRY(onnx_import::spliceDecidedBranches(*model.mutable_graph(), sizes).withContext(name_));
@@ -653,6 +653,8 @@ class OnnxStager {
     const onnx_import::SizeRequest& request = *first.request;
     if (request.decided) {
       // A stage ends inside the branch an If takes: made again with that branch spliced in.
+      if (sizes.count(request.key))
+        return internalError(name_ + ": " + request.node + " asks again for its branch spliced");
       std::map<std::string, int64_t> more = sizes;
       more[request.key] = *request.decided;
       KILN_ASSIGN_OR_RETURN(ir::Stage stage, (*this)(begin, env, more, known));
@@ -706,7 +708,8 @@ class OnnxStager {
     Imported prefix = importParsed(sub, options, name_);
     if (!prefix.graph) {
       if (prefix.request)
-        return internalError(name_ + ": the stage before " + request.node + " asks for a size");
+        return internalError(name_ + ": the stage before " + request.node +
+                             " asks for a size or value");
       return prefix.graph.status();
     }
     ir::Stage stage{

@@ -41,9 +41,10 @@ struct OnnxImportOptions {
   std::map<std::string, ir::TensorData> inputValues;
   // Output sizes known only at run time, by the ONNX name of the first output of the node whose
   // size it is (NonZero's count of non-zeros), and values the import needs that the model
-  // computes (an If's condition, a Loop's trip count), by "value of NAME": what onnxStages gives
-  // each stage's import. A node that needs one and has none stops the import with an error that
-  // says so.
+  // computes (an If's condition, a Loop's trip count), by "value of NAME", and the branches of
+  // Ifs spliced into the graph ("branch of OUT": 1 for then; onnx_importer.h kBranchOf): what
+  // onnxStages gives each stage's import. A node that needs one and has none stops the import
+  // with an error that says so.
   std::map<std::string, int64_t> runtimeSizes;
 };
 

@@ -130,7 +130,7 @@ Status Importer::requestSize(SizeRequest request, const std::string& reason) {
                                                               [](const std::optional<Branch>& b) {
                                                                 return b.has_value();
                                                               });
-  if (inlineDepth_ > 0 && allBranches) {
+  if (allBranches) {
     // Inside If branches only: the outermost, at the top level, is spliced into the graph, and
     // the node asks again from there.
     const Branch& outer = *enclosing_.front();
@@ -145,10 +145,10 @@ Status Importer::requestSize(SizeRequest request, const std::string& reason) {
     return unimplemented(reason + ", inside the branch of " + outer.node +
                          " that the import took: " + std::string(kRunsInStages));
   }
-  if (inlineDepth_ > 0)
+  if (!enclosing_.empty())
     return unimplemented(reason +
-                         ", inside a subgraph (an If branch, a Loop or Scan body): kiln runs "
-                         "such a model in stages, which cannot end inside a subgraph");
+                         ", inside a Loop or Scan body: kiln runs such a model in stages, which "
+                         "cannot end inside a subgraph that is not an If's branch");
   if (!sizeRequest_) sizeRequest_ = std::move(request);
   return unimplemented(reason + ": " + std::string(kRunsInStages));
 }
@@ -377,7 +377,7 @@ void renameIn(::onnx::GraphProto& g, const std::unordered_set<std::string>& name
 Status spliceDecidedBranches(::onnx::GraphProto& g, const std::map<std::string, int64_t>& sizes) {
   std::set<std::string> left;
   for (const auto& [key, value] : sizes)
-    if (key.rfind(kBranchOf, 0) == 0) left.insert(key.substr(kBranchOf.size()));
+    if (isBranchKey(key)) left.insert(key.substr(kBranchOf.size()));
   while (!left.empty()) {
     int at = -1;
     for (int i = 0; i < g.node_size() && at < 0; ++i)
@@ -404,6 +404,17 @@ Status spliceDecidedBranches(::onnx::GraphProto& g, const std::map<std::string, 
     renameIn(branch, names, out0 + (taken ? "/then/" : "/else/"));
     google::protobuf::RepeatedPtrField<::onnx::NodeProto> nodes;
     for (int i = 0; i < at; ++i) *nodes.Add() = g.node(i);
+    // The branch's initializers as Constant nodes: moved to the graph's initializers, float ones
+    // would become weights (trainable, not folded), which inlined they are not.
+    for (auto& init : *branch.mutable_initializer()) {
+      ::onnx::NodeProto* c = nodes.Add();
+      c->set_op_type("Constant");
+      c->add_output(init.name());
+      ::onnx::AttributeProto* value = c->add_attribute();
+      value->set_name("value");
+      value->set_type(::onnx::AttributeProto::TENSOR);
+      *value->mutable_t() = std::move(init);
+    }
     for (const auto& n : branch.node()) *nodes.Add() = n;
     for (int k = 0; k < node.output_size(); ++k) {
       if (node.output(k).empty()) continue;
@@ -415,7 +426,10 @@ Status spliceDecidedBranches(::onnx::GraphProto& g, const std::map<std::string, 
     }
     for (int i = at + 1; i < g.node_size(); ++i) *nodes.Add() = g.node(i);
     g.mutable_node()->Swap(&nodes);
-    for (auto& init : *branch.mutable_initializer()) *g.add_initializer() = std::move(init);
+    // What the file declares for the If's outputs may span both branches: Identity's are one's.
+    std::set<std::string> outs(node.output().begin(), node.output().end());
+    for (int i = g.value_info_size(); i-- > 0;)
+      if (outs.count(g.value_info(i).name())) g.mutable_value_info()->DeleteSubrange(i, 1);
   }
   return Status::ok();
 }
@@ -458,17 +472,22 @@ Expected<std::vector<OnnxValue>> Importer::inlineGraph(const ::onnx::GraphProto&
   }
   for (const auto& node : g.node())
     for (const auto& out : node.output()) producers_.emplace(out, &node);
-  ++inlineDepth_;
   enclosing_.push_back(std::move(branch));
   for (const auto& node : g.node()) {
     Status st = importNode(node);
     if (!st.isOk()) {
-      --inlineDepth_;
       enclosing_.pop_back();
       return st;
     }
+    if (splicePending()) {
+      // The branch is spliced and imported again: nothing after the node is imported (another
+      // node needing a value would be a second problem), and every output is poisoned.
+      enclosing_.pop_back();
+      OnnxValue poisoned;
+      poisoned.poisoned = true;
+      return std::vector<OnnxValue>(static_cast<size_t>(g.output_size()), poisoned);
+    }
   }
-  --inlineDepth_;
   enclosing_.pop_back();
   std::vector<OnnxValue> outs;
   for (const auto& out : g.output()) {

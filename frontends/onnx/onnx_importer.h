@@ -57,13 +57,18 @@ struct SizeRequest {
   // Set when the node is inside the branch of a top-level If that the import decided (by a
   // known or run-time condition): the branch taken (1: then). A stage cannot end inside a
   // subgraph, so the stager splices that branch into the graph in place of the If
-  // (spliceIfBranch; key "branch of IFOUTPUT") and imports again.
+  // (spliceDecidedBranches; key kBranchOf + the If's first output) and imports again.
   std::optional<int64_t> decided;
 };
 
-// The key of a spliced If's branch in OnnxImportOptions::runtimeSizes: kBranchOf + the If's
-// first output.
+// Keys in OnnxImportOptions::runtimeSizes besides a node's first output (its size): kValueOf +
+// a value's name (an If's condition, a Loop's trip count), kBranchOf + an If's first output (the
+// branch spliced).
+inline constexpr std::string_view kValueOf = "value of ";
 inline constexpr std::string_view kBranchOf = "branch of ";
+inline bool isBranchKey(const std::string& key) {
+  return key.rfind(kBranchOf, 0) == 0;
+}
 // Replaces each top-level If of `g` named by a "branch of OUT" key of `sizes` with the branch
 // it says (1: then_branch): the branch's nodes in the If's place, every name it defines
 // prefixed with "OUT/then/" (or else), its initializers moved to `g`'s, and an Identity per
@@ -128,7 +133,8 @@ class Importer {
   // Run-time sizes and values by key (OnnxImportOptions::runtimeSizes), and the request of the
   // node that stopped the import without one (then run() fails; sizeRequestNode() is its index
   // among the graph's nodes). `reason` says what is known only at run time ("the size of its
-  // output depends on ..."); inside a subgraph being inlined, no stage can end.
+  // output depends on ..."). Inside If branches only, the request is to splice the outermost
+  // (SizeRequest::decided); inside a Loop or Scan body no stage can end: an error.
   void setRuntimeSizes(std::map<std::string, int64_t> sizes) { runtimeSizes_ = std::move(sizes); }
   std::optional<int64_t> runtimeSize(const std::string& key) const;
   Status requestSize(SizeRequest request, const std::string& reason);
@@ -195,8 +201,9 @@ class Importer {
   static constexpr int64_t kMaxInlinedNodes = int64_t{1} << 20;
   static constexpr int64_t kMaxInlinedBytes = int64_t{1} << 30;
   int64_t inlinedNodes_ = 0, inlinedBytes_ = 0;
-  int inlineDepth_ = 0;  // Subgraphs being inlined now (no stage can end inside one).
-  std::vector<std::optional<Branch>> enclosing_;  // Each, outermost first: an If branch or not.
+  // The subgraphs being inlined now, outermost first: an If's branch (a stage's end inside
+  // splices the outermost) or a Loop or Scan body (no stage can end inside one).
+  std::vector<std::optional<Branch>> enclosing_;
   std::map<std::string, int64_t> runtimeSizes_;
   std::optional<SizeRequest> sizeRequest_;
   int sizeRequestNode_ = -1;

@@ -7,8 +7,8 @@
 // (docs/onnx.md), the import stopping at the node until a stage before it gives the value; where
 // that node is inside the branch a top-level If took, the branch is spliced into the graph first
 // (Importer::requestSize). One decided at run time inside a Loop or Scan body, or a body's
-// condition computed from its values, is refused by name. Unrolling makes a graph as large as its loops (a body of n nodes run T times
-// is n T nodes): at most kMaxIterations.
+// condition computed from its values, is refused by name. Unrolling makes a graph as large as
+// its loops (a body of n nodes run T times is n T nodes): at most kMaxIterations.
 #include <algorithm>
 #include <optional>
 #include <string>

@@ -978,6 +978,13 @@ Status batchNormTraining(NodeContext& ctx, double eps) {
   KILN_ASSIGN_OR_RETURN(ir::TensorType xt, ctx.inputType(0));
   if (xt.rank() < 2 || !ir::isFloat(xt.dtype))
     return ctx.invalid("input " + xt.toString() + " must be floating point [N,C,...]");
+  for (size_t i = 1; i < 5; ++i) {
+    KILN_ASSIGN_OR_RETURN(ir::TensorType t, ctx.inputType(i));
+    if (t.dtype != xt.dtype)
+      return ctx.unsupported("training mode with input " + std::to_string(i) + " of " +
+                             t.toString() + " for X of " + xt.toString() +
+                             " (kiln takes one dtype for all five)");
+  }
   KILN_ASSIGN_OR_RETURN(double momentum, ctx.attrFloat("momentum", 0.9));
   std::vector<int64_t> axes{0};
   for (int d = 2; d < xt.rank(); ++d) axes.push_back(d);
@@ -1001,7 +1008,7 @@ Status batchNormTraining(NodeContext& ctx, double eps) {
   KILN_TRY(ctx.emit(OpKind::kBatchNorm, std::move(ins), {{"epsilon", eps}}, 0).status());
   for (size_t k = 1; k < 3 && k < ctx.numOutputs(); ++k) {
     if (!ctx.outputUsed(k)) continue;
-    KILN_ASSIGN_OR_RETURN(ir::Value * running, ctx.value(k + 2));
+    KILN_ASSIGN_OR_RETURN(ir::Value * running, ctx.value(k + 2, /*trainable=*/false));
     KILN_ASSIGN_OR_RETURN(ir::Value * keep,
                           ctx.constantValue(filledTensor(xt.dtype, {}, momentum)));
     KILN_ASSIGN_OR_RETURN(ir::Value * move,
@@ -1019,16 +1026,13 @@ Status mapBatchNorm(NodeContext& ctx) {
     KILN_ASSIGN_OR_RETURN(bool spatial, ctx.attrBool("spatial", true));
     if (!spatial) return ctx.unsupported("spatial=0 (kiln normalizes per channel)");
   }
+  KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
   if (ctx.version() >= 14) {
     KILN_ASSIGN_OR_RETURN(bool training, ctx.attrBool("training_mode", false));
-    if (training) {
-      KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
-      return batchNormTraining(ctx, eps);
-    }
+    if (training) return batchNormTraining(ctx, eps);
   }
   for (size_t k = 1; k < ctx.numOutputs(); ++k)
     KILN_TRY(requireUnused(ctx, k, "a training statistic"));
-  KILN_ASSIGN_OR_RETURN(double eps, ctx.attrFloat("epsilon", 1e-5));
   std::vector<ir::Value*> ins;
   for (size_t i = 0; i < 5; ++i) {
     // Running mean and variance are statistics, not weights.

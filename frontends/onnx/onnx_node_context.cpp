@@ -169,7 +169,7 @@ Expected<int64_t> NodeContext::runtimeSize(ir::OpKind op, ir::AttrMap attrs,
 Expected<int64_t> NodeContext::runtimeValue(size_t i, const std::string& what) {
   if (!hasInput(i)) return invalidArgument("input " + std::to_string(i) + " is required");
   const std::string& name = node_.input(static_cast<int>(i));
-  const std::string key = "value of " + name;
+  const std::string key = std::string(kValueOf) + name;
   if (std::optional<int64_t> v = imp_.runtimeSize(key)) return *v;
   KILN_ASSIGN_OR_RETURN(ir::TensorType t, inputType(i));
   if (t.numElements() != 1 || !(ir::isInteger(t.dtype) || t.dtype == ir::DType::kBool))

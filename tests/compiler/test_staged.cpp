@@ -454,6 +454,74 @@ TEST_CASE("staged: a NonZero inside the branches Ifs take: the branches spliced 
   CHECK_THAT(log[2], Catch::Contains("branch of y/then/inner = 1"));
 }
 
+TEST_CASE(
+    "staged: two NonZeros in either branch, a branch's own initializer, a computed Loop "
+    "condition") {
+  // x [n] -> (a, b) = If(sum(x) > 0, then: (NonZero(x), NonZero(-x)),
+  //                      else: (NonZero(x * m), NonZero(x)) with m = -1 the branch's initializer);
+  // w = Loop(3, max(x) > 0) { acc * 2 } from x.
+  Model m(13);
+  m.input("x", {std::string("n")});
+  m.initializer(onnxtest::floatTensor("zero", {}, {0.0f}));
+  m.initializer(onnxtest::floatTensor("two", {}, {2.0f}));
+  m.initI64("three", {}, {3});
+  Model then, otherwise, body;
+  then.node("NonZero", {"x"}, {"ta"})
+      .node("Neg", {"x"}, {"negx"})
+      .node("NonZero", {"negx"}, {"tb"});
+  then.output("ta", onnxtest::kInt64).output("tb", onnxtest::kInt64);
+  otherwise.initializer(onnxtest::floatTensor("minus", {}, {-1.0f}));
+  otherwise.node("Mul", {"x", "minus"}, {"xm"}).node("NonZero", {"xm"}, {"ea"});
+  otherwise.node("NonZero", {"x"}, {"eb"});
+  otherwise.output("ea", onnxtest::kInt64).output("eb", onnxtest::kInt64);
+  body.input("i", {}, onnxtest::kInt64).input("cond_in", {}, onnxtest::kBool);
+  body.input("acc", {std::string("n")});
+  body.node("Identity", {"cond_in"}, {"cond_out"}).node("Mul", {"acc", "two"}, {"acc_out"});
+  body.output("cond_out", onnxtest::kBool).output("acc_out");
+  m.node("ReduceSum", {"x"}, {"s"}, {attrInt("keepdims", 0)});
+  m.node("Greater", {"s", "zero"}, {"c"});
+  m.node("If", {"c"}, {"a", "b"},
+         {onnxtest::attrGraph("then_branch", then.proto().graph()),
+          onnxtest::attrGraph("else_branch", otherwise.proto().graph())},
+         "pick");
+  m.node("ReduceMax", {"x"}, {"most"}, {attrInt("keepdims", 0)});
+  m.node("Greater", {"most", "zero"}, {"go"});
+  m.node("Loop", {"three", "go", "x"}, {"w"}, {onnxtest::attrGraph("body", body.proto().graph())});
+  m.output("a", onnxtest::kInt64).output("b", onnxtest::kInt64).output("w");
+  auto staged = frontends::onnxStagesFromBytes(m.bytes());
+  REQUIRE(staged.hasValue());
+  compiler::CompileOptions co;
+  co.autotune = false;
+  compiler::StagedModule compiled(*staged, co, false), eager(*staged, co, true);
+  const std::vector<std::vector<float>> cases = {{1, -2, 3, 0}, {-1, -2, 0.5f}, {-1, -2, -3}};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<float>& x = cases[c];
+    float sum = 0, most = x[0];
+    for (float v : x) {
+      sum += v;
+      most = std::max(most, v);
+    }
+    // Both branches give (positions of x != 0 ... ): then (x, -x) and else (-x, x) non-zeros are
+    // the same positions; what differs is nothing but which NonZero made them, so check both.
+    std::vector<int64_t> nonZero;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i] != 0) nonZero.push_back(static_cast<int64_t>(i));
+    std::vector<float> w;
+    for (float v : x) w.push_back(most > 0 ? v * 8 : v);
+    for (compiler::StagedModule* module : {&compiled, &eager}) {
+      INFO("case " << c << (module == &eager ? " eager" : " compiled"));
+      auto out = (*module)(std::vector<Tensor>{f32({static_cast<int64_t>(x.size())}, x)});
+      INFO((out.hasValue() ? std::string() : out.status().message()));
+      REQUIRE(out.hasValue());
+      CHECK(int64s((*out)[0]) == nonZero);
+      CHECK(int64s((*out)[1]) == nonZero);
+      CHECK(floats((*out)[2]) == w);
+    }
+    const std::vector<std::string> log = compiled.log();
+    CHECK_THAT(log.back(), Catch::Contains(sum > 0 ? "branch of a = 1" : "branch of a = 0"));
+  }
+}
+
 TEST_CASE("staged: the stage cache evicts the least recently used stage") {
   Model m(13);
   m.input("x", {std::string("n")});

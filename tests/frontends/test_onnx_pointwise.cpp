@@ -175,7 +175,9 @@ TEST_CASE("onnx: Clip takes min and max from optional constant inputs") {
   }
 }
 
-TEST_CASE("onnx: Dropout is the identity at inference, its mask all true; training is refused") {
+TEST_CASE(
+    "onnx: Dropout is the identity at inference and in training at ratio 0, its mask all true; "
+    "training above 0 is refused") {
   SECTION("opset 12+ with a ratio input") {
     Model m;
     m.input("x", {int64_t{2}, int64_t{3}}).init("ratio", {}, {0.3f});
@@ -214,7 +216,23 @@ TEST_CASE("onnx: Dropout is the identity at inference, its mask all true; traini
     t.add_int32_data(1);
     m.input("x", {int64_t{2}, int64_t{3}}).init("ratio", {}, {0.5f}).initializer(t);
     m.node("Dropout", {"x", "ratio", "train"}, {"y"}, {}, "drop").output("y");
-    CHECK_THAT(importError(m).message(), Catch::Contains("training_mode=true"));
+    CHECK_THAT(importError(m).message(),
+               Catch::Contains("training_mode=true with a ratio above 0"));
+  }
+  SECTION("training_mode=true at ratio 0: nothing dropped, the mask all true") {
+    Model m;
+    ::onnx::TensorProto t;
+    t.set_name("train");
+    t.set_data_type(kBool);
+    t.add_int32_data(1);
+    m.input("x", {int64_t{2}, int64_t{3}}).init("ratio", {}, {0.0f}).initializer(t);
+    m.node("Dropout", {"x", "ratio", "train"}, {"y", "mask"}, {}, "drop");
+    m.output("y").output("mask", kBool);
+    const auto x = randomValues(6, 5);
+    const auto out = run(m, {makeF32({2, 3}, x)});
+    REQUIRE(out.size() == 2);
+    checkClose(out[0], {2, 3}, x);
+    for (int64_t i = 0; i < 6; ++i) CHECK(out[1].elementAsDouble(i) == 1.0);
   }
 }
 
