@@ -39,11 +39,11 @@ struct OnnxImportOptions {
   // here that no node needs as a constant stay inputs (their values are not used). Import
   // again for other values. Without a value, such a model is refused, naming the input.
   std::map<std::string, ir::TensorData> inputValues;
-  // Output sizes known only at run time, by the ONNX name of the first output of the node whose
-  // size it is (NonZero's count of non-zeros), and values the import needs that the model
-  // computes (an If's condition, a Loop's trip count), by "value of NAME", and the branches of
-  // Ifs spliced into the graph ("branch of OUT": 1 for then; onnx_importer.h kBranchOf): what
-  // onnxStages gives each stage's import. A node that needs one and has none stops the import
+  // Output sizes known only at run time, by "size of OUT" (OUT the first output of the node whose
+  // size it is: NonZero's count of non-zeros), values the import needs that the model computes
+  // (an If's condition, a Loop's trip count) by "value of NAME", and the branches of Ifs spliced
+  // into the graph by "branch of OUT" (1 for then; onnx_importer.h kSizeOf ..): what onnxStages
+  // gives each stage's import. A node that needs one and has none stops the import
   // with an error that says so.
   std::map<std::string, int64_t> runtimeSizes;
 };

@@ -50,8 +50,7 @@ struct SizeRequest {
   ir::OpKind op{};
   ir::AttrMap attrs;                // The op's attributes but the size.
   std::vector<std::string> inputs;  // The ONNX values the size is computed from.
-  std::string key;                  // Its name in runtimeSizes: the node's first output for a
-                                    // size, "value of NAME" for a value.
+  std::string key;                  // Its name in runtimeSizes (kSizeOf, kValueOf, kBranchOf).
   std::string node;                 // "NonZero (opset 13) node 'nz'", for messages.
   std::string need;                 // "its size", "its condition 'c'": what the node needs.
   // Set when the node is inside the branch of a top-level If that the import decided (by a
@@ -61,9 +60,11 @@ struct SizeRequest {
   std::optional<int64_t> decided;
 };
 
-// Keys in OnnxImportOptions::runtimeSizes besides a node's first output (its size): kValueOf +
-// a value's name (an If's condition, a Loop's trip count), kBranchOf + an If's first output (the
+// The keys of OnnxImportOptions::runtimeSizes, each kind with its prefix (so that no ONNX name
+// reads as another kind): kSizeOf + a node's first output (its output's size), kValueOf + a
+// value's name (an If's condition, a Loop's trip count), kBranchOf + an If's first output (the
 // branch spliced).
+inline constexpr std::string_view kSizeOf = "size of ";
 inline constexpr std::string_view kValueOf = "value of ";
 inline constexpr std::string_view kBranchOf = "branch of ";
 inline bool isBranchKey(const std::string& key) {

@@ -144,7 +144,8 @@ Expected<int64_t> NodeContext::runtimeSize(ir::OpKind op, ir::AttrMap attrs,
       return invalidArgument("input " + std::to_string(i) +
                              " is required (its size is computed "
                              "from it)");
-  if (std::optional<int64_t> size = imp_.runtimeSize(node_.output(0))) return *size;
+  const std::string key = std::string(kSizeOf) + node_.output(0);
+  if (std::optional<int64_t> size = imp_.runtimeSize(key)) return *size;
   // The op must take these inputs at some size before a stage ends for it: an input's dtype or an
   // attribute it rejects is the import's error, not one after the stages before it ran.
   std::vector<ir::TensorType> types;
@@ -158,8 +159,7 @@ Expected<int64_t> NodeContext::runtimeSize(ir::OpKind op, ir::AttrMap attrs,
     probe["count"] = int64_t{1};
     if (!ir::inferTypes(op, types, probe)) return none.status();
   }
-  SizeRequest request{op,        std::move(attrs), {}, node_.output(0), describeNode(node_, opset_),
-                      "its size"};
+  SizeRequest request{op, std::move(attrs), {}, key, describeNode(node_, opset_), "its size"};
   for (size_t i : inputs) request.inputs.push_back(node_.input(static_cast<int>(i)));
   return imp_.requestSize(std::move(request),
                           "the size of its output depends on the values of its input, known only "

@@ -184,7 +184,7 @@ npy_zeros mask0.npy "3, 4" 12
 check "run in stages" 0 "%y : f32\[5\].*mean 1\.25" -- "$KILN" run "$MASKED" --input mask.npy --cache-dir cache
 check "run in stages, the second size" 0 "%z : f32\[4\].*mean 1\.5" -- \
   "$KILN" run "$MASKED" --input mask.npy --cache-dir cache
-check "run in stages eagerly" 0 "stage at node 1, where = 5" -- "$KILN" run "$MASKED" --eager --input mask.npy
+check "run in stages eagerly" 0 "stage at node 1, size of where = 5" -- "$KILN" run "$MASKED" --eager --input mask.npy
 check "run in stages, nothing selected" 0 "%z : f32\[0\]" -- "$KILN" run "$MASKED" --input mask0.npy --cache-dir cache
 check "run in stages, seeded input" 0 "%y : f32\[[0-4]\]" -- "$KILN" run "$MASKED" --eager
 
