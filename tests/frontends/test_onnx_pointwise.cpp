@@ -208,25 +208,25 @@ TEST_CASE(
       for (int64_t i = 0; i < 6; ++i) CHECK(out[1].elementAsDouble(i) == 1.0);
     }
   }
-  SECTION("training_mode=true is unsupported") {
+  // Dropout in training mode (a bool initializer `train`) at `ratio`.
+  auto training = [](float ratio) {
     Model m;
     ::onnx::TensorProto t;
     t.set_name("train");
     t.set_data_type(kBool);
     t.add_int32_data(1);
-    m.input("x", {int64_t{2}, int64_t{3}}).init("ratio", {}, {0.5f}).initializer(t);
-    m.node("Dropout", {"x", "ratio", "train"}, {"y"}, {}, "drop").output("y");
+    m.input("x", {int64_t{2}, int64_t{3}}).init("ratio", {}, {ratio}).initializer(t);
+    m.node("Dropout", {"x", "ratio", "train"}, {"y", "mask"}, {}, "drop");
+    return m;
+  };
+  SECTION("training_mode=true is unsupported") {
+    Model m = training(0.5f);
+    m.output("y");
     CHECK_THAT(importError(m).message(),
                Catch::Contains("training_mode=true with a ratio above 0"));
   }
   SECTION("training_mode=true at ratio 0: nothing dropped, the mask all true") {
-    Model m;
-    ::onnx::TensorProto t;
-    t.set_name("train");
-    t.set_data_type(kBool);
-    t.add_int32_data(1);
-    m.input("x", {int64_t{2}, int64_t{3}}).init("ratio", {}, {0.0f}).initializer(t);
-    m.node("Dropout", {"x", "ratio", "train"}, {"y", "mask"}, {}, "drop");
+    Model m = training(0.0f);
     m.output("y").output("mask", kBool);
     const auto x = randomValues(6, 5);
     const auto out = run(m, {makeF32({2, 3}, x)});
